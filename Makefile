@@ -1,0 +1,66 @@
+# hybridlab — two commands do all set-up: `make demo` and `make test` (both create .venv when missing).
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hybridlab-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PYTHONHASHSEED := 0
+
+.PHONY: setup demo test test-fast eval sweep-alpha sweep report lab bench bench-quick soak lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (hybridlab needs Python 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	# torch first and exactly so: this pin is the CPU build; anything else pulls CUDA wheels.
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[models,onnx,lab,dev]'
+	$(BIN)/python -m ipykernel install --prefix $(VENV) --name hybridlab --display-name "Python (hybridlab)"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/hybridlab demo
+
+test: setup
+	$(BIN)/python -m pytest tests -x -q
+
+test-fast: setup
+	$(BIN)/python -m pytest tests -q -m "not slow"
+
+eval: setup
+	$(BIN)/python -m pytest tests/eval -q
+
+sweep-alpha: setup
+	$(BIN)/python tests/eval/sweep_alpha.py --dataset all
+
+sweep: setup
+	$(BIN)/hybridlab sweep --dataset memories
+	$(BIN)/hybridlab sweep --dataset scifact
+
+report: setup
+	$(BIN)/hybridlab report
+
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+bench: setup
+	$(BIN)/pip install -e '.[bench]'
+	$(BIN)/python -m hybridlab.bench
+
+bench-quick: setup
+	$(BIN)/pip install -e '.[bench]'
+	$(BIN)/python -m hybridlab.bench --quick
+
+soak: setup
+	$(BIN)/python -m pytest tests/reliability -q -m soak
+
+lint: setup
+	$(BIN)/ruff check hybridlab tests
+
+clean:
+	rm -rf .hybridlab .cache

@@ -1,0 +1,210 @@
+"""Header-based chunking with a size bound.
+
+Markdown (and notebook markdown) is parsed with markdown-it-py, so `#` lines inside code fences are
+not headers. Sections are cut at the configured header levels, long sections split on paragraph
+boundaries with overlap, tiny ones merged into their neighbour. Every chunk is an exact slice
+`text[start_char:end_char]` of its document and the slices cover the whole document.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hybridlab.config import ChunkConfig
+
+SECTION_SEPARATOR = " › "
+RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.])\1{2,}\s*$")
+FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+\-.#]*)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a document: an exact slice of its text plus where it sits."""
+
+    chunk_index: int
+    text: str
+    start_char: int
+    end_char: int
+    section: str
+    chunk_type: str
+    language: str | None
+
+
+@dataclass(frozen=True)
+class _Section:
+    start: int
+    end: int
+    path: tuple[str, ...]
+
+
+def _line_offsets(text: str) -> list[int]:
+    offsets = [0]
+    for match in re.finditer("\n", text):
+        offsets.append(match.end())
+    return offsets
+
+
+def markdown_headings(text: str) -> list[tuple[int, int, str]]:
+    """(char offset of the heading line, level, title) for every real markdown heading."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(text)
+    offsets = _line_offsets(text)
+    headings = []
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and token.map:
+            level = int(token.tag[1])
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            headings.append((offsets[token.map[0]], level, title))
+    return headings
+
+
+def rst_headings(text: str) -> list[tuple[int, int, str]]:
+    """(offset, level, title) of reST section titles; levels follow the order adornments appear."""
+    lines = text.split("\n")
+    offsets = _line_offsets(text)
+    styles: list[str] = []
+    headings = []
+    for i in range(len(lines) - 1):
+        title, underline = lines[i].strip(), lines[i + 1]
+        if title and RST_UNDERLINE.match(underline) and len(underline.strip()) >= len(title):
+            overline = i > 0 and lines[i - 1].strip() == underline.strip()
+            style = ("o" if overline else "") + underline.strip()[0]
+            if style not in styles:
+                styles.append(style)
+            start = offsets[i - 1] if overline else offsets[i]
+            headings.append((start, min(len(styles), 6), title))
+    return headings
+
+
+def _sections(text: str, headings: list[tuple[int, int, str]], levels: tuple[int, ...]) -> list[_Section]:
+    """Cut `text` at headings of the chosen levels; each section carries its title path."""
+    max_level = max(levels)
+    stack: dict[int, str] = {}
+    cuts: list[tuple[int, tuple[str, ...]]] = [(0, ())]
+    for offset, level, title in headings:
+        if level > max_level:
+            continue
+        stack = {lvl: t for lvl, t in stack.items() if lvl < level}
+        stack[level] = title
+        path = tuple(stack[lvl] for lvl in sorted(stack))
+        if level in levels:
+            if offset == cuts[-1][0]:
+                cuts[-1] = (offset, path)
+            else:
+                cuts.append((offset, path))
+        else:
+            cuts[-1] = (cuts[-1][0], cuts[-1][1] or path)
+    bounds = [start for start, _ in cuts] + [len(text)]
+    return [_Section(bounds[i], bounds[i + 1], cuts[i][1]) for i in range(len(cuts)) if bounds[i] < bounds[i + 1]]
+
+
+def _merge_tiny(sections: list[_Section], min_size: int) -> list[_Section]:
+    """Merge sections shorter than `min_size` characters into the following (or previous) one."""
+    merged: list[_Section] = []
+    pending: _Section | None = None
+    for section in sections:
+        if pending is not None:
+            section = _Section(pending.start, section.end, pending.path or section.path)
+            pending = None
+        if section.end - section.start < min_size:
+            pending = section
+        else:
+            merged.append(section)
+    if pending is not None:
+        if merged:
+            last = merged.pop()
+            merged.append(_Section(last.start, pending.end, last.path))
+        else:
+            merged.append(pending)
+    return merged
+
+
+def _split_points(text: str, start: int, end: int) -> list[int]:
+    """Preferred cut offsets inside [start, end): paragraph breaks, then line breaks, then spaces."""
+    return [m.end() for m in re.finditer(r"\n\s*\n", text[start:end])]
+
+
+def _best_cut(text: str, start: int, limit: int) -> int:
+    """The latest good cut in (start, limit]: a paragraph break, else a newline, else a space."""
+    window = text[start:limit]
+    floor = len(window) // 3
+    for pattern in (r"\n\s*\n", r"\n", r"\s"):
+        cuts = [m.end() for m in re.finditer(pattern, window) if m.end() > floor]
+        if cuts:
+            return start + cuts[-1]
+    return limit
+
+
+def split_span(text: str, start: int, end: int, chunk_size: int, overlap: int) -> list[tuple[int, int]]:
+    """Split [start, end) into spans of at most `chunk_size` chars on natural boundaries; each
+    span after the first starts up to `overlap` characters before the previous one ended."""
+    spans: list[tuple[int, int]] = []
+    position = start
+    while end - position > chunk_size:
+        cut = _best_cut(text, position, position + chunk_size)
+        spans.append((position, cut))
+        next_start = cut
+        if overlap:
+            back = text.rfind(" ", cut - overlap, cut)
+            next_start = back + 1 if back > position else cut
+        position = max(next_start, position + 1)
+    spans.append((position, end))
+    return spans
+
+
+def _chunk_kind(piece: str, default_language: str | None) -> tuple[str, str | None]:
+    """`code` when most of the chunk sits in code fences (language from the fence), else `text`."""
+    fences = list(FENCE.finditer(piece))
+    if len(fences) < 2:
+        return "text", default_language
+    code_chars = 0
+    language = None
+    for opening, closing in zip(fences[::2], fences[1::2]):
+        code_chars += closing.start() - opening.end()
+        language = language or (opening.group(2) or None)
+    if code_chars >= 0.5 * len(piece.strip()):
+        return "code", (language or "python").lower()
+    return "text", default_language
+
+
+def chunk_text(
+    text: str,
+    config: ChunkConfig = ChunkConfig(),
+    *,
+    fmt: str = "markdown",
+    title: str = "",
+    language: str | None = None,
+) -> list[Chunk]:
+    """Chunk one document. `fmt` is `markdown`, `rst` or `text`; empty text gives no chunks."""
+    if not text.strip():
+        return []
+    if fmt == "markdown":
+        headings = markdown_headings(text)
+    elif fmt == "rst":
+        headings = rst_headings(text)
+    elif fmt == "text":
+        headings = []
+    else:
+        raise ValueError(f"unknown chunk format {fmt!r}; choose from ['markdown', 'rst', 'text']")
+    sections = _merge_tiny(_sections(text, headings, config.header_levels), config.min_chunk_size)
+    chunks: list[Chunk] = []
+    for section in sections:
+        path = SECTION_SEPARATOR.join(section.path) or title
+        for start, end in split_span(text, section.start, section.end, config.chunk_size, config.chunk_overlap):
+            piece = text[start:end]
+            kind, piece_language = _chunk_kind(piece, language)
+            chunks.append(Chunk(len(chunks), piece, start, end, path, kind, piece_language))
+    return chunks
+
+
+def single_chunk(text: str, *, section: str = "", chunk_type: str = "text", language: str | None = None) -> list[Chunk]:
+    """A whole document as one chunk (memories, BEIR abstracts)."""
+    return [Chunk(0, text, 0, len(text), section, chunk_type, language)] if text.strip() else []
+
+
+def embedding_text(chunk: Chunk, title: str) -> str:
+    """What is embedded and BM25-indexed: the section title path (or title), then the chunk text."""
+    heading = chunk.section or title
+    body = chunk.text.strip()
+    return f"{heading}\n{body}" if heading and not body.startswith(heading) else body

@@ -1,0 +1,424 @@
+"""The `hybridlab` command line. `--help` is instant: heavy libraries load inside the commands."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+DEFAULT_INDEX = ".hybridlab"
+logger = logging.getLogger("hybridlab")
+
+
+class UsageError(ValueError):
+    """A command-line mistake with a one-line message."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {value}")
+    return value
+
+
+def add_search_options(parser: argparse.ArgumentParser) -> None:
+    """The search knobs shared by `search`, `eval` and `mcp` (None = not set: env/config/default)."""
+    g = parser.add_argument_group("search options (unset ones come from env HYBRIDLAB_*, --config, defaults)")
+    g.add_argument("--config", help="exported config JSON (e.g. configs/best.json)")
+    g.add_argument("--mode", choices=["hybrid", "vector", "bm25", "tags"])
+    g.add_argument("--alpha", type=_unit_float, help="dense weight: 1.0 = pure vector, 0.0 = pure lexical/tag")
+    g.add_argument("--fusion", choices=["rrf", "convex", "dbsf"])
+    g.add_argument("--normalization", choices=["min-max", "z-score", "theoretical-min-max", "none"])
+    g.add_argument("--rrf-k", type=_positive_int, help="the RRF constant (default 60)")
+    g.add_argument("--depth", type=_positive_int, help="candidates per retriever (default 100)")
+    g.add_argument("--tag", action="append", dest="tags", metavar="TAG",
+                   help="use (and filter by) this tag; repeatable; all must match unless --tags-any")
+    g.add_argument("--no-tags", action="store_true", help="turn automatic tag extraction off")
+    g.add_argument("--tags-any", action="store_true", help="with --tag: any of the tags may match")
+    g.add_argument("--tag-weight", type=float)
+    g.add_argument("--chunk-type", action="append", dest="chunk_types", metavar="TYPE")
+    g.add_argument("--collection", action="append", dest="collections", metavar="NAME")
+    g.add_argument("--since", help="only documents updated at/after this ISO date")
+    g.add_argument("--until", help="only documents updated at/before this ISO date")
+    g.add_argument("--min-score", type=float, help="drop results whose final fused score is lower")
+    staged = g.add_mutually_exclusive_group()
+    staged.add_argument("--staged", dest="staged", action="store_true", default=None,
+                        help="BM25 narrows to --candidates, vectors re-score them")
+    staged.add_argument("--no-staged", dest="staged", action="store_false")
+    g.add_argument("--candidates", type=_positive_int)
+    g.add_argument("--fallback-threshold", type=int)
+    g.add_argument("--decay", type=float, help="recency decay per day (0 disables)")
+    g.add_argument("--recency-weight", type=_unit_float)
+    g.add_argument("--now", help="reference time for recency (ISO-8601); env HYBRIDLAB_NOW")
+    g.add_argument("--embedding-model", help="which model's vectors to search")
+    g.add_argument("--language", help="pick the model through the language table")
+    g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
+
+
+SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
+                        "staged", "candidates", "fallback_threshold", "decay", "recency_weight")
+
+
+def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for `Index.search` from parsed options (unset ones left out)."""
+    kwargs: dict[str, Any] = {f: getattr(args, f) for f in SEARCH_OPTION_FIELDS if getattr(args, f, None) is not None}
+    if getattr(args, "chunks", False):
+        kwargs["group_by_document"] = False
+    if args.no_tags:
+        kwargs["tags"] = []
+    elif args.tags:
+        kwargs["tags"] = args.tags
+        kwargs["tags_any"] = args.tags_any
+    for name, key in (("chunk_types", "chunk_types"), ("collections", "collection"), ("since", "since"),
+                      ("until", "until"), ("now", "now"), ("embedding_model", "embedding_model"),
+                      ("language", "language")):
+        value = getattr(args, name, None)
+        if value is not None:
+            kwargs[key] = value
+    return kwargs
+
+
+def index_config_from_args(args: argparse.Namespace):
+    """An IndexConfig when any build option was given, else None (keep the index's own)."""
+    from dataclasses import replace
+
+    from hybridlab.config import Bm25Config, ChunkConfig, IndexConfig
+
+    given = any(getattr(args, n, None) is not None for n in ("chunk_size", "chunk_overlap", "header_levels", "models",
+                                                             "model_for_collection", "model_for_language", "dense_index"))
+    if not given:
+        return None
+    base = IndexConfig()
+    if args.index_dir and (Path(args.index_dir) / "manifest.json").exists():
+        from hybridlab.layout import read_manifest
+
+        base = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
+    chunk = base.chunk
+    chunk = ChunkConfig(
+        chunk_size=args.chunk_size or chunk.chunk_size,
+        chunk_overlap=chunk.chunk_overlap if args.chunk_overlap is None else args.chunk_overlap,
+        header_levels=tuple(args.header_levels) if args.header_levels else chunk.header_levels,
+        min_chunk_size=chunk.min_chunk_size,
+    )
+    def pairs(values):
+        out = []
+        for value in values or ():
+            if "=" not in value:
+                raise UsageError(f"expected KEY=MODEL, got {value!r}")
+            key, model = value.split("=", 1)
+            out.append((key, model))
+        return tuple(out)
+    return replace(
+        base, chunk=chunk, bm25=Bm25Config(**vars(base.bm25)),
+        models=tuple(args.models) if args.models else base.models,
+        model_by_collection=pairs(args.model_for_collection) or base.model_by_collection,
+        model_by_language=pairs(args.model_for_language) or base.model_by_language,
+        dense_index=args.dense_index or base.dense_index,
+    )
+
+
+# ------------------------------------------------------------------ commands
+def cmd_index(args: argparse.Namespace) -> int:
+    from hybridlab.indexer import index_paths
+
+    report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet, force=args.force)
+    for path, reason in report.skipped:
+        print(f"warning: skipped {path}: {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(report.summary())
+    return 0
+
+
+def _print_results(results, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False, default=str))
+        return
+    if not results:
+        print("no results")
+    for r in results:
+        print(f"{r.rank:>3}. {r.doc_id}  [{r.section or r.title}]  score={r.score:.4f}  chunk={r.chunk_id}")
+        print(f"     {r.snippet}")
+        if r.explain:
+            e = r.explain
+            print(f"     dense {e['dense_score']} (#{e['dense_rank']})  bm25 {e['bm25_score']} (#{e['bm25_rank']})  "
+                  f"tags {e['matched_tags']} x{e['tag_boost']}  recency {e['recency_factor']:.3f}  "
+                  f"fused {e['fused_score']:.5f}  {e['fusion']} alpha={e['alpha']} ({e['alpha_source']})  {e['mode']}")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hybridlab.search import open_index
+
+    if not args.query.strip():
+        raise UsageError("empty query: give some words to search for")
+    index = open_index(args.index_dir, args.config)
+    kwargs = search_kwargs(args)
+    if args.limit is not None:
+        kwargs["limit"] = args.limit
+    results = index.search(args.query, explain=args.explain, **kwargs)
+    _print_results(results, args.json)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from hybridlab.search import open_index
+
+    stats = open_index(args.index_dir).stats()
+    if args.json:
+        print(json.dumps(stats, indent=2, default=str))
+        return 0
+    print(f"index {stats['index']} — generation {stats['generation']}, built {stats['built_at']}")
+    print(f"documents {stats['documents']}, chunks {stats['chunks']}, distinct tags {stats['tags']}")
+    print("chunks per collection:")
+    for name, count in stats["by_collection"].items():
+        print(f"  {name:<30} {count:>8}  ({stats['documents_by_collection'].get(name, 0)} documents)")
+    print("chunks per type:")
+    for name, count in stats["by_chunk_type"].items():
+        print(f"  {name:<30} {count:>8}")
+    print("embedding models:")
+    for name, info in stats["models"].items():
+        print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from hybridlab.models import MODELS, is_installed
+
+    rows = [{"name": s.name, "package": s.package, "installed": is_installed(s.name), "dim": s.dim,
+             "max_seq_length": s.max_seq_length, "backend": s.backend} for s in MODELS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<34} {'package':<28} {'installed':<10} {'dim':>4}  backend")
+    for r in rows:
+        print(f"{r['name']:<34} {r['package']:<28} {'yes' if r['installed'] else 'no':<10} {r['dim']:>4}  {r['backend']}")
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from hybridlab.config import IndexConfig
+    from hybridlab.indexer import apply_changes, canonical_models
+    from hybridlab.layout import read_manifest
+
+    config = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
+    models = list(config.models)
+    for name in canonical_models(args.models or ()):
+        if name not in models:
+            models.append(name)
+    for name in canonical_models(args.drop_models or ()):
+        if name not in models:
+            raise UsageError(f"the index has no model {name!r}; it has {models}")
+        models.remove(name)
+    if not models:
+        raise UsageError("refusing to drop the last embedding model")
+    config = replace(config, models=tuple(models))
+    report = apply_changes(args.index_dir, [], config, progress=not args.quiet, force=True)
+    print(report.summary())
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from hybridlab.datasets import load_qrels, load_queries
+    from hybridlab.evaluate import METRICS, make_run, score, write_trec_run
+    from hybridlab.search import open_index
+
+    index = open_index(args.index_dir, args.config)
+    queries_path, qrels_path = Path(args.queries), Path(args.qrels)
+    queries = load_queries(queries_path.parent if queries_path.is_file() else queries_path) if queries_path.is_dir() \
+        else _queries_file(queries_path)
+    qrels = load_qrels(qrels_path)
+    queries = {q: t for q, t in queries.items() if q in qrels}
+    if not queries:
+        raise UsageError(f"no query of {queries_path} has judgements in {qrels_path}")
+    kwargs = search_kwargs(args)
+    kwargs.pop("chunk_types", None)
+    run = make_run(index, queries, progress=not args.quiet, **kwargs)
+    metrics = score({q: qrels[q] for q in queries}, run, METRICS)
+    if args.save_run:
+        write_trec_run(run, args.save_run)
+    if args.json:
+        print(json.dumps({"queries": len(queries), "metrics": metrics}, indent=2))
+    else:
+        print(f"{len(queries)} queries")
+        print("| metric | value |\n|---|---|")
+        for name, value in metrics.items():
+            print(f"| {name} | {value:.4f} |")
+    return 0
+
+
+def _queries_file(path: Path) -> dict[str, str]:
+    from hybridlab.datasets import iter_jsonl
+
+    if not path.exists():
+        raise FileNotFoundError(f"queries file not found: {path}")
+    return {str(o["_id"]): str(o["text"]) for _, o in iter_jsonl(path)}
+
+
+def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).__getattribute__(function)(args)
+    return run
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from hybridlab.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hybridlab", description=(
+        "Hybrid retrieval research kit: dense vectors + BM25 + tags + recency, fused; evaluated with ranx; "
+        "served over MCP."))
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def index_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--index", dest="index_dir", default=os.environ.get("HYBRIDLAB_INDEX", DEFAULT_INDEX),
+                       help=f"index folder (default $HYBRIDLAB_INDEX or {DEFAULT_INDEX})")
+
+    p = sub.add_parser("index", help="index folders, BEIR datasets or memories .jsonl (incremental)")
+    p.add_argument("paths", nargs="+", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder, or memories .jsonl")
+    index_arg(p)
+    p.add_argument("--model", action="append", dest="models", metavar="NAME", help="embedding model (repeatable)")
+    p.add_argument("--model-for-collection", action="append", metavar="COLLECTION=MODEL")
+    p.add_argument("--model-for-language", action="append", metavar="LANGUAGE=MODEL")
+    p.add_argument("--chunk-size", type=_positive_int)
+    p.add_argument("--chunk-overlap", type=int)
+    p.add_argument("--header-levels", type=int, nargs="+")
+    p.add_argument("--dense-index", help="FAISS factory string (default Flat; e.g. HNSW32)")
+    p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", help="search an index")
+    p.add_argument("query")
+    index_arg(p)
+    p.add_argument("--limit", "-k", type=_positive_int, help="results to return (default 10)")
+    p.add_argument("--explain", action="store_true", help="show the score breakdown of each result")
+    p.add_argument("--json", action="store_true", help="print a JSON list of results")
+    add_search_options(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("stats", help="counts per collection, chunk type and model")
+    index_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("models", help="the embedding model registry")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("reindex", help="add (--model) or drop (--drop-model) a model's vectors")
+    index_arg(p)
+    p.add_argument("--model", action="append", dest="models", metavar="NAME")
+    p.add_argument("--drop-model", action="append", dest="drop_models", metavar="NAME")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("eval", help="score an index against queries + qrels with ranx")
+    index_arg(p)
+    p.add_argument("--queries", required=True, help="queries.jsonl[.gz] (BEIR) or a dataset folder")
+    p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
+    p.add_argument("--save-run", help="write the run as a TREC run file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    add_search_options(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("verify", help="check an index's consistency; --repair rebuilds what is inconsistent")
+    index_arg(p)
+    p.add_argument("--repair", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_delegate("hybridlab.verify", "cli_verify"))
+
+    p = sub.add_parser("sweep", help="run the sweep notebook (Optuna) through papermill into reports/")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--trials", type=_positive_int, default=None)
+    p.add_argument("--storage", help="Optuna storage URL (default: SQLite in the run folder)")
+    p.add_argument("--study", help="study name")
+    p.add_argument("--metric", default="ndcg@10")
+    p.add_argument("--reports", default="reports", help="reports folder")
+    p.add_argument("--export", default="configs/best.json", help="where the winning config is exported")
+    p.set_defaults(func=_delegate("hybridlab.sweep", "cli_sweep"))
+
+    p = sub.add_parser("report", help="run the report notebook over the latest sweeps")
+    p.add_argument("--reports", default="reports")
+    p.add_argument("--run", help="a sweep run folder (default: the latest of each dataset)")
+    p.set_defaults(func=_delegate("hybridlab.reporting", "cli_report"))
+
+    p = sub.add_parser("export-config", help="export a sweep's winning configuration")
+    p.add_argument("run_dir")
+    p.add_argument("-o", "--output", default="configs/best.json")
+    p.set_defaults(func=_delegate("hybridlab.export", "cli_export_config"))
+
+    p = sub.add_parser("repro", help="re-run the evaluation a config records; OK/FAIL vs its test metrics")
+    p.add_argument("config")
+    p.add_argument("--tolerance", type=float, default=0.0005)
+    p.set_defaults(func=_delegate("hybridlab.export", "cli_repro"))
+
+    p = sub.add_parser("mcp", help="serve the index to AI assistants over MCP (stdio by default)")
+    index_arg(p)
+    p.add_argument("--config", help="exported config JSON (env HYBRIDLAB_* still override it)")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback unless given)")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--log-file", help="write logs here instead of stderr")
+    p.set_defaults(func=_delegate("hybridlab.mcp_server", "cli_mcp"))
+
+    p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")
+    p.add_argument("--index", dest="index_dir", default=".hybridlab/demo")
+    p.add_argument("--quick", action="store_true", help="skip the evaluation table")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("bm25s").setLevel(max(level, logging.WARNING))
+    from hybridlab.layout import CorruptIndexError, IndexLockedError
+    from hybridlab.store import IndexError_
+
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted: the index is unchanged unless a new generation was committed", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, KeyError, IndexLockedError, CorruptIndexError, IndexError_, ImportError,
+            argparse.ArgumentTypeError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""Explicit, frozen configuration: how an index is built and how a search runs.
+
+Precedence for search settings is implemented once, in :func:`resolve_search_config`:
+call argument > environment variable (``HYBRIDLAB_<NAME>``) > config file (the exported best
+config) > adaptive default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+FUSION_METHODS = ("rrf", "convex", "dbsf")
+NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")
+SEARCH_MODES = ("hybrid", "vector", "bm25", "tags")
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    """Header-based chunking: split on `header_levels`, bound sections to `chunk_size` characters.
+    `strategy="whole"` keeps every document as one chunk (the whole-document baseline)."""
+
+    chunk_size: int = 1500
+    chunk_overlap: int = 150
+    header_levels: tuple[int, ...] = (1, 2)
+    min_chunk_size: int = 200
+    strategy: str = "headers"
+
+    def __post_init__(self) -> None:
+        if self.strategy not in {"headers", "whole"}:
+            raise ValueError(f"unknown chunking strategy {self.strategy!r}; choose from ['headers', 'whole']")
+        if self.chunk_size < 50:
+            raise ValueError(f"chunk_size must be >= 50, got {self.chunk_size}")
+        if not 0 <= self.chunk_overlap < self.chunk_size // 2:
+            raise ValueError(f"chunk_overlap must be in [0, chunk_size/2), got {self.chunk_overlap}")
+        if not self.header_levels or any(level not in range(1, 7) for level in self.header_levels):
+            raise ValueError(f"header_levels must be within 1..6, got {self.header_levels}")
+        object.__setattr__(self, "header_levels", tuple(sorted(set(self.header_levels))))
+
+
+@dataclass(frozen=True)
+class Bm25Config:
+    """Lexical index parameters, saved with the index so queries are processed like documents."""
+
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stemmer: str | None = "english"
+    stopwords: str | None = "en"
+    split_identifiers: bool = True
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """How documents become an index: chunking, lexical settings, embedding models."""
+
+    chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    bm25: Bm25Config = field(default_factory=Bm25Config)
+    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    model_by_collection: tuple[tuple[str, str], ...] = ()
+    model_by_language: tuple[tuple[str, str], ...] = ()
+    dense_index: str = "Flat"
+    embed_batch_size: int = 32
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "IndexConfig":
+        data = dict(data)
+        chunk = ChunkConfig(**{**data.pop("chunk", {}), **{}})
+        if isinstance(chunk.header_levels, list):
+            chunk = dataclasses.replace(chunk, header_levels=tuple(chunk.header_levels))
+        return cls(
+            chunk=chunk,
+            bm25=Bm25Config(**data.pop("bm25", {})),
+            models=tuple(data.pop("models", (DEFAULT_MODEL,))),
+            model_by_collection=tuple(tuple(p) for p in data.pop("model_by_collection", ())),
+            model_by_language=tuple(tuple(p) for p in data.pop("model_by_language", ())),
+            **data,
+        )
+
+    def model_for(self, collection: str | None, language: str | None) -> tuple[str, ...]:
+        """The models a chunk is embedded with: per-collection, else per-language, else all models."""
+        by_collection = dict(self.model_by_collection)
+        if collection in by_collection:
+            return (by_collection[collection],)
+        by_language = dict(self.model_by_language)
+        if language in by_language:
+            return (by_language[language],)
+        return self.models
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Every knob of one search. `alpha` is the weight of the dense signal: 1.0 = pure vector,
+    0.0 = pure lexical/tag. `limit` = results returned, `depth` = candidates per retriever,
+    `rrf_k` = the RRF constant."""
+
+    mode: str = "hybrid"
+    fusion: str = "rrf"
+    alpha: float | None = None
+    rrf_k: int = 60
+    normalization: str = "min-max"
+    depth: int = 100
+    limit: int = 10
+    tag_weight: float = 1.0
+    tag_boost: float = 1.5
+    tag_boost_min_terms: int = 3
+    decay: float = 0.01
+    recency_weight: float = 0.3
+    staged: bool | None = None
+    staged_threshold: int = 5000
+    candidates: int = 100
+    fallback_threshold: int = 20
+    min_score: float | None = None
+    group_by_document: bool = True
+    snippet_chars: int = 240
+
+    def __post_init__(self) -> None:
+        if self.mode not in SEARCH_MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose from {sorted(SEARCH_MODES)}")
+        if self.fusion not in FUSION_METHODS:
+            raise ValueError(f"unknown fusion {self.fusion!r}; choose from {sorted(FUSION_METHODS)}")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"unknown normalization {self.normalization!r}; choose from {sorted(NORMALIZATIONS)}"
+            )
+        if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        if self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.depth < 1 or self.candidates < 1:
+            raise ValueError(f"depth and candidates must be >= 1, got {self.depth}, {self.candidates}")
+        if self.rrf_k <= 0:
+            raise ValueError(f"rrf_k must be > 0, got {self.rrf_k}")
+        if self.decay < 0:
+            raise ValueError(f"decay must be >= 0, got {self.decay}")
+        if not 0.0 <= self.recency_weight <= 1.0:
+            raise ValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
+        if self.tag_weight < 0:
+            raise ValueError(f"tag_weight must be >= 0, got {self.tag_weight}")
+
+
+def adaptive_alpha(n_chunks: int) -> float:
+    """Default dense weight by corpus size: small corpora lean lexical, large ones lean dense."""
+    if n_chunks < 500:
+        return 0.5
+    if n_chunks < 5000:
+        return 0.7
+    return 0.8
+
+
+SEARCH_FIELDS = {f.name: f for f in fields(SearchConfig)}
+ENV_PREFIX = "HYBRIDLAB_"
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Parse an env/config value into the type of SearchConfig.<name>; ValueError names the field."""
+    default = SEARCH_FIELDS[name].default
+    if value is None:
+        return None
+    try:
+        if isinstance(default, bool) or name in {"staged", "group_by_document"}:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            if text in {"", "none", "auto"}:
+                return None
+            raise ValueError(value)
+        if isinstance(default, int) and not isinstance(default, bool):
+            return int(value)
+        if isinstance(default, float) or name in {"alpha", "min_score"}:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"setting {name!r}: cannot parse {value!r}") from None
+
+
+def load_config_file(path: str | os.PathLike | None) -> dict[str, Any]:
+    """The exported config's JSON (`{"search": {...}, "index": {...}, "provenance": {...}}`)."""
+    if path is None:
+        return {}
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file not found: {path}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: invalid JSON in config file ({error.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must hold a JSON object")
+    unknown = set(data.get("search", {})) - set(SEARCH_FIELDS)
+    if unknown:
+        raise ValueError(f"{path}: unknown search settings {sorted(unknown)}")
+    return data
+
+
+def resolve_search_config(
+    arguments: Mapping[str, Any],
+    *,
+    config_file: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    n_chunks: int = 0,
+) -> tuple[SearchConfig, dict[str, str]]:
+    """Merge settings with precedence argument > env > config file > default, and say where each
+    came from. `alpha` left unset everywhere becomes :func:`adaptive_alpha` ("adaptive")."""
+    env = os.environ if env is None else env
+    file_settings = dict((config_file or {}).get("search", {}))
+    unknown = set(arguments) - set(SEARCH_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown search settings {sorted(unknown)}; choose from {sorted(SEARCH_FIELDS)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in SEARCH_FIELDS:
+        env_value = env.get(ENV_PREFIX + name.upper())
+        if arguments.get(name) is not None:
+            values[name], sources[name] = arguments[name], "argument"
+        elif env_value not in (None, ""):
+            values[name], sources[name] = _coerce(name, env_value), "env"
+        elif file_settings.get(name) is not None:
+            values[name], sources[name] = _coerce(name, file_settings[name]), "config"
+        else:
+            sources[name] = "default"
+    if values.get("alpha") is None:
+        values["alpha"], sources["alpha"] = adaptive_alpha(n_chunks), "adaptive"
+    return SearchConfig(**values), sources
+
+
+def config_hash(data: Mapping[str, Any]) -> str:
+    """A short stable hash of a JSON-able config."""
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

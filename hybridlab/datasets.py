@@ -1,0 +1,157 @@
+"""BEIR-layout test collections: corpus, queries, qrels, and deterministic dev/test query splits."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+Qrels = dict[str, dict[str, int]]
+
+DEFAULT_DATA_DIRS = ("../shared/datasets",)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """The folder holding BEIR datasets: `$HYBRIDLAB_DATA`, else `../shared/datasets` of the repo."""
+    env = os.environ.get("HYBRIDLAB_DATA")
+    if env:
+        return Path(env)
+    for candidate in (REPO_ROOT.parent / "shared" / "datasets", Path.cwd().parent / "shared" / "datasets"):
+        if candidate.is_dir():
+            return candidate
+    return REPO_ROOT.parent / "shared" / "datasets"
+
+
+def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
+    """A dataset folder from a name (looked up in the data dir or `ground_truth/`) or a path."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    for base in (data_dir(), REPO_ROOT / "ground_truth"):
+        if (base / str(name_or_path)).is_dir():
+            return base / str(name_or_path)
+    raise FileNotFoundError(
+        f"dataset {str(name_or_path)!r} not found as a path, in {data_dir()} (set HYBRIDLAB_DATA) "
+        f"or in {REPO_ROOT / 'ground_truth'}"
+    )
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def find_file(folder: Path, *names: str) -> Path:
+    """The first of `names` (each also tried with `.gz`) that exists in `folder`."""
+    for name in names:
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(f"none of {', '.join(names)} (or .gz) in {folder}")
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; a bad line raises ValueError naming file:line."""
+    with _open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")
+            yield line_number, obj
+
+
+def load_queries(folder: Path) -> dict[str, str]:
+    """`{query_id: text}` from `queries.jsonl[.gz]`."""
+    path = find_file(folder, "queries.jsonl")
+    queries: dict[str, str] = {}
+    for line_number, obj in iter_jsonl(path):
+        if "_id" not in obj or "text" not in obj:
+            raise ValueError(f"{path}:{line_number}: a query needs '_id' and 'text'")
+        queries[str(obj["_id"])] = str(obj["text"])
+    return queries
+
+
+def load_query_metadata(folder: Path) -> dict[str, dict]:
+    """`{query_id: metadata}` (e.g. the query's kind) from `queries.jsonl[.gz]`, where present."""
+    path = find_file(folder, "queries.jsonl")
+    return {str(obj["_id"]): dict(obj.get("metadata") or {}) for _, obj in iter_jsonl(path)}
+
+
+def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
+    """`{query_id: {doc_id: relevance}}` from `qrels-<split>.tsv` or `qrels/<split>.tsv`."""
+    path = Path(folder_or_file)
+    if path.is_dir():
+        path = find_file(path, f"qrels-{split}.tsv", f"qrels/{split}.tsv")
+    qrels: Qrels = {}
+    with _open_text(path) as handle:
+        for line_number, line in enumerate(handle, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if line_number == 1 and parts[0] in {"query-id", "query_id", "qid"}:
+                continue
+            if not line.strip():
+                continue
+            if len(parts) == 4:  # TREC qrels: qid 0 docid rel
+                parts = [parts[0], parts[2], parts[3]]
+            if len(parts) != 3:
+                raise ValueError(f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score'")
+            qid, doc_id, score = parts
+            try:
+                relevance = int(score)
+            except ValueError:
+                raise ValueError(f"{path}:{line_number}: score {score!r} is not an integer") from None
+            qrels.setdefault(qid, {})[doc_id] = relevance
+    return qrels
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A BEIR-layout dataset on disk: queries and qrels loaded, the corpus read on demand."""
+
+    name: str
+    path: Path
+    queries: dict[str, str]
+    qrels: Qrels
+
+    def split(self, split: str) -> "Dataset":
+        """The same dataset restricted to the queries of a deterministic `dev`/`test`/`all` split."""
+        if split == "all":
+            return self
+        ids = split_query_ids(self.qrels, split)
+        return Dataset(
+            self.name,
+            self.path,
+            {qid: self.queries[qid] for qid in ids if qid in self.queries},
+            {qid: self.qrels[qid] for qid in ids},
+        )
+
+
+def load_dataset(name_or_path: str | os.PathLike, split: str = "all") -> Dataset:
+    """Queries (only those with judgements) and test qrels of a BEIR-layout dataset."""
+    folder = resolve_dataset(name_or_path)
+    qrels = load_qrels(folder)
+    queries = {qid: text for qid, text in load_queries(folder).items() if qid in qrels}
+    return Dataset(folder.name, folder, queries, {qid: qrels[qid] for qid in queries}).split(split)
+
+
+def split_query_ids(qrels: Qrels, split: str, dev_fraction: float = 0.5) -> list[str]:
+    """A deterministic dev/test split by sha1 of the query id (stable across runs and machines)."""
+    if split not in {"dev", "test"}:
+        raise ValueError(f"unknown split {split!r}; choose from ['all', 'dev', 'test']")
+
+    def bucket(qid: str) -> float:
+        return int(hashlib.sha1(qid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+    return sorted(qid for qid in qrels if (bucket(qid) < dev_fraction) == (split == "dev"))
+
+
+def iter_corpus(folder: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, `{_id, title, text, metadata?}`) of `corpus.jsonl[.gz]`."""
+    yield from iter_jsonl(find_file(folder, "corpus.jsonl"))

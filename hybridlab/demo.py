@@ -1,0 +1,54 @@
+"""`hybridlab demo` / `make demo`: the main job on the embedded default (the memories ground truth).
+
+Indexes `ground_truth/memories`, runs a few queries with their results, and evaluates BM25 vs
+vector vs hybrid on the judged queries, printing the table.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+DEMO_QUERIES = (
+    "rathole project codebase architecture",
+    "ERR_TLS_CERT_ALTNAME_INVALID",
+    "how does the tunnel come back after it crashes on the server",
+    "what is the current litesearch staging server",
+)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from hybridlab.evalsets import get_evalset
+    from hybridlab.evaluate import compare, make_run
+    from hybridlab.indexer import index_paths
+    from hybridlab.search import open_index
+
+    evalset = get_evalset("memories")
+    print(f"== indexing {', '.join(str(s) for s in evalset.sources)} into {args.index_dir}")
+    report = index_paths(list(evalset.sources), args.index_dir, progress=True)
+    print(report.summary())
+    index = open_index(args.index_dir)
+    stats = index.stats()
+    print(f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
+          f"{stats['tags']} distinct tags, models {list(stats['models'])}")
+    now = evalset.now
+    print(f"\n== queries (now = {now}, hybrid defaults: alpha adaptive, RRF, tags, recency)")
+    for query in DEMO_QUERIES:
+        started = time.perf_counter()
+        results = index.search(query, limit=3, now=now, explain=True)
+        elapsed = (time.perf_counter() - started) * 1000
+        print(f"\n> {query}   ({elapsed:.1f} ms)")
+        for r in results:
+            e = r.explain or {}
+            print(f"  {r.rank}. {r.doc_id} [{', '.join(r.tags)}] score {r.score:.4f} "
+                  f"(tags {e.get('matched_tags')}, recency {e.get('recency_factor', 1):.2f})")
+            print(f"     {r.snippet[:140]}")
+    if getattr(args, "quick", False):
+        return 0
+    dataset = evalset.dataset()
+    print(f"\n== evaluation on {len(dataset.queries)} judged queries (document level, ranx)")
+    systems = {"bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}, "hybrid (default)": {}}
+    runs = {name: make_run(index, dataset.queries, now=now, **options) for name, options in systems.items()}
+    order = ["hybrid (default)", "bm25", "vector"]
+    comparison = compare(dataset.qrels, {name: runs[name] for name in order})
+    print(comparison.to_markdown())
+    return 0

@@ -1,0 +1,109 @@
+"""Embeddings cache: vectors keyed by (model, sha256 of the exact text embedded), in DuckDB.
+
+It lives beside the index generations (not inside one), so a failed or interrupted indexing run
+keeps the embeddings it computed and the next run embeds only what is new.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from hybridlab.store import connect
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _connect_patiently(path: Path, read_only: bool, wait_seconds: float = 120.0):
+    """Open the cache, waiting while another process (a parallel sweep worker) holds it."""
+    import time
+
+    from hybridlab.store import IndexError_
+
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return connect(path, read_only=read_only)
+        except IndexError_:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+class EmbeddingCache:
+    """Read and add vectors by (model, text hash). One writer process at a time (the index lock)."""
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        if read_only and not self.path.exists():
+            self.con = None
+            return
+        self.con = _connect_patiently(self.path, read_only)
+        if not read_only:
+            self.con.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings (model VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, "
+                "dim INTEGER NOT NULL, vector BLOB NOT NULL)"
+            )
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+    def get(self, model: str, hashes: Sequence[str], dim: int | None = None) -> dict[str, np.ndarray]:
+        """Cached vectors of the given hashes (missing ones are absent from the result)."""
+        if self.con is None or not hashes:
+            return {}
+        import pandas as pd
+
+        self.con.register("wanted", pd.DataFrame({"sha256": list(dict.fromkeys(hashes))}))
+        rows = self.con.execute(
+            "SELECT e.sha256, e.dim, e.vector FROM embeddings e JOIN wanted w USING (sha256) WHERE e.model = ?",
+            [model],
+        ).fetchall()
+        self.con.unregister("wanted")
+        found = {}
+        for sha, row_dim, blob in rows:
+            if dim is not None and row_dim != dim:
+                continue
+            found[sha] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray) -> None:
+        """Add vectors (one transaction); hashes already present are skipped."""
+        if not len(hashes):
+            return
+        import pandas as pd
+
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        frame = pd.DataFrame({
+            "model": model,
+            "sha256": list(hashes),
+            "dim": vectors.shape[1],
+            "vector": [row.tobytes() for row in vectors],
+        }).drop_duplicates("sha256")
+        self.con.register("incoming", frame)
+        self.con.execute("BEGIN TRANSACTION")
+        self.con.execute(
+            "INSERT INTO embeddings SELECT i.model, i.sha256, i.dim, i.vector FROM incoming i "
+            "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)"
+        )
+        self.con.execute("COMMIT")
+        self.con.unregister("incoming")
+
+    def count(self, model: str | None = None) -> int:
+        if self.con is None:
+            return 0
+        if model is None:
+            return self.con.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        return self.con.execute("SELECT count(*) FROM embeddings WHERE model = ?", [model]).fetchone()[0]
+
+    def models(self) -> Iterable[str]:
+        if self.con is None:
+            return []
+        return [row[0] for row in self.con.execute("SELECT DISTINCT model FROM embeddings").fetchall()]

@@ -1,0 +1,230 @@
+"""ONNX Runtime encoders for a sentence-transformers BERT model (MiniLM), fp32 or int8.
+
+The ONNX file is built once, offline, from the weights package and cached as a folder of plain
+files -- `model.onnx`, `tokenizer.json`, `manifest.json` -- in `$HYBRIDLAB_MODEL_CACHE/<name>/`,
+else `~/.cache/hybridlab/models/<name>/`. The manifest records the recipe, versions and the
+model's sha256, and is verified on open; a stale or damaged folder is rebuilt.
+
+Recipe: `torch.onnx.export(..., dynamo=False)` of the transformer with mean pooling and L2
+normalisation inside the graph (dynamic batch and sequence axes, opset 17). A name ending in
+`-int8` is then quantised by onnxruntime: `quant_pre_process(skip_symbolic_shape=True)`, then
+dynamic int8 quantisation of MatMul weights only, per channel (quantising every op type costs
+far more quality; see ENVIRONMENT.md). Building needs torch, transformers, onnx and onnxscript;
+running needs only onnxruntime and tokenizers.
+
+Concurrent builders are serialised by a file lock, and a build is written to a temporary folder
+that is renamed into place, so a reader never sees a half-written model.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hybridlab.models import ModelNotInstalledError, ModelSpec, encode_in_batches, package_model_path
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+OPSET = 17
+INTRA_OP_THREADS = 2
+_BUILD_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")
+
+
+def cache_root() -> Path:
+    """`$HYBRIDLAB_MODEL_CACHE`, else `~/.cache/hybridlab/models`."""
+    env = os.environ.get("HYBRIDLAB_MODEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hybridlab" / "models"
+
+
+def recipe(spec: ModelSpec) -> dict:
+    """What the built file depends on; a cached folder with another recipe is rebuilt."""
+    quantize = spec.name.endswith("-int8")
+    return {
+        "format_version": FORMAT_VERSION,
+        "source_package": spec.package,
+        "source_version": importlib.metadata.version(spec.package),
+        "max_seq_length": spec.max_seq_length,
+        "dim": spec.dim,
+        "opset": OPSET,
+        "pooling": "mean, L2-normalised, in graph",
+        "quantization": (
+            {"method": "onnxruntime quantize_dynamic", "op_types": ["MatMul"], "per_channel": True,
+             "weight_type": "QInt8", "pre_process": "quant_pre_process(skip_symbolic_shape=True)"}
+            if quantize else None
+        ),
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_valid(folder: Path, spec: ModelSpec) -> bool:
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        return manifest["recipe"] == recipe(spec) and manifest["sha256"] == _sha256(folder / "model.onnx")
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_model(spec: ModelSpec) -> Path:
+    """The cached folder of `spec`'s ONNX model, built first when missing or stale."""
+    folder = cache_root() / spec.name
+    if _is_valid(folder, spec):
+        return folder
+    with _file_lock(cache_root() / f".{spec.name}.lock"):
+        if _is_valid(folder, spec):  # another process built it while we waited
+            return folder
+        staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=cache_root()))
+        os.chmod(staging, 0o755)
+        try:
+            build(spec, staging)
+            if folder.exists():
+                stale = folder.with_name(f".{spec.name}.stale-{os.getpid()}")
+                os.rename(folder, stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            os.rename(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def build(spec: ModelSpec, folder: Path) -> None:
+    """Export (and for `-int8` quantise) `spec`'s model into `folder` with its tokenizer and manifest."""
+    for package in _BUILD_PACKAGES:
+        try:
+            importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelNotInstalledError(spec.name, package) from None
+    import torch
+    import transformers
+
+    logger.info("building ONNX model %s in %s (once; cached)", spec.name, folder)
+    source = package_model_path(spec.package)
+    shutil.copyfile(source / "tokenizer.json", folder / "tokenizer.json")
+    transformer = transformers.AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            hidden = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+
+    ids, mask, types = (torch.from_numpy(a) for a in _tokenize(_tokenizer(folder, spec), ["a b c", "d"]))
+    fp32 = folder / "model_fp32.onnx"
+    axes = {0: "batch", 1: "sequence"}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes; axes are dynamic
+        torch.onnx.export(
+            MeanPooled(transformer), (ids, mask, types), str(fp32),
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["sentence_embedding"],
+            dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes,
+                          "sentence_embedding": {0: "batch"}},
+            opset_version=OPSET, dynamo=False,
+        )
+    model = folder / "model.onnx"
+    if recipe(spec)["quantization"] is None:
+        os.replace(fp32, model)
+    else:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        prepared = folder / "model_prepared.onnx"
+        quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+        quantize_dynamic(
+            str(prepared), str(model), op_types_to_quantize=["MatMul"], per_channel=True,
+            weight_type=QuantType.QInt8,
+        )
+        fp32.unlink()
+        prepared.unlink()
+    versions = {p: importlib.metadata.version(p) for p in _BUILD_PACKAGES}
+    manifest = {"name": spec.name, "recipe": recipe(spec), "versions": versions, "file": model.name,
+                "sha256": _sha256(model)}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _tokenizer(folder: Path, spec: ModelSpec):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    # MiniLM's tokenizer.json truncates and pads to a fixed 128; use the model's 256, pad to longest.
+    tokenizer.enable_truncation(max_length=spec.max_seq_length)
+    tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")
+    return tokenizer
+
+
+def _tokenize(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    encodings = tokenizer.encode_batch(list(texts))
+    ids = np.array([e.ids for e in encodings], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+    return ids, mask, types
+
+
+class OnnxEncoder:
+    """A cached ONNX model run by onnxruntime on the CPU (2 intra-op threads, no spinning)."""
+
+    def __init__(self, spec: ModelSpec):
+        import onnxruntime as ort
+
+        self.spec = spec
+        self.folder = ensure_model(spec)
+        self.tokenizer = _tokenizer(self.folder, spec)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = INTRA_OP_THREADS
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(
+            str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+
+    def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
+        ids, mask, types = _tokenize(self.tokenizer, [prefix + t for t in texts])
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        return self.session.run(["sentence_embedding"], feeds)[0]
+
+    def encode_documents(self, texts, *, batch_size=32, show_progress=False, sort_by_length=True):
+        return encode_in_batches(
+            texts, lambda batch: self._encode(batch, self.spec.document_prefix), self.spec.dim,
+            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
+            desc=self.spec.name,
+        )
+
+    def encode_queries(self, texts):
+        return encode_in_batches(texts, lambda batch: self._encode(batch, self.spec.query_prefix), self.spec.dim)

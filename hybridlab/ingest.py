@@ -1,0 +1,246 @@
+"""Read sources into documents: folders of markdown/reST/text/notebooks, BEIR corpora, memories JSONL.
+
+Bad files inside a folder are skipped with a warning (counted); a malformed memories line or a
+missing path is an error naming the file, line and field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from hybridlab.datasets import find_file, iter_jsonl
+
+logger = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".txt": "text", ".ipynb": "notebook"}
+SKIP_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", "node_modules", "_build", ".hybridlab"}
+MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_MEMORY_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document as read from a source, before chunking."""
+
+    doc_id: str
+    source: str
+    collection: str
+    title: str
+    text: str
+    doc_type: str
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    language: str | None = None
+
+    @property
+    def content_sha256(self) -> str:
+        """Hash of everything that shapes the indexed chunks (text, title, tags, dates, metadata)."""
+        payload = json.dumps(
+            [self.title, self.text, self.doc_type, self.collection, list(self.tags), self.language,
+             str(self.created_at), str(self.updated_at), self.metadata],
+            sort_keys=True, default=str,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class IngestReport:
+    """What reading the sources found: documents per source, and skipped files with reasons."""
+
+    documents: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def parse_datetime(value: Any, where: str) -> datetime:
+    """ISO-8601 (a trailing `Z` allowed) to an aware UTC datetime; ValueError names `where`."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: 'created_at' must be an ISO-8601 string, got {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{where}: 'created_at' is not ISO-8601: {value!r}") from None
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+
+
+def source_kind(path: Path) -> str:
+    """`beir`, `memories` or `folder` for a path; FileNotFoundError/ValueError otherwise."""
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    if path.is_dir():
+        if any((path / name).is_file() for name in ("corpus.jsonl", "corpus.jsonl.gz")):
+            return "beir"
+        return "folder"
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        return "memories"
+    if path.suffix.lower() in TEXT_SUFFIXES:
+        return "file"
+    raise ValueError(f"{path}: not a folder, BEIR dataset or memories .jsonl file")
+
+
+def read_text_file(path: Path) -> str:
+    """UTF-8 text of a file; ValueError for binary (NUL bytes), too large or undecodable files."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"file too large ({size / 1e6:.1f} MB > {MAX_FILE_BYTES / 1e6:.0f} MB)")
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise ValueError("binary file (NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        text = data.decode("utf-8", errors="replace")
+        logger.warning("%s: not valid UTF-8 at byte %d; undecodable bytes replaced", path, error.start)
+        return text
+
+
+def notebook_text(raw: str) -> tuple[str, str | None]:
+    """Markdown and code cells of a notebook as one markdown text (code fenced), plus its kernel
+    language. Outputs are ignored. ValueError for an invalid notebook."""
+    import nbformat
+
+    try:
+        notebook = nbformat.reads(raw, as_version=4)
+    except Exception as error:  # nbformat raises several types for bad JSON / schema
+        raise ValueError(f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})") from None
+    metadata = notebook.get("metadata", {})
+    language = (metadata.get("kernelspec", {}) or {}).get("language") or (
+        metadata.get("language_info", {}) or {}
+    ).get("name") or "python"
+    parts: list[str] = []
+    for cell in notebook.get("cells", []):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if not source.strip():
+            continue
+        if cell.get("cell_type") == "code":
+            parts.append(f"```{language}\n{source.rstrip()}\n```")
+        else:
+            parts.append(source.strip())
+    return "\n\n".join(parts) + "\n", str(language).lower()
+
+
+def first_heading(text: str, fmt: str) -> str | None:
+    """The first heading of a markdown/reST text."""
+    from hybridlab.chunking import markdown_headings, rst_headings
+
+    headings = markdown_headings(text) if fmt in {"markdown", "notebook"} else rst_headings(text) if fmt == "rst" else []
+    for _, _, title in headings:
+        if title:
+            return title
+    return None
+
+
+def read_document_file(path: Path, doc_id: str, source: str, collection: str) -> Document:
+    """One markdown/reST/text/notebook file as a Document (ValueError when unreadable)."""
+    fmt = TEXT_SUFFIXES[path.suffix.lower()]
+    raw = read_text_file(path)
+    language = {"markdown": "markdown", "rst": "rst", "text": "text"}.get(fmt)
+    text = raw
+    if fmt == "notebook":
+        text, language = notebook_text(raw)
+    title = first_heading(text, fmt) or path.stem
+    updated = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+    return Document(doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language)
+
+
+def iter_folder(root: Path, report: IngestReport) -> Iterator[Document]:
+    """Documents of a folder tree; bad files are warned about, counted and skipped."""
+    source = str(root.resolve())
+    paths = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if Path(name).suffix.lower() in TEXT_SUFFIXES:
+                paths.append(Path(dirpath) / name)
+    for path in paths:
+        doc_id = path.relative_to(root).as_posix()
+        parts = doc_id.split("/")
+        collection = parts[0] if len(parts) > 1 else root.resolve().name
+        try:
+            document = read_document_file(path, doc_id, source, collection)
+        except (OSError, ValueError) as error:
+            logger.warning("skipped %s: %s", path, error)
+            report.skipped.append((str(path), str(error)))
+            continue
+        if not document.text.strip():
+            report.skipped.append((str(path), "empty"))
+            continue
+        yield document
+
+
+def iter_beir(folder: Path) -> Iterator[Document]:
+    """Documents of a BEIR corpus (`_id`, `title`, `text`); collection = the dataset's folder name."""
+    path = find_file(folder, "corpus.jsonl")
+    source = str(folder.resolve())
+    for line_number, obj in iter_jsonl(path):
+        if "_id" not in obj:
+            raise ValueError(f"{path}:{line_number}: field '_id' is missing")
+        text = obj.get("text", "")
+        if not isinstance(text, str):
+            raise ValueError(f"{path}:{line_number}: field 'text' must be a string")
+        title = str(obj.get("title") or "")
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        yield Document(str(obj["_id"]), source, folder.name, title, text, "beir", None, None, metadata, (), "text")
+
+
+def memory_document(obj: dict, where: str, source: str) -> Document:
+    """Validate one memory object (`id`, `content`, `tags`, `created_at`, `memory_type?`, `metadata?`)."""
+    memory_id = obj.get("id")
+    if not isinstance(memory_id, str) or not memory_id.strip():
+        raise ValueError(f"{where}: field 'id' must be a non-empty string")
+    content = obj.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError(f"{where}: field 'content' must be a non-empty string")
+    if len(content) > MAX_MEMORY_CHARS:
+        raise ValueError(f"{where}: field 'content' is longer than {MAX_MEMORY_CHARS} characters")
+    tags = obj.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError(f"{where}: field 'tags' must be a list of strings")
+    created = parse_datetime(obj.get("created_at"), where) if "created_at" in obj else None
+    updated = parse_datetime(obj["updated_at"], where) if obj.get("updated_at") else created
+    memory_type = obj.get("memory_type") or "note"
+    if not isinstance(memory_type, str):
+        raise ValueError(f"{where}: field 'memory_type' must be a string")
+    metadata = obj.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{where}: field 'metadata' must be an object")
+    metadata = {**metadata, "memory_type": memory_type}
+    collection = str(metadata.get("project") or "memories")
+    title = content.strip().splitlines()[0][:80]
+    clean_tags = tuple(dict.fromkeys(tag.strip().lower() for tag in tags if tag.strip()))
+    return Document(memory_id.strip(), source, collection, title, content, "memory", created, updated, metadata, clean_tags, "text")
+
+
+def iter_memories(path: Path) -> Iterator[Document]:
+    """Memories of a JSONL file; the first bad line raises ValueError with file:line and field."""
+    source = str(path.resolve())
+    seen: set[str] = set()
+    for line_number, obj in iter_jsonl(path):
+        document = memory_document(obj, f"{path}:{line_number}", source)
+        if document.doc_id in seen:
+            raise ValueError(f"{path}:{line_number}: duplicate id {document.doc_id!r}")
+        seen.add(document.doc_id)
+        yield document
+
+
+def read_source(path: Path, report: IngestReport) -> list[Document]:
+    """All documents of one source path (folder, single file, BEIR dataset or memories JSONL)."""
+    kind = source_kind(path)
+    if kind == "beir":
+        documents = list(iter_beir(path))
+    elif kind == "memories":
+        documents = list(iter_memories(path))
+    elif kind == "folder":
+        documents = list(iter_folder(path, report))
+    else:
+        documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
+    report.documents += len(documents)
+    return documents

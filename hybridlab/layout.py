@@ -1,0 +1,170 @@
+"""The on-disk layout of an index folder, its manifest (the commit point) and its writer lock.
+
+    INDEX/
+      manifest.json          names the live generation; replaced atomically (the commit point)
+      embeddings.duckdb      embeddings cache, shared by generations
+      .lock                  held by the one writing process (flock), holds its PID
+      gen-000007/            one complete generation:
+        store.duckdb         documents, chunks, tags, vector assignments
+        dense-<model>.faiss  one FAISS index per embedding model, ids = chunk_id
+        bm25/                bm25s index files + ids.npy + tokenizer.json
+
+A writer builds `gen-N+1.tmp-PID/` aside, fsyncs it, renames it, then replaces the manifest.
+A crash at any point leaves the previous manifest and generation intact and searchable.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+CACHE_FILE = "embeddings.duckdb"
+LOCK_FILE = ".lock"
+STORE_FILE = "store.duckdb"
+BM25_DIR = "bm25"
+FORMAT_VERSION = 1
+GENERATION = re.compile(r"^gen-(\d{6})$")
+
+
+class IndexNotFoundError(FileNotFoundError):
+    """The folder holds no index."""
+
+
+class CorruptIndexError(RuntimeError):
+    """An index file is missing, truncated or inconsistent; the message names it and the repair."""
+
+
+class IndexLockedError(RuntimeError):
+    """Another process is writing the index."""
+
+
+def model_slug(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", model)
+
+
+def dense_file(model: str) -> str:
+    return f"dense-{model_slug(model)}.faiss"
+
+
+def generation_name(number: int) -> str:
+    return f"gen-{number:06d}"
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file below `path` and the folders themselves to disk."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_manifest(index_dir: Path) -> dict[str, Any]:
+    """The manifest, checked: parseable, known format, its generation folder present."""
+    path = Path(index_dir) / MANIFEST
+    if not path.exists():
+        if not Path(index_dir).exists():
+            raise IndexNotFoundError(f"no index at {index_dir} (build one with `hybridlab index PATH --index {index_dir}`)")
+        raise IndexNotFoundError(f"no index at {index_dir}: {MANIFEST} is missing")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CorruptIndexError(
+            f"{path} is corrupt ({error}); run `hybridlab verify --repair --index {index_dir}`"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION or "generation" not in manifest:
+        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION}; "
+                                f"run `hybridlab verify --repair --index {index_dir}`")
+    if not (Path(index_dir) / manifest["path"]).is_dir():
+        raise CorruptIndexError(f"{Path(index_dir) / manifest['path']} named by {path} is missing; "
+                                f"run `hybridlab verify --repair --index {index_dir}`")
+    return manifest
+
+
+def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
+    """Atomically replace the manifest: write aside, fsync, rename, fsync the folder."""
+    index_dir = Path(index_dir)
+    tmp = index_dir / f".{MANIFEST}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2, sort_keys=True, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, index_dir / MANIFEST)
+    fd = os.open(index_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def live_generation(index_dir: Path) -> Path | None:
+    try:
+        manifest = read_manifest(index_dir)
+    except (IndexNotFoundError, CorruptIndexError):
+        return None
+    return Path(index_dir) / manifest["path"]
+
+
+def next_generation_number(index_dir: Path) -> int:
+    numbers = [int(m.group(1)) for p in Path(index_dir).iterdir() if (m := GENERATION.match(p.name.split(".")[0]))]
+    return max(numbers, default=0) + 1
+
+
+def remove_stale(index_dir: Path, keep: Path | None) -> list[str]:
+    """Delete generation folders other than `keep` (crashed builds, superseded generations)."""
+    removed = []
+    for path in Path(index_dir).glob("gen-*"):
+        if keep is not None and path.resolve() == keep.resolve():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    for tmp in Path(index_dir).glob(f".{MANIFEST}.tmp-*"):
+        tmp.unlink(missing_ok=True)
+    return removed
+
+
+@dataclass
+class WriterLock:
+    """An exclusive, non-blocking flock on INDEX/.lock; the holder's PID is written into it."""
+
+    index_dir: Path
+    handle: Any = None
+
+    def __enter__(self) -> "WriterLock":
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        path = self.index_dir / LOCK_FILE
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise IndexLockedError(
+                f"index {self.index_dir} is locked by PID {holder} (another process is writing it); "
+                "try again when it has finished"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.handle is not None:
+            self.handle.seek(0)
+            self.handle.truncate()
+            fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None

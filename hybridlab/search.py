@@ -1,0 +1,630 @@
+"""The hybrid search engine: dense + BM25 + tag signals, fused, with recency and pushed-down filters.
+
+`Index` opens one index folder (read-only) and answers searches. Every knob of
+:class:`~hybridlab.config.SearchConfig` can be passed per call; precedence and adaptive defaults are
+resolved by :func:`~hybridlab.config.resolve_search_config`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from hybridlab import layout, store
+from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
+from hybridlab.filters import Filters, parse_when
+from hybridlab.fusion import alpha_weights, fuse
+from hybridlab.sparse import SparseIndex, top_positive
+from hybridlab.tags import TagVocabulary, resolve_tags
+
+logger = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 10_000
+QUERY_CACHE_SIZE = 4096
+FILTER_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One hit: a document (best chunk) or a chunk, with its score and where it came from."""
+
+    rank: int
+    doc_id: str
+    chunk_id: int
+    title: str
+    section: str
+    score: float
+    snippet: str
+    collection: str
+    chunk_type: str
+    tags: tuple[str, ...] = ()
+    updated_at: str | None = None
+    explain: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tags"] = list(self.tags)
+        if self.explain is None:
+            data.pop("explain")
+        return data
+
+
+@dataclass
+class _Hit:
+    row: int
+    score: float
+    fused: float
+    recency: float
+
+
+@dataclass
+class _Outcome:
+    hits: list[_Hit]
+    runs: dict[str, dict[int, float]]
+    mode: str
+    alpha: float
+    alpha_source: str
+    config: SearchConfig
+    model: str | None
+    query_tags: tuple[str, ...]
+    tag_boost: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_now(now: str | datetime | None) -> datetime:
+    """Reference time for recency: argument > `HYBRIDLAB_NOW` > the clock."""
+    if now is not None:
+        return parse_when(now, "now")
+    env = os.environ.get("HYBRIDLAB_NOW")
+    if env:
+        return parse_when(env, "HYBRIDLAB_NOW")
+    return datetime.now(timezone.utc)
+
+
+def _tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        return (values,)
+    return tuple(values)
+
+
+class Index:
+    """An opened index: searches, documents, stats. Re-opens itself when a writer commits."""
+
+    def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None,
+                 *, check: bool = True) -> None:
+        self.index_dir = Path(index_dir)
+        if isinstance(config, Mapping):
+            self.config_file = dict(config)
+        else:
+            self.config_file = load_config_file(config)
+        self.config_path = None if isinstance(config, Mapping) else config
+        self._lock = threading.RLock()
+        self._encoders: dict[str, Any] = {}
+        self._query_vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._check = check
+        self._con = None
+        self._load()
+
+    # ---------------------------------------------------------------- loading
+    def _load(self) -> None:
+        from hybridlab.dense import DenseIndex, single_threaded
+
+        single_threaded()
+
+        manifest = layout.read_manifest(self.index_dir)
+        generation = self.index_dir / manifest["path"]
+        self.manifest = manifest
+        self._manifest_stamp = self._stamp()
+        if self._con is not None:
+            self._con.close()
+        store_path = generation / layout.STORE_FILE
+        self._con = store.connect(store_path, read_only=True)
+        try:
+            rows = self._con.execute(
+                "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "
+                "epoch(COALESCE(d.updated_at, d.created_at)) FROM chunks c JOIN documents d USING (doc_id) "
+                "ORDER BY c.chunk_id"
+            ).fetchall()
+        except Exception as error:  # a truncated or damaged DuckDB file
+            raise layout.CorruptIndexError(
+                f"{store_path} cannot be read ({str(error).splitlines()[0][:160]}); "
+                f"run `hybridlab verify --repair --index {self.index_dir}`"
+            ) from None
+        self.chunk_ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+        self.doc_ids = [r[1] for r in rows]
+        self.sections = [r[2] or "" for r in rows]
+        self.chunk_types = [r[3] for r in rows]
+        self.collections = [r[4] for r in rows]
+        self.titles = [r[5] or "" for r in rows]
+        self.times = np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)
+        self.known_chunk_types = sorted(set(self.chunk_types))
+        self.known_collections = sorted(set(self.collections))
+        tag_rows = self._con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
+        by_tag: dict[str, list[int]] = {}
+        for tag, chunk_id in tag_rows:
+            by_tag.setdefault(tag, []).append(chunk_id)
+        self.tag_rows = {tag: self.rows_of(np.asarray(ids, dtype=np.int64)) for tag, ids in by_tag.items()}
+        self.row_tags: dict[int, list[str]] = {}
+        for tag, rows_of_tag in self.tag_rows.items():
+            for row in rows_of_tag:
+                self.row_tags.setdefault(int(row), []).append(tag)
+        try:
+            self.sparse = SparseIndex.load(generation / layout.BM25_DIR)
+        except Exception as error:
+            raise layout.CorruptIndexError(
+                f"{generation / layout.BM25_DIR} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
+                f"run `hybridlab verify --repair --index {self.index_dir}`"
+            ) from None
+        self.tag_vocabulary = TagVocabulary(self.tag_rows, stopwords=self.sparse.tokenizer.stopwords)
+        self.dense: dict[str, DenseIndex] = {}
+        for model, info in manifest.get("models", {}).items():
+            path = generation / info["file"]
+            try:
+                if not path.is_file():
+                    raise FileNotFoundError("missing")
+                self.dense[model] = DenseIndex.load(path, model)
+            except Exception as error:
+                raise layout.CorruptIndexError(
+                    f"{path} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
+                    f"run `hybridlab verify --repair --index {self.index_dir}`"
+                ) from None
+        self._filter_cache: OrderedDict[Filters, np.ndarray] = OrderedDict()
+        self._detail_cache = None
+        if self._check:
+            problems = self.consistency_problems()
+            if problems:
+                raise layout.CorruptIndexError(
+                    f"index {self.index_dir} is inconsistent: {problems[0]}"
+                    f"{f' (+{len(problems) - 1} more)' if len(problems) > 1 else ''}; "
+                    f"run `hybridlab verify --repair --index {self.index_dir}`"
+                )
+
+    def consistency_problems(self) -> list[str]:
+        """Every chunk id in DuckDB is in BM25 and in its models' FAISS indexes, and vice versa;
+        counts and models match the manifest."""
+        problems = []
+        generation = self.index_dir / self.manifest["path"]
+        counts = self.manifest.get("counts", {})
+        if counts.get("chunks") != len(self.chunk_ids):
+            problems.append(f"manifest says {counts.get('chunks')} chunks, {generation / layout.STORE_FILE} has {len(self.chunk_ids)}")
+        if not np.array_equal(self.sparse.chunk_ids, self.chunk_ids):
+            problems.append(f"BM25 rows in {generation / layout.BM25_DIR} do not match the chunk ids in DuckDB")
+        assigned = dict(self._con.execute("SELECT model, count(*) FROM chunk_vectors GROUP BY 1").fetchall())
+        if set(assigned) != set(self.dense):
+            problems.append(f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(self.dense)}")
+        for model, dense in self.dense.items():
+            expected = np.asarray([r[0] for r in self._con.execute(
+                "SELECT chunk_id FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]).fetchall()], dtype=np.int64)
+            if not np.array_equal(dense.ids, expected):
+                problems.append(f"FAISS ids of {model!r} ({generation / layout.dense_file(model)}) do not match DuckDB")
+            if self.manifest["models"][model]["dim"] != dense.dim:
+                problems.append(f"FAISS dimension of {model!r} is {dense.dim}, manifest says {self.manifest['models'][model]['dim']}")
+        return problems
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = (self.index_dir / layout.MANIFEST).stat()
+            return (stat.st_mtime_ns, stat.st_ino)
+        except FileNotFoundError:
+            return None
+
+    def refresh(self) -> bool:
+        """Re-open if another process committed a new generation; True when it did."""
+        with self._lock:
+            if self._stamp() != self._manifest_stamp:
+                self._load()
+                return True
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- basics
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunk_ids)
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self.dense)
+
+    def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Row positions of chunk ids (all must exist)."""
+        return np.searchsorted(self.chunk_ids, chunk_ids)
+
+    def encoder(self, model: str):
+        if model not in self._encoders:
+            from hybridlab.models import load_encoder
+
+            self._encoders[model] = load_encoder(model)
+        return self._encoders[model]
+
+    def query_vector(self, model: str, query: str) -> np.ndarray:
+        """The query's embedding (an LRU cache keeps repeated queries free)."""
+        key = (model, query)
+        vector = self._query_vectors.get(key)
+        if vector is None:
+            vector = self.encoder(model).encode_queries([query])[0]
+            self._query_vectors[key] = vector
+            if len(self._query_vectors) > QUERY_CACHE_SIZE:
+                self._query_vectors.popitem(last=False)
+        else:
+            self._query_vectors.move_to_end(key)
+        return vector
+
+    def encode_queries(self, model: str, queries: Sequence[str]) -> None:
+        """Embed many queries at once into the query cache (faster than one by one)."""
+        todo = [q for q in dict.fromkeys(queries) if (model, q) not in self._query_vectors]
+        if todo:
+            vectors = self.encoder(model).encode_queries(todo)
+            for query, vector in zip(todo, vectors):
+                self._query_vectors[(model, query)] = vector
+
+    def choose_model(self, embedding_model: str | None, language: str | None) -> str:
+        """embedding_model > language (via the index's language table) > the index's single model."""
+        if embedding_model:
+            from hybridlab.models import get_spec
+
+            name = get_spec(embedding_model).name
+            if name not in self.dense:
+                raise ValueError(f"the index has no vectors of {name!r}; it has {self.models}")
+            return name
+        if language:
+            table = dict(tuple(pair) for pair in self.manifest["config"].get("model_by_language", ()))
+            table.update(self.config_file.get("language_models", {}))
+            if language not in table:
+                raise ValueError(f"no embedding model configured for language {language!r}; "
+                                 f"known languages: {sorted(table)}; or pass embedding_model")
+            return self.choose_model(table[language], None)
+        if len(self.dense) == 1:
+            return next(iter(self.dense))
+        if not self.dense:
+            raise ValueError("the index has no embedding vectors; use mode='bm25'")
+        raise ValueError(
+            f"the index holds vectors of several models {self.models}; choose one with "
+            f"embedding_model=... (CLI --embedding-model) or language=... (CLI --language)"
+        )
+
+    # ---------------------------------------------------------------- filters
+    def filter_rows(self, filters: Filters) -> np.ndarray | None:
+        """Boolean row mask of the chunks the filters allow (None = all), resolved in DuckDB."""
+        if filters.empty:
+            return None
+        cached = self._filter_cache.get(filters)
+        if cached is not None:
+            self._filter_cache.move_to_end(filters)
+            return cached
+        for chunk_type in filters.chunk_types:
+            if chunk_type not in self.known_chunk_types:
+                raise ValueError(f"unknown chunk type {chunk_type!r}; this index has {self.known_chunk_types}")
+        for collection in filters.collections:
+            if collection not in self.known_collections:
+                raise ValueError(f"unknown collection {collection!r}; this index has {self.known_collections}")
+        sql, params = filters.sql()
+        with self._lock:
+            ids = np.asarray([r[0] for r in self._con.execute(sql, params).fetchall()], dtype=np.int64)
+        mask = np.zeros(self.n_chunks, dtype=bool)
+        mask[self.rows_of(ids)] = True
+        self._filter_cache[filters] = mask
+        if len(self._filter_cache) > FILTER_CACHE_SIZE:
+            self._filter_cache.popitem(last=False)
+        return mask
+
+    # ---------------------------------------------------------------- search
+    def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
+        return resolve_search_config(options, config_file=self.config_file, n_chunks=self.n_chunks)
+
+    def _tag_run(self, query_tags: Sequence[str], mask: np.ndarray | None, depth: int) -> dict[int, float]:
+        """Rows carrying any of the query's tags, scored by how many they carry."""
+        if not query_tags:
+            return {}
+        counts: dict[int, float] = {}
+        for tag in query_tags:
+            for row in self.tag_rows.get(tag, ()):
+                if mask is None or mask[row]:
+                    counts[int(row)] = counts.get(int(row), 0.0) + 1.0
+        if len(counts) > depth:
+            counts = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:depth])
+        return counts
+
+    def _dense_run(self, model: str, vector: np.ndarray, depth: int, mask: np.ndarray | None) -> dict[int, float]:
+        dense = self.dense[model]
+        allowed = None if mask is None else self.chunk_ids[mask]
+        ids, scores = dense.search(vector, depth, allowed)
+        return dict(zip(self.rows_of(ids).tolist(), scores.tolist()))
+
+    def _retrieve(self, query: str, options: Mapping[str, Any], filters: Filters,
+                  boost_tags: tuple[str, ...] | None, now: datetime) -> _Outcome:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("empty query: give some words to search for")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query too long: {len(query)} characters (at most {MAX_QUERY_CHARS})")
+        embedding_model = options.pop("embedding_model", None)
+        language = options.pop("language", None)
+        config, sources = self._resolve(options)
+        mask = self.filter_rows(filters)
+        n_allowed = self.n_chunks if mask is None else int(mask.sum())
+        mode = config.mode
+        needs_dense = mode == "vector" or (mode == "hybrid" and config.alpha > 0)
+        model = self.choose_model(embedding_model, language) if needs_dense else None
+        timings: dict[str, float] = {}
+        vector = None
+        if model is not None:
+            started = time.perf_counter()
+            vector = self.query_vector(model, query)
+            timings["encode_ms"] = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        if boost_tags is None:
+            match = self.tag_vocabulary.extract(query)
+            query_tags, matched_terms = match.tags, match.matched_terms
+        else:
+            query_tags, matched_terms = resolve_tags(boost_tags, self.tag_vocabulary), len(boost_tags)
+        tag_boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
+        term_ids = self.sparse.query_ids(query) if mode in {"hybrid", "bm25"} else []
+        staged = config.staged if config.staged is not None else self.n_chunks > config.staged_threshold
+        staged = staged and mode == "hybrid" and model is not None
+        depth = max(config.depth, config.limit)
+        while True:
+            runs: dict[str, dict[int, float]] = {}
+            run_mode = "parallel"
+            if mode in {"hybrid", "bm25"}:
+                width = max(config.candidates, depth) if staged else depth
+                rows, scores = self.sparse.top(term_ids, width, mask)
+                runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
+            if mode in {"hybrid", "tags"}:
+                runs["tags"] = self._tag_run(query_tags, mask, depth)
+            if staged:
+                if len(runs["bm25"]) < config.fallback_threshold:
+                    run_mode = "fallback"
+                    logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits",
+                                len(runs["bm25"]), config.fallback_threshold)
+                else:
+                    run_mode = "staged"
+                    candidate_rows = np.asarray(sorted(set(runs["bm25"]) | set(runs["tags"])), dtype=np.int64)
+                    ids, scores = self.dense[model].score_ids(vector, self.chunk_ids[candidate_rows])
+                    order = np.lexsort((ids, -scores))[:depth]
+                    runs["dense"] = dict(zip(self.rows_of(ids[order]).tolist(), scores[order].tolist()))
+                    runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
+            if model is not None and "dense" not in runs:
+                runs["dense"] = self._dense_run(model, vector, depth, mask)
+            hits = self._combine(runs, mode, config, tag_boost, now)
+            enough = len(self._group(hits, config)) >= config.limit if config.group_by_document else len(hits) >= config.limit
+            if enough or depth >= n_allowed:
+                break
+            depth = min(depth * 4, n_allowed)
+        timings["search_ms"] = (time.perf_counter() - started) * 1000
+        return _Outcome(hits, runs, run_mode if mode == "hybrid" else mode, config.alpha, sources["alpha"], config,
+                        model, query_tags, tag_boost, timings)
+
+    def _combine(self, runs: dict[str, dict[int, float]], mode: str, config: SearchConfig, tag_boost: float,
+                 now: datetime) -> list[_Hit]:
+        if mode == "hybrid":
+            weights = alpha_weights(config.alpha, config.tag_weight * tag_boost)
+            fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
+        else:
+            fused = dict(next(iter(runs.values()), {}))
+        if not fused:
+            return []
+        rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
+        scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
+        factors = np.ones(len(rows))
+        if config.decay > 0 and config.recency_weight > 0:
+            days = (now.timestamp() - self.times[rows]) / 86400.0
+            decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
+            factors = np.where(np.isnan(decayed), 1.0, decayed)
+        final = scores * (1.0 - config.recency_weight + config.recency_weight * factors) if config.decay > 0 else scores
+        order = np.lexsort((rows, -final))
+        hits = [_Hit(int(rows[i]), float(final[i]), float(scores[i]), float(factors[i])) for i in order]
+        if config.min_score is not None:
+            hits = [hit for hit in hits if hit.score >= config.min_score]
+        return hits
+
+    def _group(self, hits: list[_Hit], config: SearchConfig) -> list[_Hit]:
+        """Best chunk per document, in score order."""
+        seen: set[str] = set()
+        grouped = []
+        for hit in hits:
+            doc_id = self.doc_ids[hit.row]
+            if doc_id not in seen:
+                seen.add(doc_id)
+                grouped.append(hit)
+                if len(grouped) >= config.limit:
+                    break
+        return grouped
+
+    def _explain(self, hit: _Hit, outcome: _Outcome) -> dict[str, Any]:
+        def rank_and_score(name: str) -> tuple[int | None, float | None]:
+            run = outcome.runs.get(name) or {}
+            if hit.row not in run:
+                return None, None
+            score = run[hit.row]
+            return 1 + sum(1 for other, s in run.items() if s > score or (s == score and other < hit.row)), score
+
+        dense_rank, dense_score = rank_and_score("dense")
+        bm25_rank, bm25_score = rank_and_score("bm25")
+        chunk_tags = set(self.row_tags.get(hit.row, ()))
+        return {
+            "dense_score": dense_score, "dense_rank": dense_rank,
+            "bm25_score": bm25_score, "bm25_rank": bm25_rank,
+            "matched_tags": sorted(chunk_tags & set(outcome.query_tags)),
+            "query_tags": list(outcome.query_tags), "tag_boost": outcome.tag_boost,
+            "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
+            "fusion": outcome.config.fusion, "rrf_k": outcome.config.rrf_k,
+            "normalization": outcome.config.normalization, "alpha": outcome.alpha,
+            "alpha_source": outcome.alpha_source, "mode": outcome.mode, "embedding_model": outcome.model,
+            "decay": outcome.config.decay, "recency_weight": outcome.config.recency_weight,
+        }
+
+    def search(
+        self,
+        query: str,
+        *,
+        tags: Sequence[str] | None = None,
+        tags_any: bool = False,
+        chunk_types: Sequence[str] | str | None = None,
+        collection: Sequence[str] | str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        embedding_model: str | None = None,
+        language: str | None = None,
+        now: str | datetime | None = None,
+        explain: bool = False,
+        **options: Any,
+    ) -> list[SearchResult]:
+        """Search; keyword options are any :class:`SearchConfig` field (limit, mode, alpha, fusion,
+        rrf_k, depth, decay, staged, candidates, min_score, ...). `tags=None` extracts tags from the
+        query, `tags=[]` turns tag signals off, `tags=[...]` uses (and filters by) those tags."""
+        self.refresh()
+        tag_list = None if tags is None else _tuple(tags)
+        if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
+            raise ValueError(f"tags must be non-empty strings, got {list(tag_list)!r}")
+        filters = self.make_filters(tags=resolve_tags(tag_list, self.tag_vocabulary) if tag_list else (),
+                                    tags_any=tags_any, chunk_types=chunk_types, collection=collection,
+                                    since=since, until=until)
+        options = {**options, "embedding_model": embedding_model, "language": language}
+        outcome = self._retrieve(query, options, filters, tag_list, resolve_now(now))
+        hits = self._group(outcome.hits, outcome.config) if outcome.config.group_by_document else outcome.hits[: outcome.config.limit]
+        self.last_timings = outcome.timings
+        return self._hydrate(hits, outcome, query, explain)
+
+    def make_filters(self, *, tags: Sequence[str] = (), tags_any: bool = False, chunk_types=None, collection=None,
+                     since=None, until=None, embedding_model: str | None = None) -> Filters:
+        return Filters(
+            chunk_types=_tuple(chunk_types), tags=tuple(tags), tags_any=tags_any, collections=_tuple(collection),
+            since=parse_when(since, "since"), until=parse_when(until, "until"), embedding_model=embedding_model,
+        )
+
+    def run(self, query: str, *, now: str | datetime | None = None, filters: Filters | None = None,
+            tags: Sequence[str] | None = None, **options: Any) -> dict[str, float]:
+        """`{doc_id: score}` for evaluation: documents ranked by their best chunk, `limit` of them."""
+        options.setdefault("limit", 100)
+        outcome = self._retrieve(query, dict(options), filters or Filters(), None if tags is None else _tuple(tags),
+                                 resolve_now(now))
+        hits = self._group(outcome.hits, outcome.config) if outcome.config.group_by_document else outcome.hits
+        return {self.doc_ids[hit.row]: hit.score for hit in hits}
+
+    def _hydrate(self, hits: list[_Hit], outcome: _Outcome, query: str, explain: bool) -> list[SearchResult]:
+        if not hits:
+            return []
+        chunk_ids = [int(self.chunk_ids[hit.row]) for hit in hits]
+        texts, doc_tags_of, when_of = self._details()
+        results = []
+        for rank, (hit, chunk_id) in enumerate(zip(hits, chunk_ids), start=1):
+            text, doc_tags, when = texts[hit.row], doc_tags_of[hit.row], when_of[hit.row]
+            results.append(SearchResult(
+                rank=rank, doc_id=self.doc_ids[hit.row], chunk_id=chunk_id, title=self.titles[hit.row],
+                section=self.sections[hit.row], score=round(hit.score, 6),
+                snippet=make_snippet(text, query, outcome.config.snippet_chars),
+                collection=self.collections[hit.row], chunk_type=self.chunk_types[hit.row],
+                tags=tuple(doc_tags or ()), updated_at=iso_utc(when),
+                explain=self._explain(hit, outcome) if explain else None,
+            ))
+        return results
+
+    def _details(self) -> tuple[list[str], list[tuple[str, ...]], list[datetime | None]]:
+        """Chunk texts, document tags and dates by row, read from DuckDB once and kept."""
+        if self._detail_cache is None:
+            with self._lock:
+                rows = self._con.execute(
+                    "SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM chunks c "
+                    "JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+                ).fetchall()
+            self._detail_cache = ([r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows])
+        return self._detail_cache
+
+    # ---------------------------------------------------------------- documents and stats
+    def get_document(self, doc_id: str) -> dict[str, Any]:
+        """The full text and metadata of one document (KeyError when absent)."""
+        if not isinstance(doc_id, str) or not doc_id:
+            raise ValueError("doc_id must be a non-empty string")
+        self.refresh()
+        with self._lock:
+            row = self._con.execute(
+                "SELECT doc_id, source, collection, title, text, doc_type, created_at, updated_at, metadata, tags "
+                "FROM documents WHERE doc_id = ?", [doc_id]
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no document {doc_id!r} in the index")
+        keys = ("doc_id", "source", "collection", "title", "text", "doc_type", "created_at", "updated_at", "metadata", "tags")
+        document = dict(zip(keys, row))
+        document["metadata"] = json.loads(document["metadata"] or "{}")
+        document["tags"] = list(document["tags"] or [])
+        for key in ("created_at", "updated_at"):
+            document[key] = iso_utc(document[key])
+        return document
+
+    def search_by_tag(self, tags: Sequence[str], *, match: str = "all", limit: int = 10) -> list[dict[str, Any]]:
+        """Documents carrying all (or any) of the tags, newest first."""
+        if match not in {"all", "any"}:
+            raise ValueError(f"unknown match {match!r}; choose from ['all', 'any']")
+        if not tags or not all(isinstance(t, str) and t.strip() for t in tags):
+            raise ValueError("tags must be a non-empty list of non-empty strings")
+        self.refresh()
+        wanted = resolve_tags(tags, self.tag_vocabulary)
+        mask = self.filter_rows(self.make_filters(tags=wanted, tags_any=match == "any"))
+        rows = np.flatnonzero(mask)
+        order = sorted(rows.tolist(), key=lambda r: (-(0 if math.isnan(self.times[r]) else self.times[r]), self.doc_ids[r]))
+        seen: dict[str, int] = {}
+        for row in order:
+            seen.setdefault(self.doc_ids[row], row)
+            if len(seen) >= limit:
+                break
+        return [{"rank": i + 1, **{k: v for k, v in self.get_document(doc_id).items() if k not in {"source"}}}
+                for i, doc_id in enumerate(seen)]
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per collection, chunk type and model, plus the manifest's build facts."""
+        self.refresh()
+        with self._lock:
+            counts = store.counts(self._con)
+        return {
+            "index": str(self.index_dir), "generation": self.manifest["generation"],
+            "built_at": self.manifest["built_at"], **counts,
+            "models": {m: {"dim": info["dim"], "vectors": info["vectors"], "index": info.get("index")}
+                       for m, info in self.manifest.get("models", {}).items()},
+            "bm25": self.manifest.get("bm25", {}), "chunking": self.manifest["config"]["chunk"],
+        }
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    """ISO-8601 with a Z for the store's naive-UTC timestamps."""
+    return None if value is None else value.replace(tzinfo=None).isoformat() + "Z"
+
+
+def make_snippet(text: str, query: str, width: int) -> str:
+    """A window of `text` around the first query word it contains, whitespace collapsed."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    lower = flat.lower()
+    positions = [lower.find(w.lower()) for w in query.split() if len(w) > 2]
+    positions = [p for p in positions if p >= 0]
+    start = max(0, min(positions) - width // 4) if positions else 0
+    snippet = flat[start:start + width]
+    return ("…" if start else "") + snippet + ("…" if start + width < len(flat) else "")
+
+
+def open_index(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None) -> Index:
+    """Open an index folder for searching (read-only; re-opens itself after writers commit)."""
+    return Index(index_dir, config)

@@ -1,0 +1,95 @@
+"""The lexical retriever: a bm25s index over chunk texts, rows aligned to sorted chunk ids.
+
+Saved as bm25s's own files (no pickle) plus `ids.npy` (row -> chunk_id) and `tokenizer.json`
+(the settings and stop words it was built with), so queries are tokenised like the documents.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hybridlab.config import Bm25Config
+from hybridlab.tokenizer import Tokenizer
+
+
+class SparseIndex:
+    """BM25 scores for a query over every row; filters arrive as a boolean row mask."""
+
+    def __init__(self, retriever, chunk_ids: np.ndarray, tokenizer: Tokenizer) -> None:
+        self.retriever = retriever
+        self.chunk_ids = chunk_ids
+        self.tokenizer = tokenizer
+        self.vocab: dict[str, int] = retriever.vocab_dict
+
+    @classmethod
+    def build(cls, texts: Sequence[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> "SparseIndex":
+        import bm25s
+        from bm25s.tokenization import Tokenized
+
+        tokenizer = Tokenizer(config)
+        vocab: dict[str, int] = {}
+        ids: list[list[int]] = []
+        for text in texts:
+            ids.append([vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)])
+        retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+        if texts:
+            retriever.index(Tokenized(ids=ids, vocab=vocab), show_progress=show_progress)
+        return cls(retriever, np.asarray(chunk_ids, dtype=np.int64), tokenizer)
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        if len(self.chunk_ids):
+            self.retriever.save(str(folder), show_progress=False)
+        np.save(folder / "ids.npy", self.chunk_ids, allow_pickle=False)
+        stopwords = sorted(self.tokenizer.stopwords)
+        (folder / "tokenizer.json").write_text(json.dumps({"config": asdict(self.tokenizer.config), "stopwords": stopwords}))
+
+    @classmethod
+    def load(cls, folder: Path) -> "SparseIndex":
+        import bm25s
+
+        settings = json.loads((folder / "tokenizer.json").read_text())
+        config = Bm25Config(**settings["config"])
+        chunk_ids = np.load(folder / "ids.npy", allow_pickle=False)
+        if len(chunk_ids):
+            retriever = bm25s.BM25.load(str(folder), mmap=False, load_vocab=True, show_progress=False)
+        else:
+            retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
+            retriever.vocab_dict = {}
+        return cls(retriever, chunk_ids, Tokenizer(config))
+
+    @property
+    def size(self) -> int:
+        return len(self.chunk_ids)
+
+    def query_ids(self, query: str) -> list[int]:
+        """Vocabulary ids of the query's terms (terms the index has never seen are dropped)."""
+        return [self.vocab[t] for t in self.tokenizer.query_terms(query) if t in self.vocab]
+
+    def scores(self, term_ids: list[int]) -> np.ndarray:
+        """BM25 score of every row (0 where no query term occurs)."""
+        if not term_ids or not self.size:
+            return np.zeros(self.size, dtype=np.float32)
+        return self.retriever.get_scores_from_ids(term_ids)
+
+    def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
+        scores = self.scores(term_ids)
+        if mask is not None:
+            scores = np.where(mask, scores, 0.0)
+        return top_positive(scores, depth)
+
+
+def top_positive(scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and values of the `depth` largest positive entries, best first (ties: lower index)."""
+    positive = np.flatnonzero(scores > 0)
+    if len(positive) > depth:
+        part = np.argpartition(-scores[positive], depth - 1)[:depth]
+        positive = positive[part]
+    order = np.lexsort((positive, -scores[positive]))
+    rows = positive[order]
+    return rows, scores[rows]

@@ -1,0 +1,130 @@
+"""The DuckDB store: documents, chunks, tags and per-model vector assignments.
+
+DuckDB is the single source of ids: chunk ids are int64 assigned here, FAISS ids and BM25 rows
+align to them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id VARCHAR NOT NULL, source VARCHAR, collection VARCHAR, title VARCHAR, text VARCHAR,
+    doc_type VARCHAR, created_at TIMESTAMP, updated_at TIMESTAMP, metadata JSON,
+    language VARCHAR, tags VARCHAR[], content_sha256 VARCHAR
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id BIGINT NOT NULL, doc_id VARCHAR NOT NULL, chunk_index INTEGER, section VARCHAR,
+    chunk_type VARCHAR, text VARCHAR, start_char INTEGER, end_char INTEGER, language VARCHAR,
+    embed_text VARCHAR, embed_sha256 VARCHAR
+);
+CREATE TABLE IF NOT EXISTS tags (chunk_id BIGINT NOT NULL, doc_id VARCHAR NOT NULL, tag VARCHAR NOT NULL);
+CREATE TABLE IF NOT EXISTS chunk_vectors (chunk_id BIGINT NOT NULL, model VARCHAR NOT NULL, embed_sha256 VARCHAR NOT NULL);
+"""
+
+
+class IndexError_(RuntimeError):
+    """Base for index problems that carry a user-facing message."""
+
+
+def connect(path: Path, read_only: bool = False):
+    """A DuckDB connection; a collision with another process becomes a clear message."""
+    import duckdb
+
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as error:
+        text = str(error)
+        if "lock" in text.lower():
+            raise IndexError_(
+                f"{path} is opened for writing by another process ({text.splitlines()[0][:200]}); "
+                "open the index read-only or wait for the writer to finish"
+            ) from None
+        raise IndexError_(
+            f"cannot open DuckDB file {path}: {text.splitlines()[0][:200]}; "
+            "run `hybridlab verify --repair --index DIR`"
+        ) from None
+
+
+def create_schema(con) -> None:
+    con.execute(SCHEMA)
+
+
+def get_meta(con, key: str, default: str | None = None) -> str | None:
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(con, key: str, value: Any) -> None:
+    con.execute("DELETE FROM meta WHERE key = ?", [key])
+    con.execute("INSERT INTO meta VALUES (?, ?)", [key, str(value)])
+
+
+def document_hashes(con) -> dict[str, tuple[str, str]]:
+    """`{doc_id: (source, content_sha256)}` of every stored document."""
+    return {row[0]: (row[1], row[2]) for row in con.execute("SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
+
+
+def delete_documents(con, doc_ids: Sequence[str]) -> None:
+    """Remove documents with their chunks, tags and vector assignments."""
+    if not doc_ids:
+        return
+    import pandas as pd
+
+    con.register("doomed", pd.DataFrame({"doc_id": list(doc_ids)}))
+    con.execute("DELETE FROM chunk_vectors WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed))")
+    con.execute("DELETE FROM tags WHERE doc_id IN (SELECT doc_id FROM doomed)")
+    con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed)")
+    con.execute("DELETE FROM documents WHERE doc_id IN (SELECT doc_id FROM doomed)")
+    con.unregister("doomed")
+
+
+def insert_rows(con, table: str, rows: dict[str, list]) -> None:
+    """Bulk insert column lists (through a pandas frame: far faster than executemany)."""
+    if not rows or not next(iter(rows.values())):
+        return
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    con.register("incoming", frame)
+    columns = ", ".join(rows)
+    con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM incoming")
+    con.unregister("incoming")
+
+
+def metadata_json(metadata: dict) -> str:
+    return json.dumps(metadata, sort_keys=True, default=str)
+
+
+def counts(con) -> dict[str, Any]:
+    """Counts per table, per collection, per chunk type and per model."""
+    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    return {
+        "documents": one("SELECT count(*) FROM documents"),
+        "chunks": one("SELECT count(*) FROM chunks"),
+        "tags": one("SELECT count(DISTINCT tag) FROM tags"),
+        "by_collection": dict(con.execute(
+            "SELECT d.collection, count(*) FROM chunks c JOIN documents d USING (doc_id) GROUP BY 1 ORDER BY 1").fetchall()),
+        "documents_by_collection": dict(con.execute(
+            "SELECT collection, count(*) FROM documents GROUP BY 1 ORDER BY 1").fetchall()),
+        "by_chunk_type": dict(con.execute("SELECT chunk_type, count(*) FROM chunks GROUP BY 1 ORDER BY 1").fetchall()),
+        "vectors_by_model": dict(con.execute("SELECT model, count(*) FROM chunk_vectors GROUP BY 1 ORDER BY 1").fetchall()),
+    }
+
+
+def chunk_ids(con) -> list[int]:
+    return [row[0] for row in con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchall()]
+
+
+def all_tags(con) -> list[str]:
+    return [row[0] for row in con.execute("SELECT DISTINCT tag FROM tags ORDER BY tag").fetchall()]
+
+
+def in_list(values: Iterable[Any]) -> list[Any]:
+    return list(values)
