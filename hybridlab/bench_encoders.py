@@ -29,8 +29,9 @@ import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sorting-sample", type=int, default=1000,
                         help="documents in the sorted-vs-unsorted batching comparison (0 skips it)")
     parser.add_argument("--latency-queries", type=int, default=100)
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for other processes to leave the CPUs idle")
     parser.add_argument("--out", type=Path, default=None,
                         help="report folder (default reports/encoding/<UTC date>)")
     args = parser.parse_args(argv)
@@ -91,6 +94,41 @@ def subset_rows(doc_ids: list[str], qrels: dict[str, dict[str, int]], size: int)
 
 
 # ------------------------------------------------------------------------------------ measuring
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds spent busy by the whole machine since boot (Linux `/proc/stat`), else None."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")  # minus idle and iowait
+
+
+class OtherLoad:
+    """Cores kept busy by other processes while a block runs: machine busy time minus ours, per second."""
+
+    def __enter__(self) -> Self:
+        self.cores: float | None = None
+        self._start = (_busy_cpu_seconds(), time.process_time(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        busy, own, wall = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
+        if busy is not None and self._start[0] is not None and wall > self._start[2]:
+            other = (busy - self._start[0]) - (own - self._start[1])
+            self.cores = max(0.0, other / (wall - self._start[2]))
+
+
+def wait_until_quiet(max_wait_s: float, threshold: float = 0.2, window_s: float = 5.0) -> float | None:
+    """Wait (up to `max_wait_s`) until other processes keep fewer than `threshold` cores busy; the last load."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        with OtherLoad() as load:
+            time.sleep(window_s)
+        if load.cores is None or load.cores < threshold or time.monotonic() >= deadline:
+            return load.cores
+        print(f"waiting for a quiet machine: other processes keep {load.cores:.2f} cores busy", file=sys.stderr)
+
+
 def encode_corpus(encoder, texts: list[str], batch_size: int) -> tuple[np.ndarray, float, list[float]]:
     """Vectors of `texts`, total seconds, and docs/s of each chunk of `CHUNK` documents."""
     from tqdm.auto import tqdm
@@ -193,15 +231,19 @@ def run(args: argparse.Namespace) -> dict:
         encoder = load_encoder(name)
         encoder.encode_documents(texts[:8])  # warm-up (and lazy initialisation) outside the timing
         load_s = time.perf_counter() - t0
-        docs, seconds, rates = encode_corpus(encoder, [texts[r] for r in rows], args.batch_size)
+        with OtherLoad() as load:
+            docs, seconds, rates = encode_corpus(encoder, [texts[r] for r in rows], args.batch_size)
         query_vectors = encoder.encode_queries(query_texts)
         record = {
             "model": name, "backend": spec.backend, "dim": spec.dim, "max_seq_length": spec.max_seq_length,
             "package": spec.package, "n_docs": len(rows), "corpus": "subset" if slow else "full",
             "load_s": load_s, "encode_s": seconds, "docs_per_s": len(rows) / seconds,
             "docs_per_s_median_chunk": statistics.median(rates),
+            "other_cores_busy_during_encoding": load.cores,
         }
-        record |= query_latency(encoder, latency_queries, docs)
+        with OtherLoad() as load:
+            record |= query_latency(encoder, latency_queries, docs)
+        record["other_cores_busy_during_queries"] = load.cores
         if not slow:
             record["ndcg@10"] = ndcg10(qrels, search(docs, doc_ids, query_vectors, query_ids))
             sub_docs = docs[subset]
@@ -232,7 +274,7 @@ def run(args: argparse.Namespace) -> dict:
         "n_queries": len(query_ids),
         "n_docs": len(doc_ids),
         "subset_docs": len(subset),
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m hybridlab.bench_encoders " + " ".join(sys.argv[1:]),
         "machine": machine(),
         "settings": {"batch_size": args.batch_size, "chunk": CHUNK, "depth": DEPTH, "limit": args.limit,
@@ -302,16 +344,16 @@ def render_markdown(report: dict) -> str:
         f"Python {report['machine']['python']}; "
         + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items() if v),
         "",
-        f"{report['n_queries']} queries, {report['n_docs']} documents (title + \"\\n\" + text), FAISS "
+        (f"{report['n_queries']} queries, {report['n_docs']} documents (title + \"\\n\" + text), FAISS "
         f"`IndexFlatIP`, top-{DEPTH}, nDCG@10 by ranx. Batch size {report['settings']['batch_size']}, "
         "documents length-sorted within each timed chunk of "
         f"{CHUNK}. docs/s = documents / wall time of the whole pass; \"median\" = median over its chunks. "
         f"Query latency: one query at a time, {report['settings']['latency_queries']} queries, after 3 "
-        "warm-up queries; \"+ search\" adds a flat top-100 FAISS search.",
+        "warm-up queries; \"+ search\" adds a flat top-100 FAISS search."),
         "",
-        "| model | backend | docs | docs/s | docs/s median | vs ref | query p50 ms | + search p50 ms "
-        "| nDCG@10 | Δ vs ref | nDCG@10 subset | Δ subset | cos to ref |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ("| model | backend | docs | docs/s | docs/s median | vs ref | query p50 ms | + search p50 ms "
+        "| nDCG@10 | Δ vs ref | nDCG@10 subset | Δ subset | cos to ref | other load |"),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         cosine = r.get("cosine_to_reference_mean")
@@ -321,16 +363,19 @@ def render_markdown(report: dict) -> str:
             f"| {r['query_encode_p50_ms']:.1f} | {r['query_search_p50_ms']:.1f} "
             f"| {_fmt(r.get('ndcg@10'))} | {_fmt(r.get('delta_vs_reference'), '+.4f')} "
             f"| {r['ndcg@10_subset']:.4f} | {_fmt(r.get('delta_vs_reference_subset'), '+.4f')} "
-            f"| {_fmt(cosine, '.4f')} |"
+            f"| {_fmt(cosine, '.4f')} | {_fmt(r.get('other_cores_busy_during_encoding'), '.2f')} |"
         )
-    lines += ["", f"Subset = the {report['subset_docs']} documents of the slow-model subset: every document judged "
+    lines += ["", ("other load = cores kept busy by other processes during the encoding pass (machine busy time "
+              "from /proc/stat minus this process's CPU time); near 0 means a clean measurement, 1 means the "
+              "second core was taken and the speeds are not comparable."),
+              "", (f"Subset = the {report['subset_docs']} documents of the slow-model subset: every document judged "
               "relevant to a query, then the others in sha1(doc id) order. Every model is scored on it (rows "
               "of its full-corpus vectors), so the subset columns compare all models alike; its nDCG is "
-              "higher than the full corpus's because there are fewer distractors."]
+              "higher than the full corpus's because there are fewer distractors.")]
     if reference and expected is not None and "ndcg@10" in reference and report["settings"]["limit"] is None:
         ok = abs(reference["ndcg@10"] - expected) <= 0.002
-        lines += ["", f"Reference check: {REFERENCE} (torch fp32) nDCG@10 {reference['ndcg@10']:.4f}, expected "
-                  f"{expected:.3f} (plain sentence-transformers + FAISS) → **{'OK' if ok else 'FAIL'}** (±0.002)."]
+        lines += ["", (f"Reference check: {REFERENCE} (torch fp32) nDCG@10 {reference['ndcg@10']:.4f}, expected "
+                  f"{expected:.3f} (plain sentence-transformers + FAISS) → **{'OK' if ok else 'FAIL'}** (±0.002).")]
     if report["sorting"]:
         lines += ["", "## Length-sorted vs unsorted batching", "",
                   "| model | docs | unsorted docs/s | sorted docs/s | speed-up |", "|---|---:|---:|---:|---:|"]
@@ -386,9 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     # An entry point, so it may set these: never download, and no tokenizer threads fighting for 2 cores.
     for variable, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(variable, value)
-    out = args.out or REPO_ROOT / "reports" / "encoding" / datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    out = args.out or REPO_ROOT / "reports" / "encoding" / datetime.now(UTC).strftime("%Y-%m-%d")
     out.mkdir(parents=True, exist_ok=True)
+    quiet = wait_until_quiet(args.wait_quiet) if args.wait_quiet > 0 else None
     report = run(args)
+    report["machine"]["other_cores_busy_at_start"] = quiet
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(render_markdown(report))
     plot(report, out / "speed_vs_ndcg.png")

@@ -14,6 +14,7 @@ from hybridlab.config import ChunkConfig
 
 SECTION_SEPARATOR = " › "
 RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.])\1{2,}\s*$")
+WHITESPACE = re.compile(r"\s+")
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+\-.#]*)", re.MULTILINE)
 
 
@@ -37,11 +38,12 @@ class _Section:
     path: tuple[str, ...]
 
 
+LINE_BREAK = re.compile(r"\r\n?|\n")  # what markdown-it counts as a line break (it normalises \r\n? to \n)
+
+
 def _line_offsets(text: str) -> list[int]:
-    offsets = [0]
-    for match in re.finditer("\n", text):
-        offsets.append(match.end())
-    return offsets
+    """Char offset of the start of every line, with line breaks counted as markdown-it does."""
+    return [0] + [match.end() for match in LINE_BREAK.finditer(text)]
 
 
 def markdown_headings(text: str) -> list[tuple[int, int, str]]:
@@ -61,7 +63,7 @@ def markdown_headings(text: str) -> list[tuple[int, int, str]]:
 
 def rst_headings(text: str) -> list[tuple[int, int, str]]:
     """(offset, level, title) of reST section titles; levels follow the order adornments appear."""
-    lines = text.split("\n")
+    lines = LINE_BREAK.split(text)
     offsets = _line_offsets(text)
     styles: list[str] = []
     headings = []
@@ -73,7 +75,7 @@ def rst_headings(text: str) -> list[tuple[int, int, str]]:
             if style not in styles:
                 styles.append(style)
             start = offsets[i - 1] if overline else offsets[i]
-            headings.append((start, min(len(styles), 6), title))
+            headings.append((start, min(styles.index(style) + 1, 6), title))
     return headings
 
 
@@ -105,7 +107,10 @@ def _merge_tiny(sections: list[_Section], min_size: int) -> list[_Section]:
     pending: _Section | None = None
     for section in sections:
         if pending is not None:
-            section = _Section(pending.start, section.end, pending.path or section.path)
+            # A tiny intro ("# Tabulator" + one line) merged into its first subsection takes the
+            # subsection's longer path ("Tabulator › Editors"); otherwise the tiny one's path wins.
+            nested = section.path[:len(pending.path)] == pending.path
+            section = _Section(pending.start, section.end, section.path if nested else pending.path or section.path)
             pending = None
         if section.end - section.start < min_size:
             pending = section
@@ -120,15 +125,11 @@ def _merge_tiny(sections: list[_Section], min_size: int) -> list[_Section]:
     return merged
 
 
-def _split_points(text: str, start: int, end: int) -> list[int]:
-    """Preferred cut offsets inside [start, end): paragraph breaks, then line breaks, then spaces."""
-    return [m.end() for m in re.finditer(r"\n\s*\n", text[start:end])]
-
-
-def _best_cut(text: str, start: int, limit: int) -> int:
-    """The latest good cut in (start, limit]: a paragraph break, else a newline, else a space."""
+def _best_cut(text: str, start: int, limit: int, after: int = 0) -> int:
+    """The latest good cut in (start, limit], past the first third of the window and past `after`:
+    a paragraph break, else a newline, else a space, else `limit` itself."""
     window = text[start:limit]
-    floor = len(window) // 3
+    floor = max(len(window) // 3, after - start)
     for pattern in (r"\n\s*\n", r"\n", r"\s"):
         cuts = [m.end() for m in re.finditer(pattern, window) if m.end() > floor]
         if cuts:
@@ -138,16 +139,20 @@ def _best_cut(text: str, start: int, limit: int) -> int:
 
 def split_span(text: str, start: int, end: int, chunk_size: int, overlap: int) -> list[tuple[int, int]]:
     """Split [start, end) into spans of at most `chunk_size` chars on natural boundaries; each
-    span after the first starts up to `overlap` characters before the previous one ended."""
+    span after the first starts at the first word boundary within `overlap` characters before the
+    previous one ended (never before the middle of the previous span, so splitting always advances)."""
     spans: list[tuple[int, int]] = []
     position = start
     while end - position > chunk_size:
-        cut = _best_cut(text, position, position + chunk_size)
+        # Each span must end past the previous one, or it would lie inside the overlap.
+        cut = _best_cut(text, position, position + chunk_size, after=spans[-1][1] if spans else start)
         spans.append((position, cut))
         next_start = cut
         if overlap:
-            back = text.rfind(" ", cut - overlap, cut)
-            next_start = back + 1 if back > position else cut
+            lower = max(cut - overlap, position + (cut - position) // 2)
+            space = WHITESPACE.search(text, lower, cut)
+            if space is not None and space.end() < cut:
+                next_start = space.end()
         position = max(next_start, position + 1)
     spans.append((position, end))
     return spans

@@ -251,6 +251,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"no query of {queries_path} has judgements in {qrels_path}")
     kwargs = search_kwargs(args)
     kwargs.pop("chunk_types", None)
+    kwargs.pop("group_by_document", None)  # evaluation is at document level (qrels judge documents)
     run = make_run(index, queries, progress=not args.quiet, **kwargs)
     metrics = score({q: qrels[q] for q in queries}, run, METRICS)
     if args.save_run:
@@ -386,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback unless given)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--log-file", help="write logs here instead of stderr")
+    p.add_argument("--lock-wait", type=float, default=10.0, metavar="SECONDS",
+                   help="how long store_memory waits for another process's writer lock (default 10)")
     p.set_defaults(func=_delegate("hybridlab.mcp_server", "cli_mcp"))
 
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")

@@ -104,8 +104,13 @@ class Comparison:
 
 def compare(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METRICS, *,
             max_p: float = 0.05, stat_test: str = "student") -> Comparison:
-    """Evaluate several runs with ranx `compare` (paired significance tests vs the first run)."""
+    """Evaluate several runs with ranx `compare` (paired significance tests vs the first run).
+
+    `stat_test`: "student" (paired t-test), "fisher" (randomisation) or "tukey" (ranx's names)."""
     from ranx import compare as ranx_compare
+
+    if len(runs) < 2:
+        raise ValueError(f"compare needs at least two runs, got {len(runs)}")
 
     ranx_qrels = None
     ranx_runs = []
@@ -118,10 +123,16 @@ def compare(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METR
     systems = list(runs)
     baseline = systems[0]
     scores = {s: {m: float(data[s]["scores"][m]) for m in metrics} for s in systems}
-    p_values = {s: {m: float(data[s]["comparisons"][baseline][m]) for m in metrics} for s in systems[1:]}
+    # ranx gives NaN when two systems score identically on every query: no difference, p = 1.
+    p_values = {s: {m: _p_value(data[s]["comparisons"][baseline][m]) for m in metrics} for s in systems[1:]}
     per_query = {s: {m: {q: float(v) for q, v in r.scores.get(m, {}).items()} for m in metrics}
                  for s, r in zip(systems, ranx_runs)}
     return Comparison(systems, list(metrics), scores, p_values, max_p, stat_test, per_query)
+
+
+def _p_value(value: float) -> float:
+    value = float(value)
+    return 1.0 if math.isnan(value) else value
 
 
 def write_trec_run(run: Run, path: str | Path, name: str = "hybridlab") -> None:

@@ -7,6 +7,7 @@ manifest, so a failed or interrupted run leaves the previous index intact and se
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import platform
@@ -192,8 +193,9 @@ def _embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: In
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
         bar = _progress(total=len(missing), desc=f"embedding ({model})", enabled=progress, unit="chunk")
-        for start in range(0, len(missing), EMBED_BATCH):
-            batch = missing[start:start + EMBED_BATCH]
+        step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
+        for start in range(0, len(missing), step):
+            batch = missing[start:start + step]
             vectors = encoder.encode_documents([text for _, text in batch], batch_size=config.embed_batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
@@ -304,11 +306,17 @@ def apply_changes(
         cache_file = Path(cache_path) if cache_path else index_dir / layout.CACHE_FILE
         if (index_dir / layout.MANIFEST).exists():
             manifest = layout.read_manifest(index_dir)
+        elif layout.generations(index_dir):
+            raise layout.CorruptIndexError(
+                f"{index_dir / layout.MANIFEST} is missing but generation folders exist; "
+                f"{layout.repair_hint(index_dir)} before indexing into it"
+            )
         old_config = IndexConfig.from_dict(manifest["config"]) if manifest else None
         config = config or old_config or IndexConfig()
         config = dataclasses.replace(config, models=canonical_models(config.models))
         old_generation = index_dir / manifest["path"] if manifest else None
-        layout.remove_stale(index_dir, keep=old_generation)
+        layout.remove_stale(index_dir, keep=old_generation,
+                            previous=layout.previous_generation(index_dir, old_generation))
         _checkpoint("start")
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
@@ -354,11 +362,7 @@ def apply_changes(
             con = None
             cache.close()
             cache = None
-            layout.fsync_tree(tmp)
-            _checkpoint("generation-flushed")
             final = index_dir / layout.generation_name(number)
-            os.rename(tmp, final)
-            _checkpoint("generation-renamed")
             report.chunks = counts["chunks"]
             report.seconds = time.perf_counter() - started
             new_manifest = {
@@ -372,13 +376,21 @@ def apply_changes(
                 "store": layout.STORE_FILE,
                 "embedding_cache": str(cache_file.resolve()),
                 "versions": versions(),
+                "files": layout.generation_files(tmp),
                 **artifacts,
             }
+            # a copy inside the generation lets `verify --repair` rebuild a lost or corrupt manifest
+            (tmp / layout.MANIFEST).write_text(json.dumps(new_manifest, indent=2, sort_keys=True, default=str),
+                                               encoding="utf-8")
+            layout.fsync_tree(tmp)
+            _checkpoint("generation-flushed")
+            os.rename(tmp, final)
+            _checkpoint("generation-renamed")
             layout.write_manifest(index_dir, new_manifest)
             _checkpoint("manifest-committed")
             report.generation = number
             report.committed = True
-            layout.remove_stale(index_dir, keep=final)
+            layout.remove_stale(index_dir, keep=final, previous=old_generation)
             return report
         finally:
             if con is not None:

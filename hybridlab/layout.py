@@ -9,8 +9,10 @@
         dense-<model>.faiss  one FAISS index per embedding model, ids = chunk_id
         bm25/                bm25s index files + ids.npy + tokenizer.json
 
-A writer builds `gen-N+1.tmp-PID/` aside, fsyncs it, renames it, then replaces the manifest.
-A crash at any point leaves the previous manifest and generation intact and searchable.
+A writer builds `gen-N+1.tmp-PID/` aside (with a copy of its manifest), fsyncs it, renames it,
+then replaces the manifest, which records each file's size and sha256. A crash at any point leaves
+the previous manifest and generation intact and searchable. The generation before the live one is
+kept as a fallback for `hybridlab verify --repair`; older ones and crashed builds are removed.
 """
 from __future__ import annotations
 
@@ -69,6 +71,49 @@ def fsync_tree(path: Path) -> None:
             os.close(fd)
 
 
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def generation_files(folder: Path) -> dict[str, dict[str, Any]]:
+    """`{relative path: {"bytes", "sha256"}}` of every file of a generation folder (its manifest copy excluded)."""
+    files = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            files[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    return files
+
+
+def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False) -> list[str]:
+    """Files of the live generation that are missing, truncated or altered against the manifest's
+    checksums. Sizes are always checked; sha256 of the FAISS and BM25 files (whose parsers must never
+    see garbage) and, with `hash_all`, of every file. Manifests without checksums pass."""
+    generation = Path(index_dir) / manifest["path"]
+    problems = []
+    for name, expected in (manifest.get("files") or {}).items():
+        path = generation / name
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+            continue
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            problems.append(f"{path} has {size} bytes, the manifest says {expected['bytes']} (truncated or altered)")
+        elif (hash_all or name.endswith(".faiss") or name.startswith(f"{BM25_DIR}/")) and \
+                file_sha256(path) != expected["sha256"]:
+            problems.append(f"{path} does not match its sha256 in the manifest (altered or corrupt)")
+    return problems
+
+
+def repair_hint(index_dir: Path) -> str:
+    return f"run `hybridlab verify --repair --index {index_dir}`"
+
+
 def read_manifest(index_dir: Path) -> dict[str, Any]:
     """The manifest, checked: parseable, known format, its generation folder present."""
     path = Path(index_dir) / MANIFEST
@@ -120,11 +165,26 @@ def next_generation_number(index_dir: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def remove_stale(index_dir: Path, keep: Path | None) -> list[str]:
-    """Delete generation folders other than `keep` (crashed builds, superseded generations)."""
+def generations(index_dir: Path) -> list[Path]:
+    """Complete (renamed, not `.tmp-PID`) generation folders, oldest first."""
+    found = [p for p in Path(index_dir).glob("gen-*") if p.is_dir() and GENERATION.match(p.name)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def previous_generation(index_dir: Path, live: Path | None) -> Path | None:
+    """The newest complete generation older than `live` (kept as a fallback for repair)."""
+    if live is None:
+        return None
+    older = [p for p in generations(index_dir) if p.name < live.name]
+    return older[-1] if older else None
+
+
+def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None) -> list[str]:
+    """Delete generation folders other than `keep` and `previous` (crashed builds, older generations)."""
     removed = []
+    kept = {p.resolve() for p in (keep, previous) if p is not None}
     for path in Path(index_dir).glob("gen-*"):
-        if keep is not None and path.resolve() == keep.resolve():
+        if path.resolve() in kept:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path.name)

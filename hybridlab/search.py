@@ -127,10 +127,16 @@ class Index:
         generation = self.index_dir / manifest["path"]
         self.manifest = manifest
         self._manifest_stamp = self._stamp()
+        damaged = layout.file_problems(self.index_dir, manifest)
+        if damaged:
+            raise layout.CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(self.index_dir)}")
         if self._con is not None:
             self._con.close()
         store_path = generation / layout.STORE_FILE
-        self._con = store.connect(store_path, read_only=True)
+        try:
+            self._con = store.connect(store_path, read_only=True)
+        except store.IndexError_ as error:
+            raise layout.CorruptIndexError(f"{error}".replace("--index DIR", f"--index {self.index_dir}")) from None
         try:
             rows = self._con.execute(
                 "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "

@@ -57,8 +57,8 @@ def create_schema(con) -> None:
 
 
 def get_meta(con, key: str, default: str | None = None) -> str | None:
-    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
-    return row[0] if row else default
+    rows = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()  # fetchall: no open result
+    return rows[0][0] if rows else default
 
 
 def set_meta(con, key: str, value: Any) -> None:

@@ -172,6 +172,8 @@ def test_length_sorted_batches_return_rows_in_input_order(minilm):
 def test_non_string_input_is_rejected(minilm):
     with pytest.raises(TypeError, match=r"texts\[1\] is int"):
         minilm.encode_documents(["ok", 3])
+    with pytest.raises(TypeError, match="batch of one"):
+        minilm.encode_queries("a query passed as a bare string")
     with pytest.raises(ValueError, match="batch_size"):
         minilm.encode_documents(["ok"], batch_size=0)
 
@@ -240,6 +242,11 @@ def test_e5_cuts_long_text_to_its_max_length():
     assert long_text.startswith(cut) and len(cut) < len(long_text)
     assert e5.model.token_count(cut, False) <= e5.spec.max_seq_length
     assert e5.truncate(SENTENCES[0], is_query=False) == SENTENCES[0]
+    no_spaces = "x" * 5000
+    one_word = e5.truncate(no_spaces, is_query=True)
+    assert 0 < len(one_word) < len(no_spaces)
+    assert e5.model.token_count(one_word, True) <= e5.spec.max_seq_length
+    assert e5.model.token_count(one_word + "x" * 8, True) > e5.spec.max_seq_length
     np.testing.assert_allclose(e5.encode_documents([long_text]), e5.encode_documents([cut]), atol=1e-6)
 
 

@@ -1014,6 +1014,8 @@ q("project-generic", "rathole project codebase architecture",
 q("project-generic", "rathole project configuration details",
   {"rh-config": 2, "rh-bind": 1, "rh-heartbeat": 1, "rh-jellyfin": 1, "rh-token": 1,
    "rh-transport": 1, "rh-ipv6": 1})
+q("project-generic", "rathole project overview and design",
+  {"rh-arch": 2, "rh-transport": 1, "rh-cgnat": 1, "rh-config": 1})
 q("project-generic", "cachekit architecture decisions",
   {"ck-adr": 2, "ck-arch": 1, "ck-pickle": 1, "ck-async": 1, "ck-lru": 1, "ck-stampede": 1,
    "ck-invalidate": 1, "ck-sqlite": 1, "ck-layout": 1})

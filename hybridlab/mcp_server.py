@@ -1,0 +1,320 @@
+"""The MCP server: a thin adapter exposing an index to AI assistants as five typed tools.
+
+`create_server(index_dir, config)` opens the index once and registers `search`, `get_document`,
+`store_memory`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.Index` or
+:class:`hybridlab.memory.MemoryWriter`. Bad input becomes a tool error with a clear message and the
+server keeps serving. Over stdio nothing but protocol messages reaches stdout: the SDK diverts fd 1
+to stderr while it serves, and `cli_mcp` diverts it while the index opens.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "hybridlab"
+MAX_LIMIT = 100
+INSTRUCTIONS = (
+    "Hybrid (semantic + keyword + tag + recency) search over a local index of documents and memories. "
+    "Use `search` to find things, `get_document` to read one in full, `store_memory` to remember a fact "
+    "for later, `search_by_tag` for the newest items with given tags, and `stats` to see what the index holds."
+)
+
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return, 1..{MAX_LIMIT}")]
+
+
+class SearchHit(BaseModel):
+    """One document found by `search`."""
+
+    rank: int
+    doc_id: str
+    title: str
+    section: str
+    score: float
+    snippet: str
+    tags: list[str]
+    collection: str
+    chunk_type: str
+    updated_at: str | None = None
+    explain: dict[str, Any] | None = None
+
+
+class SearchResponse(BaseModel):
+    """The results of one `search` call."""
+
+    query: str
+    count: int
+    results: list[SearchHit]
+
+
+class DocumentResponse(BaseModel):
+    """One document, in full."""
+
+    doc_id: str
+    title: str
+    collection: str
+    doc_type: str
+    text: str
+    tags: list[str]
+    created_at: str | None = None
+    updated_at: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaggedDocument(BaseModel):
+    """A document found by `search_by_tag` (newest first)."""
+
+    rank: int
+    doc_id: str
+    title: str
+    collection: str
+    doc_type: str
+    text: str
+    tags: list[str]
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class TagResponse(BaseModel):
+    """The results of one `search_by_tag` call."""
+
+    tags: list[str]
+    match: str
+    count: int
+    results: list[TaggedDocument]
+
+
+class StoredMemoryResponse(BaseModel):
+    """A memory that was committed to the index and is searchable now."""
+
+    id: str
+    generation: int | None
+    tags: list[str]
+    created_at: str
+    batch_size: int = Field(description="memories committed together in this index generation")
+    seconds: float
+
+
+def _tool_error(error: BaseException):
+    """The SDK's ToolError carrying a readable message (KeyError's repr quotes stripped)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return ToolError(str(message))
+
+
+class _Service:
+    """The index, its writer and one lock: Index is not thread-safe and the SDK runs sync tools in
+    worker threads, so reads are serialised; a memory commit runs outside the lock (readers keep
+    using the previous generation) and the index re-opens under it afterwards."""
+
+    def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
+                 lock_wait: float) -> None:
+        from hybridlab.memory import MemoryWriter
+        from hybridlab.search import open_index
+
+        self.index_dir = Path(index_dir)
+        self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
+        self.index = open_index(self.index_dir, config)
+        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait)
+        self.lock = threading.RLock()
+        self.warm_seconds: float | None = None
+
+    def warm(self) -> None:
+        """Load the embedding model and encode one query, so the first real search is quick."""
+        started = time.perf_counter()
+        with self.lock:
+            try:
+                for model in self.index.models:
+                    self.index.encoder(model).encode_queries(["warm up"])
+            except Exception:  # a model that fails to load is reported by the first search instead
+                logger.exception("warming the embedding model failed")
+        self.warm_seconds = time.perf_counter() - started
+        logger.info("embedding model warm in %.2fs", self.warm_seconds)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The index under the lock; library errors become tool errors."""
+        from hybridlab.layout import CorruptIndexError, IndexLockedError
+
+        with self.lock:
+            try:
+                yield self.index
+            except (ValueError, KeyError, FileNotFoundError, CorruptIndexError, IndexLockedError) as error:
+                raise _tool_error(error) from None
+
+
+def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
+                  warm: bool = False, lock_wait: float = 10.0) -> Any:
+    """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
+    its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
+    in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
+    process's writer lock before it reports the index as locked."""
+    from mcp.server.mcpserver import MCPServer
+
+    service = _Service(index_dir, config, lock_wait)
+
+    @asynccontextmanager
+    async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
+        if warm:
+            threading.Thread(target=service.warm, name="hybridlab-warm", daemon=True).start()
+        yield {}
+
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    server.service = service  # for tests and the benchmark
+
+    @server.tool()
+    def search(
+        query: str,
+        limit: Limit = 10,
+        tags: list[str] | None = None,
+        chunk_types: list[str] | None = None,
+        collection: str | None = None,
+        min_score: float | None = None,
+        staged: bool | None = None,
+        explain: bool = False,
+    ) -> SearchResponse:
+        """Search the index (semantic + keyword + tag + recency, fused) and return the best documents.
+
+        query: what to look for, in natural language or keywords.
+        limit: how many documents to return (1-100, default 10).
+        tags: only documents carrying all these tags (they also boost the score); omit to let tags be
+        recognised in the query itself.
+        chunk_types: only chunks of these types (e.g. "text", "code"; see `stats` for this index's types).
+        collection: only this collection (see `stats`).
+        min_score: drop results scoring below this.
+        staged: force (true) or forbid (false) the staged BM25-then-rerank search; default automatic.
+        explain: include each result's score breakdown (dense/BM25 ranks, matched tags, recency, alpha).
+        Each result has doc_id (pass it to `get_document` for the full text), title, section, score,
+        snippet and tags."""
+        with service.reading() as index:
+            results = index.search(query, limit=limit, tags=tags, chunk_types=chunk_types,
+                                   collection=collection, min_score=min_score, staged=staged, explain=explain)
+        hits = [SearchHit(**r.to_dict()) for r in results]
+        return SearchResponse(query=query, count=len(hits), results=hits)
+
+    @server.tool()
+    def get_document(doc_id: str) -> DocumentResponse:
+        """Return the full text and metadata of one document, by the doc_id a search returned."""
+        with service.reading() as index:
+            document = index.get_document(doc_id)
+        document.pop("source", None)
+        return DocumentResponse(**document)
+
+    @server.tool()
+    def store_memory(
+        content: str,
+        tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
+        memory_type: str = "note",
+        created_at: str | None = None,
+    ) -> StoredMemoryResponse:
+        """Remember something for later: store a short memory (a fact, preference, decision, note).
+
+        content: the memory itself, self-contained (at most 20,000 characters).
+        tags: a few lowercase topic labels, e.g. ["python", "deployment"].
+        memory_type: e.g. "note", "fact", "preference", "decision".
+        created_at: ISO-8601 time the memory refers to; default now.
+        The memory is searchable by the next `search` and survives restarts; returns its id."""
+        from hybridlab.layout import CorruptIndexError, IndexLockedError
+
+        try:
+            stored = service.writer.store(content, tags, memory_type, created_at)
+        except (ValueError, FileNotFoundError, CorruptIndexError, IndexLockedError) as error:
+            raise _tool_error(error) from None
+        with service.reading() as index:
+            index.refresh()
+        return StoredMemoryResponse(**stored.to_dict())
+
+    @server.tool()
+    def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10) -> TagResponse:
+        """List the newest documents carrying the given tags.
+
+        tags: one or more tags, e.g. ["python", "testing"].
+        match: "all" = documents with every tag (default), "any" = documents with at least one.
+        limit: how many documents to return (1-100, default 10)."""
+        with service.reading() as index:
+            found = index.search_by_tag(tags, match=match, limit=limit)
+        fields = set(TaggedDocument.model_fields)
+        results = [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in found]
+        return TagResponse(tags=list(tags), match=match, count=len(results), results=results)
+
+    @server.tool()
+    def stats() -> dict[str, Any]:
+        """Describe the index: documents and chunks per collection and chunk type, tags, embedding
+        models, and the search settings in force with where each came from (argument, env, config,
+        default or adaptive)."""
+        from hybridlab.config import resolve_search_config
+
+        with service.reading() as index:
+            facts = index.stats()
+            config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=index.n_chunks)
+            facts.update(collections=index.known_collections, chunk_types=index.known_chunk_types)
+        facts["search_config"] = asdict(config)
+        facts["search_config_sources"] = sources
+        facts["config_file"] = service.config_path
+        facts["server"] = {"memory_commits": service.writer.commits, "warm_seconds": service.warm_seconds}
+        return facts
+
+    return server
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point fd 1 (and sys.stdout) at stderr for the duration, so library prints cannot reach a
+    stdio protocol stream; restored afterwards."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _configure_logging(log_file: str | None, verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    level = min(level, logging.INFO)  # the server logs its start and commits
+    handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file \
+        else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Our own records from `level` up, the libraries' (bm25s logs at DEBUG on its own) from WARNING up.
+    handler.addFilter(lambda record: record.levelno >= (level if record.name.startswith("hybridlab")
+                                                        else logging.WARNING))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.WARNING))
+
+
+def cli_mcp(args: argparse.Namespace) -> int:
+    """`hybridlab mcp`: serve an index over stdio (default) or streamable HTTP."""
+    _configure_logging(args.log_file, getattr(args, "verbose", 0))
+    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the libraries, not even on stderr
+    started = time.perf_counter()
+    with stdout_to_stderr():
+        server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait)
+    index = server.service.index
+    logger.info("serving %s (%d chunks, generation %s) over %s; opened in %.2fs", args.index_dir, index.n_chunks,
+                index.manifest["generation"], args.transport, time.perf_counter() - started)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0

@@ -1,0 +1,150 @@
+"""Add memories to an index: validate, commit as a new generation, searchable at once.
+
+Every commit writes a whole new index generation (a copy of the DuckDB store, BM25 and FAISS
+rebuilt), so a commit costs far more than the memory itself. :class:`MemoryWriter` therefore
+group-commits: stores that arrive while a commit is running are written together by the next one.
+Each :meth:`MemoryWriter.store` returns only once its memory is committed (durable, and visible to
+any reader that refreshes), so there is no window in which an acknowledged memory can be lost.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hybridlab import layout
+from hybridlab.ingest import Document, memory_document
+
+logger = logging.getLogger(__name__)
+
+MEMORY_SOURCE = "mcp:memories"
+MAX_CONTENT_CHARS = 20_000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 100
+MAX_TYPE_CHARS = 50
+LOCK_WAIT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class StoredMemory:
+    """A committed memory: its id and the index generation that holds it."""
+
+    id: str
+    generation: int | None
+    tags: tuple[str, ...]
+    created_at: str
+    batch_size: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "generation": self.generation, "tags": list(self.tags),
+                "created_at": self.created_at, "batch_size": self.batch_size, "seconds": round(self.seconds, 3)}
+
+
+def new_memory_id() -> str:
+    """A fresh memory id (`mem-` + 16 hex digits of a random UUID)."""
+    return f"mem-{uuid.uuid4().hex[:16]}"
+
+
+def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
+                *, memory_id: str | None = None, source: str = MEMORY_SOURCE) -> Document:
+    """Validate a memory and build its Document (ValueError names the offending field)."""
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("content must be a non-empty string")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise ValueError(f"content is {len(content)} characters long; at most {MAX_CONTENT_CHARS} are allowed")
+    if isinstance(tags, str) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError(f"tags must be a list of strings, got {tags!r}")
+    if len(tags) > MAX_TAGS:
+        raise ValueError(f"at most {MAX_TAGS} tags per memory, got {len(tags)}")
+    long_tags = [tag for tag in tags if len(tag) > MAX_TAG_CHARS]
+    if long_tags:
+        raise ValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…")
+    if not isinstance(memory_type, str) or not memory_type.strip() or len(memory_type) > MAX_TYPE_CHARS:
+        raise ValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters")
+    when = created_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    obj = {"id": memory_id or new_memory_id(), "content": content, "tags": list(tags),
+           "created_at": when, "memory_type": memory_type.strip()}
+    return memory_document(obj, "memory", source)
+
+
+def _cache_path(index_dir: Path) -> Path | None:
+    """The embeddings cache the index was built with (the shared one for evaluation indexes)."""
+    try:
+        recorded = layout.read_manifest(index_dir).get("embedding_cache")
+    except (FileNotFoundError, layout.CorruptIndexError):
+        return None
+    return Path(recorded) if recorded and Path(recorded).exists() else None
+
+
+class MemoryWriter:
+    """Commits memories to one index folder; concurrent stores share a generation (group commit)."""
+
+    def __init__(self, index_dir: str | os.PathLike, *, source: str = MEMORY_SOURCE,
+                 lock_wait: float = LOCK_WAIT_SECONDS) -> None:
+        self.index_dir = Path(index_dir)
+        self.source = source
+        self.lock_wait = lock_wait
+        self._pending: list[tuple[Document, Future]] = []
+        self._pending_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self.commits = 0
+
+    def store(self, content: str, tags: Sequence[str] = (), memory_type: str = "note",
+              created_at: str | None = None) -> StoredMemory:
+        """Validate and commit one memory; returns when it is durable and searchable."""
+        document = make_memory(content, tags, memory_type, created_at, source=self.source)
+        started = time.perf_counter()
+        future: Future = Future()
+        with self._pending_lock:
+            self._pending.append((document, future))
+        with self._commit_lock:
+            if not future.done():  # nobody committed it meanwhile: commit everything pending
+                self._commit()
+        generation, batch_size = future.result()
+        return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
+                            time.perf_counter() - started)
+
+    def _commit(self) -> None:
+        from hybridlab.indexer import apply_changes
+
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        documents = [document for document, _ in batch]
+        try:
+            report = self._apply(apply_changes, documents)
+        except BaseException as error:  # noqa: BLE001 - handed to every waiting store, re-raised there
+            for _, future in batch:
+                future.set_exception(error)
+            return
+        self.commits += 1
+        logger.info("committed %d memories as generation %s in %.2fs", len(batch), report.generation, report.seconds)
+        for _, future in batch:
+            future.set_result((report.generation, len(batch)))
+
+    def _apply(self, apply_changes, documents: list[Document]):
+        """apply_changes, waiting up to `lock_wait` seconds while another process holds the writer lock."""
+        deadline = time.monotonic() + self.lock_wait
+        while True:
+            try:
+                return apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
+                                     cache_path=_cache_path(self.index_dir))
+            except layout.IndexLockedError as error:
+                if time.monotonic() >= deadline:
+                    raise layout.IndexLockedError(
+                        f"{error}; the memory was not stored (waited {self.lock_wait:.0f}s)") from None
+                time.sleep(0.2)
+
+
+def _iso(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")

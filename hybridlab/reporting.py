@@ -1,0 +1,367 @@
+"""Run folders under `reports/`, their summaries and figures, and `reports/index.md`.
+
+A run folder is `reports/<YYYY-MM-DD>-<name>/` holding the executed notebooks and their HTML copies,
+PNG figures, `metrics.json` and `summary.md`. `hybridlab report` runs ``notebooks/report.ipynb`` over
+the latest sweep of each dataset; it holds a lock so two scheduled runs never collide.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hybridlab.evaluate import METRICS
+
+SWEEP_PREFIX = "sweep-"
+LOCK_FILE = ".report.lock"
+
+
+def today() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+
+
+def new_run_dir(reports: str | os.PathLike, name: str, date: str | None = None) -> Path:
+    """A fresh `reports/<date>-<name>[-N]/` (never reuses an existing folder)."""
+    base = Path(reports) / f"{date or today()}-{name}"
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    folder.mkdir(parents=True)
+    return folder
+
+
+def scratch_dir(run_dir: str | os.PathLike | None) -> Path:
+    """The notebook's output folder: `run_dir` (created), or a fresh temporary one when a notebook is
+    opened interactively without a run folder."""
+    if run_dir is None:
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="hybridlab-"))
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def run_lock(reports: str | os.PathLike) -> Iterator[Path]:
+    """An exclusive, non-blocking flock on `reports/.report.lock`; a second holder gets
+    RuntimeError at once (cron runs must not pile up)."""
+    folder = Path(reports)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another report run holds {path}") from None
+        try:
+            yield path
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sweep_runs(reports: str | os.PathLike) -> list[Path]:
+    """Finished sweep run folders (those with a metrics.json), oldest first."""
+    folders = [p.parent for p in Path(reports).glob(f"*-{SWEEP_PREFIX}*/metrics.json")]
+    return sorted(folders, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def latest_sweeps(reports: str | os.PathLike) -> list[Path]:
+    """The newest finished sweep run of each dataset."""
+    latest: dict[str, Path] = {}
+    for folder in sweep_runs(reports):
+        latest[json.loads((folder / "metrics.json").read_text())["dataset"]] = folder
+    return [latest[name] for name in sorted(latest)]
+
+
+def load_study(run_dir: str | os.PathLike):
+    """The Optuna study a sweep run recorded (its storage URL, else `study.db` in the folder)."""
+    import optuna
+
+    from hybridlab.sweep import storage_for
+
+    run_dir = Path(run_dir)
+    record = json.loads((run_dir / "metrics.json").read_text())
+    return optuna.load_study(study_name=record["study"], storage=storage_for(record.get("storage"), run_dir))
+
+
+def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path]:
+    """Optuna's own matplotlib figures as PNGs: optimisation history, parameter importances (when
+    at least two trials completed) and slice plots."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    out_dir = Path(out_dir)
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    plots = {"history": ovm.plot_optimization_history, "slice": ovm.plot_slice}
+    if len(complete) >= 2 and len({t.value for t in complete}) > 1:
+        plots["importances"] = ovm.plot_param_importances
+    written = []
+    for name, plot in plots.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            axes = plot(study)
+        figure = (axes.flat[0] if hasattr(axes, "flat") else axes).get_figure()
+        figure.set_size_inches(max(8, figure.get_size_inches()[0]), max(4, figure.get_size_inches()[1]))
+        path = out_dir / f"{prefix}{name}.png"
+        figure.savefig(path, dpi=90, bbox_inches="tight")
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def importances(study) -> dict[str, float]:
+    """fANOVA-style parameter importances (Optuna's default evaluator); empty if not computable."""
+    import optuna
+
+    try:
+        return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+    except (RuntimeError, ValueError):
+        return {}
+
+
+def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Test-split runs of the defaults, the tuned config, BM25 and vector search for one sweep
+    record, and the test qrels. The defaults come first: the baseline of the significance tests."""
+    from hybridlab.config import IndexConfig
+    from hybridlab.sweep import BASELINES, Evaluator, resolve_evalset
+
+    evaluator = evaluator or Evaluator(resolve_evalset(record.get("dataset_path") or record["dataset"]))
+    base = IndexConfig.from_dict(record["defaults"]["index"])
+    tuned = IndexConfig.from_dict(record["best"]["index"])
+    runs = {"defaults": evaluator.run(BASELINES["defaults"], base, "test"),
+            "tuned": evaluator.run(record["best"]["search"], tuned, "test"),
+            "bm25": evaluator.run(BASELINES["bm25"], base, "test"),
+            "vector": evaluator.run(BASELINES["vector"], base, "test")}
+    return runs, evaluator.dataset("test").qrels
+
+
+def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defaults",
+                      queries: Mapping[str, str] | None = None, show: int = 5) -> str:
+    """Markdown: how many queries `a` wins/ties/loses against `b` on `metric`, and the largest
+    differences either way."""
+    from hybridlab.evaluate import wins_losses
+
+    per_a, per_b = comparison.per_query[a][metric], comparison.per_query[b][metric]
+    outcome = wins_losses(per_a, per_b)
+    lines = [(f"{a} vs {b} on {metric}: {len(outcome['wins'])} wins, {len(outcome['ties'])} ties, "
+             f"{len(outcome['losses'])} losses"), "", "| query | text | " + a + " | " + b + " | Δ |", "|---|---|---|---|---|"]
+    ranked = sorted(per_a, key=lambda q: per_a[q] - per_b.get(q, 0.0))
+    picks = ranked[-show:][::-1] + [q for q in ranked[:show] if q not in ranked[-show:]]
+    for qid in picks:
+        delta = per_a[qid] - per_b.get(qid, 0.0)
+        if abs(delta) < 1e-9:
+            continue
+        text = (queries or {}).get(qid, "")[:70].replace("|", "/")
+        lines.append(f"| {qid} | {text} | {per_a[qid]:.3f} | {per_b.get(qid, 0.0):.3f} | {delta:+.3f} |")
+    return "\n".join(lines)
+
+
+def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
+                    path: str | os.PathLike) -> Path:
+    """Grouped bars: `metric` per dataset (groups) and system (bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(scores)
+    systems = list(next(iter(scores.values()))) if scores else []
+    width = 0.8 / max(1, len(systems))
+    figure, axes = plt.subplots(figsize=(max(6, 2.5 * len(datasets)), 4))
+    for i, system in enumerate(systems):
+        values = [scores[d][system][metric] for d in datasets]
+        axes.bar([x + i * width for x in range(len(datasets))], values, width, label=system)
+    axes.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(datasets))], datasets)
+    axes.set_ylabel(f"{metric} (test)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
+
+
+def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
+    """Staged search: latency and quality (nDCG@10, recall@100, overlap with parallel hybrid) per
+    candidate count; the parallel search is the dashed reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    staged = [r for r in rows if r["staged"]]
+    full = next(r for r in rows if not r["staged"])
+    xs = [r["candidates"] for r in staged]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(xs, [r["median_ms"] for r in staged], marker="o", label="staged")
+    left.axhline(full["median_ms"], linestyle="--", color="grey", label="parallel hybrid")
+    left.set(xscale="log", xlabel="BM25 candidates", ylabel="median latency per query (ms)")
+    left.legend()
+    for key in ("ndcg@10", "recall@100", "overlap@10"):
+        line, = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
+        right.axhline(full[key], linestyle="--", color=line.get_color(), alpha=0.5)
+    right.set(xscale="log", xlabel="BM25 candidates", ylabel="value (dashed: parallel hybrid)")
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
+
+
+def metrics_table(systems: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = METRICS) -> str:
+    """Markdown systems × metrics."""
+    lines = ["| system | " + " | ".join(metrics) + " |", "|" + "---|" * (len(metrics) + 1)]
+    lines += [f"| {name} | " + " | ".join(f"{values[m]:.4f}" for m in metrics) + " |" for name, values in systems.items()]
+    return "\n".join(lines)
+
+
+def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path:
+    """`summary.md` of a sweep run: verdict, best settings, test metrics vs the references."""
+    run_dir = Path(run_dir)
+    best = record["best"]
+    systems = {"tuned (best trial)": best["test_metrics"], **record["baselines"]}
+    index = best["index"]
+    lines = [
+        f"# Sweep {record['dataset']} — {run_dir.name}", "",
+        f"**Verdict:** {record['verdict']}.", "",
+        (f"Tuned on the dev split ({record['queries']['dev']} queries) for {record['metric']}, reported on the "
+        f"test split ({record['queries']['test']} queries). {record['trials']['complete']} trials completed, "
+        f"{record['trials']['pruned']} pruned (index-config cap); best trial #{best['trial']} "
+        f"(dev {record['metric']} {best['dev_value']:.4f}; defaults on dev "
+        f"{record['defaults']['dev_metrics'][record['metric']]:.4f})."),
+    ]
+    if record.get("elapsed_s") is not None:
+        lines.append(f"Wall time of the sweep notebook: {record['elapsed_s']:.0f} s.")
+    lines += ["", "## Test metrics", "", metrics_table(systems), "",
+              "## Best settings", "", "```json",
+              json.dumps({"params": best["params"], "bm25": {"k1": index["bm25"]["k1"], "b": index["bm25"]["b"]},
+                          "chunk": {k: index["chunk"][k] for k in ("chunk_size", "chunk_overlap", "strategy")}},
+                         indent=2), "```", "",
+              "## Files", ""]
+    lines += [f"- [{p.name}]({p.name})" for p in sorted(run_dir.iterdir())
+              if p.suffix in {".ipynb", ".html", ".png", ".json"} or p.name == "study.db"]
+    path = run_dir / "summary.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def update_index(reports: str | os.PathLike) -> Path:
+    """`reports/index.md`: every run folder (newest first) with the first verdict line of its summary."""
+    reports = Path(reports)
+    rows = []
+    for summary in sorted(reports.glob("*/summary.md"), key=lambda p: p.parent.name, reverse=True):
+        text = summary.read_text(encoding="utf-8").splitlines()
+        verdict = next((line.replace("**Verdict:**", "").strip() for line in text if line.startswith("**Verdict")), "")
+        title = text[0].lstrip("# ").strip() if text else summary.parent.name
+        rows.append(f"| [{summary.parent.name}]({summary.parent.name}/summary.md) | {title} | {verdict} |")
+    content = ["# Reports", "", "Generated by `hybridlab sweep` / `hybridlab report` (newest first).", "",
+               "| run | title | verdict |", "|---|---|---|", *rows]
+    path = reports / "index.md"
+    path.write_text("\n".join(content) + "\n", encoding="utf-8")
+    return path
+
+
+def cli_report(args: argparse.Namespace) -> int:
+    """`hybridlab report`: the report notebook over the latest sweep per dataset (or `--run`),
+    under a lock; exits 1 when another run holds the lock or the notebook fails."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from hybridlab.notebook_runner import run_notebook
+
+    runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
+    if not runs:
+        raise FileNotFoundError(f"no finished sweep in {args.reports}; run `make sweep` first")
+    for run in runs:
+        if not (run / "metrics.json").is_file():
+            raise FileNotFoundError(f"{run} has no metrics.json (not a finished sweep run)")
+    try:
+        with run_lock(args.reports):
+            run_dir = new_run_dir(args.reports, "report")
+            print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
+            run_notebook("report", run_dir, {"runs": [str(r.resolve()) for r in runs], "run_dir": str(run_dir.resolve())})
+            update_index(args.reports)
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
+        print(f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
+              f" (see {run_dir / 'report.ipynb'})", file=sys.stderr)
+        return 1
+    print(f"wrote {run_dir / 'summary.md'}")
+    return 0
+
+
+def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Everything the report shows for one sweep run: its study's figures and importances, the
+    test comparison (defaults = baseline, tuned, BM25, vector) with significance marks, and the
+    per-query wins and losses of the tuned config against the defaults."""
+    from hybridlab.evaluate import compare
+    from hybridlab.sweep import Evaluator, resolve_evalset
+
+    run, out_dir = Path(run), Path(out_dir)
+    record = json.loads((run / "metrics.json").read_text())
+    name = record["dataset"]
+    study = load_study(run)
+    figures = plot_study(study, out_dir, prefix=f"{name}-")
+    evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name))
+    runs, qrels = system_runs(record, evaluator)
+    comparison = compare(qrels, runs)
+    queries = evaluator.dataset("test").queries
+    return {
+        "dataset": name, "run": run.name, "record": record, "importances": importances(study),
+        "figures": [str(f.name) for f in figures], "comparison": comparison,
+        "wins_losses": wins_losses_table(comparison, record["metric"], queries=queries),
+    }
+
+
+def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
+    """`metrics.json`, the comparison figure and `summary.md` of a report run."""
+    run_dir = Path(run_dir)
+    metric = sections[0]["record"]["metric"] if sections else "ndcg@10"
+    scores = {s["dataset"]: s["comparison"].scores for s in sections}
+    if sections:
+        plot_comparison(scores, metric, run_dir / "comparison.png")
+    verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
+    (run_dir / "metrics.json").write_text(json.dumps({
+        s["dataset"]: {"sweep": s["run"], "comparison": s["comparison"].to_dict(), "importances": s["importances"],
+                       "best": s["record"]["best"], "verdict": s["record"]["verdict"]} for s in sections
+    }, indent=2, default=str), encoding="utf-8")
+    lines = [f"# Report — {run_dir.name}", "", f"**Verdict:** {verdicts or 'no sweeps'}.", "",
+             ("Test split; the tuned config was chosen on the dev split. `defaults` (first row) is the baseline "
+             "of the paired t-tests."), "", "![comparison](comparison.png)", ""]
+    for s in sections:
+        lines += [f"## {s['dataset']} (sweep {s['run']})", "", s["comparison"].to_markdown(), "",
+                  "Parameter importances: " + (", ".join(f"{k} {v:.2f}" for k, v in s["importances"].items()) or "n/a"),
+                  "", s["wins_losses"], ""]
+        lines += [f"![{f}]({f})" for f in s["figures"]] + [""]
+    path = run_dir / "summary.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def explain_table(results: Sequence[Any]) -> str:
+    """Markdown of search results with their score breakdown (results searched with explain=True)."""
+    lines = ["| # | doc | dense (rank) | bm25 (rank) | tags | recency | fused | final |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        e = r.explain or {}
+
+        def cell(score: float | None, rank: int | None) -> str:
+            return "—" if score is None else f"{score:.3f} (#{rank})"
+        lines.append(f"| {r.rank} | {r.doc_id} | {cell(e.get('dense_score'), e.get('dense_rank'))} | "
+                     f"{cell(e.get('bm25_score'), e.get('bm25_rank'))} | {', '.join(e.get('matched_tags', [])) or '—'}"
+                     f" ×{e.get('tag_boost', 1)} | {e.get('recency_factor', 1.0):.3f} | {e.get('fused_score', 0.0):.4f} | "
+                     f"{e.get('final_score', r.score):.4f} |")
+    return "\n".join(lines)

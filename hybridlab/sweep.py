@@ -1,0 +1,349 @@
+"""Hyper-parameter search with Optuna: search spaces per dataset, the dev-split objective, studies.
+
+Tune on the dev split, report on test (pyserini/ranx style). A trial suggests search-time knobs
+(alpha, fusion, rrf_k, normalization, recency, tag weight, staged candidates) and index-build knobs
+(BM25 k1/b, chunk size/overlap). Each distinct index config is built once by
+:func:`hybridlab.evalsets.ensure_index` (chunk variants embed only their new chunk texts through the
+shared embeddings cache); a study holds at most ``max_index_configs`` of them — a trial asking for
+one more is pruned before it costs anything.
+
+`hybridlab sweep` runs ``notebooks/sweep.ipynb`` through papermill; the notebook calls
+:func:`run_study` and :func:`finalize`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hybridlab.config import IndexConfig, SearchConfig, config_hash
+from hybridlab.evalsets import EvalSet, get_evalset
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_METRIC = "ndcg@10"
+DEFAULT_TRIALS = {"memories": 60, "scifact": 40, "holoviz": 30}
+DEFAULT_MAX_INDEX_CONFIGS = 4
+EVAL_LIMIT = 100  # documents per query in evaluation runs (recall@100 needs 100)
+INDEX_TARGETS = {"bm25_k1": ("bm25", "k1"), "bm25_b": ("bm25", "b"),
+                 "chunk_size": ("chunk", "chunk_size"), "chunk_overlap": ("chunk", "chunk_overlap")}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One dimension of a search space. `kind` is float|int|categorical; `when` makes it conditional
+    on another parameter's value (`("fusion", ("rrf",))`)."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] = ()
+    log: bool = False
+    step: float | None = None
+    when: tuple[str, tuple[Any, ...]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in {"float", "int", "categorical"}:
+            raise ValueError(f"unknown parameter kind {self.kind!r}; choose from ['categorical', 'float', 'int']")
+        if self.name not in {f.name for f in dataclasses.fields(SearchConfig)} | set(INDEX_TARGETS):
+            raise ValueError(f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}")
+
+
+FUSION = Param("fusion", "categorical", choices=("rrf", "convex", "dbsf"))
+ALPHA = Param("alpha", "float", 0.0, 1.0, step=0.05)
+RRF_K = Param("rrf_k", "int", 5, 200, log=True, when=("fusion", ("rrf",)))
+NORMALIZATION = Param("normalization", "categorical", choices=("min-max", "z-score", "theoretical-min-max"),
+                      when=("fusion", ("convex",)))
+STAGED = Param("staged", "categorical", choices=(False, True))
+CANDIDATES = Param("candidates", "int", 20, 400, log=True, when=("staged", (True,)))
+FALLBACK = Param("fallback_threshold", "int", 0, 50, when=("staged", (True,)))
+DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
+RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
+TAG_WEIGHT = Param("tag_weight", "float", 0.0, 2.0, step=0.1)
+BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
+BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
+CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
+CHUNK_OVERLAP = Param("chunk_overlap", "categorical", choices=(0, 150))
+
+_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK)
+#: Search spaces by dataset. Memories are short (<300 chars: one chunk each) and dated and tagged;
+#: BEIR sets have one chunk per document, no dates and no tags, so only fusion, staging and BM25
+#: matter there; chunk size is swept only on the HoloViz docs, where documents are long.
+SPACES: dict[str, tuple[Param, ...]] = {
+    "memories": _SEARCH_TIME + (DECAY, RECENCY_WEIGHT, TAG_WEIGHT, BM25_K1, BM25_B),
+    "holoviz": _SEARCH_TIME + (TAG_WEIGHT, BM25_K1, BM25_B, CHUNK_SIZE, CHUNK_OVERLAP),
+    "beir": _SEARCH_TIME + (BM25_K1, BM25_B),
+}
+
+
+def space_for(dataset: str) -> tuple[Param, ...]:
+    """The search space of a dataset name (BEIR sets share `beir`)."""
+    return SPACES.get(dataset, SPACES["beir"])
+
+
+def suggest(trial, space: Sequence[Param]) -> dict[str, Any]:
+    """Ask the trial for every active parameter of `space` (conditional ones only when their
+    parent has one of the listed values)."""
+    params: dict[str, Any] = {}
+    for p in space:
+        if p.when is not None and params.get(p.when[0]) not in p.when[1]:
+            continue
+        if p.kind == "categorical":
+            params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+        elif p.kind == "int":
+            params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log)
+        else:
+            params[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
+    return params
+
+
+def split_params(params: Mapping[str, Any], base: IndexConfig | None = None) -> tuple[dict[str, Any], IndexConfig]:
+    """Trial parameters -> (search settings, index config built from `base`)."""
+    base = base or IndexConfig()
+    search = {k: v for k, v in params.items() if k not in INDEX_TARGETS}
+    chunk = {INDEX_TARGETS[k][1]: v for k, v in params.items() if INDEX_TARGETS.get(k, ("",))[0] == "chunk"}
+    bm25 = {INDEX_TARGETS[k][1]: v for k, v in params.items() if INDEX_TARGETS.get(k, ("",))[0] == "bm25"}
+    config = dataclasses.replace(base, chunk=dataclasses.replace(base.chunk, **chunk),
+                                 bm25=dataclasses.replace(base.bm25, **bm25))
+    return search, config
+
+
+def full_search_config(search: Mapping[str, Any]) -> dict[str, Any]:
+    """Every SearchConfig field: the given settings over the defaults (validated)."""
+    return dataclasses.asdict(SearchConfig(**dict(search)))
+
+
+def resolve_evalset(name_or_path: str | os.PathLike) -> EvalSet:
+    """A named evaluation set, or a folder holding `queries.jsonl` + `qrels-test.tsv` and either a
+    BEIR `corpus.jsonl` or a memories `memories.jsonl` (with an optional `eval.json` giving `now`)."""
+    path = Path(name_or_path)
+    if not path.is_dir():
+        return get_evalset(str(name_or_path))
+    settings = json.loads((path / "eval.json").read_text()) if (path / "eval.json").is_file() else {}
+    if "corpus" in settings:
+        source = path / settings["corpus"]
+    elif (path / "memories.jsonl").is_file():
+        source = path / "memories.jsonl"
+    else:
+        source = path
+    return EvalSet(path.name, (source,), path, settings.get("now"))
+
+
+class Evaluator:
+    """Scores search settings on an evaluation set; indexes (one per index config) and the split
+    datasets are opened once and kept."""
+
+    def __init__(self, evalset: EvalSet, *, progress: bool = False) -> None:
+        self.evalset = evalset
+        self.progress = progress
+        self._indexes: dict[str, Any] = {}
+        self._datasets: dict[str, Any] = {}
+
+    def dataset(self, split: str):
+        if split not in self._datasets:
+            self._datasets[split] = self.evalset.dataset(split)
+        return self._datasets[split]
+
+    def index(self, config: IndexConfig):
+        from hybridlab.evalsets import ensure_index
+        from hybridlab.search import open_index
+
+        key = index_key(config)
+        if key not in self._indexes:
+            self._indexes[key] = open_index(ensure_index(self.evalset, config, progress=self.progress))
+        return self._indexes[key]
+
+    def run(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev"):
+        """The run (`{qid: {doc_id: score}}`) of these settings over the split's queries."""
+        from hybridlab.evaluate import make_run
+
+        options = {**dict(search), "limit": EVAL_LIMIT}
+        return make_run(self.index(config or IndexConfig()), self.dataset(split).queries, now=self.evalset.now,
+                        **options)
+
+    def score(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev",
+              metrics: Sequence[str] | None = None) -> dict[str, float]:
+        from hybridlab.evaluate import METRICS, score
+
+        return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
+
+
+def index_key(config: IndexConfig) -> str:
+    return config_hash(config.to_dict())
+
+
+class Objective:
+    """The value of one trial: `metric` of its settings on the `split` queries (dev by default)."""
+
+    def __init__(self, evaluator: Evaluator, space: Sequence[Param], *, metric: str = DEFAULT_METRIC,
+                 split: str = "dev", base_index: IndexConfig | None = None,
+                 max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS) -> None:
+        from hybridlab.evaluate import METRICS
+
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
+        if max_index_configs < 1:
+            raise ValueError(f"max_index_configs must be >= 1, got {max_index_configs}")
+        self.evaluator, self.space, self.metric, self.split = evaluator, tuple(space), metric, split
+        self.base_index = base_index or IndexConfig()
+        self.max_index_configs = max_index_configs
+
+    def __call__(self, trial) -> float:
+        import optuna
+
+        params = suggest(trial, self.space)
+        search, config = split_params(params, self.base_index)
+        key = index_key(config)
+        used = {t.user_attrs.get("index_key") for t in trial.study.get_trials(deepcopy=False)
+                if t.number != trial.number and t.state.name in {"COMPLETE", "RUNNING"}}
+        used.discard(None)
+        trial.set_user_attr("index_key", key)
+        if key not in used and len(used) >= self.max_index_configs:
+            trial.set_user_attr("index_key", None)
+            raise optuna.TrialPruned(f"cap of {self.max_index_configs} index configs reached")
+        trial.set_user_attr("index", config.to_dict())
+        trial.set_user_attr("search", full_search_config(search))
+        trial.set_user_attr("worker", os.getpid())
+        metrics = self.evaluator.score(search, config, self.split)
+        trial.set_user_attr("metrics", metrics)
+        return metrics[self.metric]
+
+
+def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
+    """An Optuna storage: the URL as given (SQLite gets a long lock timeout so several worker
+    processes can share it), or SQLite `study.db` in the run folder."""
+    import optuna
+
+    if url is None:
+        if run_dir is None:
+            raise ValueError("give a storage URL or a run folder")
+        url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+    if url.startswith("sqlite:"):
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+    return url
+
+
+def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = None,
+              study_name: str | None = None, run_dir: str | os.PathLike | None = None,
+              metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+              base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
+              evaluator: Evaluator | None = None, progress: bool = False):
+    """Create or join a study and work until it holds `trials` completed trials (shared across all
+    workers of the same storage + study). Pruned trials (index-config cap) do not count."""
+    import optuna
+    from optuna.study import MaxTrialsCallback
+    from optuna.trial import TrialState
+
+    evalset = evaluator.evalset if evaluator else resolve_evalset(dataset)
+    evaluator = evaluator or Evaluator(evalset, progress=progress)
+    space = space if space is not None else space_for(evalset.name)
+    objective = Objective(evaluator, space, metric=metric, base_index=base_index,
+                          max_index_configs=max_index_configs)
+    if not progress:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=study_name or f"{evalset.name}-{metric}", storage=storage_for(storage, run_dir),
+        sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize", load_if_exists=True,
+    )
+    study.set_user_attr("dataset", str(dataset))
+    study.set_user_attr("metric", metric)
+    study.optimize(objective, n_trials=trials * 5,
+                   callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))])
+    return study
+
+
+def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
+             base_index: IndexConfig | None = None) -> dict[str, Any]:
+    """The sweep's record: the best trial's settings with dev and test metrics next to the
+    defaults', BM25's and vector search's (all on the test split)."""
+    best = study.best_trial
+    base_index = base_index or IndexConfig()
+    search = {k: v for k, v in best.user_attrs["search"].items()}
+    config = IndexConfig.from_dict(best.user_attrs["index"])
+    test = evaluator.score(search, config, "test")
+    baselines = {name: evaluator.score(options, base_index, "test") for name, options in BASELINES.items()}
+    defaults_dev = evaluator.score({}, base_index, "dev")
+    beats = test[metric] > baselines["defaults"][metric]
+    return {
+        "dataset": evaluator.evalset.name, "metric": metric, "split": "test", "tuned_on": "dev",
+        "now": evaluator.evalset.now, "study": study.study_name,
+        "trials": {"complete": sum(t.state.name == "COMPLETE" for t in study.trials),
+                   "pruned": sum(t.state.name == "PRUNED" for t in study.trials)},
+        "queries": {"dev": len(evaluator.dataset("dev").queries), "test": len(evaluator.dataset("test").queries)},
+        "best": {"trial": best.number, "params": best.params, "dev_value": best.value,
+                 "dev_metrics": best.user_attrs.get("metrics"), "search": search, "index": config.to_dict(),
+                 "test_metrics": test},
+        "defaults": {"index": base_index.to_dict(), "dev_metrics": defaults_dev},
+        "baselines": baselines,
+        "beats_defaults": beats,
+        "verdict": (f"the tuned config {'beats' if beats else 'does NOT beat'} the defaults on test {metric}: "
+                    f"{test[metric]:.4f} vs {baselines['defaults'][metric]:.4f}"),
+    }
+
+
+#: Reference systems, evaluated on the default index: the package defaults (adaptive alpha),
+#: lexical only and dense only.
+BASELINES: dict[str, dict[str, Any]] = {"defaults": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
+
+
+def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
+                    candidates: Sequence[int], *, now: str | None = None, k: int = 10) -> list[dict[str, Any]]:
+    """Staged search (BM25 narrows to `candidates`, vectors re-score them) against the parallel
+    hybrid search, per candidate count: median latency, recall@100, nDCG@10 and top-`k` overlap."""
+    import statistics
+    import time
+
+    from hybridlab.evaluate import score
+
+    def timed_run(**options) -> tuple[dict, list[float]]:
+        run, times = {}, []
+        index.encode_queries(index.choose_model(None, None), list(queries.values()))
+        for qid, text in queries.items():
+            started = time.perf_counter()
+            run[qid] = index.run(text, now=now, limit=EVAL_LIMIT, **options)
+            times.append((time.perf_counter() - started) * 1000)
+        return run, times
+
+    def top(docs: Mapping[str, float]) -> set[str]:
+        return {d for d, _ in sorted(docs.items(), key=lambda item: (-item[1], item[0]))[:k]}
+
+    full, full_times = timed_run(staged=False)
+    rows = [{"candidates": None, "staged": False, "median_ms": statistics.median(full_times),
+             **score(qrels, full, ("ndcg@10", "recall@100")), "overlap@10": 1.0}]
+    for count in candidates:
+        run, times = timed_run(staged=True, candidates=count, fallback_threshold=0)
+        overlap = statistics.fmean(len(top(run[q]) & top(full[q])) / max(1, len(top(full[q]))) for q in queries)
+        rows.append({"candidates": count, "staged": True, "median_ms": statistics.median(times),
+                     **score(qrels, run, ("ndcg@10", "recall@100")), "overlap@10": overlap})
+    return rows
+
+
+def cli_sweep(args: argparse.Namespace) -> int:
+    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner."""
+    from hybridlab.export import export_config, write_config
+    from hybridlab.notebook_runner import run_notebook
+    from hybridlab.reporting import new_run_dir, update_index, write_summary
+
+    trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
+    run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
+    parameters = {"dataset": str(args.dataset), "trials": trials, "storage": args.storage, "study": args.study,
+                  "metric": args.metric, "seed": getattr(args, "seed", 0),
+                  "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
+                  "run_dir": str(run_dir.resolve())}
+    print(f"sweep {args.dataset}: {trials} trials -> {run_dir}", flush=True)
+    run_notebook("sweep", run_dir, parameters)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    write_summary(run_dir, metrics)
+    update_index(args.reports)
+    if args.export:
+        path = write_config(export_config(run_dir), args.export)
+        print(f"exported the winning config to {path}")
+    print(metrics["verdict"])
+    return 0

@@ -1,0 +1,226 @@
+"""Check an index folder and repair what can be rebuilt: `hybridlab verify --index DIR [--repair]`.
+
+What is checked: the manifest parses and names a generation folder; every file of that generation
+has the size and sha256 the manifest recorded; the DuckDB store opens; every chunk id in DuckDB is
+in BM25 and in each model's FAISS index and vice versa, counts and dimensions match the manifest;
+the embeddings cache opens.
+
+What is repairable (DuckDB is the source of truth, the embeddings cache the source of vectors):
+
+- a missing or corrupt manifest: rewritten from the copy inside the newest intact generation;
+- a corrupt DuckDB store of the live generation: the index falls back to the previous generation
+  (kept by every indexing run); the last run's changes are lost and the next `hybridlab index`
+  of the same sources re-applies them;
+- corrupt, missing or inconsistent FAISS/BM25 files: rebuilt from the store and the embeddings
+  cache into a new generation (vectors missing from the cache are re-embedded);
+- a corrupt index-local embeddings cache: moved aside as `embeddings.duckdb.corrupt-<time>` and
+  refilled by the rebuild (re-embedding everything).
+
+Not repairable: a corrupt store with no intact previous generation, or generations without a
+manifest copy (built before checksums existed): rebuild the index from its sources.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hybridlab import layout, store
+
+logger = logging.getLogger(__name__)
+
+
+def _store_problems(folder: Path) -> list[str]:
+    """Problems opening or reading the DuckDB store of a generation folder."""
+    path = folder / layout.STORE_FILE
+    if not path.is_file():
+        return [f"{path} is missing"]
+    try:
+        con = store.connect(path, read_only=True)
+    except store.IndexError_ as error:
+        return [str(error)]
+    try:
+        for table in ("documents", "chunks", "tags", "chunk_vectors", "meta"):
+            con.execute(f"SELECT count(*) FROM {table}").fetchone()
+        con.execute("SELECT max(length(text)), max(length(embed_text)) FROM chunks").fetchone()
+        con.execute("SELECT max(length(text)) FROM documents").fetchone()
+    except Exception as error:  # noqa: BLE001 - any DuckDB failure means a damaged file
+        return [f"{path} cannot be read ({str(error).splitlines()[0][:160]})"]
+    finally:
+        con.close()
+    return []
+
+
+def _cache_problems(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    try:
+        con = store.connect(path, read_only=True)
+    except store.IndexError_ as error:
+        if "another process" in str(error):
+            return []  # held by a writer: busy, not broken
+        return [str(error)]
+    try:
+        con.execute("SELECT count(*), max(octet_length(vector)) FROM embeddings").fetchone()
+    except Exception as error:  # noqa: BLE001
+        return [f"embeddings cache {path} cannot be read ({str(error).splitlines()[0][:160]})"]
+    finally:
+        con.close()
+    return []
+
+
+def cache_path(index_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The embeddings cache of an index: its own file when present, else the (shared) one the
+    manifest names, else where its own would be."""
+    local = Path(index_dir) / layout.CACHE_FILE
+    named = manifest.get("embedding_cache")
+    if local.exists() or not named or not Path(named).exists():
+        return local
+    return Path(named)
+
+
+def _intact(index_dir: Path, folder: Path) -> dict[str, Any] | None:
+    """The manifest copy of a generation folder when every file matches it and the store reads."""
+    copy = folder / layout.MANIFEST
+    try:
+        manifest = json.loads(copy.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("path") != folder.name or "files" not in manifest:
+        return None
+    if layout.file_problems(index_dir, manifest, hash_all=True) or _store_problems(folder):
+        return None
+    return manifest
+
+
+def verify(index_dir: str | Path) -> list[str]:
+    """Every problem found in the index folder; empty when it is consistent."""
+    index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        raise layout.IndexNotFoundError(f"no index at {index_dir}")
+    try:
+        manifest = layout.read_manifest(index_dir)
+    except (layout.IndexNotFoundError, layout.CorruptIndexError) as error:
+        return [str(error)]
+    problems = layout.file_problems(index_dir, manifest, hash_all=True)
+    generation = index_dir / manifest["path"]
+    problems += _store_problems(generation)
+    problems += _cache_problems(cache_path(index_dir, manifest))
+    if problems:
+        return problems
+    from hybridlab.search import Index
+
+    try:
+        index = Index(index_dir, check=False)
+    except layout.CorruptIndexError as error:
+        return [str(error)]
+    try:
+        return index.consistency_problems()
+    finally:
+        index.close()
+
+
+def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
+    """Repair what :func:`verify` finds; returns the actions taken (empty when nothing was wrong).
+
+    Raises CorruptIndexError when the index cannot be repaired (the message says how to rebuild)."""
+    index_dir = Path(index_dir)
+    actions: list[str] = []
+    if not verify(index_dir):
+        return actions
+    rebuild = False
+    with layout.WriterLock(index_dir):
+        try:
+            manifest = layout.read_manifest(index_dir)
+        except (layout.IndexNotFoundError, layout.CorruptIndexError) as error:
+            manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
+        if _store_problems(index_dir / manifest["path"]) or \
+                any(name == layout.STORE_FILE for name in _damaged_files(index_dir, manifest)):
+            manifest = _restore_manifest(index_dir, manifest, actions,
+                                         reason=f"{index_dir / manifest['path'] / layout.STORE_FILE} is damaged")
+        cache = cache_path(index_dir, manifest)
+        if _cache_problems(cache):
+            if cache.resolve() != (index_dir / layout.CACHE_FILE).resolve():
+                raise layout.CorruptIndexError(
+                    f"the shared embeddings cache {cache} is corrupt; move it aside and run "
+                    f"`hybridlab verify --repair --index {index_dir}` again (vectors will be re-embedded)")
+            aside = cache.with_name(f"{cache.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            cache.rename(aside)
+            Path(f"{cache}.wal").unlink(missing_ok=True)
+            actions.append(f"moved the corrupt embeddings cache aside to {aside}")
+        rebuild = bool(verify(index_dir))
+    if rebuild:
+        from hybridlab.indexer import apply_changes
+
+        report = apply_changes(index_dir, [], None, progress=progress, force=True,
+                               cache_path=cache_path(index_dir, layout.read_manifest(index_dir)))
+        actions.append(f"rebuilt BM25 and FAISS from DuckDB and the embeddings cache as generation "
+                       f"{report.generation} ({report.cache_hits} vectors from cache, {report.embedded} re-embedded)")
+    remaining = verify(index_dir)
+    if remaining:
+        raise layout.CorruptIndexError(f"index {index_dir} is still inconsistent after repair: {remaining[0]}; "
+                                       "rebuild it from its sources with `hybridlab index PATHS --index DIR`")
+    return actions
+
+
+def _damaged_files(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    generation = index_dir / manifest["path"]
+    damaged = []
+    for problem in layout.file_problems(index_dir, manifest, hash_all=True):
+        for name in manifest.get("files", {}):
+            if problem.startswith(f"{generation / name} "):
+                damaged.append(name)
+    return damaged
+
+
+def _restore_manifest(index_dir: Path, live: dict[str, Any] | None, actions: list[str], reason: str) -> dict[str, Any]:
+    """Point the manifest at the newest intact generation (older than the live one when the live
+    one is damaged); CorruptIndexError when there is none."""
+    candidates = layout.generations(index_dir)
+    if live is not None:
+        candidates = [p for p in candidates if p.name < live["path"]]
+    for folder in reversed(candidates):
+        manifest = _intact(index_dir, folder)
+        if manifest is not None:
+            layout.write_manifest(index_dir, manifest)
+            lost = "" if live is None else "; the changes of the later run are lost: index its sources again"
+            actions.append(f"{reason}: manifest now names the intact generation {folder.name}{lost}")
+            return manifest
+    raise layout.CorruptIndexError(
+        f"{reason}, and no intact generation with a manifest copy is left in {index_dir}; "
+        f"rebuild the index from its sources: remove {index_dir} and run `hybridlab index PATHS --index {index_dir}`"
+    )
+
+
+def cli_verify(args: argparse.Namespace) -> int:
+    """`hybridlab verify --index DIR [--repair] [--json]`: 0 when consistent (after repair), 1 otherwise."""
+    index_dir = Path(args.index_dir)
+    actions: list[str] = []
+    if getattr(args, "repair", False):
+        try:
+            actions = repair(index_dir, progress=False)
+        except layout.CorruptIndexError as error:
+            problems = [str(error)]
+        else:
+            problems = verify(index_dir)
+    else:
+        problems = verify(index_dir)
+    if getattr(args, "json", False):
+        print(json.dumps({"index": str(index_dir), "ok": not problems, "problems": problems, "repaired": actions},
+                         indent=2))
+    else:
+        for action in actions:
+            print(f"repaired: {action}")
+        if problems:
+            for problem in problems:
+                print(f"PROBLEM: {problem}")
+            if not getattr(args, "repair", False):
+                print(f"run `hybridlab verify --repair --index {index_dir}` to rebuild what is inconsistent",
+                      file=sys.stderr)
+        else:
+            print(f"OK: {index_dir} is consistent")
+    return 1 if problems else 0

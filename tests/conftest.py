@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny corpus of every source kind and one small index built from it.
+
+Fixture files live in `tests/data/` (written by hand for these tests, no dataset text):
+
+    tests/data/corpus/
+      docs/panel/tabulator.md     markdown: H1 + H2 sections, SelectEditor, add_filter, page_size,
+                                  a code fence with a `#` comment line
+      docs/panel/deploy.rst       reST headings, ERR_TLS_CERT_ALTNAME_INVALID
+      docs/hvplot/scatter.ipynb   notebook: markdown + code cells; one output holds
+                                  `zyzzyvaoutputonly` (outputs must not be indexed)
+      docs/faq.txt                plain text without headings
+      memories.jsonl              3 memories with tags and created_at (m2 in project "infra")
+      beir/corpus.jsonl           a 3-document BEIR corpus (d3 without a title)
+
+Every test that writes uses a tmp copy (`corpus_copy`), never `tests/data/` itself.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+CORPUS_DIR = DATA_DIR / "corpus"
+# The tiny corpus, in the order the shared index is built from: folder, memories, BEIR.
+CORPUS_SOURCES = ("docs", "memories.jsonl", "beir")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """`tests/data/` (read-only: copy before changing anything)."""
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """A session-wide read-only copy of `tests/data/corpus` (docs/, memories.jsonl, beir/)."""
+    root = tmp_path_factory.mktemp("tiny-corpus")
+    shutil.copytree(CORPUS_DIR, root, dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture
+def corpus_copy(tmp_path) -> Path:
+    """A private copy of the tiny corpus for one test to change (in `tmp_path/corpus`)."""
+    root = tmp_path / "corpus"
+    shutil.copytree(CORPUS_DIR, root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def embedding_cache_path(tmp_path_factory) -> Path:
+    """One embeddings cache for the session: indexes built with `cache_path=` this file embed
+    each distinct chunk text once per session. Tests that count embeddings use their own."""
+    return tmp_path_factory.mktemp("embedding-cache") / "embeddings.duckdb"
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tiny_corpus, embedding_cache_path, tmp_path_factory) -> Path:
+    """A small index of the whole tiny corpus with the default config (MiniLM, header chunking).
+    Read-only for tests: build your own (e.g. with `corpus_copy`) to change it."""
+    from hybridlab.indexer import index_paths
+
+    index_dir = tmp_path_factory.mktemp("tiny-index") / "index"
+    index_paths([tiny_corpus / name for name in CORPUS_SOURCES], index_dir, progress=False,
+                cache_path=embedding_cache_path)
+    return index_dir
+
+
+@pytest.fixture(scope="session")
+def opened_tiny_index(tiny_index):
+    """`search.open_index(tiny_index)`, opened once for the session."""
+    from hybridlab.search import open_index
+
+    index = open_index(tiny_index)
+    yield index
+    index.close()
