@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/hybridlab demo
 
 test: setup
-	$(BIN)/python -m pytest tests -x -q
+	$(BIN)/python -m pytest tests -q
 
 test-fast: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"

@@ -1,0 +1,31 @@
+"""hybridlab: hybrid retrieval (dense + BM25 + tags + recency, fused), evaluated with ranx.
+
+The public names are imported lazily, so `import hybridlab` (and `hybridlab --help`) stays instant.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "open_index": "hybridlab.search",
+    "Index": "hybridlab.search",
+    "SearchResult": "hybridlab.search",
+    "index_paths": "hybridlab.indexer",
+    "IndexConfig": "hybridlab.config",
+    "ChunkConfig": "hybridlab.config",
+    "SearchConfig": "hybridlab.config",
+    "make_run": "hybridlab.evaluate",
+    "score": "hybridlab.evaluate",
+    "compare": "hybridlab.evaluate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'hybridlab' has no attribute {name!r}")

@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-queries", type=int, default=100)
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="first wait up to this long for other processes to leave the CPUs idle")
+    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                        help="only re-write report.md and the plot beside an existing results.json")
     parser.add_argument("--out", type=Path, default=None,
                         help="report folder (default reports/encoding/<UTC date>)")
     args = parser.parse_args(argv)
@@ -365,6 +367,12 @@ def render_markdown(report: dict) -> str:
             f"| {r['ndcg@10_subset']:.4f} | {_fmt(r.get('delta_vs_reference_subset'), '+.4f')} "
             f"| {_fmt(cosine, '.4f')} | {_fmt(r.get('other_cores_busy_during_encoding'), '.2f')} |"
         )
+    busiest = max((r.get("other_cores_busy_during_encoding") or 0.0 for r in results), default=0.0)
+    if busiest > 0.3:
+        lines += ["", (f"**Warning: other processes kept up to {busiest:.1f} cores busy during this run** (see "
+                       "\"other load\"), so speeds are lower than on a quiet machine and the ratios between "
+                       "backends are distorted: torch's spinning thread pool suffers most from a taken core, "
+                       "onnxruntime without spinning least. Quality figures (nDCG, cosines) are unaffected.")]
     lines += ["", ("other load = cores kept busy by other processes during the encoding pass (machine busy time "
               "from /proc/stat minus this process's CPU time); near 0 means a clean measurement, 1 means the "
               "second core was taken and the speeds are not comparable."),
@@ -431,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     # An entry point, so it may set these: never download, and no tokenizer threads fighting for 2 cores.
     for variable, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(variable, value)
+    if args.render is not None:
+        report = json.loads(args.render.read_text())
+        (args.render.parent / "report.md").write_text(render_markdown(report))
+        plot(report, args.render.parent / "speed_vs_ndcg.png")
+        print(render_markdown(report))
+        return 0
     out = args.out or REPO_ROOT / "reports" / "encoding" / datetime.now(UTC).strftime("%Y-%m-%d")
     out.mkdir(parents=True, exist_ok=True)
     quiet = wait_until_quiet(args.wait_quiet) if args.wait_quiet > 0 else None

@@ -175,13 +175,15 @@ def _chunk_kind(piece: str, default_language: str | None) -> tuple[str, str | No
 
 def chunk_text(
     text: str,
-    config: ChunkConfig = ChunkConfig(),
+    config: ChunkConfig | None = None,
     *,
     fmt: str = "markdown",
     title: str = "",
     language: str | None = None,
 ) -> list[Chunk]:
-    """Chunk one document. `fmt` is `markdown`, `rst` or `text`; empty text gives no chunks."""
+    """Chunk one document (default config: `ChunkConfig()`). `fmt` is `markdown`, `rst` or `text`;
+    empty text gives no chunks."""
+    config = config or ChunkConfig()
     if not text.strip():
         return []
     if fmt == "markdown":

@@ -6,8 +6,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 DEFAULT_INDEX = ".hybridlab"
 logger = logging.getLogger("hybridlab")
@@ -15,6 +16,13 @@ logger = logging.getLogger("hybridlab")
 
 class UsageError(ValueError):
     """A command-line mistake with a one-line message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (`error: ... (see `hybridlab search --help`)`), exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -289,7 +297,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hybridlab", description=(
+    parser = _Parser(prog="hybridlab", description=(
         "Hybrid retrieval research kit: dense vectors + BM25 + tags + recency, fused; evaluated with ranx; "
         "served over MCP."))
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
@@ -363,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="ndcg@10")
     p.add_argument("--reports", default="reports", help="reports folder")
     p.add_argument("--export", default="configs/best.json", help="where the winning config is exported")
+    p.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler (default 0)")
+    p.add_argument("--max-index-configs", type=_positive_int, default=4,
+                   help="distinct index builds (BM25 k1/b, chunking) a study may use (default 4)")
+    p.add_argument("--model", action="append", dest="models", metavar="NAME",
+                   help="embedding model of the swept indexes (repeatable; default all-MiniLM-L6-v2)")
     p.set_defaults(func=_delegate("hybridlab.sweep", "cli_sweep"))
 
     p = sub.add_parser("report", help="run the report notebook over the latest sweeps")
@@ -389,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="write logs here instead of stderr")
     p.add_argument("--lock-wait", type=float, default=10.0, metavar="SECONDS",
                    help="how long store_memory waits for another process's writer lock (default 10)")
+    p.add_argument("--commit-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="defer memory commits up to this long and batch them (default 0: each store_memory "
+                        "returns once committed); reads commit the queue first")
     p.set_defaults(func=_delegate("hybridlab.mcp_server", "cli_mcp"))
 
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")

@@ -5,9 +5,9 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 Qrels = dict[str, dict[str, int]]
 
@@ -64,7 +64,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
             if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")
+                raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
             yield line_number, obj
 
 
@@ -120,7 +120,7 @@ class Dataset:
     queries: dict[str, str]
     qrels: Qrels
 
-    def split(self, split: str) -> "Dataset":
+    def split(self, split: str) -> Dataset:
         """The same dataset restricted to the queries of a deterministic `dev`/`test`/`all` split."""
         if split == "all":
             return self

@@ -6,8 +6,8 @@ keeps the embeddings it computed and the next run embeds only what is new.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -5,9 +5,10 @@ Runs and qrels are plain dicts at the boundary; they become ranx objects only in
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]

@@ -13,10 +13,11 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -313,7 +314,11 @@ def apply_changes(
             )
         old_config = IndexConfig.from_dict(manifest["config"]) if manifest else None
         config = config or old_config or IndexConfig()
-        config = dataclasses.replace(config, models=canonical_models(config.models))
+        config = dataclasses.replace(
+            config, models=canonical_models(config.models),
+            model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
+            model_by_language=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_language),
+        )
         old_generation = index_dir / manifest["path"] if manifest else None
         layout.remove_stale(index_dir, keep=old_generation,
                             previous=layout.previous_generation(index_dir, old_generation))
@@ -354,7 +359,7 @@ def apply_changes(
             _checkpoint("store-committed")
             cache = EmbeddingCache(cache_file)
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
-            dims = _embed_missing(con, cache, config.models, report, config, known, progress)
+            dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
             artifacts = build_artifacts(con, cache, tmp, config, dims, progress=progress)
             counts = store.counts(con)
             con.execute("CHECKPOINT")
@@ -369,7 +374,7 @@ def apply_changes(
                 "format": layout.FORMAT_VERSION,
                 "generation": number,
                 "path": final.name,
-                "built_at": datetime.now(timezone.utc).isoformat(),
+                "built_at": datetime.now(UTC).isoformat(),
                 "build_seconds": round(report.seconds, 3),
                 "config": config.to_dict(),
                 "counts": {"documents": counts["documents"], "chunks": counts["chunks"]},

@@ -9,10 +9,11 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hybridlab.datasets import find_file, iter_jsonl
 
@@ -62,12 +63,12 @@ class IngestReport:
 def parse_datetime(value: Any, where: str) -> datetime:
     """ISO-8601 (a trailing `Z` allowed) to an aware UTC datetime; ValueError names `where`."""
     if not isinstance(value, str):
-        raise ValueError(f"{where}: 'created_at' must be an ISO-8601 string, got {type(value).__name__}")
+        raise ValueError(f"{where}: 'created_at' must be an ISO-8601 string, got {type(value).__name__}")  # noqa: TRY004
     try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.strip())  # Python 3.11+ reads a trailing Z
     except ValueError:
         raise ValueError(f"{where}: 'created_at' is not ISO-8601: {value!r}") from None
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def source_kind(path: Path) -> str:
@@ -108,7 +109,7 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
 
     try:
         notebook = nbformat.reads(raw, as_version=4)
-    except Exception as error:  # nbformat raises several types for bad JSON / schema
+    except Exception as error:  # noqa: BLE001 (nbformat raises several types for bad JSON / schema)
         raise ValueError(f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})") from None
     metadata = notebook.get("metadata", {})
     language = (metadata.get("kernelspec", {}) or {}).get("language") or (
@@ -147,7 +148,7 @@ def read_document_file(path: Path, doc_id: str, source: str, collection: str) ->
     if fmt == "notebook":
         text, language = notebook_text(raw)
     title = first_heading(text, fmt) or path.stem
-    updated = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+    updated = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
     return Document(doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language)
 
 
@@ -185,7 +186,7 @@ def iter_beir(folder: Path) -> Iterator[Document]:
             raise ValueError(f"{path}:{line_number}: field '_id' is missing")
         text = obj.get("text", "")
         if not isinstance(text, str):
-            raise ValueError(f"{path}:{line_number}: field 'text' must be a string")
+            raise ValueError(f"{path}:{line_number}: field 'text' must be a string")  # noqa: TRY004
         title = str(obj.get("title") or "")
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         yield Document(str(obj["_id"]), source, folder.name, title, text, "beir", None, None, metadata, (), "text")
@@ -208,10 +209,10 @@ def memory_document(obj: dict, where: str, source: str) -> Document:
     updated = parse_datetime(obj["updated_at"], where) if obj.get("updated_at") else created
     memory_type = obj.get("memory_type") or "note"
     if not isinstance(memory_type, str):
-        raise ValueError(f"{where}: field 'memory_type' must be a string")
+        raise ValueError(f"{where}: field 'memory_type' must be a string")  # noqa: TRY004
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise ValueError(f"{where}: field 'metadata' must be an object")
+        raise ValueError(f"{where}: field 'metadata' must be an object")  # noqa: TRY004
     metadata = {**metadata, "memory_type": memory_type}
     collection = str(metadata.get("project") or "memories")
     title = content.strip().splitlines()[0][:80]

@@ -23,7 +23,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -93,7 +93,8 @@ def generation_files(folder: Path) -> dict[str, dict[str, Any]]:
 def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False) -> list[str]:
     """Files of the live generation that are missing, truncated or altered against the manifest's
     checksums. Sizes are always checked; sha256 of the FAISS and BM25 files (whose parsers must never
-    see garbage) and, with `hash_all`, of every file. Manifests without checksums pass."""
+    see garbage) and, with `hash_all`, of every file (opening an index does: a garbled DuckDB page
+    may otherwise only show in a later query, or never). Manifests without checksums pass."""
     generation = Path(index_dir) / manifest["path"]
     problems = []
     for name, expected in (manifest.get("files") or {}).items():
@@ -120,6 +121,8 @@ def read_manifest(index_dir: Path) -> dict[str, Any]:
     if not path.exists():
         if not Path(index_dir).exists():
             raise IndexNotFoundError(f"no index at {index_dir} (build one with `hybridlab index PATH --index {index_dir}`)")
+        if generations(index_dir):
+            raise CorruptIndexError(f"{path} is missing but generation folders exist; {repair_hint(index_dir)}")
         raise IndexNotFoundError(f"no index at {index_dir}: {MANIFEST} is missing")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -200,7 +203,7 @@ class WriterLock:
     index_dir: Path
     handle: Any = None
 
-    def __enter__(self) -> "WriterLock":
+    def __enter__(self) -> Self:
         self.index_dir.mkdir(parents=True, exist_ok=True)
         path = self.index_dir / LOCK_FILE
         handle = open(path, "a+", encoding="utf-8")

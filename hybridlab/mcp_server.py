@@ -106,6 +106,8 @@ class StoredMemoryResponse(BaseModel):
     created_at: str
     batch_size: int = Field(description="memories committed together in this index generation")
     seconds: float
+    pending: bool = Field(False, description="true when the commit is deferred (--commit-delay); it is "
+                                             "still found by the next search")
 
 
 def _tool_error(error: BaseException):
@@ -122,14 +124,14 @@ class _Service:
     using the previous generation) and the index re-opens under it afterwards."""
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
-                 lock_wait: float) -> None:
+                 lock_wait: float, commit_delay: float) -> None:
         from hybridlab.memory import MemoryWriter
         from hybridlab.search import open_index
 
         self.index_dir = Path(index_dir)
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.index = open_index(self.index_dir, config)
-        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait)
+        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay)
         self.lock = threading.RLock()
         self.warm_seconds: float | None = None
 
@@ -146,10 +148,15 @@ class _Service:
         logger.info("embedding model warm in %.2fs", self.warm_seconds)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[Any]:
-        """The index under the lock; library errors become tool errors."""
+    def reading(self, flush: bool = True) -> Iterator[Any]:
+        """The index under the lock, deferred memories committed first; library errors become tool errors."""
         from hybridlab.layout import CorruptIndexError, IndexLockedError
 
+        try:
+            if flush:
+                self.writer.flush()
+        except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
+            logger.warning("could not commit %d queued memories before reading: %s", self.writer.pending, error)
         with self.lock:
             try:
                 yield self.index
@@ -158,20 +165,24 @@ class _Service:
 
 
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
-                  warm: bool = False, lock_wait: float = 10.0) -> Any:
+                  warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0) -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
-    process's writer lock before it reports the index as locked."""
+    process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
+    commits (see :mod:`hybridlab.memory`)."""
     from mcp.server.mcpserver import MCPServer
 
-    service = _Service(index_dir, config, lock_wait)
+    service = _Service(index_dir, config, lock_wait, commit_delay)
 
     @asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
         if warm:
             threading.Thread(target=service.warm, name="hybridlab-warm", daemon=True).start()
-        yield {}
+        try:
+            yield {}
+        finally:
+            service.writer.flush()  # deferred memories are committed before the server exits
 
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
     server.service = service  # for tests and the benchmark
@@ -234,7 +245,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             stored = service.writer.store(content, tags, memory_type, created_at)
         except (ValueError, FileNotFoundError, CorruptIndexError, IndexLockedError) as error:
             raise _tool_error(error) from None
-        with service.reading() as index:
+        with service.reading(flush=False) as index:
             index.refresh()
         return StoredMemoryResponse(**stored.to_dict())
 
@@ -265,7 +276,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         facts["search_config"] = asdict(config)
         facts["search_config_sources"] = sources
         facts["config_file"] = service.config_path
-        facts["server"] = {"memory_commits": service.writer.commits, "warm_seconds": service.warm_seconds}
+        facts["server"] = {"memory_commits": service.writer.commits, "memories_pending": service.writer.pending,
+                           "commit_delay": service.writer.commit_delay, "warm_seconds": service.warm_seconds}
         return facts
 
     return server
@@ -309,7 +321,8 @@ def cli_mcp(args: argparse.Namespace) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the libraries, not even on stderr
     started = time.perf_counter()
     with stdout_to_stderr():
-        server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait)
+        server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
+                               commit_delay=args.commit_delay)
     index = server.service.index
     logger.info("serving %s (%d chunks, generation %s) over %s; opened in %.2fs", args.index_dir, index.n_chunks,
                 index.manifest["generation"], args.transport, time.perf_counter() - started)

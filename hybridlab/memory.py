@@ -5,6 +5,11 @@ rebuilt), so a commit costs far more than the memory itself. :class:`MemoryWrite
 group-commits: stores that arrive while a commit is running are written together by the next one.
 Each :meth:`MemoryWriter.store` returns only once its memory is committed (durable, and visible to
 any reader that refreshes), so there is no window in which an acknowledged memory can be lost.
+
+With `commit_delay > 0` (opt-in, for write-heavy loads) a store returns at once and its memory waits
+up to that long in a queue; :meth:`MemoryWriter.flush` (which the MCP server calls before every read)
+commits the queue, so a memory is still found by the next search. The price: a crash loses the
+memories of the last `commit_delay` seconds although they were acknowledged.
 """
 from __future__ import annotations
 
@@ -43,10 +48,12 @@ class StoredMemory:
     created_at: str
     batch_size: int
     seconds: float
+    pending: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "generation": self.generation, "tags": list(self.tags),
-                "created_at": self.created_at, "batch_size": self.batch_size, "seconds": round(self.seconds, 3)}
+                "created_at": self.created_at, "batch_size": self.batch_size, "seconds": round(self.seconds, 3),
+                "pending": self.pending}
 
 
 def new_memory_id() -> str:
@@ -86,13 +93,18 @@ def _cache_path(index_dir: Path) -> Path | None:
 
 
 class MemoryWriter:
-    """Commits memories to one index folder; concurrent stores share a generation (group commit)."""
+    """Commits memories to one index folder; concurrent stores share a generation (group commit).
+    `commit_delay` > 0 defers commits (see the module docstring); call :meth:`flush` before reading."""
 
     def __init__(self, index_dir: str | os.PathLike, *, source: str = MEMORY_SOURCE,
-                 lock_wait: float = LOCK_WAIT_SECONDS) -> None:
+                 lock_wait: float = LOCK_WAIT_SECONDS, commit_delay: float = 0.0) -> None:
+        if commit_delay < 0:
+            raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay}")
         self.index_dir = Path(index_dir)
         self.source = source
         self.lock_wait = lock_wait
+        self.commit_delay = commit_delay
+        self._timer: threading.Timer | None = None
         self._pending: list[tuple[Document, Future]] = []
         self._pending_lock = threading.Lock()
         self._commit_lock = threading.Lock()
@@ -106,6 +118,13 @@ class MemoryWriter:
         future: Future = Future()
         with self._pending_lock:
             self._pending.append((document, future))
+            if self.commit_delay > 0:
+                if self._timer is None:
+                    self._timer = threading.Timer(self.commit_delay, self._flush_quietly)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return StoredMemory(document.doc_id, None, document.tags, _iso(document.created_at), 0,
+                                    time.perf_counter() - started, pending=True)
         with self._commit_lock:
             if not future.done():  # nobody committed it meanwhile: commit everything pending
                 self._commit()
@@ -113,17 +132,43 @@ class MemoryWriter:
         return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
                             time.perf_counter() - started)
 
+    @property
+    def pending(self) -> int:
+        """Memories acknowledged but not committed yet (only with `commit_delay`)."""
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Commit every queued memory now (a no-op when nothing waits). With `commit_delay`, a failed
+        commit puts the memories back in the queue and raises."""
+        if not self._pending:
+            return
+        with self._commit_lock:
+            self._commit()
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except Exception as error:  # noqa: BLE001 - a timer thread has nobody to raise to
+            logger.warning("deferred commit of memories failed (%s); retrying on the next read", error)
+
     def _commit(self) -> None:
         from hybridlab.indexer import apply_changes
 
         with self._pending_lock:
             batch, self._pending = self._pending, []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         if not batch:
             return
         documents = [document for document, _ in batch]
         try:
             report = self._apply(apply_changes, documents)
-        except BaseException as error:  # noqa: BLE001 - handed to every waiting store, re-raised there
+        except BaseException as error:  # handed to every waiting store, re-raised there
+            if self.commit_delay > 0:  # acknowledged already: keep them queued for the next flush
+                with self._pending_lock:
+                    self._pending[:0] = batch
+                raise
             for _, future in batch:
                 future.set_exception(error)
             return

@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 MAX_QUERY_CHARS = 10_000
 QUERY_CACHE_SIZE = 4096
 FILTER_CACHE_SIZE = 64
+TAG_TIEBREAK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class _Outcome:
     config: SearchConfig
     model: str | None
     query_tags: tuple[str, ...]
+    query_collections: tuple[str, ...]
     tag_boost: float
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -115,6 +117,8 @@ class Index:
         self._query_vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._check = check
         self._con = None
+        self.last_timings: dict[str, float] = {}
+        self.last_mode: str | None = None  # parallel / staged / fallback / vector / bm25 / tags
         self._load()
 
     # ---------------------------------------------------------------- loading
@@ -127,7 +131,7 @@ class Index:
         generation = self.index_dir / manifest["path"]
         self.manifest = manifest
         self._manifest_stamp = self._stamp()
-        damaged = layout.file_problems(self.index_dir, manifest)
+        damaged = layout.file_problems(self.index_dir, manifest, hash_all=True)
         if damaged:
             raise layout.CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(self.index_dir)}")
         if self._con is not None:
@@ -174,6 +178,14 @@ class Index:
                 f"run `hybridlab verify --repair --index {self.index_dir}`"
             ) from None
         self.tag_vocabulary = TagVocabulary(self.tag_rows, stopwords=self.sparse.tokenizer.stopwords)
+        collection_array = np.asarray(self.collections, dtype=object)
+        self.collection_rows = {name: np.flatnonzero(collection_array == name) for name in self.known_collections}
+        # a query naming a collection (a memory store's project) scopes the tag signal to it; only
+        # meaningful when there is more than one collection
+        self.collection_vocabulary = TagVocabulary(
+            self.known_collections if len(self.known_collections) > 1 else (),
+            stopwords=self.sparse.tokenizer.stopwords,
+        )
         self.dense: dict[str, DenseIndex] = {}
         for model, info in manifest.get("models", {}).items():
             path = generation / info["file"]
@@ -341,18 +353,37 @@ class Index:
     def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
         return resolve_search_config(options, config_file=self.config_file, n_chunks=self.n_chunks)
 
-    def _tag_run(self, query_tags: Sequence[str], mask: np.ndarray | None, depth: int) -> dict[int, float]:
-        """Rows carrying any of the query's tags, scored by how many they carry."""
-        if not query_tags:
+    def _tag_run(self, query_tags: Sequence[str], query_collections: Sequence[str], mask: np.ndarray | None,
+                 depth: int, model: str | None, vector: np.ndarray | None) -> dict[int, float]:
+        """Rows carrying the query's tags (or in a collection the query names), scored by how many of
+        them match: +1 per matching tag, +1 when the chunk's collection is named. With a `vector`
+        (given for rank fusion only), equal counts are ordered by the chunk's cosine similarity to the
+        query (added as `0.001 * (1 + cos) / 2`, which never outweighs one more matching tag), so RRF
+        does not rank them by row id; score fusions see the plain counts."""
+        if not query_tags and not query_collections:
             return {}
-        counts: dict[int, float] = {}
+        counts = np.zeros(self.n_chunks, dtype=np.float64)
         for tag in query_tags:
-            for row in self.tag_rows.get(tag, ()):
-                if mask is None or mask[row]:
-                    counts[int(row)] = counts.get(int(row), 0.0) + 1.0
-        if len(counts) > depth:
-            counts = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:depth])
-        return counts
+            rows = self.tag_rows.get(tag)
+            if rows is not None:
+                counts[rows] += 1.0
+        for name in query_collections:
+            counts[self.collection_rows[name]] += 1.0
+        if mask is not None:
+            counts[~mask] = 0.0
+        rows = np.flatnonzero(counts)
+        if not len(rows):
+            return {}
+        scores = counts[rows]
+        if model is not None and vector is not None:
+            ids, cosine = self.dense[model].score_ids(vector, self.chunk_ids[rows])
+            similarity = np.zeros(len(rows))
+            similarity[np.isin(self.chunk_ids[rows], ids)] = (1.0 + cosine) / 2.0
+            scores = scores + TAG_TIEBREAK * np.clip(similarity, 0.0, 1.0)
+        if len(rows) > depth:
+            keep = np.lexsort((rows, -scores))[:depth]
+            rows, scores = rows[keep], scores[keep]
+        return dict(zip(rows.tolist(), scores.tolist()))
 
     def _dense_run(self, model: str, vector: np.ndarray, depth: int, mask: np.ndarray | None) -> dict[int, float]:
         dense = self.dense[model]
@@ -384,54 +415,65 @@ class Index:
         if boost_tags is None:
             match = self.tag_vocabulary.extract(query)
             query_tags, matched_terms = match.tags, match.matched_terms
+            query_collections = self.collection_vocabulary.extract(query).tags
         else:
             query_tags, matched_terms = resolve_tags(boost_tags, self.tag_vocabulary), len(boost_tags)
+            query_collections = ()
         tag_boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
         term_ids = self.sparse.query_ids(query) if mode in {"hybrid", "bm25"} else []
         staged = config.staged if config.staged is not None else self.n_chunks > config.staged_threshold
         staged = staged and mode == "hybrid" and model is not None
-        depth = max(config.depth, config.limit)
+        depth = min(max(config.depth, config.limit), max(n_allowed, 1))
+        run_mode = "staged" if staged else "parallel"
         while True:
             runs: dict[str, dict[int, float]] = {}
-            run_mode = "parallel"
             if mode in {"hybrid", "bm25"}:
-                width = max(config.candidates, depth) if staged else depth
+                width = max(config.candidates, depth) if run_mode == "staged" else depth
                 rows, scores = self.sparse.top(term_ids, width, mask)
                 runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
             if mode in {"hybrid", "tags"}:
-                runs["tags"] = self._tag_run(query_tags, mask, depth)
-            if staged:
-                if len(runs["bm25"]) < config.fallback_threshold:
-                    run_mode = "fallback"
-                    logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits",
-                                len(runs["bm25"]), config.fallback_threshold)
-                else:
-                    run_mode = "staged"
-                    candidate_rows = np.asarray(sorted(set(runs["bm25"]) | set(runs["tags"])), dtype=np.int64)
-                    ids, scores = self.dense[model].score_ids(vector, self.chunk_ids[candidate_rows])
-                    order = np.lexsort((ids, -scores))[:depth]
-                    runs["dense"] = dict(zip(self.rows_of(ids[order]).tolist(), scores[order].tolist()))
+                runs["tags"] = self._tag_run(query_tags, query_collections, mask, depth, model,
+                                             vector if config.fusion == "rrf" else None)
+            if run_mode == "staged" and len(runs["bm25"]) < config.fallback_threshold:
+                run_mode = "fallback"
+                logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits (query %r)",
+                            len(runs["bm25"]), config.fallback_threshold, query[:80])
+            if run_mode == "staged":
+                candidate_rows = np.union1d(np.fromiter(runs["bm25"], np.int64, len(runs["bm25"])),
+                                            np.fromiter(runs["tags"], np.int64, len(runs["tags"])))
+                ids, scores = self.dense[model].score_ids(vector, self.chunk_ids[candidate_rows])
+                order = np.lexsort((ids, -scores))[:depth]
+                runs["dense"] = dict(zip(self.rows_of(ids[order]).tolist(), scores[order].tolist()))
+                if len(runs["bm25"]) > depth:
                     runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
-            if model is not None and "dense" not in runs:
+            elif model is not None:
                 runs["dense"] = self._dense_run(model, vector, depth, mask)
-            hits = self._combine(runs, mode, config, tag_boost, now)
-            enough = len(self._group(hits, config)) >= config.limit if config.group_by_document else len(hits) >= config.limit
-            if enough or depth >= n_allowed:
+            hits, n_scored = self._combine(runs, mode, config, tag_boost, now)
+            found = len(self._group(hits, config)) if config.group_by_document else len(hits)
+            if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
+                break
+            if run_mode == "staged" and len(runs["bm25"]) < width:
+                # BM25 has no more candidates to offer: only a parallel search can fill `limit`
+                run_mode = "fallback"
+                logger.info("staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
+                            found, config.limit, query[:80])
+                continue
+            if depth >= n_allowed:
                 break
             depth = min(depth * 4, n_allowed)
         timings["search_ms"] = (time.perf_counter() - started) * 1000
         return _Outcome(hits, runs, run_mode if mode == "hybrid" else mode, config.alpha, sources["alpha"], config,
-                        model, query_tags, tag_boost, timings)
+                        model, query_tags, tuple(query_collections), tag_boost, timings)
 
     def _combine(self, runs: dict[str, dict[int, float]], mode: str, config: SearchConfig, tag_boost: float,
-                 now: datetime) -> list[_Hit]:
+                 now: datetime) -> tuple[list[_Hit], int]:
         if mode == "hybrid":
             weights = alpha_weights(config.alpha, config.tag_weight * tag_boost)
             fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
         else:
             fused = dict(next(iter(runs.values()), {}))
         if not fused:
-            return []
+            return [], 0
         rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
         scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
         factors = np.ones(len(rows))
@@ -442,9 +484,10 @@ class Index:
         final = scores * (1.0 - config.recency_weight + config.recency_weight * factors) if config.decay > 0 else scores
         order = np.lexsort((rows, -final))
         hits = [_Hit(int(rows[i]), float(final[i]), float(scores[i]), float(factors[i])) for i in order]
+        n_scored = len(hits)
         if config.min_score is not None:
             hits = [hit for hit in hits if hit.score >= config.min_score]
-        return hits
+        return hits, n_scored
 
     def _group(self, hits: list[_Hit], config: SearchConfig) -> list[_Hit]:
         """Best chunk per document, in score order."""
@@ -474,7 +517,9 @@ class Index:
             "dense_score": dense_score, "dense_rank": dense_rank,
             "bm25_score": bm25_score, "bm25_rank": bm25_rank,
             "matched_tags": sorted(chunk_tags & set(outcome.query_tags)),
-            "query_tags": list(outcome.query_tags), "tag_boost": outcome.tag_boost,
+            "query_tags": list(outcome.query_tags), "query_collections": list(outcome.query_collections),
+            "matched_collection": self.collections[hit.row] in outcome.query_collections,
+            "tag_score": (outcome.runs.get("tags") or {}).get(hit.row), "tag_boost": outcome.tag_boost,
             "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
             "fusion": outcome.config.fusion, "rrf_k": outcome.config.rrf_k,
             "normalization": outcome.config.normalization, "alpha": outcome.alpha,
@@ -499,19 +544,39 @@ class Index:
         **options: Any,
     ) -> list[SearchResult]:
         """Search; keyword options are any :class:`SearchConfig` field (limit, mode, alpha, fusion,
-        rrf_k, depth, decay, staged, candidates, min_score, ...). `tags=None` extracts tags from the
-        query, `tags=[]` turns tag signals off, `tags=[...]` uses (and filters by) those tags."""
+        rrf_k, depth, decay, staged, candidates, min_score, ...).
+
+        Tags: `tags=None` extracts the index's tags named in the query (case-insensitive, `-`/`_`/space
+        variants, multi-word tags, stop words dropped) and a collection the query names; chunks
+        carrying them form the tag run, fused with weight `(1 - alpha) * tag_weight` (x `tag_boost`
+        when `tag_boost_min_terms`+ query words matched). No match leaves a dense+BM25 search, ranked
+        exactly as with `tags=[]`, which turns tag signals off. `tags=[...]` are used as given: they
+        drive the tag run AND filter the results to chunks carrying all of them (any of them with
+        `tags_any=True`).
+
+        Filters (`tags`, `chunk_types` any-of, `collection`, `since`/`until` on the update date,
+        `embedding_model` = chunks having vectors of that model) are resolved in DuckDB to a row set
+        pushed into both retrievers, so `limit` results come back whenever `limit` chunks match.
+        `min_score` applies to the final score. Unknown chunk types/collections raise ValueError.
+
+        Recency: final = fused * (1 - recency_weight + recency_weight * exp(-decay * days)), days since
+        the update relative to `now` (argument > `HYBRIDLAB_NOW` > clock). The factor only scales
+        the fused score by at most `recency_weight` (20%), so it reorders near-ties (the newest of
+        near-identical memories wins) but cannot bury an old document that is the only relevant one
+        under irrelevant new ones, which a full multiplication by the decay factor would.
+        """
         self.refresh()
         tag_list = None if tags is None else _tuple(tags)
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
             raise ValueError(f"tags must be non-empty strings, got {list(tag_list)!r}")
+        vectors_of = self.choose_model(embedding_model, None) if embedding_model else None
         filters = self.make_filters(tags=resolve_tags(tag_list, self.tag_vocabulary) if tag_list else (),
                                     tags_any=tags_any, chunk_types=chunk_types, collection=collection,
-                                    since=since, until=until)
+                                    since=since, until=until, embedding_model=vectors_of)
         options = {**options, "embedding_model": embedding_model, "language": language}
         outcome = self._retrieve(query, options, filters, tag_list, resolve_now(now))
         hits = self._group(outcome.hits, outcome.config) if outcome.config.group_by_document else outcome.hits[: outcome.config.limit]
-        self.last_timings = outcome.timings
+        self.last_timings, self.last_mode = outcome.timings, outcome.mode
         return self._hydrate(hits, outcome, query, explain)
 
     def make_filters(self, *, tags: Sequence[str] = (), tags_any: bool = False, chunk_types=None, collection=None,
@@ -528,6 +593,7 @@ class Index:
         outcome = self._retrieve(query, dict(options), filters or Filters(), None if tags is None else _tuple(tags),
                                  resolve_now(now))
         hits = self._group(outcome.hits, outcome.config) if outcome.config.group_by_document else outcome.hits
+        self.last_timings, self.last_mode = outcome.timings, outcome.mode
         return {self.doc_ids[hit.row]: hit.score for hit in hits}
 
     def _hydrate(self, hits: list[_Hit], outcome: _Outcome, query: str, explain: bool) -> list[SearchResult]:

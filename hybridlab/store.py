@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def metadata_json(metadata: dict) -> str:
 
 def counts(con) -> dict[str, Any]:
     """Counts per table, per collection, per chunk type and per model."""
-    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    one = lambda sql: con.execute(sql).fetchone()[0]
     return {
         "documents": one("SELECT count(*) FROM documents"),
         "chunks": one("SELECT count(*) FROM chunks"),

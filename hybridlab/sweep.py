@@ -152,13 +152,28 @@ class Evaluator:
         return self._datasets[split]
 
     def index(self, config: IndexConfig):
-        from hybridlab.evalsets import ensure_index
         from hybridlab.search import open_index
 
         key = index_key(config)
         if key not in self._indexes:
-            self._indexes[key] = open_index(ensure_index(self.evalset, config, progress=self.progress))
+            self._indexes[key] = open_index(self._ensure(config))
         return self._indexes[key]
+
+    def _ensure(self, config: IndexConfig, wait_s: float = 3600.0) -> Path:
+        """ensure_index, waiting while another worker builds (or checks) the same index."""
+        import time
+
+        from hybridlab.evalsets import ensure_index
+        from hybridlab.layout import IndexLockedError
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return ensure_index(self.evalset, config, progress=self.progress)
+            except IndexLockedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def run(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev"):
         """The run (`{qid: {doc_id: score}}`) of these settings over the split's queries."""
@@ -230,6 +245,25 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
     return url
 
 
+def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, attempts: int = 10):
+    """Create or load the study; workers starting together may race to create the SQLite schema
+    (sqlalchemy OperationalError), so a few retries follow."""
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
+                                       sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize",
+                                       load_if_exists=True)
+        except OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
+
+
 def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = None,
               study_name: str | None = None, run_dir: str | os.PathLike | None = None,
               metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
@@ -248,10 +282,7 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
                           max_index_configs=max_index_configs)
     if not progress:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=study_name or f"{evalset.name}-{metric}", storage=storage_for(storage, run_dir),
-        sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize", load_if_exists=True,
-    )
+    study = _create_study(optuna, study_name or f"{evalset.name}-{metric}", storage, run_dir, seed)
     study.set_user_attr("dataset", str(dataset))
     study.set_user_attr("metric", metric)
     study.optimize(objective, n_trials=trials * 5,
@@ -336,6 +367,7 @@ def cli_sweep(args: argparse.Namespace) -> int:
     parameters = {"dataset": str(args.dataset), "trials": trials, "storage": args.storage, "study": args.study,
                   "metric": args.metric, "seed": getattr(args, "seed", 0),
                   "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
+                  "models": getattr(args, "models", None),
                   "run_dir": str(run_dir.resolve())}
     print(f"sweep {args.dataset}: {trials} trials -> {run_dir}", flush=True)
     run_notebook("sweep", run_dir, parameters)

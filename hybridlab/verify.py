@@ -63,7 +63,7 @@ def _cache_problems(path: Path) -> list[str]:
     except store.IndexError_ as error:
         if "another process" in str(error):
             return []  # held by a writer: busy, not broken
-        return [str(error)]
+        return [f"embeddings cache: {error}"]
     try:
         con.execute("SELECT count(*), max(octet_length(vector)) FROM embeddings").fetchone()
     except Exception as error:  # noqa: BLE001

@@ -1,6 +1,7 @@
 """Chunking: header sections, size bound with overlap, tiny-section merging, exact slices."""
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -36,7 +37,7 @@ def assert_exact_cover(text: str, chunks: list[Chunk]) -> None:
     assert chunks[-1].end_char == len(text)
     for chunk in chunks:
         assert chunk.text == text[chunk.start_char:chunk.end_char]
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert after.start_char <= before.end_char, "gap between chunks"
         assert after.start_char > before.start_char
         assert after.end_char > before.end_char
@@ -124,7 +125,7 @@ def test_long_section_splits_on_paragraph_boundaries_with_overlap():
     assert len(chunks) >= 4
     assert all(len(c.text) <= 1000 for c in chunks)
     assert_exact_cover(text, chunks)
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert before.text.endswith("\n\n"), "cut on a paragraph boundary"
         overlap = before.end_char - after.start_char
         assert 0 < overlap <= 150
@@ -225,10 +226,10 @@ def test_whole_strategy_keeps_markdown_documents_whole():
 
 
 def test_notebook_markdown_is_chunked_by_its_headers():
-    from hybridlab.ingest import notebook_text
-
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from hybridlab.ingest import notebook_text
 
     notebook = new_notebook(cells=[
         new_markdown_cell("# Plots\n\n" + para("plot", 50)),
@@ -273,7 +274,7 @@ def test_chunks_are_exact_bounded_slices_covering_the_text(text, config, fmt):
     assert all(0 < len(c.text) <= config.chunk_size for c in chunks)
     if config.chunk_overlap == 0:
         assert "".join(c.text for c in chunks) == text
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert before.end_char - after.start_char <= config.chunk_overlap
 
 

@@ -130,7 +130,7 @@ def test_compare_identical_runs_are_not_significant_and_json_safe():
     comparison = compare(QRELS_N, {"a": BASELINE, "b": BASELINE}, ["mrr", "hit_rate@10"])
     assert comparison.p_values["b"] == {"mrr": 1.0, "hit_rate@10": 1.0}  # ranx says NaN: no difference
     json.loads(json.dumps(comparison.to_dict(), allow_nan=False))
-    row_b = [line for line in comparison.to_markdown().splitlines() if line.startswith("| b |")][0]
+    row_b = next(line for line in comparison.to_markdown().splitlines() if line.startswith("| b |"))
     assert [cell.strip().endswith("†") for cell in row_b.split("|")[2:-1]] == [True, True]
 
 
@@ -168,9 +168,8 @@ def test_wins_losses():
 class FakeIndex:
     """Just what make_run needs: no dense vectors, and a run per query that records its options."""
 
-    dense: dict = {}
-
     def __init__(self):
+        self.dense = {}
         self.calls = []
 
     def run(self, text, **options):
@@ -244,8 +243,9 @@ def test_cli_eval_prints_a_markdown_table(tiny, capsys):
 
 
 def test_cli_eval_save_run_matches_printed_metrics(tiny, capsys):
-    from hybridlab.datasets import load_qrels
     from ranx import Run
+
+    from hybridlab.datasets import load_qrels
 
     path = tiny["root"] / "hybrid.trec"
     code, out, _ = _eval(tiny, "--json", "--save-run", str(path), capsys=capsys)

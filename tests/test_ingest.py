@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -172,11 +172,11 @@ def test_memories_jsonl(tiny_corpus):
     assert sorted(found) == ["m1", "m2", "m3"]
     m1, m2, m3 = found["m1"], found["m2"], found["m3"]
     assert m1.tags == ("build", "decision")
-    assert m1.created_at == datetime(2026, 10, 1, 9, 0, tzinfo=timezone.utc)
+    assert m1.created_at == datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
     assert m1.updated_at == m1.created_at
     assert m1.metadata == {"memory_type": "decision"} and m1.collection == "memories"
     assert m2.metadata == {"project": "infra", "memory_type": "note"} and m2.collection == "infra"
-    assert m3.created_at == datetime(2026, 9, 20, 6, 0, tzinfo=timezone.utc)  # +02:00 to UTC
+    assert m3.created_at == datetime(2026, 9, 20, 6, 0, tzinfo=UTC)  # +02:00 to UTC
     assert m1.doc_type == "memory" and m1.title == m1.text
     (chunk,) = chunk_document(m1, IndexConfig())
     assert chunk.chunk_type == "memory" and chunk.text == m1.text

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 TOPICS = {
     "docker": ("container image build", "dockerfile layers cache", "compose services network"),
     "postgres": ("database vacuum autovacuum", "index bloat btree", "replication slot lag"),
@@ -47,4 +49,30 @@ def write_tiny_evalset(folder: Path) -> Path:
                                                     for topic, text in QUERIES.items()) + "\n")
     (folder / "qrels-test.tsv").write_text("\n".join(qrels) + "\n")
     (folder / "eval.json").write_text(json.dumps({"now": NOW, "corpus": "memories.jsonl"}))
+    return folder
+
+
+MODELS = ("wordllama",)
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory) -> tuple[Path, Path]:
+    """(evaluation-set folder, cache folder) with the set's default index already built there."""
+    from hybridlab.config import IndexConfig
+    from hybridlab.evalsets import ensure_index
+    from hybridlab.sweep import resolve_evalset
+
+    root = tmp_path_factory.mktemp("tiny")
+    folder, cache = write_tiny_evalset(root / "tiny"), root / "cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HYBRIDLAB_CACHE", str(cache))
+        ensure_index(resolve_evalset(folder), IndexConfig(models=MODELS), progress=False)
+    return folder, cache
+
+
+@pytest.fixture
+def tiny_env(tiny_index, monkeypatch) -> Path:
+    """The tiny set's folder, with HYBRIDLAB_CACHE pointing at its cache for this test only."""
+    folder, cache = tiny_index
+    monkeypatch.setenv("HYBRIDLAB_CACHE", str(cache))
     return folder

@@ -12,8 +12,9 @@ import resource
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")

@@ -8,9 +8,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hybridlab.bench.common import make_row, peak_rss_mb, worker_main
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
 
@@ -20,7 +21,8 @@ MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "hybrid": {"mode": "hybrid", "staged": False},
     "staged": {"mode": "hybrid", "staged": True},
 }
-ENCODERS = {"torch": "all-MiniLM-L6-v2", "onnx-int8": "all-MiniLM-L6-v2-onnx-int8"}
+ENCODERS = {"torch": "all-MiniLM-L6-v2", "onnx-int8": "all-MiniLM-L6-v2-onnx-int8",
+            "torch-1thread": "all-MiniLM-L6-v2"}
 WARMUP = 5
 
 
@@ -63,6 +65,10 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
     model = index.models[0]
     rows = []
     for encoder in arguments.get("encoders", ["torch"]):
+        if encoder == "torch-1thread":  # the default torch encoder, with one intra-op thread
+            import torch
+
+            torch.set_num_threads(1)
         index._encoders[model] = load_encoder(ENCODERS[encoder])  # same MiniLM weights, another runtime
         modes = arguments["modes"] if encoder == "torch" else [m for m in arguments["modes"] if m != "bm25"]
         for mode in modes:
@@ -92,7 +98,7 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: str, repeats: int,
-        modes: Sequence[str] = tuple(MODE_OPTIONS), encoders: Sequence[str] = ("torch", "onnx-int8")) -> dict[str, Any]:
+        modes: Sequence[str] = tuple(MODE_OPTIONS), encoders: Sequence[str] = ("torch", "onnx-int8", "torch-1thread")) -> dict[str, Any]:
     """Measure one index in a fresh subprocess."""
     from hybridlab.bench.common import run_worker
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import statistics
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hybridlab.bench.common import make_row, median_summary, overlap_at, peak_rss_mb, worker_main
 

@@ -1,0 +1,177 @@
+"""Staged vs parallel hybrid search on SciFact: agreement, quality and search latency.
+
+    python -m hybridlab.bench_staged [--dataset scifact] [--split test] [--candidates 50,100,200,500]
+
+Parallel hybrid runs BM25 and the dense retriever over the whole index (`depth` each) and fuses
+them; staged takes the BM25 top `candidates` and scores only those with stored vectors (falling back
+to parallel when BM25 finds fewer than `fallback_threshold` hits). For each `candidates` value this
+reports the average top-10 overlap with parallel hybrid (|staged ∩ parallel| / |parallel|), nDCG@10
+of both, how many queries fell back, and the search latency p50/p95 of each (`Index.last_timings
+["search_ms"]`: query encoding excluded; vectors are encoded once up front).
+
+A benchmark, not a test: it writes `reports/staged/<date>/report.md`, `results.json` and
+`overlap_latency.png`, and asserts nothing. Timings depend on the machine's load (2 shared cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hybridlab.datasets import REPO_ROOT
+from hybridlab.evalsets import ensure_index, get_evalset
+from hybridlab.evaluate import score
+from hybridlab.search import open_index
+
+TOP = 10
+OVERLAP_TARGET = 0.95
+NDCG_TOLERANCE = 0.01  # relative
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench_staged", description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", default="scifact", help="evaluation set with a cached index (default scifact)")
+    parser.add_argument("--split", default="test", choices=["test", "dev", "all"])
+    parser.add_argument("--candidates", default="50,100,200,500", help="comma-separated staged candidate counts")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per condition (latency = all passes)")
+    parser.add_argument("--out", default=None, help="report folder (default reports/staged/<date>)")
+    return parser.parse_args(argv)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def overlap(reference: dict[str, float], other: dict[str, float], top: int = TOP) -> float:
+    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| (1.0 when the reference is empty)."""
+    ref = set(sorted(reference, key=lambda d: (-reference[d], d))[:top])
+    got = set(sorted(other, key=lambda d: (-other[d], d))[:top])
+    return len(ref & got) / len(ref) if ref else 1.0
+
+
+def run_condition(index, queries: dict[str, str], repeats: int, **options: Any) -> dict[str, Any]:
+    """Search every query `repeats` times; the run of the last pass, all latencies, mode counts."""
+    run: dict[str, dict[str, float]] = {}
+    latencies: list[float] = []
+    modes: dict[str, int] = {}
+    for _ in range(repeats):
+        modes = {}
+        for qid, text in queries.items():
+            run[qid] = index.run(text, limit=TOP, **options)
+            latencies.append(index.last_timings["search_ms"])
+            modes[index.last_mode] = modes.get(index.last_mode, 0) + 1
+    return {"run": run, "latencies": latencies, "modes": modes}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    evalset = get_evalset(args.dataset)
+    dataset = evalset.dataset(args.split)
+    index = open_index(ensure_index(evalset, progress=False))
+    queries = {qid: dataset.queries[qid] for qid in dataset.qrels if qid in dataset.queries}
+    model = index.choose_model(None, None)
+    started = time.perf_counter()
+    index.encode_queries(model, list(queries.values()))
+    encode_s = time.perf_counter() - started
+    run_condition(index, queries, 1, staged=False)  # warm-up: vector cache, detail caches
+
+    conditions: dict[str, dict[str, Any]] = {"parallel": run_condition(index, queries, args.repeats, staged=False)}
+    candidates = [int(c) for c in args.candidates.split(",")]
+    for count in candidates:
+        conditions[f"staged-{count}"] = run_condition(index, queries, args.repeats, staged=True, candidates=count)
+
+    parallel = conditions["parallel"]["run"]
+    results: dict[str, Any] = {
+        "dataset": args.dataset, "split": args.split, "queries": len(queries), "chunks": index.n_chunks,
+        "model": model, "top": TOP, "repeats": args.repeats, "query_encoding_s": round(encode_s, 2),
+        "settings": {k: v for k, v in index._resolve({})[0].__dict__.items()},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+        "conditions": {},
+    }
+    base_ndcg = score(dataset.qrels, parallel, ["ndcg@10"])["ndcg@10"]
+    for name, outcome in conditions.items():
+        ndcg = score(dataset.qrels, outcome["run"], ["ndcg@10"])["ndcg@10"]
+        overlaps = [overlap(parallel[q], outcome["run"][q]) for q in queries]
+        results["conditions"][name] = {
+            "candidates": None if name == "parallel" else int(name.split("-")[1]),
+            "overlap@10": statistics.fmean(overlaps),
+            "min_overlap@10": min(overlaps),
+            "ndcg@10": ndcg,
+            "ndcg_delta_rel": (ndcg - base_ndcg) / base_ndcg if base_ndcg else 0.0,
+            "p50_ms": percentile(outcome["latencies"], 50),
+            "p95_ms": percentile(outcome["latencies"], 95),
+            "modes": outcome["modes"],
+        }
+    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "staged" / datetime.now(UTC).strftime("%Y-%m-%d")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "report.md").write_text(to_markdown(results, argv))
+    plot(results, out / "overlap_latency.png")
+    print(to_markdown(results, argv))
+    return results
+
+
+def to_markdown(results: dict[str, Any], argv: list[str] | None) -> str:
+    command = "python -m hybridlab.bench_staged" + (" " + " ".join(argv) if argv else "")
+    lines = [
+        f"# Staged vs parallel hybrid — {results['dataset']} ({results['split']}, {results['queries']} queries, "
+        f"{results['chunks']} chunks)", "",
+        f"Command: `{command}`  ", f"Date: {results['date']}; model {results['model']}; machine {results['machine']}; "
+        f"{results['repeats']} timed passes per condition.", "",
+        f"Targets: overlap@10 ≥ {OVERLAP_TARGET:.0%}, nDCG@10 within {NDCG_TOLERANCE:.0%} of parallel.", "",
+        "| condition | overlap@10 | min overlap | nDCG@10 | Δ vs parallel | p50 ms | p95 ms | modes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in results["conditions"].items():
+        ok = "" if name == "parallel" else (
+            " ✓" if row["overlap@10"] >= OVERLAP_TARGET and row["ndcg_delta_rel"] >= -NDCG_TOLERANCE else " ✗")
+        lines.append(
+            f"| {name}{ok} | {row['overlap@10']:.3f} | {row['min_overlap@10']:.2f} | {row['ndcg@10']:.4f} | "
+            f"{row['ndcg_delta_rel']:+.2%} | {row['p50_ms']:.2f} | {row['p95_ms']:.2f} | "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(row['modes'].items()))} |"
+        )
+    settings = results["settings"]
+    lines += ["", f"Fusion {settings['fusion']} ({settings['normalization']}), alpha {settings['alpha']} "
+              f"(adaptive), depth {settings['depth']}, fallback_threshold {settings['fallback_threshold']}. "
+              "Search time excludes query encoding (queries are encoded once in a batch first).", ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    staged = {n: r for n, r in results["conditions"].items() if n != "parallel"}
+    xs = [r["candidates"] for r in staged.values()]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(xs, [r["overlap@10"] for r in staged.values()], "o-", label="overlap@10 with parallel")
+    left.plot(xs, [r["ndcg@10"] for r in staged.values()], "s-", label="nDCG@10 staged")
+    left.axhline(results["conditions"]["parallel"]["ndcg@10"], color="grey", ls="--", label="nDCG@10 parallel")
+    left.axhline(OVERLAP_TARGET, color="red", ls=":", label="overlap target")
+    left.set_xscale("log")
+    left.set_xlabel("staged candidates")
+    left.legend(fontsize=8)
+    names = list(results["conditions"])
+    right.bar(names, [results["conditions"][n]["p50_ms"] for n in names], label="p50")
+    right.scatter(names, [results["conditions"][n]["p95_ms"] for n in names], color="black", label="p95", zorder=3)
+    right.set_ylabel("search ms (no encoding)")
+    right.tick_params(axis="x", rotation=30)
+    right.legend(fontsize=8)
+    fig.suptitle(f"staged vs parallel hybrid — {results['dataset']} {results['split']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

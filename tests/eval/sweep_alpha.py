@@ -1,0 +1,182 @@
+"""Sweep one parameter over a list of values for each fusion method on each evaluation set.
+
+    python tests/eval/sweep_alpha.py [--dataset NAME|all]                       # alpha (make sweep-alpha)
+    python tests/eval/sweep_alpha.py --dataset memories --param decay --values 0,0.001,0.01,0.1
+    python tests/eval/sweep_alpha.py --dataset holoviz --param chunk_size --values 500,1000,1500,3000
+
+A search parameter (any SearchConfig field: alpha, rrf_k, decay, candidates, depth, ...) is passed
+per search; an index parameter (ChunkConfig: chunk_size, chunk_overlap, min_chunk_size, strategy;
+Bm25Config: k1, b, ...) selects another cached index via `ensure_index` (the shared embeddings cache
+makes a variant cost only its new chunk texts). Writes `reports/sweeps/<param>-<date>/` with
+`sweep.md` (one table per dataset: values × fusion methods), `sweep.json` (every metric, on the
+dev and test splits and on all queries) and `sweep.png` (the chosen metric against the value).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
+from hybridlab.datasets import REPO_ROOT, split_query_ids
+from hybridlab.evaluate import METRICS, score
+from hybridlab.quality_report import DATASETS, FUSION_SYSTEMS, open_evalset, system_runs
+
+DEFAULT_VALUES = {"alpha": [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0]}
+CHUNK_FIELDS = {f.name: f for f in dataclasses.fields(ChunkConfig)}
+BM25_FIELDS = {f.name: f for f in dataclasses.fields(Bm25Config)}
+SPLITS = ("all", "dev", "test")
+
+
+def parse_values(param: str, text: str) -> list[Any]:
+    """Comma-separated values typed like the parameter's field; ValueError names the choices."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"no values given for {param!r}")
+    if param in SEARCH_FIELDS:
+        return [_coerce(param, item) for item in items]
+    field = CHUNK_FIELDS.get(param) or BM25_FIELDS.get(param)
+    if field is None:
+        choices = sorted(set(SEARCH_FIELDS) | set(CHUNK_FIELDS) | set(BM25_FIELDS))
+        raise ValueError(f"unknown parameter {param!r}; choose from {choices}")
+    default = field.default
+    if isinstance(default, bool):
+        return [item.lower() in {"1", "true", "yes", "on"} for item in items]
+    if isinstance(default, int):
+        return [int(item) for item in items]
+    if isinstance(default, float):
+        return [float(item) for item in items]
+    if isinstance(default, tuple):
+        return [tuple(int(level) for level in item.split("+")) for item in items]  # header_levels: 1+2+3
+    return [None if item.lower() == "none" else item for item in items]
+
+
+def index_config_for(param: str, value: Any) -> IndexConfig:
+    """The default IndexConfig with one chunking or BM25 field changed (search params: the default)."""
+    base = IndexConfig()
+    if param in CHUNK_FIELDS:
+        return dataclasses.replace(base, chunk=dataclasses.replace(base.chunk, **{param: value}))
+    if param in BM25_FIELDS:
+        return dataclasses.replace(base, bm25=dataclasses.replace(base.bm25, **{param: value}))
+    return base
+
+
+def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = False) -> dict[str, Any]:
+    """`{fusion: {value: {split: {metric: mean}}}}` for one dataset, plus timings."""
+    grid: dict[str, dict[str, dict[str, dict[str, float]]]] = {fusion: {} for fusion in FUSION_SYSTEMS}
+    started = time.perf_counter()
+    opened = None
+    for value in values:
+        config = index_config_for(param, value)
+        if opened is None or param not in SEARCH_FIELDS:
+            opened = open_evalset(name, config, progress=progress)
+        dataset = opened.evalset.dataset("all")
+        split_ids = {split: set(split_query_ids(dataset.qrels, split)) for split in ("dev", "test")}
+        extra = {param: value} if param in SEARCH_FIELDS else {}
+        systems = {fusion: {**options, **extra} for fusion, options in FUSION_SYSTEMS.items()}
+        for fusion, run in system_runs(opened, dataset.queries, systems).items():
+            cell = {}
+            for split in SPLITS:
+                qrels = dataset.qrels if split == "all" else {q: r for q, r in dataset.qrels.items() if q in split_ids[split]}
+                cell[split] = score(qrels, run) if qrels else {}
+            grid[fusion][json.dumps(value)] = cell
+        print(f"{name} {param}={value}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return {"dataset": name, "queries": len(dataset.queries), "grid": grid,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def best_cells(result: dict[str, Any], metric: str, split: str) -> tuple[str, str, float]:
+    """(fusion, value, score) of the best cell."""
+    cells = [(fusion, value, metrics[split].get(metric, float("nan")))
+             for fusion, by_value in result["grid"].items() for value, metrics in by_value.items()]
+    return max(cells, key=lambda cell: cell[2])
+
+
+def render_markdown(results: list[dict[str, Any]], param: str, values: list[Any], metric: str, command: str) -> str:
+    lines = [f"# Sweep of `{param}` — {metric}", "",
+             (f"Command: `{command}`. Cells: {metric} on all judged queries (dev / test split in brackets; "
+             "the split is by sha1 of the query id). Other settings are the defaults; "
+             "`sweep.json` has every metric."), ""]
+    for result in results:
+        fusion_names = list(result["grid"])
+        lines += [f"## {result['dataset']} ({result['queries']} queries, {result['seconds']:.0f} s)", "",
+                  f"| {param} | " + " | ".join(fusion_names) + " |", "|---|" + "---|" * len(fusion_names)]
+        for value in values:
+            key = json.dumps(value)
+            cells = []
+            for fusion in fusion_names:
+                cell = result["grid"][fusion][key]
+                dev, test = cell["dev"].get(metric), cell["test"].get(metric)
+                split_text = f" ({dev:.3f} / {test:.3f})" if dev is not None and test is not None else ""
+                cells.append(f"{cell['all'][metric]:.4f}{split_text}")
+            lines.append(f"| {value} | " + " | ".join(cells) + " |")
+        fusion, value, best = best_cells(result, metric, "dev")
+        lines += ["", (f"Best on dev: {fusion} at {param} = {value} ({metric} {best:.4f} on dev, "
+                      f"{result['grid'][fusion][value]['test'].get(metric, float('nan')):.4f} on test)."), ""]
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: str, path: Path) -> None:
+    """One panel per dataset: the metric (all queries) against the value, one line per fusion method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    xs = values if numeric else list(range(len(values)))
+    for axis, result in zip(axes[0], results, strict=True):
+        for fusion, by_value in result["grid"].items():
+            axis.plot(xs, [by_value[json.dumps(v)]["all"][metric] for v in values], marker="o", label=fusion)
+        axis.set_title(result["dataset"])
+        axis.set_xlabel(param)
+        axis.set_ylabel(metric)
+        if not numeric:
+            axis.set_xticks(xs, [str(v) for v in values])
+        axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="all", help=f"an evaluation set, or 'all' ({', '.join(DATASETS)})")
+    parser.add_argument("--param", default="alpha", help="a SearchConfig, ChunkConfig or Bm25Config field")
+    parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
+    parser.add_argument("--metric", default="ndcg@10", choices=list(METRICS))
+    parser.add_argument("--out", help="output folder (default reports/sweeps/<param>-<date>)")
+    parser.add_argument("--progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.values:
+        values = parse_values(args.param, args.values)
+    elif args.param in DEFAULT_VALUES:
+        values = DEFAULT_VALUES[args.param]
+    else:
+        parser.error(f"--values is required for --param {args.param}")
+    names = list(DATASETS) if args.dataset == "all" else [args.dataset]
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
+    results = [sweep_dataset(name, args.param, values, args.progress) for name in names]
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python tests/eval/sweep_alpha.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),
+                                  encoding="utf-8")
+    (out / "sweep.json").write_text(json.dumps({"param": args.param, "values": values, "date": date,
+                                                "command": command.strip(), "results": results}, indent=1),
+                                    encoding="utf-8")
+    plot(results, args.param, values, args.metric, out / "sweep.png")
+    print((out / "sweep.md").read_text(encoding="utf-8"))
+    print(f"wrote {out}/sweep.md, sweep.json, sweep.png", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Quality gates: real retrieval on real data (`pytest tests/eval`, marked slow).
+
+Indexes come from `ensure_index` (built once into .cache/indexes, then reused). Every threshold
+below is written next to the numbers it was set from, measured on this machine with
+`.venv/bin/python -m pytest tests/eval -q` (see reports/quality/ for the full tables).
+"""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# --------------------------------------------------------------------------- SciFact (BEIR test, 300 queries)
+# Published references (bm25s README / our plain-library runs in shared/ENVIRONMENT.md):
+# BM25 Lucene k1=1.5 b=0.75, English stemmer + stopwords, title + text: nDCG@10 0.687 (0.6863 here);
+# all-MiniLM-L6-v2 + exact inner product: 0.645 (0.6451 here).
+# Measured on our index (2026-11-22): BM25 0.6940 (identifier parts add +0.005: 0.6891 with
+# split_identifiers=False), dense 0.6451, default hybrid 0.6891 (RRF, adaptive alpha 0.8, staged).
+SCIFACT_BM25_NDCG = 0.687
+SCIFACT_DENSE_NDCG = 0.645
+TOLERANCE = 0.01
+
+
+def test_scifact_bm25_matches_published_lucene_bm25(scifact):
+    ndcg = scifact.score(mode="bm25")["ndcg@10"]
+    assert ndcg == pytest.approx(SCIFACT_BM25_NDCG, abs=TOLERANCE)
+
+
+def test_scifact_dense_matches_published_minilm(scifact):
+    ndcg = scifact.score(mode="vector")["ndcg@10"]
+    assert ndcg == pytest.approx(SCIFACT_DENSE_NDCG, abs=TOLERANCE)
+
+
+def test_scifact_default_hybrid_beats_bm25_and_dense(scifact):
+    hybrid = scifact.score()["ndcg@10"]
+    assert hybrid > scifact.score(mode="bm25")["ndcg@10"]
+    assert hybrid > scifact.score(mode="vector")["ndcg@10"]
+
+
+# --------------------------------------------------------------------------- memories (79 queries, now fixed)
+# Required by the project (issue 5), not derived from a measurement: the default configuration must
+# find a relevant memory in the top 10 for at least 90% of queries, with MRR at least 0.75.
+# Measured 2026-11-22 with the defaults then (RRF, adaptive alpha 0.5): hit rate 0.899, MRR 0.684;
+# the weak kind is `paraphrase` (hit rate 0.47, MRR 0.15; dense alone: 1.0 / 0.53).
+MEMORIES_MIN_HIT_RATE = 0.90
+MEMORIES_MIN_MRR = 0.75
+
+
+def test_memories_default_configuration(memories):
+    metrics = memories.score()
+    assert metrics["hit_rate@10"] >= MEMORIES_MIN_HIT_RATE, metrics
+    assert metrics["mrr"] >= MEMORIES_MIN_MRR, metrics
+
+
+# --------------------------------------------------------------------------- holoviz (77 queries)
+# Header chunking exists so that answers buried in long notebooks are found; whole-document vectors
+# see only the first 256 tokens of each file.
+def test_holoviz_chunked_hybrid_beats_whole_document_dense(holoviz, holoviz_whole):
+    hybrid = holoviz.score()["ndcg@10"]
+    whole_dense = holoviz_whole.score(mode="vector")["ndcg@10"]
+    assert hybrid > whole_dense

@@ -1,0 +1,282 @@
+"""Indexing: incremental updates embed only new chunk texts; failed runs leave the old index intact."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hybridlab import indexer, layout
+from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.indexer import IndexReport, index_paths
+from hybridlab.search import open_index
+
+
+def section(title: str, word: str, level: int = 2) -> str:
+    """A section well above min_chunk_size (200 chars): its own chunk."""
+    return f"{'#' * level} {title}\n\n" + " ".join([word] * 40) + "\n\n"
+
+
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+# a: 1 chunk, b: 2 chunks, c: 1 chunk; each word names the chunk it sits in
+DOCS = {
+    "a.md": section("Alpha", "aardvark", 1),
+    "b.md": section("Bravo", "bison", 1) + section("Second", "buffalo"),
+    "c.md": section("Charlie", "caribou", 1),
+}
+
+
+def top_doc_ids(index_dir: Path, query: str, **options) -> list[str]:
+    with open_index(index_dir) as index:
+        return [r.doc_id for r in index.search(query, mode="bm25", **options)]
+
+
+def results(index_dir: Path, query: str) -> list[tuple[str, int, float]]:
+    with open_index(index_dir) as index:
+        return [(r.doc_id, r.chunk_id, r.score) for r in index.search(query)]
+
+
+def live_generation(index_dir: Path) -> str:
+    """The generation the manifest names; also checks no unfinished `gen-*.tmp-*` folder is left."""
+    assert not list(index_dir.glob("gen-*.tmp-*"))
+    return layout.read_manifest(index_dir)["path"]
+
+
+def counts(report: IndexReport) -> dict[str, int]:
+    return {k: getattr(report, k) for k in ("documents", "added", "changed", "removed", "unchanged", "chunks",
+                                            "new_chunks", "embedded", "cache_hits")}
+
+
+def test_incremental_reindex_updates_only_what_changed(tmp_path):
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_dir = tmp_path / "index"
+
+    first = index_paths([source], index_dir, progress=False)
+    assert counts(first) == {"documents": 3, "added": 3, "changed": 0, "removed": 0, "unchanged": 0, "chunks": 4,
+                                 "new_chunks": 4, "embedded": 4, "cache_hits": 0}
+    assert first.committed and first.generation == 1
+    assert top_doc_ids(index_dir, "caribou") == ["c.md"]
+
+    again = index_paths([source], index_dir, progress=False)
+    assert counts(again) == {"documents": 3, "added": 0, "changed": 0, "removed": 0, "unchanged": 3, "chunks": 4,
+                                 "new_chunks": 0, "embedded": 0, "cache_hits": 0}
+    assert not again.committed and again.generation == 1
+    assert "no change (index untouched)" in again.summary()
+
+    # b: second section rewritten (first kept); c removed; d added
+    (source / "b.md").write_text(section("Bravo", "bison", 1) + section("Second", "bonobo"))
+    (source / "c.md").unlink()
+    (source / "d.md").write_text(section("Delta", "dingo", 1))
+    update = index_paths([source], index_dir, progress=False)
+    # new chunks: b's two + d's one; embedded: only b's new section and d (b's first is cached)
+    assert counts(update) == {"documents": 3, "added": 1, "changed": 1, "removed": 1, "unchanged": 1, "chunks": 4,
+                                  "new_chunks": 3, "embedded": 2, "cache_hits": 2}
+    assert update.committed and update.generation == 2
+    assert top_doc_ids(index_dir, "dingo") == ["d.md"]
+    assert top_doc_ids(index_dir, "bonobo") == ["b.md"]
+    assert top_doc_ids(index_dir, "caribou") == []
+    assert top_doc_ids(index_dir, "buffalo") == []
+    assert live_generation(index_dir) == "gen-000002"
+    with open_index(index_dir) as index:
+        assert index.consistency_problems() == []
+        assert index.stats()["documents"] == 3
+
+
+def test_touching_a_file_updates_it_without_embedding(tmp_path):
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_dir = tmp_path / "index"
+    index_paths([source], index_dir, progress=False)
+    os.utime(source / "a.md", (1_700_000_000, 1_700_000_000))  # new mtime = new updated_at
+    report = index_paths([source], index_dir, progress=False)
+    assert (report.changed, report.unchanged, report.new_chunks, report.embedded) == (1, 2, 1, 0)
+    with open_index(index_dir) as index:
+        assert index.get_document("a.md")["updated_at"].startswith("2023-11-14T22:13:20")
+
+
+def test_changed_chunking_rechunks_but_embeds_only_new_texts(tmp_path):
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_dir = tmp_path / "index"
+    index_paths([source], index_dir, progress=False)
+    # header_levels=(1,) folds b's "## Second" into its H1 chunk: one new text; a and c unchanged
+    report = index_paths([source], index_dir, IndexConfig(chunk=ChunkConfig(header_levels=(1,))), progress=False)
+    assert (report.unchanged, report.chunks, report.new_chunks, report.embedded) == (3, 3, 3, 1)
+    assert report.committed
+
+
+def test_memories_update_in_place(tmp_path, tiny_corpus, embedding_cache_path):
+    path = tmp_path / "memories.jsonl"
+    shutil.copy(tiny_corpus / "memories.jsonl", path)
+    index_dir = tmp_path / "index"
+    index_paths([path], index_dir, progress=False, cache_path=embedding_cache_path)
+    lines = path.read_text().splitlines()
+    m2 = json.loads(lines[1])
+    m2["tags"] = ["ops", "tls", "certificates"]
+    path.write_text("\n".join([lines[0], json.dumps(m2)]) + "\n")
+    report = index_paths([path], index_dir, progress=False, cache_path=embedding_cache_path)
+    assert (report.changed, report.removed, report.unchanged, report.embedded) == (1, 1, 1, 0)
+    with open_index(index_dir) as index:
+        assert [r["doc_id"] for r in index.search_by_tag(["certificates"])] == ["m2"]
+
+
+def test_same_doc_id_from_two_sources_is_an_error(tmp_path):
+    one = write_docs(tmp_path / "one", {"a.md": DOCS["a.md"]})
+    two = write_docs(tmp_path / "two", {"a.md": DOCS["a.md"]})
+    with pytest.raises(ValueError, match="document id 'a.md' comes from two sources"):
+        index_paths([one, two], tmp_path / "index", progress=False)
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    source = write_docs(tmp_path / "docs", DOCS)
+    with layout.WriterLock(tmp_path / "index"), \
+            pytest.raises(layout.IndexLockedError, match=f"locked by PID {os.getpid()}"):
+        index_paths([source], tmp_path / "index", progress=False)
+
+
+def test_report_records_time_and_chunks_per_second():
+    report = IndexReport("ix", documents=2, added=2, chunks=10, new_chunks=10, seconds=4.0, committed=True,
+                         generation=1)
+    assert report.chunks_per_second == 2.5
+    assert report.to_dict()["chunks_per_second"] == 2.5
+    assert report.summary() == (
+        "2 documents: 2 added, 0 changed, 0 removed, 0 unchanged; 10 chunks (10 new), 0 embedded, "
+        "0 from cache; 0 files skipped; 4.0 s, 2.5 chunks/s; generation 1")
+
+
+# ------------------------------------------------------------------ failures
+@pytest.fixture(scope="module")
+def failure_cache(tmp_path_factory) -> Path:
+    """An embeddings cache shared by the failure tests, so each base index embeds DOCS once."""
+    return tmp_path_factory.mktemp("failure-cache") / "embeddings.duckdb"
+
+
+@pytest.fixture
+def base_index(tmp_path, failure_cache) -> Path:
+    """`tmp_path/docs` (DOCS) indexed into `tmp_path/index` (generation 1). The source path is part
+    of a document's identity, so each test gets its own rather than a copy of a shared one."""
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_paths([source], tmp_path / "index", progress=False, cache_path=failure_cache)
+    return tmp_path
+
+
+def new_doc(tag: str) -> str:
+    """d.md with a text no other test embeds (so whether it is embedded is known)."""
+    return section("Delta", "dingo", 1) + f"written by {tag}\n"
+
+
+PRE_COMMIT_STAGES = ["start", "store-copied", "store-committed", "embedded-batch", "bm25-written",
+                     "faiss-written", "generation-flushed", "generation-renamed"]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def fail_at(stage: str, error: BaseException):
+    seen = []
+
+    def hook(name: str) -> None:
+        seen.append(name)
+        if name == stage:
+            raise error
+    return hook, seen
+
+
+@pytest.mark.parametrize("stage", PRE_COMMIT_STAGES)
+def test_failed_run_leaves_the_previous_index_intact(base_index, failure_cache, monkeypatch, stage):
+    root = base_index
+    source, index_dir = root / "docs", root / "index"
+    before = results(index_dir, "caribou aardvark")
+    manifest = (index_dir / layout.MANIFEST).read_text()
+    (source / "d.md").write_text(new_doc(f"failure at {stage}"))
+    (source / "c.md").unlink()
+
+    hook, seen = fail_at(stage, Boom(stage))
+    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    with pytest.raises(Boom):
+        index_paths([source], index_dir, progress=False, cache_path=failure_cache)
+    assert seen[-1] == stage
+    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+
+    assert (index_dir / layout.MANIFEST).read_text() == manifest
+    assert results(index_dir, "caribou aardvark") == before
+    assert top_doc_ids(index_dir, "dingo") == []
+    assert not list(index_dir.glob("gen-*.tmp-*"))
+
+    report = index_paths([source], index_dir, progress=False, cache_path=failure_cache)
+    assert (report.added, report.removed, report.unchanged, report.committed) == (1, 1, 2, True)
+    # the failed run's embeddings were kept in the cache once it had embedded d (stage 3 on)
+    assert report.embedded == (0 if PRE_COMMIT_STAGES.index(stage) >= 3 else 1)
+    assert top_doc_ids(index_dir, "dingo") == ["d.md"]
+    assert live_generation(index_dir) == f"gen-{report.generation:06d}"
+
+
+def test_interrupt_keeps_the_previous_index(base_index, failure_cache, monkeypatch):
+    root = base_index
+    before = results(root / "index", "bison")
+    (root / "docs" / "d.md").write_text(new_doc("interrupt"))
+    hook, _ = fail_at("faiss-written", KeyboardInterrupt())
+    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    with pytest.raises(KeyboardInterrupt):
+        index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
+    assert results(root / "index", "bison") == before
+    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+    assert index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache).committed
+
+
+def test_failure_after_the_manifest_commit_keeps_the_new_generation(base_index, failure_cache, monkeypatch):
+    root = base_index
+    (root / "docs" / "d.md").write_text(new_doc("late failure"))
+    hook, _ = fail_at("manifest-committed", Boom("late"))
+    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    with pytest.raises(Boom):
+        index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
+    assert top_doc_ids(root / "index", "dingo") == ["d.md"]
+    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+    report = index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
+    assert not report.committed and report.unchanged == 4
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    from hybridlab import indexer
+    def hook(stage):
+        if stage == sys.argv[3]:
+            os.kill(os.getpid(), signal.SIGKILL)
+    indexer._CHECKPOINT = hook
+    indexer.index_paths([sys.argv[1]], sys.argv[2], progress=False)
+""")
+
+
+def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
+    """A SIGKILL after the new generation was renamed into place but before the manifest named it
+    (no clean-up ran at all): the old index still opens; the next run completes."""
+    stage = "generation-renamed"
+    pytest.importorskip("wordllama")
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_dir = tmp_path / "index"
+    config = IndexConfig(models=("wordllama",))
+    index_paths([source], index_dir, config, progress=False)
+    before = results(index_dir, "buffalo")
+    (source / "d.md").write_text(section("Delta", "dingo", 1))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(source), str(index_dir), stage],
+                          check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -9, done.stderr
+    assert list(index_dir.glob("gen-000002*")), "the killed run left its unfinished generation behind"
+    assert results(index_dir, "buffalo") == before
+    report = index_paths([source], index_dir, progress=False)
+    assert report.committed and report.added == 1 and report.embedded == 0  # d was cached before the kill
+    assert top_doc_ids(index_dir, "dingo") == ["d.md"]
+    # the uncommitted leftover was removed before numbering, so the new generation takes its number
+    assert live_generation(index_dir) == "gen-000002"

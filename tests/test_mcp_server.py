@@ -1,0 +1,243 @@
+"""The MCP server, driven over stdio by the SDK's own client (plus one raw-pipe check of stdout).
+
+A small memories index (the first 30 ground-truth memories, MiniLM) is built once per module; tests
+that write get their own copy.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+TOOLS = {"search", "get_document", "store_memory", "search_by_tag", "stats"}
+NEW_MEMORIES = [
+    ("The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.", ["backup", "drill"]),
+    ("Team lunch on Fridays is at the Vietnamese place near the canal.", ["lunch", "drill"]),
+    ("The flaky integration test in ledgerly is caused by a timezone-naive datetime.", ["flaky-test"]),
+]
+
+
+@pytest.fixture(scope="module")
+def base_index(tmp_path_factory) -> Path:
+    from hybridlab.indexer import index_paths
+
+    folder = tmp_path_factory.mktemp("mcp")
+    source = folder / "memories.jsonl"
+    source.write_text("".join(MEMORIES.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8")
+    index_paths([source], folder / "index", progress=False)
+    return folder / "index"
+
+
+@pytest.fixture
+def index_dir(base_index, tmp_path) -> Path:
+    target = tmp_path / "index"
+    shutil.copytree(base_index, target)
+    return target
+
+
+def server_params(index_dir: Path, *extra: str):
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index",
+                                                               str(index_dir), *extra],
+                                 env={**ENV, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+
+
+async def call(client, tool: str, **arguments):
+    return await client.call_tool(tool, arguments)
+
+
+def doc_ids(result) -> list[str]:
+    assert not result.is_error, result.content[0].text
+    return [hit["doc_id"] for hit in result.structured_content["results"]]
+
+
+def test_stdio_session_stores_finds_and_survives_a_restart(index_dir):
+    from mcp import Client
+
+    async def first_session() -> list[str]:
+        async with Client(server_params(index_dir)) as client:
+            listed = await client.list_tools()
+            assert {tool.name for tool in listed.tools} == TOOLS
+            search_tool = next(tool for tool in listed.tools if tool.name == "search")
+            assert "Search the index" in search_tool.description
+            assert search_tool.input_schema["properties"]["limit"]["maximum"] == 100
+            ids = []
+            for content, tags in NEW_MEMORIES:
+                stored = await call(client, "store_memory", content=content, tags=tags, memory_type="fact")
+                assert not stored.is_error, stored.content[0].text
+                ids.append(stored.structured_content["id"])
+            assert len(set(ids)) == 3
+            # searchable by the very next call
+            assert doc_ids(await call(client, "search", query="quarterly backup drill Postgres", limit=3))[0] == ids[0]
+            assert doc_ids(await call(client, "search", query="team lunch Vietnamese canal", limit=3))[0] == ids[1]
+            tagged = await call(client, "search_by_tag", tags=["drill"])
+            assert doc_ids(tagged) == [ids[1], ids[0]]  # both carry "drill"; newest first
+            assert doc_ids(await call(client, "search_by_tag", tags=["drill", "backup"], match="all")) == [ids[0]]
+            assert set(doc_ids(await call(client, "search_by_tag", tags=["lunch", "flaky-test"], match="any"))) \
+                == {ids[1], ids[2]}
+            document = await call(client, "get_document", doc_id=ids[2])
+            assert document.structured_content["text"] == NEW_MEMORIES[2][0]
+            assert document.structured_content["tags"] == ["flaky-test"]
+            assert document.structured_content["metadata"]["memory_type"] == "fact"
+            explained = await call(client, "search", query="flaky integration test timezone", limit=1, explain=True)
+            assert doc_ids(explained) == [ids[2]]
+            assert {"dense_rank", "bm25_rank", "alpha", "fusion"} <= set(explained.structured_content["results"][0]["explain"])
+            return ids
+
+    async def second_session(ids: list[str]) -> None:
+        async with Client(server_params(index_dir)) as client:
+            assert doc_ids(await call(client, "search", query="flaky integration test timezone", limit=3))[0] == ids[2]
+            assert set(doc_ids(await call(client, "search_by_tag", tags=["drill"]))) == {ids[0], ids[1]}
+            stats = (await call(client, "stats")).structured_content
+            assert stats["documents"] == 33
+            assert stats["search_config_sources"]["alpha"] == "adaptive"
+
+    ids = asyncio.run(first_session())
+    asyncio.run(second_session(ids))
+
+
+BAD_CALLS = [
+    ("search", {"query": "   "}, "empty query"),
+    ("search", {"query": "editor", "limit": 0}, "greater than or equal to 1"),
+    ("search", {"query": "editor", "limit": 101}, "less than or equal to 100"),
+    ("search", {"query": "editor", "chunk_types": ["poem"]}, "unknown chunk type 'poem'"),
+    ("search", {"query": "editor", "collection": "nowhere"}, "unknown collection 'nowhere'"),
+    ("search", {"query": "editor", "tags": [1, 2]}, "valid string"),
+    ("get_document", {"doc_id": "../../etc/passwd"}, "no document '../../etc/passwd'"),
+    ("get_document", {"doc_id": "mem-9999"}, "no document 'mem-9999'"),
+    ("store_memory", {"content": "x" * 20_001}, "at most 20000"),
+    ("store_memory", {"content": ""}, "content must be a non-empty string"),
+    ("store_memory", {"content": "fine", "tags": ["ok", 3]}, "valid string"),
+    ("store_memory", {"content": "fine", "created_at": "yesterday"}, "not ISO-8601"),
+    ("search_by_tag", {"tags": []}, "non-empty list"),
+    ("search_by_tag", {"tags": ["editor"], "match": "some"}, "'all' or 'any'"),
+    ("search_by_tag", {"tags": ["editor"], "limit": 500}, "less than or equal to 100"),
+]
+
+
+def test_bad_input_is_a_tool_error_and_the_server_keeps_serving(index_dir):
+    from mcp import Client
+
+    from hybridlab.layout import WriterLock
+
+    async def session() -> None:
+        async with Client(server_params(index_dir, "--lock-wait", "0.5")) as client:
+            for tool, arguments, message in BAD_CALLS:
+                result = await client.call_tool(tool, arguments)
+                assert result.is_error, (tool, arguments)
+                assert message in result.content[0].text, (tool, arguments, result.content[0].text)
+            assert doc_ids(await call(client, "search", query="which editor does the user use", limit=1)) == ["mem-0001"]
+            assert (await call(client, "stats")).structured_content["documents"] == 30  # nothing was stored
+            # another process writing the index: a clear error after --lock-wait, then back to normal
+            with WriterLock(index_dir):
+                locked = await call(client, "store_memory", content="written while another process holds the lock")
+            assert locked.is_error
+            assert f"is locked by PID {os.getpid()}" in locked.content[0].text
+            assert "the memory was not stored" in locked.content[0].text
+            again = await call(client, "store_memory", content="written after the lock was released")
+            assert not again.is_error, again.content[0].text
+
+    asyncio.run(session())
+
+
+def _rpc(method: str, params: dict, id_: int | None = None) -> bytes:
+    message = {"jsonrpc": "2.0", "method": method, "params": params}
+    if id_ is not None:
+        message["id"] = id_
+    return (json.dumps(message) + "\n").encode()
+
+
+def test_stdout_carries_nothing_but_protocol_messages(index_dir):
+    """Raw pipes, no client library: every stdout line must be a JSON-RPC message, even while the
+    model loads (its progress bars), BM25 is rebuilt (bm25s logs) and a memory is committed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hybridlab.cli", "-vv", "mcp", "--index", str(index_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, **ENV, "HYBRIDLAB_TRACE_STAGES": "1"}, cwd=str(REPO))
+    stderr_lines: list[bytes] = []
+    threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True).start()
+    try:
+        process.stdin.write(_rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "raw", "version": "0"}}, 1))
+        process.stdin.write(_rpc("notifications/initialized", {}))
+        process.stdin.write(_rpc("tools/call", {"name": "store_memory", "arguments": {"content": "raw pipe memory"}}, 2))
+        process.stdin.flush()
+        messages = []
+
+        def read_until_reply(id_: int) -> None:
+            while not any(m.get("id") == id_ for m in messages):
+                line = process.stdout.readline()
+                assert line, f"server closed stdout early; stderr: {b''.join(stderr_lines)[-2000:]!r}"
+                messages.append(json.loads(line))  # a stray print would fail here
+                assert messages[-1]["jsonrpc"] == "2.0"
+
+        read_until_reply(2)  # requests are served concurrently: search only after the store is acknowledged
+        process.stdin.write(_rpc("tools/call", {"name": "search", "arguments": {"query": "raw pipe memory"}}, 3))
+        process.stdin.flush()
+        read_until_reply(3)
+        replies = {m["id"]: m for m in messages if "id" in m}
+        assert not replies[2]["result"]["isError"]
+        assert replies[3]["result"]["structuredContent"]["results"][0]["title"] == "raw pipe memory"
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+    err = b"".join(stderr_lines).decode(errors="replace")
+    assert "STAGE manifest-committed" in err  # the indexer's trace prints went to stderr, not stdout
+    assert process.returncode == 0
+
+
+def test_concurrent_stores_are_all_committed(index_dir):
+    """Stores arriving together are group-committed; every one is acknowledged and searchable."""
+    from mcp import Client
+
+    from hybridlab.mcp_server import create_server
+
+    server = create_server(index_dir)
+
+    async def session() -> list:
+        async with Client(server) as client:
+            results = await asyncio.gather(*[
+                call(client, "store_memory", content=f"Concurrent memory number {n} about zebra crossings {n}",
+                     tags=["zebra"]) for n in range(4)])
+            assert not any(r.is_error for r in results)
+            tagged = await call(client, "search_by_tag", tags=["zebra"], limit=10)
+            assert sorted(doc_ids(tagged)) == sorted(r.structured_content["id"] for r in results)
+            return [r.structured_content for r in results]
+
+    stored = asyncio.run(session())
+    writer = server.service.writer
+    assert writer.commits == len({s["generation"] for s in stored})
+    assert sum(1 / s["batch_size"] for s in stored) == pytest.approx(writer.commits)
+
+
+def test_deferred_commits_are_found_by_the_next_search(index_dir):
+    """With a commit delay, stores return before committing; the next read commits them, in one generation."""
+    from mcp import Client
+
+    from hybridlab.mcp_server import create_server
+
+    server = create_server(index_dir, commit_delay=600)
+
+    async def session() -> None:
+        async with Client(server) as client:
+            first = await call(client, "store_memory", content="Deferred memory about the okapi enclosure", tags=["okapi"])
+            second = await call(client, "store_memory", content="Deferred memory about okapi feeding times", tags=["okapi"])
+            assert first.structured_content["pending"] and second.structured_content["pending"]
+            assert server.service.writer.commits == 0
+            found = doc_ids(await call(client, "search", query="okapi enclosure", limit=2))
+            assert set(found) == {first.structured_content["id"], second.structured_content["id"]}
+            assert server.service.writer.commits == 1
+            assert (await call(client, "stats")).structured_content["documents"] == 32
+
+    asyncio.run(session())
