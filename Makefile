@@ -38,15 +38,19 @@ eval: setup
 sweep-alpha: setup
 	$(BIN)/python tests/eval/sweep_alpha.py --dataset all
 
+# Optuna sweeps (notebooks/sweep.ipynb via papermill) into reports/<date>-sweep-<set>/, the winners
+# exported to configs/, then the report over both. ~10 min here.
 sweep: setup
-	$(BIN)/hybridlab sweep --dataset memories
-	$(BIN)/hybridlab sweep --dataset scifact
+	$(BIN)/hybridlab sweep --dataset memories --export configs/best.json
+	$(BIN)/hybridlab sweep --dataset scifact --export configs/best-scifact.json
+	$(BIN)/hybridlab report
 
+# Cron-safe: no prompts, exit 1 on failure, an flock on reports/.report.lock so runs never overlap.
 report: setup
 	$(BIN)/hybridlab report
 
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=hybridlab $(LAB_ARGS)
 
 bench: setup
 	$(BIN)/pip install -e '.[bench]'
@@ -57,7 +61,8 @@ bench-quick: setup
 	$(BIN)/python -m hybridlab.bench --quick
 
 soak: setup
-	$(BIN)/python -m pytest tests/reliability -q -m soak
+	# every reliability test incl. the soak loops; figures land in reports/reliability.md
+	$(BIN)/python -m hybridlab.reliability_report --soak
 
 lint: setup
 	$(BIN)/ruff check hybridlab tests

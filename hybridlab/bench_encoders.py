@@ -206,7 +206,7 @@ def sorting_speedup(encoder, texts: list[str], batch_size: int) -> dict[str, flo
 
 
 # ------------------------------------------------------------------------------------ the run
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, partial: Path | None = None) -> dict:
     dataset = load_dataset(args.dataset)
     qrels = dataset.qrels
     query_ids = sorted(dataset.queries)
@@ -263,6 +263,8 @@ def run(args: argparse.Namespace) -> dict:
             sorting[name] = sorting_speedup(encoder, [texts[r] for r in sample], args.batch_size)
         results.append(record)
         logger.info("%s: %s", name, record)
+        if partial is not None:  # so a long run that is stopped still leaves its finished models
+            partial.write_text(json.dumps({"results": results, "sorting": sorting}, indent=2) + "\n")
 
     reference = next((r for r in results if r["model"] == REFERENCE), None)
     for record in results:
@@ -448,9 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or REPO_ROOT / "reports" / "encoding" / datetime.now(UTC).strftime("%Y-%m-%d")
     out.mkdir(parents=True, exist_ok=True)
     quiet = wait_until_quiet(args.wait_quiet) if args.wait_quiet > 0 else None
-    report = run(args)
+    report = run(args, partial=out / "results.partial.json")
     report["machine"]["other_cores_busy_at_start"] = quiet
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "results.partial.json").unlink(missing_ok=True)
     (out / "report.md").write_text(render_markdown(report))
     plot(report, out / "speed_vs_ndcg.png")
     print(render_markdown(report))

@@ -5,8 +5,8 @@
 Spawns `hybridlab mcp` N times and times spawn -> initialized and spawn -> first `search` result
 (model loading included); then, in one session each, sequential `store_memory` calls (every one a new
 index generation), concurrent stores (group-committed), searches, and stores with `--commit-delay`.
-The index (default: the cached `memories` evaluation index) is copied to a temporary folder first,
-so the stores never touch it. Writes `startup-<date>.md` and `.json` into `--out`.
+The index (default: the ground-truth memories, indexed afresh) lives in a temporary folder, so the
+stores never touch a real one. Writes `startup-<date>.md` and `.json` into `--out`.
 """
 from __future__ import annotations
 
@@ -109,10 +109,14 @@ async def _session(index_dir: Path, stores: int, queries: list[str], extra: tupl
     return out
 
 
-def _default_index() -> Path:
-    from hybridlab.evalsets import ensure_index, get_evalset
+def _build_memories_index(folder: Path) -> Path:
+    """A self-contained index (own embeddings cache) of the ground-truth memories: benchmark stores
+    must not write into the shared evaluation cache, which other jobs hold open."""
+    from hybridlab.evalsets import get_evalset
+    from hybridlab.indexer import index_paths
 
-    return ensure_index(get_evalset("memories"), progress=False)
+    index_paths(list(get_evalset("memories").sources), folder, progress=False)
+    return folder
 
 
 def _markdown(record: dict[str, Any]) -> str:
@@ -120,18 +124,18 @@ def _markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# MCP server benchmark — {record['date']}", "",
         f"Command: `{record['command']}`  ",
-        f"Index: {record['index']['source']} ({record['index']['documents']} documents, "
-        f"{record['index']['chunks']} chunks, models {record['index']['models']}), copied to a temporary folder.  ",
-        f"Machine: {record['machine']['cpus']} CPUs, load average {record['machine']['loadavg']} at start "
-        f"(shared with other jobs: absolute times vary).", "",
+        (f"Index: {record['index']['source']} ({record['index']['documents']} documents, "
+        f"{record['index']['chunks']} chunks, models {record['index']['models']}), in a temporary folder.  "),
+        (f"Machine: {record['machine']['cpus']} CPUs, load average {record['machine']['loadavg']} at start "
+        f"(shared with other jobs: absolute times vary)."), "",
         "## Start-up (spawn → answer), stdio, N = " + str(s["first_search_s"]["n"]), "",
         "| measure | median s | p95 s | min s | max s |", "|---|---|---|---|---|",
     ]
     for name in ("initialized_s", "first_search_s"):
         v = s[name]
         lines.append(f"| {name.removesuffix('_s').replace('_', ' ')} | {v['median']} | {v['p95']} | {v['min']} | {v['max']} |")
-    lines += ["", "The server answers `initialize` before the embedding model is loaded (it warms in the "
-              "background); the first `search` waits for it.", "",
+    lines += ["", ("The server answers `initialize` before the embedding model is loaded (it warms in the "
+              "background); the first `search` waits for it."), "",
               "## One session", "", "| measure | median s | p95 s | max s |", "|---|---|---|---|"]
     lines.append(f"| store_memory, durable (one generation each) | {d['store_s']['median']} | {d['store_s']['p95']} | "
                  f"{d['store_s']['max']} |")
@@ -141,19 +145,20 @@ def _markdown(record: dict[str, Any]) -> str:
     lines.append(f"| store_memory, `--commit-delay {record['commit_delay']}` | {deferred['store_s']['median']} | "
                  f"{deferred['store_s']['p95']} | {deferred['store_s']['max']} |")
     lines += ["",
-              f"- 10 concurrent stores: {d['concurrent_10_stores_s']} s in all, batch sizes "
-              f"{d['concurrent_batch_sizes']} (group commit).",
-              f"- Durable session: {d['commits']} commits for {d['store_s']['n'] + 10} stores; the search right after "
-              f"the last store found it: {d['found_last_store']} ({d['search_after_stores_s']} s).",
-              f"- Deferred session: {deferred['commits']} commit(s) for {deferred['store_s']['n']} stores; the next "
+              (f"- 10 concurrent stores: {d['concurrent_10_stores_s']} s in all, batch sizes "
+              f"{d['concurrent_batch_sizes']} (group commit)."),
+              (f"- Durable session: {d['commits']} commits for {d['store_s']['n'] + 10} stores; the search right after "
+              f"the last store found it: {d['found_last_store']} ({d['search_after_stores_s']} s)."),
+              (f"- Deferred session: {deferred['commits']} commit(s) for {deferred['store_s']['n']} stores; the next "
               f"search committed the queue and found the last one: {deferred['found_last_store']} "
-              f"({deferred['search_after_stores_s']} s, commit included).", ""]
+              f"({deferred['search_after_stores_s']} s, commit included)."), ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hybridlab.bench_mcp", description=__doc__.splitlines()[0])
-    parser.add_argument("--index", help="index to benchmark (default: the cached memories evaluation index)")
+    parser.add_argument("--index", help="index to benchmark, copied first (default: the ground-truth memories, "
+                        "indexed into a temporary folder)")
     parser.add_argument("--runs", type=int, default=5, help="server spawns for the start-up timing")
     parser.add_argument("--stores", type=int, default=20, help="sequential store_memory calls per session")
     parser.add_argument("--commit-delay", type=float, default=1.0, help="delay of the deferred-commit session")
@@ -161,15 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
-    source = Path(args.index) if args.index else _default_index()
     from hybridlab.layout import read_manifest
 
-    manifest = read_manifest(source)
     queries = _queries(20)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
         index_dir = Path(tmp) / "index"
-        shutil.copytree(source, index_dir, ignore=shutil.ignore_patterns(".lock"))
+        if args.index:
+            source = str(args.index)
+            shutil.copytree(args.index, index_dir, ignore=shutil.ignore_patterns(".lock"))
+        else:
+            source = "ground_truth/memories/memories.jsonl, indexed afresh (MiniLM)"
+            _build_memories_index(index_dir)
+        manifest = read_manifest(index_dir)
         runs = []
         for n in range(args.runs):
             runs.append(asyncio.run(_startup(index_dir, queries[n % len(queries)])))
@@ -180,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     today = datetime.now(UTC).date().isoformat()
     record = {
         "date": today,
-        "command": "python -m hybridlab.bench_mcp " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "index": {"source": str(source), "documents": manifest["counts"]["documents"],
+        "command": " ".join(["python -m hybridlab.bench_mcp", *(argv if argv is not None else sys.argv[1:])]),
+        "index": {"source": source, "documents": manifest["counts"]["documents"],
                   "chunks": manifest["counts"]["chunks"], "models": sorted(manifest.get("models", {}))},
         "machine": {"cpus": os.cpu_count(), "loadavg": load_at_start,
                     "python": platform.python_version()},

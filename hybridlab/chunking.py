@@ -195,9 +195,13 @@ def chunk_text(
     else:
         raise ValueError(f"unknown chunk format {fmt!r}; choose from ['markdown', 'rst', 'text']")
     sections = _merge_tiny(_sections(text, headings, config.header_levels), config.min_chunk_size)
+    # Without an H1 the headings lack the document's name: the title heads the path
+    # ("Tabulator › Editors" for a notebook whose headings start at "## Editors").
+    root = () if not title or any(level == 1 for _, level, _ in headings) else (title,)
     chunks: list[Chunk] = []
     for section in sections:
-        path = SECTION_SEPARATOR.join(section.path) or title
+        full = section.path if section.path[:1] == root else root + section.path
+        path = SECTION_SEPARATOR.join(full) or title
         for start, end in split_span(text, section.start, section.end, config.chunk_size, config.chunk_overlap):
             piece = text[start:end]
             kind, piece_language = _chunk_kind(piece, language)

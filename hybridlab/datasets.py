@@ -55,8 +55,13 @@ def find_file(folder: Path, *names: str) -> Path:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a bad line raises ValueError naming file:line."""
-    with _open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:  # decoded per line, so bad UTF-8 is reported with its line
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid UTF-8 (byte {error.start} of the line)") from None
             if not line.strip():
                 continue
             try:

@@ -67,6 +67,7 @@ def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
             "test_metrics": best["test_metrics"],
             "defaults_test_metrics": record["baselines"]["defaults"],
             "beats_defaults": record["beats_defaults"],
+            "verdict": record.get("verdict"),
         },
     }
 

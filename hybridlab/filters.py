@@ -1,9 +1,10 @@
 """Metadata filters, resolved in DuckDB to the set of chunk ids a search may return."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 
 def parse_when(value: str | datetime | None, name: str) -> datetime | None:
@@ -11,17 +12,17 @@ def parse_when(value: str | datetime | None, name: str) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     try:
-        parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(str(value).strip())
     except ValueError:
         raise ValueError(f"{name}: not an ISO-8601 date: {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def naive_utc(value: datetime) -> datetime:
     """The store keeps timestamps as naive UTC."""
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)

@@ -129,12 +129,14 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
 
 
 def first_heading(text: str, fmt: str) -> str | None:
-    """The first heading of a markdown/reST text."""
+    """The first top-level (H1) heading of a markdown/reST text (reST: the first adornment style).
+    A document whose headings start at H2 or deeper (e.g. Panel's reference notebooks, whose first
+    heading is "Parameters:") has none: its file name is the better title."""
     from hybridlab.chunking import markdown_headings, rst_headings
 
     headings = markdown_headings(text) if fmt in {"markdown", "notebook"} else rst_headings(text) if fmt == "rst" else []
-    for _, _, title in headings:
-        if title:
+    for _, level, title in headings:
+        if title and level == 1:
             return title
     return None
 
@@ -242,6 +244,9 @@ def read_source(path: Path, report: IngestReport) -> list[Document]:
     elif kind == "folder":
         documents = list(iter_folder(path, report))
     else:
-        documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
+        try:
+            documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
+        except (OSError, ValueError) as error:  # one file given by name: an error naming it, not a skip
+            raise ValueError(f"{path}: {error}") from None
     report.documents += len(documents)
     return documents

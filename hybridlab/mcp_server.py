@@ -33,6 +33,9 @@ INSTRUCTIONS = (
     "for later, `search_by_tag` for the newest items with given tags, and `stats` to see what the index holds."
 )
 
+WARM_QUERIES = ("warm up", "how is the project configured",
+                "which editor and terminal settings does the user prefer for python development on the laptop")
+
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return, 1..{MAX_LIMIT}")]
 
 
@@ -136,12 +139,13 @@ class _Service:
         self.warm_seconds: float | None = None
 
     def warm(self) -> None:
-        """Load the embedding model and encode one query, so the first real search is quick."""
+        """Load the embedding model and encode a few queries, so the first real search is quick."""
         started = time.perf_counter()
         with self.lock:
             try:
-                for model in self.index.models:
-                    self.index.encoder(model).encode_queries(["warm up"])
+                for model in self.index.models:  # a few lengths: torch prepares kernels per input shape
+                    for text in WARM_QUERIES:
+                        self.index.encoder(model).encode_queries([text])
             except Exception:  # a model that fails to load is reported by the first search instead
                 logger.exception("warming the embedding model failed")
         self.warm_seconds = time.perf_counter() - started
@@ -151,6 +155,7 @@ class _Service:
     def reading(self, flush: bool = True) -> Iterator[Any]:
         """The index under the lock, deferred memories committed first; library errors become tool errors."""
         from hybridlab.layout import CorruptIndexError, IndexLockedError
+        from hybridlab.store import IndexError_
 
         try:
             if flush:
@@ -160,7 +165,7 @@ class _Service:
         with self.lock:
             try:
                 yield self.index
-            except (ValueError, KeyError, FileNotFoundError, CorruptIndexError, IndexLockedError) as error:
+            except (ValueError, KeyError, FileNotFoundError, CorruptIndexError, IndexLockedError, IndexError_) as error:
                 raise _tool_error(error) from None
 
 
@@ -240,10 +245,11 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         created_at: ISO-8601 time the memory refers to; default now.
         The memory is searchable by the next `search` and survives restarts; returns its id."""
         from hybridlab.layout import CorruptIndexError, IndexLockedError
+        from hybridlab.store import IndexError_
 
         try:
             stored = service.writer.store(content, tags, memory_type, created_at)
-        except (ValueError, FileNotFoundError, CorruptIndexError, IndexLockedError) as error:
+        except (ValueError, FileNotFoundError, CorruptIndexError, IndexLockedError, IndexError_) as error:
             raise _tool_error(error) from None
         with service.reading(flush=False) as index:
             index.refresh()

@@ -84,7 +84,11 @@ def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note
 
 
 def _cache_path(index_dir: Path) -> Path | None:
-    """The embeddings cache the index was built with (the shared one for evaluation indexes)."""
+    """The index's own embeddings cache when it has one (also in a copied or moved index, whose
+    manifest still names the original's), else the one it was built with (the shared cache of the
+    evaluation indexes); None = the indexer's default."""
+    if (index_dir / layout.CACHE_FILE).exists():
+        return index_dir / layout.CACHE_FILE
     try:
         recorded = layout.read_manifest(index_dir).get("embedding_cache")
     except (FileNotFoundError, layout.CorruptIndexError):

@@ -118,6 +118,8 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
             for other in ("bm25", "dense")
         },
         "per_query": per_query,
+        "same_as_default": [system for system, run in runs.items()
+                            if system != DEFAULT_SYSTEM and run == runs[DEFAULT_SYSTEM]],
     }
     kinds = load_query_metadata(opened.evalset.judgements)
     if any(meta.get("kind") for meta in kinds.values()):
@@ -159,6 +161,8 @@ def render_markdown(records: Sequence[Mapping[str, Any]], date: str, command: st
                   f"({settings['alpha_source']}), staged {settings['staged']}, rrf_k {settings['rrf_k']}, "
                   f"normalization `{settings['normalization']}`, decay {settings['decay']}."), "",
                   comparison_of(record).to_markdown(), ""]
+        if record.get("same_as_default"):
+            lines.append(f"Identical runs to the default hybrid (its settings): {', '.join(record['same_as_default'])}.")
         wl = record["wins_losses_ndcg@10"]
         lines.append("Per query, default hybrid vs " + "; vs ".join(
             f"{other}: {v['wins']} wins, {v['ties']} ties, {v['losses']} losses (nDCG@10)" for other, v in wl.items()) + ".")

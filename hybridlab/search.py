@@ -13,10 +13,11 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Self
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from hybridlab import layout, store
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
 from hybridlab.filters import Filters, parse_when
 from hybridlab.fusion import alpha_weights, fuse
-from hybridlab.sparse import SparseIndex, top_positive
+from hybridlab.sparse import SparseIndex
 from hybridlab.tags import TagVocabulary, resolve_tags
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class _Outcome:
     query_tags: tuple[str, ...]
     query_collections: tuple[str, ...]
     tag_boost: float
+    tag_coverage: float
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -90,7 +92,7 @@ def resolve_now(now: str | datetime | None) -> datetime:
     env = os.environ.get("HYBRIDLAB_NOW")
     if env:
         return parse_when(env, "HYBRIDLAB_NOW")
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -147,7 +149,7 @@ class Index:
                 "epoch(COALESCE(d.updated_at, d.created_at)) FROM chunks c JOIN documents d USING (doc_id) "
                 "ORDER BY c.chunk_id"
             ).fetchall()
-        except Exception as error:  # a truncated or damaged DuckDB file
+        except Exception as error:  # noqa: BLE001 - any failure here means a truncated or damaged DuckDB file
             raise layout.CorruptIndexError(
                 f"{store_path} cannot be read ({str(error).splitlines()[0][:160]}); "
                 f"run `hybridlab verify --repair --index {self.index_dir}`"
@@ -172,7 +174,7 @@ class Index:
                 self.row_tags.setdefault(int(row), []).append(tag)
         try:
             self.sparse = SparseIndex.load(generation / layout.BM25_DIR)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - whatever bm25s raises, the folder is damaged
             raise layout.CorruptIndexError(
                 f"{generation / layout.BM25_DIR} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
                 f"run `hybridlab verify --repair --index {self.index_dir}`"
@@ -193,7 +195,7 @@ class Index:
                 if not path.is_file():
                     raise FileNotFoundError("missing")
                 self.dense[model] = DenseIndex.load(path, model)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - whatever FAISS raises, the file is damaged
                 raise layout.CorruptIndexError(
                     f"{path} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
                     f"run `hybridlab verify --repair --index {self.index_dir}`"
@@ -252,7 +254,7 @@ class Index:
                 self._con.close()
                 self._con = None
 
-    def __enter__(self) -> "Index":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -397,6 +399,8 @@ class Index:
             raise ValueError("empty query: give some words to search for")
         if len(query) > MAX_QUERY_CHARS:
             raise ValueError(f"query too long: {len(query)} characters (at most {MAX_QUERY_CHARS})")
+        if not query.isascii():  # lone surrogates (possible from JSON "\ud800") break the encoders
+            query = query.encode("utf-8", "replace").decode("utf-8")
         embedding_model = options.pop("embedding_model", None)
         language = options.pop("language", None)
         config, sources = self._resolve(options)
@@ -414,10 +418,10 @@ class Index:
         started = time.perf_counter()
         if boost_tags is None:
             match = self.tag_vocabulary.extract(query)
-            query_tags, matched_terms = match.tags, match.matched_terms
+            query_tags, matched_terms, coverage = match.tags, match.matched_terms, match.coverage
             query_collections = self.collection_vocabulary.extract(query).tags
         else:
-            query_tags, matched_terms = resolve_tags(boost_tags, self.tag_vocabulary), len(boost_tags)
+            query_tags, matched_terms, coverage = resolve_tags(boost_tags, self.tag_vocabulary), len(boost_tags), 1.0
             query_collections = ()
         tag_boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
         term_ids = self.sparse.query_ids(query) if mode in {"hybrid", "bm25"} else []
@@ -425,10 +429,11 @@ class Index:
         staged = staged and mode == "hybrid" and model is not None
         depth = min(max(config.depth, config.limit), max(n_allowed, 1))
         run_mode = "staged" if staged else "parallel"
+        candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
         while True:
             runs: dict[str, dict[int, float]] = {}
             if mode in {"hybrid", "bm25"}:
-                width = max(config.candidates, depth) if run_mode == "staged" else depth
+                width = candidates if run_mode == "staged" else depth
                 rows, scores = self.sparse.top(term_ids, width, mask)
                 runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
             if mode in {"hybrid", "tags"}:
@@ -448,7 +453,7 @@ class Index:
                     runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
             elif model is not None:
                 runs["dense"] = self._dense_run(model, vector, depth, mask)
-            hits, n_scored = self._combine(runs, mode, config, tag_boost, now)
+            hits, n_scored = self._combine(runs, mode, config, tag_boost * coverage, now)
             found = len(self._group(hits, config)) if config.group_by_document else len(hits)
             if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
                 break
@@ -458,18 +463,23 @@ class Index:
                 logger.info("staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
                             found, config.limit, query[:80])
                 continue
-            if depth >= n_allowed:
+            if depth >= n_allowed and (run_mode != "staged" or candidates >= n_allowed):
                 break
-            depth = min(depth * 4, n_allowed)
+            depth, candidates = min(depth * 4, n_allowed), min(candidates * 4, n_allowed)
         timings["search_ms"] = (time.perf_counter() - started) * 1000
         return _Outcome(hits, runs, run_mode if mode == "hybrid" else mode, config.alpha, sources["alpha"], config,
-                        model, query_tags, tuple(query_collections), tag_boost, timings)
+                        model, query_tags, tuple(query_collections), tag_boost, coverage, timings)
 
-    def _combine(self, runs: dict[str, dict[int, float]], mode: str, config: SearchConfig, tag_boost: float,
+    def _combine(self, runs: dict[str, dict[int, float]], mode: str, config: SearchConfig, tag_factor: float,
                  now: datetime) -> tuple[list[_Hit], int]:
-        if mode == "hybrid":
-            weights = alpha_weights(config.alpha, config.tag_weight * tag_boost)
+        weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
+        active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
+        if len(active) > 1:
             fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
+        elif mode == "hybrid":
+            # one signal left (alpha 1.0 = dense only; alpha 0.0 without tags = BM25 only): its raw
+            # scores, so the ranking and scores are exactly those of mode="vector" / mode="bm25"
+            fused = dict(runs[active[0]]) if active else {}
         else:
             fused = dict(next(iter(runs.values()), {}))
         if not fused:
@@ -520,6 +530,7 @@ class Index:
             "query_tags": list(outcome.query_tags), "query_collections": list(outcome.query_collections),
             "matched_collection": self.collections[hit.row] in outcome.query_collections,
             "tag_score": (outcome.runs.get("tags") or {}).get(hit.row), "tag_boost": outcome.tag_boost,
+            "tag_coverage": outcome.tag_coverage,
             "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
             "fusion": outcome.config.fusion, "rrf_k": outcome.config.rrf_k,
             "normalization": outcome.config.normalization, "alpha": outcome.alpha,
@@ -548,8 +559,11 @@ class Index:
 
         Tags: `tags=None` extracts the index's tags named in the query (case-insensitive, `-`/`_`/space
         variants, multi-word tags, stop words dropped) and a collection the query names; chunks
-        carrying them form the tag run, fused with weight `(1 - alpha) * tag_weight` (x `tag_boost`
-        when `tag_boost_min_terms`+ query words matched). No match leaves a dense+BM25 search, ranked
+        carrying them form the tag run (score: matching tags + 1 for a named collection), fused with
+        weight `(1 - alpha) * tag_weight * coverage` (coverage = share of the query's non-stop words
+        that named tags, 1.0 for explicit tags; x `tag_boost` when `tag_boost_min_terms`+ query words
+        matched), so one incidental tag word in a long query cannot outvote the text signals. No
+        match leaves a dense+BM25 search, ranked
         exactly as with `tags=[]`, which turns tag signals off. `tags=[...]` are used as given: they
         drive the tag run AND filter the results to chunks carrying all of them (any of them with
         `tags_any=True`).

@@ -28,7 +28,7 @@ from hybridlab.evalsets import EvalSet, get_evalset
 logger = logging.getLogger(__name__)
 
 DEFAULT_METRIC = "ndcg@10"
-DEFAULT_TRIALS = {"memories": 60, "scifact": 40, "holoviz": 30}
+DEFAULT_TRIALS = {"memories": 120, "scifact": 80, "holoviz": 30}
 DEFAULT_MAX_INDEX_CONFIGS = 4
 EVAL_LIMIT = 100  # documents per query in evaluation runs (recall@100 needs 100)
 INDEX_TARGETS = {"bm25_k1": ("bm25", "k1"), "bm25_b": ("bm25", "b"),
@@ -66,7 +66,7 @@ CANDIDATES = Param("candidates", "int", 20, 400, log=True, when=("staged", (True
 FALLBACK = Param("fallback_threshold", "int", 0, 50, when=("staged", (True,)))
 DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
 RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
-TAG_WEIGHT = Param("tag_weight", "float", 0.0, 2.0, step=0.1)
+TAG_WEIGHT = Param("tag_weight", "float", 0.0, 3.0, step=0.1)
 BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
 BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
@@ -160,17 +160,29 @@ class Evaluator:
         return self._indexes[key]
 
     def _ensure(self, config: IndexConfig, wait_s: float = 3600.0) -> Path:
-        """ensure_index, waiting while another worker builds (or checks) the same index."""
+        """ensure_index, waiting while another worker builds (or checks) the same index. When another
+        process holds the shared embeddings cache (a long build), a variant of an already built index
+        is built with a private cache seeded from that index's own vectors instead of waiting."""
         import time
 
         from hybridlab.evalsets import ensure_index
         from hybridlab.layout import IndexLockedError
+        from hybridlab.store import IndexError_
 
         deadline = time.monotonic() + wait_s
         while True:
             try:
+                folder = _index_folder(self.evalset, config)
+                if not (folder / "manifest.json").exists() and not _shared_cache_free():
+                    seeded = self._seeded_cache(config)
+                    if seeded is not None:
+                        from hybridlab.indexer import index_paths
+
+                        index_paths(list(self.evalset.sources), folder, config, progress=self.progress,
+                                    cache_path=seeded)
+                        return folder
                 return ensure_index(self.evalset, config, progress=self.progress)
-            except IndexLockedError:
+            except (IndexLockedError, IndexError_):  # the index or the shared embeddings cache is busy
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
@@ -188,6 +200,55 @@ class Evaluator:
         from hybridlab.evaluate import METRICS, score
 
         return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
+
+
+    def _seeded_cache(self, config: IndexConfig) -> Path | None:
+        """A per-set private embeddings cache holding the vectors of the built index that shares
+        `config`'s models (the base one); None when no such index is built yet."""
+        from hybridlab.embedding_cache import EmbeddingCache
+        from hybridlab.evalsets import cache_root
+
+        base = dataclasses.replace(IndexConfig(), models=config.models,
+                                   model_by_collection=config.model_by_collection,
+                                   model_by_language=config.model_by_language)
+        if not (_index_folder(self.evalset, base) / "manifest.json").exists():
+            return None
+        path = cache_root() / f"sweep-embeddings-{self.evalset.name}.duckdb"
+        index = self.index(base)
+        cache = EmbeddingCache(path)
+        try:
+            for model, dense in index.dense.items():
+                rows = index._con.execute(
+                    "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
+                ).fetchall()
+                sha_of = dict(rows)
+                have = cache.get(model, list(sha_of.values()), dim=dense.dim)
+                if len(have) < len(set(sha_of.values())):
+                    cache.put(model, [sha_of[int(i)] for i in dense.ids], dense.vectors)
+        finally:
+            cache.close()
+        return path
+
+
+def _index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
+    """Where ensure_index keeps this set's index of `config`."""
+    from hybridlab.evalsets import cache_root
+
+    return cache_root() / "indexes" / f"{evalset.name}-{index_key(config)}"
+
+
+def _shared_cache_free() -> bool:
+    """Whether the shared embeddings cache can be opened for writing right now."""
+    import duckdb
+
+    from hybridlab.evalsets import cache_root
+
+    path = cache_root() / "embeddings.duckdb"
+    try:
+        duckdb.connect(str(path)).close()
+    except duckdb.IOException:
+        return False
+    return True
 
 
 def index_key(config: IndexConfig) -> str:
@@ -245,6 +306,28 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
     return url
 
 
+def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | None = None) -> dict[str, Any]:
+    """The package defaults expressed in `space` (adaptive alpha and auto staging resolved for an
+    index of `n_chunks`), so a study's first trial measures exactly the defaults."""
+    from hybridlab.config import adaptive_alpha
+
+    base, defaults = base or IndexConfig(), SearchConfig()
+    values: dict[str, Any] = {}
+    for p in space:
+        if p.when is not None and values.get(p.when[0]) not in p.when[1]:
+            continue
+        if p.name in INDEX_TARGETS:
+            part, name = INDEX_TARGETS[p.name]
+            values[p.name] = getattr(getattr(base, part), name)
+        elif p.name == "alpha":
+            values[p.name] = adaptive_alpha(n_chunks) if defaults.alpha is None else defaults.alpha
+        elif p.name == "staged":
+            values[p.name] = n_chunks > defaults.staged_threshold if defaults.staged is None else defaults.staged
+        else:
+            values[p.name] = getattr(defaults, p.name)
+    return values
+
+
 def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, attempts: int = 10):
     """Create or load the study; workers starting together may race to create the SQLite schema
     (sqlalchemy OperationalError), so a few retries follow."""
@@ -252,25 +335,27 @@ def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, at
 
     from sqlalchemy.exc import OperationalError
 
-    for attempt in range(attempts):
+    def create():
+        return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
+                                   sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize",
+                                   load_if_exists=True)
+
+    for attempt in range(attempts - 1):
         try:
-            return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
-                                       sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize",
-                                       load_if_exists=True)
+            return create()
         except OperationalError:
-            if attempt == attempts - 1:
-                raise
             time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
+    return create()
 
 
 def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = None,
               study_name: str | None = None, run_dir: str | os.PathLike | None = None,
               metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
               base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-              evaluator: Evaluator | None = None, progress: bool = False):
+              evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True):
     """Create or join a study and work until it holds `trials` completed trials (shared across all
-    workers of the same storage + study). Pruned trials (index-config cap) do not count."""
+    workers of the same storage + study). Pruned trials (index-config cap) do not count. A new
+    study's first trial is the package defaults (`enqueue_defaults`)."""
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
@@ -283,6 +368,9 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
     if not progress:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = _create_study(optuna, study_name or f"{evalset.name}-{metric}", storage, run_dir, seed)
+    if enqueue_defaults and not study.trials:
+        n_chunks = evaluator.index(base_index or IndexConfig()).n_chunks
+        study.enqueue_trial(default_params(space, n_chunks, base_index), user_attrs={"defaults": True})
     study.set_user_attr("dataset", str(dataset))
     study.set_user_attr("metric", metric)
     study.optimize(objective, n_trials=trials * 5,
@@ -358,6 +446,8 @@ def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mappi
 
 def cli_sweep(args: argparse.Namespace) -> int:
     """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner."""
+    import time
+
     from hybridlab.export import export_config, write_config
     from hybridlab.notebook_runner import run_notebook
     from hybridlab.reporting import new_run_dir, update_index, write_summary
@@ -370,6 +460,7 @@ def cli_sweep(args: argparse.Namespace) -> int:
                   "models": getattr(args, "models", None),
                   "run_dir": str(run_dir.resolve())}
     print(f"sweep {args.dataset}: {trials} trials -> {run_dir}", flush=True)
+    started = time.perf_counter()
     run_notebook("sweep", run_dir, parameters)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     write_summary(run_dir, metrics)
@@ -377,5 +468,5 @@ def cli_sweep(args: argparse.Namespace) -> int:
     if args.export:
         path = write_config(export_config(run_dir), args.export)
         print(f"exported the winning config to {path}")
-    print(metrics["verdict"])
+    print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
     return 0

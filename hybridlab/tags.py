@@ -6,8 +6,8 @@ words are dropped from the query first.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -19,10 +19,17 @@ def normalize_tag(tag: str) -> str:
 
 @dataclass(frozen=True)
 class TagMatch:
-    """Tags found in a query and how many query words they cover."""
+    """Tags found in a query, how many query words they cover, and how many words (stop words
+    left out) the query has."""
 
     tags: tuple[str, ...]
     matched_terms: int
+    query_terms: int = 0
+
+    @property
+    def coverage(self) -> float:
+        """Share of the query's words that named tags (0.0 for a query without words)."""
+        return min(1.0, self.matched_terms / self.query_terms) if self.query_terms else 0.0
 
 
 class TagVocabulary:
@@ -62,7 +69,8 @@ class TagVocabulary:
                     break
             else:
                 i += 1
-        return TagMatch(tuple(dict.fromkeys(matched)), covered)
+        content = sum(1 for w in words if w not in self.stopwords)
+        return TagMatch(tuple(dict.fromkeys(matched)), covered, max(content, covered))
 
 
 def resolve_tags(names: Sequence[str], vocabulary: TagVocabulary) -> tuple[str, ...]:

@@ -60,6 +60,17 @@ def test_markdown_splits_on_h1_and_h2_by_default():
     assert SECTION_SEPARATOR == " › "
 
 
+def test_a_document_without_h1_gets_its_title_at_the_head_of_the_path():
+    # like Panel's reference notebooks: no H1, the file name is the title
+    text = "Intro text.\n\n#### Parameters:\n\n" + para("param", 40) + "## Editors\n\n" + para("editor", 40)
+    chunks = chunk_text(text, ChunkConfig(min_chunk_size=0), title="Tabulator")
+    assert [c.section for c in chunks] == ["Tabulator", "Tabulator › Editors"]
+    assert embedding_text(chunks[1], "Tabulator").startswith("Tabulator › Editors\n## Editors\n")
+    # an H2 named like the title is not repeated
+    same = chunk_text("## Tabulator\n\n" + para("x", 40), NO_MERGE, title="Tabulator")
+    assert [c.section for c in same] == ["Tabulator"]
+
+
 def test_header_levels_are_configurable():
     text = ("# A\n\n" + para("alpha", 60) + "## B\n\n" + para("bravo", 60) + "### C\n\n" + para("charlie", 60))
     only_h1 = chunk_text(text, ChunkConfig(header_levels=(1,)))
@@ -263,7 +274,7 @@ CONFIGS = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=MARKDOWNISH, config=CONFIGS, fmt=st.sampled_from(["markdown", "rst", "text"]))
 def test_chunks_are_exact_bounded_slices_covering_the_text(text, config, fmt):
     chunks = chunk_text(text, config, fmt=fmt)
@@ -278,7 +289,7 @@ def test_chunks_are_exact_bounded_slices_covering_the_text(text, config, fmt):
         assert before.end_char - after.start_char <= config.chunk_overlap
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(text=st.text(min_size=1, max_size=3000))
 def test_any_unicode_text_with_default_config(text):
     chunks = chunk_text(text)

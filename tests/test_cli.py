@@ -112,6 +112,7 @@ def test_index_json_records_time_and_chunks_per_second(capsys, tmp_path, tiny_co
 
 
 def test_index_warns_about_skipped_files(capsys, corpus_copy):
+    pytest.importorskip("wordllama")  # the fast model: this test is about the warnings, not the vectors
     (corpus_copy / "docs" / "blob.md").write_bytes(b"\x00\x01binary")
     (corpus_copy / "docs" / "bad.ipynb").write_text("{")
     code, out, err = run(capsys, "index", str(corpus_copy / "docs"), "--index", str(corpus_copy / "ix"), "-q",
@@ -127,6 +128,12 @@ def test_missing_source_path(capsys, tmp_path):
     line = run_error(capsys, "index", str(tmp_path / "nowhere"), "--index", str(tmp_path / "ix"))
     assert line == f"error: no such file or folder: {tmp_path / 'nowhere'}"
     assert not (tmp_path / "ix" / "manifest.json").exists()
+
+
+def test_binary_file_given_directly(capsys, tmp_path):
+    (tmp_path / "blob.md").write_bytes(b"\x00\x01")
+    line = run_error(capsys, "index", str(tmp_path / "blob.md"), "--index", str(tmp_path / "ix"))
+    assert line == f"error: {tmp_path / 'blob.md'}: binary file (NUL bytes)"
 
 
 def test_malformed_jsonl_line(capsys, tmp_path):
@@ -213,14 +220,18 @@ def test_holoviz_tabulator_query_finds_the_tabulator_notebook(capsys):
 
 @pytest.mark.slow
 def test_scifact_subset_index_reports_time_and_chunks_per_second(capsys, tmp_path):
-    from hybridlab.datasets import data_dir
+    import gzip
 
-    corpus = data_dir() / "scifact" / "corpus.jsonl"
-    if not corpus.is_file():
-        pytest.skip(f"no SciFact corpus at {corpus}")
+    from hybridlab.datasets import data_dir, find_file
+
+    try:
+        corpus = find_file(data_dir() / "scifact", "corpus.jsonl")
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
     subset = tmp_path / "scifact-subset"
     subset.mkdir()
-    with corpus.open(encoding="utf-8") as handle:
+    opener = gzip.open if corpus.suffix == ".gz" else open
+    with opener(corpus, "rt", encoding="utf-8") as handle:
         lines = [next(handle) for _ in range(40)]
     (subset / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
     code, out, err = run(capsys, "index", str(subset), "--index", str(tmp_path / "ix"), "--json", "-q")

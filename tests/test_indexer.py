@@ -280,3 +280,22 @@ def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
     assert top_doc_ids(index_dir, "dingo") == ["d.md"]
     # the uncommitted leftover was removed before numbering, so the new generation takes its number
     assert live_generation(index_dir) == "gen-000002"
+
+
+def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
+    from hybridlab import store
+
+    generation = tiny_index / layout.read_manifest(tiny_index)["path"]
+    con = store.connect(generation / layout.STORE_FILE, read_only=True)
+    try:
+        rows = con.execute("SELECT chunk_index, section, start_char, embed_text FROM chunks "
+                           "WHERE doc_id = 'panel/tabulator.md' ORDER BY chunk_index").fetchall()
+        memory = con.execute("SELECT chunk_index, section, chunk_type, embed_text FROM chunks "
+                             "WHERE doc_id = 'm1'").fetchall()
+    finally:
+        con.close()
+    assert [(r[0], r[1]) for r in rows] == [(0, "Tabulator › Editors"), (1, "Tabulator › Filters")]
+    assert rows[1][2] > 0
+    assert rows[0][3].startswith("Tabulator › Editors\n# Tabulator\n")
+    assert rows[1][3].startswith("Tabulator › Filters\n## Filters\n")
+    assert memory == [(0, "", "memory", "Decided to pin torch to the CPU build so installs never pull CUDA wheels.")]

@@ -41,7 +41,7 @@ def test_folder_reads_each_suffix_with_ids_collections_and_titles(corpus_copy):
         "faq.txt": ("docs", "faq", "text"),  # top-level file: the folder's own name; no heading: file stem
         "hvplot/scatter.ipynb": ("hvplot", "Scatter plots", "notebook"),
         "panel/deploy.rst": ("panel", "Deploying an app", "rst"),
-        "panel/extra.markdown": ("panel", "Later heading", "markdown"),  # first heading, wherever it is
+        "panel/extra.markdown": ("panel", "extra", "markdown"),  # no H1 (only an H2): the file stem
         "panel/tabulator.md": ("panel", "Tabulator", "markdown"),
     }
     assert found["panel/tabulator.md"].source == str(docs.resolve())
@@ -125,10 +125,13 @@ def test_missing_path_and_unknown_file_kind_are_errors(tmp_path):
         read(tmp_path / "data.csv")
 
 
-def test_invalid_notebook_given_directly_is_an_error(tmp_path):
+def test_bad_file_given_directly_is_an_error_naming_it(tmp_path):
     (tmp_path / "bad.ipynb").write_text("not json")
-    with pytest.raises(ValueError, match="invalid notebook"):
+    with pytest.raises(ValueError, match=r"bad.ipynb: invalid notebook"):
         read(tmp_path / "bad.ipynb")
+    (tmp_path / "blob.md").write_bytes(b"\x00\x01")
+    with pytest.raises(ValueError, match=r"blob.md: binary file \(NUL bytes\)"):
+        read(tmp_path / "blob.md")
 
 
 # ------------------------------------------------------------------ BEIR

@@ -62,16 +62,36 @@ def doc_ids(result) -> list[str]:
     return [hit["doc_id"] for hit in result.structured_content["results"]]
 
 
-def test_stdio_session_stores_finds_and_survives_a_restart(index_dir):
+BAD_CALLS = [
+    ("search", {"query": "   "}, "empty query"),
+    ("search", {"query": "editor", "limit": 0}, "greater than or equal to 1"),
+    ("search", {"query": "editor", "limit": 101}, "less than or equal to 100"),
+    ("search", {"query": "editor", "chunk_types": ["poem"]}, "unknown chunk type 'poem'"),
+    ("search", {"query": "editor", "collection": "nowhere"}, "unknown collection 'nowhere'"),
+    ("search", {"query": "editor", "tags": [1, 2]}, "valid string"),
+    ("get_document", {"doc_id": "../../etc/passwd"}, "no document '../../etc/passwd'"),
+    ("get_document", {"doc_id": "mem-9999"}, "no document 'mem-9999'"),
+    ("store_memory", {"content": "x" * 20_001}, "at most 20000"),
+    ("store_memory", {"content": ""}, "content must be a non-empty string"),
+    ("store_memory", {"content": "fine", "tags": ["ok", 3]}, "valid string"),
+    ("store_memory", {"content": "fine", "created_at": "yesterday"}, "not ISO-8601"),
+    ("search_by_tag", {"tags": []}, "non-empty list"),
+    ("search_by_tag", {"tags": ["editor"], "match": "some"}, "'all' or 'any'"),
+    ("search_by_tag", {"tags": ["editor"], "limit": 500}, "less than or equal to 100"),
+]
+
+
+def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(index_dir):
     from mcp import Client
 
     async def first_session() -> list[str]:
-        async with Client(server_params(index_dir)) as client:
+        async with Client(server_params(index_dir, "--lock-wait", "0.5")) as client:
             listed = await client.list_tools()
             assert {tool.name for tool in listed.tools} == TOOLS
             search_tool = next(tool for tool in listed.tools if tool.name == "search")
             assert "Search the index" in search_tool.description
             assert search_tool.input_schema["properties"]["limit"]["maximum"] == 100
+            await check_bad_input_and_lock(client, index_dir)
             ids = []
             for content, tags in NEW_MEMORIES:
                 stored = await call(client, "store_memory", content=content, tags=tags, memory_type="fact")
@@ -107,48 +127,23 @@ def test_stdio_session_stores_finds_and_survives_a_restart(index_dir):
     asyncio.run(second_session(ids))
 
 
-BAD_CALLS = [
-    ("search", {"query": "   "}, "empty query"),
-    ("search", {"query": "editor", "limit": 0}, "greater than or equal to 1"),
-    ("search", {"query": "editor", "limit": 101}, "less than or equal to 100"),
-    ("search", {"query": "editor", "chunk_types": ["poem"]}, "unknown chunk type 'poem'"),
-    ("search", {"query": "editor", "collection": "nowhere"}, "unknown collection 'nowhere'"),
-    ("search", {"query": "editor", "tags": [1, 2]}, "valid string"),
-    ("get_document", {"doc_id": "../../etc/passwd"}, "no document '../../etc/passwd'"),
-    ("get_document", {"doc_id": "mem-9999"}, "no document 'mem-9999'"),
-    ("store_memory", {"content": "x" * 20_001}, "at most 20000"),
-    ("store_memory", {"content": ""}, "content must be a non-empty string"),
-    ("store_memory", {"content": "fine", "tags": ["ok", 3]}, "valid string"),
-    ("store_memory", {"content": "fine", "created_at": "yesterday"}, "not ISO-8601"),
-    ("search_by_tag", {"tags": []}, "non-empty list"),
-    ("search_by_tag", {"tags": ["editor"], "match": "some"}, "'all' or 'any'"),
-    ("search_by_tag", {"tags": ["editor"], "limit": 500}, "less than or equal to 100"),
-]
-
-
-def test_bad_input_is_a_tool_error_and_the_server_keeps_serving(index_dir):
-    from mcp import Client
-
+async def check_bad_input_and_lock(client, index_dir: Path) -> None:
+    """Each bad input is a tool error with a clear message, the server keeps serving, and another
+    process's writer lock makes store_memory a clear error (after --lock-wait), not a crash."""
     from hybridlab.layout import WriterLock
 
-    async def session() -> None:
-        async with Client(server_params(index_dir, "--lock-wait", "0.5")) as client:
-            for tool, arguments, message in BAD_CALLS:
-                result = await client.call_tool(tool, arguments)
-                assert result.is_error, (tool, arguments)
-                assert message in result.content[0].text, (tool, arguments, result.content[0].text)
-            assert doc_ids(await call(client, "search", query="which editor does the user use", limit=1)) == ["mem-0001"]
-            assert (await call(client, "stats")).structured_content["documents"] == 30  # nothing was stored
-            # another process writing the index: a clear error after --lock-wait, then back to normal
-            with WriterLock(index_dir):
-                locked = await call(client, "store_memory", content="written while another process holds the lock")
-            assert locked.is_error
-            assert f"is locked by PID {os.getpid()}" in locked.content[0].text
-            assert "the memory was not stored" in locked.content[0].text
-            again = await call(client, "store_memory", content="written after the lock was released")
-            assert not again.is_error, again.content[0].text
-
-    asyncio.run(session())
+    for tool, arguments, message in BAD_CALLS:
+        result = await client.call_tool(tool, arguments)
+        assert result.is_error, (tool, arguments)
+        assert message in result.content[0].text, (tool, arguments, result.content[0].text)
+    assert doc_ids(await call(client, "search", query="which editor does the user use", limit=1)) == ["mem-0001"]
+    assert (await call(client, "stats")).structured_content["documents"] == 30  # nothing was stored
+    with WriterLock(index_dir):  # as if `hybridlab index` were writing the index in another process
+        locked = await call(client, "store_memory", content="written while another process holds the lock")
+    assert locked.is_error
+    assert f"is locked by PID {os.getpid()}" in locked.content[0].text
+    assert "the memory was not stored" in locked.content[0].text
+    assert (await call(client, "stats")).structured_content["documents"] == 30
 
 
 def _rpc(method: str, params: dict, id_: int | None = None) -> bytes:
@@ -241,3 +236,26 @@ def test_deferred_commits_are_found_by_the_next_search(index_dir):
             assert (await call(client, "stats")).structured_content["documents"] == 32
 
     asyncio.run(session())
+
+
+def test_stats_reports_the_config_in_force_and_where_each_setting_came_from(base_index, tmp_path, monkeypatch):
+    from mcp import Client
+
+    from hybridlab.mcp_server import create_server
+
+    config = tmp_path / "best.json"
+    config.write_text(json.dumps({"search": {"alpha": 0.3, "fusion": "rrf", "rrf_k": 20}}), encoding="utf-8")
+    monkeypatch.setenv("HYBRIDLAB_RRF_K", "7")
+    monkeypatch.delenv("HYBRIDLAB_ALPHA", raising=False)
+    monkeypatch.delenv("HYBRIDLAB_FUSION", raising=False)
+
+    async def session() -> dict:
+        async with Client(create_server(base_index, config)) as client:
+            return (await call(client, "stats")).structured_content
+
+    stats = asyncio.run(session())
+    assert stats["config_file"] == str(config)
+    assert (stats["search_config"]["alpha"], stats["search_config_sources"]["alpha"]) == (0.3, "config")
+    assert (stats["search_config"]["fusion"], stats["search_config_sources"]["fusion"]) == ("rrf", "config")
+    assert (stats["search_config"]["rrf_k"], stats["search_config_sources"]["rrf_k"]) == (7, "env")
+    assert stats["documents"] == 30

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tiny_evalset import tiny_index  # noqa: F401  (fixture)
+from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.config import IndexConfig, SearchConfig
 from hybridlab.evalsets import EvalSet
@@ -21,6 +21,7 @@ from hybridlab.sweep import (
     NORMALIZATION,
     RRF_K,
     Param,
+    default_params,
     full_search_config,
     resolve_evalset,
     run_study,
@@ -78,6 +79,16 @@ def test_resolve_evalset_reads_a_folder_with_its_now(tmp_path):
     assert evalset == EvalSet(tmp_path.name, (tmp_path / "memories.jsonl",), tmp_path, "2026-01-01T00:00:00Z")
 
 
+def test_default_params_are_the_package_defaults_in_the_space():
+    space = space_for("scifact")
+    assert default_params(space, n_chunks=6000) == {
+        "fusion": SearchConfig.fusion, "alpha": 0.8, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
+        **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
+        "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
+        "bm25_k1": 1.5, "bm25_b": 0.75}
+    assert default_params(space, n_chunks=100)["staged"] is False and default_params(space, 100)["alpha"] == 0.5
+
+
 class FakeEvaluator:
     """Scores without an index: ndcg@10 = 1 - |alpha - 0.7| (so the best alpha is 0.7)."""
 
@@ -95,6 +106,7 @@ class FakeEvaluator:
 def test_study_respects_the_index_config_cap_and_counts_only_completed_trials(tmp_path):
     evaluator = FakeEvaluator()
     study = run_study("fake", trials=8, run_dir=tmp_path, evaluator=evaluator, max_index_configs=2,
+                      enqueue_defaults=False,
                       space=(ALPHA, BM25_K1, Param("bm25_b", "categorical", choices=(0.3, 0.6, 0.9))))
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") == 8
@@ -107,7 +119,7 @@ def test_same_seed_same_suggestions(tmp_path):
     params = []
     for name in ("a", "b"):
         study = run_study("fake", trials=5, storage=f"sqlite:///{tmp_path / name}.db", evaluator=FakeEvaluator(),
-                          space=(FUSION, ALPHA), seed=7)
+                          space=(FUSION, ALPHA), seed=7, enqueue_defaults=False)
         params.append([t.params for t in study.trials])
     assert params[0] == params[1]
 
@@ -150,3 +162,27 @@ def test_two_worker_processes_fill_one_study(tmp_path, tiny_index):  # noqa: F81
     assert len(complete) >= 8
     assert len({t.user_attrs["worker"] for t in complete}) == 2
     assert all(0.0 <= t.value <= 1.0 for t in complete)
+
+
+HOLDER = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+
+
+def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(tiny_env):  # noqa: F811
+    from hybridlab.config import Bm25Config
+    from hybridlab.evalsets import cache_root
+    from hybridlab.sweep import Evaluator
+
+    evaluator = Evaluator(resolve_evalset(tiny_env))
+    variant = IndexConfig(models=("wordllama",), bm25=Bm25Config(k1=0.9, b=0.3))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache_root() / "embeddings.duckdb")],
+                              stdout=subprocess.PIPE, text=True)  # another process's long build
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        index = evaluator.index(variant)
+    finally:
+        holder.kill()
+        holder.wait()
+    manifest = json.loads((index.index_dir / "manifest.json").read_text())
+    assert manifest["embedding_cache"].endswith(f"sweep-embeddings-{tiny_env.name}.duckdb")
+    assert manifest["config"]["bm25"]["k1"] == 0.9
+    assert index.n_chunks == 24 and evaluator.score({}, variant, "dev")["hit_rate@10"] > 0

@@ -22,7 +22,8 @@ REQUIRED_FIELDS = ("system", "n_chunks", "mode", "filtered")
 NUMBER_FIELDS = ("p50_ms", "p95_ms", "p99_ms", "search_p50_ms", "search_p95_ms", "search_p99_ms",
                  "encode_p50_ms", "ndcg@10", "peak_rss_mb")
 OPTIONAL_FIELDS = ("encoder", "variant", "dataset", "queries", "repeats", "note", "candidates", "overlap@10",
-                   "chunks_per_s", "seconds", "size_mb", "speedup", "dense_index", "recall@10")
+                   "chunks_per_s", "seconds", "size_mb", "speedup", "dense_index", "recall@10",
+                   "cpu_p50_ms", "cpu_p95_ms", "cpu_p99_ms")
 PACKAGES = ("hybridlab", "numpy", "faiss-cpu", "bm25s", "duckdb", "torch", "sentence-transformers",
             "onnxruntime", "wordllama", "chromadb", "lancedb", "pylance", "pyarrow", "rank-bm25", "psutil",
             "ranx", "matplotlib")
@@ -130,7 +131,7 @@ def run_worker(module: str, arguments: Mapping[str, Any], timeout: float = 3600)
     """Run `python -m module --worker JSON` in a fresh process (clean peak RSS, no shared caches);
     the worker prints its JSON result as the last line of stdout."""
     command = [sys.executable, "-m", module, "--worker", json.dumps(dict(arguments))]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=bench_env())
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, env=bench_env())
     if done.returncode != 0:
         raise RuntimeError(f"{module} worker failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     lines = [line for line in done.stdout.splitlines() if line.strip()]

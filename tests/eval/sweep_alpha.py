@@ -148,7 +148,7 @@ def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="all", help=f"an evaluation set, or 'all' ({', '.join(DATASETS)})")
+    parser.add_argument("--dataset", default="all", help=f"evaluation sets, comma-separated, or 'all' ({', '.join(DATASETS)})")
     parser.add_argument("--param", default="alpha", help="a SearchConfig, ChunkConfig or Bm25Config field")
     parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
     parser.add_argument("--metric", default="ndcg@10", choices=list(METRICS))
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         values = DEFAULT_VALUES[args.param]
     else:
         parser.error(f"--values is required for --param {args.param}")
-    names = list(DATASETS) if args.dataset == "all" else [args.dataset]
+    names = list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
     results = [sweep_dataset(name, args.param, values, args.progress) for name in names]

@@ -47,9 +47,12 @@ def garble(path: Path) -> None:
 
 
 DAMAGE = {"truncate-0": lambda p: truncate(p, 0.0), "truncate-half": lambda p: truncate(p, 0.5), "garble": garble}
-LIVE_FILES = ("dense-wordllama.faiss", "bm25/data.csc.index.npy", "bm25/indices.csc.index.npy",
-              "bm25/indptr.csc.index.npy", "bm25/ids.npy", "bm25/vocab.index.json", "bm25/params.index.json",
-              "bm25/tokenizer.json", "store.duckdb")
+BM25_FILES = ("bm25/data.csc.index.npy", "bm25/indices.csc.index.npy", "bm25/indptr.csc.index.npy", "bm25/ids.npy",
+              "bm25/vocab.index.json", "bm25/params.index.json", "bm25/tokenizer.json")
+# every damage of the FAISS and DuckDB files; each BM25 file truncated, two of them also emptied/garbled
+CASES = [(name, damage) for name in ("dense-wordllama.faiss", "store.duckdb") for damage in sorted(DAMAGE)] + \
+    [(name, "truncate-half") for name in BM25_FILES] + \
+    [("bm25/data.csc.index.npy", "garble"), ("bm25/ids.npy", "truncate-0"), ("bm25/vocab.index.json", "garble")]
 
 
 def _expect_clear_error(index_dir: Path, path: Path) -> str:
@@ -60,8 +63,7 @@ def _expect_clear_error(index_dir: Path, path: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("name", LIVE_FILES)
+@pytest.mark.parametrize(("name", "damage"), CASES)
 def test_damaged_generation_file(two_generations, tmp_path, name, damage):
     index = tmp_path / "index"
     shutil.copytree(two_generations["index"], index)
@@ -176,5 +178,5 @@ def test_cli_verify_exit_codes(two_generations, tmp_path):
 
 def test_record_corruption_figures():
     """Count of corruption cases, for reports/reliability.md."""
-    cases = len(LIVE_FILES) * len(DAMAGE) + 6 + 1 + 1 + 1 + 1 + 4 + 1
+    cases = len(CASES) + 6 + 1 + 1 + 1 + 1 + 4 + 1
     record("corruption_cases", cases)

@@ -1,0 +1,111 @@
+"""The notebooks run under papermill on a tiny set; run folders, reports/index.md, the report lock."""
+from __future__ import annotations
+
+import ast
+import json
+
+import nbformat
+import pytest
+from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
+
+from hybridlab.cli import main
+from hybridlab.notebook_runner import NOTEBOOKS, notebook_path, run_notebook
+from hybridlab.reporting import new_run_dir, run_lock, update_index
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_parameters_cell_holds_literal_assignments_only(name):
+    book = nbformat.read(notebook_path(name), as_version=4)
+    tagged = [c for c in book.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    for statement in ast.parse(tagged[0].source).body:
+        assert isinstance(statement, ast.Assign)
+        ast.literal_eval(statement.value)  # raises on anything but a literal
+
+
+def test_unknown_notebook_lists_the_choices():
+    with pytest.raises(ValueError, match="choose from"):
+        notebook_path("nope")
+
+
+def test_new_run_dir_never_reuses_a_folder(tmp_path):
+    first = new_run_dir(tmp_path, "sweep-x", date="2026-11-22")
+    second = new_run_dir(tmp_path, "sweep-x", date="2026-11-22")
+    assert (first.name, second.name) == ("2026-11-22-sweep-x", "2026-11-22-sweep-x-2")
+
+
+def test_index_lists_runs_newest_first_with_their_verdicts(tmp_path):
+    for name, verdict in (("2026-11-20-sweep-a", "old one"), ("2026-11-22-report", "new one")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.md").write_text(f"# Title {name}\n\n**Verdict:** {verdict}.\n")
+    lines = update_index(tmp_path).read_text().splitlines()
+    rows = [line for line in lines if line.startswith("| [")]
+    assert rows == ["| [2026-11-22-report](2026-11-22-report/summary.md) | Title 2026-11-22-report | new one. |",
+                    "| [2026-11-20-sweep-a](2026-11-20-sweep-a/summary.md) | Title 2026-11-20-sweep-a | old one. |"]
+
+
+def test_report_exits_nonzero_while_another_holds_the_lock(tmp_path, capsys):
+    run = tmp_path / "2026-11-22-sweep-x"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    with run_lock(tmp_path):
+        assert main(["report", "--reports", str(tmp_path), "--run", str(run)]) == 1
+    assert "another report run holds" in capsys.readouterr().err
+
+
+def test_report_without_sweeps_is_an_error(tmp_path, capsys):
+    assert main(["report", "--reports", str(tmp_path)]) == 2
+    assert "no finished sweep" in capsys.readouterr().err
+
+
+def _outputs(notebook) -> str:
+    book = nbformat.read(notebook, as_version=4)
+    texts = []
+    for cell in book.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            texts.append(str(data.get("text/markdown", "")) + str(data.get("text/plain", "")) + output.get("text", ""))
+    return "\n".join(texts)
+
+
+def test_explore_notebook_shows_the_score_breakdown(tiny_env, tmp_path):  # noqa: F811
+    out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2})
+    text = _outputs(out)
+    assert "dense (rank)" in text and "recency" in text and "m-docker-0" in text
+    assert out.with_suffix(".html").is_file()
+
+
+@pytest.mark.slow
+def test_staged_notebook_plots_the_tradeoff(tiny_env, tmp_path):  # noqa: F811
+    run_notebook("staged", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "candidates": [2, 5],
+                                      "run_dir": str(tmp_path)})
+    rows = json.loads((tmp_path / "staged.json").read_text())
+    assert [r["candidates"] for r in rows] == [None, 2, 5]
+    assert rows[0]["overlap@10"] == 1.0 and all(0 <= r["overlap@10"] <= 1 for r in rows)
+    assert (tmp_path / "staged.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  # noqa: F811
+    reports, best = tmp_path / "reports", tmp_path / "configs" / "best.json"
+    assert main(["sweep", "--dataset", str(tiny_env), "--trials", "4", "--reports", str(reports), "--export", str(best),
+                 "--model", "wordllama", "--max-index-configs", "2"]) == 0
+    [run] = [p for p in reports.iterdir() if p.is_dir()]
+    assert run.name.endswith("-sweep-tiny")
+    for name in ("sweep.ipynb", "sweep.html", "metrics.json", "summary.md", "study.db", "history.png", "slice.png"):
+        assert (run / name).is_file(), name
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["trials"]["complete"] == 4 and record["queries"] == {"dev": 5, "test": 3}
+    config = json.loads(best.read_text())
+    assert config["provenance"]["test_metrics"] == record["best"]["test_metrics"]
+    assert run.name in (reports / "index.md").read_text()
+
+    assert main(["report", "--reports", str(reports)]) == 0
+    [report] = [p for p in reports.iterdir() if p.name.endswith("-report")]
+    for name in ("report.ipynb", "report.html", "summary.md", "comparison.png", "metrics.json"):
+        assert (report / name).is_file(), name
+    summary = (report / "summary.md").read_text()
+    assert "defaults (baseline)" in summary and "tuned vs defaults on ndcg@10" in summary
+    capsys.readouterr()
+    assert main(["repro", str(best)]) == 0
+    assert "all metrics reproduced" in capsys.readouterr().out
