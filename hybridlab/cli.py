@@ -254,6 +254,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     queries = load_queries(queries_path.parent if queries_path.is_file() else queries_path) if queries_path.is_dir() \
         else _queries_file(queries_path)
     qrels = load_qrels(qrels_path)
+    if args.split != "all":
+        from hybridlab.datasets import split_query_ids
+
+        qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
     queries = {q: t for q, t in queries.items() if q in qrels}
     if not queries:
         raise UsageError(f"no query of {queries_path} has judgements in {qrels_path}")
@@ -352,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="queries.jsonl[.gz] (BEIR) or a dataset folder")
     p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
+    p.add_argument("--split", choices=["all", "dev", "test"], default="all",
+                   help="score the deterministic dev or test half of the queries (sha1 of the query id)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     add_search_options(p)

@@ -46,13 +46,18 @@ def render(record: dict[str, Any], summary: str, code: int, seconds: float, soak
     """The markdown report."""
     kill_points = record.get("kill_stage_points", 0)
     soak_kills = sum(v for k, v in record.items() if k.startswith("kill_time_points"))
+    soak_states: dict[str, int] = {}
+    for key, states in record.items():
+        if key.startswith("kill_time_states"):
+            for state, count in states.items():
+                soak_states[state] = soak_states.get(state, 0) + count
     examples = record.get("hypothesis_examples", {})
     load = record.get("mcp_load_soak") or record.get("mcp_load_small") or {}
     rows = [
         ("SIGKILL points survived (one per indexer stage, `make test`)", kill_points,
          ("index opens, `verify` clean, results identical to before the run; the next run completes it "
          "(results equal the uninterrupted run's) and re-embeds only what the killed run had not cached")),
-        ("SIGKILL points survived (time-based, soak)", soak_kills if soak else "not run", "same checks, two kills per copy"),
+        ("SIGKILL points survived (time-based, soak)", soak_kills if soak else "not run", f"same checks, two kills per copy (the second on the resuming run); outcomes {json.dumps(soak_states)}"),
         ("kill outcomes", json.dumps(record.get("kill_stage_states", {})), ("previous = killed before the "
          "manifest swap, committed = after")),
         ("corruption cases", record.get("corruption_cases", 0), ("each: CorruptIndexError naming the file and "

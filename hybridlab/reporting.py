@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.datasets import REPO_ROOT
 from hybridlab.evaluate import METRICS
 
 SWEEP_PREFIX = "sweep-"
@@ -165,7 +166,7 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
         delta = per_a[qid] - per_b.get(qid, 0.0)
         if abs(delta) < 1e-9:
             continue
-        text = (queries or {}).get(qid, "")[:70].replace("|", "/")
+        text = (queries or {}).get(qid, "—")[:70].replace("|", "/")
         lines.append(f"| {qid} | {text} | {per_a[qid]:.3f} | {per_b.get(qid, 0.0):.3f} | {delta:+.3f} |")
     return "\n".join(lines)
 
@@ -187,7 +188,7 @@ def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], met
         axes.bar([x + i * width for x in range(len(datasets))], values, width, label=system)
     axes.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(datasets))], datasets)
     axes.set_ylabel(f"{metric} (test)")
-    axes.legend()
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=max(1, len(systems)))
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -262,7 +263,8 @@ def update_index(reports: str | os.PathLike) -> Path:
     """`reports/index.md`: every run folder (newest first) with the first verdict line of its summary."""
     reports = Path(reports)
     rows = []
-    for summary in sorted(reports.glob("*/summary.md"), key=lambda p: p.parent.name, reverse=True):
+    for summary in sorted(reports.glob("*/summary.md"), key=lambda p: (p.parent.name[:10], p.stat().st_mtime),
+                          reverse=True):
         text = summary.read_text(encoding="utf-8").splitlines()
         verdict = next((line.replace("**Verdict:**", "").strip() for line in text if line.startswith("**Verdict")), "")
         title = text[0].lstrip("# ").strip() if text else summary.parent.name
@@ -319,7 +321,9 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
     evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name))
     runs, qrels = system_runs(record, evaluator)
     comparison = compare(qrels, runs)
-    queries = evaluator.dataset("test").queries
+    # query texts only from our own ground truth: the shared datasets' text stays out of the repo
+    own = evaluator.evalset.judgements.resolve().is_relative_to(REPO_ROOT / "ground_truth")
+    queries = evaluator.dataset("test").queries if own else None
     return {
         "dataset": name, "run": run.name, "record": record, "importances": importances(study),
         "figures": [str(f.name) for f in figures], "comparison": comparison,
@@ -365,3 +369,20 @@ def explain_table(results: Sequence[Any]) -> str:
                      f" ×{e.get('tag_boost', 1)} | {e.get('recency_factor', 1.0):.3f} | {e.get('fused_score', 0.0):.4f} | "
                      f"{e.get('final_score', r.score):.4f} |")
     return "\n".join(lines)
+
+
+def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """`summary.md` of a staged trade-off run (notebooks/staged.ipynb)."""
+    run_dir = Path(run_dir)
+    full = next(r for r in rows if not r["staged"])
+    named = {("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows}
+    close = [r["candidates"] for r in rows if r["staged"] and r["overlap@10"] >= 0.95]
+    verdict = (f"staged search keeps ≥95% of the parallel top-10 from {min(close)} candidates on"
+               if close else "staged search never keeps 95% of the parallel top-10 on")
+    lines = [f"# Staged trade-off {dataset} — {run_dir.name}", "",
+             f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).", "",
+             metrics_table(named, ("median_ms", "ndcg@10", "recall@100", "overlap@10")), "",
+             "![trade-off](staged.png)", ""]
+    path = run_dir / "summary.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -3,6 +3,14 @@
 `Index` opens one index folder (read-only) and answers searches. Every knob of
 :class:`~hybridlab.config.SearchConfig` can be passed per call; precedence and adaptive defaults are
 resolved by :func:`~hybridlab.config.resolve_search_config`.
+
+One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (id selector or
+exact subset scoring); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
+(:func:`~hybridlab.fusion.fuse`, weights from :func:`~hybridlab.fusion.alpha_weights`); recency
+scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows) with
+their stored vectors and falls back to parallel hybrid when BM25 has fewer than
+`fallback_threshold` hits or cannot fill `limit`. If fewer than `limit` results come back while more
+chunks are allowed, `depth` grows 4x and the search repeats, so rare filters still fill `limit`.
 """
 from __future__ import annotations
 
@@ -200,7 +208,7 @@ class Index:
                     f"{path} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
                     f"run `hybridlab verify --repair --index {self.index_dir}`"
                 ) from None
-        self._filter_cache: OrderedDict[Filters, np.ndarray] = OrderedDict()
+        self._filter_cache: OrderedDict[Filters, np.ndarray | None] = OrderedDict()
         self._detail_cache = None
         if self._check:
             problems = self.consistency_problems()
@@ -331,10 +339,9 @@ class Index:
         """Boolean row mask of the chunks the filters allow (None = all), resolved in DuckDB."""
         if filters.empty:
             return None
-        cached = self._filter_cache.get(filters)
-        if cached is not None:
+        if filters in self._filter_cache:
             self._filter_cache.move_to_end(filters)
-            return cached
+            return self._filter_cache[filters]
         for chunk_type in filters.chunk_types:
             if chunk_type not in self.known_chunk_types:
                 raise ValueError(f"unknown chunk type {chunk_type!r}; this index has {self.known_chunk_types}")
@@ -346,6 +353,8 @@ class Index:
             ids = np.asarray([r[0] for r in self._con.execute(sql, params).fetchall()], dtype=np.int64)
         mask = np.zeros(self.n_chunks, dtype=bool)
         mask[self.rows_of(ids)] = True
+        if mask.all():  # e.g. embedding_model of a single-model index: no restriction to push down
+            mask = None
         self._filter_cache[filters] = mask
         if len(self._filter_cache) > FILTER_CACHE_SIZE:
             self._filter_cache.popitem(last=False)
@@ -436,6 +445,7 @@ class Index:
                 width = candidates if run_mode == "staged" else depth
                 rows, scores = self.sparse.top(term_ids, width, mask)
                 runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
+                bm25_exhausted = len(rows) < width
             if mode in {"hybrid", "tags"}:
                 runs["tags"] = self._tag_run(query_tags, query_collections, mask, depth, model,
                                              vector if config.fusion == "rrf" else None)
@@ -457,7 +467,7 @@ class Index:
             found = len(self._group(hits, config)) if config.group_by_document else len(hits)
             if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
                 break
-            if run_mode == "staged" and len(runs["bm25"]) < width:
+            if run_mode == "staged" and bm25_exhausted:
                 # BM25 has no more candidates to offer: only a parallel search can fill `limit`
                 run_mode = "fallback"
                 logger.info("staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
@@ -669,7 +679,7 @@ class Index:
         self.refresh()
         wanted = resolve_tags(tags, self.tag_vocabulary)
         mask = self.filter_rows(self.make_filters(tags=wanted, tags_any=match == "any"))
-        rows = np.flatnonzero(mask)
+        rows = np.arange(self.n_chunks) if mask is None else np.flatnonzero(mask)
         order = sorted(rows.tolist(), key=lambda r: (-(0 if math.isnan(self.times[r]) else self.times[r]), self.doc_ids[r]))
         seen: dict[str, int] = {}
         for row in order:

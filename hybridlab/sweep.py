@@ -100,7 +100,8 @@ def suggest(trial, space: Sequence[Param]) -> dict[str, Any]:
         elif p.kind == "int":
             params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log)
         else:
-            params[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
+            value = trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
+            params[p.name] = round(value, 10) if p.step else value  # 0.6000000000000001 -> 0.6
     return params
 
 

@@ -277,3 +277,15 @@ def test_cli_eval_without_judged_queries_is_an_error(tiny, capsys, tmp_path):
     code = main(["eval", "--index", str(tiny["index"]), "--queries", str(tiny["queries"]), "--qrels", str(qrels)])
     assert code == 2
     assert "error: no query of" in capsys.readouterr().err
+
+
+def test_cli_eval_split_scores_one_half_of_the_queries(tiny, capsys):
+    # sha1 buckets: v .477 and o .479 (dev), b .913 and c .518 (test)
+    scored = {}
+    for split in ("dev", "test"):
+        path = tiny["root"] / f"{split}.trec"
+        code, out, _ = _eval(tiny, "--mode", "bm25", "--json", "--split", split, "--save-run", str(path),
+                             capsys=capsys)
+        assert code == 0 and json.loads(out)["queries"] == 2
+        scored[split] = {line.split()[0] for line in path.read_text().splitlines()}
+    assert scored == {"dev": {"v", "o"}, "test": {"b", "c"}}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 
 import nbformat
 import pytest
@@ -35,9 +36,10 @@ def test_new_run_dir_never_reuses_a_folder(tmp_path):
 
 
 def test_index_lists_runs_newest_first_with_their_verdicts(tmp_path):
-    for name, verdict in (("2026-11-20-sweep-a", "old one"), ("2026-11-22-report", "new one")):
+    for age, (name, verdict) in enumerate((("2026-11-20-sweep-a", "old one"), ("2026-11-22-report", "new one"))):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.md").write_text(f"# Title {name}\n\n**Verdict:** {verdict}.\n")
+        os.utime(tmp_path / name / "summary.md", (1_000_000 + age, 1_000_000 + age))
     lines = update_index(tmp_path).read_text().splitlines()
     rows = [line for line in lines if line.startswith("| [")]
     assert rows == ["| [2026-11-22-report](2026-11-22-report/summary.md) | Title 2026-11-22-report | new one. |",

@@ -317,3 +317,16 @@ def test_cli_unknown_collection_is_a_one_line_error(capsys, memory_index_dir):
     code = cli.main(["search", "tunnel", "--index", str(memory_index_dir), "--collection", "nope"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: unknown collection 'nope'") and "\n" not in err
+
+
+def test_search_by_tag_newest_first_and_variant_spelling(index):
+    assert [d["doc_id"] for d in index.search_by_tag(["Architecture"])] == ["m07", "m06", "m05", "m02"]
+    assert [d["doc_id"] for d in index.search_by_tag(["rate_limiting"], match="any")] == ["m12", "m11"]
+
+
+def test_staged_falls_back_when_its_candidates_cannot_fill_the_limit(index):
+    # "tunnel" occurs in 4 memories: enough for fallback_threshold 2, not for 15 results
+    results = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW)
+    assert len(results) == 15 and results[0].explain["mode"] == "fallback"
+    few = index.search("tunnel", staged=True, fallback_threshold=2, limit=3, tags=[], explain=True, now=NOW)
+    assert few[0].explain["mode"] == "staged"

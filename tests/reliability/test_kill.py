@@ -138,15 +138,18 @@ def test_kill_at_spread_times_soak(scenario, tmp_path, cycle):
     """Soak: 40 time-based kills at spread offsets per cycle, each followed by another kill of the
     resuming run on the same folder, then completion."""
     survived = 0
+    states: list[str] = []
     for n in range(40):
         index_dir = tmp_path / f"t{n:02d}"
         shutil.copytree(scenario["base"], index_dir)
         offset = 0.2 + (n * 0.137 + cycle * 0.05) % 4.0
         kill_after_seconds(scenario["corpus"], index_dir, offset)
-        check_after_kill(scenario, index_dir)
+        states.append(check_after_kill(scenario, index_dir))
         kill_after_seconds(scenario["corpus"], index_dir, offset / 2)
-        check_after_kill(scenario, index_dir)
+        states.append(check_after_kill(scenario, index_dir))
         complete(scenario, index_dir)
         shutil.rmtree(index_dir)
         survived += 2
     record(f"kill_time_points_cycle{cycle}", survived)
+    record(f"kill_time_states_cycle{cycle}", {s: states.count(s) for s in set(states)})
+    assert "previous" in states  # some kills did land before the commit
