@@ -416,7 +416,8 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    panels = [("ndcg@10", f"full corpus ({report['n_docs']} docs)"),
+    limited = " (--limit)" if report["settings"].get("limit") else ""
+    panels = [("ndcg@10", f"corpus of {report['n_docs']} docs{limited}"),
               ("ndcg@10_subset", f"subset ({report['subset_docs']} docs)")]
     for axis, (key, title) in zip(axes, panels):
         for r in report["results"]:

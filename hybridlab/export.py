@@ -45,6 +45,7 @@ def git_commit(repo: Path = REPO_ROOT) -> str | None:
 def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
     """The config document of a finished sweep run (its `metrics.json`)."""
     from hybridlab.config import SEARCH_FIELDS
+    from hybridlab.sweep import full_search_config
 
     run_dir = Path(run_dir)
     record_path = run_dir / "metrics.json"
@@ -52,7 +53,7 @@ def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise FileNotFoundError(f"{record_path} not found: is {run_dir} a finished sweep run?")
     record = json.loads(record_path.read_text(encoding="utf-8"))
     best = record["best"]
-    search = {k: v for k, v in best["search"].items() if k in SEARCH_FIELDS}
+    search = full_search_config({k: v for k, v in best["search"].items() if k in SEARCH_FIELDS})
     return {
         "search": search,
         "index": best["index"],

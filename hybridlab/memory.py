@@ -77,7 +77,7 @@ def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note
         raise ValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…")
     if not isinstance(memory_type, str) or not memory_type.strip() or len(memory_type) > MAX_TYPE_CHARS:
         raise ValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters")
-    when = created_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     obj = {"id": memory_id or new_memory_id(), "content": content, "tags": list(tags),
            "created_at": when, "memory_type": memory_type.strip()}
     return memory_document(obj, "memory", source)

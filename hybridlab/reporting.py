@@ -196,7 +196,7 @@ def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], met
 
 
 def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
-    """Staged search: latency and quality (nDCG@10, recall@100, overlap with parallel hybrid) per
+    """Staged search: latency and quality (nDCG@10, recall@10, overlap with parallel hybrid) per
     candidate count; the parallel search is the dashed reference."""
     import matplotlib
 
@@ -211,7 +211,7 @@ def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) ->
     left.axhline(full["median_ms"], linestyle="--", color="grey", label="parallel hybrid")
     left.set(xscale="log", xlabel="BM25 candidates", ylabel="median latency per query (ms)")
     left.legend()
-    for key in ("ndcg@10", "recall@100", "overlap@10"):
+    for key in ("ndcg@10", "recall@10", "overlap@10"):
         line, = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
         right.axhline(full[key], linestyle="--", color=line.get_color(), alpha=0.5)
     right.set(xscale="log", xlabel="BM25 candidates", ylabel="value (dashed: parallel hybrid)")
@@ -381,7 +381,7 @@ def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequenc
                if close else "staged search never keeps 95% of the parallel top-10 on")
     lines = [f"# Staged trade-off {dataset} — {run_dir.name}", "",
              f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).", "",
-             metrics_table(named, ("median_ms", "ndcg@10", "recall@100", "overlap@10")), "",
+             metrics_table(named, ("median_ms", "ndcg@10", "recall@10", "overlap@10")), "",
              "![trade-off](staged.png)", ""]
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -62,7 +62,8 @@ RRF_K = Param("rrf_k", "int", 5, 200, log=True, when=("fusion", ("rrf",)))
 NORMALIZATION = Param("normalization", "categorical", choices=("min-max", "z-score", "theoretical-min-max"),
                       when=("fusion", ("convex",)))
 STAGED = Param("staged", "categorical", choices=(False, True))
-CANDIDATES = Param("candidates", "int", 20, 400, log=True, when=("staged", (True,)))
+#: candidates below the evaluation depth act as EVAL_LIMIT (the engine takes max(candidates, limit))
+CANDIDATES = Param("candidates", "int", EVAL_LIMIT, 1000, log=True, when=("staged", (True,)))
 FALLBACK = Param("fallback_threshold", "int", 0, 50, when=("staged", (True,)))
 DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
 RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
@@ -117,8 +118,12 @@ def split_params(params: Mapping[str, Any], base: IndexConfig | None = None) -> 
 
 
 def full_search_config(search: Mapping[str, Any]) -> dict[str, Any]:
-    """Every SearchConfig field: the given settings over the defaults (validated)."""
-    return dataclasses.asdict(SearchConfig(**dict(search)))
+    """Every SearchConfig field: the given settings over the defaults (validated), with
+    `candidates` raised to the evaluation depth it effectively had (the engine scores
+    max(candidates, limit) BM25 rows), so the exported value behaves as measured at any limit."""
+    config = dataclasses.asdict(SearchConfig(**dict(search)))
+    config["candidates"] = max(config["candidates"], EVAL_LIMIT)
+    return config
 
 
 def resolve_evalset(name_or_path: str | os.PathLike) -> EvalSet:
@@ -416,7 +421,8 @@ BASELINES: dict[str, dict[str, Any]] = {"defaults": {}, "bm25": {"mode": "bm25"}
 def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
                     candidates: Sequence[int], *, now: str | None = None, k: int = 10) -> list[dict[str, Any]]:
     """Staged search (BM25 narrows to `candidates`, vectors re-score them) against the parallel
-    hybrid search, per candidate count: median latency, recall@100, nDCG@10 and top-`k` overlap."""
+    hybrid search, per candidate count, at `limit` = `k` (the engine scores at least `limit`
+    candidates): median latency, nDCG@k, recall@k and the top-`k` overlap."""
     import statistics
     import time
 
@@ -427,21 +433,22 @@ def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mappi
         index.encode_queries(index.choose_model(None, None), list(queries.values()))
         for qid, text in queries.items():
             started = time.perf_counter()
-            run[qid] = index.run(text, now=now, limit=EVAL_LIMIT, **options)
+            run[qid] = index.run(text, now=now, limit=k, **options)
             times.append((time.perf_counter() - started) * 1000)
         return run, times
 
     def top(docs: Mapping[str, float]) -> set[str]:
         return {d for d, _ in sorted(docs.items(), key=lambda item: (-item[1], item[0]))[:k]}
 
+    metrics = (f"ndcg@{k}", f"recall@{k}")
     full, full_times = timed_run(staged=False)
     rows = [{"candidates": None, "staged": False, "median_ms": statistics.median(full_times),
-             **score(qrels, full, ("ndcg@10", "recall@100")), "overlap@10": 1.0}]
+             **score(qrels, full, metrics), f"overlap@{k}": 1.0}]
     for count in candidates:
         run, times = timed_run(staged=True, candidates=count, fallback_threshold=0)
         overlap = statistics.fmean(len(top(run[q]) & top(full[q])) / max(1, len(top(full[q]))) for q in queries)
         rows.append({"candidates": count, "staged": True, "median_ms": statistics.median(times),
-                     **score(qrels, run, ("ndcg@10", "recall@100")), "overlap@10": overlap})
+                     **score(qrels, run, metrics), f"overlap@{k}": overlap})
     return rows
 
 

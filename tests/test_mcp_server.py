@@ -20,10 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 TOOLS = {"search", "get_document", "store_memory", "search_by_tag", "stats"}
-NEW_MEMORIES = [
-    ("The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.", ["backup", "drill"]),
-    ("Team lunch on Fridays is at the Vietnamese place near the canal.", ["lunch", "drill"]),
-    ("The flaky integration test in ledgerly is caused by a timezone-naive datetime.", ["flaky-test"]),
+NEW_MEMORIES = [  # content, tags, created_at (None = now)
+    ("The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.", ["backup", "drill"],
+     "2026-05-01T09:00:00Z"),
+    ("Team lunch on Fridays is at the Vietnamese place near the canal.", ["lunch", "drill"], "2026-06-01T09:00:00Z"),
+    ("The flaky integration test in ledgerly is caused by a timezone-naive datetime.", ["flaky-test"], None),
 ]
 
 
@@ -93,8 +94,9 @@ def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(ind
             assert search_tool.input_schema["properties"]["limit"]["maximum"] == 100
             await check_bad_input_and_lock(client, index_dir)
             ids = []
-            for content, tags in NEW_MEMORIES:
-                stored = await call(client, "store_memory", content=content, tags=tags, memory_type="fact")
+            for content, tags, created_at in NEW_MEMORIES:
+                stored = await call(client, "store_memory", content=content, tags=tags, memory_type="fact",
+                                    **({"created_at": created_at} if created_at else {}))
                 assert not stored.is_error, stored.content[0].text
                 ids.append(stored.structured_content["id"])
             assert len(set(ids)) == 3

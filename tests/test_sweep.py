@@ -54,6 +54,7 @@ def test_full_search_config_holds_every_field_and_validates():
     full = full_search_config({"alpha": 0.4, "fusion": "dbsf"})
     assert set(full) == set(SearchConfig.__dataclass_fields__)
     assert (full["alpha"], full["fusion"], full["rrf_k"]) == (0.4, "dbsf", 60)
+    assert full_search_config({"candidates": 40})["candidates"] == 100  # the engine scores max(candidates, limit)
     with pytest.raises(ValueError, match="alpha"):
         full_search_config({"alpha": 1.5})
 
@@ -167,6 +168,7 @@ def test_two_worker_processes_fill_one_study(tmp_path, tiny_index):  # noqa: F81
 HOLDER = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(120)"
 
 
+@pytest.mark.slow
 def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(tiny_env):  # noqa: F811
     from hybridlab.config import Bm25Config
     from hybridlab.evalsets import cache_root
