@@ -83,7 +83,9 @@ class DenseIndex:
         """All stored vectors, row-aligned with `ids` (reconstructed once, then kept)."""
         if self._vectors is None:
             n = self.index.ntotal
-            self._vectors = self.index.reconstruct_n(0, n) if n else np.zeros((0, self.dim), np.float32)
+            # From the inner index, by row: IndexIDMap2.reconstruct_n(0, n) would look up the *ids*
+            # 0..n-1, which after an incremental update (ids with gaps) aborts the process.
+            self._vectors = self.index.index.reconstruct_n(0, n) if n else np.zeros((0, self.dim), np.float32)
         return self._vectors
 
     def score_ids(self, query: np.ndarray, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -282,10 +282,12 @@ class Index:
         return np.searchsorted(self.chunk_ids, chunk_ids)
 
     def encoder(self, model: str):
+        """The QUERY encoder of `model`: for MiniLM its ONNX fp32 twin (same vectors, no torch
+        import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`."""
         if model not in self._encoders:
-            from hybridlab.models import load_encoder
+            from hybridlab.models import load_query_encoder
 
-            self._encoders[model] = load_encoder(model)
+            self._encoders[model] = load_query_encoder(model)
         return self._encoders[model]
 
     def query_vector(self, model: str, query: str) -> np.ndarray:

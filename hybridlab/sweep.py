@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -456,10 +457,16 @@ def cli_sweep(args: argparse.Namespace) -> int:
     """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner."""
     import time
 
+    from papermill.exceptions import PapermillExecutionError
+
+    from hybridlab.evaluate import METRICS
     from hybridlab.export import export_config, write_config
     from hybridlab.notebook_runner import run_notebook
     from hybridlab.reporting import new_run_dir, update_index, write_summary
 
+    if args.metric not in METRICS:
+        raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")
+    resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
     trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
     run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
     parameters = {"dataset": str(args.dataset), "trials": trials, "storage": args.storage, "study": args.study,
@@ -469,7 +476,12 @@ def cli_sweep(args: argparse.Namespace) -> int:
                   "run_dir": str(run_dir.resolve())}
     print(f"sweep {args.dataset}: {trials} trials -> {run_dir}", flush=True)
     started = time.perf_counter()
-    run_notebook("sweep", run_dir, parameters)
+    try:
+        run_notebook("sweep", run_dir, parameters)
+    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
+        print(f"error: the sweep notebook failed: {error.ename}: {error.evalue} (see {run_dir / 'sweep.ipynb'})",
+              file=sys.stderr)
+        return 1
     metrics = json.loads((run_dir / "metrics.json").read_text())
     write_summary(run_dir, metrics)
     update_index(args.reports)

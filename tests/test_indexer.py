@@ -300,3 +300,20 @@ def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
     assert rows[0][3].startswith("Tabulator › Editors\n# Tabulator\n")
     assert rows[1][3].startswith("Tabulator › Filters\n## Filters\n")
     assert memory == [(0, "", "memory", "Decided to pin torch to the CPU build so installs never pull CUDA wheels.")]
+
+
+def test_dense_search_after_an_update_that_leaves_gaps_in_chunk_ids(tmp_path, embedding_cache_path):
+    """Chunk ids of deleted documents are not reused; FAISS subset scoring must go by row, not id
+    (it used to call IndexIDMap2.reconstruct_n(0, n), which aborted the process on a missing id)."""
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_dir = tmp_path / "index"
+    index_paths([source], index_dir, progress=False, cache_path=embedding_cache_path)
+    (source / "a.md").unlink()  # chunk id 0 goes away
+    (source / "d.md").write_text(section("Delta", "dingo", 1))  # gets chunk id 4
+    index_paths([source], index_dir, progress=False, cache_path=embedding_cache_path)
+    with open_index(index_dir) as index:
+        assert list(index.chunk_ids) == [1, 2, 3, 4]
+        # staged: BM25 picks candidates, their stored vectors are scored exactly (by row)
+        hits = index.search("dingo", staged=True, fallback_threshold=0, explain=True)
+        assert hits[0].doc_id == "d.md" and hits[0].explain["dense_rank"] == 1
+        assert hits[0].explain["dense_score"] > 0.1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from hybridlab.models import (
     get_spec,
     is_installed,
     load_encoder,
+    load_query_encoder,
+    query_encoder_name,
 )
 
 SENTENCES = [
@@ -176,6 +179,77 @@ def test_non_string_input_is_rejected(minilm):
         minilm.encode_queries("a query passed as a bare string")
     with pytest.raises(ValueError, match="batch_size"):
         minilm.encode_documents(["ok"], batch_size=0)
+
+
+# ------------------------------------------------------------------------------------ query encoders
+MINILM = "all-MiniLM-L6-v2"
+
+
+def test_query_encoder_name_follows_the_backend_choice(monkeypatch):
+    monkeypatch.setattr(models, "_missing_package", lambda spec: None)  # as if everything were installed
+    monkeypatch.delenv("HYBRIDLAB_QUERY_BACKEND", raising=False)
+    assert query_encoder_name("minilm") == f"{MINILM}-onnx"
+    assert query_encoder_name("minilm", "torch") == MINILM
+    assert query_encoder_name("minilm", "onnx") == f"{MINILM}-onnx"
+    assert query_encoder_name("wordllama", "onnx") == "wordllama"  # no twin: the model itself
+    assert query_encoder_name("minilm-int8") == f"{MINILM}-onnx-int8"  # an ONNX model is its own
+    monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", "torch")
+    assert query_encoder_name("minilm") == MINILM
+    assert query_encoder_name("minilm", "onnx") == f"{MINILM}-onnx"  # the argument wins over the env
+    monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", "cuda")
+    with pytest.raises(ValueError, match=r"unknown query backend 'cuda' .*choose from \['auto', 'torch', 'onnx'\]"):
+        query_encoder_name("minilm")
+
+
+def test_query_encoder_without_onnxruntime(monkeypatch):
+    monkeypatch.setattr(models, "_missing_package", lambda spec: "onnxruntime" if spec.backend == "onnx" else None)
+    assert query_encoder_name("minilm", "auto") == MINILM
+    with pytest.raises(ModelNotInstalledError, match="needs the package 'onnxruntime'"):
+        query_encoder_name("minilm", "onnx")
+
+
+@needs("minilm-onnx")
+def test_onnx_query_twin_gives_the_torch_vectors(minilm):
+    twin = load_query_encoder("minilm", "onnx")
+    assert twin.spec.name == f"{MINILM}-onnx" and twin is not minilm
+    assert load_query_encoder("minilm", "torch") is minilm
+    queries = ["what causes lung cancer?", "statins and cholesterol", "x", " ".join(SENTENCES)]
+    reference, fast = minilm.encode_queries(queries), twin.encode_queries(queries)
+    assert_unit_rows(fast, len(queries), 384)
+    assert np.sum(reference * fast, axis=1).min() >= 0.9999
+
+
+@needs("minilm-onnx")
+def test_search_results_are_the_same_with_either_query_backend(tiny_index, monkeypatch):
+    from hybridlab.search import open_index
+
+    results = {}
+    for backend in ("torch", "onnx"):
+        monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", backend)
+        with open_index(tiny_index) as index:
+            assert type(index.encoder(MINILM)).__name__ == ("OnnxEncoder" if backend == "onnx" else
+                                                           "SentenceTransformerEncoder")
+            results[backend] = [
+                [(r.doc_id, r.chunk_id, r.score) for r in index.search(query, mode=mode, limit=10, now="2026-11-01")]
+                for query in ("filter rows of a table", "deploy with TLS", "telomeres", "duckdb memory")
+                for mode in ("vector", "hybrid")
+            ]
+    for torch_hits, onnx_hits in zip(results["torch"], results["onnx"]):
+        assert [hit[:2] for hit in onnx_hits] == [hit[:2] for hit in torch_hits]
+        np.testing.assert_allclose([h[2] for h in onnx_hits], [h[2] for h in torch_hits], atol=1e-4)
+
+
+@needs("minilm-onnx")
+def test_searching_with_the_onnx_twin_never_imports_torch(tiny_index):
+    code = (
+        "import sys; from hybridlab.search import open_index; index = open_index(sys.argv[1]); "
+        "hits = index.search('filter rows', mode='vector'); "
+        "print(len(hits) > 0, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
+    env = {**os.environ, "HYBRIDLAB_QUERY_BACKEND": "onnx"}
+    result = subprocess.run([sys.executable, "-c", code, str(tiny_index)], capture_output=True, text=True, env=env,
+                            check=True)
+    assert result.stdout.split() == ["True", "False", "False"]
 
 
 # ------------------------------------------------------------------------------------ ONNX int8

@@ -111,3 +111,11 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
     capsys.readouterr()
     assert main(["repro", str(best)]) == 0
     assert "all metrics reproduced" in capsys.readouterr().out
+
+
+def test_sweep_rejects_an_unknown_metric_or_dataset_before_running(tmp_path, capsys):
+    assert main(["sweep", "--dataset", "memories", "--metric", "p@3", "--reports", str(tmp_path)]) == 2
+    assert "unknown metric 'p@3'" in capsys.readouterr().err
+    assert main(["sweep", "--dataset", "nosuchset", "--reports", str(tmp_path)]) == 2
+    assert "unknown dataset 'nosuchset'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

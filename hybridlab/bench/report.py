@@ -46,7 +46,8 @@ def evaluate_targets(rows: Sequence[Mapping[str, Any]], noise: float = 0.10) -> 
         targets.append({"target": name, "measured": value, "limit": limit, "unit": unit, "status": status})
         if cpu is not None:
             targets[-1]["cpu"] = cpu
-            targets[-1]["cpu_status"] = "met" if cpu <= limit else "missed"
+            targets[-1]["cpu_status"] = ("met" if cpu <= limit else
+                                         "within noise" if cpu <= limit * (1 + noise) else "missed")
 
     for mode in ("hybrid", "staged"):
         for filtered in (False, True):
@@ -79,7 +80,8 @@ def evaluate_targets(rows: Sequence[Mapping[str, Any]], noise: float = 0.10) -> 
             plain = _one(lat, n_chunks=size, mode=mode, filtered=False, encoder=None if mode == "bm25" else "torch")
             filt = _one(lat, n_chunks=size, mode=mode, filtered=True, encoder=None if mode == "bm25" else "torch")
             check(f"{size:,} chunks: {mode} filtered / unfiltered search P95 ≤ 1.0×",
-                  ratio(filt and filt["search_p95_ms"], plain and plain["search_p95_ms"]), 1.0, unit="×")
+                  ratio(filt and filt["search_p95_ms"], plain and plain["search_p95_ms"]), 1.0, unit="×",
+                  cpu=ratio(filt and filt.get("cpu_p95_ms"), plain and plain.get("cpu_p95_ms")))
     for row in find_rows(rows, system="hybridlab", mode="index", variant="first-build"):
         raw = _one(rows, system="raw-encoder", mode="index", encoder=row.get("encoder"))
         value = ratio(raw and raw["chunks_per_s"], row["chunks_per_s"])
@@ -124,15 +126,15 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
              "threads), `torch-1thread` = the same after `torch.set_num_threads(1)`, `onnx-int8` = "
              "`all-MiniLM-L6-v2-onnx-int8` (same weights, int8 MatMuls) swapped in as the index's query encoder."),
              "", "Indexes: " + "; ".join(meta.get("indexes", [])), ""]
-    lines += ["## Targets", "", "Search targets also show the CPU-time P95 of the whole `Index.search` call (it "
-              "includes hydration, so it is an upper bound of search CPU time): on a shared machine wall-time tails "
-              "mostly measure waiting for a core.", "",
+    lines += ["## Targets", "", ("Search targets also show the CPU-time P95 of the whole `Index.search` call (it "
+                                 "includes hydration, so it is an upper bound of search CPU time), or its ratio: "
+                                 "on a shared machine wall-time tails mostly measure waiting for a core."), "",
               "| target | measured | limit | status | CPU-time P95 (status) |", "|---|---|---|---|---|"]
     for t in targets:
         extra = ""
         if "ndcg_ours" in t:
             extra = f" (nDCG@10 ours {_fmt(t['ndcg_ours'], 4)}, theirs {_fmt(t['ndcg_theirs'], 4)})"
-        cpu = f"{_fmt(t['cpu'])} ms ({t['cpu_status']})" if "cpu" in t else "–"
+        cpu = f"{_fmt(t['cpu'])} {t['unit']} ({t['cpu_status']})" if "cpu" in t else "–"
         lines.append(f"| {t['target']} | {_fmt(t['measured'])} {t['unit']}{extra} | {t['limit']} | {t['status']} | {cpu} |")
     lines += ["", "## Query latency (hybridlab)", "",
               ("| chunks | mode | filtered | encoder | P50 | P95 | P99 | search P50 | search P95 | search P99 | "
