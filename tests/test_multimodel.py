@@ -266,3 +266,21 @@ def test_index_with_an_uninstalled_model_names_its_package(tmp_path, capsys, mon
     )
     assert not (tmp_path / "index" / "manifest.json").exists()
 
+
+
+@needs_wordllama
+@needs_both
+def test_cli_index_with_two_models_and_a_per_collection_model(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", COLLECTION_CORPUS)
+    index_dir = str(tmp_path / "index")
+    assert cli.main(["index", str(tmp_path / "corpus"), "--index", index_dir, "--model", "wordllama", "--model",
+                     "minilm", "--model-for-collection", "beta=wordllama", "-q"]) == 0
+    assert ", 6 embedded, 0 from cache;" in capsys.readouterr().out  # alpha: 2 x 2 models, beta: 2 x wordllama
+    assert manifest_models(tmp_path / "index") == {"wordllama": (256, 4), MINILM: (384, 2)}
+    assert cli.main(["search", "filter", "--index", index_dir]) == 2
+    assert "several models ['all-MiniLM-L6-v2', 'wordllama']" in capsys.readouterr().err
+    assert cli.main(["search", "filter", "--index", index_dir, "--mode", "bm25", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 4
+    assert cli.main(["search", "filter", "--index", index_dir, "--embedding-model", "minilm", "--mode", "vector",
+                     "--json"]) == 0
+    assert {hit["collection"] for hit in json.loads(capsys.readouterr().out)} == {"alpha"}

@@ -24,7 +24,8 @@ MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "hybrid": {"mode": "hybrid", "staged": False},
     "staged": {"mode": "hybrid", "staged": True},
 }
-ENCODERS = {"torch": "all-MiniLM-L6-v2", "onnx-int8": "all-MiniLM-L6-v2-onnx-int8",
+# None = the index's own query encoder (`Index.encoder`, whatever the engine picks by default)
+ENCODERS = {"torch": "all-MiniLM-L6-v2", "default": None, "onnx-int8": "all-MiniLM-L6-v2-onnx-int8",
             "torch-1thread": "all-MiniLM-L6-v2"}
 WARMUP = 5
 
@@ -96,7 +97,11 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
             import torch
 
             torch.set_num_threads(1)
-        index._encoders[model] = load_encoder(ENCODERS[encoder])  # same MiniLM weights, another runtime
+        if ENCODERS[encoder] is None:
+            index._encoders.pop(model, None)
+        else:
+            index._encoders[model] = load_encoder(ENCODERS[encoder])  # same MiniLM weights, another runtime
+        runtime = getattr(getattr(index.encoder(model), "spec", None), "name", type(index.encoder(model)).__name__)
         known = arguments.get("encode_runs") or {}
         encode_runs = known.get(encoder) or time_encoding(index, model, queries, int(arguments["repeats"]))
         measured_encoding[encoder] = encode_runs
@@ -120,6 +125,7 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
                     encode_p50_ms=stats["encode"]["p50"] if encoded else None,
                     encoder=encoder if encoded else None, dataset=arguments.get("dataset"),
                     queries=len(queries), repeats=int(arguments["repeats"]),
+                    **({"note": f"query encoder {runtime}"} if encoded else {}),
                 ))
                 print(f"  {arguments.get('dataset')} {n_chunks} {encoder} {mode} filtered={filtered}: "
                       f"e2e p95 {stats['e2e']['p95']:.2f} ms, search p95 {stats['search']['p95']:.2f} ms",
@@ -132,7 +138,7 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: str, repeats: int,
-        modes: Sequence[str] = tuple(MODE_OPTIONS), encoders: Sequence[str] = ("torch", "onnx-int8", "torch-1thread"),
+        modes: Sequence[str] = tuple(MODE_OPTIONS), encoders: Sequence[str] = ("torch", "default", "onnx-int8", "torch-1thread"),
         encode_runs: Mapping[str, list[list[float]]] | None = None) -> dict[str, Any]:
     """Measure one index in a fresh subprocess; `encode_runs` (from an earlier call's result, same
     queries) reuses its per-query encoding times instead of encoding every query again."""

@@ -66,7 +66,7 @@ def evaluate_targets(rows: Sequence[Mapping[str, Any]], noise: float = 0.10) -> 
             row = _one(lat, n_chunks=big, mode="hybrid", filtered=filtered, encoder="torch")
             check(f"{label} parallel hybrid search P95{suffix} ≤ 15 ms", row and row["search_p95_ms"], 15.0,
                   cpu=row and row.get("cpu_p95_ms"))
-        for encoder in ("torch", "torch-1thread", "onnx-int8"):
+        for encoder in ("torch", "torch-1thread", "default", "onnx-int8"):
             for mode in ("staged", "hybrid"):
                 row = _one(lat, n_chunks=big, mode=mode, filtered=False, encoder=encoder)
                 check(f"{label} {mode} end-to-end P95 with {encoder} encoding ≤ 15 ms", row and row["p95_ms"], 15.0)
@@ -123,7 +123,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
              "fusion, recency; not encoding, not result hydration); end to end = wall time of `Index.search` with the "
              "query vector cached, plus the encoder's time for that query alone (measured once per encoder, same "
              "queries). Encoders: `torch` = the default sentence-transformers MiniLM (torch's default 2 intra-op "
-             "threads), `torch-1thread` = the same after `torch.set_num_threads(1)`, `onnx-int8` = "
+             "threads), `torch-1thread` = the same after `torch.set_num_threads(1)`, `default` = the index's own "
+             "query encoder (`Index.encoder`; its name is in the row's note in results.json), `onnx-int8` = "
              "`all-MiniLM-L6-v2-onnx-int8` (same weights, int8 MatMuls) swapped in as the index's query encoder."),
              "", "Indexes: " + "; ".join(meta.get("indexes", [])), ""]
     lines += ["## Targets", "", ("Search targets also show the CPU-time P95 of the whole `Index.search` call (it "
