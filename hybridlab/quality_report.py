@@ -117,7 +117,9 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
             other: {k: len(v) for k, v in wins_losses(per_query[DEFAULT_SYSTEM]["ndcg@10"], per_query[other]["ndcg@10"]).items()}
             for other in ("bm25", "dense")
         },
-        "per_query": per_query,
+        "per_query": {system: {metric: {qid: round(value, 4) for qid, value in values.items()}
+                               for metric, values in by_metric.items()}
+                      for system, by_metric in per_query.items()},
         "same_as_default": [system for system, run in runs.items()
                             if system != DEFAULT_SYSTEM and run == runs[DEFAULT_SYSTEM]],
     }
@@ -185,7 +187,7 @@ def write_report(records: Sequence[Mapping[str, Any]], folder: Path, date: str, 
     markdown, data = folder / f"{date}.md", folder / f"{date}.json"
     markdown.write_text(render_markdown(records, date, command), encoding="utf-8")
     payload = {"date": date, "command": command, "metrics": list(METRICS), "datasets": list(records)}
-    data.write_text(json.dumps(payload, indent=1, allow_nan=False), encoding="utf-8")
+    data.write_text(json.dumps(payload, allow_nan=False, separators=(",", ":")) + "\n", encoding="utf-8")
     return markdown, data
 
 

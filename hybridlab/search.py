@@ -285,8 +285,15 @@ class Index:
         """The QUERY encoder of `model`: for MiniLM its ONNX fp32 twin (same vectors, no torch
         import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`."""
         if model not in self._encoders:
-            from hybridlab.models import load_query_encoder
+            from hybridlab.models import get_spec, load_query_encoder
 
+            dim = get_spec(model).dim
+            if model in self.dense and dim != self.dense[model].dim:
+                raise ValueError(
+                    f"model {model!r} now gives {dim}-d vectors but this index holds "
+                    f"{self.dense[model].dim}-d ones; re-embed: hybridlab reindex --drop-model {model} "
+                    f"(then --model {model})"
+                )
             self._encoders[model] = load_query_encoder(model)
         return self._encoders[model]
 

@@ -284,3 +284,16 @@ def test_cli_index_with_two_models_and_a_per_collection_model(tmp_path, capsys):
     assert cli.main(["search", "filter", "--index", index_dir, "--embedding-model", "minilm", "--mode", "vector",
                      "--json"]) == 0
     assert {hit["collection"] for hit in json.loads(capsys.readouterr().out)} == {"alpha"}
+
+
+@needs_wordllama
+def test_search_refuses_a_model_whose_dimension_changed(wordllama_index, monkeypatch):
+    from hybridlab.search import open_index
+
+    monkeypatch.setitem(MODELS, "wordllama", dataclasses.replace(get_spec("wordllama"), dim=300))
+    with open_index(wordllama_index) as index:
+        with pytest.raises(ValueError) as error:
+            index.search("filter", mode="vector", now=NOW)
+        assert str(error.value) == ("model 'wordllama' now gives 300-d vectors but this index holds 256-d ones; "
+                                    "re-embed: hybridlab reindex --drop-model wordllama (then --model wordllama)")
+        assert len(index.search("filter", mode="bm25", now=NOW)) == 3

@@ -55,7 +55,8 @@ def test_memories_default_configuration(memories):
 
 # --------------------------------------------------------------------------- holoviz (77 queries)
 # Header chunking exists so that answers buried in long notebooks are found; whole-document vectors
-# see only the first 256 tokens of each file.
+# see only the first 256 tokens of each file. Measured 2026-11-22: chunked default hybrid nDCG@10
+# 0.796 (BM25 0.740, dense 0.725); whole-document dense 0.531, whole-document hybrid 0.672.
 def test_holoviz_chunked_hybrid_beats_whole_document_dense(holoviz, holoviz_whole):
     hybrid = holoviz.score()["ndcg@10"]
     whole_dense = holoviz_whole.score(mode="vector")["ndcg@10"]
