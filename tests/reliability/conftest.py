@@ -22,3 +22,13 @@ def small_index(tmp_path_factory) -> Path:
     write_corpus(root / "corpus", range(120))
     cli("index", str(root / "corpus"), "--index", str(root / "index"), *MODEL_ARGS, "-q")
     return root / "index"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Soak loops run only when the marker expression names them (`make soak`), not in `make test`."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="soak loop: run with `make soak` (pytest -m soak)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
