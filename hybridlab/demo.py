@@ -31,7 +31,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
           f"{stats['tags']} distinct tags, models {list(stats['models'])}")
     now = evalset.now
-    print(f"\n== queries (now = {now}, hybrid defaults: alpha adaptive, RRF, tags, recency)")
+    print(f"\n== queries (now = {now}, hybrid defaults: adaptive alpha, convex fusion, tags, recency)")
     for query in DEMO_QUERIES:
         started = time.perf_counter()
         results = index.search(query, limit=3, now=now, explain=True)

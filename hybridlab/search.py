@@ -190,6 +190,12 @@ class Index:
         self.tag_vocabulary = TagVocabulary(self.tag_rows, stopwords=self.sparse.tokenizer.stopwords)
         collection_array = np.asarray(self.collections, dtype=object)
         self.collection_rows = {name: np.flatnonzero(collection_array == name) for name in self.known_collections}
+        # a tag worn across many collections (`architecture` on ten projects) says less about which
+        # chunk is meant than one worn by a single collection (`rathole`): weight = 1 / sqrt(collections)
+        self.tag_specificity = {
+            tag: len(set(collection_array[rows].tolist())) ** -0.5 if len(self.known_collections) > 1 else 1.0
+            for tag, rows in self.tag_rows.items()
+        }
         # a query naming a collection (a memory store's project) scopes the tag signal to it; only
         # meaningful when there is more than one collection
         self.collection_vocabulary = TagVocabulary(
@@ -376,7 +382,8 @@ class Index:
     def _tag_run(self, query_tags: Sequence[str], query_collections: Sequence[str], mask: np.ndarray | None,
                  depth: int, model: str | None, vector: np.ndarray | None) -> dict[int, float]:
         """Rows carrying the query's tags (or in a collection the query names), scored by how many of
-        them match: +1 per matching tag, +1 when the chunk's collection is named. With a `vector`
+        them match: + the tag's specificity (1 / sqrt(number of collections wearing it)) per matching
+        tag, +1 when the chunk's collection is named. With a `vector`
         (given for rank fusion only), equal counts are ordered by the chunk's cosine similarity to the
         query (added as `0.001 * (1 + cos) / 2`, which never outweighs one more matching tag), so RRF
         does not rank them by row id; score fusions see the plain counts."""
@@ -386,7 +393,7 @@ class Index:
         for tag in query_tags:
             rows = self.tag_rows.get(tag)
             if rows is not None:
-                counts[rows] += 1.0
+                counts[rows] += self.tag_specificity[tag]
         for name in query_collections:
             counts[self.collection_rows[name]] += 1.0
         if mask is not None:
