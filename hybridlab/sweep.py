@@ -337,10 +337,10 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
 
 def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, attempts: int = 10):
     """Create or load the study; workers starting together may race to create the SQLite schema
-    (sqlalchemy OperationalError), so a few retries follow."""
+    (sqlalchemy OperationalError / IntegrityError), so a few retries follow."""
     import time
 
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import SQLAlchemyError
 
     def create():
         return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
@@ -350,7 +350,7 @@ def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, at
     for attempt in range(attempts - 1):
         try:
             return create()
-        except OperationalError:
+        except SQLAlchemyError:  # schema creation race: OperationalError, IntegrityError, ...
             time.sleep(0.5 + attempt)
     return create()
 

@@ -59,6 +59,9 @@ class Tokenizer:
         if cached is not None:
             return cached
         lower = word.lower()
+        if lower in self.stopwords:  # `iF`, `The`: a stop word whatever its case, never an identifier
+            self._cache[word] = ()
+            return ()
         parts = identifier_parts(word) if self.config.split_identifiers else [word]
         terms: list[str] = []
         if len(parts) > 1:
