@@ -46,6 +46,7 @@ class DenseIndex:
         if len(self.ids) > 1 and not np.all(self.ids[1:] > self.ids[:-1]):
             raise ValueError(f"dense index of {model!r}: ids must be stored in ascending chunk_id order")
         self._vectors: np.ndarray | None = None
+        self._selector: tuple[bytes, object] | None = None
 
     @classmethod
     def build(cls, vectors: np.ndarray, chunk_ids: np.ndarray, model: str, factory: str = "Flat") -> "DenseIndex":
@@ -97,6 +98,18 @@ class DenseIndex:
         keep = (self.ids[rows] == chunk_ids) if len(self.ids) else np.zeros(len(chunk_ids), bool)
         return chunk_ids[keep], vectors[rows[keep]] @ query.astype(np.float32)
 
+    def _selector_for(self, allowed: np.ndarray):
+        """An id selector for `allowed`, kept for the next call with the same ids (a filtered
+        workload repeats its filter; building the selector costs more than the search)."""
+        import hashlib
+
+        import faiss
+
+        key = hashlib.blake2b(allowed.tobytes(), digest_size=16).digest()
+        if self._selector is None or self._selector[0] != key:
+            self._selector = (key, faiss.IDSelectorBatch(allowed))
+        return self._selector[1]
+
     def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ids, scores) of the `depth` nearest vectors, restricted to `allowed` chunk ids."""
         import faiss
@@ -109,7 +122,7 @@ class DenseIndex:
                 ids, scores = self.score_ids(query[0], allowed)
                 order = np.lexsort((ids, -scores))[:depth]
                 return ids[order], scores[order]
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64)))
+            params = faiss.SearchParameters(sel=self._selector_for(np.asarray(allowed, dtype=np.int64)))
             distances, labels = self.index.search(query, min(depth, self.size), params=params)
         else:
             distances, labels = self.index.search(query, min(depth, self.size))
