@@ -70,6 +70,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                         help="BM25 narrows to --candidates, vectors re-score them")
     staged.add_argument("--no-staged", dest="staged", action="store_false")
     g.add_argument("--candidates", type=_positive_int)
+    g.add_argument("--expand-hops", type=int, help="staged: corpus-graph hops from the best candidates (0 = BM25 pool only)")
+    g.add_argument("--expand-seeds", type=int, help="staged: candidates expanded per hop (default 20)")
+    g.add_argument("--fill-dense", action="store_true", default=None,
+                   help="give BM25 candidates the dense run lacks their exact cosine (not none)")
     g.add_argument("--fallback-threshold", type=int)
     g.add_argument("--decay", type=float, help="recency decay per day (0 disables)")
     g.add_argument("--recency-weight", type=_unit_float)
@@ -80,7 +84,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 
 SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
-                        "staged", "candidates", "fallback_threshold", "decay", "recency_weight")
+                        "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
+                        "decay", "recency_weight")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -109,7 +114,8 @@ def index_config_from_args(args: argparse.Namespace):
     from hybridlab.config import Bm25Config, ChunkConfig, IndexConfig
 
     given = any(getattr(args, n, None) is not None for n in ("chunk_size", "chunk_overlap", "header_levels", "models",
-                                                             "model_for_collection", "model_for_language", "dense_index"))
+                                                             "model_for_collection", "model_for_language", "dense_index",
+                                                             "hnsw_ef_search"))
     if not given:
         return None
     base = IndexConfig()
@@ -138,6 +144,7 @@ def index_config_from_args(args: argparse.Namespace):
         model_by_collection=pairs(args.model_for_collection) or base.model_by_collection,
         model_by_language=pairs(args.model_for_language) or base.model_by_language,
         dense_index=args.dense_index or base.dense_index,
+        hnsw_ef_search=getattr(args, "hnsw_ef_search", None) or base.hnsw_ef_search,
     )
 
 
@@ -321,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-overlap", type=int)
     p.add_argument("--header-levels", type=int, nargs="+")
     p.add_argument("--dense-index", help="FAISS factory string (default Flat; e.g. HNSW32)")
+    p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

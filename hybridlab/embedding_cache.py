@@ -74,6 +74,48 @@ class EmbeddingCache:
             found[sha] = np.frombuffer(blob, dtype=np.float32)
         return found
 
+    def missing(self, model: str, hashes: Sequence[str], dim: int | None = None) -> list[str]:
+        """The given hashes that have no cached vector (of `dim`), in first-seen order; reads no vectors."""
+        wanted = list(dict.fromkeys(hashes))
+        if self.con is None or not wanted:
+            return wanted
+        import pandas as pd
+
+        self.con.register("wanted", pd.DataFrame({"sha256": wanted, "pos": np.arange(len(wanted))}))
+        try:
+            rows = self.con.execute(
+                "SELECT w.sha256 FROM wanted w WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = ? "
+                "AND e.sha256 = w.sha256 AND (? IS NULL OR e.dim = ?)) ORDER BY w.pos", [model, dim, dim],
+            ).fetchall()
+        finally:
+            self.con.unregister("wanted")
+        return [row[0] for row in rows]
+
+    def matrix(self, model: str, hashes: Sequence[str], dim: int, batch: int = 50_000) -> np.ndarray:
+        """The cached vectors of `hashes` as one (len(hashes), dim) float32 matrix in that order,
+        read in batches (no per-vector Python objects); KeyError when any is missing."""
+        out = np.empty((len(hashes), dim), dtype=np.float32)
+        if not len(hashes):
+            return out
+        if self.con is None:
+            raise KeyError(f"{len(hashes)} vectors of {model!r} are missing from the embeddings cache")
+        import pandas as pd
+
+        for start in range(0, len(hashes), batch):
+            part = list(hashes[start:start + batch])
+            self.con.register("wanted", pd.DataFrame({"sha256": part, "pos": np.arange(len(part))}))
+            try:
+                rows = self.con.execute(
+                    "SELECT w.pos, any_value(e.vector) FROM wanted w JOIN embeddings e USING (sha256) "
+                    "WHERE e.model = ? AND e.dim = ? GROUP BY w.pos ORDER BY w.pos", [model, dim],
+                ).fetchall()
+            finally:
+                self.con.unregister("wanted")
+            if len(rows) != len(part):
+                raise KeyError(f"{len(part) - len(rows)} vectors of {model!r} are missing from the embeddings cache")
+            out[start:start + len(part)] = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(-1, dim)
+        return out
+
     def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray) -> None:
         """Add vectors (one transaction); hashes already present are skipped."""
         if not len(hashes):

@@ -30,6 +30,8 @@ from hybridlab.ingest import Document, IngestReport, read_source
 logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 256
+INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
+READ_BATCH = 50_000  # rows per fetch when streaming chunk texts out of DuckDB
 # Test hook for fault injection: called with a stage name at each step of a build.
 _CHECKPOINT: Callable[[str], None] | None = None
 
@@ -112,7 +114,18 @@ def _documents_from_store(con) -> list[Document]:
 
 
 def _insert_documents(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
-    """Insert documents, their chunks and tags; returns (next free chunk id, chunks inserted)."""
+    """Insert documents, their chunks and tags, `INSERT_BATCH` documents at a time (so chunk texts
+    exist in Python for one batch only); returns (next free chunk id, chunks inserted)."""
+    inserted = 0
+    for start in range(0, len(documents), INSERT_BATCH):
+        con.execute("BEGIN TRANSACTION")
+        next_id, count = _insert_batch(con, documents[start:start + INSERT_BATCH], config, next_id)
+        con.execute("COMMIT")
+        inserted += count
+    return next_id, inserted
+
+
+def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
     docs: dict[str, list] = {k: [] for k in ("doc_id", "source", "collection", "title", "text", "doc_type",
                                                "created_at", "updated_at", "metadata", "language", "tags", "content_sha256")}
     chunks: dict[str, list] = {k: [] for k in ("chunk_id", "doc_id", "chunk_index", "section", "chunk_type", "text",
@@ -153,6 +166,12 @@ def _insert_documents(con, documents: Sequence[Document], config: IndexConfig, n
 
 def _assign_vectors(con, config: IndexConfig) -> None:
     """(Re)derive which chunks each model embeds, from the config's per-collection/language table."""
+    con.execute("DELETE FROM chunk_vectors")
+    if not config.model_by_collection and not config.model_by_language:  # every chunk, every model: in SQL
+        for model in config.models:
+            con.execute("INSERT INTO chunk_vectors SELECT chunk_id, ?, embed_sha256 FROM chunks ORDER BY chunk_id",
+                        [model])
+        return
     rows = con.execute(
         "SELECT c.chunk_id, d.collection, c.language, c.embed_sha256 FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
     ).fetchall()
@@ -162,7 +181,6 @@ def _assign_vectors(con, config: IndexConfig) -> None:
             assignment["chunk_id"].append(chunk_id)
             assignment["model"].append(model)
             assignment["embed_sha256"].append(sha)
-    con.execute("DELETE FROM chunk_vectors")
     store.insert_rows(con, "chunk_vectors", assignment)
 
 
@@ -180,16 +198,14 @@ def _embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: In
                 f"drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         dims[model] = spec.dim
-        rows = con.execute(
-            "SELECT DISTINCT v.embed_sha256, c.embed_text FROM chunk_vectors v JOIN chunks c USING (chunk_id) "
-            "WHERE v.model = ?", [model]
-        ).fetchall()
-        hashes = [row[0] for row in rows]
-        cached = cache.get(model, hashes, dim=spec.dim)
-        missing = [(sha, text) for sha, text in rows if sha not in cached]
-        report.cache_hits += len(hashes) - len(missing)
-        if not missing:
+        hashes = [row[0] for row in con.execute(
+            "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [model]).fetchall()]
+        todo = cache.missing(model, hashes, dim=spec.dim)
+        report.cache_hits += len(hashes) - len(todo)
+        del hashes
+        if not todo:
             continue
+        missing = _texts_of(con, todo)
         encoder = load_encoder(model)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
@@ -209,6 +225,30 @@ def _embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: In
     return dims
 
 
+def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
+    """(sha, embed_text) of the given embedding-text hashes, one text per hash."""
+    import pandas as pd
+
+    con.register("wanted_sha", pd.DataFrame({"sha": list(hashes)}))
+    try:
+        return con.execute("SELECT w.sha, any_value(c.embed_text) FROM wanted_sha w "
+                           "JOIN chunks c ON c.embed_sha256 = w.sha GROUP BY w.sha ORDER BY w.sha").fetchall()
+    finally:
+        con.unregister("wanted_sha")
+
+
+def _streamed_texts(con, batch: int = READ_BATCH) -> Iterable[str]:
+    """Every chunk's embedding text in chunk-id order, fetched `batch` rows at a time."""
+    cursor = con.cursor()
+    try:
+        cursor.execute("SELECT embed_text FROM chunks ORDER BY chunk_id")
+        while rows := cursor.fetchmany(batch):
+            for (text,) in rows:
+                yield text
+    finally:
+        cursor.close()
+
+
 def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
     from tqdm.auto import tqdm
 
@@ -219,27 +259,33 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
                     progress: bool = False) -> dict[str, Any]:
     """Write BM25 and one FAISS index per model into `folder` from the store and the cache."""
     from hybridlab.dense import DenseIndex
+    from hybridlab.graph import build_corpus_graph, save_graph
     from hybridlab.sparse import SparseIndex
 
-    rows = con.execute("SELECT chunk_id, embed_text FROM chunks ORDER BY chunk_id").fetchall()
-    ids = np.asarray([row[0] for row in rows], dtype=np.int64)
-    sparse = SparseIndex.build([row[1] for row in rows], ids, config.bm25, show_progress=progress)
+    ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
+    sparse = SparseIndex.build(_streamed_texts(con), ids, config.bm25, show_progress=progress)
     sparse.save(folder / layout.BM25_DIR)
+    del sparse
     _checkpoint("bm25-written")
     models: dict[str, Any] = {}
     for model, dim in dims.items():
         pairs = con.execute(
             "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
-        ).fetchall()
-        vectors = cache.get(model, [sha for _, sha in pairs], dim=dim)
-        missing = [sha for _, sha in pairs if sha not in vectors]
-        if missing:
-            raise RuntimeError(f"{len(missing)} vectors of {model!r} are missing from the embeddings cache")
-        matrix = np.stack([vectors[sha] for _, sha in pairs]) if pairs else np.zeros((0, dim), np.float32)
-        dense = DenseIndex.build(matrix, np.asarray([cid for cid, _ in pairs], dtype=np.int64), model, config.dense_index)
+        ).fetchnumpy()
+        try:
+            matrix = cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
+        except KeyError as error:
+            raise RuntimeError(str(error).strip("'\"")) from None
+        dense = DenseIndex.build(matrix, pairs["chunk_id"].astype(np.int64), model, config.dense_index)
+        del matrix  # FAISS holds its own copy
         dense.save(folder / layout.dense_file(model))
-        models[model] = {"dim": dim, "vectors": len(pairs), "file": layout.dense_file(model), "index": config.dense_index}
+        models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
+                         "index": config.dense_index}
         _checkpoint("faiss-written")
+        if config.graph_k > 0:
+            graph = build_corpus_graph(dense.vectors, config.graph_k, progress=progress)
+            save_graph(graph, folder / layout.graph_file(model))
+            models[model].update(graph=layout.graph_file(model), graph_k=config.graph_k)
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
 
@@ -351,7 +397,12 @@ def apply_changes(
             else:
                 store.delete_documents(con, to_delete)
             next_id = int(store.get_meta(con, "next_chunk_id", "0"))
+            con.execute("COMMIT")
+            # The generation is private until the manifest names it, so its store may commit in steps:
+            # each insert batch commits on its own (DuckDB keeps the frames registered in a
+            # transaction, i.e. every chunk text of the build, alive until the transaction ends).
             next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
+            con.execute("BEGIN TRANSACTION")
             store.set_meta(con, "next_chunk_id", next_id)
             _assign_vectors(con, config)
             store.set_meta(con, "generation", number)

@@ -7,6 +7,7 @@
       gen-000007/            one complete generation:
         store.duckdb         documents, chunks, tags, vector assignments
         dense-<model>.faiss  one FAISS index per embedding model, ids = chunk_id
+        graph-<model>.npy    its corpus graph: each vector's nearest neighbours (rows), for staged search
         bm25/                bm25s index files + ids.npy + tokenizer.json
 
 A writer builds `gen-N+1.tmp-PID/` aside (with a copy of its manifest), fsyncs it, renames it,
@@ -52,6 +53,10 @@ def model_slug(model: str) -> str:
 
 def dense_file(model: str) -> str:
     return f"dense-{model_slug(model)}.faiss"
+
+
+def graph_file(model: str) -> str:
+    return f"graph-{model_slug(model)}.npy"
 
 
 def generation_name(number: int) -> str:

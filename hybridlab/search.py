@@ -4,8 +4,8 @@
 :class:`~hybridlab.config.SearchConfig` can be passed per call; precedence and adaptive defaults are
 resolved by :func:`~hybridlab.config.resolve_search_config`.
 
-One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (id selector or
-exact subset scoring); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
+One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
+bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
 (:func:`~hybridlab.fusion.fuse`, weights from :func:`~hybridlab.fusion.alpha_weights`); recency
 scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows) with
 their stored vectors and falls back to parallel hybrid when BM25 has fewer than
@@ -33,6 +33,7 @@ from hybridlab import layout, store
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
 from hybridlab.filters import Filters, parse_when
 from hybridlab.fusion import alpha_weights, fuse
+from hybridlab.graph import expand_by_graph, load_graph
 from hybridlab.sparse import SparseIndex
 from hybridlab.tags import TagVocabulary, resolve_tags
 
@@ -91,6 +92,7 @@ class _Outcome:
     tag_boost: float
     tag_coverage: float
     timings: dict[str, float] = field(default_factory=dict)
+    graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
 
 
 def resolve_now(now: str | datetime | None) -> datetime:
@@ -208,12 +210,25 @@ class Index:
             try:
                 if not path.is_file():
                     raise FileNotFoundError("missing")
-                self.dense[model] = DenseIndex.load(path, model)
+                self.dense[model] = DenseIndex.load(path, model, ef_search=manifest["config"].get("hnsw_ef_search"))
             except Exception as error:  # noqa: BLE001 - whatever FAISS raises, the file is damaged
                 raise layout.CorruptIndexError(
                     f"{path} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
                     f"run `hybridlab verify --repair --index {self.index_dir}`"
                 ) from None
+        self.graphs: dict[str, np.ndarray] = {}
+        self.dense_rows_to_index: dict[str, np.ndarray] = {}
+        for model, info in manifest.get("models", {}).items():
+            self.dense_rows_to_index[model] = self.rows_of(self.dense[model].ids)
+            if info.get("graph"):
+                path = generation / info["graph"]
+                try:
+                    self.graphs[model] = load_graph(path, self.dense[model].size)
+                except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
+                    raise layout.CorruptIndexError(
+                        f"{path} cannot be read ({type(error).__name__}: {str(error)[:160]}); "
+                        f"run `hybridlab verify --repair --index {self.index_dir}`"
+                    ) from None
         self._filter_cache: OrderedDict[Filters, np.ndarray | None] = OrderedDict()
         self._detail_cache = None
         if self._check:
@@ -418,6 +433,37 @@ class Index:
         ids, scores = dense.search(vector, depth, allowed)
         return dict(zip(self.rows_of(ids).tolist(), scores.tolist()))
 
+    def _staged_dense_run(self, model: str, vector: np.ndarray, candidate_rows: np.ndarray, depth: int,
+                          mask: np.ndarray | None, config: SearchConfig) -> tuple[dict[int, float], int]:
+        """Exact dense scores of the staged candidates, grown along the corpus graph by
+        `expand_hops` hops from the `expand_seeds` best; the top `depth` and how many rows the
+        graph added."""
+        dense = self.dense[model]
+        ids, scores = dense.score_ids(vector, self.chunk_ids[candidate_rows])
+        rows = np.searchsorted(dense.ids, ids)
+        graph = self.graphs.get(model)
+        added = 0
+        if graph is not None and config.expand_hops > 0:
+            to_index = self.dense_rows_to_index[model]
+            keep = None if mask is None else (lambda dense_rows: mask[to_index[dense_rows]])
+            grown_rows, scores = expand_by_graph(dense.vectors, graph, vector, rows, scores, hops=config.expand_hops,
+                                                 seeds=config.expand_seeds, keep=keep)
+            added = len(grown_rows) - len(rows)
+            rows = grown_rows
+        index_rows = self.dense_rows_to_index[model][rows]
+        order = np.lexsort((index_rows, -scores))[:depth]
+        return dict(zip(index_rows[order].tolist(), scores[order].tolist())), added
+
+    def _fill_dense(self, model: str, vector: np.ndarray, dense_run: dict[int, float],
+                    bm25_run: dict[int, float]) -> dict[int, float]:
+        """The dense run plus the exact cosine of every BM25 candidate it lacks (from stored
+        vectors): such a chunk then counts with what it really scores instead of as missing."""
+        missing = np.fromiter((row for row in bm25_run if row not in dense_run), np.int64)
+        if not len(missing):
+            return dense_run
+        ids, cosine = self.dense[model].score_ids(vector, self.chunk_ids[missing])
+        return {**dense_run, **dict(zip(self.rows_of(ids).tolist(), cosine.tolist()))}
+
     def _retrieve(self, query: str, options: Mapping[str, Any], filters: Filters,
                   boost_tags: tuple[str, ...] | None, now: datetime) -> _Outcome:
         if not isinstance(query, str) or not query.strip():
@@ -455,6 +501,7 @@ class Index:
         depth = min(max(config.depth, config.limit), max(n_allowed, 1))
         run_mode = "staged" if staged else "parallel"
         candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
+        expanded = 0
         while True:
             runs: dict[str, dict[int, float]] = {}
             if mode in {"hybrid", "bm25"}:
@@ -472,13 +519,13 @@ class Index:
             if run_mode == "staged":
                 candidate_rows = np.union1d(np.fromiter(runs["bm25"], np.int64, len(runs["bm25"])),
                                             np.fromiter(runs["tags"], np.int64, len(runs["tags"])))
-                ids, scores = self.dense[model].score_ids(vector, self.chunk_ids[candidate_rows])
-                order = np.lexsort((ids, -scores))[:depth]
-                runs["dense"] = dict(zip(self.rows_of(ids[order]).tolist(), scores[order].tolist()))
+                runs["dense"], expanded = self._staged_dense_run(model, vector, candidate_rows, depth, mask, config)
                 if len(runs["bm25"]) > depth:
                     runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
             elif model is not None:
                 runs["dense"] = self._dense_run(model, vector, depth, mask)
+            if config.fill_dense and mode == "hybrid" and model is not None and runs.get("bm25"):
+                runs["dense"] = self._fill_dense(model, vector, runs["dense"], runs["bm25"])
             hits, n_scored = self._combine(runs, mode, config, tag_boost * coverage, now)
             found = len(self._group(hits, config)) if config.group_by_document else len(hits)
             if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
@@ -494,7 +541,8 @@ class Index:
             depth, candidates = min(depth * 4, n_allowed), min(candidates * 4, n_allowed)
         timings["search_ms"] = (time.perf_counter() - started) * 1000
         return _Outcome(hits, runs, run_mode if mode == "hybrid" else mode, config.alpha, sources["alpha"], config,
-                        model, query_tags, tuple(query_collections), tag_boost, coverage, timings)
+                        model, query_tags, tuple(query_collections), tag_boost, coverage, timings,
+                        expanded if run_mode == "staged" else 0)
 
     def _combine(self, runs: dict[str, dict[int, float]], mode: str, config: SearchConfig, tag_factor: float,
                  now: datetime) -> tuple[list[_Hit], int]:
@@ -562,6 +610,9 @@ class Index:
             "normalization": outcome.config.normalization, "alpha": outcome.alpha,
             "alpha_source": outcome.alpha_source, "mode": outcome.mode, "embedding_model": outcome.model,
             "decay": outcome.config.decay, "recency_weight": outcome.config.recency_weight,
+            "staged_pool": ({"bm25_candidates": len(outcome.runs.get("bm25") or {}), "graph_added": outcome.graph_added,
+                             "expand_hops": outcome.config.expand_hops, "expand_seeds": outcome.config.expand_seeds}
+                            if outcome.mode == "staged" else None),
         }
 
     def search(

@@ -6,9 +6,10 @@ Saved as bm25s's own files (no pickle) plus `ids.npy` (row -> chunk_id) and `tok
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -26,17 +27,20 @@ class SparseIndex:
         self.vocab: dict[str, int] = retriever.vocab_dict
 
     @classmethod
-    def build(cls, texts: Sequence[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> "SparseIndex":
+    def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> "SparseIndex":
+        """Index `texts` (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
         import bm25s
         from bm25s.tokenization import Tokenized
 
         tokenizer = Tokenizer(config)
         vocab: dict[str, int] = {}
-        ids: list[list[int]] = []
+        ids: list[array] = []  # int32 arrays: half the memory of lists of ints (bm25s only iterates them)
         for text in texts:
-            ids.append([vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)])
+            ids.append(array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)]))
+        if len(ids) != len(chunk_ids):
+            raise ValueError(f"{len(ids)} texts for {len(chunk_ids)} chunk ids")
         retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
-        if texts:
+        if ids:
             retriever.index(Tokenized(ids=ids, vocab=vocab), show_progress=show_progress)
         return cls(retriever, np.asarray(chunk_ids, dtype=np.int64), tokenizer)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,12 +36,29 @@ class IndexError_(RuntimeError):
     """Base for index problems that carry a user-facing message."""
 
 
+# DuckDB's buffer pool for writing connections (its own default is 80% of RAM, which it fills with a
+# big build's rows before writing them out: ~2.5 KB a chunk). 256MB cut the peak RSS of a 100k-chunk
+# build from 1.7 to 1.4 GB at the same speed; `HYBRIDLAB_DUCKDB_MEMORY` overrides, e.g. "4GB".
+WRITER_MEMORY_LIMIT = "256MB"
+
+
+def writer_memory_limit() -> str:
+    value = os.environ.get("HYBRIDLAB_DUCKDB_MEMORY", WRITER_MEMORY_LIMIT).strip()
+    if not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", value, flags=re.IGNORECASE):
+        raise ValueError(f"HYBRIDLAB_DUCKDB_MEMORY must look like '1GB' or '512MiB', got {value!r}")
+    return value
+
+
 def connect(path: Path, read_only: bool = False):
-    """A DuckDB connection; a collision with another process becomes a clear message."""
+    """A DuckDB connection; a collision with another process becomes a clear message. Writers get a
+    bounded buffer pool (`writer_memory_limit`)."""
     import duckdb
 
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        con = duckdb.connect(str(path), read_only=read_only)
+        if not read_only:
+            con.execute(f"SET memory_limit = '{writer_memory_limit()}'")
+        return con
     except duckdb.IOException as error:
         text = str(error)
         if "lock" in text.lower():

@@ -66,6 +66,8 @@ STAGED = Param("staged", "categorical", choices=(False, True))
 #: candidates below the evaluation depth act as EVAL_LIMIT (the engine takes max(candidates, limit))
 CANDIDATES = Param("candidates", "int", EVAL_LIMIT, 1000, log=True, when=("staged", (True,)))
 FALLBACK = Param("fallback_threshold", "int", 0, 50, when=("staged", (True,)))
+EXPAND_HOPS = Param("expand_hops", "int", 0, 4, when=("staged", (True,)))
+FILL_DENSE = Param("fill_dense", "categorical", choices=(False, True))
 DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
 RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
 TAG_WEIGHT = Param("tag_weight", "float", 0.0, 3.0, step=0.1)
@@ -74,7 +76,7 @@ BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
 CHUNK_OVERLAP = Param("chunk_overlap", "categorical", choices=(0, 150))
 
-_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK)
+_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK, EXPAND_HOPS, FILL_DENSE)
 #: Search spaces by dataset. Memories are short (<300 chars: one chunk each) and dated and tagged;
 #: BEIR sets have one chunk per document, no dates and no tags, so only fusion, staging and BM25
 #: matter there; chunk size is swept only on the HoloViz docs, where documents are long.

@@ -38,6 +38,25 @@ def test_cache_is_keyed_by_model_and_hash(tmp_path):
     cache.close()
 
 
+def test_missing_and_matrix_read_in_order_without_per_vector_objects(tmp_path):
+    """The indexer's bulk paths: which hashes lack a vector (no vectors read), and the vectors of
+    many hashes as one matrix in the asked order, duplicates included, across read batches."""
+    cache = EmbeddingCache(tmp_path / "cache.duckdb")
+    hashes = [text_sha256(str(i)) for i in range(7)]
+    vectors = np.arange(7 * 3, dtype=np.float32).reshape(7, 3)
+    cache.put("m", hashes[:5], vectors[:5])
+    cache.put("other", hashes[5:], vectors[5:])
+    assert cache.missing("m", [hashes[6], hashes[0], hashes[5], hashes[6]]) == [hashes[6], hashes[5]]
+    assert cache.missing("m", hashes[:2], dim=4) == hashes[:2]  # another dimension counts as missing
+    order = [hashes[3], hashes[0], hashes[3], hashes[4]]
+    np.testing.assert_array_equal(cache.matrix("m", order, 3, batch=3), vectors[[3, 0, 3, 4]])
+    assert cache.matrix("m", [], 3).shape == (0, 3)
+    with pytest.raises(KeyError, match="1 vectors of 'm' are missing"):
+        cache.matrix("m", [hashes[1], hashes[6]], 3)
+    cache.close()
+    assert EmbeddingCache(tmp_path / "absent.duckdb", read_only=True).missing("m", hashes[:1]) == hashes[:1]
+
+
 def section(title: str, words: int, seed: int) -> str:
     """A markdown section of `words` distinct-ish words (no dataset text)."""
     body = " ".join(f"w{seed}x{i}" for i in range(words))

@@ -317,3 +317,37 @@ def test_dense_search_after_an_update_that_leaves_gaps_in_chunk_ids(tmp_path, em
         hits = index.search("dingo", staged=True, fallback_threshold=0, explain=True)
         assert hits[0].doc_id == "d.md" and hits[0].explain["dense_rank"] == 1
         assert hits[0].explain["dense_score"] > 0.1
+
+
+def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embedding_cache_path, monkeypatch):
+    """The build inserts `INSERT_BATCH` documents per transaction and streams chunk texts out of
+    DuckDB in `READ_BATCH` rows: tiny batches give the same chunks, ids, BM25 rows and vectors."""
+    import numpy as np
+
+    source = write_docs(tmp_path / "docs", DOCS)
+    index_paths([source], tmp_path / "whole", progress=False, cache_path=embedding_cache_path)
+    monkeypatch.setattr(indexer, "INSERT_BATCH", 1)
+    monkeypatch.setattr(indexer, "READ_BATCH", 2)
+    index_paths([source], tmp_path / "batched", progress=False, cache_path=embedding_cache_path)
+    with open_index(tmp_path / "whole") as whole, open_index(tmp_path / "batched") as batched:
+        assert list(whole.chunk_ids) == list(batched.chunk_ids) == [0, 1, 2, 3]
+        assert whole.doc_ids == batched.doc_ids
+        assert whole.sparse.vocab == batched.sparse.vocab
+        model = whole.models[0]
+        np.testing.assert_array_equal(whole.dense[model].vectors, batched.dense[model].vectors)
+        assert [r.doc_id for r in whole.search("bison", mode="bm25")] == [r.doc_id for r in batched.search("bison", mode="bm25")]
+
+
+def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
+    from hybridlab import store
+
+    con = store.connect(tmp_path / "w.duckdb")
+    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {"256.0 MiB", "244.1 MiB"}
+    con.close()
+    monkeypatch.setenv("HYBRIDLAB_DUCKDB_MEMORY", "512MiB")
+    con = store.connect(tmp_path / "w.duckdb")
+    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "512.0 MiB"
+    con.close()
+    monkeypatch.setenv("HYBRIDLAB_DUCKDB_MEMORY", "lots")
+    with pytest.raises(ValueError, match="HYBRIDLAB_DUCKDB_MEMORY"):
+        store.writer_memory_limit()

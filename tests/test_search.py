@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hybridlab import cli
@@ -261,13 +262,65 @@ def test_staged_scores_bm25_candidates_with_stored_vectors(index):
     from hybridlab.filters import Filters
     from hybridlab.search import resolve_now
 
-    options = {"staged": True, "candidates": 6, "fallback_threshold": 2, "limit": 3}
+    options = {"staged": True, "candidates": 6, "fallback_threshold": 2, "limit": 3, "expand_hops": 0}
     outcome = index._retrieve("the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW))
-    assert outcome.mode == "staged"
+    assert outcome.mode == "staged" and outcome.graph_added == 0
     assert set(outcome.runs["dense"]) <= set(outcome.runs["bm25"])  # no vector outside the candidates
     assert len(outcome.runs["bm25"]) <= 6
     results = index.search("the tunnel server public endpoint", tags=[], explain=True, now=NOW, **options)
     assert results[0].explain["mode"] == "staged"
+
+
+def test_staged_grows_its_pool_along_the_corpus_graph(index):
+    from hybridlab.filters import Filters
+    from hybridlab.search import resolve_now
+
+    options = {"staged": True, "candidates": 3, "fallback_threshold": 1, "limit": 3, "expand_hops": 1,
+               "expand_seeds": 2}
+    outcome = index._retrieve("the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW))
+    model = outcome.model
+    bm25_rows = set(outcome.runs["bm25"])
+    extra = set(outcome.runs["dense"]) - bm25_rows
+    assert outcome.mode == "staged" and extra and outcome.graph_added == len(extra)
+    # every added row is a graph neighbour of one of the two best-scoring BM25 candidates
+    to_index = index.dense_rows_to_index[model]
+    dense_row = {int(r): d for d, r in enumerate(to_index)}
+    seeds = sorted(bm25_rows, key=lambda r: -outcome.runs["dense"][r])[:2]
+    neighbours = {int(to_index[n]) for s in seeds for n in index.graphs[model][dense_row[s]] if n >= 0}
+    assert extra <= neighbours
+    # the added rows carry their exact cosine
+    vector = index.query_vector(model, "the tunnel server public endpoint")
+    for row in extra:
+        expected = float(index.dense[model].vectors[dense_row[row]] @ vector)
+        assert outcome.runs["dense"][row] == pytest.approx(expected, abs=1e-5)
+    explained = index.search("the tunnel server public endpoint", tags=[], explain=True, now=NOW, **options)
+    assert explained[0].explain["staged_pool"]["graph_added"] == len(extra)
+
+
+def test_fill_dense_gives_bm25_only_candidates_their_exact_cosine(index):
+    from hybridlab.filters import Filters
+    from hybridlab.search import resolve_now
+
+    query, options = "tunnel server endpoint", {"staged": False, "depth": 1, "limit": 1}
+    plain = index._retrieve(query, dict(options), Filters(), [], resolve_now(NOW))
+    bm25_only = set(plain.runs["bm25"]) - set(plain.runs["dense"])
+    assert bm25_only, "BM25's best (m03) is not the dense retriever's best (m04) here"
+    filled = index._retrieve(query, dict(options, fill_dense=True), Filters(), [], resolve_now(NOW))
+    assert set(filled.runs["dense"]) == set(plain.runs["dense"]) | set(plain.runs["bm25"])
+    vector = index.query_vector(filled.model, query)
+    dense = index.dense[filled.model]
+    for row in bm25_only:
+        expected = float(dense.vectors[int(np.searchsorted(dense.ids, index.chunk_ids[row]))] @ vector)
+        assert filled.runs["dense"][row] == pytest.approx(expected, abs=1e-5)
+    for row, score in plain.runs["dense"].items():
+        assert filled.runs["dense"][row] == score
+
+
+def test_staged_graph_expansion_keeps_filters(index):
+    results = index.search("tunnel server", staged=True, candidates=2, fallback_threshold=1, expand_hops=3,
+                           expand_seeds=5, collection="tunnelx", tags=[], limit=3, explain=True, now=NOW)
+    assert results[0].explain["mode"] == "staged"
+    assert len(results) == 3 and all(r.collection == "tunnelx" for r in results)
 
 
 def test_staged_falls_back_when_bm25_finds_too_little(index, caplog):
@@ -326,7 +379,12 @@ def test_search_by_tag_newest_first_and_variant_spelling(index):
 
 def test_staged_falls_back_when_its_candidates_cannot_fill_the_limit(index):
     # "tunnel" occurs in 4 memories: enough for fallback_threshold 2, not for 15 results
-    results = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW)
+    results = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW,
+                           expand_hops=0)
     assert len(results) == 15 and results[0].explain["mode"] == "fallback"
+    # the corpus graph can fill the limit from the 4 candidates' neighbours without a parallel search
+    grown = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW,
+                         expand_hops=3)
+    assert len(grown) == 15 and grown[0].explain["mode"] == "staged"
     few = index.search("tunnel", staged=True, fallback_threshold=2, limit=3, tags=[], explain=True, now=NOW)
     assert few[0].explain["mode"] == "staged"

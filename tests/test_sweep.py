@@ -86,7 +86,7 @@ def test_default_params_are_the_package_defaults_in_the_space():
         "fusion": SearchConfig.fusion, "alpha": 0.8, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
         **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
         "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
-        "bm25_k1": 1.5, "bm25_b": 0.75}
+        "expand_hops": SearchConfig.expand_hops, "fill_dense": SearchConfig.fill_dense, "bm25_k1": 1.5, "bm25_b": 0.75}
     assert default_params(space, n_chunks=100)["staged"] is False and default_params(space, 100)["alpha"] == 0.5
 
 

@@ -1,7 +1,8 @@
 """Approximate dense search: the same synthetic index built with another FAISS factory string
-(`IndexConfig.dense_index`, e.g. "HNSW32") against exact "Flat": search latency and recall@10 of
-vector search (filtered and not; filters stay pushed down as an id selector, or exact subset
-scoring below `dense.EXACT_SUBSET_MAX` allowed chunks)."""
+(`IndexConfig.dense_index`, e.g. "HNSW32") against exact "Flat", in the same process: search
+latency (wall and CPU) and recall@10 against Flat, for vector and parallel hybrid search.
+Unfiltered searches sweep HNSW's efSearch (`EF_SEARCH`; the index config's `hnsw_ef_search` is the
+default); filtered searches are exact on either index (`dense.scan_plan`), so their recall is 1."""
 from __future__ import annotations
 
 import statistics
@@ -11,11 +12,33 @@ from typing import Any
 
 from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
 
+EF_SEARCH = (16, 64, 128, 256)
+
 
 def recall_at(found: list[str], exact: list[str], k: int = 10) -> float:
     """Share of the exact top-k that the approximate top-k found."""
     truth = exact[:k]
     return len(set(found[:k]) & set(truth)) / len(truth) if truth else 1.0
+
+
+def _timed(index, queries: list[str], options: Mapping[str, Any], repeats: int) -> tuple[dict, dict, dict]:
+    """Per query, the doc ids found; and the median-over-passes search and CPU percentiles."""
+    import time
+
+    for query in queries[:5]:
+        index.search(query, **options)
+    found: dict[str, list[str]] = {}
+    search_runs, cpu_runs = [], []
+    for _ in range(repeats):
+        search, cpu = [], []
+        for query in queries:
+            started = time.thread_time()
+            found[query] = [r.doc_id for r in index.search(query, **options)]
+            cpu.append((time.thread_time() - started) * 1000)
+            search.append(index.last_timings["search_ms"])
+        search_runs.append(search)
+        cpu_runs.append(cpu)
+    return found, median_summary(search_runs), median_summary(cpu_runs)
 
 
 def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,35 +47,41 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
     exact = open_index(arguments["flat_dir"])
     approx = open_index(arguments["ann_dir"])
     queries = list(arguments["queries"])
+    repeats = int(arguments["repeats"])
     model = exact.models[0]
     exact.encode_queries(model, queries)
     approx.encode_queries(model, queries)
+    dense = approx.dense[model]
+    default_ef = dense.ef_search
     rows = []
+
+    def add(index_name: str, mode: str, filtered: bool, ef: int | None, stats, cpu, recall: float) -> None:
+        rows.append(make_row("hybridlab", approx.n_chunks, mode, filtered, search_p50_ms=stats["p50"],
+                             search_p95_ms=stats["p95"], search_p99_ms=stats["p99"], cpu_p50_ms=cpu["p50"],
+                             cpu_p95_ms=cpu["p95"], variant="dense-index", dense_index=index_name, ef_search=ef,
+                             **{"recall@10": recall}, queries=len(queries), repeats=repeats))
+        print(f"  {index_name} ef={ef} {approx.n_chunks} {mode} filtered={filtered}: search p50 {stats['p50']:.2f} "
+              f"p95 {stats['p95']:.2f} ms (cpu p50 {cpu['p50']:.2f}), recall@10 {recall:.3f}", file=sys.stderr, flush=True)
+
     for mode in ("vector", "hybrid"):
         for filtered in (False, True):
             options: dict[str, Any] = {"mode": mode, "staged": False}
             if filtered:
                 options["collection"] = arguments["filter_collection"]
-            truth = {q: [r.doc_id for r in exact.search(q, **options)] for q in queries}
-            runs, recalls = [], []
-            for _ in range(int(arguments["repeats"])):
-                samples = []
-                for query in queries:
-                    found = [r.doc_id for r in approx.search(query, **options)]
-                    samples.append(approx.last_timings["search_ms"])
-                    recalls.append(recall_at(found, truth[query]))
-                runs.append(samples)
-            stats = median_summary(runs)
-            rows.append(make_row("hybridlab", approx.n_chunks, mode, filtered, search_p50_ms=stats["p50"],
-                                 search_p95_ms=stats["p95"], search_p99_ms=stats["p99"], variant="dense-index",
-                                 dense_index=arguments["dense_index"], **{"recall@10": statistics.mean(recalls)},
-                                 queries=len(queries), repeats=int(arguments["repeats"])))
-            print(f"  {arguments['dense_index']} {approx.n_chunks} {mode} filtered={filtered}: search p95 "
-                  f"{stats['p95']:.2f} ms, recall@10 {statistics.mean(recalls):.3f}", file=sys.stderr, flush=True)
+            truth, stats, cpu = _timed(exact, queries, options, repeats)
+            add("Flat", mode, filtered, None, stats, cpu, 1.0)
+            for ef in (EF_SEARCH if not filtered and default_ef is not None else (default_ef,)):
+                if ef is not None:
+                    dense.set_ef_search(ef)
+                found, stats, cpu = _timed(approx, queries, options, repeats)
+                recall = statistics.mean(recall_at(found[q], truth[q]) for q in queries)
+                add(arguments["dense_index"], mode, filtered, ef, stats, cpu, recall)
+            if default_ef is not None:
+                dense.set_ef_search(default_ef)
     rss = peak_rss_mb()
     for row in rows:
         row["peak_rss_mb"] = round(rss, 1)
-    return {"rows": rows}
+    return {"rows": rows, "default_ef_search": default_ef}
 
 
 def run(flat_dir, ann_dir, queries, *, dense_index: str, filter_collection: str, repeats: int) -> dict[str, Any]:

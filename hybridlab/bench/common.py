@@ -22,7 +22,7 @@ REQUIRED_FIELDS = ("system", "n_chunks", "mode", "filtered")
 NUMBER_FIELDS = ("p50_ms", "p95_ms", "p99_ms", "search_p50_ms", "search_p95_ms", "search_p99_ms",
                  "encode_p50_ms", "ndcg@10", "peak_rss_mb")
 OPTIONAL_FIELDS = ("encoder", "variant", "dataset", "queries", "repeats", "note", "candidates", "overlap@10",
-                   "chunks_per_s", "seconds", "size_mb", "speedup", "dense_index", "recall@10",
+                   "chunks_per_s", "seconds", "size_mb", "speedup", "dense_index", "ef_search", "recall@10",
                    "cpu_p50_ms", "cpu_p95_ms", "cpu_p99_ms")
 PACKAGES = ("hybridlab", "numpy", "faiss-cpu", "bm25s", "duckdb", "torch", "sentence-transformers",
             "onnxruntime", "wordllama", "chromadb", "lancedb", "pylance", "pyarrow", "rank-bm25", "psutil",

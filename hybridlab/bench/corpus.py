@@ -35,6 +35,7 @@ NOISE = 0.35  # norm of the Gaussian noise added to a base vector (unit norm) be
 REPLACE_SHARE = 0.5  # share of a base document's words replaced by unigram draws
 SCIFACT_FILTER = "scifact-a"
 SYNTHETIC_FILTER = "c1"
+BLOCK = 50_000  # rows per step when generating vectors and filling the embeddings cache
 
 
 @dataclass(frozen=True)
@@ -117,31 +118,48 @@ def synthetic_parts(source: Source, n: int, seed: int = 0) -> tuple[list[Documen
         documents.append(Document(f"syn-{i:07d}", "synthetic", f"c{i % 4}", title, " ".join(words[ids].tolist()),
                                   "beir", None, None, {}, (), "text"))
     dim = source.vectors.shape[1]
-    vectors = source.vectors[bases] + rng.normal(0.0, NOISE / np.sqrt(dim), size=(n, dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return documents, vectors.astype(np.float32)
+    vectors = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, BLOCK):  # in blocks: the same random stream, without n x dim float64 temporaries
+        stop = min(start + BLOCK, n)
+        block = source.vectors[bases[start:stop]] + rng.normal(0.0, NOISE / np.sqrt(dim), size=(stop - start, dim)).astype(np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        vectors[start:stop] = block
+    return documents, vectors
+
+
+def cache_path_of(index_dir: Path) -> Path:
+    return index_dir.with_name(index_dir.name + "-embeddings.duckdb")
 
 
 def build_from_vectors(index_dir: Path, documents: list[Document], vectors: np.ndarray,
                        config: IndexConfig) -> None:
     """Index `documents` (one chunk each) with `vectors` as their MiniLM embeddings, through
     `apply_changes` and a private pre-filled embeddings cache."""
-    from hybridlab.embedding_cache import EmbeddingCache, text_sha256
+    fill_cache(index_dir, documents, vectors, config)
+    index_documents(index_dir, documents, config)
+
+
+def index_documents(index_dir: Path, documents: list[Document], config: IndexConfig) -> None:
+    """`apply_changes` over `documents`, every vector found in the pre-filled cache."""
     from hybridlab.indexer import apply_changes
 
-    cache_path = index_dir.with_name(index_dir.name + "-embeddings.duckdb")
-    texts = embed_texts_of(documents, config)
-    if any(len(t) != 1 for t in texts):
-        raise ValueError("benchmark documents must be single chunks")
-    cache = EmbeddingCache(cache_path)
+    apply_changes(index_dir, [(documents[0].source, documents, True)], replace(config, models=(MODEL,)),
+                  progress=False, cache_path=cache_path_of(index_dir))
+
+
+def fill_cache(index_dir: Path, documents: list[Document], vectors: np.ndarray, config: IndexConfig) -> None:
+    """Store `vectors` as the MiniLM embeddings of the documents' chunk texts in the index's private cache."""
+    from hybridlab.embedding_cache import EmbeddingCache, text_sha256
+
+    cache = EmbeddingCache(cache_path_of(index_dir))
     try:
-        step = 50_000
-        for start in range(0, len(documents), step):
-            cache.put(MODEL, [text_sha256(t[0]) for t in texts[start:start + step]], vectors[start:start + step])
+        for start in range(0, len(documents), BLOCK):  # texts exist for one block at a time
+            texts = embed_texts_of(documents[start:start + BLOCK], config)
+            if any(len(t) != 1 for t in texts):
+                raise ValueError("benchmark documents must be single chunks")
+            cache.put(MODEL, [text_sha256(t[0]) for t in texts], vectors[start:start + BLOCK])
     finally:
         cache.close()
-    apply_changes(index_dir, [(documents[0].source, documents, True)], replace(config, models=(MODEL,)),
-                  progress=False, cache_path=cache_path)
 
 
 def _ready(index_dir: Path, key: dict) -> bool:
@@ -162,7 +180,7 @@ def ensure_bench_index(kind: str, n: int | None = None, dense_index: str = "Flat
     if _ready(index_dir, key):
         return index_dir, None
     shutil.rmtree(index_dir, ignore_errors=True)
-    index_dir.with_name(index_dir.name + "-embeddings.duckdb").unlink(missing_ok=True)
+    cache_path_of(index_dir).unlink(missing_ok=True)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     source = source or scifact_source()
     started = time.perf_counter()
@@ -174,7 +192,9 @@ def ensure_bench_index(kind: str, n: int | None = None, dense_index: str = "Flat
         if not n:
             raise ValueError("synthetic indexes need a size n")
         documents, vectors = synthetic_parts(source, n)
-        build_from_vectors(index_dir, documents, vectors, config)
+        fill_cache(index_dir, documents, vectors, config)
+        del vectors  # 1.5 KB a chunk that the build does not need (the cache has them)
+        index_documents(index_dir, documents, config)
     else:
         raise ValueError(f"unknown benchmark index kind {kind!r}; choose from ['scifact', 'synthetic']")
     seconds = time.perf_counter() - started

@@ -1,0 +1,112 @@
+"""The corpus graph: each chunk's nearest neighbours by embedding, for staged search.
+
+Staged search scores only the BM25 candidates with their stored vectors. A chunk that the dense
+retriever ranks high but BM25 does not rank at all (different words, same meaning) can never
+reach that pool. Following the corpus graph from the best-scoring candidates to their nearest
+neighbours brings such chunks in at the price of a few hundred dot products, with no scan of the
+index (adaptive re-ranking with a corpus graph, MacAvaney et al., CIKM 2022).
+
+Rows are positions in the dense index of one model (its vectors in ascending chunk-id order).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+#: Above this many vectors the graph is built with an HNSW index (approximate neighbours): the
+#: exact all-pairs search costs n² dot products.
+EXACT_GRAPH_MAX = 200_000
+_BATCH = 4096
+
+
+def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False) -> np.ndarray:
+    """(n, k) int32 rows of each vector's `k` nearest other vectors by inner product, best first;
+    -1 pads rows of tiny indexes (n <= k)."""
+    import faiss
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    n = len(vectors)
+    graph = np.full((n, k), -1, dtype=np.int32)
+    if n < 2 or k < 1:
+        return graph
+    if n <= EXACT_GRAPH_MAX:
+        index = faiss.IndexFlatIP(vectors.shape[1])
+    else:
+        index = faiss.IndexHNSWFlat(vectors.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = max(64, 2 * k)
+    index.add(vectors)
+    width = min(k + 1, n)
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, n, _BATCH), desc="corpus graph", unit="batch", disable=not progress, leave=False):
+        block = vectors[start:start + _BATCH]
+        _, labels = index.search(block, width)
+        own = np.arange(start, start + len(block))[:, None]
+        for offset, row in enumerate(labels):
+            others = row[(row != own[offset, 0]) & (row >= 0)][:k]
+            graph[start + offset, :len(others)] = others
+    return graph
+
+
+def save_graph(graph: np.ndarray, path: Path) -> None:
+    """Write the graph as a plain .npy (no pickle)."""
+    with open(path, "wb") as handle:
+        np.save(handle, graph, allow_pickle=False)
+
+
+def load_graph(path: Path, n_vectors: int) -> np.ndarray:
+    """Read a graph written by `save_graph`, checking it fits an index of `n_vectors`."""
+    graph = np.load(path, allow_pickle=False)
+    if graph.ndim != 2 or graph.shape[0] != n_vectors or graph.dtype != np.int32:
+        raise ValueError(f"{path}: corpus graph of shape {graph.shape} ({graph.dtype}) does not fit "
+                         f"{n_vectors} vectors")
+    if graph.size and (graph.max() >= n_vectors or graph.min() < -1):
+        raise ValueError(f"{path}: corpus graph points outside the index's {n_vectors} vectors")
+    return graph
+
+
+def expand_by_graph(vectors: np.ndarray, graph: np.ndarray, query: np.ndarray, rows: np.ndarray,
+                    scores: np.ndarray, *, hops: int, seeds: int,
+                    keep: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Grow a scored candidate pool along the corpus graph.
+
+    Each hop takes the `seeds` best-scoring rows not yet expanded, adds their neighbours that are
+    not scored yet (and pass `keep`, which maps rows to a boolean mask: the search's filters), and scores those
+    exactly against `query`. Returns every scored row with its score (the input ones first).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float32)
+    if hops < 1 or seeds < 1 or not len(rows) or not graph.size:
+        return rows, scores
+    # two flags per index row: np.zeros is a lazily zeroed calloc, so only the pages touched cost
+    scored = np.zeros(len(graph), dtype=bool)
+    expanded = np.zeros(len(graph), dtype=bool)
+    scored[rows] = True
+    all_rows, all_scores = [rows], [scores]
+    pool_rows, pool_scores = rows, scores
+    for _ in range(hops):
+        open_ = ~expanded[pool_rows]
+        if not open_.any():
+            break
+        candidates, candidate_scores = pool_rows[open_], pool_scores[open_]
+        if len(candidates) > seeds:
+            best = candidates[np.argpartition(-candidate_scores, seeds - 1)[:seeds]]
+        else:
+            best = candidates
+        expanded[best] = True
+        neighbours = graph[best].ravel()
+        neighbours = neighbours[neighbours >= 0]
+        neighbours = neighbours[~scored[neighbours]]
+        if keep is not None and len(neighbours):
+            neighbours = neighbours[keep(neighbours)]
+        if not len(neighbours):
+            continue
+        neighbours = np.unique(neighbours).astype(np.int64)  # a row can neighbour several seeds
+        scored[neighbours] = True
+        all_rows.append(neighbours)
+        all_scores.append((vectors[neighbours] @ query.astype(np.float32)).astype(np.float32))
+        pool_rows = np.concatenate(all_rows)
+        pool_scores = np.concatenate(all_scores)
+    return pool_rows, pool_scores

@@ -1,0 +1,74 @@
+"""The corpus graph: exact neighbours, safe storage, and expansion of a scored pool."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hybridlab.graph import build_corpus_graph, expand_by_graph, load_graph, save_graph
+
+
+def unit_rows(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_graph_holds_each_rows_exact_nearest_neighbours_without_itself():
+    vectors = unit_rows(60)
+    graph = build_corpus_graph(vectors, k=5)
+    similarity = vectors @ vectors.T
+    np.fill_diagonal(similarity, -np.inf)
+    expected = np.argsort(-similarity, axis=1)[:, :5]
+    assert graph.shape == (60, 5) and graph.dtype == np.int32
+    assert np.array_equal(np.sort(graph, axis=1), np.sort(expected, axis=1))
+    assert not np.any(graph == np.arange(60)[:, None])
+
+
+def test_graph_of_an_index_smaller_than_k_is_padded():
+    graph = build_corpus_graph(unit_rows(3), k=4)
+    assert graph.shape == (3, 4)
+    assert np.all(graph[:, 2:] == -1) and np.all(graph[:, :2] >= 0)
+    assert build_corpus_graph(unit_rows(1), k=4).tolist() == [[-1, -1, -1, -1]]
+
+
+def test_graph_round_trips_and_refuses_a_graph_of_another_index(tmp_path):
+    graph = build_corpus_graph(unit_rows(20), k=3)
+    path = tmp_path / "graph.npy"
+    save_graph(graph, path)
+    assert np.array_equal(load_graph(path, 20), graph)
+    with pytest.raises(ValueError, match="does not fit 21 vectors"):
+        load_graph(path, 21)
+    save_graph(np.full((20, 3), 25, dtype=np.int32), path)
+    with pytest.raises(ValueError, match="outside"):
+        load_graph(path, 20)
+
+
+# A line of 6 rows: row i's neighbours are i-1 and i+1. Scores rise towards row 5.
+LINE = np.asarray([[1, -1], [0, 2], [1, 3], [2, 4], [3, 5], [4, -1]], dtype=np.int32)
+VECTORS = np.eye(6, dtype=np.float32)
+QUERY = np.asarray([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], dtype=np.float32)
+
+
+def test_expansion_follows_the_best_seed_one_hop_at_a_time():
+    rows, scores = expand_by_graph(VECTORS, LINE, QUERY, np.asarray([1]), np.asarray([0.1]), hops=1, seeds=1)
+    assert rows.tolist() == [1, 0, 2]  # the seed first, then its neighbours, scored exactly
+    assert np.allclose(scores, [0.1, 0.0, 0.2])
+    rows, _ = expand_by_graph(VECTORS, LINE, QUERY, np.asarray([1]), np.asarray([0.1]), hops=3, seeds=1)
+    # hop 2 expands row 2 (best unexpanded: 0.2) -> adds 3; hop 3 expands row 3 -> adds 4
+    assert rows.tolist() == [1, 0, 2, 3, 4]
+
+
+def test_expansion_is_off_with_zero_hops_or_seeds_and_respects_the_filter():
+    start = (np.asarray([2]), np.asarray([0.2], dtype=np.float32))
+    for hops, seeds in ((0, 5), (3, 0)):
+        rows, _ = expand_by_graph(VECTORS, LINE, QUERY, *start, hops=hops, seeds=seeds)
+        assert rows.tolist() == [2]
+    allowed = np.asarray([True, True, True, False, True, True])
+    rows, _ = expand_by_graph(VECTORS, LINE, QUERY, *start, hops=5, seeds=3, keep=lambda r: allowed[r])
+    assert 3 not in rows.tolist() and rows.tolist() == [2, 1, 0]  # row 3 is filtered out, so 4 and 5 are unreachable
+
+
+def test_expansion_never_scores_a_row_twice():
+    graph = build_corpus_graph(unit_rows(40, seed=3), k=6)
+    rows, scores = expand_by_graph(unit_rows(40, seed=3), graph, unit_rows(1, seed=9)[0], np.arange(5),
+                                   np.zeros(5, np.float32), hops=4, seeds=5)
+    assert len(rows) == len(set(rows.tolist())) == len(scores)
