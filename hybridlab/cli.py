@@ -115,7 +115,7 @@ def index_config_from_args(args: argparse.Namespace):
 
     given = any(getattr(args, n, None) is not None for n in ("chunk_size", "chunk_overlap", "header_levels", "models",
                                                              "model_for_collection", "model_for_language", "dense_index",
-                                                             "hnsw_ef_search"))
+                                                             "hnsw_ef_search", "graph_k"))
     if not given:
         return None
     base = IndexConfig()
@@ -145,6 +145,7 @@ def index_config_from_args(args: argparse.Namespace):
         model_by_language=pairs(args.model_for_language) or base.model_by_language,
         dense_index=args.dense_index or base.dense_index,
         hnsw_ef_search=getattr(args, "hnsw_ef_search", None) or base.hnsw_ef_search,
+        graph_k=args.graph_k if getattr(args, "graph_k", None) is not None else base.graph_k,
     )
 
 
@@ -328,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-overlap", type=int)
     p.add_argument("--header-levels", type=int, nargs="+")
     p.add_argument("--dense-index", help="FAISS factory string (default Flat; e.g. HNSW32)")
+    p.add_argument("--graph-k", type=int, help="corpus-graph neighbours per chunk for staged --expand-hops "
+                   "(default 16 up to 50k chunks, none above; 0 = none)")
     p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
     p.add_argument("--json", action="store_true")

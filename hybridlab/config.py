@@ -68,7 +68,9 @@ class IndexConfig:
     dense_index: str = "Flat"  # FAISS factory string: "Flat" (exact) or e.g. "HNSW32" (approximate)
     hnsw_ef_search: int = 128  # HNSW candidate list per unfiltered query (filtered searches stay exact)
     embed_batch_size: int = 32
-    graph_k: int = 16  # neighbours per chunk in the corpus graph that staged search follows (0 = none)
+    #: neighbours per chunk in the corpus graph staged search can follow (`expand_hops`); None = 16
+    #: up to `graph.AUTO_GRAPH_MAX` vectors and no graph above (its build cost grows as n²); 0 = none
+    graph_k: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybridlab.graph import build_corpus_graph, expand_by_graph, load_graph, save_graph
+from hybridlab.graph import AUTO_GRAPH_MAX, build_corpus_graph, expand_by_graph, graph_size, load_graph, save_graph
 
 
 def unit_rows(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
@@ -72,3 +72,11 @@ def test_expansion_never_scores_a_row_twice():
     rows, scores = expand_by_graph(unit_rows(40, seed=3), graph, unit_rows(1, seed=9)[0], np.arange(5),
                                    np.zeros(5, np.float32), hops=4, seeds=5)
     assert len(rows) == len(set(rows.tolist())) == len(scores)
+
+
+def test_graph_size_is_automatic_up_to_a_limit_and_explicit_otherwise():
+    assert graph_size(None, 5_000) == 16 and graph_size(None, AUTO_GRAPH_MAX + 1) == 0
+    assert graph_size(None, 1) == 0  # nothing to link
+    assert graph_size(8, AUTO_GRAPH_MAX + 1) == 8 and graph_size(0, 100) == 0
+    with pytest.raises(ValueError, match="graph_k"):
+        graph_size(-1, 100)
