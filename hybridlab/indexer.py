@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 256
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
-READ_BATCH = 50_000  # rows per fetch when streaming chunk texts out of DuckDB
+READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB
 # Test hook for fault injection: called with a stage name at each step of a build.
 _CHECKPOINT: Callable[[str], None] | None = None
 
@@ -169,8 +169,7 @@ def _assign_vectors(con, config: IndexConfig) -> None:
     con.execute("DELETE FROM chunk_vectors")
     if not config.model_by_collection and not config.model_by_language:  # every chunk, every model: in SQL
         for model in config.models:
-            con.execute("INSERT INTO chunk_vectors SELECT chunk_id, ?, embed_sha256 FROM chunks ORDER BY chunk_id",
-                        [model])
+            con.execute("INSERT INTO chunk_vectors SELECT chunk_id, ?, embed_sha256 FROM chunks", [model])
         return
     rows = con.execute(
         "SELECT c.chunk_id, d.collection, c.language, c.embed_sha256 FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
@@ -237,16 +236,16 @@ def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
         con.unregister("wanted_sha")
 
 
-def _streamed_texts(con, batch: int = READ_BATCH) -> Iterable[str]:
-    """Every chunk's embedding text in chunk-id order, fetched `batch` rows at a time."""
-    cursor = con.cursor()
-    try:
-        cursor.execute("SELECT embed_text FROM chunks ORDER BY chunk_id")
-        while rows := cursor.fetchmany(batch):
-            for (text,) in rows:
-                yield text
-    finally:
-        cursor.close()
+def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
+    """The embedding text of each chunk of `ids` (every chunk id, ascending), `READ_BATCH` ids per
+    query: each query sorts one small range (one sort of all texts overruns a bounded buffer pool)."""
+    step = READ_BATCH
+    for start in range(0, len(ids), step):
+        low, high = int(ids[start]), int(ids[min(start + step, len(ids)) - 1])
+        rows = con.execute("SELECT embed_text FROM chunks WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id",
+                           [low, high]).fetchall()
+        for (text,) in rows:
+            yield text
 
 
 def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
@@ -259,11 +258,11 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
                     progress: bool = False) -> dict[str, Any]:
     """Write BM25 and one FAISS index per model into `folder` from the store and the cache."""
     from hybridlab.dense import DenseIndex
-    from hybridlab.graph import build_corpus_graph, save_graph
+    from hybridlab.graph import build_corpus_graph, graph_size, save_graph
     from hybridlab.sparse import SparseIndex
 
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
-    sparse = SparseIndex.build(_streamed_texts(con), ids, config.bm25, show_progress=progress)
+    sparse = SparseIndex.build(_streamed_texts(con, ids), ids, config.bm25, show_progress=progress)
     sparse.save(folder / layout.BM25_DIR)
     del sparse
     _checkpoint("bm25-written")
@@ -282,10 +281,12 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
         models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
                          "index": config.dense_index}
         _checkpoint("faiss-written")
-        if config.graph_k > 0:
-            graph = build_corpus_graph(dense.vectors, config.graph_k, progress=progress)
+        graph_k = graph_size(config.graph_k, dense.size)
+        if graph_k:
+            graph = build_corpus_graph(dense.vectors, graph_k, progress=progress)
             save_graph(graph, folder / layout.graph_file(model))
-            models[model].update(graph=layout.graph_file(model), graph_k=config.graph_k)
+            models[model].update(graph=layout.graph_file(model), graph_k=graph_k)
+            del graph
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
 

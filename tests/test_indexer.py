@@ -342,7 +342,7 @@ def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
     from hybridlab import store
 
     con = store.connect(tmp_path / "w.duckdb")
-    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {"256.0 MiB", "244.1 MiB"}
+    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {"512.0 MiB", "488.2 MiB"}
     con.close()
     monkeypatch.setenv("HYBRIDLAB_DUCKDB_MEMORY", "512MiB")
     con = store.connect(tmp_path / "w.duckdb")
