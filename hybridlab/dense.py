@@ -138,7 +138,7 @@ class DenseIndex:
 
     @classmethod
     def build(cls, vectors: np.ndarray, chunk_ids: np.ndarray, model: str, factory: str = "Flat",
-              ef_search: int | None = None) -> "DenseIndex":
+              ef_search: int | None = None) -> DenseIndex:
         import faiss
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -161,7 +161,7 @@ class DenseIndex:
         faiss.write_index(self.index, str(path))
 
     @classmethod
-    def load(cls, path: Path, model: str, ef_search: int | None = None) -> "DenseIndex":
+    def load(cls, path: Path, model: str, ef_search: int | None = None) -> DenseIndex:
         import faiss
 
         return cls(faiss.read_index(str(path)), model, ef_search)

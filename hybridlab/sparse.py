@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,7 +27,7 @@ class SparseIndex:
         self.vocab: dict[str, int] = retriever.vocab_dict
 
     @classmethod
-    def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> "SparseIndex":
+    def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> SparseIndex:
         """Index `texts` (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
         import bm25s
         from bm25s.tokenization import Tokenized
@@ -53,7 +53,7 @@ class SparseIndex:
         (folder / "tokenizer.json").write_text(json.dumps({"config": asdict(self.tokenizer.config), "stopwords": stopwords}))
 
     @classmethod
-    def load(cls, folder: Path) -> "SparseIndex":
+    def load(cls, folder: Path) -> SparseIndex:
         import bm25s
 
         settings = json.loads((folder / "tokenizer.json").read_text())

@@ -130,7 +130,7 @@ def test_hnsw_unfiltered_search_fills_depth_and_uses_ef_search(data):
     index.set_ef_search(64)
     assert index._inner.hnsw.efSearch == 64
     for depth in (10, 1000, N, N + 5):
-        got, scores = index.search(query, depth)
+        got, _ = index.search(query, depth)
         assert len(got) == min(depth, N) and len(set(got.tolist())) == len(got)
     flat = DenseIndex.build(vectors, ids, "m")
     assert flat.ef_search is None  # no-op on flat

@@ -158,8 +158,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
     hnsw = [r for r in rows if r.get("variant") == "dense-index"]
     if hnsw:
         lines += ["", "## Dense index type (approximate search)", "",
-                  "| chunks | dense index | efSearch | mode | filtered | search P50 | search P95 | CPU P50 | "
-                  "recall@10 vs Flat |", "|---|---|---|---|---|---|---|---|---|"]
+                  ("| chunks | dense index | efSearch | mode | filtered | search P50 | search P95 | CPU P50 | "
+                   "recall@10 vs Flat |"), "|---|---|---|---|---|---|---|---|---|"]
         for r in hnsw:
             lines.append(f"| {r['n_chunks']:,} | {r.get('dense_index')} | {r.get('ef_search') or '–'} | {r['mode']} | "
                          f"{r['filtered']} | {_fmt(r['search_p50_ms'])} | {_fmt(r['search_p95_ms'])} | "
