@@ -7,7 +7,8 @@ resolved by :func:`~hybridlab.config.resolve_search_config`.
 One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
 bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
 (:func:`~hybridlab.fusion.fuse`, weights from :func:`~hybridlab.fusion.alpha_weights`); recency
-scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows) with
+scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus,
+with `expand_hops`, their corpus-graph neighbours: :mod:`hybridlab.graph`) with
 their stored vectors and falls back to parallel hybrid when BM25 has fewer than
 `fallback_threshold` hits or cannot fill `limit`. If fewer than `limit` results come back while more
 chunks are allowed, `depth` grows 4x and the search repeats, so rare filters still fill `limit`.
@@ -610,7 +611,7 @@ class Index:
             "normalization": outcome.config.normalization, "alpha": outcome.alpha,
             "alpha_source": outcome.alpha_source, "mode": outcome.mode, "embedding_model": outcome.model,
             "decay": outcome.config.decay, "recency_weight": outcome.config.recency_weight,
-            "staged_pool": ({"bm25_candidates": len(outcome.runs.get("bm25") or {}), "graph_added": outcome.graph_added,
+            "staged_pool": ({"candidates": outcome.config.candidates, "graph_added": outcome.graph_added,
                              "expand_hops": outcome.config.expand_hops, "expand_seeds": outcome.config.expand_seeds}
                             if outcome.mode == "staged" else None),
         }
