@@ -4,7 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybridlab.graph import AUTO_GRAPH_MAX, build_corpus_graph, expand_by_graph, graph_size, load_graph, save_graph
+from hybridlab.graph import (
+    AUTO_GRAPH_MAX,
+    build_corpus_graph,
+    expand_by_graph,
+    graph_size,
+    load_graph,
+    save_graph,
+)
 
 
 def unit_rows(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
