@@ -440,8 +440,8 @@ class Index:
         `expand_hops` hops from the `expand_seeds` best; the top `depth` and how many rows the
         graph added."""
         dense = self.dense[model]
-        ids, scores = dense.score_ids(vector, self.chunk_ids[candidate_rows])
-        rows = np.searchsorted(dense.ids, ids)
+        rows = dense.rows_of(self.chunk_ids[candidate_rows])  # dense rows, scored once, no id round trip
+        scores = dense.vectors[rows] @ np.asarray(vector, dtype=np.float32).reshape(-1)
         graph = self.graphs.get(model)
         added = 0
         if graph is not None and config.expand_hops > 0:
