@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.config import resolve_auto
 from hybridlab.datasets import REPO_ROOT
 from hybridlab.evalsets import ensure_index, get_evalset
 from hybridlab.evaluate import score
@@ -44,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--candidates", default="50,100,200,500", help="comma-separated staged candidate counts")
     parser.add_argument("--hops", default="0,1,2,3", help="comma-separated corpus-graph hops (0 = BM25 pool only)")
     parser.add_argument("--seeds", type=int, default=None, help="candidates expanded per hop (default: the engine's)")
-    parser.add_argument("--fill-dense", action="store_true", help="both conditions with fill_dense=True")
+    parser.add_argument("--fill-dense", action=argparse.BooleanOptionalAction, default=None,
+                        help="both conditions with fill_dense on / off (default: the engine's auto)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per condition (latency = all passes)")
     parser.add_argument("--fusion", default=None, choices=["rrf", "convex", "dbsf"],
                         help="fusion for both conditions (default: the engine's default)")
@@ -121,13 +123,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     fusion = {"fusion": args.fusion} if args.fusion else {}
     if args.seeds is not None:
         fusion["expand_seeds"] = args.seeds
-    if args.fill_dense:
-        fusion["fill_dense"] = True
+    if args.fill_dense is not None:
+        fusion["fill_dense"] = args.fill_dense
     run_condition(index, queries, 1, staged=False, **fusion)  # warm-up: vector cache, detail caches
 
     conditions: dict[str, dict[str, Any]] = {
         "parallel": run_condition(index, queries, args.repeats, staged=False, **fusion)}
-    settings = index._resolve(dict(fusion))[0]
+    settings = resolve_auto(index._resolve(dict(fusion))[0], index.n_chunks)
     grid = [(int(c), int(h)) for h in args.hops.split(",") for c in args.candidates.split(",")]
     for count, hops in grid:
         conditions[condition_name(count, hops)] = run_condition(index, queries, args.repeats, staged=True,

@@ -70,10 +70,13 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                         help="BM25 narrows to --candidates, vectors re-score them")
     staged.add_argument("--no-staged", dest="staged", action="store_false")
     g.add_argument("--candidates", type=_positive_int)
-    g.add_argument("--expand-hops", type=int, help="staged: corpus-graph hops from the best candidates (0 = BM25 pool only)")
+    g.add_argument("--expand-hops", type=int, help="staged: corpus-graph hops from the best candidates (default 3; 0 = BM25 pool only)")
     g.add_argument("--expand-seeds", type=int, help="staged: candidates expanded per hop (default 20)")
-    g.add_argument("--fill-dense", action="store_true", default=None,
-                   help="give BM25 candidates the dense run lacks their exact cosine (not none)")
+    fill = g.add_mutually_exclusive_group()
+    fill.add_argument("--fill-dense", action="store_true", default=None,
+                      help="give BM25 candidates the dense run lacks their exact cosine, not none "
+                           "(default: on above the staged threshold)")
+    fill.add_argument("--no-fill-dense", dest="fill_dense", action="store_false")
     g.add_argument("--fallback-threshold", type=int)
     g.add_argument("--decay", type=float, help="recency decay per day (0 disables)")
     g.add_argument("--recency-weight", type=_unit_float)

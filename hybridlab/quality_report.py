@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import ChunkConfig, IndexConfig, resolve_search_config
+from hybridlab.config import ChunkConfig, IndexConfig, resolve_auto, resolve_search_config
 from hybridlab.datasets import REPO_ROOT, load_query_metadata
 from hybridlab.evalsets import EvalSet, ensure_index, get_evalset
 from hybridlab.evaluate import METRICS, Comparison, Run, compare, make_run, wins_losses
@@ -79,9 +79,10 @@ def system_runs(opened: OpenedSet, queries: Mapping[str, str], systems: Mapping[
 def default_settings(opened: OpenedSet) -> dict[str, Any]:
     """The search settings the default hybrid resolves to on this index (adaptive alpha etc.)."""
     config, sources = resolve_search_config({}, config_file=opened.index.config_file, n_chunks=opened.index.n_chunks)
-    staged = config.staged if config.staged is not None else opened.index.n_chunks > config.staged_threshold
+    config = resolve_auto(config, opened.index.n_chunks)
     return {"fusion": config.fusion, "alpha": config.alpha, "alpha_source": sources["alpha"], "rrf_k": config.rrf_k,
-            "normalization": config.normalization, "depth": config.depth, "staged": staged,
+            "normalization": config.normalization, "depth": config.depth, "staged": config.staged,
+            "expand_hops": config.expand_hops, "fill_dense": config.fill_dense,
             "decay": config.decay, "recency_weight": config.recency_weight, "tag_weight": config.tag_weight}
 
 
@@ -156,11 +157,14 @@ def render_markdown(records: Sequence[Mapping[str, Any]], date: str, command: st
         lines.append(f"| {record['dataset']} | {record['queries']} | " + " | ".join(cells) + " |")
     for record in records:
         settings = record["default_settings"]
+        hops = f" ({settings.get('expand_hops')} corpus-graph hops)" if settings["staged"] else ""
         lines += ["", f"## {record['dataset']}", "",
                   (f"{record['queries']} queries (split `{record['split']}`), {record['documents']} documents, "
                   f"{record['chunks']} chunks; now = {record['now'] or 'the clock (no recency in this set)'}. "
                   f"Default hybrid resolves to fusion `{settings['fusion']}`, alpha {settings['alpha']} "
-                  f"({settings['alpha_source']}), staged {settings['staged']}, rrf_k {settings['rrf_k']}, "
+                  f"({settings['alpha_source']}), staged {settings['staged']}"
+                  f"{hops}, "
+                  f"fill_dense {settings.get('fill_dense')}, rrf_k {settings['rrf_k']}, "
                   f"normalization `{settings['normalization']}`, decay {settings['decay']}."), "",
                   comparison_of(record).to_markdown(), ""]
         if record.get("same_as_default"):

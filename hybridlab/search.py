@@ -7,9 +7,10 @@ resolved by :func:`~hybridlab.config.resolve_search_config`.
 One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
 bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
 (:func:`~hybridlab.fusion.fuse`, weights from :func:`~hybridlab.fusion.alpha_weights`); recency
-scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus,
-with `expand_hops`, their corpus-graph neighbours: :mod:`hybridlab.graph`) with
-their stored vectors and falls back to parallel hybrid when BM25 has fewer than
+scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
+`expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.graph`) with their stored
+vectors; `fill_dense` gives BM25 candidates outside the dense top `depth` their exact cosine (both
+auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid when BM25 has fewer than
 `fallback_threshold` hits or cannot fill `limit`. If fewer than `limit` results come back while more
 chunks are allowed, `depth` grows 4x and the search repeats, so rare filters still fill `limit`.
 """
@@ -31,7 +32,7 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab import layout, store
-from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
+from hybridlab.config import SearchConfig, load_config_file, resolve_auto, resolve_search_config
 from hybridlab.filters import Filters, parse_when
 from hybridlab.fusion import alpha_weights, fuse
 from hybridlab.graph import expand_by_graph, load_graph
@@ -476,6 +477,7 @@ class Index:
         embedding_model = options.pop("embedding_model", None)
         language = options.pop("language", None)
         config, sources = self._resolve(options)
+        config = resolve_auto(config, self.n_chunks)
         mask = self.filter_rows(filters)
         n_allowed = self.n_chunks if mask is None else int(mask.sum())
         mode = config.mode
@@ -497,8 +499,7 @@ class Index:
             query_collections = ()
         tag_boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
         term_ids = self.sparse.query_ids(query) if mode in {"hybrid", "bm25"} else []
-        staged = config.staged if config.staged is not None else self.n_chunks > config.staged_threshold
-        staged = staged and mode == "hybrid" and model is not None
+        staged = config.staged and mode == "hybrid" and model is not None
         depth = min(max(config.depth, config.limit), max(n_allowed, 1))
         run_mode = "staged" if staged else "parallel"
         candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
@@ -610,9 +611,11 @@ class Index:
             "fusion": outcome.config.fusion, "rrf_k": outcome.config.rrf_k,
             "normalization": outcome.config.normalization, "alpha": outcome.alpha,
             "alpha_source": outcome.alpha_source, "mode": outcome.mode, "embedding_model": outcome.model,
-            "decay": outcome.config.decay, "recency_weight": outcome.config.recency_weight,
+            "fill_dense": outcome.config.fill_dense, "decay": outcome.config.decay,
+            "recency_weight": outcome.config.recency_weight,
             "staged_pool": ({"candidates": outcome.config.candidates, "graph_added": outcome.graph_added,
-                             "expand_hops": outcome.config.expand_hops, "expand_seeds": outcome.config.expand_seeds}
+                             "expand_hops": outcome.config.expand_hops, "expand_seeds": outcome.config.expand_seeds,
+                             "graph": outcome.model in self.graphs}
                             if outcome.mode == "staged" else None),
         }
 

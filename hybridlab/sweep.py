@@ -318,9 +318,9 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
 def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | None = None) -> dict[str, Any]:
     """The package defaults expressed in `space` (adaptive alpha and auto staging resolved for an
     index of `n_chunks`), so a study's first trial measures exactly the defaults."""
-    from hybridlab.config import adaptive_alpha
+    from hybridlab.config import adaptive_alpha, resolve_auto
 
-    base, defaults = base or IndexConfig(), SearchConfig()
+    base, defaults = base or IndexConfig(), resolve_auto(SearchConfig(), n_chunks)
     values: dict[str, Any] = {}
     for p in space:
         if p.when is not None and values.get(p.when[0]) not in p.when[1]:
@@ -330,8 +330,6 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
             values[p.name] = getattr(getattr(base, part), name)
         elif p.name == "alpha":
             values[p.name] = adaptive_alpha(n_chunks) if defaults.alpha is None else defaults.alpha
-        elif p.name == "staged":
-            values[p.name] = n_chunks > defaults.staged_threshold if defaults.staged is None else defaults.staged
         else:
             values[p.name] = getattr(defaults, p.name)
     return values
@@ -422,10 +420,12 @@ BASELINES: dict[str, dict[str, Any]] = {"defaults": {}, "bm25": {"mode": "bm25"}
 
 
 def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
-                    candidates: Sequence[int], *, now: str | None = None, k: int = 10) -> list[dict[str, Any]]:
-    """Staged search (BM25 narrows to `candidates`, vectors re-score them) against the parallel
-    hybrid search, per candidate count, at `limit` = `k` (the engine scores at least `limit`
-    candidates): median latency, nDCG@k, recall@k and the top-`k` overlap."""
+                    candidates: Sequence[int], *, now: str | None = None, k: int = 10,
+                    expand_hops: int | None = None) -> list[dict[str, Any]]:
+    """Staged search (BM25 narrows to `candidates`, the corpus graph grows the pool `expand_hops`
+    times — None = the engine's default —, vectors re-score it) against the parallel hybrid
+    search, per candidate count, at `limit` = `k` (the engine scores at least `limit` candidates):
+    median latency, nDCG@k, recall@k and the top-`k` overlap."""
     import statistics
     import time
 
@@ -448,7 +448,8 @@ def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mappi
     rows = [{"candidates": None, "staged": False, "median_ms": statistics.median(full_times),
              **score(qrels, full, metrics), f"overlap@{k}": 1.0}]
     for count in candidates:
-        run, times = timed_run(staged=True, candidates=count, fallback_threshold=0)
+        hops = {} if expand_hops is None else {"expand_hops": expand_hops}
+        run, times = timed_run(staged=True, candidates=count, fallback_threshold=0, **hops)
         overlap = statistics.fmean(len(top(run[q]) & top(full[q])) / max(1, len(top(full[q]))) for q in queries)
         rows.append({"candidates": count, "staged": True, "median_ms": statistics.median(times),
                      **score(qrels, run, metrics), f"overlap@{k}": overlap})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab import cli
+from hybridlab.cli import search_kwargs
 
 RESULT_KEYS = ["rank", "doc_id", "chunk_id", "title", "section", "score", "snippet", "collection", "chunk_type",
                "tags", "updated_at"]
@@ -240,3 +241,9 @@ def test_scifact_subset_index_reports_time_and_chunks_per_second(capsys, tmp_pat
     assert (report["documents"], report["chunks"], report["embedded"]) == (40, 40, 40)
     assert report["seconds"] > 0 and report["chunks_per_second"] > 0
     print(f"SciFact subset: 40 chunks in {report['seconds']:.1f} s, {report['chunks_per_second']} chunks/s")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [((), None), (("--fill-dense",), True), (("--no-fill-dense",), False)])
+def test_fill_dense_flags_are_three_way(flags, expected):
+    args = cli.build_parser().parse_args(["search", "q", *flags])
+    assert search_kwargs(args).get("fill_dense") is expected

@@ -5,7 +5,13 @@ import json
 
 import pytest
 
-from hybridlab.config import SearchConfig, adaptive_alpha, load_config_file, resolve_search_config
+from hybridlab.config import (
+    SearchConfig,
+    adaptive_alpha,
+    load_config_file,
+    resolve_auto,
+    resolve_search_config,
+)
 
 
 @pytest.mark.parametrize(("n_chunks", "alpha"), [(0, 0.5), (499, 0.5), (500, 0.7), (4999, 0.7), (5000, 0.8),
@@ -48,6 +54,21 @@ def test_recency_decay_alias_and_its_precedence():
 def test_staged_from_env(text, value):
     config, _ = resolve_search_config({}, env={"HYBRIDLAB_STAGED": text})
     assert config.staged is value
+
+
+@pytest.mark.parametrize(("n_chunks", "auto"), [(0, False), (5000, False), (5001, True)])
+def test_auto_settings_turn_on_above_the_staged_threshold(n_chunks, auto):
+    resolved = resolve_auto(SearchConfig(), n_chunks)
+    assert (resolved.staged, resolved.fill_dense) == (auto, auto)
+    explicit = resolve_auto(SearchConfig(staged=not auto, fill_dense=not auto), n_chunks)
+    assert (explicit.staged, explicit.fill_dense) == (not auto, not auto)
+    assert resolve_auto(SearchConfig(staged_threshold=10), 11).fill_dense is True
+
+
+@pytest.mark.parametrize(("text", "value"), [("on", True), ("false", False), ("auto", None)])
+def test_fill_dense_from_env(text, value):
+    config, sources = resolve_search_config({}, env={"HYBRIDLAB_FILL_DENSE": text})
+    assert config.fill_dense is value and sources["fill_dense"] == "env"
 
 
 def test_bad_env_value_names_the_setting():

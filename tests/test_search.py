@@ -316,6 +316,17 @@ def test_fill_dense_gives_bm25_only_candidates_their_exact_cosine(index):
         assert filled.runs["dense"][row] == score
 
 
+def test_fill_dense_is_auto_on_above_the_staged_threshold(index):
+    query = "tunnel server endpoint"
+    small = index.search(query, explain=True, now=NOW, limit=1)[0].explain
+    assert small["fill_dense"] is False and small["mode"] == "parallel"  # the fixture index is small
+    large = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fallback_threshold=1)[0].explain
+    assert large["fill_dense"] is True and large["mode"] == "staged"
+    assert large["staged_pool"]["expand_hops"] == 3 and large["staged_pool"]["graph"] is True
+    forced = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fill_dense=False)[0].explain
+    assert forced["fill_dense"] is False
+
+
 def test_staged_graph_expansion_keeps_filters(index):
     results = index.search("tunnel server", staged=True, candidates=2, fallback_threshold=1, expand_hops=3,
                            expand_seeds=5, collection="tunnelx", tags=[], limit=3, explain=True, now=NOW)

@@ -86,8 +86,9 @@ def test_default_params_are_the_package_defaults_in_the_space():
         "fusion": SearchConfig.fusion, "alpha": 0.8, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
         **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
         "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
-        "expand_hops": SearchConfig.expand_hops, "fill_dense": SearchConfig.fill_dense, "bm25_k1": 1.5, "bm25_b": 0.75}
-    assert default_params(space, n_chunks=100)["staged"] is False and default_params(space, 100)["alpha"] == 0.5
+        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "bm25_k1": 1.5, "bm25_b": 0.75}
+    small = default_params(space, n_chunks=100)
+    assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5
 
 
 class FakeEvaluator:
