@@ -5,14 +5,15 @@
 resolved by :func:`~hybridlab.config.resolve_search_config`.
 
 One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
-bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each) and `tags`; fused by name
-(:func:`~hybridlab.fusion.fuse`, weights from :func:`~hybridlab.fusion.alpha_weights`); recency
-scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
+bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each)
+and `tags`; fused by name (:func:`~hybridlab.fusion.fuse`, weights from
+:func:`~hybridlab.fusion.alpha_weights`); recency scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
 `expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.graph`) with their stored
 vectors; `fill_dense` gives BM25 candidates outside the dense top `depth` their exact cosine (both
-auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid when BM25 has fewer than
-`fallback_threshold` hits or cannot fill `limit`. If fewer than `limit` results come back while more
-chunks are allowed, `depth` grows 4x and the search repeats, so rare filters still fill `limit`.
+auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid
+when BM25 has fewer than `fallback_threshold` hits or cannot fill `limit`. If fewer than `limit`
+results come back while more chunks are allowed, `depth` grows 4x and the search repeats, so rare
+filters still fill `limit`.
 """
 from __future__ import annotations
 
