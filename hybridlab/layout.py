@@ -4,6 +4,7 @@
       manifest.json          names the live generation; replaced atomically (the commit point)
       embeddings.duckdb      embeddings cache, shared by generations
       .lock                  held by the one writing process (flock), holds its PID
+      .verified.json         size/inode/mtime/ctime of the live files when they last hashed clean
       gen-000007/            one complete generation:
         store.duckdb         documents, chunks, tags, vector assignments
         dense-<model>.faiss  one FAISS index per embedding model, ids = chunk_id
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -29,6 +31,9 @@ from typing import Any, Self
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
 LOCK_FILE = ".lock"
+VERIFIED_FILE = ".verified.json"
+#: files changed within this many ns of a clean hash are hashed again on the next open
+SETTLED_NS = 2_000_000_000
 STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
 FORMAT_VERSION = 1
@@ -95,11 +100,13 @@ def generation_files(folder: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False) -> list[str]:
+def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False,
+                  trusted: frozenset[str] = frozenset()) -> list[str]:
     """Files of the live generation that are missing, truncated or altered against the manifest's
     checksums. Sizes are always checked; sha256 of the FAISS and BM25 files (whose parsers must never
     see garbage) and, with `hash_all`, of every file (opening an index does: a garbled DuckDB page
-    may otherwise only show in a later query, or never). Manifests without checksums pass."""
+    may otherwise only show in a later query, or never), except the `trusted` names (already hashed,
+    unchanged since: see `open_problems`). Manifests without checksums pass."""
     generation = Path(index_dir) / manifest["path"]
     problems = []
     for name, expected in (manifest.get("files") or {}).items():
@@ -110,9 +117,60 @@ def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = Fa
         size = path.stat().st_size
         if size != expected["bytes"]:
             problems.append(f"{path} has {size} bytes, the manifest says {expected['bytes']} (truncated or altered)")
-        elif (hash_all or name.endswith(".faiss") or name.startswith(f"{BM25_DIR}/")) and \
+        elif name not in trusted and (hash_all or name.endswith(".faiss") or name.startswith(f"{BM25_DIR}/")) and \
                 file_sha256(path) != expected["sha256"]:
             problems.append(f"{path} does not match its sha256 in the manifest (altered or corrupt)")
+    return problems
+
+
+def _file_identity(path: Path) -> list[int]:
+    """What changes when a file is written, replaced, copied or has its mtime reset: size, inode,
+    mtime and ctime (the kernel sets ctime; no user call can put it back)."""
+    info = path.stat()
+    return [info.st_size, info.st_ino, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _read_verified(index_dir: Path, generation: str) -> dict[str, list[int]]:
+    try:
+        stamp = json.loads((Path(index_dir) / VERIFIED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(stamp, dict) or stamp.get("path") != generation or not isinstance(stamp.get("files"), dict):
+        return {}
+    return stamp["files"]
+
+
+def open_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """`file_problems` with every file hashed, for opening an index: a file whose size, inode, mtime
+    and ctime are those recorded when it last hashed clean (INDEX/.verified.json) is not hashed again,
+    so reopening a large index costs a stat per file, not a read of every byte. Any write, copy or
+    mtime reset re-hashes the file; only corruption below the file system (bit rot) needs
+    `hybridlab verify`, which always hashes everything. The record is written best-effort (a
+    read-only index folder is hashed on every open)."""
+    index_dir = Path(index_dir)
+    generation = index_dir / manifest["path"]
+    names = list(manifest.get("files") or {})
+    recorded = _read_verified(index_dir, manifest["path"])
+    identities = {}  # taken before hashing: a change during the hash shows as a new identity next time
+    for name in names:
+        try:
+            identities[name] = _file_identity(generation / name)
+        except OSError:
+            pass
+    trusted = frozenset(name for name, ident in identities.items() if recorded.get(name) == ident)
+    problems = file_problems(index_dir, manifest, hash_all=True, trusted=trusted)
+    if problems or not names or trusted == set(names):
+        return problems
+    try:
+        # a write in the same clock tick as this record would not move ctime: trust settled files only
+        settled_before = time.time_ns() - SETTLED_NS
+        stamp = {"path": manifest["path"],
+                 "files": {name: ident for name, ident in identities.items() if ident[3] < settled_before}}
+        tmp = index_dir / f".{VERIFIED_FILE}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(stamp), encoding="utf-8")
+        os.replace(tmp, index_dir / VERIFIED_FILE)
+    except OSError:
+        pass
     return problems
 
 
@@ -196,8 +254,9 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path.name)
-    for tmp in Path(index_dir).glob(f".{MANIFEST}.tmp-*"):
-        tmp.unlink(missing_ok=True)
+    for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):
+        for tmp in Path(index_dir).glob(pattern):
+            tmp.unlink(missing_ok=True)
     return removed
 
 

@@ -146,7 +146,7 @@ class Index:
         generation = self.index_dir / manifest["path"]
         self.manifest = manifest
         self._manifest_stamp = self._stamp()
-        damaged = layout.file_problems(self.index_dir, manifest, hash_all=True)
+        damaged = layout.open_problems(self.index_dir, manifest)
         if damaged:
             raise layout.CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(self.index_dir)}")
         if self._con is not None:

@@ -7,13 +7,16 @@ it is timed once per encoder rather than once per mode); search = `Index.last_ti
 percentile is computed per repeat over the query set, then the median over repeats is reported.
 `cpu_*` is the CPU time of the calling thread over the whole `Index.search` call (FAISS and BLAS run
 single-threaded in it): unlike wall time it does not count waiting for a core on a shared machine.
-Runs in a fresh subprocess per index, so the peak RSS is that of one opened index.
+Runs in a fresh subprocess per index, so the peak RSS is that of one opened index. Also times
+opening the index: with every file hashed, and re-opened with unchanged files only stat-ed.
 """
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
@@ -81,11 +84,43 @@ def time_queries(index, queries: Sequence[str], options: Mapping[str, Any], repe
             "encode": median_summary(encode_runs) if encode_runs else None}
 
 
+def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
+    """Rows for opening the index in this process: with every file hashed (no verified record, what a
+    first open or a changed file costs) and re-opened (files unchanged since their last clean hash)."""
+    from hybridlab import layout
+    from hybridlab.search import open_index
+
+    def seconds_to_open() -> float:
+        started = time.perf_counter()
+        open_index(index_dir).close()
+        return time.perf_counter() - started
+
+    record = index_dir / layout.VERIFIED_FILE
+    hash_all = []
+    for _ in range(repeats):
+        record.unlink(missing_ok=True)
+        hash_all.append(seconds_to_open())
+    reopen = [seconds_to_open() for _ in range(repeats)]
+    manifest = layout.read_manifest(index_dir)
+    n_chunks = int(manifest["counts"]["chunks"])
+    size_mb = sum(entry["bytes"] for entry in manifest["files"].values()) / 1e6
+    rows = []
+    for variant, runs, note in (("cold-start-open-hash-all", hash_all, "open_index, every file hashed (first open)"),
+                                ("cold-start-open-reopen", reopen, "open_index, unchanged files only stat-ed")):
+        rows.append(make_row("hybridlab", n_chunks, "hybrid", False, p50_ms=statistics.median(runs) * 1000,
+                             p99_ms=max(runs) * 1000, variant=variant, repeats=repeats, size_mb=round(size_mb, 1),
+                             note=note))
+        print(f"  open {n_chunks:,} chunks ({size_mb:,.0f} MB), {variant}: median {statistics.median(runs):.3f} s",
+              file=sys.stderr, flush=True)
+    return rows
+
+
 def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: every (encoder, mode, filtered) of one index; rows plus the peak RSS."""
     from hybridlab.models import load_encoder
     from hybridlab.search import open_index
 
+    open_rows = time_opening(Path(arguments["index_dir"]), int(arguments["repeats"]))
     index = open_index(arguments["index_dir"])
     queries = list(arguments["queries"])
     n_chunks = index.n_chunks
@@ -133,6 +168,7 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
     rss = peak_rss_mb()
     for row in rows:
         row["peak_rss_mb"] = round(rss, 1)
+    rows += open_rows
     return {"rows": rows, "peak_rss_mb": rss, "n_chunks": n_chunks, "encode_runs": measured_encoding,
             "dense_index": index.manifest["config"].get("dense_index", "Flat")}
 

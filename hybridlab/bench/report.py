@@ -193,10 +193,11 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
                          f"{_fmt(r.get('size_mb'), 1)} | {_fmt(r['peak_rss_mb'], 0)} | {r.get('note') or ''} |")
     cold = [r for r in rows if str(r.get("variant", "")).startswith("cold-start")]
     if cold:
-        lines += ["", "## Cold start", "", "| what | chunks | median s | max s | runs |", "|---|---|---|---|---|"]
+        lines += ["", "## Cold start", "", "| what | chunks | index MB | median s | max s | runs |",
+                  "|---|---|---|---|---|---|"]
         for r in cold:
-            lines.append(f"| {r['variant']} | {r['n_chunks']:,} | {_fmt(r['p50_ms'] / 1000)} | "
-                         f"{_fmt(r['p99_ms'] / 1000)} | {r.get('repeats')} |")
+            lines.append(f"| {r['variant']} | {r['n_chunks']:,} | {_fmt(r.get('size_mb'), 0)} | "
+                         f"{_fmt(r['p50_ms'] / 1000)} | {_fmt(r['p99_ms'] / 1000)} | {r.get('repeats')} |")
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", ("Plots: `latency_vs_size.png`, `staged_candidates.png`, `alternatives.png`. "

@@ -3,7 +3,9 @@ a crash or a silent wrong answer), `hybridlab verify` reports them and `--repair
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -176,7 +178,67 @@ def test_cli_verify_exit_codes(two_generations, tmp_path):
     assert fixed.returncode == 0 and "repaired:" in fixed.stdout and "OK" in fixed.stdout
 
 
+def _count_hashes(monkeypatch) -> list[str]:
+    hashed: list[str] = []
+    real = layout.file_sha256
+    monkeypatch.setattr(layout, "file_sha256", lambda path: hashed.append(Path(path).name) or real(path))
+    return hashed
+
+
+def test_reopening_hashes_only_files_that_changed(two_generations, tmp_path, monkeypatch):
+    """Open hashes every file once; a reopen of unchanged, settled files only stats them; a copy (new
+    inodes) is hashed again; `verify` always hashes everything."""
+    index = tmp_path / "index"
+    shutil.copytree(two_generations["index"], index)
+    files = json.loads((index / layout.MANIFEST).read_text())["files"]
+    hashed = _count_hashes(monkeypatch)
+    open_index(index).close()
+    assert len(hashed) == len(files)
+    hashed.clear()
+    open_index(index).close()  # the files were written just now: not settled, hashed again
+    assert len(hashed) == len(files)
+    monkeypatch.setattr(layout, "SETTLED_NS", 0)
+    open_index(index).close()
+    hashed.clear()
+    open_index(index).close()
+    assert hashed == []
+    copy = tmp_path / "copy"
+    shutil.copytree(index, copy)
+    open_index(copy).close()
+    assert len(hashed) == len(files)
+    hashed.clear()
+    assert verify(index) == [] and len(hashed) >= len(files)
+
+
+@pytest.mark.parametrize("name", ["store.duckdb", "dense-wordllama.faiss"])
+def test_a_file_garbled_after_a_clean_open_is_caught_even_with_its_mtime_put_back(two_generations, tmp_path,
+                                                                                   monkeypatch, name):
+    index = tmp_path / "index"
+    shutil.copytree(two_generations["index"], index)
+    monkeypatch.setattr(layout, "SETTLED_NS", 0)
+    open_index(index).close()
+    assert json.loads((index / layout.VERIFIED_FILE).read_text())["files"]
+    time.sleep(0.05)  # past the file system's clock tick
+    path = index / "gen-000002" / name
+    before = path.stat()
+    garble(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    _expect_clear_error(index, path)
+
+
+def test_a_damaged_verified_record_is_ignored(two_generations, tmp_path):
+    index = tmp_path / "index"
+    shutil.copytree(two_generations["index"], index)
+    (index / layout.VERIFIED_FILE).write_text("{not json")
+    open_index(index).close()
+    path = index / "gen-000002" / "store.duckdb"
+    (index / layout.VERIFIED_FILE).write_text(json.dumps({"path": "gen-000002", "files": {"store.duckdb": "x"}}))
+    garble(path)
+    _expect_clear_error(index, path)
+
+
 def test_record_corruption_figures():
     """Count of corruption cases, for reports/reliability.md."""
-    cases = len(CASES) + 6 + 1 + 1 + 1 + 1 + 4 + 1
+    cases = len(CASES) + 6 + 1 + 1 + 1 + 1 + 4 + 1 + 2 + 1
     record("corruption_cases", cases)
