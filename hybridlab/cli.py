@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--header-levels", type=int, nargs="+")
     p.add_argument("--dense-index", help="FAISS factory string (default Flat; e.g. HNSW32)")
     p.add_argument("--graph-k", type=int, help="corpus-graph neighbours per chunk for staged --expand-hops "
-                   "(default 16 up to 50k chunks, none above; 0 = none)")
+                   "(default 16 up to 100k chunks, none above; 0 = none)")
     p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
     p.add_argument("--json", action="store_true")

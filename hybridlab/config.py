@@ -124,7 +124,7 @@ class SearchConfig:
 
     Staged search scores the BM25 top `candidates` with their stored vectors and grows that pool
     `expand_hops` (3) times along the corpus graph (the neighbours of the `expand_seeds` best-scoring
-    candidates per hop; a graph is built for indexes up to 50k chunks), which brings in the chunks
+    candidates per hop; a graph is built for indexes up to 100k chunks), which brings in the chunks
     BM25 missed and makes staged agree with parallel hybrid (SciFact: top-10 overlap 0.72 with the
     BM25 pool alone, 0.98 with 3 hops; reports/staged/). `fill_dense` gives BM25 candidates the dense
     retriever did not rank their exact cosine instead of none; `None` (auto) turns it on where

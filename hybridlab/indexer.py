@@ -254,11 +254,51 @@ def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
+def _previous_graph(previous: tuple[Path, dict[str, Any]] | None, model: str, graph_k: int,
+                    pairs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The previous generation's corpus graph of `model` and, per old row, the new row of the same
+    chunk with the same embedded text (-1 when deleted or changed); None when it cannot be reused
+    (no graph, another `graph_k`, or its file does not match its checksum)."""
+    from hybridlab.graph import load_graph
+
+    if previous is None:
+        return None
+    folder, manifest = previous
+    entry = (manifest.get("models") or {}).get(model) or {}
+    name = entry.get("graph")
+    expected = (manifest.get("files") or {}).get(name or "")
+    if not name or entry.get("graph_k") != graph_k or not expected:
+        return None
+    try:
+        if layout.file_sha256(folder / name) != expected["sha256"]:
+            logger.warning("not reusing %s: it does not match its checksum", folder / name)
+            return None
+        con = store.connect(folder / layout.STORE_FILE, read_only=True)
+        try:
+            old = con.execute("SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id",
+                              [model]).fetchnumpy()
+        finally:
+            con.close()
+        old_graph = load_graph(folder / name, len(old["chunk_id"]))
+    except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
+        logger.warning("not reusing the corpus graph of %s: %s", folder, error)
+        return None
+    new_ids = pairs["chunk_id"].astype(np.int64)
+    old_ids = old["chunk_id"].astype(np.int64)
+    if not len(new_ids):
+        return old_graph, np.full(len(old_ids), -1, dtype=np.int64)
+    position = np.minimum(np.searchsorted(new_ids, old_ids), len(new_ids) - 1)
+    new_texts = np.asarray(pairs["embed_sha256"], dtype=object)
+    same = (new_ids[position] == old_ids) & (new_texts[position] == np.asarray(old["embed_sha256"], dtype=object))
+    return old_graph, np.where(same, position, -1)
+
+
 def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfig, dims: dict[str, int],
-                    progress: bool = False) -> dict[str, Any]:
-    """Write BM25 and one FAISS index per model into `folder` from the store and the cache."""
+                    progress: bool = False, previous: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write BM25 and one FAISS index per model into `folder` from the store and the cache; the
+    corpus graph is updated from the `previous` (generation folder, manifest) when it has one."""
     from hybridlab.dense import DenseIndex
-    from hybridlab.graph import build_corpus_graph, graph_size, save_graph
+    from hybridlab.graph import build_corpus_graph, graph_size, save_graph, update_corpus_graph
     from hybridlab.sparse import SparseIndex
 
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
@@ -283,9 +323,16 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
         _checkpoint("faiss-written")
         graph_k = graph_size(config.graph_k, dense.size)
         if graph_k:
-            graph = build_corpus_graph(dense.vectors, graph_k, progress=progress)
+            started = time.perf_counter()
+            reuse = _previous_graph(previous, model, graph_k, pairs)
+            if reuse is None:
+                graph, how = build_corpus_graph(dense.vectors, graph_k, progress=progress), "built"
+            else:
+                graph, how = update_corpus_graph(dense.vectors, *reuse, graph_k, progress=progress)
             save_graph(graph, folder / layout.graph_file(model))
-            models[model].update(graph=layout.graph_file(model), graph_k=graph_k)
+            models[model].update(graph=layout.graph_file(model), graph_k=graph_k, graph_build=how)
+            logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, dense.size, how,
+                     time.perf_counter() - started)
             del graph
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
@@ -412,7 +459,8 @@ def apply_changes(
             cache = EmbeddingCache(cache_file)
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
             dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
-            artifacts = build_artifacts(con, cache, tmp, config, dims, progress=progress)
+            artifacts = build_artifacts(con, cache, tmp, config, dims, progress=progress,
+                                        previous=(old_generation, manifest) if manifest else None)
             counts = store.counts(con)
             con.execute("CHECKPOINT")
             con.close()

@@ -108,3 +108,17 @@ def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     meta = {"date": "2026-11-24", "command": "x", "seconds": 1.0, "load_start": [1.0], "load_end": [1.0]}
     text = markdown(rows, {"cpu_model": "cpu", "cores": 2, "memory_gb": 24}, meta, [], [])
     assert f"| cold-start-open-reopen | {rows[1]['n_chunks']:,} |" in text
+
+
+def test_changed_vectors_deletes_and_adds_half_the_share_each():
+    import numpy as np
+
+    from hybridlab.bench.graph import changed_vectors
+
+    vectors = np.random.default_rng(0).normal(size=(1000, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    new, old_to_new = changed_vectors(vectors, 0.1)
+    assert len(new) == 1000 and (old_to_new == -1).sum() == 50
+    kept = old_to_new >= 0
+    assert np.array_equal(new[old_to_new[kept]], vectors[kept])
+    assert np.allclose(np.linalg.norm(new[950:], axis=1), 1.0, atol=1e-5)

@@ -11,6 +11,7 @@ from hybridlab.graph import (
     graph_size,
     load_graph,
     save_graph,
+    update_corpus_graph,
 )
 
 
@@ -87,3 +88,37 @@ def test_graph_size_is_automatic_up_to_a_limit_and_explicit_otherwise():
     assert graph_size(8, AUTO_GRAPH_MAX + 1) == 8 and graph_size(0, 100) == 0
     with pytest.raises(ValueError, match="graph_k"):
         graph_size(-1, 100)
+
+
+def _changed(old: np.ndarray, n_removed: int, n_added: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """New vectors (old ones kept in order, then `n_added` new) and each old row's new row (-1: gone)."""
+    rng = np.random.default_rng(seed)
+    keep = np.ones(len(old), dtype=bool)
+    keep[rng.choice(len(old), n_removed, replace=False)] = False
+    vectors = np.concatenate([old[keep], unit_rows(n_added, old.shape[1], seed + 1)])
+    old_to_new = np.full(len(old), -1)
+    old_to_new[keep] = np.arange(keep.sum())
+    return vectors, old_to_new
+
+
+@pytest.mark.parametrize(("n_removed", "n_added"), [(0, 1), (0, 40), (25, 0), (10, 30)])
+def test_updated_graph_is_the_graph_a_full_build_gives(n_removed, n_added):
+    old = unit_rows(600, dim=16)
+    vectors, old_to_new = _changed(old, n_removed, n_added, seed=3)
+    updated, how = update_corpus_graph(vectors, build_corpus_graph(old, 8), old_to_new, 8)
+    assert how == "updated"
+    assert np.array_equal(updated, build_corpus_graph(vectors, 8))
+
+
+def test_a_small_graph_that_grows_past_k_is_updated_exactly():
+    old = unit_rows(3)
+    vectors, old_to_new = _changed(old, 0, 2, seed=4)
+    updated, how = update_corpus_graph(vectors, build_corpus_graph(old, 4), old_to_new, 4)
+    assert how == "updated" and np.array_equal(updated, build_corpus_graph(vectors, 4))
+
+
+def test_mostly_changed_vectors_get_a_full_build():
+    old = unit_rows(100)
+    vectors, old_to_new = _changed(old, 60, 60, seed=5)
+    updated, how = update_corpus_graph(vectors, build_corpus_graph(old, 4), old_to_new, 4)
+    assert how == "built" and np.array_equal(updated, build_corpus_graph(vectors, 4))

@@ -351,3 +351,50 @@ def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
     monkeypatch.setenv("HYBRIDLAB_DUCKDB_MEMORY", "lots")
     with pytest.raises(ValueError, match="HYBRIDLAB_DUCKDB_MEMORY"):
         store.writer_memory_limit()
+
+
+def _word_docs(ids, version: int = 0) -> dict[str, str]:
+    import random
+
+    words = ["otter", "heron", "maple", "granite", "comet", "violin", "saffron", "glacier", "lantern", "harbor",
+             "meadow", "cobalt", "falcon", "orchid", "tundra", "walnut", "ember", "quartz", "willow", "canyon"]
+    docs = {}
+    for i in ids:
+        rng = random.Random(i * 31 + version)
+        docs[f"doc{i:02d}.md"] = f"# Note {i}\n\n" + " ".join(rng.choice(words) for _ in range(60)) + "\n"
+    return docs
+
+
+def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_path, embedding_cache_path):
+    """Re-indexing with a few documents deleted, changed and added updates the previous generation's
+    graph (its manifest says so) and gives exactly the graph a full build gives."""
+    import numpy as np
+
+    from hybridlab.graph import build_corpus_graph
+
+    source = write_docs(tmp_path / "docs", _word_docs(range(30)))
+    index_dir = tmp_path / "index"
+    config = IndexConfig(graph_k=3)
+    index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
+    model = layout.read_manifest(index_dir)["config"]["models"][0]
+    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "built"
+    (source / "doc03.md").unlink()
+    write_docs(source, {**_word_docs([7], version=1), **_word_docs([30, 31])})
+    index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
+    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "updated"
+    with open_index(index_dir) as index:
+        assert index.n_chunks == 31
+        expected = build_corpus_graph(index.dense[model].vectors, 3)
+        assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))
+
+    # an old graph that does not match its checksum is never reused
+    graph_path = index_dir / layout.read_manifest(index_dir)["path"] / layout.graph_file(model)
+    damaged = np.load(graph_path)[::-1].copy()
+    with open(graph_path, "wb") as handle:
+        np.save(handle, damaged, allow_pickle=False)
+    write_docs(source, _word_docs([32]))
+    index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
+    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "built"
+    with open_index(index_dir) as index:
+        expected = build_corpus_graph(index.dense[model].vectors, 3)
+        assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hybridlab.bench.common import find_rows, machine_info, validate_rows
 
-PARTS = ("latency", "staged", "indexing", "coldstart", "alternatives", "ann")
+PARTS = ("latency", "staged", "indexing", "coldstart", "alternatives", "ann", "graph")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from hybridlab.bench import alternatives, ann, coldstart, corpus, indexing, latency, report, staged
+    from hybridlab.bench import alternatives, ann, coldstart, corpus, graph, indexing, latency, report, staged
     from hybridlab.datasets import REPO_ROOT
     from hybridlab.evalsets import get_evalset
 
@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         meta["build_seconds"][f"synthetic-{size}-{args.dense_index}"] = seconds
         rows += ann.run(synthetic[size], ann_dir, latency_queries, dense_index=args.dense_index,
                         filter_collection=corpus.SYNTHETIC_FILTER, repeats=repeats)["rows"]
+    if "graph" in parts and sizes:
+        size = max((s for s in sizes if s <= 100_000), default=min(sizes))
+        say(f"graph: full build and updates at {size:,} chunks")
+        rows += graph.run(synthetic[size])["rows"]
     if "alternatives" in parts:
         say("alternatives on SciFact")
         encode = [r for r in find_rows(rows, system="hybridlab", n_chunks=report.SCIFACT_CHUNKS, mode="vector",
