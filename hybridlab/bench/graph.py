@@ -18,7 +18,7 @@ def changed_vectors(vectors: np.ndarray, share: float, seed: int = 0) -> tuple[n
     unit length), and each old row's new row (-1 when deleted)."""
     rng = np.random.default_rng(seed)
     n = len(vectors)
-    n_changed = max(1, int(round(n * share / 2)))
+    n_changed = max(1, round(n * share / 2))
     keep = np.ones(n, dtype=bool)
     keep[rng.choice(n, n_changed, replace=False)] = False
     kept = vectors[keep]
