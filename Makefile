@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONHASHSEED := 0
 
-.PHONY: setup demo test test-fast eval sweep-alpha sweep report lab bench bench-quick soak lint clean
+.PHONY: setup demo test test-fast eval engine-report sweep-alpha sweep report lab bench bench-quick soak lint clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ test-fast: setup
 
 eval: setup
 	$(BIN)/python -m pytest tests/eval -q
+
+# issue-3 acceptance figures (project-name queries, hybrid vs vector, staged vs parallel) -> reports/engine/<date>/
+engine-report: setup
+	$(BIN)/python -m hybridlab.engine_report
 
 sweep-alpha: setup
 	$(BIN)/python tests/eval/sweep_alpha.py --dataset all

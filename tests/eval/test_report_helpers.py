@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.engine_report import PROJECT_SYSTEMS, named_collections, share_from, top_overlap
+from hybridlab.engine_report import render_markdown as engine_render_markdown
 from hybridlab.quality_report import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
 
 _spec = importlib.util.spec_from_file_location("sweep_alpha", Path(__file__).with_name("sweep_alpha.py"))
@@ -70,3 +72,44 @@ def test_write_report_writes_dated_markdown_and_json(tmp_path):
     assert markdown == tmp_path / "quality" / "2026-01-02.md"
     assert markdown.read_text().startswith("# hybridlab quality report, 2026-01-02")
     assert json.loads(data.read_text())["datasets"][0]["dataset"] == "toy"
+
+
+# --------------------------------------------------------------------------- engine acceptance report
+def test_named_collections_matches_whole_words_case_insensitively():
+    known = ["rathole", "cachekit", "lite", "litesearch"]
+    assert named_collections("Rathole project codebase architecture", known) == ["rathole"]
+    assert named_collections("how does litesearch rank?", known) == ["litesearch"]  # not 'lite'
+    assert named_collections("deploying with systemd", known) == []
+
+
+def test_share_from_counts_results_of_the_wanted_projects():
+    assert share_from(["a", "a", "b", "a", "c"], ["a"]) == pytest.approx(0.6)
+    assert share_from(["a", "b"], ["a", "b"]) == 1.0
+    assert share_from([], ["a"]) == 0.0
+
+
+def test_top_overlap_is_share_of_the_reference_top_k():
+    reference = {"d1": 0.9, "d2": 0.8, "d3": 0.7, "d4": 0.1}
+    other = {"d3": 5.0, "d1": 4.0, "d9": 3.0, "d2": 0.0}
+    assert top_overlap(reference, other, top=2) == 0.5  # ref {d1, d2}; other {d3, d1}
+    assert top_overlap(reference, other, top=3) == pytest.approx(2 / 3)  # other's top 3: d3, d1, d9
+    assert top_overlap({}, other) == 1.0
+
+
+def test_engine_report_markdown_has_every_section_and_the_means():
+    systems = list(PROJECT_SYSTEMS)
+    results = {
+        "date": "2026-01-02", "model": "m", "memories_now": "2026-01-01",
+        "project_queries": {
+            "q1": {"query": "rathole codebase", "project": ["rathole"], "shares": dict(zip(systems, (1.0, 0.4, 0.2)))},
+            "q2": {"query": "cachekit tls", "project": ["cachekit"], "shares": dict(zip(systems, (0.8, 0.6, 0.4)))},
+        },
+        "memories": {"queries": 2, "markdown": "| system | mrr |"},
+        "scifact_staged": {"queries": 3, "chunks": 10, "mean_overlap": 0.97, "min_overlap": 0.8, "queries_below_0.8": 0,
+                           "ndcg_staged": 0.71, "ndcg_parallel": 0.70, "ndcg_relative_difference": 0.01 / 0.70},
+    }
+    text = engine_render_markdown(results)
+    assert "| **mean** | | **0.900** | **0.500** | **0.300** |" in text
+    assert "all top 5 from the named project in 1 of 2 queries" in text
+    assert "| 0.970 | 0.80 | 0 | 0.7100 | 0.7000 | +1.43% |" in text
+    assert "| system | mrr |" in text
