@@ -22,7 +22,8 @@ _EXPORTS = {
     "compare": "hybridlab.evaluate",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["ChunkConfig", "Index", "IndexConfig", "SearchConfig", "SearchResult", "compare", "index_paths",
+           "make_run", "open_index", "score"]
 
 
 def __getattr__(name: str) -> Any:

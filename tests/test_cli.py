@@ -189,6 +189,15 @@ def test_help_does_not_import_heavy_libraries():
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
 
 
+
+def test_public_names_are_exported_and_resolve():
+    import hybridlab
+
+    assert sorted(hybridlab.__all__) == sorted(hybridlab._EXPORTS)
+    assert all(callable(getattr(hybridlab, name)) for name in hybridlab.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        hybridlab.nope  # noqa: B018
+
 # ------------------------------------------------------------------ done-when checks on real data
 def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Path:
     """The cached evaluation index, waiting while another process (the builder) holds its lock."""
