@@ -112,6 +112,17 @@ def test_index_json_records_time_and_chunks_per_second(capsys, tmp_path, tiny_co
     assert " chunks/s; no change (index untouched)" in out
 
 
+
+def test_index_output_has_no_library_debug_lines(tmp_path, tiny_corpus):
+    # bm25s sets its logger to DEBUG on import, after the CLI configured logging: its build message
+    # ("DEBUG bm25s: Building index from IDs objects") used to land in the output of every `index`
+    done = subprocess.run([sys.executable, "-m", "hybridlab.cli", "index", str(tiny_corpus / "beir"), "--index",
+                           str(tmp_path / "ix"), "-q"], check=False, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("3 documents: 3 added")
+    assert "DEBUG" not in done.stderr + done.stdout, done.stderr
+
 def test_index_warns_about_skipped_files(capsys, corpus_copy):
     pytest.importorskip("wordllama")  # the fast model: this test is about the warnings, not the vectors
     (corpus_copy / "docs" / "blob.md").write_bytes(b"\x00\x01binary")
