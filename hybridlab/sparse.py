@@ -6,6 +6,7 @@ Saved as bm25s's own files (no pickle) plus `ids.npy` (row -> chunk_id) and `tok
 from __future__ import annotations
 
 import json
+import logging
 from array import array
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -15,6 +16,15 @@ import numpy as np
 
 from hybridlab.config import Bm25Config
 from hybridlab.tokenizer import Tokenizer
+
+
+def _bm25s():
+    """The bm25s module, its logger handed back to the application's logging configuration (bm25s
+    sets it to DEBUG on import, which put its build messages into every configured output)."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
 
 
 class SparseIndex:
@@ -29,8 +39,9 @@ class SparseIndex:
     @classmethod
     def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> SparseIndex:
         """Index `texts` (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
-        import bm25s
         from bm25s.tokenization import Tokenized
+
+        bm25s = _bm25s()
 
         tokenizer = Tokenizer(config)
         vocab: dict[str, int] = {}
@@ -54,7 +65,7 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> SparseIndex:
-        import bm25s
+        bm25s = _bm25s()
 
         settings = json.loads((folder / "tokenizer.json").read_text())
         config = Bm25Config(**settings["config"])

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hybridlab import cli
@@ -267,3 +269,11 @@ def test_scifact_subset_index_reports_time_and_chunks_per_second(capsys, tmp_pat
 def test_fill_dense_flags_are_three_way(flags, expected):
     args = cli.build_parser().parse_args(["search", "q", *flags])
     assert search_kwargs(args).get("fill_dense") is expected
+
+
+def test_bm25s_logger_follows_the_application_logging_configuration():
+    from hybridlab.config import Bm25Config
+    from hybridlab.sparse import SparseIndex
+
+    SparseIndex.build(["tunnel server config", "staging server deploy"], np.array([1, 2]), Bm25Config())
+    assert logging.getLogger("bm25s").getEffectiveLevel() == logging.getLogger().getEffectiveLevel()
