@@ -30,7 +30,7 @@ import numpy as np
 from hybridlab.config import resolve_auto
 from hybridlab.datasets import REPO_ROOT
 from hybridlab.evalsets import ensure_index, get_evalset
-from hybridlab.evaluate import score
+from hybridlab.evaluate import score, top_overlap
 from hybridlab.search import open_index
 
 TOP = 10
@@ -60,13 +60,6 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
     return ordered[rank - 1]
-
-
-def overlap(reference: dict[str, float], other: dict[str, float], top: int = TOP) -> float:
-    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| (1.0 when the reference is empty)."""
-    ref = set(sorted(reference, key=lambda d: (-reference[d], d))[:top])
-    got = set(sorted(other, key=lambda d: (-other[d], d))[:top])
-    return len(ref & got) / len(ref) if ref else 1.0
 
 
 def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> set[str]:
@@ -146,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base_ndcg = score(dataset.qrels, parallel, ["ndcg@10"])["ndcg@10"]
     for name, outcome in conditions.items():
         ndcg = score(dataset.qrels, outcome["run"], ["ndcg@10"])["ndcg@10"]
-        overlaps = [overlap(parallel[q], outcome["run"][q]) for q in queries]
+        overlaps = [top_overlap(parallel[q], outcome["run"][q], TOP) for q in queries]
         count, hops = (None, None) if name == "parallel" else grid[list(conditions).index(name) - 1]
         bound = None if count is None else statistics.fmean(
             pool_bound(index, parallel[q], queries[q], count, hops, settings.expand_seeds) for q in queries)

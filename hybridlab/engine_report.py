@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.datasets import REPO_ROOT, load_query_metadata
-from hybridlab.evaluate import Run, compare, make_run, score
+from hybridlab.evaluate import Run, compare, make_run, score, top_overlap
 
 PROJECT_KIND = "project-generic"
 PROJECT_TOP = 5
@@ -46,15 +46,6 @@ def named_collections(query: str, collections: Iterable[str]) -> list[str]:
 def share_from(collections: Sequence[str], wanted: Sequence[str]) -> float:
     """Share of `collections` (one per result) that is among `wanted`; 0.0 for no results."""
     return sum(name in wanted for name in collections) / len(collections) if collections else 0.0
-
-
-def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = STAGED_TOP) -> float:
-    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| (1.0 when the reference is empty)."""
-    def best(run: Mapping[str, float]) -> set[str]:
-        return set(sorted(run, key=lambda doc: (-run[doc], doc))[:top])
-
-    ref = best(reference)
-    return len(ref & best(other)) / len(ref) if ref else 1.0
 
 
 def project_queries(opened, top: int = PROJECT_TOP) -> dict[str, dict[str, Any]]:
@@ -90,7 +81,7 @@ def staged_agreement(opened) -> dict[str, Any]:
     dataset = opened.evalset.dataset("all")
     staged = make_run(opened.index, dataset.queries, staged=True, now=opened.evalset.now)
     parallel = make_run(opened.index, dataset.queries, staged=False, now=opened.evalset.now)
-    overlaps = [top_overlap(parallel[qid], staged[qid]) for qid in parallel]
+    overlaps = [top_overlap(parallel[qid], staged[qid], STAGED_TOP) for qid in parallel]
     staged_ndcg = score(dataset.qrels, staged)["ndcg@10"]
     parallel_ndcg = score(dataset.qrels, parallel)["ndcg@10"]
     return {

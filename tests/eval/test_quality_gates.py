@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from hybridlab.engine_report import mean_shares, project_queries
+from hybridlab.evaluate import top_overlap
 
 pytestmark = pytest.mark.slow
 
@@ -49,14 +50,9 @@ STAGED_MIN_OVERLAP = 0.95
 STAGED_NDCG_TOLERANCE = 0.01  # relative
 
 
-def top_ids(results: dict[str, float], k: int = 10) -> set[str]:
-    return {doc for doc, _ in sorted(results.items(), key=lambda item: (-item[1], item[0]))[:k]}
-
-
 def test_scifact_staged_agrees_with_parallel_hybrid(scifact):
     staged, parallel = scifact.run(staged=True), scifact.run(staged=False)
-    overlaps = [len(top_ids(staged[qid]) & top_ids(parallel[qid])) / max(1, len(top_ids(parallel[qid])))
-                for qid in parallel]
+    overlaps = [top_overlap(parallel[qid], staged[qid]) for qid in parallel]
     assert sum(overlaps) / len(overlaps) >= STAGED_MIN_OVERLAP
     staged_ndcg = scifact.score(staged=True)["ndcg@10"]
     parallel_ndcg = scifact.score(staged=False)["ndcg@10"]

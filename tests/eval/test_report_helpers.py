@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.engine_report import PROJECT_SYSTEMS, named_collections, share_from, top_overlap
+from hybridlab.engine_report import PROJECT_SYSTEMS, named_collections, share_from
 from hybridlab.engine_report import render_markdown as engine_render_markdown
+from hybridlab.evaluate import top_overlap
 from hybridlab.quality_report import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
 
 _spec = importlib.util.spec_from_file_location("sweep_alpha", Path(__file__).with_name("sweep_alpha.py"))
