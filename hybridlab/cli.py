@@ -443,9 +443,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # bm25s sets its logger to DEBUG when it is imported (later, lazily): a filter outlives that
-    bm25s_floor = max(level, logging.WARNING)
-    logging.getLogger("bm25s").addFilter(lambda record: record.levelno >= bm25s_floor)
     from hybridlab.layout import CorruptIndexError, IndexLockedError
     from hybridlab.store import IndexError_
 
