@@ -37,10 +37,10 @@ eval: setup
 
 # issue-3 acceptance figures (project-name queries, hybrid vs vector, staged vs parallel) -> reports/engine/<date>/
 engine-report: setup
-	$(BIN)/python -m hybridlab.engine_report
+	$(BIN)/python -m hybridlab.reports.engine
 
 sweep-alpha: setup
-	$(BIN)/python tests/eval/sweep_alpha.py --dataset all
+	$(BIN)/python hybridlab/tune/grid.py --dataset all
 
 # Optuna sweeps (notebooks/sweep.ipynb via papermill) into reports/<date>-sweep-<set>/, the winners
 # exported to configs/, then the report over both. ~10 min here.
@@ -66,7 +66,7 @@ bench-quick: setup
 
 soak: setup
 	# every reliability test incl. the soak loops; figures land in reports/reliability.md
-	$(BIN)/python -m hybridlab.reliability_report --soak
+	$(BIN)/python -m hybridlab.reports.reliability --soak
 
 lint: setup
 	$(BIN)/ruff check hybridlab tests

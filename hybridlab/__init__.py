@@ -10,16 +10,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "open_index": "hybridlab.search",
-    "Index": "hybridlab.search",
-    "SearchResult": "hybridlab.search",
-    "index_paths": "hybridlab.indexer",
+    "open_index": "hybridlab.search.engine",
+    "Index": "hybridlab.search.engine",
+    "SearchResult": "hybridlab.search.engine",
+    "index_paths": "hybridlab.index.build",
     "IndexConfig": "hybridlab.config",
     "ChunkConfig": "hybridlab.config",
     "SearchConfig": "hybridlab.config",
-    "make_run": "hybridlab.evaluate",
-    "score": "hybridlab.evaluate",
-    "compare": "hybridlab.evaluate",
+    "make_run": "hybridlab.eval.evaluate",
+    "score": "hybridlab.eval.evaluate",
+    "compare": "hybridlab.eval.evaluate",
 }
 
 __all__ = ["ChunkConfig", "Index", "IndexConfig", "SearchConfig", "SearchResult", "compare", "index_paths",

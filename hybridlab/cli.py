@@ -123,7 +123,7 @@ def index_config_from_args(args: argparse.Namespace):
         return None
     base = IndexConfig()
     if args.index_dir and (Path(args.index_dir) / "manifest.json").exists():
-        from hybridlab.layout import read_manifest
+        from hybridlab.index.layout import read_manifest
 
         base = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
     chunk = base.chunk
@@ -154,7 +154,7 @@ def index_config_from_args(args: argparse.Namespace):
 
 # ------------------------------------------------------------------ commands
 def cmd_index(args: argparse.Namespace) -> int:
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet, force=args.force)
     for path, reason in report.skipped:
@@ -183,7 +183,7 @@ def _print_results(results, as_json: bool) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     if not args.query.strip():
         raise UsageError("empty query: give some words to search for")
@@ -197,7 +197,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     stats = open_index(args.index_dir).stats()
     if args.json:
@@ -218,7 +218,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from hybridlab.models import MODELS, is_installed
+    from hybridlab.encoders.registry import MODELS, is_installed
 
     rows = [{"name": s.name, "package": s.package, "installed": is_installed(s.name), "dim": s.dim,
              "max_seq_length": s.max_seq_length, "backend": s.backend} for s in MODELS.values()]
@@ -235,8 +235,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from hybridlab.config import IndexConfig
-    from hybridlab.indexer import apply_changes, canonical_models
-    from hybridlab.layout import read_manifest
+    from hybridlab.index.build import apply_changes, canonical_models
+    from hybridlab.index.layout import read_manifest
 
     config = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
     models = list(config.models)
@@ -256,9 +256,9 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from hybridlab.datasets import load_qrels, load_queries
-    from hybridlab.evaluate import METRICS, make_run, score, write_trec_run
-    from hybridlab.search import open_index
+    from hybridlab.eval.datasets import load_qrels, load_queries
+    from hybridlab.eval.evaluate import METRICS, make_run, score, write_trec_run
+    from hybridlab.search.engine import open_index
 
     index = open_index(args.index_dir, args.config)
     queries_path, qrels_path = Path(args.queries), Path(args.qrels)
@@ -266,7 +266,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         else _queries_file(queries_path)
     qrels = load_qrels(qrels_path)
     if args.split != "all":
-        from hybridlab.datasets import split_query_ids
+        from hybridlab.eval.datasets import split_query_ids
 
         qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
     queries = {q: t for q, t in queries.items() if q in qrels}
@@ -290,7 +290,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _queries_file(path: Path) -> dict[str, str]:
-    from hybridlab.datasets import iter_jsonl
+    from hybridlab.eval.datasets import iter_jsonl
 
     if not path.exists():
         raise FileNotFoundError(f"queries file not found: {path}")
@@ -381,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     index_arg(p)
     p.add_argument("--repair", action="store_true")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_delegate("hybridlab.verify", "cli_verify"))
+    p.set_defaults(func=_delegate("hybridlab.index.verify", "cli_verify"))
 
     p = sub.add_parser("sweep", help="run the sweep notebook (Optuna) through papermill into reports/")
     p.add_argument("--dataset", required=True)
@@ -396,22 +396,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distinct index builds (BM25 k1/b, chunking) a study may use (default 4)")
     p.add_argument("--model", action="append", dest="models", metavar="NAME",
                    help="embedding model of the swept indexes (repeatable; default all-MiniLM-L6-v2)")
-    p.set_defaults(func=_delegate("hybridlab.sweep", "cli_sweep"))
+    p.set_defaults(func=_delegate("hybridlab.tune.sweep", "cli_sweep"))
 
     p = sub.add_parser("report", help="run the report notebook over the latest sweeps")
     p.add_argument("--reports", default="reports")
     p.add_argument("--run", help="a sweep run folder (default: the latest of each dataset)")
-    p.set_defaults(func=_delegate("hybridlab.reporting", "cli_report"))
+    p.set_defaults(func=_delegate("hybridlab.reports.runs", "cli_report"))
 
     p = sub.add_parser("export-config", help="export a sweep's winning configuration")
     p.add_argument("run_dir")
     p.add_argument("-o", "--output", default="configs/best.json")
-    p.set_defaults(func=_delegate("hybridlab.export", "cli_export_config"))
+    p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_export_config"))
 
     p = sub.add_parser("repro", help="re-run the evaluation a config records; OK/FAIL vs its test metrics")
     p.add_argument("config")
     p.add_argument("--tolerance", type=float, default=0.0005)
-    p.set_defaults(func=_delegate("hybridlab.export", "cli_repro"))
+    p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_repro"))
 
     p = sub.add_parser("mcp", help="serve the index to AI assistants over MCP (stdio by default)")
     index_arg(p)
@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-delay", type=float, default=0.0, metavar="SECONDS",
                    help="defer memory commits up to this long and batch them (default 0: each store_memory "
                         "returns once committed); reads commit the queue first")
-    p.set_defaults(func=_delegate("hybridlab.mcp_server", "cli_mcp"))
+    p.set_defaults(func=_delegate("hybridlab.server.mcp", "cli_mcp"))
 
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")
     p.add_argument("--index", dest="index_dir", default=".hybridlab/demo")
@@ -443,8 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from hybridlab.layout import CorruptIndexError, IndexLockedError
-    from hybridlab.store import IndexError_
+    from hybridlab.index.layout import CorruptIndexError, IndexLockedError
+    from hybridlab.index.store import IndexError_
 
     try:
         return int(args.func(args) or 0)

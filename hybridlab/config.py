@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (reports/, ground_truth/, .cache/)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 FUSION_METHODS = ("rrf", "convex", "dbsf")
 NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")

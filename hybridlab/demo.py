@@ -17,10 +17,10 @@ DEMO_QUERIES = (
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from hybridlab.evalsets import get_evalset
-    from hybridlab.evaluate import compare, make_run
-    from hybridlab.indexer import index_paths
-    from hybridlab.search import open_index
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.eval.evaluate import compare, make_run
+    from hybridlab.index.build import index_paths
+    from hybridlab.search.engine import open_index
 
     evalset = get_evalset("memories")
     print(f"== indexing {', '.join(str(s) for s in evalset.sources)} into {args.index_dir}")

@@ -65,7 +65,7 @@ def embedding_cache_path(tmp_path_factory) -> Path:
 def tiny_index(tiny_corpus, embedding_cache_path, tmp_path_factory) -> Path:
     """A small index of the whole tiny corpus with the default config (MiniLM, header chunking).
     Read-only for tests: build your own (e.g. with `corpus_copy`) to change it."""
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     index_dir = tmp_path_factory.mktemp("tiny-index") / "index"
     index_paths([tiny_corpus / name for name in CORPUS_SOURCES], index_dir, progress=False,
@@ -76,7 +76,7 @@ def tiny_index(tiny_corpus, embedding_cache_path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def opened_tiny_index(tiny_index):
     """`search.open_index(tiny_index)`, opened once for the session."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(tiny_index)
     yield index

@@ -94,8 +94,8 @@ def test_find_rows_and_targets_from_hand_made_rows():
 def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     import shutil
 
-    from hybridlab import layout
     from hybridlab.bench.latency import time_opening
+    from hybridlab.index import layout
 
     index = tmp_path / "index"
     shutil.copytree(tiny_index, index)

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridlab.chunking import (
+from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.index.build import chunk_document
+from hybridlab.ingest.chunking import (
     SECTION_SEPARATOR,
     Chunk,
     chunk_text,
@@ -18,9 +20,7 @@ from hybridlab.chunking import (
     single_chunk,
     split_span,
 )
-from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.indexer import chunk_document
-from hybridlab.ingest import Document
+from hybridlab.ingest.sources import Document
 
 NO_MERGE = ChunkConfig(min_chunk_size=0)
 
@@ -240,7 +240,7 @@ def test_notebook_markdown_is_chunked_by_its_headers():
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from hybridlab.ingest import notebook_text
+    from hybridlab.ingest.sources import notebook_text
 
     notebook = new_notebook(cells=[
         new_markdown_cell("# Plots\n\n" + para("plot", 50)),

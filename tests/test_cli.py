@@ -214,8 +214,8 @@ def test_public_names_are_exported_and_resolve():
 # ------------------------------------------------------------------ done-when checks on real data
 def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Path:
     """The cached evaluation index, waiting while another process (the builder) holds its lock."""
-    from hybridlab.evalsets import ensure_index, get_evalset
-    from hybridlab.layout import IndexLockedError
+    from hybridlab.eval.evalsets import ensure_index, get_evalset
+    from hybridlab.index.layout import IndexLockedError
 
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -229,7 +229,7 @@ def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Pa
 
 @pytest.mark.slow
 def test_holoviz_tabulator_query_finds_the_tabulator_notebook(capsys):
-    from hybridlab.evalsets import corpora_dir
+    from hybridlab.eval.evalsets import corpora_dir
 
     if not (corpora_dir() / "holoviz").is_dir():
         pytest.skip(f"no HoloViz corpus at {corpora_dir() / 'holoviz'}")
@@ -245,7 +245,7 @@ def test_holoviz_tabulator_query_finds_the_tabulator_notebook(capsys):
 def test_scifact_subset_index_reports_time_and_chunks_per_second(capsys, tmp_path):
     import gzip
 
-    from hybridlab.datasets import data_dir, find_file
+    from hybridlab.eval.datasets import data_dir, find_file
 
     try:
         corpus = find_file(data_dir() / "scifact", "corpus.jsonl")
@@ -273,7 +273,7 @@ def test_fill_dense_flags_are_three_way(flags, expected):
 
 def test_bm25s_logger_follows_the_application_logging_configuration():
     from hybridlab.config import Bm25Config
-    from hybridlab.sparse import SparseIndex
+    from hybridlab.index.sparse import SparseIndex
 
     SparseIndex.build(["tunnel server config", "staging server deploy"], np.array([1, 2]), Bm25Config())
     assert logging.getLogger("bm25s").getEffectiveLevel() == logging.getLogger().getEffectiveLevel()

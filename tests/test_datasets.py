@@ -1,4 +1,4 @@
-"""Tests for hybridlab.datasets (BEIR reading, dev/test splits) and hybridlab.evalsets (named sets)."""
+"""Tests for hybridlab.eval.datasets (BEIR reading, dev/test splits) and hybridlab.eval.evalsets (named sets)."""
 from __future__ import annotations
 
 import gzip
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hybridlab.datasets import (
+from hybridlab.eval.datasets import (
     data_dir,
     find_file,
     iter_corpus,
@@ -17,7 +17,7 @@ from hybridlab.datasets import (
     resolve_dataset,
     split_query_ids,
 )
-from hybridlab.evalsets import GROUND_TRUTH, get_evalset
+from hybridlab.eval.evalsets import GROUND_TRUTH, get_evalset
 
 
 def write_jsonl(path, rows, compress=False):

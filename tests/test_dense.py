@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from hybridlab import dense as dense_module
 from hybridlab.config import IndexConfig
-from hybridlab.dense import DenseIndex, scan_plan, top_exact
+from hybridlab.index import dense as dense_module
+from hybridlab.index.dense import DenseIndex, scan_plan, top_exact
 
 N, DIM = 4000, 24
 
@@ -149,8 +149,8 @@ def test_vectors_view_outlives_its_index(data):
 
 
 def test_hnsw_ef_search_round_trips_through_config_manifest_and_load(tmp_path):
-    from hybridlab.indexer import index_paths
-    from hybridlab.search import open_index
+    from hybridlab.index.build import index_paths
+    from hybridlab.search.engine import open_index
 
     config = IndexConfig(models=("wordllama",), dense_index="HNSW16", hnsw_ef_search=40)
     assert IndexConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.embedding_cache import EmbeddingCache, text_sha256
-from hybridlab.models import is_installed
+from hybridlab.encoders.registry import is_installed
+from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
 
 needs_wordllama = pytest.mark.skipif(not is_installed("wordllama"), reason="needs wordllama (the fast model)")
 CONFIG = IndexConfig(models=("wordllama",))
@@ -75,7 +75,7 @@ def write_corpus(root):
 
 
 def chunk_hashes(index_dir) -> list[str]:
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     with open_index(index_dir) as index:
         return [row[0] for row in index._con.execute("SELECT embed_sha256 FROM chunks ORDER BY chunk_id").fetchall()]
@@ -83,7 +83,7 @@ def chunk_hashes(index_dir) -> list[str]:
 
 @needs_wordllama
 def test_unchanged_reindex_embeds_nothing(tmp_path):
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"
@@ -98,7 +98,7 @@ def test_unchanged_reindex_embeds_nothing(tmp_path):
 
 @needs_wordllama
 def test_a_changed_document_embeds_only_its_new_text(tmp_path):
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"
@@ -114,7 +114,7 @@ def test_a_changed_document_embeds_only_its_new_text(tmp_path):
 
 @needs_wordllama
 def test_a_chunk_size_change_embeds_only_the_new_chunk_texts(tmp_path):
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"

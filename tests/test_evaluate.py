@@ -1,4 +1,4 @@
-"""Tests for hybridlab.evaluate and `hybridlab eval`: metrics on tiny hand-made qrels and runs.
+"""Tests for hybridlab.eval.evaluate and `hybridlab eval`: metrics on tiny hand-made qrels and runs.
 
 Expected values are derived by hand in the comments (ranx: nDCG with linear gain, log2(rank + 1)).
 """
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from hybridlab.evaluate import (
+from hybridlab.eval.evaluate import (
     METRICS,
     compare,
     make_run,
@@ -201,7 +201,7 @@ CLI_QRELS = {"v": "volcano.md", "b": "bread.md", "c": "chess.md", "o": "orbit.md
 def tiny(tmp_path_factory):
     """A five-document index (wordllama vectors: fast) plus BEIR queries and qrels files."""
     from hybridlab.config import IndexConfig
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     root = tmp_path_factory.mktemp("tiny")
     docs = root / "docs"
@@ -245,7 +245,7 @@ def test_cli_eval_prints_a_markdown_table(tiny, capsys):
 def test_cli_eval_save_run_matches_printed_metrics(tiny, capsys):
     from ranx import Run
 
-    from hybridlab.datasets import load_qrels
+    from hybridlab.eval.datasets import load_qrels
 
     path = tiny["root"] / "hybrid.trec"
     code, out, _ = _eval(tiny, "--json", "--save-run", str(path), capsys=capsys)

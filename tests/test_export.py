@@ -8,15 +8,15 @@ from tiny_evalset import MODELS, tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
 from hybridlab.config import SEARCH_FIELDS, IndexConfig, load_config_file, resolve_search_config
-from hybridlab.export import export_config, repro, write_config
-from hybridlab.sweep import Evaluator, full_search_config, resolve_evalset
+from hybridlab.tune.export import export_config, repro, write_config
+from hybridlab.tune.sweep import Evaluator, full_search_config, resolve_evalset
 
 METRIC_NAMES = ("hit_rate@10", "mrr", "ndcg@10", "recall@100")
 
 
 def fake_record(search: dict, index: IndexConfig, test_metrics: dict, dataset: str = "tiny",
                 dataset_path: str | None = None, now: str | None = None) -> dict:
-    """A sweep run's metrics.json as `hybridlab.sweep.finalize` writes it."""
+    """A sweep run's metrics.json as `hybridlab.tune.sweep.finalize` writes it."""
     return {
         "dataset": dataset, "dataset_path": dataset_path, "metric": "ndcg@10", "split": "test", "tuned_on": "dev",
         "now": now, "study": "tiny-ndcg@10", "eval_limit": 100,
@@ -88,7 +88,7 @@ def test_repro_ok_then_fail_when_a_recorded_metric_is_off(tiny_env, tmp_path, ca
 
 
 def test_search_cli_applies_the_exported_config(tiny_env, tmp_path, capsys):  # noqa: F811
-    from hybridlab.evalsets import ensure_index
+    from hybridlab.eval.evalsets import ensure_index
 
     index_dir = ensure_index(resolve_evalset(tiny_env), IndexConfig(models=MODELS), progress=False)
     path = write_config({"search": full_search_config({"alpha": 0.35, "fusion": "dbsf"})}, tmp_path / "best.json")

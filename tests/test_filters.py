@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.filters import Filters, naive_utc, parse_when
+from hybridlab.search.filters import Filters, naive_utc, parse_when
 
 N_CHUNKS = 20_000
 RARE = 20  # 0.1 % of the index
@@ -56,8 +56,8 @@ WORDS = ["server", "tunnel", "cache", "index", "query", "vector", "port", "confi
 def big_index(tmp_path_factory):
     """20,000 one-chunk memories; 20 carry the tag `zircon`, 20 sit in collection `tiny`, 20 are dated
     2020; the rest are spread over 3 tags, 3 projects and 2025-2026 (synthetic text, seeded)."""
-    from hybridlab.indexer import index_paths
-    from hybridlab.search import open_index
+    from hybridlab.index.build import index_paths
+    from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("big-index")
     rng = random.Random(7)

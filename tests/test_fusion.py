@@ -1,4 +1,4 @@
-"""Tests for hybridlab.fusion: hand-derived values, invariants, and agreement with ranx."""
+"""Tests for hybridlab.search.fusion: hand-derived values, invariants, and agreement with ranx."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridlab.fusion import (
+from hybridlab.search.fusion import (
     FUSERS,
     NORMALIZERS,
     THEORETICAL_MIN,

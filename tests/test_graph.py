@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybridlab.graph import (
+from hybridlab.index.graph import (
     AUTO_GRAPH_MAX,
     build_corpus_graph,
     expand_by_graph,

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab import indexer, layout
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.indexer import IndexReport, index_paths
-from hybridlab.search import open_index
+from hybridlab.index import build as indexer
+from hybridlab.index import layout
+from hybridlab.index.build import IndexReport, index_paths
+from hybridlab.search.engine import open_index
 
 
 def section(title: str, word: str, level: int = 2) -> str:
@@ -250,7 +251,7 @@ def test_failure_after_the_manifest_commit_keeps_the_new_generation(base_index, 
 
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    from hybridlab import indexer
+    from hybridlab.index import build as indexer
     def hook(stage):
         if stage == sys.argv[3]:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -284,7 +285,7 @@ def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
 
 
 def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
-    from hybridlab import store
+    from hybridlab.index import store
 
     generation = tiny_index / layout.read_manifest(tiny_index)["path"]
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
@@ -339,7 +340,7 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
 
 
 def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
-    from hybridlab import store
+    from hybridlab.index import store
 
     con = store.connect(tmp_path / "w.duckdb")
     assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {"512.0 MiB", "488.2 MiB"}
@@ -370,7 +371,7 @@ def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_
     graph (its manifest says so) and gives exactly the graph a full build gives."""
     import numpy as np
 
-    from hybridlab.graph import build_corpus_graph
+    from hybridlab.index.graph import build_corpus_graph
 
     source = write_docs(tmp_path / "docs", _word_docs(range(30)))
     index_dir = tmp_path / "index"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab.chunking import embedding_text
 from hybridlab.config import IndexConfig
-from hybridlab.indexer import chunk_document
-from hybridlab.ingest import IngestReport, memory_document, read_source, source_kind
+from hybridlab.index.build import chunk_document
+from hybridlab.ingest.chunking import embedding_text
+from hybridlab.ingest.sources import IngestReport, memory_document, read_source, source_kind
 
 
 def read(path: Path) -> tuple[dict, IngestReport]:
@@ -86,7 +86,7 @@ def test_bad_files_inside_a_folder_are_warned_about_counted_and_skipped(corpus_c
     (docs / "schema.ipynb").write_text(json.dumps({"cells": "nope"}))
     (docs / "empty.txt").write_text("  \n")
     os.symlink(docs / "missing-target.md", docs / "dangling.md")  # unreadable: the target is gone
-    with caplog.at_level(logging.WARNING, logger="hybridlab.ingest"):
+    with caplog.at_level(logging.WARNING, logger="hybridlab.ingest.sources"):
         found, report = read(docs)
     assert sorted(found) == ["faq.txt", "hvplot/scatter.ipynb", "panel/deploy.rst", "panel/tabulator.md"]
     reasons = {Path(path).name: reason for path, reason in report.skipped}
@@ -111,7 +111,7 @@ def test_unreadable_file_in_a_folder_is_skipped(corpus_copy):
 
 def test_invalid_utf8_is_read_with_replacement_and_a_warning(tmp_path, caplog):
     (tmp_path / "latin1.md").write_bytes("# Café\n\nnaïve text\n".encode("latin-1"))
-    with caplog.at_level(logging.WARNING, logger="hybridlab.ingest"):
+    with caplog.at_level(logging.WARNING, logger="hybridlab.ingest.sources"):
         found, report = read(tmp_path)
     assert found["latin1.md"].text.startswith("# Caf\ufffd")
     assert report.skipped == [] and "not valid UTF-8" in caplog.text

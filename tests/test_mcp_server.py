@@ -30,7 +30,7 @@ NEW_MEMORIES = [  # content, tags, created_at (None = now)
 
 @pytest.fixture(scope="module")
 def base_index(tmp_path_factory) -> Path:
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     folder = tmp_path_factory.mktemp("mcp")
     source = folder / "memories.jsonl"
@@ -132,7 +132,7 @@ def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(ind
 async def check_bad_input_and_lock(client, index_dir: Path) -> None:
     """Each bad input is a tool error with a clear message, the server keeps serving, and another
     process's writer lock makes store_memory a clear error (after --lock-wait), not a crash."""
-    from hybridlab.layout import WriterLock
+    from hybridlab.index.layout import WriterLock
 
     for tool, arguments, message in BAD_CALLS:
         result = await client.call_tool(tool, arguments)
@@ -198,7 +198,7 @@ def test_concurrent_stores_are_all_committed(index_dir):
     """Stores arriving together are group-committed; every one is acknowledged and searchable."""
     from mcp import Client
 
-    from hybridlab.mcp_server import create_server
+    from hybridlab.server.mcp import create_server
 
     server = create_server(index_dir)
 
@@ -222,7 +222,7 @@ def test_deferred_commits_are_found_by_the_next_search(index_dir):
     """With a commit delay, stores return before committing; the next read commits them, in one generation."""
     from mcp import Client
 
-    from hybridlab.mcp_server import create_server
+    from hybridlab.server.mcp import create_server
 
     server = create_server(index_dir, commit_delay=600)
 
@@ -243,7 +243,7 @@ def test_deferred_commits_are_found_by_the_next_search(index_dir):
 def test_stats_reports_the_config_in_force_and_where_each_setting_came_from(base_index, tmp_path, monkeypatch):
     from mcp import Client
 
-    from hybridlab.mcp_server import create_server
+    from hybridlab.server.mcp import create_server
 
     config = tmp_path / "best.json"
     config.write_text(json.dumps({"search": {"alpha": 0.3, "fusion": "rrf", "rrf_k": 20}}), encoding="utf-8")

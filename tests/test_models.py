@@ -1,4 +1,4 @@
-"""The embedding model registry and its encoders (behaviour only; speed lives in `hybridlab.bench_encoders`)."""
+"""The embedding model registry and its encoders (behaviour only; speed lives in `hybridlab.bench.encoders`)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from hybridlab import models
-from hybridlab.models import (
+from hybridlab.encoders import registry as models
+from hybridlab.encoders.registry import (
     DEFAULT_MODEL,
     MODELS,
     ModelNotInstalledError,
@@ -128,7 +128,7 @@ def test_missing_package_names_the_pip_package(monkeypatch):
 
 
 def test_import_does_not_load_torch():
-    code = "import hybridlab.models, sys; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    code = "import hybridlab.encoders.registry, sys; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
 
@@ -221,7 +221,7 @@ def test_onnx_query_twin_gives_the_torch_vectors(minilm):
 
 @needs("minilm-onnx")
 def test_search_results_are_the_same_with_either_query_backend(tiny_index, monkeypatch):
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     results = {}
     for backend in ("torch", "onnx"):
@@ -242,7 +242,7 @@ def test_search_results_are_the_same_with_either_query_backend(tiny_index, monke
 @needs("minilm-onnx")
 def test_searching_with_the_onnx_twin_never_imports_torch(tiny_index):
     code = (
-        "import sys; from hybridlab.search import open_index; index = open_index(sys.argv[1]); "
+        "import sys; from hybridlab.search.engine import open_index; index = open_index(sys.argv[1]); "
         "hits = index.search('filter rows', mode='vector'); "
         "print(len(hits) > 0, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     )

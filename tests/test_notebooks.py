@@ -10,8 +10,8 @@ import pytest
 from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
-from hybridlab.notebook_runner import NOTEBOOKS, notebook_path, run_notebook
-from hybridlab.reporting import new_run_dir, run_lock, update_index
+from hybridlab.reports.runs import new_run_dir, run_lock, update_index
+from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, run_notebook
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

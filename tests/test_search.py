@@ -16,7 +16,7 @@ import pytest
 
 from hybridlab import cli
 from hybridlab.config import IndexConfig
-from hybridlab.search import open_index
+from hybridlab.search.engine import open_index
 
 NOW = "2026-11-01T00:00:00Z"
 MEMORIES = [
@@ -64,7 +64,7 @@ def write_memories(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def memory_index_dir(tmp_path_factory) -> Path:
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     root = tmp_path_factory.mktemp("memory-index")
     source = write_memories(root / "memories.jsonl")
@@ -134,8 +134,8 @@ def test_unknown_fusion_lists_the_choices(index):
 
 
 def test_depth_bounds_each_retriever_and_is_separate_from_limit(index):
-    from hybridlab.filters import Filters
-    from hybridlab.search import resolve_now
+    from hybridlab.search.engine import resolve_now
+    from hybridlab.search.filters import Filters
 
     outcome = index._retrieve("tunnel server endpoint", {"depth": 3, "limit": 2, "staged": False}, Filters(),
                               None, resolve_now(NOW))
@@ -259,8 +259,8 @@ def test_embedding_model_filter(index):
 
 # ------------------------------------------------------------------ staged mode
 def test_staged_scores_bm25_candidates_with_stored_vectors(index):
-    from hybridlab.filters import Filters
-    from hybridlab.search import resolve_now
+    from hybridlab.search.engine import resolve_now
+    from hybridlab.search.filters import Filters
 
     options = {"staged": True, "candidates": 6, "fallback_threshold": 2, "limit": 3, "expand_hops": 0}
     outcome = index._retrieve("the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW))
@@ -272,8 +272,8 @@ def test_staged_scores_bm25_candidates_with_stored_vectors(index):
 
 
 def test_staged_grows_its_pool_along_the_corpus_graph(index):
-    from hybridlab.filters import Filters
-    from hybridlab.search import resolve_now
+    from hybridlab.search.engine import resolve_now
+    from hybridlab.search.filters import Filters
 
     options = {"staged": True, "candidates": 3, "fallback_threshold": 1, "limit": 3, "expand_hops": 1,
                "expand_seeds": 2}
@@ -298,8 +298,8 @@ def test_staged_grows_its_pool_along_the_corpus_graph(index):
 
 
 def test_fill_dense_gives_bm25_only_candidates_their_exact_cosine(index):
-    from hybridlab.filters import Filters
-    from hybridlab.search import resolve_now
+    from hybridlab.search.engine import resolve_now
+    from hybridlab.search.filters import Filters
 
     query, options = "tunnel server endpoint", {"staged": False, "depth": 1, "limit": 1}
     plain = index._retrieve(query, dict(options), Filters(), [], resolve_now(NOW))
@@ -335,7 +335,7 @@ def test_staged_graph_expansion_keeps_filters(index):
 
 
 def test_staged_falls_back_when_bm25_finds_too_little(index, caplog):
-    with caplog.at_level(logging.INFO, logger="hybridlab.search"):
+    with caplog.at_level(logging.INFO, logger="hybridlab.search.engine"):
         results = index.search("axolotl", staged=True, limit=3, explain=True, now=NOW)
     assert results[0].explain["mode"] == "fallback" and len(results) == 3
     assert "fell back to parallel hybrid" in caplog.text

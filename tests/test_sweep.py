@@ -13,8 +13,8 @@ import pytest
 from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.config import IndexConfig, SearchConfig
-from hybridlab.evalsets import EvalSet
-from hybridlab.sweep import (
+from hybridlab.eval.evalsets import EvalSet
+from hybridlab.tune.sweep import (
     ALPHA,
     BM25_K1,
     FUSION,
@@ -130,7 +130,7 @@ WORKER = """
 import sys, time
 from pathlib import Path
 from hybridlab.config import IndexConfig
-from hybridlab.sweep import Evaluator, resolve_evalset, run_study
+from hybridlab.tune.sweep import Evaluator, resolve_evalset, run_study
 folder, storage, seed, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 base = IndexConfig(models=("wordllama",))
 evaluator = Evaluator(resolve_evalset(folder))
@@ -172,8 +172,8 @@ HOLDER = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held
 @pytest.mark.slow
 def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(tiny_env):  # noqa: F811
     from hybridlab.config import Bm25Config
-    from hybridlab.evalsets import cache_root
-    from hybridlab.sweep import Evaluator
+    from hybridlab.eval.evalsets import cache_root
+    from hybridlab.tune.sweep import Evaluator
 
     evaluator = Evaluator(resolve_evalset(tiny_env))
     variant = IndexConfig(models=("wordllama",), bm25=Bm25Config(k1=0.9, b=0.3))

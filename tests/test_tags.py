@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybridlab.tags import TagVocabulary, normalize_tag, resolve_tags
+from hybridlab.search.tags import TagVocabulary, normalize_tag, resolve_tags
 
 TAGS = ["rathole", "Release_Process", "rate limiting", "rate-limiting", "ci", "project-structure", "the-end", "api"]
 STOPWORDS = {"the", "a", "of", "how", "it", "and", "end"}

@@ -59,8 +59,8 @@ MODELS = ("wordllama",)
 def tiny_index(tmp_path_factory) -> tuple[Path, Path]:
     """(evaluation-set folder, cache folder) with the set's default index already built there."""
     from hybridlab.config import IndexConfig
-    from hybridlab.evalsets import ensure_index
-    from hybridlab.sweep import resolve_evalset
+    from hybridlab.eval.evalsets import ensure_index
+    from hybridlab.tune.sweep import resolve_evalset
 
     root = tmp_path_factory.mktemp("tiny")
     folder, cache = write_tiny_evalset(root / "tiny"), root / "cache"

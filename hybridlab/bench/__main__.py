@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from hybridlab.bench import alternatives, ann, coldstart, corpus, graph, indexing, latency, report, staged
-    from hybridlab.datasets import REPO_ROOT
-    from hybridlab.evalsets import get_evalset
+    from hybridlab.eval.datasets import REPO_ROOT
+    from hybridlab.eval.evalsets import get_evalset
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)

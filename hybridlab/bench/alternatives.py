@@ -36,8 +36,8 @@ PACKAGE_OF = {"chromadb": "chromadb", "lancedb": "lancedb", "rank-bm25": "rank_b
 
 def load_corpus(index_dir: str) -> dict[str, Any]:
     """doc ids, texts (what hybridlab indexes), collections and vectors, row-aligned by chunk id."""
-    from hybridlab import layout, store
-    from hybridlab.dense import DenseIndex
+    from hybridlab.index import layout, store
+    from hybridlab.index.dense import DenseIndex
 
     manifest = layout.read_manifest(Path(index_dir))
     generation = Path(index_dir) / manifest["path"]
@@ -94,7 +94,7 @@ class _Bench:
         self.rows: list[dict[str, Any]] = []
 
     def ndcg(self, ranked: Callable[[int, str], dict[str, float]]) -> float:
-        from hybridlab.evaluate import score
+        from hybridlab.eval.evaluate import score
 
         run = {qid: ranked(i, text) for i, (qid, text) in enumerate(self.judged.items())}
         return score(self.qrels, run, ["ndcg@10"])["ndcg@10"]
@@ -214,7 +214,7 @@ def bench_rank_bm25(b: _Bench, work: Path) -> None:
     from rank_bm25 import BM25Okapi
 
     from hybridlab.config import Bm25Config
-    from hybridlab.tokenizer import Tokenizer
+    from hybridlab.index.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(Bm25Config())
     started = time.perf_counter()
@@ -292,8 +292,8 @@ def measure_system(arguments: Mapping[str, Any]) -> dict[str, Any]:
 def measure_hybridlab_quality(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: hybridlab's nDCG@10 per mode on the judged queries (no timing)."""
     from hybridlab.bench.latency import mode_options
-    from hybridlab.evaluate import score
-    from hybridlab.search import open_index
+    from hybridlab.eval.evaluate import score
+    from hybridlab.search.engine import open_index
 
     index = open_index(arguments["index_dir"])
     shared = Path(arguments["shared_dir"])
@@ -313,7 +313,7 @@ def measure_hybridlab_quality(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def prepare_queries(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: the query vectors every system uses, encoded once by hybridlab's index (torch MiniLM)."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(arguments["index_dir"])
     shared = Path(arguments["shared_dir"])

@@ -42,7 +42,7 @@ def _timed(index, queries: list[str], options: Mapping[str, Any], repeats: int) 
 
 
 def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     exact = open_index(arguments["flat_dir"])
     approx = open_index(arguments["ann_dir"])

@@ -50,7 +50,7 @@ async def _mcp_first_answer(index_dir: Path, query: str) -> float:
 
 
 def mcp_available() -> bool:
-    return importlib.util.find_spec("hybridlab.mcp_server") is not None
+    return importlib.util.find_spec("hybridlab.server.mcp") is not None
 
 
 def run(index_dir: Path, query: str, repeats: int) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def run(index_dir: Path, query: str, repeats: int) -> dict[str, Any]:
         except Exception as error:  # noqa: BLE001 -- the MCP server is optional here
             notes.append(f"MCP cold start not measured: {type(error).__name__}: {str(error)[:300]}")
     else:
-        notes.append("MCP cold start not measured: hybridlab.mcp_server is not installed")
+        notes.append("MCP cold start not measured: hybridlab.server.mcp is not installed")
     return {"rows": rows, "notes": notes}
 
 

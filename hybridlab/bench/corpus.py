@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridlab.config import IndexConfig
-from hybridlab.ingest import Document
+from hybridlab.ingest.sources import Document
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +48,15 @@ class Source:
 
 
 def bench_root() -> Path:
-    from hybridlab.evalsets import cache_root
+    from hybridlab.eval.evalsets import cache_root
 
     return cache_root() / "bench"
 
 
 def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[str]]:
     """The exact texts the indexer embeds for each document (its chunking, its heading rule)."""
-    from hybridlab.chunking import embedding_text
-    from hybridlab.indexer import chunk_document
+    from hybridlab.index.build import chunk_document
+    from hybridlab.ingest.chunking import embedding_text
 
     return [[embedding_text(chunk, document.title if document.doc_type != "memory" else "")
              for chunk in chunk_document(document, config)] for document in documents]
@@ -64,10 +64,10 @@ def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[
 
 def scifact_source() -> Source:
     """SciFact documents with the MiniLM vectors of the cached evaluation index."""
-    from hybridlab import layout, store
-    from hybridlab.dense import DenseIndex
-    from hybridlab.evalsets import ensure_index, get_evalset
-    from hybridlab.ingest import IngestReport, read_source
+    from hybridlab.eval.evalsets import ensure_index, get_evalset
+    from hybridlab.index import layout, store
+    from hybridlab.index.dense import DenseIndex
+    from hybridlab.ingest.sources import IngestReport, read_source
 
     evalset = get_evalset("scifact")
     index_dir = ensure_index(evalset, IndexConfig(), progress=False)
@@ -141,7 +141,7 @@ def build_from_vectors(index_dir: Path, documents: list[Document], vectors: np.n
 
 def index_documents(index_dir: Path, documents: list[Document], config: IndexConfig) -> None:
     """`apply_changes` over `documents`, every vector found in the pre-filled cache."""
-    from hybridlab.indexer import apply_changes
+    from hybridlab.index.build import apply_changes
 
     apply_changes(index_dir, [(documents[0].source, documents, True)], replace(config, models=(MODEL,)),
                   progress=False, cache_path=cache_path_of(index_dir))
@@ -149,7 +149,7 @@ def index_documents(index_dir: Path, documents: list[Document], config: IndexCon
 
 def fill_cache(index_dir: Path, documents: list[Document], vectors: np.ndarray, config: IndexConfig) -> None:
     """Store `vectors` as the MiniLM embeddings of the documents' chunk texts in the index's private cache."""
-    from hybridlab.embedding_cache import EmbeddingCache, text_sha256
+    from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
 
     cache = EmbeddingCache(cache_path_of(index_dir))
     try:

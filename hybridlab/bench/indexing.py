@@ -35,10 +35,10 @@ def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: raw encoder pass, first build, unchanged re-index, sizes, peak RSS."""
     from hybridlab.bench.corpus import embed_texts_of
     from hybridlab.config import IndexConfig
-    from hybridlab.evalsets import get_evalset
-    from hybridlab.indexer import apply_changes
-    from hybridlab.ingest import IngestReport, read_source
-    from hybridlab.models import load_encoder
+    from hybridlab.encoders.registry import load_encoder
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.index.build import apply_changes
+    from hybridlab.ingest.sources import IngestReport, read_source
 
     model = arguments["model"]
     documents = read_source(get_evalset("scifact").sources[0], IngestReport())[: int(arguments["documents"])]

@@ -87,8 +87,8 @@ def time_queries(index, queries: Sequence[str], options: Mapping[str, Any], repe
 def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
     """Rows for opening the index in this process: with every file hashed (no verified record, what a
     first open or a changed file costs) and re-opened (files unchanged since their last clean hash)."""
-    from hybridlab import layout
-    from hybridlab.search import open_index
+    from hybridlab.index import layout
+    from hybridlab.search.engine import open_index
 
     def seconds_to_open() -> float:
         started = time.perf_counter()
@@ -117,8 +117,8 @@ def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
 
 def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: every (encoder, mode, filtered) of one index; rows plus the peak RSS."""
-    from hybridlab.models import load_encoder
-    from hybridlab.search import open_index
+    from hybridlab.encoders.registry import load_encoder
+    from hybridlab.search.engine import open_index
 
     open_rows = time_opening(Path(arguments["index_dir"]), int(arguments["repeats"]))
     index = open_index(arguments["index_dir"])

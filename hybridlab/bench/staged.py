@@ -18,7 +18,7 @@ CANDIDATES = (50, 100, 200, 500)
 
 def measure_staged(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: one row per candidates value plus the parallel-hybrid reference row."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(arguments["index_dir"])
     queries = list(arguments["queries"])
@@ -29,7 +29,7 @@ def measure_staged(arguments: Mapping[str, Any]) -> dict[str, Any]:
     qrels = arguments.get("qrels")
     ndcg = {}
     if qrels:
-        from hybridlab.evaluate import score
+        from hybridlab.eval.evaluate import score
 
         judged = arguments["judged_queries"]
         index.encode_queries(model, list(judged.values()))

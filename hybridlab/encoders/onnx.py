@@ -31,7 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridlab.models import ModelNotInstalledError, ModelSpec, encode_in_batches, package_model_path
+from hybridlab.encoders.registry import (
+    ModelNotInstalledError,
+    ModelSpec,
+    encode_in_batches,
+    package_model_path,
+)
 
 logger = logging.getLogger(__name__)
 

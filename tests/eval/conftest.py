@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hybridlab.datasets import data_dir
-from hybridlab.evalsets import corpora_dir
-from hybridlab.evaluate import score, score_per_query
-from hybridlab.quality_report import WHOLE_DOCUMENTS, open_evalset, system_runs
+from hybridlab.eval.datasets import data_dir
+from hybridlab.eval.evalsets import corpora_dir
+from hybridlab.eval.evaluate import score, score_per_query
+from hybridlab.reports.quality import WHOLE_DOCUMENTS, open_evalset, system_runs
 
 
 class Gate:

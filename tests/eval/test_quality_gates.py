@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from hybridlab.engine_report import mean_shares, project_queries
-from hybridlab.evaluate import top_overlap
+from hybridlab.eval.evaluate import top_overlap
+from hybridlab.reports.engine import mean_shares, project_queries
 
 pytestmark = pytest.mark.slow
 

@@ -1,21 +1,16 @@
 """Fast tests of the sweep script's and the quality report's pure helpers (no index, no model)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.engine_report import PROJECT_SYSTEMS, named_collections, share_from
-from hybridlab.engine_report import render_markdown as engine_render_markdown
-from hybridlab.evaluate import top_overlap
-from hybridlab.quality_report import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
-
-_spec = importlib.util.spec_from_file_location("sweep_alpha", Path(__file__).with_name("sweep_alpha.py"))
-sweep_alpha = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sweep_alpha)
+from hybridlab.eval.evaluate import top_overlap
+from hybridlab.reports.engine import PROJECT_SYSTEMS, named_collections, share_from
+from hybridlab.reports.engine import render_markdown as engine_render_markdown
+from hybridlab.reports.quality import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
+from hybridlab.tune import grid as sweep_alpha
 
 
 def test_parse_values_types_each_parameter_like_its_field():
@@ -60,7 +55,7 @@ def _record(name: str) -> dict:
 
 
 def test_quality_report_headline_marks_non_significant_systems():
-    text = render_markdown([_record("toy")], "2026-01-02", "python -m hybridlab.quality_report")
+    text = render_markdown([_record("toy")], "2026-01-02", "python -m hybridlab.reports.quality")
     headline = next(line for line in text.splitlines() if line.startswith("| toy |"))
     cells = [cell.strip() for cell in headline.split("|")[1:-1]]
     expected = {DEFAULT_SYSTEM: "0.500", "bm25": "0.250"}  # bm25's p = 0.001: significant, no †

@@ -44,7 +44,7 @@ def write_corpus(folder: Path, ids: range | list[int], version: int = 0) -> None
 
 def snapshot(index_dir: Path) -> dict[str, dict[str, float]]:
     """Every query's full ranking `{doc_id: score}` (rounded), with the consistency check on open."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(index_dir)
     try:
@@ -60,7 +60,7 @@ def _record_path() -> Path | None:
 
 
 def record(name: str, value: object) -> None:
-    """Add a figure to the reliability record (read by `python -m hybridlab.reliability_report`)."""
+    """Add a figure to the reliability record (read by `python -m hybridlab.reports.reliability`)."""
     path = _record_path()
     if path is None:
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab.indexer import index_paths
+from hybridlab.index.build import index_paths
 
 from .helpers import MODEL_ARGS, NOW, cli, record
 
@@ -73,8 +73,8 @@ def bad_folder_index(tmp_path_factory):
 
 def test_bad_folder_is_indexed_with_every_bad_file_reported(bad_folder_index, caplog):
     from hybridlab.config import IndexConfig
-    from hybridlab.search import open_index
-    from hybridlab.verify import verify
+    from hybridlab.index.verify import verify
+    from hybridlab.search.engine import open_index
 
     root, folder = bad_folder_index
     with caplog.at_level(logging.WARNING):
@@ -136,7 +136,7 @@ class _Timeout(Exception):
 
 @pytest.fixture(scope="module")
 def opened(small_index):
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(small_index)
     yield index

@@ -46,7 +46,7 @@ def test_second_writer_gets_a_clear_lock_message(small_index, tmp_path):
 
 def test_reader_sees_consistent_generations_while_a_writer_commits(small_index, tmp_path):
     """An open Index keeps answering (old generation) while another process commits, and refreshes."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index_dir = tmp_path / "index"
     shutil.copytree(small_index, index_dir)
@@ -104,8 +104,8 @@ async def _mixed_load(server, calls: int, concurrency: int, seed: int) -> tuple[
 
 
 def _check_all_found(index_dir: Path, stored: list[str]) -> None:
-    from hybridlab.search import open_index
-    from hybridlab.verify import verify
+    from hybridlab.index.verify import verify
+    from hybridlab.search.engine import open_index
 
     assert verify(index_dir) == []
     index = open_index(index_dir)
@@ -120,7 +120,7 @@ def _check_all_found(index_dir: Path, stored: list[str]) -> None:
 
 def _run_load(small_index: Path, tmp_path: Path, calls: int, concurrency: int) -> dict:
     pytest.importorskip("mcp")
-    from hybridlab.mcp_server import create_server
+    from hybridlab.server.mcp import create_server
 
     index_dir = tmp_path / "index"
     shutil.copytree(small_index, index_dir)

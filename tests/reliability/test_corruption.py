@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab import layout
-from hybridlab.search import open_index
-from hybridlab.verify import repair, verify
+from hybridlab.index import layout
+from hybridlab.index.verify import repair, verify
+from hybridlab.search.engine import open_index
 
 from .helpers import MODEL_ARGS, cli, record, snapshot, write_corpus
 

@@ -83,7 +83,7 @@ def kill_after_seconds(corpus: Path, index_dir: Path, seconds: float) -> int:
 def check_after_kill(scenario, index_dir: Path) -> str:
     """The killed index opens, verifies clean and answers like before the run (or like the clean
     build when the kill came after the commit). Returns which state it is in."""
-    from hybridlab.verify import verify
+    from hybridlab.index.verify import verify
 
     assert verify(index_dir) == []
     committed = _generation(index_dir) != scenario["generation"]
@@ -95,7 +95,7 @@ def check_after_kill(scenario, index_dir: Path) -> str:
 def complete(scenario, index_dir: Path) -> dict:
     """The next run completes the interrupted one; its results equal the clean build's."""
     from hybridlab.cli import build_parser, index_config_from_args
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     args = build_parser().parse_args(["index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q"])
     report = index_paths(args.paths, index_dir, index_config_from_args(args), progress=False).to_dict()

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridlab.chunking import chunk_text
 from hybridlab.config import Bm25Config, ChunkConfig
-from hybridlab.fusion import FUSERS, fuse
-from hybridlab.tags import TagVocabulary, normalize_tag
-from hybridlab.tokenizer import Tokenizer
+from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.ingest.chunking import chunk_text
+from hybridlab.search.fusion import FUSERS, fuse
+from hybridlab.search.tags import TagVocabulary, normalize_tag
 
 from .helpers import NOW, record
 
@@ -152,7 +152,7 @@ def test_rrf_depends_only_on_ranks(dense, bm25, scale, shift):
 # Whole searches on arbitrary text ================================================================
 @pytest.fixture(scope="module")
 def opened(small_index, tmp_path_factory):
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     target = tmp_path_factory.mktemp("prop") / "index"
     shutil.copytree(small_index, target)

@@ -41,7 +41,7 @@ def test_bm25s_load_does_not_unpickle(small_index, tmp_path, monkeypatch):
     """Loading an index never calls pickle (bm25s saves .npy/.json; np.load would need allow_pickle)."""
     import pickle
 
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("pickle used while loading an index")
@@ -59,8 +59,8 @@ def test_an_object_array_in_bm25_ids_is_refused(small_index, tmp_path):
 
     import numpy as np
 
-    from hybridlab import layout
-    from hybridlab.search import open_index
+    from hybridlab.index import layout
+    from hybridlab.search.engine import open_index
 
     index_dir = tmp_path / "index"
     shutil.copytree(small_index, index_dir)
@@ -75,7 +75,7 @@ def test_an_object_array_in_bm25_ids_is_refused(small_index, tmp_path):
 @pytest.mark.parametrize("doc_id", ["../../etc/passwd", "/etc/passwd", "..", "manifest.json",
                                     "gen-000001/store.duckdb", "doc0001.md/../../../x", "%2e%2e/%2e%2e"])
 def test_get_document_cannot_escape_the_index(small_index, doc_id):
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     index = open_index(small_index)
     try:
@@ -94,8 +94,8 @@ def test_mcp_http_binds_to_loopback_by_default():
 
 
 def test_lone_surrogates_in_a_memory_are_stored_or_refused_clearly(small_index, tmp_path):
-    from hybridlab.memory import MemoryWriter
-    from hybridlab.verify import verify
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.verify import verify
 
     index_dir = tmp_path / "index"
     shutil.copytree(small_index, index_dir)

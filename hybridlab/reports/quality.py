@@ -1,10 +1,10 @@
 """The dated quality report: each evaluation set × each retrieval system, with significance marks.
 
-`python -m hybridlab.quality_report [--datasets scifact,memories,holoviz] [--split all]` writes
+`python -m hybridlab.reports.quality [--datasets scifact,memories,holoviz] [--split all]` writes
 `reports/quality/<YYYY-MM-DD>.md` and `.json`: Hit Rate@10, MRR, nDCG@10 and Recall@100 at document
 level for BM25, dense, the default hybrid and every fusion method at the default alpha; `†` marks a
 difference from the default hybrid that a paired t-test does not find significant (p ≥ 0.05).
-Indexes come from :func:`hybridlab.evalsets.ensure_index` (built once, then cached).
+Indexes come from :func:`hybridlab.eval.evalsets.ensure_index` (built once, then cached).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import ChunkConfig, IndexConfig, resolve_auto, resolve_search_config
-from hybridlab.datasets import REPO_ROOT, load_query_metadata
-from hybridlab.evalsets import EvalSet, ensure_index, get_evalset
-from hybridlab.evaluate import METRICS, Comparison, Run, compare, make_run, wins_losses
+from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
+from hybridlab.eval.evalsets import EvalSet, ensure_index, get_evalset
+from hybridlab.eval.evaluate import METRICS, Comparison, Run, compare, make_run, wins_losses
 
 DEFAULT_SYSTEM = "hybrid (default)"
 WHOLE_DOCUMENTS = IndexConfig(chunk=ChunkConfig(strategy="whole"))
@@ -62,7 +62,7 @@ class OpenedSet:
 
 def open_evalset(name: str, config: IndexConfig | None = None, *, progress: bool = False) -> OpenedSet:
     """Ensure the set's index under `config` (cached in .cache/indexes) and open it."""
-    from hybridlab.search import open_index
+    from hybridlab.search.engine import open_index
 
     evalset = get_evalset(name)
     started = time.perf_counter()
@@ -196,7 +196,7 @@ def write_report(records: Sequence[Mapping[str, Any]], folder: Path, date: str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.quality_report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.reports.quality", description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=",".join(DATASETS),
                         help=f"comma-separated evaluation sets (default {','.join(DATASETS)}; "
                              f"also {','.join(OPTIONAL_DATASETS)}; 'all' = every one)")
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         records.append(dataset_report(name, args.split, progress=args.progress))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    command = "python -m hybridlab.quality_report " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m hybridlab.reports.quality " + " ".join(argv if argv is not None else sys.argv[1:])
     markdown, data = write_report(records, Path(args.out), date, command.strip())
     print(markdown.read_text(encoding="utf-8"))
     print(f"wrote {markdown} and {data}", file=sys.stderr)

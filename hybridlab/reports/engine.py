@@ -1,6 +1,6 @@
 """Acceptance figures of the hybrid engine, in one dated report.
 
-`python -m hybridlab.engine_report` writes `reports/engine/<YYYY-MM-DD>/report.md`, `results.json`
+`python -m hybridlab.reports.engine` writes `reports/engine/<YYYY-MM-DD>/report.md`, `results.json`
 and `project_queries.png`:
 
 - project-name queries of the `memories` ground truth (kind `project-generic`, e.g. "rathole project
@@ -10,7 +10,7 @@ and `project_queries.png`:
 - `memories`: the default hybrid against pure vector search (Hit@10, MRR, nDCG@10; paired t-test);
 - SciFact: staged against parallel hybrid (mean top-10 overlap, nDCG@10), both at the defaults.
 
-Every figure comes from the evaluation indexes of :func:`hybridlab.evalsets.ensure_index`.
+Every figure comes from the evaluation indexes of :func:`hybridlab.eval.evalsets.ensure_index`.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.datasets import REPO_ROOT, load_query_metadata
-from hybridlab.evaluate import Run, compare, make_run, score, top_overlap
+from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
+from hybridlab.eval.evaluate import Run, compare, make_run, score, top_overlap
 
 PROJECT_KIND = "project-generic"
 PROJECT_TOP = 5
@@ -104,7 +104,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     projects = results["project_queries"]
     systems = list(PROJECT_SYSTEMS)
     lines = [f"# Hybrid engine acceptance — {results['date']}", "",
-             (f"Command: `python -m hybridlab.engine_report`. Model {results['model']}; memories evaluated at "
+             (f"Command: `python -m hybridlab.reports.engine`. Model {results['model']}; memories evaluated at "
              f"now = {results['memories_now']}."), "",
              f"## Project-name queries (memories, kind `{PROJECT_KIND}`, {len(projects)} queries)", "",
              (f"Share of the top {PROJECT_TOP} results that belong to the project the query names. The motivating "
@@ -160,9 +160,9 @@ def plot_project_queries(projects: Mapping[str, Mapping[str, Any]], path: Path) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from hybridlab.config import DEFAULT_MODEL
-    from hybridlab.quality_report import open_evalset
+    from hybridlab.reports.quality import open_evalset
 
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.engine_report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.reports.engine", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "engine"), help="parent folder of the dated report")
     parser.add_argument("--date", default=datetime.now(UTC).strftime("%Y-%m-%d"))
     args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridlab.config import IndexConfig, config_hash
-from hybridlab.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
+from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
 
 GROUND_TRUTH = REPO_ROOT / "ground_truth"
 
@@ -58,7 +58,7 @@ def cache_root() -> Path:
 def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progress: bool = True) -> Path:
     """An index of the set's corpus under this config, built once and then reused; every build
     shares one embeddings cache, so chunk-size variants embed only their new chunk texts."""
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     config = config or IndexConfig()
     folder = cache_root() / "indexes" / f"{evalset.name}-{config_hash(config.to_dict())}"

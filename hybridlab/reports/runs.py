@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.datasets import REPO_ROOT
-from hybridlab.evaluate import METRICS
+from hybridlab.eval.datasets import REPO_ROOT
+from hybridlab.eval.evaluate import METRICS
 
 SWEEP_PREFIX = "sweep-"
 LOCK_FILE = ".report.lock"
@@ -87,7 +87,7 @@ def load_study(run_dir: str | os.PathLike):
     """The Optuna study a sweep run recorded (its storage URL, else `study.db` in the folder)."""
     import optuna
 
-    from hybridlab.sweep import storage_for
+    from hybridlab.tune.sweep import storage_for
 
     run_dir = Path(run_dir)
     record = json.loads((run_dir / "metrics.json").read_text())
@@ -138,7 +138,7 @@ def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, di
     """Test-split runs of the defaults, the tuned config, BM25 and vector search for one sweep
     record, and the test qrels. The defaults come first: the baseline of the significance tests."""
     from hybridlab.config import IndexConfig
-    from hybridlab.sweep import BASELINES, Evaluator, resolve_evalset
+    from hybridlab.tune.sweep import BASELINES, Evaluator, resolve_evalset
 
     evaluator = evaluator or Evaluator(resolve_evalset(record.get("dataset_path") or record["dataset"]))
     base = IndexConfig.from_dict(record["defaults"]["index"])
@@ -154,7 +154,7 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
                       queries: Mapping[str, str] | None = None, show: int = 5) -> str:
     """Markdown: how many queries `a` wins/ties/loses against `b` on `metric`, and the largest
     differences either way."""
-    from hybridlab.evaluate import wins_losses
+    from hybridlab.eval.evaluate import wins_losses
 
     per_a, per_b = comparison.per_query[a][metric], comparison.per_query[b][metric]
     outcome = wins_losses(per_a, per_b)
@@ -281,7 +281,7 @@ def cli_report(args: argparse.Namespace) -> int:
     under a lock; exits 1 when another run holds the lock or the notebook fails."""
     from papermill.exceptions import PapermillExecutionError
 
-    from hybridlab.notebook_runner import run_notebook
+    from hybridlab.tune.notebooks import run_notebook
 
     runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
     if not runs:
@@ -310,8 +310,8 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
     """Everything the report shows for one sweep run: its study's figures and importances, the
     test comparison (defaults = baseline, tuned, BM25, vector) with significance marks, and the
     per-query wins and losses of the tuned config against the defaults."""
-    from hybridlab.evaluate import compare
-    from hybridlab.sweep import Evaluator, resolve_evalset
+    from hybridlab.eval.evaluate import compare
+    from hybridlab.tune.sweep import Evaluator, resolve_evalset
 
     run, out_dir = Path(run), Path(out_dir)
     record = json.loads((run / "metrics.json").read_text())

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridlab import layout, store
+from hybridlab.index import layout, store
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def verify(index_dir: str | Path) -> list[str]:
     problems += _cache_problems(cache_path(index_dir, manifest))
     if problems:
         return problems
-    from hybridlab.search import Index
+    from hybridlab.search.engine import Index
 
     try:
         index = Index(index_dir, check=False)
@@ -154,7 +154,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             actions.append(f"moved the corrupt embeddings cache aside to {aside}")
         rebuild = bool(verify(index_dir))
     if rebuild:
-        from hybridlab.indexer import apply_changes
+        from hybridlab.index.build import apply_changes
 
         report = apply_changes(index_dir, [], None, progress=progress, force=True,
                                cache_path=cache_path(index_dir, layout.read_manifest(index_dir)))

@@ -1,6 +1,6 @@
 """Staged vs parallel hybrid search on SciFact: agreement, quality and search latency.
 
-    python -m hybridlab.bench_staged [--dataset scifact] [--split test] [--candidates 50,100,200,500] [--hops 0,2]
+    python -m hybridlab.bench.staged_grid [--dataset scifact] [--split test] [--candidates 50,100,200,500] [--hops 0,2]
 
 Parallel hybrid runs BM25 and the dense retriever over the whole index (`depth` each) and fuses
 them; staged takes the BM25 top `candidates`, grows that pool `hops` times along the corpus graph
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import resolve_auto
-from hybridlab.datasets import REPO_ROOT
-from hybridlab.evalsets import ensure_index, get_evalset
-from hybridlab.evaluate import score, top_overlap
-from hybridlab.search import open_index
+from hybridlab.eval.datasets import REPO_ROOT
+from hybridlab.eval.evalsets import ensure_index, get_evalset
+from hybridlab.eval.evaluate import score, top_overlap
+from hybridlab.search.engine import open_index
 
 TOP = 10
 OVERLAP_TARGET = 0.95
@@ -39,7 +39,7 @@ NDCG_TOLERANCE = 0.01  # relative
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench_staged", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.staged_grid", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="scifact", help="evaluation set with a cached index (default scifact)")
     parser.add_argument("--split", default="test", choices=["test", "dev", "all"])
     parser.add_argument("--candidates", default="50,100,200,500", help="comma-separated staged candidate counts")
@@ -65,7 +65,7 @@ def percentile(values: list[float], q: float) -> float:
 def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> set[str]:
     """Documents staged search scores for `query`: the BM25 top `candidates`, grown `hops` times
     along the corpus graph from the `seeds` best by dense score (unfiltered, no tags)."""
-    from hybridlab.graph import expand_by_graph
+    from hybridlab.index.graph import expand_by_graph
 
     rows, _ = index.sparse.top(index.sparse.query_ids(query), candidates)
     model = index.choose_model(None, None)
@@ -171,7 +171,7 @@ def condition_name(candidates: int, hops: int) -> str:
 
 
 def to_markdown(results: dict[str, Any], argv: list[str] | None) -> str:
-    command = "python -m hybridlab.bench_staged" + (" " + " ".join(argv) if argv else "")
+    command = "python -m hybridlab.bench.staged_grid" + (" " + " ".join(argv) if argv else "")
     lines = [
         (f"# Staged vs parallel hybrid — {results['dataset']} ({results['split']}, {results['queries']} queries, "
         f"{results['chunks']} chunks)"), "",

@@ -1,6 +1,6 @@
 """Benchmark of the MCP server over stdio: start-up to first answer, search and store latency.
 
-    python -m hybridlab.bench_mcp [--index DIR] [--runs 5] [--stores 20] [--out reports/mcp]
+    python -m hybridlab.bench.mcp [--index DIR] [--runs 5] [--stores 20] [--out reports/mcp]
 
 Spawns `hybridlab mcp` N times and times spawn -> initialized and spawn -> first `search` result
 (model loading included); then, in one session each, sequential `store_memory` calls (every one a new
@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.datasets import REPO_ROOT
+from hybridlab.eval.datasets import REPO_ROOT
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -112,8 +112,8 @@ async def _session(index_dir: Path, stores: int, queries: list[str], extra: tupl
 def _build_memories_index(folder: Path) -> Path:
     """A self-contained index (own embeddings cache) of the ground-truth memories: benchmark stores
     must not write into the shared evaluation cache, which other jobs hold open."""
-    from hybridlab.evalsets import get_evalset
-    from hybridlab.indexer import index_paths
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.index.build import index_paths
 
     index_paths(list(get_evalset("memories").sources), folder, progress=False)
     return folder
@@ -156,7 +156,7 @@ def _markdown(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench_mcp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.mcp", description=__doc__.splitlines()[0])
     parser.add_argument("--index", help="index to benchmark, copied first (default: the ground-truth memories, "
                         "indexed into a temporary folder)")
     parser.add_argument("--runs", type=int, default=5, help="server spawns for the start-up timing")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
-    from hybridlab.layout import read_manifest
+    from hybridlab.index.layout import read_manifest
 
     queries = _queries(20)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     today = datetime.now(UTC).date().isoformat()
     record = {
         "date": today,
-        "command": " ".join(["python -m hybridlab.bench_mcp", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m hybridlab.bench.mcp", *(argv if argv is not None else sys.argv[1:])]),
         "index": {"source": source, "documents": manifest["counts"]["documents"],
                   "chunks": manifest["counts"]["chunks"], "models": sorted(manifest.get("models", {}))},
         "machine": {"cpus": os.cpu_count(), "loadavg": load_at_start,

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab import layout
-from hybridlab.ingest import Document, memory_document
+from hybridlab.index import layout
+from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class MemoryWriter:
             logger.warning("deferred commit of memories failed (%s); retrying on the next read", error)
 
     def _commit(self) -> None:
-        from hybridlab.indexer import apply_changes
+        from hybridlab.index.build import apply_changes
 
         with self._pending_lock:
             batch, self._pending = self._pending, []

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.datasets import find_file, iter_jsonl
+from hybridlab.ingest.files import find_file, iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def first_heading(text: str, fmt: str) -> str | None:
     """The first top-level (H1) heading of a markdown/reST text (reST: the first adornment style).
     A document whose headings start at H2 or deeper (e.g. Panel's reference notebooks, whose first
     heading is "Parameters:") has none: its file name is the better title."""
-    from hybridlab.chunking import markdown_headings, rst_headings
+    from hybridlab.ingest.chunking import markdown_headings, rst_headings
 
     headings = markdown_headings(text) if fmt in {"markdown", "notebook"} else rst_headings(text) if fmt == "rst" else []
     for _, level, title in headings:

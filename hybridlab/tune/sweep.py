@@ -3,7 +3,7 @@
 Tune on the dev split, report on test (pyserini/ranx style). A trial suggests search-time knobs
 (alpha, fusion, rrf_k, normalization, recency, tag weight, staged candidates) and index-build knobs
 (BM25 k1/b, chunk size/overlap). Each distinct index config is built once by
-:func:`hybridlab.evalsets.ensure_index` (chunk variants embed only their new chunk texts through the
+:func:`hybridlab.eval.evalsets.ensure_index` (chunk variants embed only their new chunk texts through the
 shared embeddings cache); a study holds at most ``max_index_configs`` of them — a trial asking for
 one more is pruned before it costs anything.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig, config_hash
-from hybridlab.evalsets import EvalSet, get_evalset
+from hybridlab.eval.evalsets import EvalSet, get_evalset
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class Evaluator:
         return self._datasets[split]
 
     def index(self, config: IndexConfig):
-        from hybridlab.search import open_index
+        from hybridlab.search.engine import open_index
 
         key = index_key(config)
         if key not in self._indexes:
@@ -174,9 +174,9 @@ class Evaluator:
         is built with a private cache seeded from that index's own vectors instead of waiting."""
         import time
 
-        from hybridlab.evalsets import ensure_index
-        from hybridlab.layout import IndexLockedError
-        from hybridlab.store import IndexError_
+        from hybridlab.eval.evalsets import ensure_index
+        from hybridlab.index.layout import IndexLockedError
+        from hybridlab.index.store import IndexError_
 
         deadline = time.monotonic() + wait_s
         while True:
@@ -185,7 +185,7 @@ class Evaluator:
                 if not (folder / "manifest.json").exists() and not _shared_cache_free():
                     seeded = self._seeded_cache(config)
                     if seeded is not None:
-                        from hybridlab.indexer import index_paths
+                        from hybridlab.index.build import index_paths
 
                         index_paths(list(self.evalset.sources), folder, config, progress=self.progress,
                                     cache_path=seeded)
@@ -198,7 +198,7 @@ class Evaluator:
 
     def run(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev"):
         """The run (`{qid: {doc_id: score}}`) of these settings over the split's queries."""
-        from hybridlab.evaluate import make_run
+        from hybridlab.eval.evaluate import make_run
 
         options = {**dict(search), "limit": EVAL_LIMIT}
         return make_run(self.index(config or IndexConfig()), self.dataset(split).queries, now=self.evalset.now,
@@ -206,7 +206,7 @@ class Evaluator:
 
     def score(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev",
               metrics: Sequence[str] | None = None) -> dict[str, float]:
-        from hybridlab.evaluate import METRICS, score
+        from hybridlab.eval.evaluate import METRICS, score
 
         return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
 
@@ -214,8 +214,8 @@ class Evaluator:
     def _seeded_cache(self, config: IndexConfig) -> Path | None:
         """A per-set private embeddings cache holding the vectors of the built index that shares
         `config`'s models (the base one); None when no such index is built yet."""
-        from hybridlab.embedding_cache import EmbeddingCache
-        from hybridlab.evalsets import cache_root
+        from hybridlab.eval.evalsets import cache_root
+        from hybridlab.index.embedding_cache import EmbeddingCache
 
         base = dataclasses.replace(IndexConfig(), models=config.models,
                                    model_by_collection=config.model_by_collection,
@@ -241,7 +241,7 @@ class Evaluator:
 
 def _index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
     """Where ensure_index keeps this set's index of `config`."""
-    from hybridlab.evalsets import cache_root
+    from hybridlab.eval.evalsets import cache_root
 
     return cache_root() / "indexes" / f"{evalset.name}-{index_key(config)}"
 
@@ -250,7 +250,7 @@ def _shared_cache_free() -> bool:
     """Whether the shared embeddings cache can be opened for writing right now."""
     import duckdb
 
-    from hybridlab.evalsets import cache_root
+    from hybridlab.eval.evalsets import cache_root
 
     path = cache_root() / "embeddings.duckdb"
     try:
@@ -270,7 +270,7 @@ class Objective:
     def __init__(self, evaluator: Evaluator, space: Sequence[Param], *, metric: str = DEFAULT_METRIC,
                  split: str = "dev", base_index: IndexConfig | None = None,
                  max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS) -> None:
-        from hybridlab.evaluate import METRICS
+        from hybridlab.eval.evaluate import METRICS
 
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
@@ -429,7 +429,7 @@ def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mappi
     import statistics
     import time
 
-    from hybridlab.evaluate import score
+    from hybridlab.eval.evaluate import score
 
     def timed_run(**options) -> tuple[dict, list[float]]:
         run, times = {}, []
@@ -462,10 +462,10 @@ def cli_sweep(args: argparse.Namespace) -> int:
 
     from papermill.exceptions import PapermillExecutionError
 
-    from hybridlab.evaluate import METRICS
-    from hybridlab.export import export_config, write_config
-    from hybridlab.notebook_runner import run_notebook
-    from hybridlab.reporting import new_run_dir, update_index, write_summary
+    from hybridlab.eval.evaluate import METRICS
+    from hybridlab.reports.runs import new_run_dir, update_index, write_summary
+    from hybridlab.tune.export import export_config, write_config
+    from hybridlab.tune.notebooks import run_notebook
 
     if args.metric not in METRICS:
         raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hybridlab.datasets import REPO_ROOT
+from hybridlab.eval.datasets import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridlab.store import connect
+from hybridlab.index.store import connect
 
 
 def text_sha256(text: str) -> str:
@@ -22,7 +22,7 @@ def _connect_patiently(path: Path, read_only: bool, wait_seconds: float = 120.0)
     """Open the cache, waiting while another process (a parallel sweep worker) holds it."""
     import time
 
-    from hybridlab.store import IndexError_
+    from hybridlab.index.store import IndexError_
 
     deadline = time.monotonic() + wait_seconds
     while True:

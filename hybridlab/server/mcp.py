@@ -1,8 +1,8 @@
 """The MCP server: a thin adapter exposing an index to AI assistants as five typed tools.
 
 `create_server(index_dir, config)` opens the index once and registers `search`, `get_document`,
-`store_memory`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.Index` or
-:class:`hybridlab.memory.MemoryWriter`. Bad input becomes a tool error with a clear message and the
+`store_memory`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
+:class:`hybridlab.index.memory.MemoryWriter`. Bad input becomes a tool error with a clear message and the
 server keeps serving. Over stdio nothing but protocol messages reaches stdout: the SDK diverts fd 1
 to stderr while it serves, and `cli_mcp` diverts it while the index opens.
 """
@@ -128,8 +128,8 @@ class _Service:
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
                  lock_wait: float, commit_delay: float) -> None:
-        from hybridlab.memory import MemoryWriter
-        from hybridlab.search import open_index
+        from hybridlab.index.memory import MemoryWriter
+        from hybridlab.search.engine import open_index
 
         self.index_dir = Path(index_dir)
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
@@ -154,8 +154,8 @@ class _Service:
     @contextlib.contextmanager
     def reading(self, flush: bool = True) -> Iterator[Any]:
         """The index under the lock, deferred memories committed first; library errors become tool errors."""
-        from hybridlab.layout import CorruptIndexError, IndexLockedError
-        from hybridlab.store import IndexError_
+        from hybridlab.index.layout import CorruptIndexError, IndexLockedError
+        from hybridlab.index.store import IndexError_
 
         try:
             if flush:
@@ -175,7 +175,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
-    commits (see :mod:`hybridlab.memory`)."""
+    commits (see :mod:`hybridlab.index.memory`)."""
     from mcp.server.mcpserver import MCPServer
 
     service = _Service(index_dir, config, lock_wait, commit_delay)
@@ -244,8 +244,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         memory_type: e.g. "note", "fact", "preference", "decision".
         created_at: ISO-8601 time the memory refers to; default now.
         The memory is searchable by the next `search` and survives restarts; returns its id."""
-        from hybridlab.layout import CorruptIndexError, IndexLockedError
-        from hybridlab.store import IndexError_
+        from hybridlab.index.layout import CorruptIndexError, IndexLockedError
+        from hybridlab.index.store import IndexError_
 
         try:
             stored = service.writer.store(content, tags, memory_type, created_at)

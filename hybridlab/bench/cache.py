@@ -1,6 +1,6 @@
 """Benchmark the embeddings cache and the query encoder's cold start; writes a markdown report.
 
-    python -m hybridlab.bench_cache --source ground_truth/memories/memories.jsonl \
+    python -m hybridlab.bench.cache --source ground_truth/memories/memories.jsonl \
         --source ../shared/corpora/holoviz/geoviews --out reports/encoding/cache-2026-11-22.md
 
 Per source, into a fresh index with a fresh embeddings cache (default model): the first build,
@@ -26,7 +26,7 @@ from hybridlab.config import ChunkConfig, IndexConfig
 
 def cache_rows(source: Path, workdir: Path, new_chunk_size: int) -> list[dict]:
     """The four indexing runs over one source, as report rows."""
-    from hybridlab.indexer import index_paths
+    from hybridlab.index.build import index_paths
 
     index_dir, cache = workdir / "index", workdir / "embeddings.duckdb"
     base = IndexConfig()

@@ -6,9 +6,9 @@ resolved by :func:`~hybridlab.config.resolve_search_config`.
 
 One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
 bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each)
-and `tags`; fused by name (:func:`~hybridlab.fusion.fuse`, weights from
-:func:`~hybridlab.fusion.alpha_weights`); recency scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
-`expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.graph`) with their stored
+and `tags`; fused by name (:func:`~hybridlab.search.fusion.fuse`, weights from
+:func:`~hybridlab.search.fusion.alpha_weights`); recency scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
+`expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.index.graph`) with their stored
 vectors; `fill_dense` gives BM25 candidates outside the dense top `depth` their exact cosine (both
 auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid
 when BM25 has fewer than `fallback_threshold` hits or cannot fill `limit`. If fewer than `limit`
@@ -32,13 +32,13 @@ from typing import Any, Self
 
 import numpy as np
 
-from hybridlab import layout, store
 from hybridlab.config import SearchConfig, load_config_file, resolve_auto, resolve_search_config
-from hybridlab.filters import Filters, parse_when
-from hybridlab.fusion import alpha_weights, fuse
-from hybridlab.graph import expand_by_graph, load_graph
-from hybridlab.sparse import SparseIndex
-from hybridlab.tags import TagVocabulary, resolve_tags
+from hybridlab.index import layout, store
+from hybridlab.index.graph import expand_by_graph, load_graph
+from hybridlab.index.sparse import SparseIndex
+from hybridlab.search.filters import Filters, parse_when
+from hybridlab.search.fusion import alpha_weights, fuse
+from hybridlab.search.tags import TagVocabulary, resolve_tags
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class Index:
 
     # ---------------------------------------------------------------- loading
     def _load(self) -> None:
-        from hybridlab.dense import DenseIndex, single_threaded
+        from hybridlab.index.dense import DenseIndex, single_threaded
 
         single_threaded()
 
@@ -309,7 +309,7 @@ class Index:
         """The QUERY encoder of `model`: for MiniLM its ONNX fp32 twin (same vectors, no torch
         import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`."""
         if model not in self._encoders:
-            from hybridlab.models import get_spec, load_query_encoder
+            from hybridlab.encoders.registry import get_spec, load_query_encoder
 
             dim = get_spec(model).dim
             if model in self.dense and dim != self.dense[model].dim:
@@ -345,7 +345,7 @@ class Index:
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
         if embedding_model:
-            from hybridlab.models import get_spec
+            from hybridlab.encoders.registry import get_spec
 
             name = get_spec(embedding_model).name
             if name not in self.dense:

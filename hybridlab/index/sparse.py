@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridlab.config import Bm25Config
-from hybridlab.tokenizer import Tokenizer
+from hybridlab.index.tokenizer import Tokenizer
 
 
 def _bm25s():

@@ -1,18 +1,18 @@
 """BEIR-layout test collections: corpus, queries, qrels, and deterministic dev/test query splits."""
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybridlab.config import REPO_ROOT
+from hybridlab.ingest.files import _open_text, find_file, iter_jsonl
+
 Qrels = dict[str, dict[str, int]]
 
 DEFAULT_DATA_DIRS = ("../shared/datasets",)
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def data_dir() -> Path:
@@ -38,39 +38,6 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
         f"dataset {str(name_or_path)!r} not found as a path, in {data_dir()} (set HYBRIDLAB_DATA) "
         f"or in {REPO_ROOT / 'ground_truth'}"
     )
-
-
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
-
-
-def find_file(folder: Path, *names: str) -> Path:
-    """The first of `names` (each also tried with `.gz`) that exists in `folder`."""
-    for name in names:
-        for candidate in (folder / name, folder / f"{name}.gz"):
-            if candidate.is_file():
-                return candidate
-    raise FileNotFoundError(f"none of {', '.join(names)} (or .gz) in {folder}")
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; a bad line raises ValueError naming file:line."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:  # decoded per line, so bad UTF-8 is reported with its line
-        for line_number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not valid UTF-8 (byte {error.start} of the line)") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
-            yield line_number, obj
 
 
 def load_queries(folder: Path) -> dict[str, str]:

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab import layout, store
-from hybridlab.chunking import Chunk, chunk_text, embedding_text, single_chunk
 from hybridlab.config import IndexConfig
-from hybridlab.embedding_cache import EmbeddingCache, text_sha256
-from hybridlab.ingest import Document, IngestReport, read_source
+from hybridlab.index import layout, store
+from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
+from hybridlab.ingest.sources import Document, IngestReport, read_source
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
 
 
 def canonical_models(names: Iterable[str]) -> tuple[str, ...]:
-    from hybridlab.models import get_spec
+    from hybridlab.encoders.registry import get_spec
 
     return tuple(dict.fromkeys(get_spec(name).name for name in names))
 
@@ -186,7 +186,7 @@ def _assign_vectors(con, config: IndexConfig) -> None:
 def _embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: IndexReport, config: IndexConfig,
                    known_dims: dict[str, int], progress: bool) -> dict[str, int]:
     """Embed every assigned chunk text not yet in the cache; returns each model's dimension."""
-    from hybridlab.models import get_spec, load_encoder
+    from hybridlab.encoders.registry import get_spec, load_encoder
 
     dims: dict[str, int] = {}
     for model in models:
@@ -259,7 +259,7 @@ def _previous_graph(previous: tuple[Path, dict[str, Any]] | None, model: str, gr
     """The previous generation's corpus graph of `model` and, per old row, the new row of the same
     chunk with the same embedded text (-1 when deleted or changed); None when it cannot be reused
     (no graph, another `graph_k`, or its file does not match its checksum)."""
-    from hybridlab.graph import load_graph
+    from hybridlab.index.graph import load_graph
 
     if previous is None:
         return None
@@ -297,9 +297,9 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
                     progress: bool = False, previous: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write BM25 and one FAISS index per model into `folder` from the store and the cache; the
     corpus graph is updated from the `previous` (generation folder, manifest) when it has one."""
-    from hybridlab.dense import DenseIndex
-    from hybridlab.graph import build_corpus_graph, graph_size, save_graph, update_corpus_graph
-    from hybridlab.sparse import SparseIndex
+    from hybridlab.index.dense import DenseIndex
+    from hybridlab.index.graph import build_corpus_graph, graph_size, save_graph, update_corpus_graph
+    from hybridlab.index.sparse import SparseIndex
 
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
     sparse = SparseIndex.build(_streamed_texts(con, ids), ids, config.bm25, show_progress=progress)

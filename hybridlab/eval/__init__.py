@@ -1,0 +1,1 @@
+"""Evaluation: datasets, evaluation sets, runs and metrics."""

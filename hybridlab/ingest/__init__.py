@@ -1,0 +1,1 @@
+"""Document sources and header-aware chunking."""

@@ -1,0 +1,1 @@
+"""Searching an opened index: the engine, its pipeline steps, fusion, tags, filters."""

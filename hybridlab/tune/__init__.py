@@ -1,0 +1,1 @@
+"""Tuning: Optuna sweeps, parameter grids, exported configs, notebooks."""
