@@ -8,8 +8,8 @@ from tiny_evalset import MODELS, tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
 from hybridlab.config import SEARCH_FIELDS, IndexConfig, load_config_file, resolve_search_config
+from hybridlab.eval.evaluator import Evaluator, full_search_config, resolve_evalset
 from hybridlab.tune.export import export_config, repro, write_config
-from hybridlab.tune.sweep import Evaluator, full_search_config, resolve_evalset
 
 METRIC_NAMES = ("hit_rate@10", "mrr", "ndcg@10", "recall@100")
 

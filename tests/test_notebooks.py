@@ -10,8 +10,9 @@ import pytest
 from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
-from hybridlab.reports.runs import new_run_dir, run_lock, update_index
+from hybridlab.reports.runs import run_lock
 from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, run_notebook
+from hybridlab.tune.runs import new_run_dir, update_index
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -14,6 +14,7 @@ from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.config import IndexConfig, SearchConfig
 from hybridlab.eval.evalsets import EvalSet
+from hybridlab.eval.evaluator import full_search_config, resolve_evalset
 from hybridlab.tune.sweep import (
     ALPHA,
     BM25_K1,
@@ -22,8 +23,6 @@ from hybridlab.tune.sweep import (
     RRF_K,
     Param,
     default_params,
-    full_search_config,
-    resolve_evalset,
     run_study,
     space_for,
     split_params,
@@ -130,7 +129,8 @@ WORKER = """
 import sys, time
 from pathlib import Path
 from hybridlab.config import IndexConfig
-from hybridlab.tune.sweep import Evaluator, resolve_evalset, run_study
+from hybridlab.eval.evaluator import Evaluator, resolve_evalset
+from hybridlab.tune.sweep import run_study
 folder, storage, seed, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 base = IndexConfig(models=("wordllama",))
 evaluator = Evaluator(resolve_evalset(folder))
@@ -173,7 +173,7 @@ HOLDER = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held
 def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(tiny_env):  # noqa: F811
     from hybridlab.config import Bm25Config
     from hybridlab.eval.evalsets import cache_root
-    from hybridlab.tune.sweep import Evaluator
+    from hybridlab.eval.evaluator import Evaluator
 
     evaluator = Evaluator(resolve_evalset(tiny_env))
     variant = IndexConfig(models=("wordllama",), bm25=Bm25Config(k1=0.9, b=0.3))

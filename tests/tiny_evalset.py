@@ -60,7 +60,7 @@ def tiny_index(tmp_path_factory) -> tuple[Path, Path]:
     """(evaluation-set folder, cache folder) with the set's default index already built there."""
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evalsets import ensure_index
-    from hybridlab.tune.sweep import resolve_evalset
+    from hybridlab.eval.evaluator import resolve_evalset
 
     root = tmp_path_factory.mktemp("tiny")
     folder, cache = write_tiny_evalset(root / "tiny"), root / "cache"

@@ -160,7 +160,7 @@ def plot_project_queries(projects: Mapping[str, Mapping[str, Any]], path: Path) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from hybridlab.config import DEFAULT_MODEL
-    from hybridlab.reports.quality import open_evalset
+    from hybridlab.eval.systems import open_evalset
 
     parser = argparse.ArgumentParser(prog="python -m hybridlab.reports.engine", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "engine"), help="parent folder of the dated report")

@@ -45,7 +45,7 @@ def git_commit(repo: Path = REPO_ROOT) -> str | None:
 def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
     """The config document of a finished sweep run (its `metrics.json`)."""
     from hybridlab.config import SEARCH_FIELDS
-    from hybridlab.tune.sweep import full_search_config
+    from hybridlab.eval.evaluator import full_search_config
 
     run_dir = Path(run_dir)
     record_path = run_dir / "metrics.json"
@@ -90,7 +90,7 @@ def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> li
     Returns (metric, recorded, measured, ok) per recorded test metric."""
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evalsets import EvalSet
-    from hybridlab.tune.sweep import Evaluator, resolve_evalset
+    from hybridlab.eval.evaluator import Evaluator, resolve_evalset
 
     provenance = config.get("provenance") or {}
     if "dataset" not in provenance or "test_metrics" not in provenance:

@@ -25,7 +25,7 @@ from typing import Any
 from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evaluate import METRICS, score
-from hybridlab.reports.quality import DATASETS, FUSION_SYSTEMS, open_evalset, system_runs
+from hybridlab.eval.systems import DATASETS, FUSION_SYSTEMS, open_evalset, system_runs
 
 DEFAULT_VALUES = {"alpha": [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0]}
 CHUNK_FIELDS = {f.name: f for f in dataclasses.fields(ChunkConfig)}

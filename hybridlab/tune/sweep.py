@@ -23,15 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, SearchConfig, config_hash
-from hybridlab.eval.evalsets import EvalSet, get_evalset
+from hybridlab.config import IndexConfig, SearchConfig
+from hybridlab.eval.evaluator import (
+    BASELINES,
+    EVAL_LIMIT,
+    Evaluator,
+    full_search_config,
+    index_key,
+    resolve_evalset,
+)
+from hybridlab.tune.runs import new_run_dir, storage_for, update_index, write_summary
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_METRIC = "ndcg@10"
 DEFAULT_TRIALS = {"memories": 120, "scifact": 80, "holoviz": 30}
 DEFAULT_MAX_INDEX_CONFIGS = 4
-EVAL_LIMIT = 100  # documents per query in evaluation runs (recall@100 needs 100)
 INDEX_TARGETS = {"bm25_k1": ("bm25", "k1"), "bm25_b": ("bm25", "b"),
                  "chunk_size": ("chunk", "chunk_size"), "chunk_overlap": ("chunk", "chunk_overlap")}
 
@@ -120,150 +127,6 @@ def split_params(params: Mapping[str, Any], base: IndexConfig | None = None) -> 
     return search, config
 
 
-def full_search_config(search: Mapping[str, Any]) -> dict[str, Any]:
-    """Every SearchConfig field: the given settings over the defaults (validated), with
-    `candidates` raised to the evaluation depth it effectively had (the engine scores
-    max(candidates, limit) BM25 rows), so the exported value behaves as measured at any limit."""
-    config = dataclasses.asdict(SearchConfig(**dict(search)))
-    config["candidates"] = max(config["candidates"], EVAL_LIMIT)
-    return config
-
-
-def resolve_evalset(name_or_path: str | os.PathLike) -> EvalSet:
-    """A named evaluation set, or a folder holding `queries.jsonl` + `qrels-test.tsv` and either a
-    BEIR `corpus.jsonl` or a memories `memories.jsonl` (with an optional `eval.json` giving `now`)."""
-    path = Path(name_or_path)
-    if not path.is_dir():
-        return get_evalset(str(name_or_path))
-    settings = json.loads((path / "eval.json").read_text()) if (path / "eval.json").is_file() else {}
-    if "corpus" in settings:
-        source = path / settings["corpus"]
-    elif (path / "memories.jsonl").is_file():
-        source = path / "memories.jsonl"
-    else:
-        source = path
-    return EvalSet(path.name, (source,), path, settings.get("now"))
-
-
-class Evaluator:
-    """Scores search settings on an evaluation set; indexes (one per index config) and the split
-    datasets are opened once and kept."""
-
-    def __init__(self, evalset: EvalSet, *, progress: bool = False) -> None:
-        self.evalset = evalset
-        self.progress = progress
-        self._indexes: dict[str, Any] = {}
-        self._datasets: dict[str, Any] = {}
-
-    def dataset(self, split: str):
-        if split not in self._datasets:
-            self._datasets[split] = self.evalset.dataset(split)
-        return self._datasets[split]
-
-    def index(self, config: IndexConfig):
-        from hybridlab.search.engine import open_index
-
-        key = index_key(config)
-        if key not in self._indexes:
-            self._indexes[key] = open_index(self._ensure(config))
-        return self._indexes[key]
-
-    def _ensure(self, config: IndexConfig, wait_s: float = 3600.0) -> Path:
-        """ensure_index, waiting while another worker builds (or checks) the same index. When another
-        process holds the shared embeddings cache (a long build), a variant of an already built index
-        is built with a private cache seeded from that index's own vectors instead of waiting."""
-        import time
-
-        from hybridlab.eval.evalsets import ensure_index
-        from hybridlab.index.layout import IndexLockedError
-        from hybridlab.index.store import IndexError_
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                folder = _index_folder(self.evalset, config)
-                if not (folder / "manifest.json").exists() and not _shared_cache_free():
-                    seeded = self._seeded_cache(config)
-                    if seeded is not None:
-                        from hybridlab.index.build import index_paths
-
-                        index_paths(list(self.evalset.sources), folder, config, progress=self.progress,
-                                    cache_path=seeded)
-                        return folder
-                return ensure_index(self.evalset, config, progress=self.progress)
-            except (IndexLockedError, IndexError_):  # the index or the shared embeddings cache is busy
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-
-    def run(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev"):
-        """The run (`{qid: {doc_id: score}}`) of these settings over the split's queries."""
-        from hybridlab.eval.evaluate import make_run
-
-        options = {**dict(search), "limit": EVAL_LIMIT}
-        return make_run(self.index(config or IndexConfig()), self.dataset(split).queries, now=self.evalset.now,
-                        **options)
-
-    def score(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev",
-              metrics: Sequence[str] | None = None) -> dict[str, float]:
-        from hybridlab.eval.evaluate import METRICS, score
-
-        return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
-
-
-    def _seeded_cache(self, config: IndexConfig) -> Path | None:
-        """A per-set private embeddings cache holding the vectors of the built index that shares
-        `config`'s models (the base one); None when no such index is built yet."""
-        from hybridlab.eval.evalsets import cache_root
-        from hybridlab.index.embedding_cache import EmbeddingCache
-
-        base = dataclasses.replace(IndexConfig(), models=config.models,
-                                   model_by_collection=config.model_by_collection,
-                                   model_by_language=config.model_by_language)
-        if not (_index_folder(self.evalset, base) / "manifest.json").exists():
-            return None
-        path = cache_root() / f"sweep-embeddings-{self.evalset.name}.duckdb"
-        index = self.index(base)
-        cache = EmbeddingCache(path)
-        try:
-            for model, dense in index.dense.items():
-                rows = index._con.execute(
-                    "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
-                ).fetchall()
-                sha_of = dict(rows)
-                have = cache.get(model, list(sha_of.values()), dim=dense.dim)
-                if len(have) < len(set(sha_of.values())):
-                    cache.put(model, [sha_of[int(i)] for i in dense.ids], dense.vectors)
-        finally:
-            cache.close()
-        return path
-
-
-def _index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
-    """Where ensure_index keeps this set's index of `config`."""
-    from hybridlab.eval.evalsets import cache_root
-
-    return cache_root() / "indexes" / f"{evalset.name}-{index_key(config)}"
-
-
-def _shared_cache_free() -> bool:
-    """Whether the shared embeddings cache can be opened for writing right now."""
-    import duckdb
-
-    from hybridlab.eval.evalsets import cache_root
-
-    path = cache_root() / "embeddings.duckdb"
-    try:
-        duckdb.connect(str(path)).close()
-    except duckdb.IOException:
-        return False
-    return True
-
-
-def index_key(config: IndexConfig) -> str:
-    return config_hash(config.to_dict())
-
-
 class Objective:
     """The value of one trial: `metric` of its settings on the `split` queries (dev by default)."""
 
@@ -299,20 +162,6 @@ class Objective:
         metrics = self.evaluator.score(search, config, self.split)
         trial.set_user_attr("metrics", metrics)
         return metrics[self.metric]
-
-
-def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
-    """An Optuna storage: the URL as given (SQLite gets a long lock timeout so several worker
-    processes can share it), or SQLite `study.db` in the run folder."""
-    import optuna
-
-    if url is None:
-        if run_dir is None:
-            raise ValueError("give a storage URL or a run folder")
-        url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
-    if url.startswith("sqlite:"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return url
 
 
 def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | None = None) -> dict[str, Any]:
@@ -416,7 +265,6 @@ def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
 
 #: Reference systems, evaluated on the default index: the package defaults (adaptive alpha),
 #: lexical only and dense only.
-BASELINES: dict[str, dict[str, Any]] = {"defaults": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
 
 
 def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
@@ -463,7 +311,6 @@ def cli_sweep(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.eval.evaluate import METRICS
-    from hybridlab.reports.runs import new_run_dir, update_index, write_summary
     from hybridlab.tune.export import export_config, write_config
     from hybridlab.tune.notebooks import run_notebook
 

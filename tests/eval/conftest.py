@@ -7,7 +7,7 @@ import pytest
 from hybridlab.eval.datasets import data_dir
 from hybridlab.eval.evalsets import corpora_dir
 from hybridlab.eval.evaluate import score, score_per_query
-from hybridlab.reports.quality import WHOLE_DOCUMENTS, open_evalset, system_runs
+from hybridlab.eval.systems import WHOLE_DOCUMENTS, open_evalset, system_runs
 
 
 class Gate:
