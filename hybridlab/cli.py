@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import HybridlabError
+
 DEFAULT_INDEX = ".hybridlab"
 logger = logging.getLogger("hybridlab")
 
@@ -443,16 +445,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from hybridlab.index.layout import CorruptIndexError, IndexLockedError
-    from hybridlab.index.store import IndexError_
-
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted: the index is unchanged unless a new generation was committed", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, KeyError, IndexLockedError, CorruptIndexError, IndexError_, ImportError,
-            argparse.ArgumentTypeError) as error:
+    except (HybridlabError, ValueError, FileNotFoundError, KeyError, ImportError, argparse.ArgumentTypeError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         print(f"error: {message}", file=sys.stderr)
         return 2

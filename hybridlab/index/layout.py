@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
+
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
 LOCK_FILE = ".lock"
@@ -38,18 +40,6 @@ STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
 FORMAT_VERSION = 1
 GENERATION = re.compile(r"^gen-(\d{6})$")
-
-
-class IndexNotFoundError(FileNotFoundError):
-    """The folder holds no index."""
-
-
-class CorruptIndexError(RuntimeError):
-    """An index file is missing, truncated or inconsistent; the message names it and the repair."""
-
-
-class IndexLockedError(RuntimeError):
-    """Another process is writing the index."""
 
 
 def model_slug(model: str) -> str:
@@ -221,7 +211,7 @@ def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
 def live_generation(index_dir: Path) -> Path | None:
     try:
         manifest = read_manifest(index_dir)
-    except (IndexNotFoundError, CorruptIndexError):
+    except HybridlabError:
         return None
     return Path(index_dir) / manifest["path"]
 

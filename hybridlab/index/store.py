@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import StoreError
+
 logger = logging.getLogger(__name__)
 
 SCHEMA = """
@@ -32,8 +34,8 @@ CREATE TABLE IF NOT EXISTS chunk_vectors (chunk_id BIGINT NOT NULL, model VARCHA
 """
 
 
-class IndexError_(RuntimeError):
-    """Base for index problems that carry a user-facing message."""
+#: the old name of StoreError, kept so existing imports and `except` clauses still work
+IndexError_ = StoreError
 
 
 # DuckDB's buffer pool for writing connections (its own default is 80% of RAM, which it fills with a
@@ -63,11 +65,11 @@ def connect(path: Path, read_only: bool = False):
     except duckdb.IOException as error:
         text = str(error)
         if "lock" in text.lower():
-            raise IndexError_(
+            raise StoreError(
                 f"{path} is opened for writing by another process ({text.splitlines()[0][:200]}); "
                 "open the index read-only or wait for the writer to finish"
             ) from None
-        raise IndexError_(
+        raise StoreError(
             f"cannot open DuckDB file {path}: {text.splitlines()[0][:200]}; "
             "run `hybridlab verify --repair --index DIR`"
         ) from None

