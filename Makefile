@@ -26,7 +26,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/hybridlab demo
 
+# the layer and no-cycle contracts in pyproject.toml (import-linter), then every test
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests -q
 
 test-fast: setup
