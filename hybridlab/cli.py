@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import apply_offline_environment
 from hybridlab.errors import HybridlabError
 
 DEFAULT_INDEX = ".hybridlab"
@@ -437,9 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_offline_environment()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     parser = build_parser()
     args = parser.parse_args(argv)

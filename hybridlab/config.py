@@ -303,3 +303,23 @@ def config_hash(data: Mapping[str, Any]) -> str:
     """A short stable hash of a JSON-able config."""
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
+
+
+#: Set by every entry point (the CLI, the benchmarks, the reports) and passed to their subprocesses:
+#: models load from installed packages only (no hub downloads) and tokenizers start no threads of
+#: their own (they would fight the searches for 2 cores).
+OFFLINE_ENVIRONMENT: Mapping[str, str] = {
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def offline_environment() -> dict[str, str]:
+    """The offline settings (:data:`OFFLINE_ENVIRONMENT`), e.g. to put into a subprocess's environment."""
+    return dict(OFFLINE_ENVIRONMENT)
+
+
+def apply_offline_environment() -> None:
+    """Set the offline settings in `os.environ` where they are not set already; for entry points only
+    (a `main`), never at import."""
+    for name, value in OFFLINE_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)

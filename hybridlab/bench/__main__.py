@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hybridlab.bench.common import find_rows, machine_info, validate_rows
+from hybridlab.config import apply_offline_environment
 
 PARTS = ("latency", "staged", "indexing", "coldstart", "alternatives", "ann", "graph")
 
@@ -36,8 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_offline_environment()
     from hybridlab.bench import alternatives, ann, coldstart, corpus, graph, indexing, latency, report, staged
     from hybridlab.eval.datasets import REPO_ROOT
     from hybridlab.eval.evalsets import get_evalset

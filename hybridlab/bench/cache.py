@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.config import ChunkConfig, IndexConfig, apply_offline_environment, offline_environment
 
 
 def cache_rows(source: Path, workdir: Path, new_chunk_size: int) -> list[dict]:
@@ -47,7 +47,7 @@ def cache_rows(source: Path, workdir: Path, new_chunk_size: int) -> list[dict]:
 
 def cold_start(index_dir: Path, backend: str, runs: int) -> list[float]:
     """Wall seconds of `hybridlab search` in a fresh process, `runs` times."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HYBRIDLAB_QUERY_BACKEND": backend}
+    env = {**os.environ, **offline_environment(), "HYBRIDLAB_QUERY_BACKEND": backend}
     command = [str(Path(sys.executable).with_name("hybridlab")), "search", "how to filter a table",
                "--index", str(index_dir), "-k", "3"]
     times = []
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", help="markdown file (default: print)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    apply_offline_environment()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import offline_environment
+
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")
 REQUIRED_FIELDS = ("system", "n_chunks", "mode", "filtered")
@@ -123,8 +125,7 @@ def peak_rss_mb() -> float:
 
 def bench_env() -> dict[str, str]:
     """The environment every benchmark subprocess runs in: offline, no tokenizer threads."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "ANONYMIZED_TELEMETRY": "False"}
+    return {**os.environ, **offline_environment(), "ANONYMIZED_TELEMETRY": "False"}
 
 
 def run_worker(module: str, arguments: Mapping[str, Any], timeout: float = 3600) -> Any:

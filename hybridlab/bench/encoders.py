@@ -35,6 +35,7 @@ from typing import Self
 
 import numpy as np
 
+from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
 from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
 
@@ -439,9 +440,7 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    # An entry point, so it may set these: never download, and no tokenizer threads fighting for 2 cores.
-    for variable, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
-        os.environ.setdefault(variable, value)
+    apply_offline_environment()  # an entry point, so it may: never download, no tokenizer threads
     if args.render is not None:
         report = json.loads(args.render.read_text())
         (args.render.parent / "report.md").write_text(render_markdown(report))

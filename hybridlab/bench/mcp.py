@@ -24,9 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import apply_offline_environment, offline_environment
 from hybridlab.eval.datasets import REPO_ROOT
-
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -47,7 +46,7 @@ def _params(index_dir: Path, *extra: str):
     from mcp import StdioServerParameters
 
     return StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index",
-                                                               str(index_dir), *extra], env=dict(ENV))
+                                                               str(index_dir), *extra], env=offline_environment())
 
 
 def _queries(limit: int) -> list[str]:
@@ -164,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-delay", type=float, default=1.0, help="delay of the deferred-commit session")
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "mcp"))
     args = parser.parse_args(argv)
-    for key, value in ENV.items():
-        os.environ.setdefault(key, value)
+    apply_offline_environment()
     from hybridlab.index.layout import read_manifest
 
     queries = _queries(20)

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import offline_environment
+
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests" / "reliability"
 REPORT = REPO / "reports" / "reliability.md"
@@ -34,8 +36,8 @@ def run_tests(soak: bool) -> tuple[dict[str, Any], str, int, float]:
         command = [sys.executable, "-m", "pytest", str(TESTS), "-q", "-p", "no:cacheprovider", *marker]
         started = time.perf_counter()
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                                env={**os.environ, "HYBRIDLAB_RELIABILITY_RECORD": str(record),
-                                     "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+                                env={**os.environ, **offline_environment(),
+                                     "HYBRIDLAB_RELIABILITY_RECORD": str(record)})
         seconds = time.perf_counter() - started
         data = json.loads(record.read_text()) if record.exists() else {}
     lines = [line for line in result.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
