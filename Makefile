@@ -42,7 +42,7 @@ engine-report: setup
 	$(BIN)/python -m hybridlab.reports.engine
 
 sweep-alpha: setup
-	$(BIN)/python hybridlab/tune/grid.py --dataset all
+	$(BIN)/python -m hybridlab.tune.grid --dataset all
 
 # Optuna sweeps (notebooks/sweep.ipynb via papermill) into reports/<date>-sweep-<set>/, the winners
 # exported to configs/, then the report over both. ~10 min here.

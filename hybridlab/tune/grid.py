@@ -1,8 +1,8 @@
 """Sweep one parameter over a list of values for each fusion method on each evaluation set.
 
-    python hybridlab/tune/grid.py [--dataset NAME|all]                       # alpha (make sweep-alpha)
-    python hybridlab/tune/grid.py --dataset memories --param decay --values 0,0.001,0.01,0.1
-    python hybridlab/tune/grid.py --dataset holoviz --param chunk_size --values 500,1000,1500,3000
+    python -m hybridlab.tune.grid [--dataset NAME|all]                       # alpha (make sweep-alpha)
+    python -m hybridlab.tune.grid --dataset memories --param decay --values 0,0.001,0.01,0.1
+    python -m hybridlab.tune.grid --dataset holoviz --param chunk_size --values 500,1000,1500,3000
 
 A search parameter (any SearchConfig field: alpha, rrf_k, decay, candidates, depth, ...) is passed
 per search; an index parameter (ChunkConfig: chunk_size, chunk_overlap, min_chunk_size, strategy;
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
     results = [sweep_dataset(name, args.param, values, args.progress) for name in names]
     out.mkdir(parents=True, exist_ok=True)
-    command = "python hybridlab/tune/grid.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m hybridlab.tune.grid " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),
                                   encoding="utf-8")
     (out / "sweep.json").write_text(json.dumps({"param": args.param, "values": values, "date": date,
