@@ -17,7 +17,6 @@ that is renamed into place, so a reader never sees a half-written model.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -26,13 +25,14 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
 from hybridlab.errors import ModelNotInstalledError
+from hybridlab.filelock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 
@@ -83,25 +83,12 @@ def _is_valid(folder: Path, spec: ModelSpec) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_model(spec: ModelSpec) -> Path:
     """The cached folder of `spec`'s ONNX model, built first when missing or stale."""
     folder = cache_root() / spec.name
     if _is_valid(folder, spec):
         return folder
-    with _file_lock(cache_root() / f".{spec.name}.lock"):
+    with exclusive_lock(cache_root() / f".{spec.name}.lock"):  # blocking: wait for another builder
         if _is_valid(folder, spec):  # another process built it while we waited
             return folder
         staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=cache_root()))

@@ -18,7 +18,7 @@ kept as a fallback for `hybridlab verify --repair`; older ones and crashed build
 """
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 import re
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
+from hybridlab.filelock import exclusive_lock
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -256,17 +257,15 @@ class WriterLock:
 
     index_dir: Path
     handle: Any = None
+    _held: contextlib.ExitStack | None = None
 
     def __enter__(self) -> Self:
-        self.index_dir.mkdir(parents=True, exist_ok=True)
-        path = self.index_dir / LOCK_FILE
-        handle = open(path, "a+", encoding="utf-8")
+        path = Path(self.index_dir) / LOCK_FILE
+        held = contextlib.ExitStack()
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            handle = held.enter_context(exclusive_lock(path, blocking=False))
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
+            holder = path.read_text(encoding="utf-8").strip() or "unknown"
             raise IndexLockedError(
                 f"index {self.index_dir} is locked by PID {holder} (another process is writing it); "
                 "try again when it has finished"
@@ -275,13 +274,12 @@ class WriterLock:
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
-        self.handle = handle
+        self.handle, self._held = handle, held
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self.handle is not None:
             self.handle.seek(0)
             self.handle.truncate()
-            fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
-            self.handle.close()
-            self.handle = None
+            self._held.close()
+            self.handle = self._held = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.eval.datasets import REPO_ROOT
+from hybridlab.filelock import exclusive_lock
 from hybridlab.tune.runs import (
     importances,
     latest_sweeps,
@@ -34,18 +34,13 @@ LOCK_FILE = ".report.lock"
 def run_lock(reports: str | os.PathLike) -> Iterator[Path]:
     """An exclusive, non-blocking flock on `reports/.report.lock`; a second holder gets
     RuntimeError at once (cron runs must not pile up)."""
-    folder = Path(reports)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_FILE
-    with path.open("a+") as handle:
+    path = Path(reports) / LOCK_FILE
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.enter_context(exclusive_lock(path, blocking=False))
         except BlockingIOError:
             raise RuntimeError(f"another report run holds {path}") from None
-        try:
-            yield path
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield path
 
 
 def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
