@@ -1,11 +1,10 @@
-"""Shared pieces of the benchmark: percentiles, the results row schema, workers, machine facts.
+"""Shared pieces of the benchmark: the one percentile, the results row schema, workers, machine facts.
 
 Everything here but `run_worker`, `peak_rss_mb` and `machine_info` is a pure function.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import resource
@@ -15,6 +14,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hybridlab.config import offline_environment
 
@@ -31,17 +32,19 @@ PACKAGES = ("hybridlab", "numpy", "faiss-cpu", "bm25s", "duckdb", "torch", "sent
             "ranx", "matplotlib")
 
 
+#: The one percentile of every benchmark and report: numpy's "linear" method (its default; Hyndman &
+#: Fan type 7, linear interpolation between closest ranks). Reports name it as PERCENTILE_LABEL.
+PERCENTILE_METHOD = "linear"
+PERCENTILE_LABEL = f"numpy {PERCENTILE_METHOD}"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
+    """The q-th percentile (0..100) of `values`: `np.percentile(values, q, method=PERCENTILE_METHOD)`."""
+    if len(values) == 0:
         raise ValueError("percentile of an empty sequence")
     if not 0 <= q <= 100:
         raise ValueError(f"percentile q must be within [0, 100], got {q!r}")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method=PERCENTILE_METHOD))
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float]:

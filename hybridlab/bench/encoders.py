@@ -35,6 +35,7 @@ from typing import Self
 
 import numpy as np
 
+from hybridlab.bench.common import PERCENTILE_LABEL, percentile
 from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
 from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
@@ -186,9 +187,9 @@ def query_latency(encoder, queries: list[str], doc_vectors: np.ndarray) -> dict[
         encode_ms.append((t1 - t0) * 1000)
         total_ms.append((t2 - t0) * 1000)
     return {
-        "query_encode_p50_ms": float(np.percentile(encode_ms, 50)),
-        "query_encode_p90_ms": float(np.percentile(encode_ms, 90)),
-        "query_search_p50_ms": float(np.percentile(total_ms, 50)),
+        "query_encode_p50_ms": percentile(encode_ms, 50),
+        "query_encode_p90_ms": percentile(encode_ms, 90),
+        "query_search_p50_ms": percentile(total_ms, 50),
     }
 
 
@@ -354,7 +355,8 @@ def render_markdown(report: dict) -> str:
         "documents length-sorted within each timed chunk of "
         f"{CHUNK}. docs/s = documents / wall time of the whole pass; \"median\" = median over its chunks. "
         f"Query latency: one query at a time, {report['settings']['latency_queries']} queries, after 3 "
-        "warm-up queries; \"+ search\" adds a flat top-100 FAISS search."),
+        "warm-up queries; \"+ search\" adds a flat top-100 FAISS search; percentiles: "
+        f"{PERCENTILE_LABEL}."),
         "",
         ("| model | backend | docs | docs/s | docs/s median | vs ref | query p50 ms | + search p50 ms "
         "| nDCG@10 | Δ vs ref | nDCG@10 subset | Δ subset | cos to ref | other load |"),

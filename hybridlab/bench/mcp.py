@@ -24,17 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.bench.common import PERCENTILE_LABEL, percentile
 from hybridlab.config import apply_offline_environment, offline_environment
 from hybridlab.eval.datasets import REPO_ROOT
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -128,14 +120,15 @@ def _markdown(record: dict[str, Any]) -> str:
         (f"Machine: {record['machine']['cpus']} CPUs, load average {record['machine']['loadavg']} at start "
         f"(shared with other jobs: absolute times vary)."), "",
         "## Start-up (spawn → answer), stdio, N = " + str(s["first_search_s"]["n"]), "",
-        "| measure | median s | p95 s | min s | max s |", "|---|---|---|---|---|",
+        f"| measure | median s | p95 s ({PERCENTILE_LABEL}) | min s | max s |", "|---|---|---|---|---|",
     ]
     for name in ("initialized_s", "first_search_s"):
         v = s[name]
         lines.append(f"| {name.removesuffix('_s').replace('_', ' ')} | {v['median']} | {v['p95']} | {v['min']} | {v['max']} |")
     lines += ["", ("The server answers `initialize` before the embedding model is loaded (it warms in the "
               "background); the first `search` waits for it."), "",
-              "## One session", "", "| measure | median s | p95 s | max s |", "|---|---|---|---|"]
+              "## One session", "", f"| measure | median s | p95 s ({PERCENTILE_LABEL}) | max s |",
+              "|---|---|---|---|"]
     lines.append(f"| store_memory, durable (one generation each) | {d['store_s']['median']} | {d['store_s']['p95']} | "
                  f"{d['store_s']['max']} |")
     lines.append(f"| search (warm, {d['search_s']['n']} ground-truth queries) | {d['search_s']['median']} | "

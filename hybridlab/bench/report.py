@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import find_rows, ratio
+from hybridlab.bench.common import PERCENTILE_LABEL, find_rows, ratio
 
 SCIFACT_CHUNKS = 5183
 
@@ -118,7 +118,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
              f"{', '.join(f'{x:.1f}' for x in meta['load_end'])}. **Figures were taken on a shared machine** "
              "(other jobs on the same 2 cores): absolute times are noisy (±10–50%); ratios measured in the same "
              "run are the more reliable figures."), "",
-             ("Each percentile is computed per pass over the queries, then the median over passes is reported; one "
+             (f"Each percentile ({PERCENTILE_LABEL}) is computed per pass over the queries, then the median over "
+             "passes is reported; one "
              "query at a time; FAISS and BLAS single-threaded. search = `Index.last_timings['search_ms']` (retrieval, "
              "fusion, recency; not encoding, not result hydration); end to end = wall time of `Index.search` with the "
              "query vector cached, plus the encoder's time for that query alone (measured once per encoder, same "
