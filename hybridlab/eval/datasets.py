@@ -1,4 +1,11 @@
-"""BEIR-layout test collections: corpus, queries, qrels, and deterministic dev/test query splits."""
+"""BEIR-layout test collections: corpus, queries, qrels, and their query splits.
+
+A collection with an official train split (`qrels-train.tsv` or `qrels/train.tsv`, e.g. SciFact)
+keeps it: `train` = those queries, `test` = every query of the test qrels (as published results
+report), and `dev` = `train` (the split a sweep tunes on is never a part of `test`). Any other
+collection has one set of judgements, split deterministically into `dev`/`test` halves by the sha1 of
+the query id. `all` is always every query of the test qrels.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -40,9 +47,10 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
     )
 
 
-def load_queries(folder: Path) -> dict[str, str]:
-    """`{query_id: text}` from `queries.jsonl[.gz]`."""
-    path = find_file(folder, "queries.jsonl")
+def load_queries(folder: Path, split: str | None = None) -> dict[str, str]:
+    """`{query_id: text}` from `queries-<split>.jsonl[.gz]` when `split` is given and that file
+    exists, else from `queries.jsonl[.gz]` (BEIR keeps every split's queries in one file)."""
+    path = _queries_file(folder, split)
     queries: dict[str, str] = {}
     for line_number, obj in iter_jsonl(path):
         if "_id" not in obj or "text" not in obj:
@@ -51,9 +59,18 @@ def load_queries(folder: Path) -> dict[str, str]:
     return queries
 
 
-def load_query_metadata(folder: Path) -> dict[str, dict]:
-    """`{query_id: metadata}` (e.g. the query's kind) from `queries.jsonl[.gz]`, where present."""
-    path = find_file(folder, "queries.jsonl")
+def _queries_file(folder: Path, split: str | None) -> Path:
+    if split is not None:
+        try:
+            return find_file(folder, f"queries-{split}.jsonl")
+        except FileNotFoundError:
+            pass
+    return find_file(folder, "queries.jsonl")
+
+
+def load_query_metadata(folder: Path, split: str | None = None) -> dict[str, dict]:
+    """`{query_id: metadata}` (e.g. the query's kind) from the queries file, where present."""
+    path = _queries_file(folder, split)
     return {str(obj["_id"]): dict(obj.get("metadata") or {}) for _, obj in iter_jsonl(path)}
 
 
@@ -93,9 +110,12 @@ class Dataset:
     qrels: Qrels
 
     def split(self, split: str) -> Dataset:
-        """The same dataset restricted to the queries of a deterministic `dev`/`test`/`all` split."""
+        """The dataset of split `split` (`all`, `dev`, `test`, or `train` where the collection has
+        one): a deterministic sha1 half of these queries, or the collection's official split."""
         if split == "all":
             return self
+        if has_train_split(self.path):
+            return load_dataset(self.path, split)
         ids = split_query_ids(self.qrels, split)
         return Dataset(
             self.name,
@@ -105,12 +125,32 @@ class Dataset:
         )
 
 
+def has_train_split(folder: Path) -> bool:
+    """Whether a dataset folder has an official train split (`qrels-train.tsv` / `qrels/train.tsv`)."""
+    try:
+        find_file(Path(folder), "qrels-train.tsv", "qrels/train.tsv")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def splits_of(folder: Path) -> list[str]:
+    """The split names `load_dataset` accepts for this folder."""
+    return ["all", "dev", "test", "train"] if has_train_split(folder) else ["all", "dev", "test"]
+
+
 def load_dataset(name_or_path: str | os.PathLike, split: str = "all") -> Dataset:
-    """Queries (only those with judgements) and test qrels of a BEIR-layout dataset."""
+    """Queries (only those with judgements) and qrels of one split of a BEIR-layout dataset (see the
+    module docstring for what each split means)."""
     folder = resolve_dataset(name_or_path)
-    qrels = load_qrels(folder)
-    queries = {qid: text for qid, text in load_queries(folder).items() if qid in qrels}
-    return Dataset(folder.name, folder, queries, {qid: qrels[qid] for qid in queries}).split(split)
+    official = has_train_split(folder)
+    if split not in splits_of(folder):
+        raise ValueError(f"unknown split {split!r}; choose from {splits_of(folder)}")
+    file_split = "train" if official and split in {"train", "dev"} else "test"
+    qrels = load_qrels(folder, file_split)
+    queries = {qid: text for qid, text in load_queries(folder, file_split).items() if qid in qrels}
+    dataset = Dataset(folder.name, folder, queries, {qid: qrels[qid] for qid in queries})
+    return dataset if official else dataset.split(split)
 
 
 def split_query_ids(qrels: Qrels, split: str, dev_fraction: float = 0.5) -> list[str]:
