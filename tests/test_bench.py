@@ -7,7 +7,6 @@ from hybridlab.bench.common import (
     find_rows,
     make_row,
     median_summary,
-    overlap_at,
     percentile,
     ratio,
     summarize,
@@ -15,6 +14,7 @@ from hybridlab.bench.common import (
 )
 from hybridlab.bench.indexing import overhead
 from hybridlab.bench.report import evaluate_targets, markdown
+from hybridlab.eval.evaluate import top_overlap
 
 
 def test_percentile_interpolates_between_closest_ranks():
@@ -44,8 +44,11 @@ def test_median_summary_takes_the_median_of_per_run_percentiles():
 def test_ratio_and_overlap_and_overhead():
     assert ratio(3.0, 2.0) == 1.5
     assert ratio(None, 2.0) is None and ratio(1.0, 0.0) is None
-    assert overlap_at(["a", "b", "c"], ["c", "x", "a"], k=3) == pytest.approx(2 / 3)
-    assert overlap_at(["a", "b"], ["b", "a"], k=10) == 1.0
+    def ranked(ids: list[str]) -> dict[str, float]:  # a ranked list of ids as {doc: score}
+        return {doc: -float(rank) for rank, doc in enumerate(ids)}
+
+    assert top_overlap(ranked(["c", "x", "a"]), ranked(["a", "b", "c"]), top=3) == pytest.approx(2 / 3)
+    assert top_overlap(ranked(["b", "a"]), ranked(["a", "b"]), top=10) == 1.0
     assert overhead(11.0, 10.0) == pytest.approx(0.1)
     with pytest.raises(ValueError):
         overhead(1.0, 0.0)

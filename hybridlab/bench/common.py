@@ -67,16 +67,6 @@ def ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference
 
 
-def overlap_at(a: Sequence[str], b: Sequence[str], k: int = 10) -> float:
-    """Share of the top-k of `b` found in the top-k of `a` (1.0 = same set, order ignored)."""
-    if k <= 0:
-        raise ValueError(f"k must be positive, got {k}")
-    top_b = list(b)[:k]
-    if not top_b:
-        return 1.0 if not list(a)[:k] else 0.0
-    return len(set(list(a)[:k]) & set(top_b)) / len(top_b)
-
-
 def make_row(system: str, n_chunks: int, mode: str, filtered: bool, **fields: Any) -> dict[str, Any]:
     """One results.json row; unknown systems/modes/fields raise ValueError listing the choices."""
     if system not in SYSTEMS:

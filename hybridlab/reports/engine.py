@@ -23,8 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.bench.staged import PARALLEL, compare_staged
 from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
-from hybridlab.eval.evaluate import Run, compare, make_run, score, top_overlap
+from hybridlab.eval.evaluate import Run, compare, make_run
 
 PROJECT_KIND = "project-generic"
 PROJECT_TOP = 5
@@ -79,11 +80,10 @@ def hybrid_vs_vector(opened) -> dict[str, Any]:
 def staged_agreement(opened) -> dict[str, Any]:
     """Staged vs parallel hybrid at the defaults: mean/min top-10 overlap and nDCG@10 of both."""
     dataset = opened.evalset.dataset("all")
-    staged = make_run(opened.index, dataset.queries, staged=True, now=opened.evalset.now)
-    parallel = make_run(opened.index, dataset.queries, staged=False, now=opened.evalset.now)
-    overlaps = [top_overlap(parallel[qid], staged[qid], STAGED_TOP) for qid in parallel]
-    staged_ndcg = score(dataset.qrels, staged)["ndcg@10"]
-    parallel_ndcg = score(dataset.qrels, parallel)["ndcg@10"]
+    compared = compare_staged(opened.index, dataset.queries, {"staged": {}}, qrels=dataset.qrels, top=STAGED_TOP,
+                              now=opened.evalset.now)
+    overlaps = compared["staged"]["overlaps"]
+    staged_ndcg, parallel_ndcg = compared["staged"]["ndcg@10"], compared[PARALLEL]["ndcg@10"]
     return {
         "queries": len(overlaps), "chunks": opened.index.n_chunks,
         "mean_overlap": sum(overlaps) / len(overlaps), "min_overlap": min(overlaps),
