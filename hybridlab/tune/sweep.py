@@ -263,47 +263,6 @@ def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
     }
 
 
-#: Reference systems, evaluated on the default index: the package defaults (adaptive alpha),
-#: lexical only and dense only.
-
-
-def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
-                    candidates: Sequence[int], *, now: str | None = None, k: int = 10,
-                    expand_hops: int | None = None) -> list[dict[str, Any]]:
-    """Staged search (BM25 narrows to `candidates`, the corpus graph grows the pool `expand_hops`
-    times — None = the engine's default —, vectors re-score it) against the parallel hybrid
-    search, per candidate count, at `limit` = `k` (the engine scores at least `limit` candidates):
-    median latency, nDCG@k, recall@k and the top-`k` overlap."""
-    import statistics
-    import time
-
-    from hybridlab.eval.evaluate import score
-
-    def timed_run(**options) -> tuple[dict, list[float]]:
-        run, times = {}, []
-        index.encode_queries(index.choose_model(None, None), list(queries.values()))
-        for qid, text in queries.items():
-            started = time.perf_counter()
-            run[qid] = index.run(text, now=now, limit=k, **options)
-            times.append((time.perf_counter() - started) * 1000)
-        return run, times
-
-    def top(docs: Mapping[str, float]) -> set[str]:
-        return {d for d, _ in sorted(docs.items(), key=lambda item: (-item[1], item[0]))[:k]}
-
-    metrics = (f"ndcg@{k}", f"recall@{k}")
-    full, full_times = timed_run(staged=False)
-    rows = [{"candidates": None, "staged": False, "median_ms": statistics.median(full_times),
-             **score(qrels, full, metrics), f"overlap@{k}": 1.0}]
-    for count in candidates:
-        hops = {} if expand_hops is None else {"expand_hops": expand_hops}
-        run, times = timed_run(staged=True, candidates=count, fallback_threshold=0, **hops)
-        overlap = statistics.fmean(len(top(run[q]) & top(full[q])) / max(1, len(top(full[q]))) for q in queries)
-        rows.append({"candidates": count, "staged": True, "median_ms": statistics.median(times),
-                     **score(qrels, run, metrics), f"overlap@{k}": overlap})
-    return rows
-
-
 def cli_sweep(args: argparse.Namespace) -> int:
     """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner."""
     import time
