@@ -406,13 +406,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="a sweep run folder (default: the latest of each dataset)")
     p.set_defaults(func=_delegate("hybridlab.reports.runs", "cli_report"))
 
-    p = sub.add_parser("export-config", help="export a sweep's winning configuration")
+    p = sub.add_parser("export-config", help="export a sweep's winner if it beats the defaults out of sample "
+                       "(paired test, Holm-corrected), else the defaults with the verdict; every knob pinned")
     p.add_argument("run_dir")
     p.add_argument("-o", "--output", default="configs/best.json")
+    p.add_argument("--test", choices=["randomization", "t-test"], default="randomization",
+                   help="paired significance test against the defaults (default randomization)")
     p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_export_config"))
 
-    p = sub.add_parser("repro", help="re-run the evaluation a config records; OK/FAIL vs its test metrics")
-    p.add_argument("config")
+    p = sub.add_parser("repro", help="re-run the evaluation a config records, or every condition of the "
+                       "reproduction record (--all); OK/FAIL per metric")
+    p.add_argument("config", nargs="?", help="an exported config (configs/*.json)")
+    p.add_argument("--all", action="store_true", help="every condition of the reproduction record")
+    p.add_argument("--cheap", action="store_true", help="only the cheap conditions (seconds; what `make test` runs)")
+    p.add_argument("--conditions", default=None, help="the conditions file (default repro/conditions.yaml)")
+    p.add_argument("--condition", action="append", dest="names", metavar="NAME", help="only this condition (repeatable)")
     p.add_argument("--tolerance", type=float, default=0.0005)
     p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_repro"))
 

@@ -9,7 +9,7 @@ from tiny_evalset import MODELS, tiny_env, tiny_index  # noqa: F401  (fixtures)
 from hybridlab.cli import main
 from hybridlab.config import SEARCH_FIELDS, IndexConfig, load_config_file, resolve_search_config
 from hybridlab.eval.evaluator import Evaluator, full_search_config, resolve_evalset
-from hybridlab.tune.export import export_config, repro, write_config
+from hybridlab.tune.export import export_config, repro, sweep_winner, write_config
 
 METRIC_NAMES = ("hit_rate@10", "mrr", "ndcg@10", "recall@100")
 
@@ -33,7 +33,7 @@ def test_export_holds_every_search_field_index_and_provenance(tmp_path):
     run = tmp_path / "2026-11-22-sweep-tiny"
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps(fake_record(search, IndexConfig(), metrics)))
-    config = export_config(run)
+    config = sweep_winner(run)
     assert set(config["search"]) == set(SEARCH_FIELDS)
     assert IndexConfig.from_dict(config["index"]) == IndexConfig()
     provenance = config["provenance"]

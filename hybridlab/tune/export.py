@@ -1,24 +1,42 @@
-"""The exported winning configuration and its reproduction check (pyserini-style records).
+"""Configurations you can serve, exported from a sweep only when they beat the defaults out of sample.
 
-`configs/best.json` = ``{"search": {every SearchConfig field}, "index": {IndexConfig},
-"provenance": {dataset, split, metric, dev/test values, trial, version, commit, date, test metrics}}``
-— the file `hybridlab search|eval|mcp --config` read. `hybridlab repro` re-runs the evaluation it
-records and prints OK/FAIL per metric.
+`export_config(run_dir)` re-evaluates a finished sweep's winner (or several candidates) and the
+defaults on the set's report split, leaving out every query the sweep was tuned on, and compares
+them per query with a paired test (randomisation by default; Holm-corrected over the candidates).
+The winner is written only when it is significantly better (corrected p < 0.05) with a higher mean;
+otherwise the document holds the defaults and the verdict. Either way every knob is pinned as
+resolved for that index (adaptive `alpha`, auto `staged`/`fill_dense`, the corpus graph's `graph_k`),
+with the full index config and the package version, so `repro` keeps passing until someone re-records
+it on purpose:
+
+``{"search": {every SearchConfig field}, "index": {IndexConfig}, "provenance": {dataset, split,
+query_ids, metric, test_metrics, defaults_test_metrics, candidates, verdict, version, commit, date}}``
+— the file `hybridlab search|eval|mcp --config` read. `hybridlab repro CONFIG` re-runs the evaluation
+it records and prints OK/FAIL per metric.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.eval.datasets import REPO_ROOT
+from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config
+from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
+from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
+from hybridlab.eval.evaluate import METRICS, score, score_per_query
+from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, full_search_config, resolve_evalset
+from hybridlab.eval.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, holm, paired_test
+from hybridlab.index.graph import graph_size
 
 DEFAULT_TOLERANCE = 0.0005
+MAX_P = 0.05  # significance level of the export gate, after Holm's correction
+DEFAULT_TEST = "randomization"
 
 
 def package_version() -> str:
@@ -42,16 +60,26 @@ def git_commit(repo: Path = REPO_ROOT) -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
-def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The config document of a finished sweep run (its `metrics.json`)."""
-    from hybridlab.config import SEARCH_FIELDS
-    from hybridlab.eval.evaluator import full_search_config
+def _now_utc() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
-    run_dir = Path(run_dir)
-    record_path = run_dir / "metrics.json"
+
+def read_record(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A finished sweep run's `metrics.json`."""
+    record_path = Path(run_dir) / "metrics.json"
     if not record_path.is_file():
         raise FileNotFoundError(f"{record_path} not found: is {run_dir} a finished sweep run?")
-    record = json.loads(record_path.read_text(encoding="utf-8"))
+    return json.loads(record_path.read_text(encoding="utf-8"))
+
+
+def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The sweep's winner as the sweep recorded it (settings, index, its test metrics), not checked
+    against the defaults and not pinned: what a run found, not a config to serve (see
+    :func:`export_config`)."""
+    from hybridlab.config import SEARCH_FIELDS
+
+    run_dir = Path(run_dir)
+    record = read_record(run_dir)
     best = record["best"]
     search = full_search_config({k: v for k, v in best["search"].items() if k in SEARCH_FIELDS})
     return {
@@ -63,12 +91,168 @@ def export_config(run_dir: str | os.PathLike) -> dict[str, Any]:
             "dev_value": best["dev_value"], "test_value": best["test_metrics"][record["metric"]],
             "trial": best["trial"], "study": record.get("study"), "run": run_dir.name,
             "now": record.get("now"), "eval_limit": record.get("eval_limit", 100),
-            "package_version": package_version(), "git_commit": git_commit(),
-            "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
             "test_metrics": best["test_metrics"],
             "defaults_test_metrics": record["baselines"]["defaults"],
             "beats_defaults": record["beats_defaults"],
             "verdict": record.get("verdict"),
+        },
+    }
+
+
+# ------------------------------------------------------------------ pinning
+def pinned_search(search: Mapping[str, Any], n_chunks: int) -> dict[str, Any]:
+    """Every SearchConfig field as the engine resolves it today on an index of `n_chunks`: unset ones
+    from the defaults, adaptive `alpha` and auto `staged`/`fill_dense` decided (no env, no config
+    file), `candidates` at least the evaluation depth (see `full_search_config`)."""
+    settings = {k: v for k, v in search.items() if v is not None}
+    config, _ = resolve_search_config(settings, config_file=None, env={}, n_chunks=n_chunks)
+    resolved = dataclasses.asdict(resolve_auto(config, n_chunks))
+    resolved["candidates"] = max(resolved["candidates"], EVAL_LIMIT)
+    return resolved
+
+
+def pinned_index(config: IndexConfig, n_vectors: int) -> IndexConfig:
+    """`config` with its auto corpus-graph size (`graph_k=None`) decided for `n_vectors`."""
+    return dataclasses.replace(config, graph_k=graph_size(config.graph_k, n_vectors))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pinned:
+    """Settings to evaluate and export: a candidate's name (trial), its pinned search and index."""
+
+    name: str
+    trial: int | None
+    search: dict[str, Any]
+    index: IndexConfig
+
+
+def pin(evaluator: Evaluator, name: str, trial: int | None, search: Mapping[str, Any],
+        index: IndexConfig) -> Pinned:
+    n_chunks = evaluator.index(index).n_chunks
+    return Pinned(name, trial, pinned_search(search, n_chunks), pinned_index(index, n_chunks))
+
+
+# ------------------------------------------------------------------ which queries are out of sample
+def record_evalset(record: Mapping[str, Any]) -> EvalSet:
+    """The evaluation set a record names (its declared splits when it is a named set), with the
+    record's fixed `now`."""
+    dataset_path = record.get("dataset_path")
+    evalset = resolve_evalset(dataset_path) if dataset_path else get_evalset(record["dataset"])
+    if record.get("now") != evalset.now:
+        evalset = dataclasses.replace(evalset, now=record.get("now"))
+    return evalset
+
+
+def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
+    """The queries a sweep was tuned on: `tuned_on_queries` when recorded, else the split it names.
+    An older record's `dev` was the sha1 half of the test judgements even where the set now has an
+    official train split (SciFact before 2026-11-25): its recorded query count tells them apart."""
+    if "tuned_on_queries" in record:
+        return set(record["tuned_on_queries"])
+    name = record.get("tuned_on", "dev")
+    if name == CROSS_VALIDATED:
+        raise ValueError("a cross-validated sweep is exported from its out-of-fold scores, which this "
+                         "record does not hold")
+    recorded = (record.get("queries") or {}).get(name)
+    current = set(evaluator.dataset(name).queries)
+    if recorded is None or recorded == len(current):
+        return current
+    if name in {"dev", "test"}:
+        legacy = set(split_query_ids(evaluator.dataset("all").qrels, name))
+        if len(legacy) == recorded:
+            return legacy
+    raise ValueError(f"cannot tell which queries the sweep was tuned on: it records {recorded} {name!r} "
+                     f"queries, the {name!r} split has {len(current)} today")
+
+
+def out_of_sample_ids(record: Mapping[str, Any], evaluator: Evaluator) -> list[str]:
+    """The report split's queries the sweep did not tune on (sorted)."""
+    split = evaluator.evalset.report_split
+    ids = sorted(set(evaluator.dataset(split).queries) - tuned_on_ids(record, evaluator))
+    if not ids:
+        raise ValueError(f"the sweep was tuned on every query of the report split {split!r}: nothing out of sample")
+    return ids
+
+
+# ------------------------------------------------------------------ measuring
+def measure(evaluator: Evaluator, pinned: Pinned, split: str, query_ids: Sequence[str],
+            metric: str) -> tuple[dict[str, float], dict[str, float]]:
+    """(per-query `metric`, mean of every metric) of pinned settings over `query_ids` of `split`."""
+    run = evaluator.run(pinned.search, pinned.index, split)
+    qrels = evaluator.dataset(split).qrels
+    subset = {q: qrels[q] for q in query_ids}
+    run = {q: run.get(q, {}) for q in query_ids}
+    metrics = list(dict.fromkeys([*METRICS, metric]))
+    return score_per_query(subset, run, [metric])[metric], score(subset, run, metrics)
+
+
+def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p: float = MAX_P,
+                  permutations: int = DEFAULT_PERMUTATIONS, evaluator: Evaluator | None = None) -> dict[str, Any]:
+    """The config document to serve from a finished sweep run: its winner when it beats the
+    defaults out of sample and significantly, else the defaults with the verdict (module docstring).
+
+    Candidates are the record's `candidates` (`[{trial, search, index}]`) when it lists several,
+    else its best trial; their p-values are Holm-corrected together."""
+    from hybridlab.config import SEARCH_FIELDS
+
+    run_dir = Path(run_dir)
+    record = read_record(run_dir)
+    evaluator = evaluator or Evaluator(record_evalset(record))
+    evalset = evaluator.evalset
+    metric, split = record["metric"], evalset.report_split
+    query_ids = out_of_sample_ids(record, evaluator)
+
+    best = record["best"]
+    base = IndexConfig.from_dict((record.get("defaults") or {}).get("index")
+                                 or {"models": best["index"].get("models", IndexConfig().models)})
+    defaults = pin(evaluator, "defaults", None, {}, base)
+    listed = record.get("candidates") or [best]
+    candidates = [pin(evaluator, f"trial {c.get('trial')}", c.get("trial"),
+                      {k: v for k, v in c["search"].items() if k in SEARCH_FIELDS}, IndexConfig.from_dict(c["index"]))
+                  for c in listed]
+
+    defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
+    measured = [measure(evaluator, c, split, query_ids, metric) for c in candidates]
+    options = {"permutations": permutations, "seed": DEFAULT_SEED} if test == "randomization" else {}
+    tests = [paired_test(per_query, defaults_per_query, test, **options) for per_query, _ in measured]
+    adjusted = holm([t.p_value for t in tests])
+    rows = [{"name": c.name, "trial": c.trial, "test_metrics": metrics, **t.to_dict(), "p_holm": p,
+             "significant": p < max_p and t.difference > 0}
+            for c, (_, metrics), t, p in zip(candidates, measured, tests, adjusted)]
+    winners = [i for i, row in enumerate(rows) if row["significant"]]
+    chosen = max(winners, key=lambda i: rows[i]["mean_a"]) if winners else None
+    exported = candidates[chosen] if chosen is not None else defaults
+    exported_metrics = measured[chosen][1] if chosen is not None else defaults_metrics
+    top = rows[chosen] if chosen is not None else max(rows, key=lambda r: r["mean_a"])
+    split_size = len(evaluator.dataset(split).queries)
+    scope = (f"{len(query_ids)} out-of-sample queries of the report split {split!r}"
+             + (f" ({split_size - len(query_ids)} the sweep tuned on left out)" if len(query_ids) < split_size else ""))
+    correction = f"Holm over {len(rows)} candidates" if len(rows) > 1 else "1 candidate"
+    outcome = "exported the tuned config" if chosen is not None else "kept the defaults"
+    verdict = (f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
+               f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
+               f"({test} test p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
+               f"threshold {max_p})")
+    return {
+        "search": exported.search,
+        "index": exported.index.to_dict(),
+        "provenance": {
+            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"), "now": evalset.now,
+            "split": split, "query_ids": query_ids, "queries": len(query_ids),
+            "tuned_on": record.get("tuned_on", "dev"), "metric": metric,
+            "exported": "tuned" if chosen is not None else "defaults", "trial": exported.trial,
+            "test_metrics": exported_metrics, "test_value": exported_metrics[metric],
+            "defaults_test_metrics": defaults_metrics,
+            "beats_defaults": chosen is not None, "verdict": verdict,
+            "significance": {"test": test, "max_p": max_p, "correction": "holm", "permutations": permutations,
+                             "seed": DEFAULT_SEED},
+            "candidates": rows,
+            "sweep": {"run": run_dir.name, "study": record.get("study"), "best_trial": best["trial"],
+                      "dev_value": best.get("dev_value"), "test_metrics": best.get("test_metrics"),
+                      "verdict": record.get("verdict")},
+            "eval_limit": record.get("eval_limit", EVAL_LIMIT),
+            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
         },
     }
 
@@ -85,41 +269,52 @@ def write_config(config: Mapping[str, Any], path: str | os.PathLike) -> Path:
 
 
 def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> list[tuple[str, float, float, bool]]:
-    """Re-run the evaluation a config records: its dataset's test split, its exact index and
-    search settings (as arguments, so env variables cannot change them), its fixed `now`.
-    Returns (metric, recorded, measured, ok) per recorded test metric."""
-    from hybridlab.config import IndexConfig
-    from hybridlab.eval.evalsets import EvalSet
-    from hybridlab.eval.evaluator import Evaluator, resolve_evalset
-
+    """Re-run the evaluation a config records: its dataset's split (only its `query_ids` when it
+    lists them), its exact index and search settings (as arguments, so env variables cannot change
+    them), its fixed `now`. Returns (metric, recorded, measured, ok) per recorded test metric."""
     provenance = config.get("provenance") or {}
     if "dataset" not in provenance or "test_metrics" not in provenance:
         raise ValueError("the config has no provenance.dataset / provenance.test_metrics to reproduce")
-    evalset = resolve_evalset(provenance.get("dataset_path") or provenance["dataset"])
-    if provenance.get("now") != evalset.now:
-        evalset = EvalSet(evalset.name, evalset.sources, evalset.judgements, provenance.get("now"))
+    evaluator = Evaluator(record_evalset(provenance))
+    split = provenance.get("split", "test")
     recorded = provenance["test_metrics"]
-    measured = Evaluator(evalset).score(config["search"], IndexConfig.from_dict(config["index"]),
-                                        provenance.get("split", "test"), metrics=list(recorded))
+    search, index = config["search"], IndexConfig.from_dict(config["index"])
+    if provenance.get("query_ids"):
+        query_ids = provenance["query_ids"]
+        run = evaluator.run(search, index, split)
+        qrels = evaluator.dataset(split).qrels
+        measured = score({q: qrels[q] for q in query_ids}, {q: run.get(q, {}) for q in query_ids}, list(recorded))
+    else:
+        measured = evaluator.score(search, index, split, metrics=list(recorded))
     return [(m, float(recorded[m]), measured[m], abs(measured[m] - float(recorded[m])) <= tolerance)
             for m in recorded]
 
 
 def cli_export_config(args: argparse.Namespace) -> int:
-    path = write_config(export_config(args.run_dir), args.output)
+    config = export_config(args.run_dir, test=getattr(args, "test", DEFAULT_TEST))
+    path = write_config(config, args.output)
+    print(config["provenance"]["verdict"])
     print(f"wrote {path}")
     return 0
 
 
 def cli_repro(args: argparse.Namespace) -> int:
-    """`hybridlab repro CONFIG`: OK/FAIL per metric; exit 1 on any FAIL."""
+    """`hybridlab repro CONFIG` (OK/FAIL per metric of an exported config) or `hybridlab repro --all`
+    (every condition of the reproduction record); exit 1 on any FAIL."""
     from hybridlab.config import load_config_file
 
+    if getattr(args, "all", False) or getattr(args, "cheap", False) or getattr(args, "names", None):
+        from hybridlab.tune.repro import cli_repro_all
+
+        return cli_repro_all(args)
+    if not args.config:
+        raise ValueError("give a config file to reproduce, or --all for the reproduction record")
     config = load_config_file(args.config)
     rows = repro(config, args.tolerance)
     provenance = config["provenance"]
     print(f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
-          f"(trial {provenance.get('trial')}, commit {provenance.get('git_commit')})")
+          f"({provenance.get('queries', 'all')} queries; trial {provenance.get('trial')}, "
+          f"commit {provenance.get('git_commit')})")
     for metric, recorded, measured, ok in rows:
         print(f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
               f"(Δ {measured - recorded:+.4f}, tolerance ±{args.tolerance})")
