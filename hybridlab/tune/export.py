@@ -312,8 +312,9 @@ def cli_repro(args: argparse.Namespace) -> int:
     config = load_config_file(args.config)
     rows = repro(config, args.tolerance)
     provenance = config["provenance"]
+    trial = provenance.get("trial")
     print(f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
-          f"({provenance.get('queries', 'all')} queries; trial {provenance.get('trial')}, "
+          f"({provenance.get('queries', 'all')} queries; {'defaults' if trial is None else f'trial {trial}'}, "
           f"commit {provenance.get('git_commit')})")
     for metric, recorded, measured, ok in rows:
         print(f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
