@@ -6,13 +6,16 @@ whatever the index type. A filter's allowed rows are scored by the cheaper exact
 (`faiss.IDSelectorBitmap`, no copy; indexes without flat storage score all vectors instead). The
 per-filter state is kept for the next call with the same filter, and on that reuse the allowed
 vectors are copied into one contiguous matrix (while it fits `SUBSET_CACHE_BYTES`), which makes a
-repeated filter cost about its share of an unfiltered search. Approximate indexes
+repeated filter cost about its share of an unfiltered search. A DenseIndex may be searched from
+several threads at once: the lazily built state (vectors, the filter state) is guarded by a lock,
+and a filter state is never changed once another search may hold it. Approximate indexes
 (`IndexConfig.dense_index`, e.g. "HNSW32") answer unfiltered searches only; `ef_search` sets the
 HNSW candidate list, and a graph walk that comes back short of `depth` is answered exactly.
 """
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +96,8 @@ def top_exact(ids: np.ndarray, scores: np.ndarray, depth: int) -> tuple[np.ndarr
 @dataclass
 class _Subset:
     """One filter's state: allowed rows and ids, the plan, its bitmap selector, and (once the
-    filter is reused) the allowed vectors as one contiguous matrix."""
+    filter is reused) the allowed vectors as one contiguous matrix (set once, under the lock; a
+    search that read `matrix` as None before simply scores without it)."""
 
     key: bytes
     rows: np.ndarray
@@ -128,6 +132,7 @@ class DenseIndex:
         self._flat = storage if isinstance(storage, faiss.IndexFlat) else None
         self._vectors: np.ndarray | None = None
         self._subset: _Subset | None = None
+        self._lock = threading.Lock()  # guards the lazy `_vectors` and the filter state `_subset`
 
     def set_ef_search(self, ef_search: int) -> None:
         """The HNSW candidate list of unfiltered searches (FAISS uses at least `depth`); no-op for
@@ -174,6 +179,13 @@ class DenseIndex:
     def vectors(self) -> np.ndarray:
         """All stored vectors, row-aligned with `ids` (reconstructed once, then kept; a flat
         index's own storage is used without a copy)."""
+        vectors = self._vectors
+        if vectors is not None:
+            return vectors
+        with self._lock:
+            return self._vectors_locked()
+
+    def _vectors_locked(self) -> np.ndarray:
         if self._vectors is None:
             n = self.index.ntotal
             if not n:
@@ -219,20 +231,21 @@ class DenseIndex:
 
         allowed = np.ascontiguousarray(allowed, dtype=np.int64)
         key = hashlib.blake2b(allowed.tobytes(), digest_size=16).digest()
-        subset = self._subset
-        if subset is None or subset.key != key:
-            rows = self.rows_of(allowed)
-            subset = _Subset(key, rows, self.ids[rows], scan_plan(len(rows), self.size, self._flat is not None))
-            if subset.plan == "bitmap":
-                mask = np.zeros(self.size, dtype=bool)
-                mask[rows] = True
-                subset.bitmap = np.packbits(mask, bitorder="little")
-                subset.selector = faiss.IDSelectorBitmap(len(subset.bitmap), faiss.swig_ptr(subset.bitmap))
-                subset.params = faiss.SearchParameters(sel=subset.selector)
-            self._subset = subset
-        elif subset.matrix is None and len(subset.rows) * self.dim * 4 <= SUBSET_CACHE_BYTES:
-            subset.matrix = np.ascontiguousarray(self.vectors[subset.rows])
-        subset.uses += 1
+        with self._lock:
+            subset = self._subset
+            if subset is None or subset.key != key:
+                rows = self.rows_of(allowed)
+                subset = _Subset(key, rows, self.ids[rows], scan_plan(len(rows), self.size, self._flat is not None))
+                if subset.plan == "bitmap":
+                    mask = np.zeros(self.size, dtype=bool)
+                    mask[rows] = True
+                    subset.bitmap = np.packbits(mask, bitorder="little")
+                    subset.selector = faiss.IDSelectorBitmap(len(subset.bitmap), faiss.swig_ptr(subset.bitmap))
+                    subset.params = faiss.SearchParameters(sel=subset.selector)
+                self._subset = subset
+            elif subset.matrix is None and len(subset.rows) * self.dim * 4 <= SUBSET_CACHE_BYTES:
+                subset.matrix = np.ascontiguousarray(self._vectors_locked()[subset.rows])
+            subset.uses += 1
         return subset
 
     def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from hybridlab.errors import HybridlabError
 from hybridlab.index import layout, store
+from hybridlab.index.reader import consistency_problems, read_generation
 
 logger = logging.getLogger(__name__)
 
@@ -113,16 +114,14 @@ def verify(index_dir: str | Path) -> list[str]:
     problems += _cache_problems(cache_path(index_dir, manifest))
     if problems:
         return problems
-    from hybridlab.search.engine import Index
-
     try:
-        index = Index(index_dir, check=False)
+        generation = read_generation(index_dir, check=False)
     except layout.CorruptIndexError as error:
         return [str(error)]
     try:
-        return index.consistency_problems()
+        return consistency_problems(generation)
     finally:
-        index.close()
+        generation.store.close()
 
 
 def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
