@@ -33,9 +33,10 @@ def _timed(index, queries: list[str], options: Mapping[str, Any], repeats: int) 
         search, cpu = [], []
         for query in queries:
             started = time.thread_time()
-            found[query] = [r.doc_id for r in index.search(query, **options)]
+            response = index.search_response(query, **options)
+            found[query] = [r.doc_id for r in response.results]
             cpu.append((time.thread_time() - started) * 1000)
-            search.append(index.last_timings["search_ms"])
+            search.append(response.timings["search_ms"])
         search_runs.append(search)
         cpu_runs.append(cpu)
     return found, median_summary(search_runs), median_summary(cpu_runs)

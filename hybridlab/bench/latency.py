@@ -3,7 +3,7 @@ without a collection filter, split into query encoding and search.
 
 End to end = wall time of `Index.search` (query vector cached) plus the time the index's encoder
 takes for that query alone, measured in the same pass (encoding does not depend on the index, so
-it is timed once per encoder rather than once per mode); search = `Index.last_timings["search_ms"]`. Each
+it is timed once per encoder rather than once per mode); search = `SearchResponse.timings["search_ms"]` (`Index.search_response`). Each
 percentile is computed per repeat over the query set, then the median over repeats is reported.
 `cpu_*` is the CPU time of the calling thread over the whole `Index.search` call (FAISS and BLAS run
 single-threaded in it): unlike wall time it does not count waiting for a core on a shared machine.
@@ -72,11 +72,11 @@ def time_queries(index, queries: Sequence[str], options: Mapping[str, Any], repe
         for i, query in enumerate(queries):
             cpu_started = time.thread_time()
             started = time.perf_counter()
-            index.search(query, **options)
+            response = index.search_response(query, **options)
             wall = (time.perf_counter() - started) * 1000
             cpu.append((time.thread_time() - cpu_started) * 1000)
             e2e.append(wall + (encode_runs[r][i] if encode_runs else 0.0))
-            search.append(index.last_timings.get("search_ms", 0.0))
+            search.append(response.timings.get("search_ms", 0.0))
         e2e_runs.append(e2e)
         search_runs.append(search)
         cpu_runs.append(cpu)

@@ -120,7 +120,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], meta
              "run are the more reliable figures."), "",
              (f"Each percentile ({PERCENTILE_LABEL}) is computed per pass over the queries, then the median over "
              "passes is reported; one "
-             "query at a time; FAISS and BLAS single-threaded. search = `Index.last_timings['search_ms']` (retrieval, "
+             "query at a time; FAISS and BLAS single-threaded. search = `SearchResponse.timings['search_ms']` (retrieval, "
              "fusion, recency; not encoding, not result hydration); end to end = wall time of `Index.search` with the "
              "query vector cached, plus the encoder's time for that query alone (measured once per encoder, same "
              "queries). Encoders: `torch` = the default sentence-transformers MiniLM (torch's default 2 intra-op "

@@ -124,9 +124,9 @@ def _tool_error(error: BaseException):
 
 
 class _Service:
-    """The index, its writer and one lock: Index is not thread-safe and the SDK runs sync tools in
-    worker threads, so reads are serialised; a memory commit runs outside the lock (readers keep
-    using the previous generation) and the index re-opens under it afterwards."""
+    """The index and its writer. The SDK runs sync tools in worker threads; Index is thread-safe, so
+    reads run side by side, each on the generation it started with; after a memory commit the index
+    re-opens and later reads see the new generation."""
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
                  lock_wait: float, commit_delay: float) -> None:
@@ -137,35 +137,32 @@ class _Service:
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.index = open_index(self.index_dir, config)
         self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay)
-        self.lock = threading.RLock()
         self.warm_seconds: float | None = None
 
     def warm(self) -> None:
         """Load the embedding model and encode a few queries, so the first real search is quick."""
         started = time.perf_counter()
-        with self.lock:
-            try:
-                for model in self.index.models:  # a few lengths: torch prepares kernels per input shape
-                    for text in WARM_QUERIES:
-                        self.index.encoder(model).encode_queries([text])
-            except Exception:  # a model that fails to load is reported by the first search instead
-                logger.exception("warming the embedding model failed")
+        try:
+            for model in self.index.models:  # a few lengths: torch prepares kernels per input shape
+                for text in WARM_QUERIES:
+                    self.index.encode_queries(model, [text])
+        except Exception:  # a model that fails to load is reported by the first search instead
+            logger.exception("warming the embedding model failed")
         self.warm_seconds = time.perf_counter() - started
         logger.info("embedding model warm in %.2fs", self.warm_seconds)
 
     @contextlib.contextmanager
     def reading(self, flush: bool = True) -> Iterator[Any]:
-        """The index under the lock, deferred memories committed first; library errors become tool errors."""
+        """The index, deferred memories committed first; library errors become tool errors."""
         try:
             if flush:
                 self.writer.flush()
         except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
             logger.warning("could not commit %d queued memories before reading: %s", self.writer.pending, error)
-        with self.lock:
-            try:
-                yield self.index
-            except (HybridlabError, ValueError, KeyError, FileNotFoundError) as error:
-                raise _tool_error(error) from None
+        try:
+            yield self.index
+        except (HybridlabError, ValueError, KeyError, FileNotFoundError) as error:
+            raise _tool_error(error) from None
 
 
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,

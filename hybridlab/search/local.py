@@ -1,0 +1,145 @@
+"""The first implementation of the retriever seam: one generation on local disk (bm25s, FAISS, DuckDB).
+
+Each object wraps what :func:`hybridlab.index.reader.read_generation` loaded and lives exactly as long
+as the snapshot that holds it, so its caches (filter masks, chunk details, FAISS filter state) never
+mix generations. Every one may be used by several threads at once.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from hybridlab.index import store
+from hybridlab.index.dense import DenseIndex
+from hybridlab.index.graph import expand_by_graph
+from hybridlab.index.reader import Generation
+from hybridlab.index.sparse import SparseIndex
+from hybridlab.search.cache import LruCache
+from hybridlab.search.filters import Filters
+from hybridlab.search.retrievers import RowFilter
+
+FILTER_CACHE_SIZE = 64
+
+
+class Bm25Retriever:
+    """:class:`~hybridlab.search.retrievers.SparseRetriever` over a bm25s index (rows = its rows);
+    the filter is applied as a score mask, so the top `depth` are taken among allowed rows."""
+
+    def __init__(self, index: SparseIndex) -> None:
+        self.index = index
+
+    def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.top(self.index.query_ids(query), depth, allowed.mask)
+
+
+class FaissRetriever:
+    """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =
+    chunk ids) and its corpus graph; FAISS rows are mapped to snapshot rows with `to_rows`."""
+
+    def __init__(self, index: DenseIndex, chunk_ids: np.ndarray, to_rows: np.ndarray,
+                 graph: np.ndarray | None) -> None:
+        self.index = index
+        self.model = index.model
+        self.dim = index.dim
+        self._chunk_ids = chunk_ids
+        self._to_rows = to_rows  # FAISS row -> snapshot row
+        self._graph = graph
+
+    @property
+    def has_graph(self) -> bool:
+        return self._graph is not None
+
+    def search(self, vector: np.ndarray, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        ids, scores = self.index.search(vector, depth, None if allowed.mask is None else self._chunk_ids[allowed.mask])
+        return np.searchsorted(self._chunk_ids, ids), scores
+
+    def _score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(FAISS rows, scores) of the snapshot `rows` this model has vectors for."""
+        dense_rows = self.index.rows_of(self._chunk_ids[rows])
+        return dense_rows, self.index.vectors[dense_rows] @ np.asarray(vector, dtype=np.float32).reshape(-1)
+
+    def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dense_rows, scores = self._score(vector, rows)
+        return self._to_rows[dense_rows], scores
+
+    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
+                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+        dense_rows, scores = self._score(vector, rows)  # FAISS rows, scored once, no id round trip
+        added = 0
+        if self._graph is not None and hops > 0:
+            mask, to_rows = allowed.mask, self._to_rows
+            keep = None if mask is None else (lambda candidates: mask[to_rows[candidates]])
+            grown, scores = expand_by_graph(self.index.vectors, self._graph, vector, dense_rows, scores, hops=hops,
+                                            seeds=seeds, keep=keep)
+            added = len(grown) - len(dense_rows)
+            dense_rows = grown
+        return self._to_rows[dense_rows], scores, added
+
+
+class DuckDBStore:
+    """:class:`~hybridlab.search.retrievers.MetadataStore` over the generation's DuckDB store: filters
+    resolved by SQL into row masks (the last `FILTER_CACHE_SIZE` kept), chunk details read once."""
+
+    def __init__(self, generation: Generation, filter_cache_size: int = FILTER_CACHE_SIZE) -> None:
+        self._generation = generation
+        self._everything = RowFilter(Filters(), None, generation.n_chunks)
+        self._filters: LruCache[Filters, RowFilter] = LruCache(filter_cache_size)
+        self._details: tuple[list[str], list[tuple[str, ...]], list[datetime | None]] | None = None
+        self._details_lock = threading.Lock()
+
+    def allowed(self, filters: Filters) -> RowFilter:
+        if filters.empty:
+            return self._everything
+        return self._filters.get_or_compute(filters, lambda: self._resolve(filters))
+
+    def _resolve(self, filters: Filters) -> RowFilter:
+        generation = self._generation
+        for chunk_type in filters.chunk_types:
+            if chunk_type not in generation.known_chunk_types:
+                raise ValueError(f"unknown chunk type {chunk_type!r}; this index has {list(generation.known_chunk_types)}")
+        for collection in filters.collections:
+            if collection not in generation.known_collections:
+                raise ValueError(f"unknown collection {collection!r}; this index has {list(generation.known_collections)}")
+        sql, params = filters.sql()
+        ids = np.asarray([r[0] for r in generation.store.fetchall(sql, params)], dtype=np.int64)
+        mask = np.zeros(generation.n_chunks, dtype=bool)
+        mask[generation.rows_of(ids)] = True
+        if mask.all():  # e.g. embedding_model of a single-model index: no restriction to push down
+            return RowFilter(filters, None, generation.n_chunks)
+        mask.flags.writeable = False
+        return RowFilter(filters, mask, int(mask.sum()))
+
+    def details(self, rows: Sequence[int]) -> list[tuple[str, tuple[str, ...], datetime | None]]:
+        texts, tags, when = self._all_details()
+        return [(texts[row], tags[row], when[row]) for row in rows]
+
+    def _all_details(self) -> tuple[list[str], list[tuple[str, ...]], list[datetime | None]]:
+        """Chunk texts, document tags and dates by row, read from DuckDB once and kept."""
+        details = self._details
+        if details is None:
+            with self._details_lock:
+                if self._details is None:
+                    rows = self._generation.store.fetchall(
+                        "SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM chunks c "
+                        "JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+                    )
+                    self._details = ([r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows])
+                details = self._details
+        return details
+
+    def document(self, doc_id: str) -> dict[str, Any] | None:
+        row = self._generation.store.fetchone(
+            f"SELECT {', '.join(DOCUMENT_FIELDS)} FROM documents WHERE doc_id = ?", [doc_id])
+        return None if row is None else dict(zip(DOCUMENT_FIELDS, row))
+
+    def counts(self) -> dict[str, Any]:
+        with self._generation.store.connection() as con:
+            return store.counts(con)
+
+
+DOCUMENT_FIELDS = ("doc_id", "source", "collection", "title", "text", "doc_type", "created_at", "updated_at",
+                   "metadata", "tags")

@@ -1,0 +1,407 @@
+"""One search over one snapshot, as a pipeline of small steps.
+
+    settings   query checks, settings (precedence, adaptive), filters -> allowed rows, dense model
+    encode     the query vector (timed as `encode_ms`); query_tags: tags and collections it names
+    attempt    retrievers: BM25 (`depth`, staged: `candidates`), tags, dense (parallel: `depth`;
+               staged: the BM25 + tag pool scored with stored vectors, grown along the corpus graph)
+    combine    fusion (by name, weights from alpha) -> recency -> min_score
+    retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
+               than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
+    group      best chunk per document
+    hydrate    texts, tags, dates, snippets, explain -> SearchResult
+
+Every step reads the snapshot it is given and nothing else: a search never sees two generations.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
+from hybridlab.search.filters import Filters
+from hybridlab.search.fusion import alpha_weights, fuse
+from hybridlab.search.results import SearchResult, iso_utc, make_snippet
+from hybridlab.search.retrievers import RowFilter
+from hybridlab.search.snapshot import Snapshot
+from hybridlab.search.tags import resolve_tags
+
+# the engine's log name, kept for the fallback messages: it is what users filter on
+logger = logging.getLogger("hybridlab.search.engine")
+
+MAX_QUERY_CHARS = 10_000
+TAG_TIEBREAK = 1e-3
+
+Encode = Callable[[str, str], np.ndarray]  # (model, query) -> query vector
+Run = dict[int, float]  # row -> score of one retriever
+
+
+class Hit(NamedTuple):
+    """A scored row: final score, fused score before recency, recency factor (a tuple: one is
+    built per fused row, so it must be cheap)."""
+
+    row: int
+    score: float
+    fused: float
+    recency: float
+
+
+@dataclass(frozen=True)
+class QueryTags:
+    """The index's tags and collections a query names (or explicit tags), with the tag weight's
+    `boost` (enough matched words) and `coverage` (share of the query's words they cover)."""
+
+    tags: tuple[str, ...] = ()
+    collections: tuple[str, ...] = ()
+    boost: float = 1.0
+    coverage: float = 1.0
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """A query with everything resolved that does not depend on how deep the retrievers look."""
+
+    query: str
+    config: SearchConfig
+    alpha_source: str
+    allowed: RowFilter
+    model: str | None  # the dense model; None without a dense signal
+    vector: np.ndarray | None
+    tags: QueryTags
+
+
+@dataclass(frozen=True, eq=False)
+class Retrieval:
+    """Ranked hits (not yet grouped or cut to `limit`), each retriever's run, and how they were found."""
+
+    hits: list[Hit]
+    runs: dict[str, Run]
+    mode: str  # parallel / staged / fallback (hybrid) or vector / bm25 / tags
+    alpha: float
+    alpha_source: str
+    config: SearchConfig
+    model: str | None
+    query_tags: tuple[str, ...]
+    query_collections: tuple[str, ...]
+    tag_boost: float
+    tag_coverage: float
+    timings: dict[str, float]
+    graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
+
+
+# ------------------------------------------------------------------------------------ settings
+def clean_query(query: str) -> str:
+    """The query, checked (non-empty, at most MAX_QUERY_CHARS) and safe for the encoders."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("empty query: give some words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query too long: {len(query)} characters (at most {MAX_QUERY_CHARS})")
+    if not query.isascii():  # lone surrogates (possible from JSON "\ud800") break the encoders
+        query = query.encode("utf-8", "replace").decode("utf-8")
+    return query
+
+
+def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_model: str | None,
+                 language: str | None) -> str:
+    """embedding_model > language (via the index's language table) > the index's single model."""
+    if embedding_model:
+        from hybridlab.encoders.registry import get_spec
+
+        name = get_spec(embedding_model).name
+        if name not in snapshot.dense:
+            raise ValueError(f"the index has no vectors of {name!r}; it has {snapshot.models}")
+        return name
+    if language:
+        table = dict(tuple(pair) for pair in snapshot.generation.manifest["config"].get("model_by_language", ()))
+        table.update(config_file.get("language_models", {}))
+        if language not in table:
+            raise ValueError(f"no embedding model configured for language {language!r}; "
+                             f"known languages: {sorted(table)}; or pass embedding_model")
+        return choose_model(snapshot, config_file, table[language], None)
+    if len(snapshot.dense) == 1:
+        return next(iter(snapshot.dense))
+    if not snapshot.dense:
+        raise ValueError("the index has no embedding vectors; use mode='bm25'")
+    raise ValueError(
+        f"the index holds vectors of several models {snapshot.models}; choose one with "
+        f"embedding_model=... (CLI --embedding-model) or language=... (CLI --language)"
+    )
+
+
+def resolve_config(snapshot: Snapshot, config_file: Mapping[str, Any],
+                   options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
+    """The search settings (argument > env > config file > adaptive default) and their sources."""
+    return resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks)
+
+
+def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
+             config_file: Mapping[str, Any]) -> tuple[SearchConfig, str, RowFilter, str | None]:
+    """The search settings (auto values resolved) and where alpha came from, the rows the filters
+    allow, and the dense model (None when no dense signal is asked for)."""
+    options = dict(options)
+    embedding_model = options.pop("embedding_model", None)
+    language = options.pop("language", None)
+    config, sources = resolve_config(snapshot, config_file, options)
+    config = resolve_auto(config, snapshot.n_chunks)
+    allowed = snapshot.store.allowed(filters)
+    needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)
+    model = choose_model(snapshot, config_file, embedding_model, language) if needs_dense else None
+    return config, sources["alpha"], allowed, model
+
+
+def query_tags(snapshot: Snapshot, query: str, config: SearchConfig, boost_tags: Sequence[str] | None) -> QueryTags:
+    """The tags (and collections) the query names, or the explicit `boost_tags` as given."""
+    if boost_tags is None:
+        match = snapshot.tag_vocabulary.extract(query)
+        tags, matched_terms, coverage = match.tags, match.matched_terms, match.coverage
+        collections = tuple(snapshot.collection_vocabulary.extract(query).tags)
+    else:
+        tags, matched_terms, coverage = resolve_tags(boost_tags, snapshot.tag_vocabulary), len(boost_tags), 1.0
+        collections = ()
+    boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
+    return QueryTags(tuple(tags), collections, boost, coverage)
+
+
+# ------------------------------------------------------------------------------------ retrievers
+def tag_run(snapshot: Snapshot, request: Request, depth: int) -> Run:
+    """Rows carrying the query's tags (or in a collection the query names), scored by how many of
+    them match: + the tag's specificity (1 / sqrt(number of collections wearing it)) per matching
+    tag, +1 when the chunk's collection is named. Under rank fusion (RRF) equal counts are ordered
+    by the chunk's cosine similarity to the query (added as `0.001 * (1 + cos) / 2`, which never
+    outweighs one more matching tag), so RRF does not rank them by row id; score fusions see the
+    plain counts."""
+    named = request.tags
+    if not named.tags and not named.collections:
+        return {}
+    counts = np.zeros(snapshot.n_chunks, dtype=np.float64)
+    for tag in named.tags:
+        rows = snapshot.generation.tag_rows.get(tag)
+        if rows is not None:
+            counts[rows] += snapshot.tag_specificity[tag]
+    for name in named.collections:
+        counts[snapshot.collection_rows[name]] += 1.0
+    mask = request.allowed.mask
+    if mask is not None:
+        counts[~mask] = 0.0
+    rows = np.flatnonzero(counts)
+    if not len(rows):
+        return {}
+    scores = counts[rows]
+    if request.model is not None and request.vector is not None and request.config.fusion == "rrf":
+        scored, cosine = snapshot.dense[request.model].score(request.vector, rows)
+        similarity = np.zeros(len(rows))
+        similarity[np.isin(rows, scored)] = (1.0 + cosine) / 2.0
+        scores = scores + TAG_TIEBREAK * np.clip(similarity, 0.0, 1.0)
+    if len(rows) > depth:
+        keep = np.lexsort((rows, -scores))[:depth]
+        rows, scores = rows[keep], scores[keep]
+    return dict(zip(rows.tolist(), scores.tolist()))
+
+
+def staged_dense_run(snapshot: Snapshot, request: Request, candidate_rows: np.ndarray, depth: int) -> tuple[Run, int]:
+    """Exact dense scores of the staged candidates, grown along the corpus graph by `expand_hops`
+    hops from the `expand_seeds` best; the top `depth` and how many rows the graph added."""
+    config = request.config
+    rows, scores, added = snapshot.dense[request.model].score_pool(
+        request.vector, candidate_rows, hops=config.expand_hops, seeds=config.expand_seeds, allowed=request.allowed)
+    order = np.lexsort((rows, -scores))[:depth]
+    return dict(zip(rows[order].tolist(), scores[order].tolist())), added
+
+
+def fill_dense(snapshot: Snapshot, request: Request, dense_run: Run, bm25_run: Run) -> Run:
+    """The dense run plus the exact cosine of every BM25 candidate it lacks (from stored
+    vectors): such a chunk then counts with what it really scores instead of as missing."""
+    missing = np.fromiter((row for row in bm25_run if row not in dense_run), np.int64)
+    if not len(missing):
+        return dense_run
+    rows, cosine = snapshot.dense[request.model].score(request.vector, missing)
+    return {**dense_run, **dict(zip(rows.tolist(), cosine.tolist()))}
+
+
+def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
+            candidates: int) -> tuple[dict[str, Run], str, int, bool]:
+    """Every retriever's run at this `depth` (`candidates` for staged BM25): (runs, stage, rows
+    the graph added, whether BM25 ran out of hits). Staged turns into "fallback" here when BM25
+    finds fewer than `fallback_threshold` hits."""
+    config, allowed = request.config, request.allowed
+    mode = config.mode
+    runs: dict[str, Run] = {}
+    bm25_exhausted = False
+    if mode in {"hybrid", "bm25"}:
+        width = candidates if stage == "staged" else depth
+        rows, scores = snapshot.sparse.search(request.query, width, allowed)
+        runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
+        bm25_exhausted = len(rows) < width
+    if mode in {"hybrid", "tags"}:
+        runs["tags"] = tag_run(snapshot, request, depth)
+    if stage == "staged" and len(runs["bm25"]) < config.fallback_threshold:
+        stage = "fallback"
+        logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits (query %r)",
+                    len(runs["bm25"]), config.fallback_threshold, request.query[:80])
+    added = 0
+    if stage == "staged":
+        pool = np.union1d(np.fromiter(runs["bm25"], np.int64, len(runs["bm25"])),
+                          np.fromiter(runs["tags"], np.int64, len(runs["tags"])))
+        runs["dense"], added = staged_dense_run(snapshot, request, pool, depth)
+        if len(runs["bm25"]) > depth:
+            runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
+    elif request.model is not None:
+        rows, scores = snapshot.dense[request.model].search(request.vector, depth, allowed)
+        runs["dense"] = dict(zip(rows.tolist(), scores.tolist()))
+    if config.fill_dense and mode == "hybrid" and request.model is not None and runs.get("bm25"):
+        runs["dense"] = fill_dense(snapshot, request, runs["dense"], runs["bm25"])
+    return runs, stage, added, bm25_exhausted
+
+
+# ------------------------------------------------------------------------------------ fusion
+def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
+            now: datetime) -> tuple[list[Hit], int]:
+    """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
+    `min_score`; and how many rows were scored before that cut."""
+    mode = config.mode
+    weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
+    active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
+    if len(active) > 1:
+        fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
+    elif mode == "hybrid":
+        # one signal left (alpha 1.0 = dense only; alpha 0.0 without tags = BM25 only): its raw
+        # scores, so the ranking and scores are exactly those of mode="vector" / mode="bm25"
+        fused = dict(runs[active[0]]) if active else {}
+    else:
+        fused = dict(next(iter(runs.values()), {}))
+    if not fused:
+        return [], 0
+    rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
+    scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
+    factors = np.ones(len(rows))
+    if config.decay > 0 and config.recency_weight > 0:
+        days = (now.timestamp() - snapshot.generation.times[rows]) / 86400.0
+        decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
+        factors = np.where(np.isnan(decayed), 1.0, decayed)
+    final = scores * (1.0 - config.recency_weight + config.recency_weight * factors) if config.decay > 0 else scores
+    order = np.lexsort((rows, -final))
+    hits = list(map(Hit._make, zip(rows[order].tolist(), final[order].tolist(), scores[order].tolist(),
+                                   factors[order].tolist())))
+    n_scored = len(hits)
+    if config.min_score is not None:
+        hits = [hit for hit in hits if hit.score >= config.min_score]
+    return hits, n_scored
+
+
+def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit]:
+    """Best chunk per document, in score order, at most `limit`."""
+    doc_ids = snapshot.generation.doc_ids
+    seen: set[str] = set()
+    grouped = []
+    for hit in hits:
+        doc_id = doc_ids[hit.row]
+        if doc_id not in seen:
+            seen.add(doc_id)
+            grouped.append(hit)
+            if len(grouped) >= config.limit:
+                break
+    return grouped
+
+
+# ------------------------------------------------------------------------------------ the loop
+def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters: Filters,
+             boost_tags: Sequence[str] | None, now: datetime, config_file: Mapping[str, Any],
+             encode: Encode) -> Retrieval:
+    """Run the retrievers and fuse, widening until `limit` results come back or nothing more is
+    allowed: staged falls back to parallel, otherwise `depth` (and `candidates`) grow 4x."""
+    query = clean_query(query)
+    config, alpha_source, allowed, model = settings(snapshot, options, filters, config_file)
+    timings: dict[str, float] = {}
+    vector = None
+    if model is not None:
+        started = time.perf_counter()
+        vector = encode(model, query)
+        timings["encode_ms"] = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    request = Request(query, config, alpha_source, allowed, model, vector, query_tags(snapshot, query, config, boost_tags))
+    n_allowed = allowed.count
+    staged = config.staged and config.mode == "hybrid" and model is not None
+    stage = "staged" if staged else "parallel"
+    depth = min(max(config.depth, config.limit), max(n_allowed, 1))
+    candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
+    while True:
+        runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
+        hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now)
+        found = len(group(snapshot, hits, config)) if config.group_by_document else len(hits)
+        if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
+            break
+        if stage == "staged" and bm25_exhausted:
+            # BM25 has no more candidates to offer: only a parallel search can fill `limit`
+            stage = "fallback"
+            logger.info("staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
+                        found, config.limit, query[:80])
+            continue
+        if depth >= n_allowed and (stage != "staged" or candidates >= n_allowed):
+            break
+        depth, candidates = min(depth * 4, n_allowed), min(candidates * 4, n_allowed)
+    timings["search_ms"] = (time.perf_counter() - started) * 1000
+    named = request.tags
+    return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
+                     model, named.tags, named.collections, named.boost, named.coverage, timings,
+                     added if stage == "staged" else 0)
+
+
+# ------------------------------------------------------------------------------------ results
+def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
+    """Where a hit's score came from: each retriever's rank and score, tags, recency, settings."""
+    def rank_and_score(name: str) -> tuple[int | None, float | None]:
+        run = retrieval.runs.get(name) or {}
+        if hit.row not in run:
+            return None, None
+        score = run[hit.row]
+        return 1 + sum(1 for other, s in run.items() if s > score or (s == score and other < hit.row)), score
+
+    dense_rank, dense_score = rank_and_score("dense")
+    bm25_rank, bm25_score = rank_and_score("bm25")
+    chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
+    config = retrieval.config
+    return {
+        "dense_score": dense_score, "dense_rank": dense_rank,
+        "bm25_score": bm25_score, "bm25_rank": bm25_rank,
+        "matched_tags": sorted(chunk_tags & set(retrieval.query_tags)),
+        "query_tags": list(retrieval.query_tags), "query_collections": list(retrieval.query_collections),
+        "matched_collection": snapshot.generation.collections[hit.row] in retrieval.query_collections,
+        "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": retrieval.tag_boost,
+        "tag_coverage": retrieval.tag_coverage,
+        "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
+        "fusion": config.fusion, "rrf_k": config.rrf_k,
+        "normalization": config.normalization, "alpha": retrieval.alpha,
+        "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
+        "fill_dense": config.fill_dense, "decay": config.decay,
+        "recency_weight": config.recency_weight,
+        "staged_pool": ({"candidates": config.candidates, "graph_added": retrieval.graph_added,
+                         "expand_hops": config.expand_hops, "expand_seeds": config.expand_seeds,
+                         "graph": snapshot.dense[retrieval.model].has_graph}
+                        if retrieval.mode == "staged" else None),
+    }
+
+
+def hydrate(snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: str,
+            with_explain: bool) -> list[SearchResult]:
+    """SearchResults of the hits, ranked from 1: texts, tags and dates from the store, snippets."""
+    if not hits:
+        return []
+    generation = snapshot.generation
+    details = snapshot.store.details([hit.row for hit in hits])
+    results = []
+    for rank, (hit, (text, doc_tags, when)) in enumerate(zip(hits, details), start=1):
+        row = hit.row
+        results.append(SearchResult(
+            rank=rank, doc_id=generation.doc_ids[row], chunk_id=int(generation.chunk_ids[row]),
+            title=generation.titles[row], section=generation.sections[row], score=round(hit.score, 6),
+            snippet=make_snippet(text, query, retrieval.config.snippet_chars),
+            collection=generation.collections[row], chunk_type=generation.chunk_types[row],
+            tags=tuple(doc_tags or ()), updated_at=iso_utc(when),
+            explain=explain(snapshot, hit, retrieval) if with_explain else None,
+        ))
+    return results

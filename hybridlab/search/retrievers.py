@@ -1,0 +1,107 @@
+"""The seam between the search pipeline and what stores an index: three small protocols.
+
+The pipeline (:mod:`hybridlab.search.pipeline`) asks a :class:`SparseRetriever` and one
+:class:`DenseRetriever` per embedding model for candidates, and a :class:`MetadataStore` for the
+rows a filter allows and for the documents it returns. Today's implementation is one generation
+on local disk (bm25s, FAISS, DuckDB: :mod:`hybridlab.search.local`); a segment store (several
+immutable segments plus tombstones) or a distributed engine (Qdrant) plugs in here.
+
+Conventions every implementation follows:
+
+- **Rows.** Candidates are *rows* of the snapshot: row `r` is the chunk `chunk_ids[r]` of the
+  snapshot's ascending chunk-id table, so a row is a chunk id in local form and every run the
+  pipeline fuses is `{row: score}`. An engine that speaks chunk ids (Qdrant point ids) maps them
+  with that table (`np.searchsorted`); a segment store numbers its segments' chunks into one row
+  space and hides tombstoned rows through the filter.
+- **Filters are pushed down.** A search gets a :class:`RowFilter`: the declarative
+  :class:`~hybridlab.search.filters.Filters` (what a remote engine turns into a payload filter) and
+  the boolean row mask the metadata store resolved them to (what a local retriever applies). A
+  filtered search still returns up to `depth` allowed rows: filtering happens inside the retriever,
+  never by dropping results afterwards.
+- **Ranking order.** Results come best first, ties by ascending row; scores are the retriever's
+  own (BM25, cosine), comparable only within one retriever.
+- **Statistics are the retriever's business.** BM25 over several segments must use global
+  statistics (document frequencies, average length over all live chunks), so its scores do not
+  depend on how the index is cut into segments.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from hybridlab.search.filters import Filters
+
+
+@dataclass(frozen=True, eq=False)
+class RowFilter:
+    """The rows a search may return: `filters` as asked, `mask` as resolved (a boolean per row;
+    None = every row), `count` = rows allowed."""
+
+    filters: Filters
+    mask: np.ndarray | None
+    count: int
+
+
+class SparseRetriever(Protocol):
+    """Lexical retrieval (BM25) over the snapshot's rows."""
+
+    def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the `depth` best rows with a positive score among the allowed ones,
+        best first; the query is tokenised as the documents were."""
+        ...
+
+
+class DenseRetriever(Protocol):
+    """Vector retrieval for one embedding model (inner product of L2-normalised vectors)."""
+
+    model: str
+    dim: int
+
+    @property
+    def has_graph(self) -> bool:
+        """Whether :meth:`score_pool` can grow a pool along a corpus graph."""
+        ...
+
+    def search(self, vector: np.ndarray, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the `depth` nearest allowed rows, best first; exact whenever a filter
+        applies (min(depth, allowed rows with vectors) results)."""
+        ...
+
+    def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores): the exact score of each of `rows` this model has a vector for, in the
+        order given (rows without a vector are left out)."""
+        ...
+
+    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
+                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+        """Staged search: the exact scores of the candidate `rows` (as :meth:`score`), the pool
+        grown `hops` times along the corpus graph from its `seeds` best (allowed rows only, see
+        :func:`~hybridlab.index.graph.expand_by_graph`); (rows, scores, rows the graph added),
+        unordered."""
+        ...
+
+
+class MetadataStore(Protocol):
+    """Filters, documents and counts of the snapshot's chunks."""
+
+    def allowed(self, filters: Filters) -> RowFilter:
+        """The rows `filters` allow (resolved once per distinct filter and kept); ValueError names
+        a chunk type or collection the index does not have."""
+        ...
+
+    def details(self, rows: Sequence[int]) -> list[tuple[str, tuple[str, ...], datetime | None]]:
+        """(chunk text, document tags, document update time) of each row, for hydrating results."""
+        ...
+
+    def document(self, doc_id: str) -> dict[str, Any] | None:
+        """One document's stored fields (doc_id, source, collection, title, text, doc_type,
+        created_at, updated_at, metadata as JSON text, tags), None when absent."""
+        ...
+
+    def counts(self) -> dict[str, Any]:
+        """Counts per table, collection, chunk type and model (see :func:`hybridlab.index.store.counts`)."""
+        ...
