@@ -1,0 +1,203 @@
+"""The reproduction record (pyserini's `2cr/*.yaml` style): every quoted figure as a condition.
+
+`repro/conditions.yaml` lists conditions, each a name, the evaluation set and split, the exact
+command and the expected metrics (4 decimals). `hybridlab repro --all [--cheap]` runs each command
+(as a subprocess, from the repository root, with every `HYBRIDLAB_<search setting>` and
+`HYBRIDLAB_NOW` removed from its environment so only the command decides), compares the metrics it
+prints with the expected ones (±0.0005) and prints OK/FAIL per metric; exit 1 on any FAIL. The
+record is changed on purpose only: when an engine change moves a figure, update the expected value
+in the file (the FAIL line prints the measured one) in the same commit.
+
+A command may use these placeholders, filled in by `repro`:
+`${index}` = the set's evaluation index for the condition's `index` settings (built once and cached
+in `.cache/indexes`, like every evaluation index), `${data}` = the BEIR data dir (`HYBRIDLAB_DATA`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybridlab.config import ENV_ALIASES, ENV_PREFIX, SEARCH_FIELDS, IndexConfig, offline_environment
+from hybridlab.eval.datasets import REPO_ROOT, data_dir
+from hybridlab.eval.evalsets import ensure_index, get_evalset
+
+DEFAULT_CONDITIONS = REPO_ROOT / "repro" / "conditions.yaml"
+DEFAULT_TOLERANCE = 0.0005
+REQUIRED = ("name", "dataset", "split", "command", "metrics")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One recorded figure: what to run and what it gave when recorded."""
+
+    name: str
+    dataset: str
+    split: str
+    command: str
+    metrics: dict[str, float]
+    queries: int | None = None
+    cheap: bool = False
+    index: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A condition re-run: (metric, expected, measured, ok) rows, or the error that stopped it."""
+
+    condition: Condition
+    rows: list[tuple[str, float, float | None, bool]]
+    queries: int | None
+    seconds: float
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(ok for *_, ok in self.rows)
+
+
+def load_conditions(path: str | os.PathLike = DEFAULT_CONDITIONS) -> list[Condition]:
+    """The conditions of a record file; ValueError names the condition and what is wrong."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"conditions file not found: {path}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    entries = data.get("conditions") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a mapping with a 'conditions' list")  # noqa: TRY004 - CLI reports ValueError
+    conditions, seen = [], set()
+    for i, entry in enumerate(entries):
+        name = entry.get("name", f"#{i + 1}") if isinstance(entry, dict) else f"#{i + 1}"
+        if not isinstance(entry, dict) or any(key not in entry for key in REQUIRED):
+            raise ValueError(f"{path}: condition {name!r} needs {list(REQUIRED)}")
+        unknown = set(entry) - {f for f in Condition.__dataclass_fields__}
+        if unknown:
+            raise ValueError(f"{path}: condition {name!r} has unknown keys {sorted(unknown)}")
+        if name in seen:
+            raise ValueError(f"{path}: condition {name!r} appears twice")
+        seen.add(name)
+        conditions.append(Condition(**{**entry, "metrics": {k: float(v) for k, v in entry["metrics"].items()},
+                                       "index": dict(entry.get("index") or {})}))
+    return conditions
+
+
+def select(conditions: Sequence[Condition], *, cheap: bool = False,
+           names: Sequence[str] | None = None) -> list[Condition]:
+    """The cheap ones and/or the named ones (ValueError for an unknown name, listing the choices)."""
+    if names:
+        known = {c.name for c in conditions}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown condition(s) {unknown}; choose from {sorted(known)}")
+        conditions = [c for c in conditions if c.name in names]
+    return [c for c in conditions if c.cheap or not cheap]
+
+
+def command_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default os.environ) without the variables that would change a search: every
+    `HYBRIDLAB_<SEARCH FIELD>`, its aliases and `HYBRIDLAB_NOW`; plus the offline settings."""
+    env = dict(os.environ if env is None else env)
+    drop = {ENV_PREFIX + name.upper() for name in SEARCH_FIELDS} | {ENV_PREFIX + "NOW"}
+    drop |= {alias for aliases in ENV_ALIASES.values() for alias in aliases}
+    return {**{k: v for k, v in env.items() if k not in drop}, **offline_environment()}
+
+
+def expand(condition: Condition, index_dir: Path | None) -> list[str]:
+    """The condition's command as argv: placeholders filled, `hybridlab` run by this interpreter."""
+    values = {"data": str(data_dir())}
+    if index_dir is not None:
+        values["index"] = _relative(index_dir)
+    try:
+        text = string.Template(condition.command).substitute(values)
+    except KeyError as error:
+        raise ValueError(f"condition {condition.name!r}: unknown placeholder ${{{error.args[0]}}}") from None
+    argv = shlex.split(text)
+    if argv[:1] == ["hybridlab"]:
+        argv = [sys.executable, "-m", "hybridlab.cli", *argv[1:]]
+    return argv
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *, progress: bool = False,
+                  timeout: float = 3600.0) -> Outcome:
+    """Build (or reuse) the index, run the command, compare the metrics it prints as JSON."""
+    started = time.perf_counter()
+
+    def failed(message: str) -> Outcome:
+        return Outcome(condition, [], None, time.perf_counter() - started, message)
+
+    try:
+        index_dir = None
+        if "${index}" in condition.command:
+            index_dir = ensure_index(get_evalset(condition.dataset), IndexConfig.from_dict(condition.index),
+                                     progress=progress)
+        argv = expand(condition, index_dir)
+    except (ValueError, FileNotFoundError) as error:
+        return failed(str(error))
+    done = subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return failed(f"the command exited {done.returncode}: {tail}")
+    try:
+        printed = json.loads(done.stdout[done.stdout.index("{"):])
+        measured = printed["metrics"]
+    except (ValueError, KeyError):
+        return failed("the command printed no JSON metrics (does it pass --json?)")
+    rows = [(m, expected, measured.get(m), m in measured and abs(measured[m] - expected) <= tolerance)
+            for m, expected in condition.metrics.items()]
+    queries = printed.get("queries")
+    if condition.queries is not None and queries != condition.queries:
+        rows.append(("queries", float(condition.queries), None if queries is None else float(queries), False))
+    return Outcome(condition, rows, queries, time.perf_counter() - started)
+
+
+def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
+    """OK/FAIL lines of one condition."""
+    condition = outcome.condition
+    queries = outcome.queries if outcome.queries is not None else "?"
+    lines = [f"# {condition.name} ({condition.dataset} {condition.split}, {queries} queries, {outcome.seconds:.0f} s)"]
+    if outcome.error:
+        return [*lines, f"FAIL {outcome.error}"]
+    for metric, expected, measured, ok in outcome.rows:
+        shown = "missing" if measured is None else f"{measured:.4f}"
+        delta = "" if measured is None else f"  (Δ {round(measured - expected, 4) + 0.0:+.4f}, tolerance ±{tolerance})"
+        lines.append(f"{'OK  ' if ok else 'FAIL'} {metric:<12} expected {expected:.4f}  measured {shown}{delta}")
+    return lines
+
+
+def cli_repro_all(args: argparse.Namespace) -> int:
+    """`hybridlab repro --all [--cheap] [--condition NAME] [--conditions FILE]`."""
+    path = Path(args.conditions) if getattr(args, "conditions", None) else DEFAULT_CONDITIONS
+    tolerance = getattr(args, "tolerance", DEFAULT_TOLERANCE)
+    conditions = select(load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None))
+    if not conditions:
+        raise ValueError(f"no condition of {path} selected")
+    print(f"repro {_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
+    failed = []
+    for condition in conditions:
+        outcome = run_condition(condition, tolerance)
+        print("\n".join(format_outcome(outcome, tolerance)), flush=True)
+        if not outcome.ok:
+            failed.append(condition.name)
+    print(f"all {len(conditions)} conditions reproduced" if not failed
+          else f"{len(failed)} of {len(conditions)} condition(s) FAILED: {', '.join(failed)}")
+    return 1 if failed else 0

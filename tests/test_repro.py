@@ -1,0 +1,109 @@
+"""The reproduction record: conditions file, OK/FAIL per metric, and the cheap conditions themselves
+(these are the figures `make test` re-runs, so an engine change that moves one fails here)."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from hybridlab.cli import build_parser, main
+from hybridlab.tune.repro import (
+    DEFAULT_CONDITIONS,
+    Condition,
+    command_environment,
+    expand,
+    load_conditions,
+    run_condition,
+    select,
+)
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def printing(metrics: dict, queries: int = 2) -> str:
+    """A command printing what `hybridlab eval --json` prints."""
+    payload = json.dumps({"queries": queries, "metrics": metrics})
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(f'print({payload!r})')}"
+
+
+def test_conditions_file_is_validated(tmp_path):
+    with pytest.raises(ValueError, match=r"condition 'a' needs \['name', 'dataset', 'split', 'command', 'metrics'\]"):
+        load_conditions(write(tmp_path / "c.yaml", "conditions:\n  - {name: a, dataset: memories}\n"))
+    with pytest.raises(ValueError, match=r"unknown keys \['colour'\]"):
+        load_conditions(write(tmp_path / "c.yaml", "conditions:\n  - {name: a, dataset: d, split: all, command: x, "
+                                                   "metrics: {mrr: 0.5}, colour: red}\n"))
+    with pytest.raises(ValueError, match="'a' appears twice"):
+        load_conditions(write(tmp_path / "c.yaml", "conditions:\n" + "  - {name: a, dataset: d, split: all, "
+                                                   "command: x, metrics: {mrr: 0.5}}\n" * 2))
+
+
+def test_select_cheap_and_named_conditions():
+    conditions = [Condition("a", "d", "all", "x", {}, cheap=True), Condition("b", "d", "all", "x", {})]
+    assert [c.name for c in select(conditions, cheap=True)] == ["a"]
+    assert [c.name for c in select(conditions, names=["b"])] == ["b"]
+    with pytest.raises(ValueError, match=r"unknown condition\(s\) \['z'\]; choose from \['a', 'b'\]"):
+        select(conditions, names=["z"])
+
+
+def test_commands_run_without_the_search_environment():
+    env = command_environment({"HYBRIDLAB_ALPHA": "0.1", "HYBRIDLAB_RECENCY_DECAY": "1", "HYBRIDLAB_NOW": "2020",
+                               "HYBRIDLAB_DATA": "/data", "PATH": "/bin"})
+    assert env["HYBRIDLAB_DATA"] == "/data" and env["PATH"] == "/bin" and env["HF_HUB_OFFLINE"] == "1"
+    assert not {"HYBRIDLAB_ALPHA", "HYBRIDLAB_RECENCY_DECAY", "HYBRIDLAB_NOW"} & set(env)
+
+
+def test_placeholders_are_filled_and_unknown_ones_named(tmp_path):
+    argv = expand(Condition("a", "d", "all", "hybridlab eval --index ${index} --queries ${data}/x", {}), tmp_path)
+    assert argv[:3] == [sys.executable, "-m", "hybridlab.cli"] and argv[3:6] == ["eval", "--index", str(tmp_path)]
+    with pytest.raises(ValueError, match=r"unknown placeholder \$\{nope\}"):
+        expand(Condition("a", "d", "all", "hybridlab eval ${nope}", {}), None)
+
+
+def test_ok_and_fail_per_metric(tmp_path, capsys):
+    command = printing({"mrr": 0.50004, "ndcg@10": 0.61})
+    outcome = run_condition(Condition("fake", "d", "all", command, {"mrr": 0.5, "ndcg@10": 0.6}, queries=2))
+    assert [(m, ok) for m, _, _, ok in outcome.rows] == [("mrr", True), ("ndcg@10", False)]
+    record = write(tmp_path / "c.yaml", json.dumps({"conditions": [
+        {"name": "good", "dataset": "d", "split": "all", "command": command, "metrics": {"mrr": 0.5}, "cheap": True},
+        {"name": "bad", "dataset": "d", "split": "all", "command": command, "metrics": {"ndcg@10": 0.6}, "queries": 3},
+    ]}))
+    assert main(["repro", "--cheap", "--conditions", str(record)]) == 0
+    assert "OK   mrr          expected 0.5000  measured 0.5000" in capsys.readouterr().out
+    assert main(["repro", "--all", "--conditions", str(record)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL ndcg@10      expected 0.6000  measured 0.6100" in out and "FAIL queries" in out
+    assert "1 of 2 condition(s) FAILED: bad" in out
+
+
+def test_every_recorded_command_is_a_valid_eval_command():
+    conditions = load_conditions(DEFAULT_CONDITIONS)
+    assert {c.dataset for c in conditions} >= {"memories", "holoviz", "scifact", "cisi", "cranfield", "med"}
+    for condition in conditions:
+        argv = shlex.split(condition.command.replace("${index}", "IDX").replace("${data}", "DATA"))
+        assert argv[0] == "hybridlab", condition.name
+        args = build_parser().parse_args(argv[1:])
+        assert args.command == "eval" and args.json, condition.name
+        assert set(condition.metrics) == {"hit_rate@10", "mrr", "ndcg@10", "recall@100"}
+        assert all(round(v, 4) == v for v in condition.metrics.values()), condition.name
+
+
+def test_the_cheap_conditions_reproduce(capsys):
+    """The figures `make test` guards (memories, a few seconds each)."""
+    cheap = select(load_conditions(DEFAULT_CONDITIONS), cheap=True)
+    assert cheap and all(c.dataset == "memories" for c in cheap)
+    assert main(["repro", "--cheap"]) == 0, capsys.readouterr().out
+    assert f"all {len(cheap)} conditions reproduced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config", ["configs/best.json"])
+def test_the_served_config_reproduces(config, capsys):
+    """The config the README's MCP section serves: pinned, so an engine-default change cannot move it."""
+    from hybridlab.eval.datasets import REPO_ROOT
+
+    assert main(["repro", str(REPO_ROOT / config)]) == 0, capsys.readouterr().out
+    assert "all metrics reproduced" in capsys.readouterr().out
