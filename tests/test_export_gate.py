@@ -99,7 +99,7 @@ def test_no_significant_winner_keeps_the_defaults_with_the_verdict(tmp_path):
     assert provenance["test_metrics"] == provenance["defaults_test_metrics"]
     verdict = provenance["verdict"]
     assert verdict.startswith("kept the defaults: trial 0 does not significantly beat the defaults on ndcg@10")
-    assert "15 out-of-sample queries" in verdict and "t-test test p = 1" in verdict and "0.6309 vs 0.6309" in verdict
+    assert "15 out-of-sample queries" in verdict and "t-test p = 1" in verdict and "0.6309 vs 0.6309" in verdict
 
 
 class LegacyStub(StubEvaluator):

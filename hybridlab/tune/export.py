@@ -232,7 +232,7 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
     outcome = "exported the tuned config" if chosen is not None else "kept the defaults"
     verdict = (f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
                f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
-               f"({test} test p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
+               f"({test if test.endswith('test') else f'{test} test'} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
                f"threshold {max_p})")
     return {
         "search": exported.search,
