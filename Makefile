@@ -45,10 +45,15 @@ sweep-alpha: setup
 	$(BIN)/python -m hybridlab.tune.grid --dataset all
 
 # Optuna sweeps (notebooks/sweep.ipynb via papermill) into reports/<date>-sweep-<set>/, the winners
-# exported to configs/, then the report over both. ~10 min here.
+# exported to configs/, then the report over both. ~10 min here. Spread over processes and machines
+# (docs/scale-out.md): make sweep WORKERS=4 STORAGE=postgresql://user@host/db (or journal:/shared/sweep.log);
+# the same command on another machine joins the studies.
+STORAGE ?=
+WORKERS ?= 1
+SWEEP_ARGS = --workers $(WORKERS) $(if $(STORAGE),--storage '$(STORAGE)')
 sweep: setup
-	$(BIN)/hybridlab sweep --dataset memories --export configs/best.json
-	$(BIN)/hybridlab sweep --dataset scifact --export configs/best-scifact.json
+	$(BIN)/hybridlab sweep --dataset memories $(SWEEP_ARGS) --export configs/best.json
+	$(BIN)/hybridlab sweep --dataset scifact $(SWEEP_ARGS) --export configs/best-scifact.json
 	$(BIN)/hybridlab report
 
 # Cron-safe: no prompts, exit 1 on failure, an flock on reports/.report.lock so runs never overlap.

@@ -389,12 +389,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run the sweep notebook (Optuna) through papermill into reports/")
     p.add_argument("--dataset", required=True)
     p.add_argument("--trials", type=_positive_int, default=None)
-    p.add_argument("--storage", help="Optuna storage URL (default: SQLite in the run folder)")
-    p.add_argument("--study", help="study name")
+    p.add_argument("--storage", help="Optuna storage: postgresql://user@host/db, sqlite:///PATH or journal:PATH "
+                                     "(a file on shared storage); default SQLite in the run folder")
+    p.add_argument("--study", help="study name (default <dataset>-<metric>); the same name joins the study")
+    p.add_argument("--workers", type=_positive_int, default=1,
+                   help="worker processes on this machine (default 1); run the same command on other "
+                        "machines with a shared --storage to add theirs (docs/scale-out.md)")
     p.add_argument("--metric", default="ndcg@10")
     p.add_argument("--reports", default="reports", help="reports folder")
     p.add_argument("--export", default="configs/best.json", help="where the winning config is exported")
-    p.add_argument("--seed", type=int, default=0, help="seed of the TPE sampler (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the TPE sampler (default 0); workers joining a study derive theirs from it")
     p.add_argument("--max-index-configs", type=_positive_int, default=4,
                    help="distinct index builds (BM25 k1/b, chunking) a study may use (default 4)")
     p.add_argument("--model", action="append", dest="models", metavar="NAME",

@@ -12,18 +12,40 @@ from typing import Any
 from hybridlab.eval.evaluate import METRICS
 
 SWEEP_PREFIX = "sweep-"
+#: `journal:PATH` selects Optuna's JournalStorage over the file PATH
+JOURNAL_PREFIX = "journal:"
+
+
 def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
-    """An Optuna storage: the URL as given (SQLite gets a long lock timeout so several worker
-    processes can share it), or SQLite `study.db` in the run folder."""
+    """An Optuna storage for `url`: None = SQLite `study.db` in the run folder; `sqlite:///…` with a
+    long lock timeout (several local worker processes share it); `journal:PATH` = Optuna's
+    JournalStorage over an append-only file (a file on shared storage, NFS-safe lock); any other
+    SQLAlchemy URL (`postgresql://…`, through psycopg 3) as an RDBStorage that checks pooled
+    connections before use."""
     import optuna
 
     if url is None:
         if run_dir is None:
             raise ValueError("give a storage URL or a run folder")
         url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+    if url.startswith(JOURNAL_PREFIX):
+        from optuna.storages.journal import JournalFileBackend
+
+        path = Path(url.removeprefix(JOURNAL_PREFIX)).expanduser()
+        if not path.name:
+            raise ValueError(f"journal storage needs a file: journal:PATH, got {url!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if url.startswith("sqlite:"):
         return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return url
+    if url.startswith("postgresql://"):  # psycopg 3 (the `postgres` extra), whatever SQLAlchemy's default
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    except ImportError as error:  # the database driver is missing
+        driver = getattr(error.__cause__, "name", None) or "its database driver"
+        extra = " (pip install 'hybridlab[postgres]')" if url.startswith("postgres") else ""
+        raise ImportError(f"storage {url.split('://')[0]}:// needs {driver}{extra}") from error
 
 
 def today() -> str:

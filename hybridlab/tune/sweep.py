@@ -8,16 +8,24 @@ shared embeddings cache); a study holds at most ``max_index_configs`` of them �
 one more is pruned before it costs anything.
 
 `hybridlab sweep` runs ``notebooks/sweep.ipynb`` through papermill; the notebook calls
-:func:`run_study` and :func:`finalize`.
+:func:`run_study` and :func:`finalize`. With ``workers`` > 1 :func:`run_study` creates the study
+(and its schema) once, enqueues the defaults, then starts that many worker processes
+(``python -m hybridlab.tune.sweep``, :func:`worker_main`) on the same storage and waits for them;
+the same command on other machines joins the study (docs/scale-out.md).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
+import hashlib
 import json
 import logging
 import os
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +40,19 @@ from hybridlab.eval.evaluator import (
     index_key,
     resolve_evalset,
 )
-from hybridlab.tune.runs import new_run_dir, storage_for, update_index, write_summary
+from hybridlab.tune.runs import JOURNAL_PREFIX, new_run_dir, storage_for, update_index, write_summary
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_METRIC = "ndcg@10"
 DEFAULT_TRIALS = {"memories": 120, "scifact": 80, "holoviz": 30}
 DEFAULT_MAX_INDEX_CONFIGS = 4
+#: a worker whose trial would overshoot the study waits this long between looks at the study
+SLOT_POLL_S = 1.0
+#: a trial RUNNING for longer than this (its worker died) no longer holds one of the study's slots
+STALE_AFTER_S = 2 * 3600.0
+#: seconds between two progress lines of the process that waits for its workers
+PROGRESS_EVERY_S = 30.0
 INDEX_TARGETS = {"bm25_k1": ("bm25", "k1"), "bm25_b": ("bm25", "b"),
                  "chunk_size": ("chunk", "chunk_size"), "chunk_overlap": ("chunk", "chunk_overlap")}
 
@@ -132,7 +146,8 @@ class Objective:
 
     def __init__(self, evaluator: Evaluator, space: Sequence[Param], *, metric: str = DEFAULT_METRIC,
                  split: str = "dev", base_index: IndexConfig | None = None,
-                 max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS) -> None:
+                 max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS, trials: int | None = None,
+                 seed: int | None = None) -> None:
         from hybridlab.eval.evaluate import METRICS
 
         if metric not in METRICS:
@@ -142,11 +157,18 @@ class Objective:
         self.evaluator, self.space, self.metric, self.split = evaluator, tuple(space), metric, split
         self.base_index = base_index or IndexConfig()
         self.max_index_configs = max_index_configs
+        self.trials, self.seed = trials, seed
 
     def __call__(self, trial) -> float:
         import optuna
 
+        if self.trials is not None:
+            self._wait_for_slot(trial)
         params = suggest(trial, self.space)
+        twin = same_params_as(trial)
+        if twin is not None:
+            trial.set_user_attr("pruned", f"same parameters as trial #{twin}")
+            raise optuna.TrialPruned(f"same parameters as trial #{twin}")
         search, config = split_params(params, self.base_index)
         key = index_key(config)
         used = {t.user_attrs.get("index_key") for t in trial.study.get_trials(deepcopy=False)
@@ -155,13 +177,62 @@ class Objective:
         trial.set_user_attr("index_key", key)
         if key not in used and len(used) >= self.max_index_configs:
             trial.set_user_attr("index_key", None)
+            trial.set_user_attr("pruned", "index-config cap")
             raise optuna.TrialPruned(f"cap of {self.max_index_configs} index configs reached")
         trial.set_user_attr("index", config.to_dict())
         trial.set_user_attr("search", full_search_config(search))
-        trial.set_user_attr("worker", os.getpid())
+        trial.set_user_attr("worker", worker_id())
+        if self.seed is not None:
+            trial.set_user_attr("seed", self.seed)
         metrics = self.evaluator.score(search, config, self.split)
         trial.set_user_attr("metrics", metrics)
         return metrics[self.metric]
+
+    def _wait_for_slot(self, trial) -> None:
+        """Hold the trial while `trials` trials numbered before it are complete or running, so
+        workers finishing together never overshoot the study; prune it (and stop this worker) once
+        the study holds `trials` completed trials. A running trial older than STALE_AFTER_S (its
+        worker died) holds no slot."""
+        import optuna
+        from optuna.trial import TrialState
+
+        while True:
+            trials = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+            if sum(t.state == TrialState.COMPLETE for t in trials) >= self.trials:
+                trial.set_user_attr("pruned", "study full")
+                trial.study.stop()
+                raise optuna.TrialPruned("the study holds its trials")
+            now = dt.datetime.now()
+            ahead = sum(t.number < trial.number and (
+                t.state == TrialState.COMPLETE or t.datetime_start is None
+                or (now - t.datetime_start).total_seconds() < STALE_AFTER_S) for t in trials)
+            if ahead < self.trials:
+                return
+            time.sleep(SLOT_POLL_S)
+
+
+def same_params_as(trial) -> int | None:
+    """The number of another complete or running trial of the study with exactly `trial`'s
+    parameters, if any. Each trial writes its parameters before it looks, so of two workers that
+    drew the same set at the same time at least one sees the other."""
+    from optuna.trial import TrialState
+
+    params = trial.params
+    for other in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+        if other.number != trial.number and other.params == params:
+            return other.number
+    return None
+
+
+def worker_id() -> str:
+    """`host:pid` of this process, the name of a sweep worker in its trials' `worker` attribute."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def derive_seed(seed: int, worker: str) -> int:
+    """A sampler seed of its own for a worker joining a study: the first 4 bytes of
+    sha256(`seed/worker`), so workers on any machine never replay each other's proposals."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{worker}".encode()).digest()[:4], "big")
 
 
 def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | None = None) -> dict[str, Any]:
@@ -184,22 +255,30 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
     return values
 
 
-def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, attempts: int = 10):
-    """Create or load the study; workers starting together may race to create the SQLite schema
-    (sqlalchemy OperationalError / IntegrityError), so a few retries follow."""
-    import time
-
+def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, join_seed: int,
+                  attempts: int = 10):
+    """(study, created): create the study with a TPE sampler seeded `seed`, or load it (sampler
+    seeded `join_seed`) when it exists. The storage refuses a second study of one name, so exactly
+    one process creates it. Processes starting together on a fresh database may race to create the
+    schema (sqlalchemy OperationalError / IntegrityError, e.g. PostgreSQL's UniqueViolation on
+    `studydirection`), so a few retries follow."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    def sampler(value: int):  # constant liar: running trials count as bad, so parallel workers spread out
+        return optuna.samplers.TPESampler(seed=value, constant_liar=True)
+
     def create():
-        return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
-                                   sampler=optuna.samplers.TPESampler(seed=seed), direction="maximize",
-                                   load_if_exists=True)
+        try:
+            return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
+                                       sampler=sampler(seed), direction="maximize"), True
+        except optuna.exceptions.DuplicatedStudyError:
+            return optuna.load_study(study_name=name, storage=storage_for(storage, run_dir),
+                                     sampler=sampler(join_seed)), False
 
     for attempt in range(attempts - 1):
         try:
             return create()
-        except SQLAlchemyError:  # schema creation race: OperationalError, IntegrityError, ...
+        except (SQLAlchemyError, optuna.exceptions.StorageInternalError):  # schema creation race
             time.sleep(0.5 + attempt)
     return create()
 
@@ -208,30 +287,195 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
               study_name: str | None = None, run_dir: str | os.PathLike | None = None,
               metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
               base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-              evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True):
+              evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True,
+              workers: int = 1):
     """Create or join a study and work until it holds `trials` completed trials (shared across all
-    workers of the same storage + study). Pruned trials (index-config cap) do not count. A new
-    study's first trial is the package defaults (`enqueue_defaults`)."""
+    workers of the same storage + study; pruned trials — index-config cap, duplicate parameter sets,
+    a full study — do not count). The process that creates the study seeds its sampler with `seed`
+    and enqueues the package defaults as the first trial (`enqueue_defaults`); a process joining an
+    existing study never enqueues and seeds with :func:`derive_seed` (`seed`, :func:`worker_id`).
+    `workers` > 1: this process only creates or joins the study, then runs that many worker
+    processes on it (:func:`spawn_workers`) and waits for them."""
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
 
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     evalset = evaluator.evalset if evaluator else resolve_evalset(dataset)
     evaluator = evaluator or Evaluator(evalset, progress=progress)
+    custom_space = space
     space = space if space is not None else space_for(evalset.name)
-    objective = Objective(evaluator, space, metric=metric, base_index=base_index,
-                          max_index_configs=max_index_configs)
     if not progress:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _create_study(optuna, study_name or f"{evalset.name}-{metric}", storage, run_dir, seed)
-    if enqueue_defaults and not study.trials:
+    name = study_name or f"{evalset.name}-{metric}"
+    join_seed = derive_seed(seed, worker_id())
+    study, created = _create_study(optuna, name, storage, run_dir, seed, join_seed)
+    if enqueue_defaults and created:
         n_chunks = evaluator.index(base_index or IndexConfig()).n_chunks
         study.enqueue_trial(default_params(space, n_chunks, base_index), user_attrs={"defaults": True})
     study.set_user_attr("dataset", str(dataset))
     study.set_user_attr("metric", metric)
+    if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= trials:
+        return study  # joined a finished study
+    if workers > 1:
+        url = storage or f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+        evaluator.index(base_index or IndexConfig())  # built once here, not by every worker at once
+        spawn_workers(workers, study, dataset=dataset, trials=trials, storage=url, study_name=name,
+                      metric=metric, seed=seed, max_index_configs=max_index_configs, base_index=base_index,
+                      space=custom_space, log_dir=run_dir)
+        return study
+    objective = Objective(evaluator, space, metric=metric, base_index=base_index,
+                          max_index_configs=max_index_configs, trials=trials,
+                          seed=seed if created else join_seed)
     study.optimize(objective, n_trials=trials * 5,
                    callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))])
     return study
+
+
+def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int, storage: str, study_name: str,
+                  metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+                  base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
+                  log_dir: str | os.PathLike | None = None) -> None:
+    """Run `count` worker processes (``python -m hybridlab.tune.sweep``) on `study_name` in `storage`
+    until the study holds `trials` completed trials, printing progress every PROGRESS_EVERY_S; each
+    worker logs to `log_dir/worker-<i>.log`. Raises RuntimeError when a worker failed (after the
+    others finished); an interrupt stops them all (their running trials end as FAIL)."""
+    import tempfile
+
+    argv = [sys.executable, "-m", "hybridlab.tune.sweep", "--dataset", str(dataset), "--trials", str(trials),
+            "--storage", storage, "--study", study_name, "--metric", metric, "--seed", str(seed),
+            "--max-index-configs", str(max_index_configs),
+            "--index", json.dumps((base_index or IndexConfig()).to_dict()), "--parent", str(os.getpid())]
+    if space is not None:
+        argv += ["--space", json.dumps([dataclasses.asdict(p) for p in space])]
+    log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="hybridlab-workers-"))
+    logs = [log_dir / f"worker-{i}.log" for i in range(count)]
+    processes: list[subprocess.Popen] = []
+    try:
+        for log in logs:
+            with open(log, "wb") as out:
+                processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                                  stdin=subprocess.DEVNULL))
+        print(f"{count} workers on study {study_name!r} (logs: {log_dir / 'worker-*.log'})", flush=True)
+        last = time.monotonic()
+        while any(p.poll() is None for p in processes):
+            time.sleep(0.5)
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                print(progress_line(study, trials), flush=True)
+                last = time.monotonic()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    print(progress_line(study, trials), flush=True)
+    failed = [(i, p.returncode) for i, p in enumerate(processes) if p.returncode != 0]
+    if failed:
+        i, code = failed[0]
+        tail = logs[i].read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{len(failed)} of {count} sweep workers failed; worker {i} exited {code}:\n{tail}")
+
+
+def progress_line(study, trials: int) -> str:
+    """`<complete>/<trials> complete, <n> running, <n> pruned, <n> failed; best <value> (#<trial>)`."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    line = (f"{counts.get('COMPLETE', 0)}/{trials} complete, {counts.get('RUNNING', 0)} running, "
+            f"{counts.get('PRUNED', 0)} pruned, {counts.get('FAIL', 0)} failed")
+    if counts.get("COMPLETE"):
+        best = study.best_trial
+        line += f"; best {best.value:.4f} (#{best.number})"
+    return line
+
+
+def absolute_storage(url: str | None) -> str | None:
+    """`url` with a relative `journal:` or SQLite path made absolute (notebooks and workers run in
+    other folders)."""
+    if url is None:
+        return None
+    if url.startswith(JOURNAL_PREFIX):
+        return JOURNAL_PREFIX + str(Path(url.removeprefix(JOURNAL_PREFIX)).expanduser().resolve())
+    path = url.removeprefix("sqlite:///")
+    if url.startswith("sqlite:///") and path and not path.startswith("/") and path != ":memory:":
+        return f"sqlite:///{Path(path).resolve()}"
+    return url
+
+
+def public_storage(url: str | None) -> str | None:
+    """`url` without its password, for records (libpq reads it from PGPASSWORD or ~/.pgpass)."""
+    if url is None or url.startswith(JOURNAL_PREFIX) or "@" not in url:
+        return url
+    from sqlalchemy.engine import URL, make_url
+
+    parsed = make_url(url)
+    return URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database,
+                      parsed.query).render_as_string(hide_password=False)
+
+
+def _param_from_dict(data: Mapping[str, Any]) -> Param:
+    when = data.get("when")
+    return Param(**{**data, "choices": tuple(data.get("choices", ())),
+                    "when": (when[0], tuple(when[1])) if when else None})
+
+
+def _stop_with_parent(parent: int, every_s: float = 2.0) -> None:
+    """Interrupt the main thread (its running trial ends as FAIL) once `parent` is no longer this
+    process's parent: a killed sweep leaves no workers behind."""
+    import _thread
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        _thread.interrupt_main()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """One sweep worker process (started by :func:`spawn_workers`): join the study and work until it
+    holds its trials. SIGTERM ends the running trial as FAIL."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    parser = argparse.ArgumentParser(prog="python -m hybridlab.tune.sweep",
+                                     description="one worker of a shared Optuna sweep")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--trials", type=int, required=True)
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--study", required=True)
+    parser.add_argument("--metric", default=DEFAULT_METRIC)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-index-configs", type=int, default=DEFAULT_MAX_INDEX_CONFIGS)
+    parser.add_argument("--index", help="the base IndexConfig as JSON")
+    parser.add_argument("--space", help="the search space as a JSON list of Param fields")
+    parser.add_argument("--parent", type=int, help="stop when this process (the one waiting) is gone")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt)
+    if args.parent is not None:
+        _stop_with_parent(args.parent)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("hybridlab").setLevel(logging.INFO)
+    base_index = IndexConfig.from_dict(json.loads(args.index)) if args.index else None
+    space = tuple(_param_from_dict(p) for p in json.loads(args.space)) if args.space else None
+    evaluator = Evaluator(resolve_evalset(args.dataset), progress=False)
+    print(f"worker {worker_id()} joins study {args.study!r} (seed {derive_seed(args.seed, worker_id())})",
+          flush=True)
+    study = run_study(args.dataset, trials=args.trials, storage=args.storage, study_name=args.study,
+                      metric=args.metric, seed=args.seed, max_index_configs=args.max_index_configs,
+                      base_index=base_index, space=space, evaluator=evaluator, progress=True,
+                      enqueue_defaults=False)
+    print(progress_line(study, args.trials), flush=True)
+    return 0
 
 
 def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
@@ -264,9 +508,8 @@ def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
 
 
 def cli_sweep(args: argparse.Namespace) -> int:
-    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner."""
-    import time
-
+    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner.
+    With `--workers N` the notebook runs N worker processes on the study (docs/scale-out.md)."""
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.eval.evaluate import METRICS
@@ -277,13 +520,18 @@ def cli_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")
     resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
     trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
-    parameters = {"dataset": str(args.dataset), "trials": trials, "storage": args.storage, "study": args.study,
+    parameters = {"dataset": str(args.dataset), "trials": trials, "storage": absolute_storage(args.storage),
+                  "study": args.study, "workers": workers,
                   "metric": args.metric, "seed": getattr(args, "seed", 0),
                   "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
                   "models": getattr(args, "models", None),
                   "run_dir": str(run_dir.resolve())}
-    print(f"sweep {args.dataset}: {trials} trials -> {run_dir}", flush=True)
+    print(f"sweep {args.dataset}: {trials} trials{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
+          flush=True)
     started = time.perf_counter()
     try:
         run_notebook("sweep", run_dir, parameters)
@@ -299,3 +547,7 @@ def cli_sweep(args: argparse.Namespace) -> int:
         print(f"exported the winning config to {path}")
     print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
