@@ -35,7 +35,7 @@ from typing import Self
 
 import numpy as np
 
-from hybridlab.bench.common import PERCENTILE_LABEL, percentile
+from hybridlab.bench.common import PERCENTILE_LABEL, cpu_model, percentile
 from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
 from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
@@ -320,17 +320,7 @@ def machine() -> dict:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "processor": _cpu_name(), "load_avg_at_end": os.getloadavg(), "versions": versions}
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+            "processor": cpu_model(), "load_avg_at_end": os.getloadavg(), "versions": versions}
 
 
 # ------------------------------------------------------------------------------------ reporting
