@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,17 +13,26 @@ import optuna
 import pytest
 from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
-from hybridlab.config import IndexConfig, SearchConfig
+from hybridlab.config import IndexConfig, SearchConfig, adaptive_alpha
+from hybridlab.eval.datasets import Dataset
 from hybridlab.eval.evalsets import EvalSet
+from hybridlab.eval.evaluate import score
 from hybridlab.eval.evaluator import full_search_config, resolve_evalset
+from hybridlab.tune.export import export_config
+from hybridlab.tune.runs import write_summary
 from hybridlab.tune.sweep import (
     ALPHA,
     BM25_K1,
     FUSION,
+    INDEX_TARGETS,
     NORMALIZATION,
     RRF_K,
+    SPACES,
+    Objective,
     Param,
+    cross_validate,
     default_params,
+    finalize,
     run_study,
     space_for,
     split_params,
@@ -88,6 +98,48 @@ def test_default_params_are_the_package_defaults_in_the_space():
         "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "bm25_k1": 1.5, "bm25_b": 0.75}
     small = default_params(space, n_chunks=100)
     assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5
+
+
+def _shipped_defaults(name: str) -> list:
+    """Every value the shipped defaults can take for a swept parameter (auto ones both ways)."""
+    if name in INDEX_TARGETS:
+        part, field = INDEX_TARGETS[name]
+        return [getattr(getattr(IndexConfig(), part), field)]
+    if name == "alpha":
+        return [adaptive_alpha(100), adaptive_alpha(100_000)]
+    value = getattr(SearchConfig(), name)
+    return [False, True] if value is None and name in {"staged", "fill_dense"} else [value]
+
+
+@pytest.mark.parametrize("dataset", sorted(SPACES))
+def test_every_shipped_default_lies_in_its_sweep_range(dataset):
+    for param in SPACES[dataset]:
+        for value in _shipped_defaults(param.name):
+            assert param.contains(value), f"{dataset}: the default {param.name}={value!r} is outside {param}"
+    for n_chunks in (100, 6000):  # the enqueued first trial is exactly the defaults, off or on the auto switches
+        assert default_params(SPACES[dataset], n_chunks)
+
+
+def test_param_contains_checks_range_grid_and_choices():
+    weight = Param("tag_weight", "float", 0.0, 8.0, step=0.1)
+    assert weight.contains(4.0) and weight.contains(0.3) and not weight.contains(8.1) and not weight.contains(0.05)
+    assert not Param("tag_weight", "float", 0.0, 3.0, step=0.1).contains(SearchConfig.tag_weight)
+    assert FUSION.contains("convex") and not FUSION.contains("sum")
+    assert not Param("staged", "categorical", choices=(False, True)).contains(0)
+    with pytest.raises(ValueError, match="the default tag_weight=4.0 lies outside its sweep range"):
+        default_params((Param("tag_weight", "float", 0.0, 3.0, step=0.1),), n_chunks=100)
+
+
+def test_objective_tunes_on_the_declared_tuning_split_and_never_on_untunable_sets(tmp_path):
+    scifact_like = FakeEvaluator()
+    scifact_like.evalset = EvalSet("scifact", (), Path("."), None, tuning_split="train", report_split="test")
+    assert Objective(scifact_like, (ALPHA,)).split == "train"
+    never = FakeEvaluator()
+    never.evalset = EvalSet("cisi", (), Path("."), None, tuning_split=None, report_split="all")
+    with pytest.raises(ValueError, match="cisi is never tuned on"):
+        Objective(never, (ALPHA,))
+    with pytest.raises(ValueError, match="cisi is never tuned on"):
+        run_study("cisi", trials=2, run_dir=tmp_path, evaluator=never, space=(ALPHA,))
 
 
 class FakeEvaluator:
@@ -189,3 +241,96 @@ def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(t
     assert manifest["embedding_cache"].endswith(f"sweep-embeddings-{tiny_env.name}.duckdb")
     assert manifest["config"]["bm25"]["k1"] == 0.9
     assert index.n_chunks == 24 and evaluator.score({}, variant, "dev")["hit_rate@10"] > 0
+
+
+CV_QIDS = [f"q{i:02d}" for i in range(20)]
+CV_QRELS = {q: {f"d-{q}": 1} for q in CV_QIDS}
+HALVES = Param("alpha", "float", 0.0, 1.0, step=0.5)  # three values: 0, 0.5 (the adaptive default here), 1
+
+
+class CrossValidatedStub:
+    """A cross-validated set of 20 queries (kinds a/b) without an index: an alpha of at least
+    `good` ranks each query's relevant document first (nDCG@10 1), anything less second behind a
+    wrong one (1/log2(3))."""
+
+    class _Index:
+        n_chunks = 100  # adaptive alpha 0.5: the defaults
+
+    def __init__(self, folder: Path, good: float) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "queries.jsonl").write_text("".join(
+            json.dumps({"_id": q, "text": q, "metadata": {"kind": "ab"[i % 2]}}) + "\n" for i, q in enumerate(CV_QIDS)))
+        self.evalset = EvalSet("cvstub", (), folder, None, tuning_split="cv", report_split="cv", cv_folds=4)
+        self.good = good
+
+    def index(self, config):
+        return self._Index()
+
+    def dataset(self, split):
+        return Dataset("cvstub", self.evalset.judgements, {q: q for q in CV_QIDS}, CV_QRELS)
+
+    def run(self, search, config=None, split="cv"):
+        alpha = search.get("alpha")
+        first = (0.5 if alpha is None else alpha) >= self.good  # None: the adaptive default, 0.5 here
+        return {q: ({f"d-{q}": 1.0} if first else {"wrong": 1.0, f"d-{q}": 0.5}) for q in CV_QIDS}
+
+    def score(self, search, config=None, split="cv", metrics=None):
+        return score(CV_QRELS, self.run(search, config, split))
+
+
+def _cross_validated_record(tmp_path, good):
+    evaluator = CrossValidatedStub(tmp_path / "set", good)
+    study = run_study("cvstub", trials=3, run_dir=tmp_path, evaluator=evaluator, space=(HALVES,))
+    cv = cross_validate("cvstub", evaluator, trials=3, run_dir=tmp_path, study_name=study.study_name,
+                        space=(HALVES,))
+    return evaluator, cv, finalize(study, evaluator, cv=cv)
+
+
+def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it(tmp_path):
+    evaluator, cv, record = _cross_validated_record(tmp_path, good=1.0)
+    assert cv["k"] == 4 and sorted(q for fold in cv["folds"] for q in fold) == CV_QIDS
+    studies = optuna.get_all_study_names(f"sqlite:///{tmp_path / 'study.db'}")
+    assert sorted(studies) == ["cvstub-ndcg@10"] + [f"cvstub-ndcg@10-fold{i}of4" for i in range(1, 5)]
+    for fold, config in zip(cv["folds"], cv["configs"]):
+        study = optuna.load_study(study_name=config["study"], storage=f"sqlite:///{tmp_path / 'study.db'}")
+        assert study.user_attrs["queries"] == len(CV_QIDS) - len(fold)  # tuned on the other folds only
+        assert config["params"] == {"alpha": 1.0} and config["tuning_value"] == 1.0
+    assert cv["tuned"]["per_query"] == dict.fromkeys(CV_QIDS, 1.0) and cv["tuned"]["mean"] == 1.0
+    weak = 1 / math.log2(3)
+    assert cv["defaults"]["mean"] == pytest.approx(weak) and cv["defaults"]["fold_means"] == pytest.approx([weak] * 4)
+    assert cv["significant"] and cv["comparison"]["p_value"] < 0.001
+    assert cv["verdict"].startswith("the tuning procedure beats the defaults out of fold (nested 4-fold")
+    assert (record["split"], record["tuned_on"], record["queries"]) == ("cv", "cv", {"cv": 20})
+    assert record["best"]["test_metrics"]["ndcg@10"] == 1.0 and record["beats_defaults"]
+    assert record["per_kind"]["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
+    assert record["engine"]["source_sha256"]
+    summary = write_summary(tmp_path, record).read_text()
+    assert "## Nested cross-validation" in summary and "| kind | n | defaults |" in summary
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps(record))
+    config = export_config(run, evaluator=evaluator)
+    provenance = config["provenance"]
+    assert (config["search"]["alpha"], provenance["exported"], provenance["split"]) == (1.0, "tuned", "cv")
+    assert provenance["query_ids"] == CV_QIDS and provenance["cross_validation"]["tuned"]["mean"] == 1.0
+    assert provenance["verdict"].startswith("exported the config tuned on all queries")
+
+
+def test_a_cross_validation_that_does_not_beat_the_defaults_exports_the_defaults(tmp_path):
+    evaluator, cv, record = _cross_validated_record(tmp_path, good=0.5)  # the defaults are already perfect
+    assert not cv["significant"] and cv["comparison"]["p_value"] == 1.0
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps(record))
+    provenance = export_config(run, evaluator=evaluator)["provenance"]
+    assert (provenance["exported"], provenance["trial"], provenance["beats_defaults"]) == ("defaults", None, False)
+    assert provenance["test_metrics"] == provenance["defaults_test_metrics"]
+    assert provenance["verdict"].startswith("kept the defaults: the tuning procedure does not significantly beat")
+
+
+def test_finalize_of_a_cross_validated_set_needs_the_cross_validation(tmp_path):
+    evaluator = CrossValidatedStub(tmp_path / "set", 1.0)
+    study = run_study("cvstub", trials=2, run_dir=tmp_path, evaluator=evaluator, space=(HALVES,))
+    with pytest.raises(ValueError, match="cvstub is cross-validated: pass cv="):
+        finalize(study, evaluator)

@@ -1,14 +1,18 @@
 """Run folders under `reports/` (`reports/<YYYY-MM-DD>-<name>/`: executed notebooks, figures,
-`metrics.json`, `summary.md`), an Optuna study's figures, and `reports/index.md` listing them."""
+`metrics.json`, `summary.md`), an Optuna study's figures, `reports/index.md` listing them, and the
+engine state a sweep records so a report can tell when its figures are stale."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.eval.evaluate import METRICS
 
 SWEEP_PREFIX = "sweep-"
@@ -46,6 +50,61 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
         driver = getattr(error.__cause__, "name", None) or "its database driver"
         extra = " (pip install 'hybridlab[postgres]')" if url.startswith("postgres") else ""
         raise ImportError(f"storage {url.split('://')[0]}:// needs {driver}{extra}") from error
+
+
+#: "The engine" whose changes make a sweep stale: what builds the index and ranks (ingest, index,
+#: search, encoders, the config defaults) and what scores (eval/evaluate.py). Its state is the sha256
+#: of these files' contents (*.py, by path), so it holds outside git and for uncommitted changes; the
+#: newest git commit touching them is recorded too, for people.
+ENGINE_PATHS = ("hybridlab/config.py", "hybridlab/encoders", "hybridlab/eval/evaluate.py", "hybridlab/index",
+                "hybridlab/ingest", "hybridlab/search")
+
+
+def engine_files(root: Path = REPO_ROOT) -> list[Path]:
+    """The engine's source files (:data:`ENGINE_PATHS`), sorted by path."""
+    files: list[Path] = []
+    for name in ENGINE_PATHS:
+        path = root / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+    return sorted(files, key=lambda f: f.relative_to(root).as_posix())
+
+
+def engine_state(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """`{"source_sha256", "commit", "date", "dirty", "paths"}`: the hash of the engine's sources and
+    the newest commit touching them (commit/date None outside git; dirty = uncommitted changes there)."""
+    digest = hashlib.sha256()
+    for path in engine_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    state: dict[str, Any] = {"source_sha256": digest.hexdigest(), "commit": None, "date": None, "dirty": None,
+                             "paths": list(ENGINE_PATHS)}
+    try:
+        log = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%H %cI", "--", *ENGINE_PATHS],
+                             capture_output=True, text=True, check=True, timeout=10).stdout.split()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                 *ENGINE_PATHS], capture_output=True, text=True, check=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return state
+    if len(log) == 2:
+        state.update(commit=log[0], date=log[1], dirty=bool(status.strip()))
+    return state
+
+
+def stale_reason(record: Mapping[str, Any], current: Mapping[str, Any] | None = None) -> str | None:
+    """Why a sweep record's figures may not hold for today's engine (None when its engine sources
+    are today's): the engine changed since, or the record predates engine records."""
+    current = current or engine_state()
+    recorded = record.get("engine")
+    last = (f"the engine last changed in {current['commit'][:10]} ({current['date']})" if current.get("commit")
+            else "the engine's sources differ")
+    if not recorded:
+        return f"the sweep predates engine records (hybridlab.tune.runs.ENGINE_PATHS); {last}"
+    if recorded.get("source_sha256") == current["source_sha256"]:
+        return None
+    swept = (f"swept on {recorded['commit'][:10]}{' + uncommitted changes' if recorded.get('dirty') else ''}"
+             if recorded.get("commit") else "swept on another engine")
+    now = (f"now {current['commit'][:10]} ({current['date']}){' + uncommitted changes' if current.get('dirty') else ''}"
+           if current.get("commit") else "now other sources")
+    return f"the engine changed since the sweep ({swept}; {now})"
 
 
 def today() -> str:
@@ -145,25 +204,82 @@ def metrics_table(systems: Mapping[str, Mapping[str, float]], metrics: Sequence[
     return "\n".join(lines)
 
 
+def kinds_table(per_kind: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str) -> str:
+    """Markdown kinds × systems of one metric: `{system: {kind: {"n", "mean"}}}` (the first system's
+    kinds give the rows and counts)."""
+    systems = list(per_kind)
+    first = per_kind[systems[0]]
+    lines = ["| kind | n | " + " | ".join(systems) + " |", "|---|---:|" + "---:|" * len(systems)]
+    for kind, info in first.items():
+        cells = [f"{per_kind[s][kind]['mean']:.4f}" if kind in per_kind[s] else "—" for s in systems]
+        lines.append(f"| {kind} | {info['n']} | " + " | ".join(cells) + " |")
+    lines.append(f"\n{metric} per query kind (`metadata.kind` of the judged queries).")
+    return "\n".join(lines)
+
+
+def cross_validation_table(cv: Mapping[str, Any]) -> str:
+    """Markdown of a nested cross-validation: per fold the chosen trial, its value on the folds it
+    was tuned on, and the held-out fold's mean for the tuned config and the defaults; then the
+    out-of-fold mean with its interval."""
+    metric = cv["metric"]
+    lines = ["| fold | queries | chosen trial | tuned on the other folds | held-out fold, tuned | held-out fold, defaults |",
+             "|---:|---:|---|---:|---:|---:|"]
+    for i, (fold, config) in enumerate(zip(cv["folds"], cv["configs"])):
+        chosen = f"#{config['trial']}" + (" (the defaults)" if config.get("defaults") else "")
+        lines.append(f"| {i + 1} | {len(fold)} | {chosen} | {config['tuning_value']:.4f} | "
+                     f"{cv['tuned']['fold_means'][i]:.4f} | {cv['defaults']['fold_means'][i]:.4f} |")
+    level = round(100 * cv["tuned"]["confidence"])
+    lines += ["", (f"Out of fold, {metric}: tuned {cv['tuned']['mean']:.4f} ({level}% CI {cv['tuned']['low']:.4f}–"
+                   f"{cv['tuned']['high']:.4f}) vs defaults {cv['defaults']['mean']:.4f} ({cv['defaults']['low']:.4f}–"
+                   f"{cv['defaults']['high']:.4f}); paired {cv['comparison']['test']} p = "
+                   f"{cv['comparison']['p_value']:.4g} over {cv['comparison']['n']} queries.")]
+    return "\n".join(lines)
+
+
+def describe_splits(record: Mapping[str, Any]) -> str:
+    """One sentence: what the sweep tuned on and what it reports on."""
+    queries = record["queries"]
+    tuned_on, split = record.get("tuned_on", "dev"), record.get("split", "test")
+    cv = record.get("cross_validation")
+    if cv:
+        return (f"Nested {cv['k']}-fold cross-validation over all {queries.get(split)} judged queries: each fold "
+                f"scored by the config a {cv['trials_per_fold']}-trial study chose on the other folds; the main "
+                f"study tuned on all queries (in sample) gives the config that is served only when the "
+                f"cross-validation is significant.")
+    return (f"Tuned on the `{tuned_on}` split ({queries.get(tuned_on, queries.get('dev'))} queries), reported on the "
+            f"`{split}` split ({queries.get(split, queries.get('test'))} queries).")
+
+
 def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path:
-    """`summary.md` of a sweep run: verdict, best settings, test metrics vs the references."""
+    """`summary.md` of a sweep run: verdict, splits, the report-split metrics vs the references, the
+    nested cross-validation (cross-validated sets), per-kind figures, best settings, engine state."""
     run_dir = Path(run_dir)
     best = record["best"]
-    systems = {"tuned (best trial)": best["test_metrics"], **record["baselines"]}
+    cv = record.get("cross_validation")
+    tuned = "tuned (out of fold)" if cv else "tuned (best trial)"
+    systems = {tuned: best["test_metrics"], **record["baselines"]}
     index = best["index"]
+    metric = record["metric"]
+    engine = record.get("engine") or {}
     lines = [
         f"# Sweep {record['dataset']} — {run_dir.name}", "",
         f"**Verdict:** {record['verdict']}.", "",
-        (f"Tuned on the dev split ({record['queries']['dev']} queries) for {record['metric']}, reported on the "
-        f"test split ({record['queries']['test']} queries). {record['trials']['complete']} trials completed, "
-        f"{record['trials']['pruned']} pruned (index-config cap); best trial #{best['trial']} "
-        f"(dev {record['metric']} {best['dev_value']:.4f}; defaults on dev "
-        f"{record['defaults']['dev_metrics'][record['metric']]:.4f})."),
+        describe_splits(record),
+        (f"{record['trials']['complete']} trials completed, {record['trials']['pruned']} pruned (index-config cap, "
+         f"repeated parameters); best trial #{best['trial']} ({'all queries, in sample' if cv else record.get('tuned_on', 'dev')} "
+         f"{metric} {best['dev_value']:.4f}; defaults there {record['defaults']['dev_metrics'][metric]:.4f})."),
     ]
     if record.get("elapsed_s") is not None:
         lines.append(f"Wall time of the sweep notebook: {record['elapsed_s']:.0f} s.")
-    lines += ["", "## Test metrics", "", metrics_table(systems), "",
-              "## Best settings", "", "```json",
+    if engine.get("source_sha256"):
+        lines.append(f"Engine: sources {engine['source_sha256'][:12]}, last engine commit "
+                     f"{(engine.get('commit') or '?')[:10]}{' + uncommitted changes' if engine.get('dirty') else ''}.")
+    lines += ["", f"## {'Out-of-fold' if cv else 'Report-split'} metrics", "", metrics_table(systems)]
+    if cv:
+        lines += ["", "## Nested cross-validation", "", cross_validation_table(cv)]
+    if record.get("per_kind"):
+        lines += ["", "## Per query kind", "", kinds_table(record["per_kind"], metric)]
+    lines += ["", "## Best settings", "", "```json",
               json.dumps({"params": best["params"], "bm25": {"k1": index["bm25"]["k1"], "b": index["bm25"]["b"]},
                           "chunk": {k: index["chunk"][k] for k in ("chunk_size", "chunk_overlap", "strategy")}},
                          indent=2), "```", "",

@@ -1,6 +1,13 @@
-"""Hyper-parameter search with Optuna: search spaces per dataset, the dev-split objective, studies.
+"""Hyper-parameter search with Optuna: search spaces per dataset, the tuning-split objective, studies.
 
-Tune on the dev split, report on test (pyserini/ranx style). A trial suggests search-time knobs
+Every evaluation set declares where it is tuned and where it is reported
+(:mod:`hybridlab.eval.evalsets`): SciFact is tuned on its train split (809 queries) and reported on
+all 300 test queries; memories and HoloViz are cross-validated, nested (:func:`cross_validate`:
+each fold's queries scored by a config tuned on the other folds only, mean with a 95% confidence
+interval and a paired test against the defaults on the same queries); CISI, Cranfield and MED are
+never tuned on (ValueError). A set without declared splits tunes on `dev` and reports on `test`.
+
+A trial suggests search-time knobs
 (alpha, fusion, rrf_k, normalization, recency, tag weight, staged candidates) and index-build knobs
 (BM25 k1/b, chunk size/overlap). Each distinct index config is built once by
 :func:`hybridlab.eval.evalsets.ensure_index` (chunk variants embed only their new chunk texts through the
@@ -32,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig
+from hybridlab.eval.crossval import k_folds, nested_cv
+from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, check_tunable
 from hybridlab.eval.evaluator import (
     BASELINES,
     EVAL_LIMIT,
@@ -40,12 +49,36 @@ from hybridlab.eval.evaluator import (
     index_key,
     resolve_evalset,
 )
-from hybridlab.tune.runs import JOURNAL_PREFIX, new_run_dir, storage_for, update_index, write_summary
+from hybridlab.eval.significance import mean_ci, paired_test
+from hybridlab.eval.systems import per_kind
+from hybridlab.tune.export import (
+    DEFAULT_TEST,
+    DEFAULTS_FITTED_ON,
+    MAX_P,
+    describe_test,
+    export_config,
+    measure_settings,
+    out_of_fold_run,
+    score_run,
+    write_config,
+)
+from hybridlab.tune.runs import (
+    JOURNAL_PREFIX,
+    engine_state,
+    new_run_dir,
+    storage_for,
+    update_index,
+    write_summary,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_METRIC = "ndcg@10"
-DEFAULT_TRIALS = {"memories": 120, "scifact": 80, "holoviz": 30}
+#: Trials of the study on the whole tuning split. SciFact scores its 809 train queries per trial
+#: (~10 s here); a cross-validated set also runs one study per fold (:func:`fold_trials`).
+DEFAULT_TRIALS = {"memories": 100, "scifact": 40, "holoviz": 30}
+#: Trials per fold of a nested cross-validation are trials // k, but never fewer than this.
+MIN_FOLD_TRIALS = 10
 DEFAULT_MAX_INDEX_CONFIGS = 4
 #: a worker whose trial would overshoot the study waits this long between looks at the study
 SLOT_POLL_S = 1.0
@@ -77,6 +110,20 @@ class Param:
         if self.name not in {f.name for f in dataclasses.fields(SearchConfig)} | set(INDEX_TARGETS):
             raise ValueError(f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}")
 
+    def contains(self, value: Any) -> bool:
+        """Whether the sampler can propose `value`: one of the choices, or within [low, high] and
+        on the step grid."""
+        if self.kind == "categorical":
+            return any(value == choice and type(value) is type(choice) for choice in self.choices)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not self.low <= value <= self.high:
+            return False
+        if self.kind == "int" and value != int(value):
+            return False
+        if self.step is None:
+            return True
+        steps = (value - self.low) / self.step
+        return abs(steps - round(steps)) < 1e-9
+
 
 FUSION = Param("fusion", "categorical", choices=("rrf", "convex", "dbsf"))
 ALPHA = Param("alpha", "float", 0.0, 1.0, step=0.05)
@@ -91,7 +138,7 @@ EXPAND_HOPS = Param("expand_hops", "int", 0, 4, when=("staged", (True,)))
 FILL_DENSE = Param("fill_dense", "categorical", choices=(False, True))
 DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
 RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
-TAG_WEIGHT = Param("tag_weight", "float", 0.0, 3.0, step=0.1)
+TAG_WEIGHT = Param("tag_weight", "float", 0.0, 8.0, step=0.1)  # the shipped default is 4.0
 BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
 BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
@@ -141,11 +188,19 @@ def split_params(params: Mapping[str, Any], base: IndexConfig | None = None) -> 
     return search, config
 
 
+def tuning_split(evalset: EvalSet) -> str:
+    """The split a sweep of `evalset` tunes on (its declared `tuning_split`; :data:`CROSS_VALIDATED`
+    = every judged query, the folds' pool); ValueError for a set that is never tuned on."""
+    return check_tunable(evalset)
+
+
 class Objective:
-    """The value of one trial: `metric` of its settings on the `split` queries (dev by default)."""
+    """The value of one trial: `metric` of its settings on the `split` queries (the evaluation set's
+    tuning split by default), or on only `query_ids` of it (a fold study of a cross-validation)."""
 
     def __init__(self, evaluator: Evaluator, space: Sequence[Param], *, metric: str = DEFAULT_METRIC,
-                 split: str = "dev", base_index: IndexConfig | None = None,
+                 split: str | None = None, query_ids: Sequence[str] | None = None,
+                 base_index: IndexConfig | None = None,
                  max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS, trials: int | None = None,
                  seed: int | None = None) -> None:
         from hybridlab.eval.evaluate import METRICS
@@ -154,7 +209,9 @@ class Objective:
             raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
         if max_index_configs < 1:
             raise ValueError(f"max_index_configs must be >= 1, got {max_index_configs}")
-        self.evaluator, self.space, self.metric, self.split = evaluator, tuple(space), metric, split
+        self.evaluator, self.space, self.metric = evaluator, tuple(space), metric
+        self.split = split or tuning_split(evaluator.evalset)
+        self.query_ids = sorted(query_ids) if query_ids is not None else None
         self.base_index = base_index or IndexConfig()
         self.max_index_configs = max_index_configs
         self.trials, self.seed = trials, seed
@@ -184,7 +241,10 @@ class Objective:
         trial.set_user_attr("worker", worker_id())
         if self.seed is not None:
             trial.set_user_attr("seed", self.seed)
-        metrics = self.evaluator.score(search, config, self.split)
+        if self.query_ids is None:
+            metrics = self.evaluator.score(search, config, self.split)
+        else:
+            metrics = measure_settings(self.evaluator, search, config, self.split, self.query_ids, self.metric)[1]
         trial.set_user_attr("metrics", metrics)
         return metrics[self.metric]
 
@@ -252,6 +312,9 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
             values[p.name] = adaptive_alpha(n_chunks) if defaults.alpha is None else defaults.alpha
         else:
             values[p.name] = getattr(defaults, p.name)
+        if not p.contains(values[p.name]):
+            raise ValueError(f"the default {p.name}={values[p.name]!r} lies outside its sweep range {p}: the first "
+                             "trial would not measure the defaults")
     return values
 
 
@@ -288,10 +351,12 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
               metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
               base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
               evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True,
-              workers: int = 1):
+              workers: int = 1, split: str | None = None, query_ids: Sequence[str] | None = None):
     """Create or join a study and work until it holds `trials` completed trials (shared across all
     workers of the same storage + study; pruned trials — index-config cap, duplicate parameter sets,
-    a full study — do not count). The process that creates the study seeds its sampler with `seed`
+    a full study — do not count). Trials are scored on `split` (default: the set's tuning split;
+    ValueError for a set that is never tuned on), only on its `query_ids` when given (a fold study).
+    The process that creates the study seeds its sampler with `seed`
     and enqueues the package defaults as the first trial (`enqueue_defaults`); a process joining an
     existing study never enqueues and seeds with :func:`derive_seed` (`seed`, :func:`worker_id`).
     `workers` > 1: this process only creates or joins the study, then runs that many worker
@@ -303,6 +368,7 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     evalset = evaluator.evalset if evaluator else resolve_evalset(dataset)
+    split = split or tuning_split(evalset)
     evaluator = evaluator or Evaluator(evalset, progress=progress)
     custom_space = space
     space = space if space is not None else space_for(evalset.name)
@@ -316,6 +382,9 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
         study.enqueue_trial(default_params(space, n_chunks, base_index), user_attrs={"defaults": True})
     study.set_user_attr("dataset", str(dataset))
     study.set_user_attr("metric", metric)
+    study.set_user_attr("split", split)
+    if query_ids is not None:
+        study.set_user_attr("queries", len(query_ids))
     if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= trials:
         return study  # joined a finished study
     if workers > 1:
@@ -323,10 +392,10 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
         evaluator.index(base_index or IndexConfig())  # built once here, not by every worker at once
         spawn_workers(workers, study, dataset=dataset, trials=trials, storage=url, study_name=name,
                       metric=metric, seed=seed, max_index_configs=max_index_configs, base_index=base_index,
-                      space=custom_space, log_dir=run_dir)
+                      space=custom_space, log_dir=run_dir, split=split, query_ids=query_ids)
         return study
-    objective = Objective(evaluator, space, metric=metric, base_index=base_index,
-                          max_index_configs=max_index_configs, trials=trials,
+    objective = Objective(evaluator, space, metric=metric, split=split, query_ids=query_ids,
+                          base_index=base_index, max_index_configs=max_index_configs, trials=trials,
                           seed=seed if created else join_seed)
     study.optimize(objective, n_trials=trials * 5,
                    callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))])
@@ -336,10 +405,12 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
 def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int, storage: str, study_name: str,
                   metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
                   base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-                  log_dir: str | os.PathLike | None = None) -> None:
+                  log_dir: str | os.PathLike | None = None, split: str | None = None,
+                  query_ids: Sequence[str] | None = None) -> None:
     """Run `count` worker processes (``python -m hybridlab.tune.sweep``) on `study_name` in `storage`
-    until the study holds `trials` completed trials, printing progress every PROGRESS_EVERY_S; each
-    worker logs to `log_dir/worker-<i>.log`. Raises RuntimeError when a worker failed (after the
+    until the study holds `trials` completed trials (scored on `split`, only its `query_ids` when
+    given), printing progress every PROGRESS_EVERY_S; each worker logs to `log_dir/worker-<i>.log`
+    (`<study_name>-worker-<i>.log` when several studies share the folder). Raises RuntimeError when a worker failed (after the
     others finished); an interrupt stops them all (their running trials end as FAIL)."""
     import tempfile
 
@@ -349,8 +420,13 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
             "--index", json.dumps((base_index or IndexConfig()).to_dict()), "--parent", str(os.getpid())]
     if space is not None:
         argv += ["--space", json.dumps([dataclasses.asdict(p) for p in space])]
+    if split is not None:
+        argv += ["--split", split]
+    if query_ids is not None:
+        argv += ["--queries", json.dumps(sorted(query_ids))]
     log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="hybridlab-workers-"))
-    logs = [log_dir / f"worker-{i}.log" for i in range(count)]
+    prefix = "" if query_ids is None else f"{study_name}-"
+    logs = [log_dir / f"{prefix}worker-{i}.log" for i in range(count)]
     processes: list[subprocess.Popen] = []
     try:
         for log in logs:
@@ -459,6 +535,8 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--index", help="the base IndexConfig as JSON")
     parser.add_argument("--space", help="the search space as a JSON list of Param fields")
     parser.add_argument("--parent", type=int, help="stop when this process (the one waiting) is gone")
+    parser.add_argument("--split", help="the split trials are scored on (default: the set's tuning split)")
+    parser.add_argument("--queries", help="score only these query ids of the split (a JSON list; a fold study)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
     if args.parent is not None:
@@ -473,52 +551,167 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     study = run_study(args.dataset, trials=args.trials, storage=args.storage, study_name=args.study,
                       metric=args.metric, seed=args.seed, max_index_configs=args.max_index_configs,
                       base_index=base_index, space=space, evaluator=evaluator, progress=True,
-                      enqueue_defaults=False)
+                      enqueue_defaults=False, split=args.split,
+                      query_ids=json.loads(args.queries) if args.queries else None)
     print(progress_line(study, args.trials), flush=True)
     return 0
 
 
+def fold_trials(trials: int, k: int) -> int:
+    """Trials per fold of a nested cross-validation: `trials` // `k`, at least MIN_FOLD_TRIALS."""
+    return max(MIN_FOLD_TRIALS, trials // k)
+
+
+def fold_study_name(name: str, fold: int, k: int) -> str:
+    """The study of fold `fold` (0-based) of `k`: `<name>-fold<fold+1>of<k>`."""
+    return f"{name}-fold{fold + 1}of{k}"
+
+
+def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: int, storage: str | None = None,
+                   study_name: str | None = None, run_dir: str | os.PathLike | None = None,
+                   metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+                   base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
+                   workers: int = 1, test: str = DEFAULT_TEST) -> dict[str, Any]:
+    """Nested k-fold cross-validation of the tuning procedure on a cross-validated set (memories,
+    holoviz; `k` = its `cv_folds`): for each fold a study of `trials` trials (defaults enqueued first,
+    like every study) tunes on the other folds' queries, and the fold's queries are scored by the
+    config it chose. Returns the folds, each fold's chosen config, the out-of-fold per-query values,
+    fold means and mean with a 95% t interval, the same for the defaults on the same queries, and a
+    paired `test` of tuned-out-of-fold against the defaults (`significant`: p < MAX_P, higher mean).
+    Fold studies live beside the main one, named :func:`fold_study_name`."""
+    evalset = evaluator.evalset
+    if not evalset.cross_validated:
+        raise ValueError(f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
+                         f"reported on {evalset.report_split!r}")
+    split, k = CROSS_VALIDATED, evalset.cv_folds
+    ids = sorted(evaluator.dataset(split).queries)
+    folds = k_folds(ids, k)
+    name = study_name or f"{evalset.name}-{metric}"
+    run: dict[str, dict[str, float]] = {}
+
+    def tune(train: list[str]) -> dict[str, Any]:
+        held_out = set(ids) - set(train)
+        fold = next(i for i, members in enumerate(folds) if set(members) == held_out)
+        study = run_study(dataset, trials=trials, storage=storage, study_name=fold_study_name(name, fold, k),
+                          run_dir=run_dir, metric=metric, seed=seed, max_index_configs=max_index_configs,
+                          base_index=base_index, space=space, evaluator=evaluator, workers=workers,
+                          split=split, query_ids=train)
+        best = study.best_trial
+        return {"fold": fold + 1, "study": study.study_name, "trial": best.number, "params": best.params,
+                "tuning_value": best.value, "defaults": bool(best.user_attrs.get("defaults")),
+                "search": best.user_attrs["search"], "index": best.user_attrs["index"]}
+
+    def score(config: Mapping[str, Any], fold_ids: list[str]) -> dict[str, float]:
+        fold_run = out_of_fold_run(evaluator, [fold_ids], [config], split)
+        run.update(fold_run)
+        return score_run(evaluator, fold_run, split, metric)[0]
+
+    result = nested_cv(ids, tune, score, k=k)
+    tuned_metrics = score_run(evaluator, {q: run[q] for q in ids}, split, metric)[1]
+    defaults_per_query, defaults_metrics = measure_settings(evaluator, {}, base_index or IndexConfig(), split,
+                                                            ids, metric)
+    defaults_ci = mean_ci([defaults_per_query[q] for q in ids])
+    outcome = paired_test(result.per_query, defaults_per_query, test)
+    significant = outcome.p_value < MAX_P and outcome.difference > 0
+    tuned = result.to_dict()
+    verdict = (f"the tuning procedure {'beats' if significant else 'does NOT significantly beat'} the defaults out of "
+               f"fold (nested {k}-fold cross-validation over {len(ids)} queries, {trials} trials per fold): {metric} "
+               f"{result.interval.mean:.4f} [{result.interval.low:.4f}, {result.interval.high:.4f}] vs "
+               f"{defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
+               f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {MAX_P})")
+    if evalset.name in DEFAULTS_FITTED_ON:
+        verdict += f"; {DEFAULTS_FITTED_ON[evalset.name]}"
+    return {
+        "k": k, "trials_per_fold": trials, "metric": metric, "folds": result.folds, "configs": result.configs,
+        "tuned": {"metrics": tuned_metrics, **{key: tuned[key] for key in
+                                               ("fold_means", "mean", "low", "high", "confidence", "method",
+                                                "per_query")}},
+        "defaults": {"metrics": defaults_metrics, "fold_means": [sum(defaults_per_query[q] for q in fold) / len(fold)
+                                                                 for fold in result.folds],
+                     **defaults_ci.to_dict(), "per_query": dict(sorted(defaults_per_query.items()))},
+        "comparison": outcome.to_dict(), "significant": significant, "verdict": verdict,
+    }
+
+
+def query_kinds(evalset: EvalSet, per_query: Mapping[str, Mapping[str, float]]) -> dict[str, dict] | None:
+    """{system: {kind: {n, mean}}} of one metric's per-query values, or None when the set's queries
+    carry no `metadata.kind` (the BEIR sets)."""
+    kinds = {system: per_kind(evalset.judgements, values) for system, values in per_query.items()}
+    if all(set(by_kind) <= {"-"} for by_kind in kinds.values()):
+        return None
+    return kinds
+
+
 def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
-             base_index: IndexConfig | None = None) -> dict[str, Any]:
-    """The sweep's record: the best trial's settings with dev and test metrics next to the
-    defaults', BM25's and vector search's (all on the test split)."""
+             base_index: IndexConfig | None = None, cv: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The sweep's record. The best trial of `study` (tuned on the set's tuning split) and the
+    defaults, BM25 and vector search scored on the report split, with a paired test of tuned vs
+    defaults, per query kind where the queries have kinds. A cross-validated set needs `cv`
+    (:func:`cross_validate`): its "test" figures are then the tuning procedure's out-of-fold scores,
+    and `study` (tuned on every query) gives the config an export serves only when the nested CV
+    is significant. Keys keep their historical names: `dev_*` = the tuning split (`tuned_on`),
+    `test_*` = the report split (`split`)."""
+    evalset = evaluator.evalset
+    tuning, report = tuning_split(evalset), evalset.report_split
+    if evalset.cross_validated and cv is None:
+        raise ValueError(f"{evalset.name} is cross-validated: pass cv=cross_validate(...) to finalize")
     best = study.best_trial
     base_index = base_index or IndexConfig()
-    search = {k: v for k, v in best.user_attrs["search"].items()}
+    search = dict(best.user_attrs["search"])
     config = IndexConfig.from_dict(best.user_attrs["index"])
-    test = evaluator.score(search, config, "test")
-    baselines = {name: evaluator.score(options, base_index, "test") for name, options in BASELINES.items()}
-    defaults_dev = evaluator.score({}, base_index, "dev")
-    beats = test[metric] > baselines["defaults"][metric]
+    report_ids = sorted(evaluator.dataset(report).queries)
+    per_query: dict[str, dict[str, float]] = {}
+    baselines: dict[str, dict[str, float]] = {}
+    for name, options in BASELINES.items():
+        per_query[name], baselines[name] = measure_settings(evaluator, options, base_index, report, report_ids, metric)
+    if cv is None:
+        per_query["tuned"], test = measure_settings(evaluator, search, config, report, report_ids, metric)
+        outcome = paired_test(per_query["tuned"], per_query["defaults"], DEFAULT_TEST)
+        beats = outcome.p_value < MAX_P and outcome.difference > 0
+        verdict = (f"the tuned config {'beats' if beats else 'does NOT significantly beat'} the defaults on the "
+                   f"{report} split ({len(report_ids)} queries; tuned on {tuning}, "
+                   f"{len(evaluator.dataset(tuning).queries)} queries) {metric}: {test[metric]:.4f} vs "
+                   f"{baselines['defaults'][metric]:.4f} ({describe_test(DEFAULT_TEST)} p = {outcome.p_value:.4g})")
+        comparison = outcome.to_dict()
+    else:
+        per_query["tuned"], test = dict(cv["tuned"]["per_query"]), dict(cv["tuned"]["metrics"])
+        beats, verdict, comparison = bool(cv["significant"]), cv["verdict"], dict(cv["comparison"])
+    enqueued = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"
+                and t.user_attrs.get("index") == base_index.to_dict()]
+    defaults_dev = enqueued[0].user_attrs["metrics"] if enqueued else evaluator.score({}, base_index, tuning)
     return {
-        "dataset": evaluator.evalset.name, "metric": metric, "split": "test", "tuned_on": "dev",
+        "dataset": evaluator.evalset.name, "metric": metric, "split": report, "tuned_on": tuning,
         "now": evaluator.evalset.now, "study": study.study_name,
         "trials": {"complete": sum(t.state.name == "COMPLETE" for t in study.trials),
                    "pruned": sum(t.state.name == "PRUNED" for t in study.trials)},
-        "queries": {"dev": len(evaluator.dataset("dev").queries), "test": len(evaluator.dataset("test").queries)},
+        "queries": {tuning: len(evaluator.dataset(tuning).queries), report: len(report_ids)},
         "best": {"trial": best.number, "params": best.params, "dev_value": best.value,
                  "dev_metrics": best.user_attrs.get("metrics"), "search": search, "index": config.to_dict(),
                  "test_metrics": test},
         "defaults": {"index": base_index.to_dict(), "dev_metrics": defaults_dev},
         "baselines": baselines,
+        "comparison": comparison,
+        "per_kind": query_kinds(evalset, per_query),
+        "cross_validation": dict(cv) if cv is not None else None,
         "beats_defaults": beats,
-        "verdict": (f"the tuned config {'beats' if beats else 'does NOT beat'} the defaults on test {metric}: "
-                    f"{test[metric]:.4f} vs {baselines['defaults'][metric]:.4f}"),
+        "verdict": verdict,
+        "engine": engine_state(),
     }
 
 
 def cli_sweep(args: argparse.Namespace) -> int:
-    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder, then export the winner.
-    With `--workers N` the notebook runs N worker processes on the study (docs/scale-out.md)."""
+    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder (a cross-validated set also
+    runs its nested cross-validation there), then export what may be served (:mod:`.export`).
+    With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.eval.evaluate import METRICS
-    from hybridlab.tune.export import export_config, write_config
     from hybridlab.tune.notebooks import run_notebook
 
     if args.metric not in METRICS:
         raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")
-    resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
+    evalset = resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
+    tuning_split(evalset)  # so does a set that is never tuned on
     trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
     workers = getattr(args, "workers", 1)
     if workers < 1:
@@ -528,9 +721,12 @@ def cli_sweep(args: argparse.Namespace) -> int:
                   "study": args.study, "workers": workers,
                   "metric": args.metric, "seed": getattr(args, "seed", 0),
                   "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
-                  "models": getattr(args, "models", None),
-                  "run_dir": str(run_dir.resolve())}
-    print(f"sweep {args.dataset}: {trials} trials{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
+                  "models": getattr(args, "models", None), "fold_trials": getattr(args, "fold_trials", None),
+                  "run_dir": "."}
+    folds = (f", nested {evalset.cv_folds}-fold CV with "
+             f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
+             if evalset.cross_validated else "")
+    print(f"sweep {args.dataset}: {trials} trials{folds}{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
           flush=True)
     started = time.perf_counter()
     try:
@@ -543,8 +739,9 @@ def cli_sweep(args: argparse.Namespace) -> int:
     write_summary(run_dir, metrics)
     update_index(args.reports)
     if args.export:
-        path = write_config(export_config(run_dir), args.export)
-        print(f"exported the winning config to {path}")
+        config = export_config(run_dir)
+        path = write_config(config, args.export)
+        print(f"{config['provenance']['verdict']}\nexported to {path}")
     print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
     return 0
 
