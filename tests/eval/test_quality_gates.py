@@ -1,27 +1,65 @@
 """Quality gates: real retrieval on real data (`pytest tests/eval`, marked slow).
 
-Indexes come from `ensure_index` (built once into .cache/indexes, then reused). Every threshold
-below is written next to the numbers it was set from, measured on this machine with
-`.venv/bin/python -m pytest tests/eval -q` (see reports/quality/ for the full tables).
+Issue 18: a gate asserts an out-of-sample figure with a stated margin, or a comparison against the
+baselines with a paired significance test — never a threshold at an in-sample measurement. The
+shipped defaults were fitted on the memories queries (2026-11-22) and some SciFact choices (the
+5,000-chunk `fill_dense` switch, the staged graph hops) were made looking at its test queries, so no
+gate below pins an absolute figure of the defaults on those sets; `repro/conditions.yaml` records the
+figures themselves (`hybridlab repro`). Indexes come from `ensure_index` (built once into
+.cache/indexes, then reused). Measured numbers are written next to each gate, from
+`.venv/bin/python -m pytest tests/eval -q` on this machine (reports/quality/ has the full tables).
 """
 from __future__ import annotations
 
 import pytest
 
 from hybridlab.eval.evaluate import top_overlap
-from hybridlab.reports.engine import mean_shares, project_queries
+from hybridlab.eval.significance import PairedTest, holm, paired_test
+from hybridlab.reports.engine import PROJECT_SYSTEMS, mean_shares, project_queries
 
 pytestmark = pytest.mark.slow
 
+MAX_P = 0.05  # significance level of every comparison, after Holm's correction within a gate
+TEST = "randomization"  # paired sign-flip test, 10,000 seeded permutations (hybridlab.eval.significance)
+
+
+def _line(name: str, result: PairedTest, p: float) -> str:
+    return f"{name}: {result.mean_a:.4f} vs {result.mean_b:.4f} (Δ {result.difference:+.4f}, p = {p:.4g})"
+
+
+def assert_better(gate, metrics: dict[str, tuple[str, ...]], baselines: dict[str, dict]) -> None:
+    """The default hybrid beats each baseline on the listed metrics: a higher mean with p < MAX_P
+    (paired randomisation test, Holm-corrected over every comparison of the call)."""
+    ours = gate.per_query()
+    results = {f"{metric}, default hybrid vs {name}": paired_test(ours[metric], gate.per_query(**baselines[name])[metric], TEST)
+               for name, names in metrics.items() for metric in names}
+    adjusted = dict(zip(results, holm([r.p_value for r in results.values()])))
+    failed = [_line(k, r, adjusted[k]) for k, r in results.items() if not (r.difference > 0 and adjusted[k] < MAX_P)]
+    assert not failed, f"not significantly better (need a higher mean at Holm-corrected p < {MAX_P}): {failed}"
+
+
+def assert_not_worse(gate, metrics: tuple[str, ...], baselines: dict[str, dict]) -> None:
+    """The default hybrid is not significantly worse than each baseline: a lower mean is allowed only
+    where the paired test cannot tell them apart (p ≥ MAX_P, uncorrected: the stricter side here)."""
+    ours = gate.per_query()
+    failed = []
+    for name, options in baselines.items():
+        theirs = gate.per_query(**options)
+        for metric in metrics:
+            result = paired_test(ours[metric], theirs[metric], TEST)
+            if result.difference < 0 and result.p_value < MAX_P:
+                failed.append(_line(f"{metric}, default hybrid vs {name}", result, result.p_value))
+    assert not failed, f"significantly worse than a component (p < {MAX_P}): {failed}"
+
+
+BM25, VECTOR = {"mode": "bm25"}, {"mode": "vector"}
+ALL_METRICS = ("hit_rate@10", "mrr", "ndcg@10")
+
 # --------------------------------------------------------------------------- SciFact (BEIR test, 300 queries)
-# Published references (bm25s README / our plain-library runs in shared/ENVIRONMENT.md):
-# BM25 Lucene k1=1.5 b=0.75, English stemmer + stopwords, title + text: nDCG@10 0.687 (0.6863 here);
-# all-MiniLM-L6-v2 + exact inner product: 0.645 (0.6451 here).
-# Measured on our index (2026-11-22): BM25 0.6940 (identifier parts add +0.005: 0.6891 with
-# split_identifiers=False), dense 0.6451. Default hybrid (convex min-max, adaptive alpha 0.8, staged
-# with 3 corpus-graph hops, fill_dense on above 5000 chunks; 2026-11-23): 0.7141; the same without
-# fill_dense 0.6837 (below BM25, this gate failed), staged on the BM25 pool alone 0.7181, the earlier
-# RRF default 0.6891 (failed).
+# Published references (bm25s README / our plain-library runs in shared/ENVIRONMENT.md), an external
+# figure for an untuned component, margin ±0.01: BM25 Lucene k1=1.5 b=0.75, English stemmer +
+# stopwords, title + text: nDCG@10 0.687 (0.6940 here: identifier parts add +0.005; 0.6891 with
+# split_identifiers=False); all-MiniLM-L6-v2 + exact inner product: 0.645 (0.6451 here).
 SCIFACT_BM25_NDCG = 0.687
 SCIFACT_DENSE_NDCG = 0.645
 TOLERANCE = 0.01
@@ -29,22 +67,28 @@ TOLERANCE = 0.01
 
 def test_scifact_bm25_matches_published_lucene_bm25(scifact):
     ndcg = scifact.score(mode="bm25")["ndcg@10"]
-    assert ndcg == pytest.approx(SCIFACT_BM25_NDCG, abs=TOLERANCE)
+    assert ndcg == pytest.approx(SCIFACT_BM25_NDCG, abs=TOLERANCE), \
+        f"BM25 nDCG@10 {ndcg:.4f}, published {SCIFACT_BM25_NDCG} ± {TOLERANCE}"
 
 
 def test_scifact_dense_matches_published_minilm(scifact):
     ndcg = scifact.score(mode="vector")["ndcg@10"]
-    assert ndcg == pytest.approx(SCIFACT_DENSE_NDCG, abs=TOLERANCE)
+    assert ndcg == pytest.approx(SCIFACT_DENSE_NDCG, abs=TOLERANCE), \
+        f"dense nDCG@10 {ndcg:.4f}, published {SCIFACT_DENSE_NDCG} ± {TOLERANCE}"
 
 
-def test_scifact_default_hybrid_beats_bm25_and_dense(scifact):
-    hybrid = scifact.score()["ndcg@10"]
-    assert hybrid > scifact.score(mode="bm25")["ndcg@10"]
-    assert hybrid > scifact.score(mode="vector")["ndcg@10"]
+# The default hybrid against its two components on the 300 test queries. Measured 2026-11-25
+# (randomisation p, uncorrected): vs dense Hit@10 0.850 vs 0.793 (p 0.0005), MRR 0.683 vs 0.611
+# (0.0001), nDCG@10 0.714 vs 0.645 (0.0001); vs BM25 nDCG@10 0.714 vs 0.694 (p 0.11: better, not
+# significantly), MRR 0.683 vs 0.661 (0.12), Hit@10 0.850 vs 0.847 (1.0).
+def test_scifact_default_hybrid_beats_dense_and_is_not_worse_than_bm25(scifact):
+    assert_better(scifact, {"dense": ALL_METRICS}, {"dense": VECTOR})
+    assert_not_worse(scifact, ALL_METRICS, {"bm25": BM25})
 
 
-# Issue 3: staged search must agree with the parallel hybrid it stands in for. Measured 2026-11-23
-# (defaults, 300 queries): top-10 overlap 0.978, nDCG@10 0.7141 staged vs 0.7107 parallel (+0.5%);
+# Issue 3: staged search must agree with the parallel hybrid it stands in for (an approximation
+# check, not a quality figure). Measured 2026-11-23 (defaults, 300 queries): top-10 overlap 0.978
+# (margin 0.028 over the 0.95 floor), nDCG@10 0.7141 staged vs 0.7107 parallel (+0.5%, allowed ±1%);
 # with the BM25 pool alone (expand_hops=0) the overlap was 0.718 and this gate failed.
 STAGED_MIN_OVERLAP = 0.95
 STAGED_NDCG_TOLERANCE = 0.01  # relative
@@ -53,63 +97,80 @@ STAGED_NDCG_TOLERANCE = 0.01  # relative
 def test_scifact_staged_agrees_with_parallel_hybrid(scifact):
     staged, parallel = scifact.run(staged=True), scifact.run(staged=False)
     overlaps = [top_overlap(parallel[qid], staged[qid]) for qid in parallel]
-    assert sum(overlaps) / len(overlaps) >= STAGED_MIN_OVERLAP
+    overlap = sum(overlaps) / len(overlaps)
+    assert overlap >= STAGED_MIN_OVERLAP, f"mean top-10 overlap {overlap:.3f} < {STAGED_MIN_OVERLAP}"
     staged_ndcg = scifact.score(staged=True)["ndcg@10"]
     parallel_ndcg = scifact.score(staged=False)["ndcg@10"]
-    assert abs(staged_ndcg - parallel_ndcg) <= STAGED_NDCG_TOLERANCE * parallel_ndcg
+    assert abs(staged_ndcg - parallel_ndcg) <= STAGED_NDCG_TOLERANCE * parallel_ndcg, \
+        f"staged nDCG@10 {staged_ndcg:.4f} vs parallel {parallel_ndcg:.4f}: more than {STAGED_NDCG_TOLERANCE:.0%} apart"
     assert staged_ndcg == pytest.approx(scifact.score()["ndcg@10"])  # the default on SciFact is staged
 
 
 # --------------------------------------------------------------------------- memories (79 queries, now fixed)
-# Required by the project (issue 5), not derived from a measurement: the default configuration must
-# find a relevant memory in the top 10 for at least 90% of queries, with MRR at least 0.75.
-# Measured 2026-11-22: default (convex min-max, adaptive alpha 0.5) hit rate 0.975, MRR 0.755 (0.760
-# before tags were weighted by how many projects wear them, which fixed the rathole query; the
-# earlier RRF default: 0.899 / 0.684). Weakest kind: `paraphrase` (hit rate 0.87, MRR 0.26).
-MEMORIES_MIN_HIT_RATE = 0.90
-MEMORIES_MIN_MRR = 0.75
-
-
-def test_memories_default_configuration(memories):
-    metrics = memories.score()
-    assert metrics["hit_rate@10"] >= MEMORIES_MIN_HIT_RATE, metrics
-    assert metrics["mrr"] >= MEMORIES_MIN_MRR, metrics
+# The defaults were fitted on these queries, so only comparisons with the untuned components hold
+# (issue 5's floors, hit rate 0.90 / MRR 0.75, sat at the in-sample 0.975 / 0.755 and are gone).
+# Measured 2026-11-25 (randomisation p, uncorrected): vs BM25 Hit@10 0.975 vs 0.772 (p 0.0002),
+# MRR 0.755 vs 0.617 (0.0001), nDCG@10 0.762 vs 0.577 (0.0001); vs vector nDCG@10 0.762 vs 0.672
+# (0.0021), MRR 0.755 vs 0.714 (0.28: not significant), Hit@10 0.975 vs 0.962 (1.0).
+def test_memories_default_hybrid_beats_bm25_and_vector(memories):
+    assert_better(memories, {"bm25": ALL_METRICS, "vector": ("ndcg@10",)}, {"bm25": BM25, "vector": VECTOR})
+    assert_not_worse(memories, ALL_METRICS, {"vector": VECTOR})
 
 
 # --------------------------------------------------------------------------- holoviz (77 queries)
 # Header chunking exists so that answers buried in long notebooks are found; whole-document vectors
-# see only the first 256 tokens of each file. Measured 2026-11-22: chunked default hybrid nDCG@10
-# 0.796 (BM25 0.740, dense 0.725); whole-document dense 0.531, whole-document hybrid 0.672.
+# see only the first 256 tokens of each file. Measured 2026-11-25 (randomisation p, uncorrected):
+# chunked default hybrid nDCG@10 0.796 vs whole-document dense 0.530 (p 0.0001); vs chunked dense
+# 0.721 (0.0001), MRR 0.878 vs 0.799 (0.0042); vs BM25 0.796 vs 0.746 (p 0.055: better, not
+# significantly), MRR 0.878 vs 0.843 (0.33).
 def test_holoviz_chunked_hybrid_beats_whole_document_dense(holoviz, holoviz_whole):
-    hybrid = holoviz.score()["ndcg@10"]
-    whole_dense = holoviz_whole.score(mode="vector")["ndcg@10"]
-    assert hybrid > whole_dense
+    ours, theirs = holoviz.per_query()["ndcg@10"], holoviz_whole.per_query(mode="vector")["ndcg@10"]
+    result = paired_test(ours, theirs, TEST)
+    assert result.difference > 0 and result.p_value < MAX_P, _line("chunked hybrid vs whole-document dense", result,
+                                                                   result.p_value)
+
+
+def test_holoviz_default_hybrid_beats_dense_and_is_not_worse_than_bm25(holoviz):
+    assert_better(holoviz, {"dense": ("mrr", "ndcg@10")}, {"dense": VECTOR})
+    assert_not_worse(holoviz, ALL_METRICS, {"bm25": BM25})
 
 
 # --------------------------------------------------------------------------- the motivating failure (issue 3)
 # "rathole project codebase architecture" used to return other projects' memories (cachekit,
-# litesearch) that talk about codebases and architecture. With the tag/collection signal the rathole
-# memories come first; without it (tags=[]) another project's memory is in the top 3, which is what
-# makes this test able to fail. Measured 2026-11-22: the top 5 are all rathole memories.
+# litesearch) that talk about codebases and architecture. The requirement: the project's memories
+# come first, and the tag/collection signal is what brings them (without it, tags=[], another
+# project's memory is in the top 3, which is what makes this test able to fail). Measured
+# 2026-11-22: the top 5 are all rathole memories with the signal.
 def test_project_name_query_returns_that_projects_memories_first(memories):
     index, now = memories.opened.index, memories.opened.evalset.now
     query = "rathole project codebase architecture"
     top = index.search(query, now=now, limit=5)
-    assert [r.collection for r in top] == ["rathole"] * 5, [(r.doc_id, r.collection) for r in top]
-    untagged = index.search(query, now=now, limit=3, tags=[])
-    assert any(r.collection != "rathole" for r in untagged)
+    untagged = index.search(query, now=now, limit=5, tags=[])
+    assert top[0].collection == "rathole", [(r.doc_id, r.collection) for r in top]
+    share = sum(r.collection == "rathole" for r in top) / 5
+    assert share > sum(r.collection == "rathole" for r in untagged) / 5, \
+        ([(r.doc_id, r.collection) for r in top], [(r.doc_id, r.collection) for r in untagged])
+    assert any(r.collection != "rathole" for r in untagged[:3])
 
 
 # Every project-name query of the memories ground truth (kind `project-generic`, 16 queries: "rathole
-# project codebase architecture", "ferrox service internals", ...), not only the motivating one.
-# Measured 2026-11-25 (reports/engine/2026-11-25/): share of the top 5 from the named project —
-# default hybrid 1.0 on all 16; without the tag signal 0.725 on average, pure vector 0.738.
-def test_every_project_name_query_returns_only_that_projects_memories(memories):
+# project codebase architecture", "ferrox service internals", ...): the share of the top 5 from the
+# named project, default hybrid against the same without the tag signal and against pure vector.
+# Measured 2026-11-25 (reports/engine/2026-11-25/): 1.000 vs 0.725 (randomisation p 0.0006) and vs
+# 0.738 (p 0.0010).
+def test_project_name_queries_favour_the_named_project(memories):
     projects = project_queries(memories.opened)
-    assert len(projects) == 16
-    shares = {qid: row["shares"]["hybrid (default)"] for qid, row in projects.items()}
+    assert len(projects) == 16  # the ground truth's project-generic queries
     assert all(row["project"] for row in projects.values()), projects
-    assert min(shares.values()) == 1.0, {qid: (projects[qid]["query"], share) for qid, share in shares.items() if share < 1}
+    ours = {qid: row["shares"]["hybrid (default)"] for qid, row in projects.items()}
+    others = [name for name in PROJECT_SYSTEMS if name != "hybrid (default)"]
+    results = {name: paired_test(ours, {qid: row["shares"][name] for qid, row in projects.items()}, TEST)
+               for name in others}
+    adjusted = dict(zip(results, holm([r.p_value for r in results.values()])))
+    failed = [_line(name, r, adjusted[name]) for name, r in results.items()
+              if not (r.difference > 0 and adjusted[name] < MAX_P)]
+    assert not failed, (f"project share of the top 5 not significantly higher (Holm p < {MAX_P}): {failed}",
+                        {qid: (projects[qid]["query"], share) for qid, share in ours.items() if share < 1})
     means = mean_shares(projects)
     assert means["hybrid (default)"] > means["hybrid, no tag signal"]
     assert means["hybrid (default)"] > means["vector"]
