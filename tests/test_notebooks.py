@@ -10,9 +10,10 @@ import pytest
 from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
+from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.reports.runs import run_lock
-from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, run_notebook
-from hybridlab.tune.runs import new_run_dir, update_index
+from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, relative_paths, run_notebook, shorten_paths
+from hybridlab.tune.runs import engine_state, new_run_dir, stale_reason, update_index
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -23,6 +24,32 @@ def test_parameters_cell_holds_literal_assignments_only(name):
     for statement in ast.parse(tagged[0].source).body:
         assert isinstance(statement, ast.Assign)
         ast.literal_eval(statement.value)  # raises on anything but a literal
+
+
+def test_executed_notebooks_name_no_machine_paths(tmp_path):
+    run = tmp_path / "reports" / "2026-01-02-sweep-x"
+    replacements = [(str(run), "."), (str(REPO_ROOT), "."), (str(REPO_ROOT.parent), ".."), ("/home/me", "~")]
+    text = (f"{run}/summary.md | {run} | {REPO_ROOT}/.venv/lib/tqdm/auto.py:21 | {REPO_ROOT.parent}/shared/x | "
+            f"/home/me/notes | {REPO_ROOT}x/y")
+    assert shorten_paths(text, replacements) == (f"summary.md | . | .venv/lib/tqdm/auto.py:21 | ../shared/x | ~/notes | "
+                                                 f"../{REPO_ROOT.name}x/y")
+    notebook = tmp_path / "n.ipynb"
+    image = f"iVBOR{REPO_ROOT}/x"  # outputs' images are left alone
+    notebook.write_text(json.dumps({"cells": [{"source": [f"run_dir = \"{run}\"\n"],
+                                               "outputs": [{"data": {"image/png": image, "text/plain": f"{run}/a.png"}}]}],
+                                    "metadata": {"papermill": {"input_path": str(REPO_ROOT / "notebooks/sweep.ipynb")}}}))
+    data = json.loads(relative_paths(notebook, run).read_text())
+    assert data["cells"][0]["source"] == ['run_dir = "."\n']
+    assert data["cells"][0]["outputs"][0]["data"] == {"image/png": image, "text/plain": "a.png"}
+    assert data["metadata"]["papermill"]["input_path"] == "notebooks/sweep.ipynb"
+
+
+def test_a_sweep_is_stale_once_the_engine_sources_change():
+    now = engine_state()
+    assert len(now["source_sha256"]) == 64 and "hybridlab/search" in now["paths"]
+    assert stale_reason({"engine": dict(now)}, now) is None
+    assert "the engine changed since the sweep" in stale_reason({"engine": {**now, "source_sha256": "0" * 64}}, now)
+    assert "predates engine records" in stale_reason({}, now)
 
 
 def test_unknown_notebook_lists_the_choices():
@@ -99,16 +126,24 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
         assert (run / name).is_file(), name
     record = json.loads((run / "metrics.json").read_text())
     assert record["trials"]["complete"] == 4 and record["queries"] == {"dev": 5, "test": 3}
+    assert (record["tuned_on"], record["split"]) == ("dev", "test") and record["engine"]["source_sha256"]
     config = json.loads(best.read_text())
     assert config["provenance"]["test_metrics"] == record["best"]["test_metrics"]
     assert run.name in (reports / "index.md").read_text()
+    executed = (run / "sweep.ipynb").read_text()
+    assert str(run.resolve()) not in executed and str(REPO_ROOT) not in executed
 
+    record["engine"]["source_sha256"] = "0" * 64  # as if the engine had changed since the sweep
+    (run / "metrics.json").write_text(json.dumps(record))
+    capsys.readouterr()
     assert main(["report", "--reports", str(reports)]) == 0
+    assert f"WARNING: STALE SWEEP {run.name}" in capsys.readouterr().err
     [report] = [p for p in reports.iterdir() if p.name.endswith("-report")]
     for name in ("report.ipynb", "report.html", "summary.md", "comparison.png", "metrics.json"):
         assert (report / name).is_file(), name
     summary = (report / "summary.md").read_text()
     assert "defaults (baseline)" in summary and "tuned vs defaults on ndcg@10" in summary
+    assert summary.startswith(f"# Report — {report.name}") and "**STALE:** 1 of 1 sweeps" in summary
     capsys.readouterr()
     assert main(["repro", str(best)]) == 0
     assert "all metrics reproduced" in capsys.readouterr().out

@@ -305,7 +305,7 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
     assert record["per_kind"]["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
     assert record["engine"]["source_sha256"]
     summary = write_summary(tmp_path, record).read_text()
-    assert "## Nested cross-validation" in summary and "| kind | n | defaults |" in summary
+    assert "## Nested cross-validation" in summary and "| kind | n | tuned | defaults | bm25 | vector |" in summary
 
     run = tmp_path / "run"
     run.mkdir()

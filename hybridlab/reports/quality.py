@@ -47,7 +47,7 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
     per_query = comparison.per_query
     record = {
         "dataset": name, "split": split, "queries": len(dataset.queries), "now": opened.evalset.now,
-        "index": str(opened.index_dir), "chunks": opened.index.n_chunks,
+        "index": relative_to_repo(opened.index_dir), "chunks": opened.index.n_chunks,
         "documents": len(set(opened.index.doc_ids)), "default_settings": default_settings(opened),
         "index_seconds": build_seconds, "search_seconds": round(time.perf_counter() - started, 1),
         "comparison": comparison.to_dict(),
@@ -67,6 +67,12 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
                                        for metric in ("hit_rate@10", "mrr", "ndcg@10")}
                               for system in (DEFAULT_SYSTEM, "bm25", "dense")}
     return record
+
+
+def relative_to_repo(path: str | Path) -> str:
+    """`path` relative to the checkout when inside it, else its folder name: reports name no machine paths."""
+    path = Path(path).resolve()
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else path.name
 
 
 def comparison_of(record: Mapping[str, Any]) -> Comparison:

@@ -2,7 +2,10 @@
 
 A run folder is `reports/<YYYY-MM-DD>-<name>/` holding the executed notebooks and their HTML copies,
 PNG figures, `metrics.json` and `summary.md`. `hybridlab report` runs ``notebooks/report.ipynb`` over
-the latest sweep of each dataset; it holds a lock so two scheduled runs never collide.
+the latest sweep of each dataset; it holds a lock so two scheduled runs never collide. A sweep whose
+engine sources are not today's (:func:`hybridlab.tune.runs.stale_reason`: the engine changed since)
+is reported anyway, but loudly: a warning on stderr, a STALE banner at the top of the summary and
+in `reports/index.md`. `make sweep` re-runs the sweeps, then the report.
 """
 from __future__ import annotations
 
@@ -15,15 +18,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.filelock import exclusive_lock
 from hybridlab.tune.runs import (
+    describe_splits,
     importances,
+    kinds_table,
     latest_sweeps,
     load_study,
     metrics_table,
     new_run_dir,
     plot_study,
+    stale_reason,
     update_index,
 )
 
@@ -44,25 +49,33 @@ def run_lock(reports: str | os.PathLike) -> Iterator[Path]:
 
 
 def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Test-split runs of the defaults, the tuned config, BM25 and vector search for one sweep
-    record, and the test qrels. The defaults come first: the baseline of the significance tests."""
+    """Report-split runs (the record's `split`) of the defaults, the tuned config, BM25 and vector
+    search for one sweep record, and that split's qrels. For a cross-validated sweep `tuned` is the
+    out-of-fold run (each fold ranked by the config tuned without it). The defaults come first: the
+    baseline of the significance tests."""
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evaluator import BASELINES, Evaluator, resolve_evalset
+    from hybridlab.tune.export import out_of_fold_run
 
     evaluator = evaluator or Evaluator(resolve_evalset(record.get("dataset_path") or record["dataset"]))
+    split = record.get("split", "test")
     base = IndexConfig.from_dict(record["defaults"]["index"])
-    tuned = IndexConfig.from_dict(record["best"]["index"])
-    runs = {"defaults": evaluator.run(BASELINES["defaults"], base, "test"),
-            "tuned": evaluator.run(record["best"]["search"], tuned, "test"),
-            "bm25": evaluator.run(BASELINES["bm25"], base, "test"),
-            "vector": evaluator.run(BASELINES["vector"], base, "test")}
-    return runs, evaluator.dataset("test").qrels
+    cv = record.get("cross_validation")
+    if cv:
+        tuned_run = out_of_fold_run(evaluator, cv["folds"], cv["configs"], split)
+    else:
+        tuned_run = evaluator.run(record["best"]["search"], IndexConfig.from_dict(record["best"]["index"]), split)
+    runs = {"defaults": evaluator.run(BASELINES["defaults"], base, split),
+            "tuned": tuned_run,
+            "bm25": evaluator.run(BASELINES["bm25"], base, split),
+            "vector": evaluator.run(BASELINES["vector"], base, split)}
+    return runs, evaluator.dataset(split).qrels
 
 
 def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defaults",
                       queries: Mapping[str, str] | None = None, show: int = 5) -> str:
     """Markdown: how many queries `a` wins/ties/loses against `b` on `metric`, and the largest
-    differences either way."""
+    differences either way, each with its query text (`queries`)."""
     from hybridlab.eval.evaluate import wins_losses
 
     per_a, per_b = comparison.per_query[a][metric], comparison.per_query[b][metric]
@@ -75,7 +88,7 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
         delta = per_a[qid] - per_b.get(qid, 0.0)
         if abs(delta) < 1e-9:
             continue
-        text = (queries or {}).get(qid, "—")[:70].replace("|", "/")
+        text = (queries or {}).get(qid, "—")[:90].replace("|", "/").replace("\n", " ")
         lines.append(f"| {qid} | {text} | {per_a[qid]:.3f} | {per_b.get(qid, 0.0):.3f} | {delta:+.3f} |")
     return "\n".join(lines)
 
@@ -131,9 +144,20 @@ def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) ->
     return Path(path)
 
 
+def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
+    """{run folder name: why its figures may not hold for today's engine} of the sweeps that are stale."""
+    from hybridlab.tune.runs import engine_state
+
+    current = engine_state()
+    reasons = {Path(run).name: stale_reason(json.loads((Path(run) / "metrics.json").read_text()), current)
+               for run in runs}
+    return {name: reason for name, reason in reasons.items() if reason}
+
+
 def cli_report(args: argparse.Namespace) -> int:
     """`hybridlab report`: the report notebook over the latest sweep per dataset (or `--run`),
-    under a lock; exits 1 when another run holds the lock or the notebook fails."""
+    under a lock; says loudly (stderr, the summary's first lines, reports/index.md) when a sweep is
+    older than the engine's last change; exits 1 when another run holds the lock or the notebook fails."""
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.tune.notebooks import run_notebook
@@ -146,9 +170,14 @@ def cli_report(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"{run} has no metrics.json (not a finished sweep run)")
     try:
         with run_lock(args.reports):
+            stale = stale_sweeps(runs)
+            for name, reason in stale.items():
+                print(f"WARNING: STALE SWEEP {name}: {reason}; its figures may not hold for today's engine — "
+                      f"re-run it (make sweep)", file=sys.stderr, flush=True)
             run_dir = new_run_dir(args.reports, "report")
             print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
-            run_notebook("report", run_dir, {"runs": [str(r.resolve()) for r in runs], "run_dir": str(run_dir.resolve())})
+            run_notebook("report", run_dir, {"runs": [os.path.relpath(r.resolve(), run_dir.resolve()) for r in runs],
+                                             "run_dir": "."})
             update_index(args.reports)
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -157,16 +186,18 @@ def cli_report(args: argparse.Namespace) -> int:
         print(f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
               f" (see {run_dir / 'report.ipynb'})", file=sys.stderr)
         return 1
-    print(f"wrote {run_dir / 'summary.md'}")
+    print(f"wrote {run_dir / 'summary.md'}" + (f" (STALE: {', '.join(stale)})" if stale else ""))
     return 0
 
 
 def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Everything the report shows for one sweep run: its study's figures and importances, the
-    test comparison (defaults = baseline, tuned, BM25, vector) with significance marks, and the
-    per-query wins and losses of the tuned config against the defaults."""
+    report-split comparison (defaults = baseline, tuned, BM25, vector) with significance marks,
+    the per-query wins and losses of the tuned config against the defaults with the query text,
+    the metric per query kind (where the queries have kinds), and whether the sweep is stale."""
     from hybridlab.eval.evaluate import compare
     from hybridlab.eval.evaluator import Evaluator, resolve_evalset
+    from hybridlab.tune.sweep import query_kinds
 
     run, out_dir = Path(run), Path(out_dir)
     record = json.loads((run / "metrics.json").read_text())
@@ -176,35 +207,80 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
     evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name))
     runs, qrels = system_runs(record, evaluator)
     comparison = compare(qrels, runs)
-    # query texts only from our own ground truth: the shared datasets' text stays out of the repo
-    own = evaluator.evalset.judgements.resolve().is_relative_to(REPO_ROOT / "ground_truth")
-    queries = evaluator.dataset("test").queries if own else None
+    queries = evaluator.dataset(record.get("split", "test")).queries
+    metric = record["metric"]
+    kinds = query_kinds(evaluator.evalset, {system: comparison.per_query[system][metric] for system in runs})
+    if kinds:
+        plot_kinds(kinds, metric, out_dir / f"{name}-kinds.png", title=name)
+        figures.append(out_dir / f"{name}-kinds.png")
     return {
         "dataset": name, "run": run.name, "record": record, "importances": importances(study),
-        "figures": [str(f.name) for f in figures], "comparison": comparison,
-        "wins_losses": wins_losses_table(comparison, record["metric"], queries=queries),
+        "figures": [str(Path(f).name) for f in figures], "comparison": comparison,
+        "wins_losses": wins_losses_table(comparison, metric, queries=queries),
+        "per_kind": kinds, "stale": stale_reason(record),
     }
+
+
+def plot_kinds(per_kind: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
+               path: str | os.PathLike, title: str = "") -> Path:
+    """Grouped bars: `metric` per query kind (groups) and system (bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(per_kind)
+    kinds = list(per_kind[systems[0]])
+    width = 0.8 / max(1, len(systems))
+    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(kinds)), 4))
+    for i, system in enumerate(systems):
+        values = [per_kind[system].get(kind, {}).get("mean", 0.0) for kind in kinds]
+        axes.bar([x + i * width for x in range(len(kinds))], values, width, label=system)
+    counts = per_kind[systems[0]]
+    axes.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(kinds))],
+                    [f"{kind}\n(n={counts[kind]['n']})" for kind in kinds])
+    axes.set_ylabel(metric)
+    axes.set_title(f"{title} — {metric} per query kind".strip(" —"))
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=max(1, len(systems)))
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
 
 
 def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
     """`metrics.json`, the comparison figure and `summary.md` of a report run."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
     metric = sections[0]["record"]["metric"] if sections else "ndcg@10"
     scores = {s["dataset"]: s["comparison"].scores for s in sections}
     if sections:
         plot_comparison(scores, metric, run_dir / "comparison.png")
     verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
+    stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
     (run_dir / "metrics.json").write_text(json.dumps({
-        s["dataset"]: {"sweep": s["run"], "comparison": s["comparison"].to_dict(), "importances": s["importances"],
-                       "best": s["record"]["best"], "verdict": s["record"]["verdict"]} for s in sections
+        s["dataset"]: {"sweep": s["run"], "split": s["record"].get("split", "test"),
+                       "comparison": s["comparison"].to_dict(), "importances": s["importances"],
+                       "best": s["record"]["best"], "verdict": s["record"]["verdict"],
+                       "per_kind": s.get("per_kind"), "stale": s.get("stale")} for s in sections
     }, indent=2, default=str), encoding="utf-8")
-    lines = [f"# Report — {run_dir.name}", "", f"**Verdict:** {verdicts or 'no sweeps'}.", "",
-             ("Test split; the tuned config was chosen on the dev split. `defaults` (first row) is the baseline "
-             "of the paired t-tests."), "", "![comparison](comparison.png)", ""]
+    banner = (f"**STALE:** {len(stale)} of {len(sections)} sweeps ran on another engine than today's — "
+              + "; ".join(f"{run}: {reason}" for run, reason in stale.items())
+              + ". Their figures may not hold; re-run them (`make sweep`). ") if stale else ""
+    lines = [f"# Report — {run_dir.name}", "", f"**Verdict:** {banner}{verdicts or 'no sweeps'}.", "",
+             ("Each sweep's report split (SciFact: all 300 test queries, tuned on train; memories and HoloViz: "
+              "nested cross-validation, the tuned row = out-of-fold scores). `defaults` (first row) is the "
+              "baseline of the paired t-tests."), "", "![comparison](comparison.png)", ""]
     for s in sections:
-        lines += [f"## {s['dataset']} (sweep {s['run']})", "", s["comparison"].to_markdown(), "",
+        lines += [f"## {s['dataset']} (sweep {s['run']})", ""]
+        if s.get("stale"):
+            lines += [f"> **STALE:** {s['stale']}.", ""]
+        lines += [describe_splits(s["record"]), "", s["comparison"].to_markdown(), "",
                   "Parameter importances: " + (", ".join(f"{k} {v:.2f}" for k, v in s["importances"].items()) or "n/a"),
                   "", s["wins_losses"], ""]
+        if s.get("per_kind"):
+            lines += [kinds_table(s["per_kind"], metric), ""]
+        else:
+            lines += ["No query kinds in this set (its queries carry no `metadata.kind`).", ""]
         lines += [f"![{f}]({f})" for f in s["figures"]] + [""]
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -3,9 +3,13 @@
 The notebooks in ``notebooks/`` are views: a cell tagged ``parameters`` holds parameters only,
 every computation is a call into the package. The kernel is the project's own (`make setup`
 registers ``hybridlab`` into the venv); without it, ``python3`` of the running interpreter.
+Executed notebooks carry no machine paths: :func:`relative_paths` rewrites them (the run folder
+becomes ``.``, the checkout's files relative to its root, the home folder ``~``) before the HTML
+copy is made, so run folders can be committed.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -51,9 +55,53 @@ def run_notebook(name: str, out_dir: str | os.PathLike, parameters: Mapping[str,
             cwd=str(out_dir), progress_bar=False, execution_timeout=timeout,
         )
     finally:
+        if output.exists():
+            relative_paths(output, out_dir)
         if html and output.exists():
             to_html(output)
     return output
+
+
+def path_replacements(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
+    """(absolute folder, short name) pairs, longest first: the run folder -> `.`, the checkout ->
+    `.`, its parent -> `..`, the home folder -> `~`."""
+    pairs = {str(Path(out_dir).resolve()): ".", str(REPO_ROOT): ".", str(REPO_ROOT.parent): "..",
+             str(Path.home()): "~"}
+    return sorted(((folder, short) for folder, short in pairs.items() if folder not in {"/", ""}),
+                  key=lambda pair: len(pair[0]), reverse=True)
+
+
+def shorten_paths(text: str, replacements: list[tuple[str, str]]) -> str:
+    """`text` with every absolute folder of `replacements` shortened: `<folder>/x` -> `x` for `.`,
+    `../x`, `~/x`; the folder alone -> its short name; `/work/mainx` is left alone."""
+    import re
+
+    for folder, short in replacements:
+        def repl(match: re.Match, short: str = short) -> str:
+            if match.group(1) == "/":
+                return "" if short == "." else short + "/"
+            return short
+        text = re.sub(re.escape(folder) + r"(/|(?![\w.-]))", repl, text)
+    return text
+
+
+def _shorten(value, replacements: list[tuple[str, str]]):
+    if isinstance(value, str):
+        return shorten_paths(value, replacements)
+    if isinstance(value, list):
+        return [_shorten(item, replacements) for item in value]
+    if isinstance(value, dict):  # images stay as they are (base64 never names a path)
+        return {key: item if key.startswith("image/") else _shorten(item, replacements) for key, item in value.items()}
+    return value
+
+
+def relative_paths(notebook: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Rewrite an executed notebook in place without absolute machine paths (:func:`path_replacements`)."""
+    notebook = Path(notebook)
+    text = notebook.read_text(encoding="utf-8")
+    shortened = json.dumps(_shorten(json.loads(text), path_replacements(out_dir)), indent=1, ensure_ascii=False)
+    notebook.write_text(shortened + ("\n" if text.endswith("\n") else ""), encoding="utf-8")
+    return notebook
 
 
 def to_html(notebook: str | os.PathLike) -> Path:
