@@ -26,7 +26,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -35,12 +35,12 @@ import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file
 from hybridlab.index import layout
-from hybridlab.index.reader import consistency_problems, file_stamp
+from hybridlab.index.reader import Generation, consistency_problems, file_stamp
 from hybridlab.search import pipeline
 from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters, parse_when
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
-from hybridlab.search.snapshot import Snapshot, open_snapshot
+from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
 
 __all__ = ["Index", "RunResponse", "SearchResponse", "SearchResult", "iso_utc", "make_snippet", "open_index",
@@ -83,7 +83,7 @@ class Index:
     Safe to share between threads: each call works on the snapshot it took at its start."""
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None,
-                 *, check: bool = True) -> None:
+                 *, check: bool = True, backend: Callable[[Generation], Snapshot] = snapshot_of) -> None:
         self.index_dir = Path(index_dir)
         self._manifest_path = self.index_dir / layout.MANIFEST
         if isinstance(config, Mapping):
@@ -92,11 +92,12 @@ class Index:
             self.config_file = load_config_file(config)
         self.config_path = None if isinstance(config, Mapping) else config
         self._check = check
+        self._backend = backend  # generation -> snapshot: local retrievers, or Qdrant's
         self._lock = threading.Lock()  # one re-open at a time
         self._encoders: dict[str, Any] = {}
         self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
         self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
-        self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check)
+        self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check, backend=backend)
 
     # ---------------------------------------------------------------- the snapshot
     def snapshot(self) -> Snapshot:
@@ -113,7 +114,7 @@ class Index:
         with self._lock:
             if file_stamp(self._manifest_path) == self._snapshot.generation.stamp:
                 return False
-            self._snapshot = open_snapshot(self.index_dir, check=self._check)
+            self._snapshot = open_snapshot(self.index_dir, check=self._check, backend=self._backend)
             # the old snapshot's DuckDB connection closes when its last search lets go of it
             return True
 

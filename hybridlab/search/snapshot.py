@@ -10,7 +10,7 @@ commits, and a search takes the snapshot once and uses only it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -82,11 +82,13 @@ def snapshot_of(generation: Generation) -> Snapshot:
     )
 
 
-def open_snapshot(index_dir: str | os.PathLike, *, check: bool = True) -> Snapshot:
-    """Open the live generation of `index_dir` as a snapshot (see :func:`~hybridlab.index.reader.read_generation`)."""
+def open_snapshot(index_dir: str | os.PathLike, *, check: bool = True,
+                  backend: Callable[[Generation], Snapshot] = snapshot_of) -> Snapshot:
+    """Open the live generation of `index_dir` as a snapshot (see :func:`~hybridlab.index.reader.read_generation`);
+    `backend` builds it (the local retrievers by default, e.g. :func:`hybridlab.search.qdrant.qdrant_backend`)."""
     generation = read_generation(index_dir, check=check)
     try:
-        return snapshot_of(generation)
+        return backend(generation)
     except BaseException:
         generation.store.close()
         raise

@@ -1,0 +1,366 @@
+"""The Qdrant backend behind the retriever seam: BM25 and dense retrieval served by a Qdrant collection.
+
+One collection per index. Point id = chunk id; a named dense vector per embedding model (vectors of
+two models are never compared) and a sparse vector `bm25`; payload = doc id, collection, chunk type,
+tags and the document's update (else creation) time as epoch seconds, with payload indexes on each.
+
+**BM25 equal to ours.** The sparse vector of a chunk holds, for each of its terms (hybridlab's own
+tokenizer, bm25s's vocabulary ids), the weight bm25s precomputed for that (term, chunk): the term's
+BM25 saturation times its IDF. A query vector holds each query term once per occurrence, so Qdrant's
+dot product is exactly the sum bm25s computes (`get_scores_from_ids`). Qdrant's IDF modifier is not
+used: it would recompute IDF from Qdrant's own statistics with its own formula and still need the
+document-side TF saturation from us; the folded weights reproduce bm25s by construction (the price:
+upserting documents leaves the other chunks' IDF as of the last export, see :func:`upsert_documents`).
+
+Searching: :func:`qdrant_snapshot` keeps the local generation's row table and metadata store and
+swaps in :class:`QdrantSparseRetriever` and one :class:`QdrantDenseRetriever` per model, so the
+pipeline's fusion, tag signal, recency and explain run unchanged over Qdrant's candidates; filters
+are pushed into each Qdrant query as a payload filter. :func:`server_fusion` is the server-side
+alternative for RRF/DBSF (one prefetch per retriever plus a fusion query).
+
+Needs the `qdrant` extra (`pip install 'hybridlab[qdrant]'`). Tests and the parity bench use the
+client's local mode (`QdrantClient(path=...)` or `":memory:"`: pure Python, brute force).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from hybridlab.index.reader import Generation, read_generation
+from hybridlab.search.filters import Filters
+from hybridlab.search.retrievers import RowFilter
+from hybridlab.search.snapshot import Snapshot, snapshot_of
+
+SPARSE = "bm25"
+PAYLOAD_INDEXES = {"doc_id": "keyword", "collection": "keyword", "chunk_type": "keyword", "tags": "keyword",
+                   "time": "float"}
+BATCH = 256
+
+
+def _models():
+    try:
+        from qdrant_client import models
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("the Qdrant backend needs qdrant-client: pip install 'hybridlab[qdrant]'") from None
+    return models
+
+
+def connect(url: str | None = None, path: str | os.PathLike | None = None) -> Any:
+    """A QdrantClient for a server (`url`) or the local mode (`path`, or in memory when both are None)."""
+    try:
+        from qdrant_client import QdrantClient
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("the Qdrant backend needs qdrant-client: pip install 'hybridlab[qdrant]'") from None
+    if url and path:
+        raise ValueError("give either a Qdrant url or a local path, not both")
+    if url:
+        return QdrantClient(url=url)
+    return QdrantClient(path=str(path)) if path else QdrantClient(":memory:")
+
+
+def is_local(client: Any) -> bool:
+    """Whether `client` runs Qdrant's local mode (in process, brute force) rather than a server."""
+    return type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
+
+
+def collection_name(generation: Generation) -> str:
+    """The default collection of an index: its folder name."""
+    return generation.index_dir.resolve().name
+
+
+# ------------------------------------------------------------------ building (export of a local generation)
+def sparse_weights(generation: Generation) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row, (term ids, BM25 weights with the IDF folded in) from bm25s's precomputed score matrix."""
+    sparse = generation.sparse
+    n = generation.n_chunks
+    if not n or not getattr(sparse.retriever, "scores", None):
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+    scores = sparse.retriever.scores
+    data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
+    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
+    order = np.lexsort((terms, indices))  # by row (chunk), then term
+    rows, terms, values = indices[order], terms[order], data[order]
+    bounds = np.searchsorted(rows, np.arange(n + 1))
+    return [(terms[bounds[r]:bounds[r + 1]], values[bounds[r]:bounds[r + 1]]) for r in range(n)]
+
+
+def _payloads(generation: Generation, rows: Sequence[int]) -> list[dict[str, Any]]:
+    payloads = []
+    for row in rows:
+        payload: dict[str, Any] = {"doc_id": generation.doc_ids[row], "collection": generation.collections[row],
+                                   "chunk_type": generation.chunk_types[row],
+                                   "tags": list(generation.row_tags.get(row, ()))}
+        time = float(generation.times[row])
+        if not math.isnan(time):
+            payload["time"] = time
+        payloads.append(payload)
+    return payloads
+
+
+def _points(generation: Generation, rows: Sequence[int], weights: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+    models = _models()
+    vectors_of = {}
+    for model, dense in generation.dense.items():
+        positions = np.full(generation.n_chunks, -1, dtype=np.int64)
+        positions[generation.dense_rows_to_index[model]] = np.arange(len(generation.dense_rows_to_index[model]))
+        vectors_of[model] = (positions, dense.vectors)
+    points = []
+    for row, payload in zip(rows, _payloads(generation, rows)):
+        vector: dict[str, Any] = {}
+        terms, values = weights[row]
+        if len(terms):
+            vector[SPARSE] = models.SparseVector(indices=terms.tolist(), values=values.astype(float).tolist())
+        for model, (positions, vectors) in vectors_of.items():
+            if positions[row] >= 0:
+                vector[model] = vectors[positions[row]].astype(float).tolist()
+        points.append(models.PointStruct(id=int(generation.chunk_ids[row]), vector=vector, payload=payload))
+    return points
+
+
+def export_generation(generation: Generation, client: Any, collection: str | None = None) -> str:
+    """Write a local generation into a fresh Qdrant collection (dropped first if present); its name."""
+    models = _models()
+    collection = collection or collection_name(generation)
+    if client.collection_exists(collection):
+        client.delete_collection(collection)
+    client.create_collection(
+        collection,
+        vectors_config={model: models.VectorParams(size=dense.dim, distance=models.Distance.DOT)
+                        for model, dense in generation.dense.items()},
+        sparse_vectors_config={SPARSE: models.SparseVectorParams()},
+    )
+    with warnings.catch_warnings():  # the local mode says payload indexes have no effect there
+        warnings.simplefilter("ignore", UserWarning)
+        for field, schema in PAYLOAD_INDEXES.items():
+            client.create_payload_index(collection, field, field_schema=schema)
+    _upsert_rows(generation, client, collection, range(generation.n_chunks))
+    return collection
+
+
+def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int]) -> int:
+    weights = sparse_weights(generation)
+    rows = list(rows)
+    for start in range(0, len(rows), BATCH):
+        client.upsert(collection, points=_points(generation, rows[start:start + BATCH], weights), wait=True)
+    return len(rows)
+
+
+def _doc_filter(doc_ids: Sequence[str]) -> Any:
+    models = _models()
+    return models.Filter(must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))])
+
+
+def delete_documents(client: Any, collection: str, doc_ids: Sequence[str]) -> None:
+    """Delete every chunk of the documents `doc_ids` (a payload filter on `doc_id`)."""
+    if doc_ids:
+        client.delete(collection, points_selector=_models().FilterSelector(filter=_doc_filter(doc_ids)), wait=True)
+
+
+def upsert_documents(generation: Generation, client: Any, collection: str, doc_ids: Sequence[str]) -> int:
+    """Replace the documents `doc_ids` in the collection by their chunks in `generation` (a newer local
+    generation: the incremental path); documents absent from it are deleted. Chunks returned.
+    The other chunks keep the BM25 IDF of their last export: re-export after large changes."""
+    delete_documents(client, collection, doc_ids)
+    wanted = set(doc_ids)
+    return _upsert_rows(generation, client, collection,
+                        (row for row, doc_id in enumerate(generation.doc_ids) if doc_id in wanted))
+
+
+def point_ids(client: Any, collection: str) -> np.ndarray:
+    """Every point id of the collection, ascending (a scroll)."""
+    ids: list[int] = []
+    offset = None
+    while True:
+        points, offset = client.scroll(collection, limit=1024, offset=offset, with_payload=False, with_vectors=False)
+        ids.extend(int(p.id) for p in points)
+        if offset is None:
+            break
+    return np.sort(np.asarray(ids, dtype=np.int64))
+
+
+# ------------------------------------------------------------------ filters
+def payload_filter(filters: Filters) -> Any:
+    """The Qdrant filter of `filters` (None when they allow everything)."""
+    if filters.empty:
+        return None
+    models = _models()
+    must: list[Any] = []
+    if filters.chunk_types:
+        must.append(models.FieldCondition(key="chunk_type", match=models.MatchAny(any=list(filters.chunk_types))))
+    if filters.collections:
+        must.append(models.FieldCondition(key="collection", match=models.MatchAny(any=list(filters.collections))))
+    if filters.doc_ids:
+        must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(filters.doc_ids))))
+    if filters.since is not None or filters.until is not None:
+        must.append(models.FieldCondition(key="time", range=models.Range(
+            gte=None if filters.since is None else filters.since.timestamp(),
+            lte=None if filters.until is None else filters.until.timestamp())))
+    if filters.tags:
+        if filters.tags_any:
+            must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(filters.tags))))
+        else:
+            must.extend(models.FieldCondition(key="tags", match=models.MatchValue(value=tag))
+                        for tag in sorted(set(filters.tags)))
+    if filters.embedding_model:
+        must.append(models.HasVectorCondition(has_vector=filters.embedding_model))
+    return models.Filter(must=must)
+
+
+def _query_filter(allowed: RowFilter) -> Any:
+    return None if allowed.mask is None else payload_filter(allowed.filters)
+
+
+def _ranked(chunk_ids: np.ndarray, points: Sequence[Any], depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, scores) of Qdrant's scored points, best first, ties by ascending row."""
+    ids = np.asarray([int(p.id) for p in points], dtype=np.int64)
+    scores = np.asarray([p.score for p in points], dtype=np.float32)
+    rows = np.searchsorted(chunk_ids, ids)
+    order = np.lexsort((rows, -scores))[:depth]
+    return rows[order], scores[order]
+
+
+# ------------------------------------------------------------------ retrievers
+class QdrantSparseRetriever:
+    """:class:`~hybridlab.search.retrievers.SparseRetriever`: a sparse-vector query on `bm25`, the
+    query tokenised by the generation's tokenizer into its bm25s vocabulary ids."""
+
+    def __init__(self, client: Any, collection: str, generation: Generation) -> None:
+        self.client, self.collection = client, collection
+        self._sparse = generation.sparse
+        self._chunk_ids = generation.chunk_ids
+
+    def query_vector(self, query: str) -> Any | None:
+        """The query's sparse vector (a term's value = its occurrences), None without known terms."""
+        ids = self._sparse.query_ids(query)
+        if not ids:
+            return None
+        terms, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+        return _models().SparseVector(indices=terms.tolist(), values=counts.astype(float).tolist())
+
+    def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        vector = self.query_vector(query)
+        if vector is None or depth <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        points = self.client.query_points(self.collection, query=vector, using=SPARSE, limit=depth,
+                                          query_filter=_query_filter(allowed), with_payload=False).points
+        rows, scores = _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
+        return rows, scores
+
+
+class QdrantDenseRetriever:
+    """:class:`~hybridlab.search.retrievers.DenseRetriever` over the named vector `model` (dot product
+    of L2-normalised vectors = cosine). No corpus graph: staged search scores its candidates only."""
+
+    def __init__(self, client: Any, collection: str, model: str, dim: int, chunk_ids: np.ndarray) -> None:
+        self.client, self.collection = client, collection
+        self.model, self.dim = model, dim
+        self._chunk_ids = chunk_ids
+        # filtered searches are exact (the seam's contract); the local mode is always brute force
+        self._exact = None if is_local(client) else _models().SearchParams(exact=True)
+
+    @property
+    def has_graph(self) -> bool:
+        return False
+
+    def search(self, vector: np.ndarray, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
+        if depth <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        query_filter = _query_filter(allowed)
+        models = _models()
+        has_vector = models.HasVectorCondition(has_vector=self.model)
+        query_filter = models.Filter(must=[has_vector] if query_filter is None else [query_filter, has_vector])
+        points = self.client.query_points(
+            self.collection, query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
+            using=self.model, limit=depth, query_filter=query_filter, with_payload=False,
+            search_params=self._exact if allowed.mask is not None else None).points
+        return _ranked(self._chunk_ids, points, depth)
+
+    def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return rows, np.zeros(0, np.float32)
+        points = self.client.retrieve(self.collection, ids=self._chunk_ids[rows].tolist(), with_payload=False,
+                                      with_vectors=[self.model])
+        found = {int(p.id): p.vector.get(self.model) for p in points if p.vector and p.vector.get(self.model)}
+        kept = np.asarray([row for row in rows.tolist() if int(self._chunk_ids[row]) in found], dtype=np.int64)
+        if not len(kept):
+            return kept, np.zeros(0, np.float32)
+        matrix = np.asarray([found[int(self._chunk_ids[row])] for row in kept], dtype=np.float32)
+        return kept, matrix @ np.asarray(vector, dtype=np.float32).reshape(-1)
+
+    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
+                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+        scored, scores = self.score(vector, rows)
+        return scored, scores, 0
+
+
+# ------------------------------------------------------------------ snapshots and server-side fusion
+def qdrant_snapshot(generation: Generation, client: Any, collection: str | None = None) -> Snapshot:
+    """The snapshot of `generation` with BM25 and dense retrieval served by the Qdrant `collection`
+    (row table, metadata store and tag signals stay the generation's); ValueError when the
+    collection's points are not the generation's chunks (re-export)."""
+    collection = collection or collection_name(generation)
+    if not client.collection_exists(collection):
+        raise ValueError(f"no Qdrant collection {collection!r}; export the index first")
+    ids = point_ids(client, collection)
+    if not np.array_equal(ids, generation.chunk_ids):
+        raise ValueError(f"Qdrant collection {collection!r} holds {len(ids)} points that are not this index's "
+                         f"{generation.n_chunks} chunks; re-export it")
+    local = snapshot_of(generation)
+    return dataclasses.replace(
+        local,
+        sparse=QdrantSparseRetriever(client, collection, generation),
+        dense=MappingProxyType({model: QdrantDenseRetriever(client, collection, model, dense.dim, generation.chunk_ids)
+                                for model, dense in generation.dense.items()}),
+    )
+
+
+def qdrant_backend(client: Any, collection: str | None = None):
+    """A snapshot factory for :class:`~hybridlab.search.engine.Index` (`backend=`)."""
+    return lambda generation: qdrant_snapshot(generation, client, collection)
+
+
+def open_qdrant_snapshot(index_dir: str | os.PathLike, client: Any, collection: str | None = None) -> Snapshot:
+    """Open the live generation of `index_dir` on the Qdrant `collection`."""
+    generation = read_generation(index_dir)
+    try:
+        return qdrant_snapshot(generation, client, collection)
+    except BaseException:
+        generation.store.close()
+        raise
+
+
+FUSIONS = {"rrf": "RRF", "dbsf": "DBSF"}
+
+
+def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str, *, fusion: str = "rrf",
+                  depth: int = 100, limit: int = 10, filters: Filters | None = None) -> dict[int, float]:
+    """Qdrant's own fusion: a prefetch per retriever (BM25, `model`; `depth` each, the filter pushed
+    into both) and a `FusionQuery`; `{row: fused score}` best first. Qdrant's RRF uses k = 2 (not
+    configurable in the local mode), scores 1/(k + rank) summed unweighted; DBSF normalises each run
+    by mean ± 3 standard deviations like :func:`~hybridlab.search.fusion.dbsf`."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")
+    models = _models()
+    sparse = snapshot.sparse
+    if not isinstance(sparse, QdrantSparseRetriever):
+        raise TypeError("server-side fusion needs a Qdrant snapshot")
+    allowed = snapshot.store.allowed(filters or Filters())
+    query_filter = _query_filter(allowed)
+    prefetch = [models.Prefetch(query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
+                                using=model, limit=depth, filter=query_filter)]
+    sparse_vector = sparse.query_vector(query)
+    if sparse_vector is not None:
+        prefetch.append(models.Prefetch(query=sparse_vector, using=SPARSE, limit=depth, filter=query_filter))
+    points = sparse.client.query_points(sparse.collection, prefetch=prefetch,
+                                        query=models.FusionQuery(fusion=getattr(models.Fusion, FUSIONS[fusion])),
+                                        limit=limit, with_payload=False).points
+    rows, scores = _ranked(snapshot.generation.chunk_ids, points, limit)
+    return dict(zip(rows.tolist(), scores.astype(float).tolist()))
