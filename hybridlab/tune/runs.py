@@ -271,6 +271,9 @@ def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path
     ]
     if record.get("elapsed_s") is not None:
         lines.append(f"Wall time of the sweep notebook: {record['elapsed_s']:.0f} s.")
+    if (run_dir / "config.json").is_file():
+        exported = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["provenance"]
+        lines += ["", f"**Export gate** ([config.json](config.json), what may be served): {exported['verdict']}."]
     if engine.get("source_sha256"):
         lines.append(f"Engine: sources {engine['source_sha256'][:12]}, last engine commit "
                      f"{(engine.get('commit') or '?')[:10]}{' + uncommitted changes' if engine.get('dirty') else ''}.")

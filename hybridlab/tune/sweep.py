@@ -702,7 +702,8 @@ def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
 
 def cli_sweep(args: argparse.Namespace) -> int:
     """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder (a cross-validated set also
-    runs its nested cross-validation there), then export what may be served (:mod:`.export`).
+    runs its nested cross-validation there), then export what may be served (:mod:`.export`) into the
+    run folder's `config.json` and to `--export`.
     With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
     from papermill.exceptions import PapermillExecutionError
 
@@ -737,12 +738,13 @@ def cli_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    config = export_config(run_dir)  # what may be served, kept with the run: config.json
+    write_config(config, run_dir / "config.json")
     write_summary(run_dir, metrics)
     update_index(args.reports)
+    print(config["provenance"]["verdict"])
     if args.export:
-        config = export_config(run_dir)
-        path = write_config(config, args.export)
-        print(f"{config['provenance']['verdict']}\nexported to {path}")
+        print(f"exported to {write_config(config, args.export)}")
     print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
     return 0
 
