@@ -434,7 +434,7 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
             with open(log, "wb") as out:
                 processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL))
-        print(f"{count} workers on study {study_name!r} (logs: {log_dir / 'worker-*.log'})", flush=True)
+        print(f"{count} workers on study {study_name!r} (logs: {log_dir / f'{prefix}worker-*.log'})", flush=True)
         last = time.monotonic()
         while any(p.poll() is None for p in processes):
             time.sleep(0.5)
