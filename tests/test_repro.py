@@ -100,7 +100,8 @@ def test_the_cheap_conditions_reproduce(capsys):
     assert f"all {len(cheap)} conditions reproduced" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("config", ["configs/best.json"])
+@pytest.mark.parametrize("config", ["configs/best.json",
+                                    pytest.param("configs/best-scifact.json", marks=pytest.mark.slow)])
 def test_the_served_config_reproduces(config, capsys):
     """The config the README's MCP section serves: pinned, so an engine-default change cannot move it."""
     from hybridlab.eval.datasets import REPO_ROOT
