@@ -80,6 +80,8 @@ def test_sparse_vectors_reproduce_bm25s_scores(index_dir, remote):
     {"mode": "bm25"}, {"mode": "vector"}, {},
     {"fusion": "rrf"}, {"fusion": "convex", "normalization": "min-max"},
     {"fusion": "convex", "normalization": "z-score"}, {"fusion": "dbsf"}, {"alpha": 0.3, "tags": []},
+    {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "expand_seeds": 2},
+    {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "collection": "cachelib"},
 ])
 def test_same_top_10_as_the_local_backend(local, remote, options):
     for query in QUERIES:
@@ -152,3 +154,13 @@ def test_upsert_and_delete_by_document(index_dir, tmp_path):
             generation.store.close()
     finally:
         client.close()
+
+
+def test_staged_search_walks_the_corpus_graph_like_the_local_backend(local, remote):
+    options = {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "expand_seeds": 2}
+    for query in QUERIES:
+        ours = local._retrieve(query, options, Filters(), None, remote_now())
+        theirs = remote._retrieve(query, options, Filters(), None, remote_now())
+        assert remote.snapshot().dense["wordllama"].has_graph
+        assert (theirs.mode, theirs.graph_added) == (ours.mode, ours.graph_added)
+        assert [h.row for h in theirs.hits] == [h.row for h in ours.hits]

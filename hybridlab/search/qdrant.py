@@ -13,7 +13,8 @@ document-side TF saturation from us; the folded weights reproduce bm25s by const
 upserting documents leaves the other chunks' IDF as of the last export, see :func:`upsert_documents`).
 
 Searching: :func:`qdrant_snapshot` keeps the local generation's row table and metadata store and
-swaps in :class:`QdrantSparseRetriever` and one :class:`QdrantDenseRetriever` per model, so the
+swaps in :class:`QdrantSparseRetriever` and one :class:`QdrantDenseRetriever` per model (staged
+search walks the index's corpus graph, scoring with vectors fetched from Qdrant), so the
 pipeline's fusion, tag signal, recency and explain run unchanged over Qdrant's candidates; filters
 are pushed into each Qdrant query as a payload filter. :func:`server_fusion` is the server-side
 alternative for RRF/DBSF (one prefetch per retriever plus a fusion query).
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.reader import Generation, read_generation
 from hybridlab.search.filters import Filters
 from hybridlab.search.retrievers import RowFilter
@@ -76,8 +78,10 @@ def collection_name(generation: Generation) -> str:
 
 
 # ------------------------------------------------------------------ building (export of a local generation)
-def sparse_weights(generation: Generation) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per row, (term ids, BM25 weights with the IDF folded in) from bm25s's precomputed score matrix."""
+def sparse_weights(generation: Generation, *, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row, (term ids, BM25 weights with the IDF folded in) from bm25s's precomputed score matrix;
+    `fold_idf=False` divides the IDF back out (bm25s "lucene": ln(1 + (N - df + 0.5) / (df + 0.5)),
+    Qdrant's IDF modifier formula) for a collection that applies Qdrant's own IDF at query time."""
     sparse = generation.sparse
     n = generation.n_chunks
     if not n or not getattr(sparse.retriever, "scores", None):
@@ -85,6 +89,9 @@ def sparse_weights(generation: Generation) -> list[tuple[np.ndarray, np.ndarray]
     scores = sparse.retriever.scores
     data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
     terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
+    if not fold_idf:
+        df = np.diff(indptr).astype(np.float64)
+        data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
     order = np.lexsort((terms, indices))  # by row (chunk), then term
     rows, terms, values = indices[order], terms[order], data[order]
     bounds = np.searchsorted(rows, np.arange(n + 1))
@@ -124,8 +131,11 @@ def _points(generation: Generation, rows: Sequence[int], weights: list[tuple[np.
     return points
 
 
-def export_generation(generation: Generation, client: Any, collection: str | None = None) -> str:
-    """Write a local generation into a fresh Qdrant collection (dropped first if present); its name."""
+def export_generation(generation: Generation, client: Any, collection: str | None = None, *,
+                      idf_modifier: bool = False) -> str:
+    """Write a local generation into a fresh Qdrant collection (dropped first if present); its name.
+    `idf_modifier=True` stores IDF-free weights and lets Qdrant apply its IDF modifier (compared in
+    :mod:`hybridlab.bench.qdrant`; the default folds bm25s's IDF into the weights)."""
     models = _models()
     collection = collection or collection_name(generation)
     if client.collection_exists(collection):
@@ -134,18 +144,20 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
         collection,
         vectors_config={model: models.VectorParams(size=dense.dim, distance=models.Distance.DOT)
                         for model, dense in generation.dense.items()},
-        sparse_vectors_config={SPARSE: models.SparseVectorParams()},
+        sparse_vectors_config={SPARSE: models.SparseVectorParams(
+            modifier=models.Modifier.IDF if idf_modifier else None)},
     )
     with warnings.catch_warnings():  # the local mode says payload indexes have no effect there
         warnings.simplefilter("ignore", UserWarning)
         for field, schema in PAYLOAD_INDEXES.items():
             client.create_payload_index(collection, field, field_schema=schema)
-    _upsert_rows(generation, client, collection, range(generation.n_chunks))
+    _upsert_rows(generation, client, collection, range(generation.n_chunks), fold_idf=not idf_modifier)
     return collection
 
 
-def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int]) -> int:
-    weights = sparse_weights(generation)
+def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int], *,
+                 fold_idf: bool = True) -> int:
+    weights = sparse_weights(generation, fold_idf=fold_idf)
     rows = list(rows)
     for start in range(0, len(rows), BATCH):
         client.upsert(collection, points=_points(generation, rows[start:start + BATCH], weights), wait=True)
@@ -169,8 +181,11 @@ def upsert_documents(generation: Generation, client: Any, collection: str, doc_i
     The other chunks keep the BM25 IDF of their last export: re-export after large changes."""
     delete_documents(client, collection, doc_ids)
     wanted = set(doc_ids)
+    sparse = client.get_collection(collection).config.params.sparse_vectors or {}
+    modifier = getattr(sparse.get(SPARSE), "modifier", None)
     return _upsert_rows(generation, client, collection,
-                        (row for row, doc_id in enumerate(generation.doc_ids) if doc_id in wanted))
+                        (row for row, doc_id in enumerate(generation.doc_ids) if doc_id in wanted),
+                        fold_idf=modifier != _models().Modifier.IDF)
 
 
 def point_ids(client: Any, collection: str) -> np.ndarray:
@@ -256,18 +271,23 @@ class QdrantSparseRetriever:
 
 class QdrantDenseRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over the named vector `model` (dot product
-    of L2-normalised vectors = cosine). No corpus graph: staged search scores its candidates only."""
+    of L2-normalised vectors = cosine). Staged search grows its pool along the index's corpus graph,
+    scoring the new rows with vectors fetched from Qdrant."""
 
-    def __init__(self, client: Any, collection: str, model: str, dim: int, chunk_ids: np.ndarray) -> None:
+    def __init__(self, client: Any, collection: str, model: str, dim: int, chunk_ids: np.ndarray,
+                 graph: np.ndarray | None = None, graph_ids: np.ndarray | None = None) -> None:
         self.client, self.collection = client, collection
         self.model, self.dim = model, dim
         self._chunk_ids = chunk_ids
+        # the corpus graph over this model's vectors (node i = chunk graph_ids[i], ascending), from the index
+        self._graph = graph if graph is not None and graph_ids is not None else None
+        self._graph_ids = graph_ids
         # filtered searches are exact (the seam's contract); the local mode is always brute force
         self._exact = None if is_local(client) else _models().SearchParams(exact=True)
 
     @property
     def has_graph(self) -> bool:
-        return False
+        return self._graph is not None
 
     def search(self, vector: np.ndarray, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
         if depth <= 0:
@@ -298,7 +318,33 @@ class QdrantDenseRetriever:
     def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
                    allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
         scored, scores = self.score(vector, rows)
-        return scored, scores, 0
+        if self._graph is None or hops < 1 or not len(scored):
+            return scored, scores, 0
+        graph_ids, chunk_ids = self._graph_ids, self._chunk_ids
+        nodes = np.searchsorted(graph_ids, chunk_ids[scored])
+        mask = allowed.mask
+        keep = None if mask is None else (lambda candidates: mask[np.searchsorted(chunk_ids, graph_ids[candidates])])
+        grown, scores = expand_by_graph(_FetchedVectors(self, graph_ids), self._graph,
+                                        np.asarray(vector, dtype=np.float32).reshape(-1), nodes, scores,
+                                        hops=hops, seeds=seeds, keep=keep)
+        return np.searchsorted(chunk_ids, graph_ids[grown]), scores, len(grown) - len(nodes)
+
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of the chunks `ids` (each must have one), in that order."""
+        points = self.client.retrieve(self.collection, ids=[int(i) for i in ids], with_payload=False,
+                                      with_vectors=[self.model])
+        found = {int(p.id): p.vector[self.model] for p in points}
+        return np.asarray([found[int(i)] for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+
+
+class _FetchedVectors:
+    """`vectors[nodes]` for :func:`~hybridlab.index.graph.expand_by_graph`: fetched from Qdrant by chunk id."""
+
+    def __init__(self, retriever: QdrantDenseRetriever, graph_ids: np.ndarray) -> None:
+        self._retriever, self._graph_ids = retriever, graph_ids
+
+    def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
+        return self._retriever.vectors_of(self._graph_ids[np.asarray(nodes, dtype=np.int64)])
 
 
 # ------------------------------------------------------------------ snapshots and server-side fusion
@@ -317,7 +363,8 @@ def qdrant_snapshot(generation: Generation, client: Any, collection: str | None 
     return dataclasses.replace(
         local,
         sparse=QdrantSparseRetriever(client, collection, generation),
-        dense=MappingProxyType({model: QdrantDenseRetriever(client, collection, model, dense.dim, generation.chunk_ids)
+        dense=MappingProxyType({model: QdrantDenseRetriever(client, collection, model, dense.dim, generation.chunk_ids,
+                                                            generation.graphs.get(model), dense.ids)
                                 for model, dense in generation.dense.items()}),
     )
 
