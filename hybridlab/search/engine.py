@@ -7,7 +7,8 @@ resolved by :func:`~hybridlab.config.resolve_search_config`.
 One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
 bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each)
 and `tags`; fused by name (:func:`~hybridlab.search.fusion.fuse`, weights from
-:func:`~hybridlab.search.fusion.alpha_weights`); recency scales the fused score. Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
+:func:`~hybridlab.search.fusion.alpha_weights`); recency scales the fused score; an optional rerank step (`rerank_depth` > 0) re-orders the top chunks with a
+cross-encoder (:func:`~hybridlab.search.pipeline.rerank`). Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
 `expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.index.graph`) with their stored
 vectors; `fill_dense` gives BM25 candidates outside the dense top `depth` their exact cosine (both
 auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid
@@ -95,6 +96,7 @@ class Index:
         self._backend = backend  # generation -> snapshot: local retrievers, or Qdrant's
         self._lock = threading.Lock()  # one re-open at a time
         self._encoders: dict[str, Any] = {}
+        self._rerankers: dict[str, Any] = {}  # cross-encoders of the rerank step, loaded on first use
         self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
         self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
         self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check, backend=backend)
@@ -230,6 +232,23 @@ class Index:
         if todo:
             self._query_vectors.put_many(zip(((model, q) for q in todo), self._encode(model, todo)))
 
+    def reranker(self, name: str):
+        """The cross-encoder `name` of the rerank step, loaded on first use and kept (thread-safe:
+        the encoder lock guards the load, the cross-encoder serialises its own scoring)."""
+        reranker = self._rerankers.get(name)
+        if reranker is not None:
+            return reranker
+        with self._encoder_lock:
+            if name not in self._rerankers:
+                from hybridlab.encoders.cross_encoder import load_reranker
+
+                self._rerankers[name] = load_reranker(name)
+            return self._rerankers[name]
+
+    def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
+        """Cross-encoder scores of (query, passage) pairs, one per passage."""
+        return self.reranker(model).score(query, passages)
+
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
         return pipeline.choose_model(self._snapshot, self.config_file, embedding_model, language)
@@ -325,6 +344,7 @@ class Index:
         options = {**options, "embedding_model": embedding_model, "language": language}
         retrieval = pipeline.retrieve(snapshot, query, options, filters, tag_list, resolve_now(now), self.config_file,
                                       self.query_vector)
+        retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
         hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits[: config.limit]
         results = pipeline.hydrate(snapshot, hits, retrieval, query, explain)
@@ -344,6 +364,7 @@ class Index:
         retrieval = pipeline.retrieve(snapshot, query, options, filters or Filters(),
                                       None if tags is None else _tuple(tags), resolve_now(now), self.config_file,
                                       self.query_vector)
+        retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
         hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits
         doc_ids = snapshot.generation.doc_ids

@@ -131,6 +131,15 @@ class DuckDBStore:
                 details = self._details
         return details
 
+    def passages(self, rows: Sequence[int]) -> list[str]:
+        if not len(rows):
+            return []
+        chunk_ids = self._generation.chunk_ids[np.asarray(rows, dtype=np.int64)].tolist()
+        found = dict(self._generation.store.fetchall(
+            f"SELECT chunk_id, COALESCE(embed_text, text) FROM chunks WHERE chunk_id IN ({', '.join('?' * len(chunk_ids))})",
+            chunk_ids))
+        return [found[chunk_id] for chunk_id in chunk_ids]
+
     def document(self, doc_id: str) -> dict[str, Any] | None:
         row = self._generation.store.fetchone(
             f"SELECT {', '.join(DOCUMENT_FIELDS)} FROM documents WHERE doc_id = ?", [doc_id])

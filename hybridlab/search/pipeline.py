@@ -7,6 +7,8 @@
     combine    fusion (by name, weights from alpha) -> recency -> min_score
     retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
                than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
+    rerank     optional (`rerank_depth` > 0): the top chunks re-ordered by a cross-encoder
+               (timed as `rerank_ms`)
     group      best chunk per document
     hydrate    texts, tags, dates, snippets, explain -> SearchResult
 
@@ -14,10 +16,11 @@ Every step reads the snapshot it is given and nothing else: a search never sees 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -38,6 +41,7 @@ MAX_QUERY_CHARS = 10_000
 TAG_TIEBREAK = 1e-3
 
 Encode = Callable[[str, str], np.ndarray]  # (model, query) -> query vector
+Rerank = Callable[[str, str, list[str]], np.ndarray]  # (rerank model, query, passages) -> one score each
 Run = dict[int, float]  # row -> score of one retriever
 
 
@@ -92,6 +96,7 @@ class Retrieval:
     tag_coverage: float
     timings: dict[str, float]
     graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
+    reranked: Mapping[int, float] = field(default_factory=dict)  # row -> cross-encoder score (rerank step)
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -351,6 +356,48 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
                      added if stage == "staged" else 0)
 
 
+# ------------------------------------------------------------------------------------ rerank
+def _min_max(values: np.ndarray) -> np.ndarray:
+    """(v - min) / (max - min); all equal -> all 1.0 (as :func:`hybridlab.search.fusion.normalize`)."""
+    low, high = float(values.min()), float(values.max())
+    return np.ones_like(values) if high == low else (values - low) / (high - low)
+
+
+def rerank_mix(hybrid: np.ndarray, cross: np.ndarray, weight: float) -> np.ndarray:
+    """`weight * cross' + (1 - weight) * hybrid'`, primes = min-max over the reranked hits: the
+    convex combination of Bruch et al. (2023) over one list; weight 1.0 = the cross-encoder alone."""
+    hybrid, cross = np.asarray(hybrid, dtype=np.float64), np.asarray(cross, dtype=np.float64)
+    if hybrid.shape != cross.shape:
+        raise ValueError(f"{len(hybrid)} hybrid scores but {len(cross)} cross-encoder scores")
+    if not len(hybrid):
+        return hybrid
+    if weight == 1.0:
+        return _min_max(cross)
+    return weight * _min_max(cross) + (1.0 - weight) * _min_max(hybrid)
+
+
+def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) -> Retrieval:
+    """The retrieval with its top `rerank_depth` hits (chunks) re-scored by the cross-encoder
+    `rerank_model` on (query, the chunk's embedded text) and re-ordered by :func:`rerank_mix`.
+    They keep the top places: their score becomes `1 + mix + max(0, best score below them)`, so a
+    run stays in rank order; the other hits follow unchanged. Off (the same object back) when
+    `rerank_depth` is 0."""
+    config = retrieval.config
+    if config.rerank_depth <= 0 or not retrieval.hits:
+        return retrieval
+    started = time.perf_counter()
+    head, tail = retrieval.hits[: config.rerank_depth], retrieval.hits[config.rerank_depth:]
+    rows = [hit.row for hit in head]
+    cross = np.asarray(score(config.rerank_model, clean_query(query), snapshot.store.passages(rows)), dtype=np.float64)
+    mix = rerank_mix(np.array([hit.score for hit in head]), cross, config.rerank_weight)
+    lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
+    order = np.lexsort((np.asarray(rows), -mix))
+    hits = [head[i]._replace(score=float(lift + mix[i])) for i in order.tolist()] + tail
+    timings = {**retrieval.timings, "rerank_ms": (time.perf_counter() - started) * 1000}
+    return dataclasses.replace(retrieval, hits=hits, timings=timings,
+                               reranked=dict(zip(rows, cross.tolist())))
+
+
 # ------------------------------------------------------------------------------------ results
 def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
     """Where a hit's score came from: each retriever's rank and score, tags, recency, settings."""
@@ -363,6 +410,9 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
 
     dense_rank, dense_score = rank_and_score("dense")
     bm25_rank, bm25_score = rank_and_score("bm25")
+    rerank_score = retrieval.reranked.get(hit.row)
+    rerank_rank = None if rerank_score is None else 1 + sum(
+        1 for other, s in retrieval.reranked.items() if s > rerank_score or (s == rerank_score and other < hit.row))
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
     config = retrieval.config
     return {
@@ -379,6 +429,9 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
         "fill_dense": config.fill_dense, "decay": config.decay,
         "recency_weight": config.recency_weight,
+        "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,
+        "rerank_weight": config.rerank_weight if config.rerank_depth else None,
+        "rerank_model": config.rerank_model if config.rerank_depth else None,
         "staged_pool": ({"candidates": config.candidates, "graph_added": retrieval.graph_added,
                          "expand_hops": config.expand_hops, "expand_seeds": config.expand_seeds,
                          "graph": snapshot.dense[retrieval.model].has_graph}

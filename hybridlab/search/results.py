@@ -36,8 +36,9 @@ class SearchResult:
 class SearchResponse:
     """`Index.search_response`: the results plus how they were found.
 
-    `timings`: `encode_ms` (query embedding; absent without a dense signal) and `search_ms`
-    (retrieval, fusion, recency; not encoding, not hydration); `mode`: parallel / staged /
+    `timings`: `encode_ms` (query embedding; absent without a dense signal), `search_ms`
+    (retrieval, fusion, recency; not encoding, not hydration) and `rerank_ms` (the rerank step:
+    passages read and scored by the cross-encoder; only when `rerank_depth` > 0); `mode`: parallel / staged /
     fallback (hybrid) or vector / bm25 / tags; `generation`: the index generation that answered."""
 
     results: list[SearchResult]

@@ -97,6 +97,10 @@ class MetadataStore(Protocol):
         """(chunk text, document tags, document update time) of each row, for hydrating results."""
         ...
 
+    def passages(self, rows: Sequence[int]) -> list[str]:
+        """The text each row was embedded and BM25-indexed as (heading + chunk text), for rerankers."""
+        ...
+
     def document(self, doc_id: str) -> dict[str, Any] | None:
         """One document's stored fields (doc_id, source, collection, title, text, doc_type,
         created_at, updated_at, metadata as JSON text, tags), None when absent."""
