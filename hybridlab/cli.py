@@ -156,12 +156,42 @@ def index_config_from_args(args: argparse.Namespace):
 
 
 # ------------------------------------------------------------------ commands
+def _qdrant_client(args: argparse.Namespace):
+    """The Qdrant client of `--backend qdrant` (a server by --qdrant-url, else the local mode at --qdrant-path)."""
+    from hybridlab.search import qdrant
+
+    if not (args.qdrant_url or args.qdrant_path):
+        raise UsageError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
+    return qdrant.connect(url=args.qdrant_url, path=args.qdrant_path)
+
+
+def _open_search_index(args: argparse.Namespace):
+    """The index to search: the local backend, or Qdrant's with `--backend qdrant`."""
+    from hybridlab.search.engine import Index, open_index
+
+    if getattr(args, "backend", "local") != "qdrant":
+        return open_index(args.index_dir, args.config)
+    from hybridlab.search import qdrant
+
+    return Index(args.index_dir, args.config,
+                 backend=qdrant.qdrant_backend(_qdrant_client(args), args.qdrant_collection))
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from hybridlab.index.build import index_paths
 
     report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet, force=args.force)
     for path, reason in report.skipped:
         print(f"warning: skipped {path}: {reason}", file=sys.stderr)
+    if args.backend == "qdrant":
+        from hybridlab.search import qdrant
+
+        client = _qdrant_client(args)
+        try:
+            collection = qdrant.export_index(args.index_dir, client, args.qdrant_collection)
+        finally:
+            client.close()
+        print(f"exported to Qdrant collection {collection!r}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -186,11 +216,9 @@ def _print_results(results, as_json: bool) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hybridlab.search.engine import open_index
-
     if not args.query.strip():
         raise UsageError("empty query: give some words to search for")
-    index = open_index(args.index_dir, args.config)
+    index = _open_search_index(args)
     kwargs = search_kwargs(args)
     if args.limit is not None:
         kwargs["limit"] = args.limit
@@ -325,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--index", dest="index_dir", default=os.environ.get("HYBRIDLAB_INDEX", DEFAULT_INDEX),
                        help=f"index folder (default $HYBRIDLAB_INDEX or {DEFAULT_INDEX})")
 
+    def backend_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", choices=("local", "qdrant"), default="local",
+                       help="where BM25 and vectors are served from (qdrant: the index exported to a collection)")
+        p.add_argument("--qdrant-url", help="Qdrant server URL (with --backend qdrant)")
+        p.add_argument("--qdrant-path", help="Qdrant local-mode folder (with --backend qdrant; no server)")
+        p.add_argument("--qdrant-collection", help="collection name (default: the index folder's name)")
+
     p = sub.add_parser("index", help="index folders, BEIR datasets or memories .jsonl (incremental)")
     p.add_argument("paths", nargs="+", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder, or memories .jsonl")
     index_arg(p)
@@ -341,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    backend_args(p)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", help="search an index")
@@ -350,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="show the score breakdown of each result")
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     add_search_options(p)
+    backend_args(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("stats", help="counts per collection, chunk type and model")

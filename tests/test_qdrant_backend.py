@@ -163,3 +163,23 @@ def test_staged_search_walks_the_corpus_graph_like_the_local_backend(local, remo
         assert remote.snapshot().dense["wordllama"].has_graph
         assert (theirs.mode, theirs.graph_added) == (ours.mode, ours.graph_added)
         assert [h.row for h in theirs.hits] == [h.row for h in ours.hits]
+
+
+def test_cli_index_and_search_on_the_qdrant_backend(index_dir, tmp_path, capsys):
+    import json
+
+    from hybridlab import cli
+
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "cli"]
+    source = write_memories(tmp_path / "memories.jsonl")
+    assert cli.main(["index", str(source), "--index", str(copy), "--model", "wordllama", "-q", *backend]) == 0
+    capsys.readouterr()
+    query = ["search", "where does the tunnel server run", "--index", str(copy), "--json", "--now", NOW]
+    assert cli.main([*query, *backend]) == 0
+    theirs = json.loads(capsys.readouterr().out)
+    assert cli.main(query) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert [r["chunk_id"] for r in theirs] == [r["chunk_id"] for r in ours]
+    assert cli.main(["search", "tunnel", "--index", str(copy), "--backend", "qdrant"]) != 0

@@ -162,6 +162,16 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
     return collection
 
 
+def export_index(index_dir: str | os.PathLike, client: Any, collection: str | None = None, *,
+                 idf_modifier: bool = False) -> str:
+    """Export the live generation of `index_dir` (see :func:`export_generation`); the collection's name."""
+    generation = read_generation(index_dir)
+    try:
+        return export_generation(generation, client, collection, idf_modifier=idf_modifier)
+    finally:
+        generation.store.close()
+
+
 def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int], *,
                  fold_idf: bool = True) -> int:
     weights = sparse_weights(generation, fold_idf=fold_idf)
