@@ -289,9 +289,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from hybridlab.eval.datasets import load_qrels, load_queries
     from hybridlab.eval.evaluate import METRICS, make_run, score, write_trec_run
-    from hybridlab.search.engine import open_index
 
-    index = open_index(args.index_dir, args.config)
+    index = _open_search_index(args)
     queries_path, qrels_path = Path(args.queries), Path(args.qrels)
     queries = load_queries(queries_path.parent if queries_path.is_file() else queries_path) if queries_path.is_dir() \
         else _queries_file(queries_path)
@@ -415,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     add_search_options(p)
+    backend_args(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("verify", help="check an index's consistency; --repair rebuilds what is inconsistent")

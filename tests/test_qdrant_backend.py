@@ -183,3 +183,25 @@ def test_cli_index_and_search_on_the_qdrant_backend(index_dir, tmp_path, capsys)
     ours = json.loads(capsys.readouterr().out)
     assert [r["chunk_id"] for r in theirs] == [r["chunk_id"] for r in ours]
     assert cli.main(["search", "tunnel", "--index", str(copy), "--backend", "qdrant"]) != 0
+
+
+def test_cli_eval_on_the_qdrant_backend(index_dir, tmp_path, capsys):
+    import json
+
+    from hybridlab import cli
+
+    client = qdrant.connect(path=tmp_path / "qdrant")
+    try:
+        qdrant.export_index(index_dir, client, "eval")
+    finally:
+        client.close()
+    (tmp_path / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES[:3])))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tm03\t1\nq1\tm05\t1\nq2\tm08\t1\n")
+    command = ["eval", "--index", str(index_dir), "--queries", str(tmp_path / "queries.jsonl"),
+               "--qrels", str(tmp_path / "qrels.tsv"), "--json", "--now", NOW]
+    assert cli.main(command) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert cli.main([*command, "--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"),
+                     "--qdrant-collection", "eval"]) == 0
+    assert json.loads(capsys.readouterr().out) == ours
