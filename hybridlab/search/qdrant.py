@@ -135,10 +135,12 @@ def _points(generation: Generation, rows: Sequence[int], weights: list[tuple[np.
 
 
 def export_generation(generation: Generation, client: Any, collection: str | None = None, *,
-                      idf_modifier: bool = False) -> str:
+                      idf_modifier: bool = False, shard_number: int | None = None,
+                      replication_factor: int | None = None) -> str:
     """Write a local generation into a fresh Qdrant collection (dropped first if present); its name.
     `idf_modifier=True` stores IDF-free weights and lets Qdrant apply its IDF modifier (compared in
-    :mod:`hybridlab.bench.qdrant`; the default folds bm25s's IDF into the weights)."""
+    :mod:`hybridlab.bench.qdrant`; the default folds bm25s's IDF into the weights); `shard_number` and
+    `replication_factor` are passed to a server cluster's `create_collection`."""
     models = _models()
     method = generation.sparse.tokenizer.config.method
     if idf_modifier and method != "lucene":
@@ -153,6 +155,7 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
                         for model, dense in generation.dense.items()},
         sparse_vectors_config={SPARSE: models.SparseVectorParams(
             modifier=models.Modifier.IDF if idf_modifier else None)},
+        shard_number=shard_number, replication_factor=replication_factor,
     )
     with warnings.catch_warnings():  # the local mode says payload indexes have no effect there
         warnings.simplefilter("ignore", UserWarning)
