@@ -204,10 +204,12 @@ def model_systems(evalset) -> dict[str, dict[str, Any]]:
 
 def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_documents: bool = False,
                    progress: bool = True) -> dict[str, Any]:
-    """Per set and model: nDCG@10 / MRR / recall@100 of each system on the report split, the
-    index build time when it was built here, query encoding cost. `whole_documents`: one chunk
-    per document (as MTEB embeds a document: cut at the model's token limit)."""
+    """Per set and model: nDCG@10 / MRR / recall@100 of each system on the report split, with the
+    paired randomisation test of nDCG@10 against the first model (the reference), the index build
+    time when it was built here, query encoding cost. `whole_documents`: one chunk per document
+    (as MTEB embeds a document: cut at the model's token limit)."""
     from hybridlab.eval.evalsets import ensure_index, get_evalset
+    from hybridlab.eval.significance import paired_test
     from hybridlab.search.engine import open_index
 
     chunk = ChunkConfig(strategy="whole") if whole_documents else ChunkConfig()
@@ -216,7 +218,9 @@ def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_docu
         evalset = get_evalset(name)
         queries, qrels = split_queries(evalset, "report")
         key = f"{name}, whole documents" if whole_documents else name
-        out[key] = {"split": evalset.report_split, "queries": len(queries), "chunking": chunk.strategy, "models": {}}
+        out[key] = {"split": evalset.report_split, "queries": len(queries), "chunking": chunk.strategy,
+                    "reference": models[0], "models": {}}
+        per_query: dict[str, dict[str, dict[str, float]]] = {}
         for model in models:
             config = IndexConfig(chunk=chunk, models=(model,))
             if model in SHARED_DOCUMENT_VECTORS:
@@ -230,7 +234,10 @@ def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_docu
                 entry["chunks"] = index.n_chunks
                 for system, options in model_systems(evalset).items():
                     run, _ = runs_of(index, queries, evalset.now, **options)
-                    entry["systems"][system] = scored(qrels, run)[0]
+                    entry["systems"][system], per_query.setdefault(model, {})[system] = scored(qrels, run)
+                    if model != models[0]:
+                        test = paired_test(per_query[model][system], per_query[models[0]][system])
+                        entry["systems"][system].update({"ndcg@10_delta": test.difference, "p": test.p_value})
             entry["query_encode_ms"] = encode_cost(model, list(queries.values()))
             out[key]["models"][model] = entry
             if progress:
@@ -273,12 +280,17 @@ def render(results: Mapping[str, Any]) -> str:
         lines += ["## Embedding models", "", *(f"Command: `{command}`" for command in commands), "",
                   ("Each set's report split; default search settings (tuned on memories with MiniLM, "
                   "so memories favours MiniLM; every other set is out of sample for both models)."), "",
-                  "| set | queries | model | system | nDCG@10 | MRR | R@100 |", "|---|---|---|---|---|---|---|"]
+                  ("Δ and p: nDCG@10 against the first model of the set's rows, same system (paired "
+                   "randomisation test, not corrected for the number of comparisons)."), "",
+                  "| set | queries | model | system | nDCG@10 | Δ | p | MRR | R@100 |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, entry in models.items():
             for model, m in entry["models"].items():
                 for system, s in m["systems"].items():
+                    delta = f"{s['ndcg@10_delta']:+.4f}" if "ndcg@10_delta" in s else ""
+                    p = f"{s['p']:.3g}" if "p" in s else ""
                     lines.append(f"| {name} | {entry['queries']} | {model} | {system} | {_fmt(s['ndcg@10'])} | "
-                                 f"{_fmt(s['mrr'])} | {_fmt(s['recall@100'])} |")
+                                 f"{delta} | {p} | {_fmt(s['mrr'])} | {_fmt(s['recall@100'])} |")
         lines += ["", "Query encoding, one query at a time (ms, p50 / p95 over 50 queries):", ""]
         for name, entry in models.items():
             for model, m in entry["models"].items():
