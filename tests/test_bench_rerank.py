@@ -35,3 +35,20 @@ def test_report_lists_every_condition_with_its_command():
     assert "`python -m hybridlab.bench.rerank grid`" in text
     assert "| rerank-20-w1 | 20 | 1 | 0.6000 | +0.1000 | 0.5000 | 0.9000 | 0.02 | 1500 | 2500 |" in text
     assert "| hybrid | 0 |  | 0.5000 |  | 0.4000 | 0.9000 |  | – | – |" in text
+
+
+def test_pair_cache_file_resumes(tmp_path):
+    calls: list[list[str]] = []
+
+    def score(model, query, passages):
+        calls.append(list(passages))
+        return np.arange(len(passages), dtype=float)
+
+    path = tmp_path / "pairs.jsonl"
+    first = PairCache(score, path)
+    first.reading = True
+    np.testing.assert_array_equal(first("m", "q", ["a", "b"]), [0.0, 1.0])
+    again = PairCache(score, path)  # a new process: the file holds the scores
+    again.reading = True
+    np.testing.assert_array_equal(again("m", "q", ["b", "a", "c"]), [1.0, 0.0, 0.0])
+    assert calls == [["a", "b"], ["c"]]

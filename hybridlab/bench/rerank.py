@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import platform
 import sys
@@ -55,20 +56,36 @@ SHARED_DOCUMENT_VECTORS = {"bge-small-en-v1.5-noinstruct": "bge-small-en-v1.5"}
 
 # ------------------------------------------------------------------------------------ pieces
 class PairCache:
-    """Cross-encoder scores by (model, query, passage), around a scorer: `reading` False = always
-    score (and remember), True = score only the pairs not seen yet."""
+    """Cross-encoder scores by (model, query, passage sha1), around a scorer: `reading` False =
+    always score (and remember), True = score only the pairs not seen yet. With a `path`, scores
+    are appended to that JSON-lines file and read back from it on start (an interrupted untimed
+    grid resumes where it stopped)."""
 
-    def __init__(self, score: Callable[[str, str, list[str]], np.ndarray]) -> None:
+    def __init__(self, score: Callable[[str, str, list[str]], np.ndarray], path: Path | None = None) -> None:
         self._score = score
         self._scores: dict[tuple[str, str, str], float] = {}
         self.reading = False
+        self.path = path
+        if path is not None and path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self._scores[(row["model"], row["query"], row["passage_sha1"])] = row["score"]
 
     def __call__(self, model: str, query: str, passages: list[str]) -> np.ndarray:
-        keys = [(model, query, passage) for passage in passages]
-        todo = keys if not self.reading else [key for key in dict.fromkeys(keys) if key not in self._scores]
+        keys = [(model, query, hashlib.sha1(passage.encode()).hexdigest()) for passage in passages]
+        todo: dict[tuple[str, str, str], int] = {}  # key -> its first position, each pair scored once
+        for i, key in enumerate(keys):
+            if key not in todo and not (self.reading and key in self._scores):
+                todo[key] = i
         if todo:
-            scores = self._score(model, query, [passage for _, _, passage in todo])
-            self._scores.update(zip(todo, np.asarray(scores, dtype=np.float64).tolist()))
+            scores = self._score(model, query, [passages[i] for i in todo.values()])
+            new = dict(zip(todo, np.asarray(scores, dtype=np.float64).tolist()))
+            self._scores.update(new)
+            if self.path is not None:
+                with self.path.open("a") as handle:
+                    handle.writelines(json.dumps({"model": k[0], "query": k[1], "passage_sha1": k[2], "score": v}) + "\n"
+                                      for k, v in new.items())
         return np.array([self._scores[key] for key in keys], dtype=np.float64)
 
 
@@ -107,13 +124,17 @@ def split_queries(evalset, split: str):
 
 # ------------------------------------------------------------------------------------ the rerank grid
 def measure_grid(index, queries: Mapping[str, str], qrels, depths: Sequence[int], weights: Sequence[float], *,
-                 now: str | None = None, timed: bool = True, progress: bool = True) -> dict[str, Any]:
-    """The hybrid and every (depth, weight) condition over `queries`: metrics, paired test, costs."""
+                 now: str | None = None, timed: bool = True, progress: bool = True,
+                 pair_cache: Path | None = None) -> dict[str, Any]:
+    """The hybrid and every (depth, weight) condition over `queries`: metrics, paired test, costs
+    (`timed`); `pair_cache`: a file keeping the cross-encoder's scores (untimed only)."""
     from hybridlab.eval.significance import holm, paired_test
 
+    if timed and pair_cache is not None:
+        raise ValueError("a pair-score file would make the timed rerank cost meaningless; use it with --untimed")
     model = index.choose_model(None, None)
     index.encode_queries(model, list(queries.values()))
-    cache = PairCache(index.rerank_scores)
+    cache = PairCache(index.rerank_scores, pair_cache)
     index.rerank_scores = cache  # this Index only: every rerank of the grid goes through the cache
     outcomes: dict[str, dict[str, Any]] = {}
     base_run, base_timings = runs_of(index, queries, now)
@@ -324,6 +345,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     grid.add_argument("--weights", default="1.0,0.5")
     grid.add_argument("--model", default="all-MiniLM-L6-v2", help="the index's embedding model")
     grid.add_argument("--untimed", action="store_true", help="reuse cross-encoder scores across depths; no cost")
+    grid.add_argument("--pair-cache", default=None, help="with --untimed: a JSON-lines file of cross-encoder "
+                      "scores, appended to and read back (resumes an interrupted grid)")
     models = sub.add_parser("models", help="vector and hybrid per embedding model per set")
     models.add_argument("--datasets", default=",".join(DATASETS))
     models.add_argument("--models", default=",".join(MODELS))
@@ -355,7 +378,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     queries, qrels = split_queries(evalset, args.split)
     with open_index(ensure_index(evalset, IndexConfig(models=(args.model,)), progress=False)) as index:
         grid = measure_grid(index, queries, qrels, [int(d) for d in args.depths.split(",")],
-                            [float(w) for w in args.weights.split(",")], now=evalset.now, timed=not args.untimed)
+                            [float(w) for w in args.weights.split(",")], now=evalset.now, timed=not args.untimed,
+                            pair_cache=Path(args.pair_cache) if args.pair_cache else None)
     from hybridlab.config import SearchConfig
 
     grid.update({"command": command, "dataset": args.dataset, "split": args.split,
