@@ -92,10 +92,12 @@ def test_resolve_evalset_reads_a_folder_with_its_now(tmp_path):
 def test_default_params_are_the_package_defaults_in_the_space():
     space = space_for("scifact")
     assert default_params(space, n_chunks=6000) == {
-        "fusion": SearchConfig.fusion, "alpha": 0.8, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
+        "fusion": SearchConfig.fusion, "alpha": 0.6, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
         **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
         "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
-        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "bm25_k1": 1.5, "bm25_b": 0.75}
+        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "adaptive_fusion": True,
+        "lexical_floor": SearchConfig.lexical_floor, "lexical_ceiling": SearchConfig.lexical_ceiling,
+        "bm25_k1": 1.5, "bm25_b": 0.75}
     small = default_params(space, n_chunks=100)
     assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -91,12 +91,47 @@ class SparseIndex:
             return np.zeros(self.size, dtype=np.float32)
         return self.retriever.get_scores_from_ids(term_ids)
 
+    def idf(self, term_ids: Sequence[int]) -> np.ndarray:
+        """The IDF bm25s scored each term with (Lucene: ln(1 + (N - df + 0.5) / (df + 0.5)))."""
+        indptr = np.asarray(self.retriever.scores["indptr"])
+        ids = np.asarray(term_ids, dtype=np.int64)
+        return lucene_idf(indptr[ids + 1] - indptr[ids], self.size)
+
+    def matched_idf_share(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """For each of `rows`, the share of the query's IDF mass its text contains: Σ idf of the
+        distinct query terms it has / Σ idf of all of them, terms the index never saw counted at
+        the IDF of an unseen term (so a query the corpus lacks words for has little lexical
+        evidence). All zeros for a query without terms."""
+        rows = np.asarray(rows, dtype=np.int64)
+        terms = self.tokenizer.query_terms(query)
+        known = [self.vocab[term] for term in terms if term in self.vocab]
+        if not terms or not self.size:
+            return np.zeros(len(rows))
+        unseen = (len(terms) - len(known)) * float(lucene_idf(np.zeros(1), self.size)[0])
+        weights = self.idf(known)
+        total = float(weights.sum()) + unseen
+        if not len(rows) or total <= 0:
+            return np.zeros(len(rows))
+        scores = self.retriever.scores
+        indptr, indices = scores["indptr"], scores["indices"]
+        matched = np.zeros(len(rows))
+        for term_id, weight in zip(known, weights.tolist()):
+            postings = indices[indptr[term_id]:indptr[term_id + 1]]  # ascending rows
+            matched += weight * np.isin(rows, postings, assume_unique=False)
+        return matched / total
+
     def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
         scores = self.scores(term_ids)
         if mask is not None:
             scores = np.where(mask, scores, 0.0)
         return top_positive(scores, depth)
+
+
+def lucene_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:
+    """BM25 IDF as Lucene and bm25s's "lucene" method compute it: ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    df = np.asarray(document_frequency, dtype=np.float64)
+    return np.log1p((n_documents - df + 0.5) / (df + 0.5))
 
 
 def top_positive(scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,9 @@ class Bm25Retriever:
     def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
         return self.index.top(self.index.query_ids(query), depth, allowed.mask)
 
+    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
+        return self.index.matched_idf_share(query, rows)
+
 
 class FaissRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =

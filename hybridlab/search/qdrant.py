@@ -288,6 +288,10 @@ class QdrantSparseRetriever:
         rows, scores = _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
         return rows, scores
 
+    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """From the generation's postings, which the collection's sparse vectors were made of."""
+        return self._sparse.matched_idf_share(query, rows)
+
 
 class QdrantDenseRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over the named vector `model` (dot product
@@ -415,7 +419,8 @@ def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str
     :func:`~hybridlab.search.fusion.rrf` with weights 0.5 (Qdrant weights a run by dividing its rank,
     1/(rank/w + k - 1), not by multiplying its score, so other alphas stay client-side). DBSF
     normalises each run by mean ± 3 standard deviations like :func:`~hybridlab.search.fusion.dbsf`.
-    Tags, recency and convex combinations are client-side only (the pipeline)."""
+    Tags, recency, convex combinations and adaptive fusion (whose BM25 weight depends on BM25's
+    own top rows) are client-side only (the pipeline)."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")
     models = _models()
