@@ -68,9 +68,11 @@ def test_full_search_config_holds_every_field_and_validates():
         full_search_config({"alpha": 1.5})
 
 
-def test_spaces_sweep_chunking_only_where_documents_are_long():
+def test_default_spaces_sweep_search_and_bm25_knobs_not_chunking():
     names = {name: {p.name for p in space_for(name)} for name in ("memories", "holoviz", "scifact")}
-    assert "chunk_size" in names["holoviz"] and "chunk_size" not in names["scifact"] | names["memories"]
+    assert "chunk_size" not in names["holoviz"] | names["scifact"] | names["memories"]  # re-embeds per value
+    assert {"adaptive_fusion", "lexical_floor", "lexical_ceiling"} <= names["holoviz"] & names["scifact"]
+    assert "recency_intent_weight" in names["memories"] and "recency_intent_weight" not in names["scifact"]
     assert {"bm25_k1", "bm25_b", "alpha", "fusion"} <= names["scifact"]
     assert "decay" in names["memories"] and "decay" not in names["scifact"]  # BEIR documents have no dates
 
