@@ -20,8 +20,6 @@ here are cheap query-performance predictors in the sense of the QPP literature:
 References:
     He & Ounis (2004), "Inferring query performance using pre-retrieval predictors", SPIRE.
     Zhou & Croft (2007), "Query performance prediction in web search environments", SIGIR.
-    Shtok, Kurland, Carmel, Raiber & Markovits (2012), "Predicting query performance by query-drift
-    estimation", ACM TOIS.
     Bruch, Gai & Ingber (2023), "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS.
     Hsu & Tzeng (2025), "DAT: Dynamic Alpha Tuning for Hybrid Retrieval in Retrieval-Augmented
     Generation", arXiv:2503.23013.
