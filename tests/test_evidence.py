@@ -85,3 +85,10 @@ def test_idf_agrees_with_bm25s_scores():
     lengths = np.array([2, 2, 1])
     tf_part = 1 / (1 + k1 * (1 - b + b * 2 / lengths.mean()))
     assert score == pytest.approx(float(index.idf([term])[0]) * tf_part, rel=1e-5)
+
+
+def test_recency_cues_do_not_count_against_lexical_evidence():
+    from hybridlab.search.evidence import without_recency_cues
+
+    assert without_recency_cues("what is the current deploy target").split() == ["what", "is", "the", "deploy", "target"]
+    assert without_recency_cues("currency rates") == "currency rates"

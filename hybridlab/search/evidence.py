@@ -63,6 +63,12 @@ def asks_for_latest(query: str) -> bool:
     return _RECENCY.search(query) is not None
 
 
+def without_recency_cues(query: str) -> str:
+    """The query without its recency cues: they say when, not what, so they do not count as words
+    the corpus should contain (lexical evidence is read from the rest)."""
+    return _RECENCY.sub(" ", query)
+
+
 def lexical_factor(lexical: float | None, floor: float, ceiling: float) -> float:
     """BM25's weight multiplier from the lexical evidence: 0 at or below `floor`, 1 at or above
     `ceiling`, linear between; 1.0 when there is no evidence or the ramp is off (`ceiling` <= 0)."""

@@ -37,6 +37,7 @@ from hybridlab.search.evidence import (
     lexical_factor,
     top_agreement,
     weights_with_evidence,
+    without_recency_cues,
 )
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
@@ -283,10 +284,11 @@ def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -
     config = request.config
     bm25, dense = runs.get("bm25") or {}, runs.get("dense") or {}
     lexical = None
+    intent = asks_for_latest(request.query)
     if "bm25" in runs:
         rows = np.asarray(best_rows(bm25, EVIDENCE_DEPTH), dtype=np.int64)
-        lexical = float(snapshot.sparse.lexical_evidence(request.query, rows).max()) if len(rows) else 0.0
-    intent = asks_for_latest(request.query)
+        content = without_recency_cues(request.query) if intent else request.query
+        lexical = float(snapshot.sparse.lexical_evidence(content, rows).max()) if len(rows) else 0.0
     if not config.adaptive_fusion or config.mode != "hybrid":
         return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight)
     factor = lexical_factor(lexical, config.lexical_floor, config.lexical_ceiling)
