@@ -365,3 +365,13 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
             generation.store.close()
     finally:
         client.close()
+
+
+def test_points_of_a_newer_generation_are_never_mapped_to_other_rows():
+    """A search on the previous snapshot while a sync writes new chunk ids: unknown ids are left out."""
+    from types import SimpleNamespace
+
+    points = [SimpleNamespace(id=5, score=1.0), SimpleNamespace(id=7, score=3.0), SimpleNamespace(id=11, score=2.0),
+              SimpleNamespace(id=2, score=0.5)]
+    rows, scores = qdrant._ranked(np.asarray([2, 5, 9], dtype=np.int64), points, 10)
+    assert rows.tolist() == [1, 0] and scores.tolist() == [1.0, 0.5]

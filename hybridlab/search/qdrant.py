@@ -70,6 +70,7 @@ MARKER = "hybridlab"  # the key of the collection metadata naming the generation
 MARKER_FORMAT = 1
 TERM_INDEX = "blake2b-32"  # how a term becomes a sparse index (recorded in the marker)
 SPARSE_MODES = ("folded", "idf")  # bm25s's IDF folded into the weights | Qdrant's IDF modifier
+SYNC_HINT = "`hybridlab index PATHS --index DIR --backend qdrant ...` or qdrant.sync_index"
 DEFAULT_SPARSE = "folded"  # exact after a sync on every engine (docs/scale-out.md#bm25-under-upserts)
 
 
@@ -511,10 +512,15 @@ def _query_filter(allowed: RowFilter) -> Any:
 
 
 def _ranked(chunk_ids: np.ndarray, points: Sequence[Any], depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, scores) of Qdrant's scored points, best first, ties by ascending row."""
+    """(rows, scores) of Qdrant's scored points, best first, ties by ascending row. A point that is not
+    a chunk of the snapshot (written by a sync running meanwhile for a newer generation) is left out,
+    never mapped to another row."""
     ids = np.asarray([int(p.id) for p in points], dtype=np.int64)
     scores = np.asarray([p.score for p in points], dtype=np.float32)
     rows = np.searchsorted(chunk_ids, ids)
+    known = rows < len(chunk_ids)
+    known[known] = chunk_ids[rows[known]] == ids[known]
+    rows, scores = rows[known], scores[known]
     order = np.lexsort((rows, -scores))[:depth]
     return rows[order], scores[order]
 
@@ -638,11 +644,11 @@ def qdrant_snapshot(generation: Generation, client: Any, collection: str | None 
     collection's points are not the generation's chunks (re-export)."""
     collection = collection or collection_name(generation)
     if not client.collection_exists(collection):
-        raise ValueError(f"no Qdrant collection {collection!r}; export the index first")
+        raise ValueError(f"no Qdrant collection {collection!r}; sync the index into it first ({SYNC_HINT})")
     ids = point_ids(client, collection)
     if not np.array_equal(ids, generation.chunk_ids):
         raise ValueError(f"Qdrant collection {collection!r} holds {len(ids)} points that are not this index's "
-                         f"{generation.n_chunks} chunks; re-export it")
+                         f"{generation.n_chunks} chunks; sync or re-export it ({SYNC_HINT})")
     local = snapshot_of(generation)
     return dataclasses.replace(
         local,
