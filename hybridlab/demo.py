@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 DEMO_QUERIES = (
     "rathole project codebase architecture",
@@ -23,7 +24,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from hybridlab.search.engine import open_index
 
     evalset = get_evalset("memories")
-    print(f"== indexing {', '.join(str(s) for s in evalset.sources)} into {args.index_dir}")
+    print(f"== indexing {', '.join(_shown(s) for s in evalset.sources)} into {args.index_dir}")
     report = index_paths(list(evalset.sources), args.index_dir, progress=True)
     print(report.summary())
     index = open_index(args.index_dir)
@@ -52,3 +53,11 @@ def run_demo(args: argparse.Namespace) -> int:
     comparison = compare(dataset.qrels, {name: runs[name] for name in order})
     print(comparison.to_markdown())
     return 0
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
