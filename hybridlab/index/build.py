@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import platform
 import shutil
@@ -58,7 +59,7 @@ class IndexReport:
     chunks: int = 0
     new_chunks: int = 0
     embedded: int = 0
-    cache_hits: int = 0
+    cache_hits: int = 0  # vectors not embedded: found in the cache, or kept in an earlier segment
     skipped: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -254,51 +255,25 @@ def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
-def _previous_graph(previous: tuple[Path, dict[str, Any]] | None, model: str, graph_k: int,
-                    pairs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The previous generation's corpus graph of `model` and, per old row, the new row of the same
-    chunk with the same embedded text (-1 when deleted or changed); None when it cannot be reused
-    (no graph, another `graph_k`, or its file does not match its checksum)."""
-    from hybridlab.index.graph import load_graph
+VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
 
-    if previous is None:
-        return None
-    folder, manifest = previous
-    entry = (manifest.get("models") or {}).get(model) or {}
-    name = entry.get("graph")
-    expected = (manifest.get("files") or {}).get(name or "")
-    if not name or entry.get("graph_k") != graph_k or not expected:
-        return None
-    try:
-        if layout.file_sha256(folder / name) != expected["sha256"]:
-            logger.warning("not reusing %s: it does not match its checksum", folder / name)
-            return None
-        con = store.connect(folder / layout.STORE_FILE, read_only=True)
+
+def cache_vectors(cache: EmbeddingCache) -> VectorSource:
+    """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache."""
+    def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
         try:
-            old = con.execute("SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id",
-                              [model]).fetchnumpy()
-        finally:
-            con.close()
-        old_graph = load_graph(folder / name, len(old["chunk_id"]))
-    except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
-        logger.warning("not reusing the corpus graph of %s: %s", folder, error)
-        return None
-    new_ids = pairs["chunk_id"].astype(np.int64)
-    old_ids = old["chunk_id"].astype(np.int64)
-    if not len(new_ids):
-        return old_graph, np.full(len(old_ids), -1, dtype=np.int64)
-    position = np.minimum(np.searchsorted(new_ids, old_ids), len(new_ids) - 1)
-    new_texts = np.asarray(pairs["embed_sha256"], dtype=object)
-    same = (new_ids[position] == old_ids) & (new_texts[position] == np.asarray(old["embed_sha256"], dtype=object))
-    return old_graph, np.where(same, position, -1)
+            return cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
+        except KeyError as error:
+            raise RuntimeError(str(error).strip("'\"")) from None
+
+    return vectors
 
 
-def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfig, dims: dict[str, int],
-                    progress: bool = False, previous: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Write BM25 and one FAISS index per model into `folder` from the store and the cache; the
-    corpus graph is updated from the `previous` (generation folder, manifest) when it has one."""
+def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexConfig, dims: dict[str, int],
+                    progress: bool = False) -> dict[str, Any]:
+    """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
+    store; vectors come from `vectors_of`."""
     from hybridlab.index.dense import DenseIndex
-    from hybridlab.index.graph import build_corpus_graph, graph_size, save_graph, update_corpus_graph
     from hybridlab.index.sparse import SparseIndex
 
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
@@ -311,29 +286,13 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
         pairs = con.execute(
             "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
         ).fetchnumpy()
-        try:
-            matrix = cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
-        except KeyError as error:
-            raise RuntimeError(str(error).strip("'\"")) from None
+        matrix = vectors_of(model, pairs, dim)
         dense = DenseIndex.build(matrix, pairs["chunk_id"].astype(np.int64), model, config.dense_index)
         del matrix  # FAISS holds its own copy
         dense.save(folder / layout.dense_file(model))
         models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
                          "index": config.dense_index}
         _checkpoint("faiss-written")
-        graph_k = graph_size(config.graph_k, dense.size)
-        if graph_k:
-            started = time.perf_counter()
-            reuse = _previous_graph(previous, model, graph_k, pairs)
-            if reuse is None:
-                graph, how = build_corpus_graph(dense.vectors, graph_k, progress=progress), "built"
-            else:
-                graph, how = update_corpus_graph(dense.vectors, *reuse, graph_k, progress=progress)
-            save_graph(graph, folder / layout.graph_file(model))
-            models[model].update(graph=layout.graph_file(model), graph_k=graph_k, graph_build=how)
-            logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, dense.size, how,
-                     time.perf_counter() - started)
-            del graph
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
 
@@ -382,6 +341,421 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
     return to_insert, to_delete
 
 
+# ---------------------------------------------------------------------------------------------- segments
+#: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are
+#: merged into one after a commit, so an index holds at most ~(MERGE_FACTOR - 1) segments per tier
+MERGE_FACTOR = 10
+#: a segment of at least `MIN_REWRITE_ROWS` rows whose share of tombstoned chunks exceeds this is
+#: rewritten without them by the next merge (smaller ones are merged by their tier soon enough)
+MAX_DELETED_SHARE = 0.5
+MIN_REWRITE_ROWS = 1000
+
+
+def segment_models(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """A segment's per-model files (a legacy segment's are the manifest's)."""
+    return (manifest.get("models") or {}) if entry.get("legacy") else (entry.get("models") or {})
+
+
+def _segment_files(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's checksums of one segment's files, by name relative to the segment folder."""
+    files = manifest.get("files") or {}
+    if entry.get("legacy"):
+        return dict(files)
+    prefix = f"{entry['name']}/"
+    return {name[len(prefix):]: value for name, value in files.items() if name.startswith(prefix)}
+
+
+def _attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> None:
+    for i, entry in enumerate(entries):
+        path = str(index_dir / entry["name"] / layout.STORE_FILE).replace("'", "''")
+        con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+
+
+def _detach(con, entries: Sequence[dict[str, Any]]) -> None:
+    for i in range(len(entries)):
+        con.execute(f"DETACH s{i}")
+
+
+def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> None:
+    """Table `gone (segment, doc_id)`: each segment's tombstones, plus `extra` doc ids in every segment."""
+    import pandas as pd
+
+    rows = [(i, doc_id) for i, entry in enumerate(entries) for doc_id in (entry.get("deleted") or ())]
+    rows += [(i, doc_id) for i in range(len(entries)) for doc_id in extra]
+    con.execute("CREATE OR REPLACE TEMP TABLE gone (segment INTEGER, doc_id VARCHAR)")
+    if rows:
+        con.register("gone_frame", pd.DataFrame(rows, columns=["segment", "doc_id"]))
+        con.execute("INSERT INTO gone SELECT * FROM gone_frame")
+        con.unregister("gone_frame")
+
+
+def _copy_live_rows(con, entries: Sequence[dict[str, Any]], extra_deleted: Sequence[str] = (),
+                    vectors: bool = True) -> None:
+    """Insert the live rows of the attached segments (`s0`, `s1`, ...) into `con`'s own tables."""
+    _register_deleted(con, entries, extra_deleted)
+    for i in range(len(entries)):
+        gone = f"(SELECT doc_id FROM gone WHERE segment = {i})"
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"INSERT INTO documents SELECT * FROM s{i}.documents WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO chunks SELECT * FROM s{i}.chunks WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO tags SELECT * FROM s{i}.tags WHERE doc_id NOT IN {gone}")
+        if vectors:
+            con.execute(f"INSERT INTO chunk_vectors SELECT * FROM s{i}.chunk_vectors WHERE chunk_id NOT IN "
+                        f"(SELECT chunk_id FROM s{i}.chunks WHERE doc_id IN {gone})")
+        con.execute("COMMIT")
+
+
+def _existing_documents(index_dir: Path, entries: Sequence[dict[str, Any]],
+                        batches: Sequence[tuple[str, list[Document], bool]]) -> dict[str, tuple[str, str, int]]:
+    """`{doc_id: (source, content_sha256, segment)}` of the live documents a write may change: those
+    with an incoming doc id, and every document of a source whose missing documents are removed."""
+    import duckdb
+    import pandas as pd
+
+    if not entries:
+        return {}
+    ids = [document.doc_id for _, documents, _ in batches for document in documents]
+    sources = [source for source, _, remove_missing in batches if remove_missing]
+    if not ids and not sources:
+        return {}
+    con = duckdb.connect(":memory:")
+    try:
+        _attach(con, index_dir, entries)
+        _register_deleted(con, entries)
+        con.register("wanted_ids", pd.DataFrame({"doc_id": ids}, dtype=object))
+        con.register("wanted_sources", pd.DataFrame({"source": sources}, dtype=object))
+        found: dict[str, tuple[str, str, int]] = {}
+        for i in range(len(entries)):
+            rows = con.execute(
+                f"SELECT doc_id, source, content_sha256 FROM s{i}.documents WHERE "
+                f"(doc_id IN (SELECT doc_id FROM wanted_ids) OR source IN (SELECT source FROM wanted_sources)) "
+                f"AND doc_id NOT IN (SELECT doc_id FROM gone WHERE segment = {i})").fetchall()
+            for doc_id, source, sha in rows:
+                found[doc_id] = (source, sha, i)
+        return found
+    finally:
+        con.close()
+
+
+def _live_counts(index_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """(documents, chunks, vectors per model) of a segment's live rows, read from its store."""
+    con = store.connect(index_dir / entry["name"] / layout.STORE_FILE, read_only=True)
+    try:
+        import pandas as pd
+
+        con.register("gone_ids", pd.DataFrame({"doc_id": list(entry.get("deleted") or ())}, dtype=object))
+        alive = "doc_id NOT IN (SELECT doc_id FROM gone_ids)"
+        documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}").fetchone()[0]
+        chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}").fetchone()[0]
+        vectors = dict(con.execute(
+            f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE c.{alive} "
+            "GROUP BY 1").fetchall())
+        first_last = con.execute("SELECT min(chunk_id), max(chunk_id) FROM chunks").fetchone()
+    finally:
+        con.close()
+    return {"documents": documents, "chunks": chunks, "vectors": vectors,
+            "first_chunk_id": first_last[0], "last_chunk_id": first_last[1]}
+
+
+def _next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
+    if not manifest:
+        return 0
+    if "next_chunk_id" in manifest:
+        return int(manifest["next_chunk_id"])
+    con = store.connect(index_dir / manifest["path"] / layout.STORE_FILE, read_only=True)  # a legacy index
+    try:
+        return int(store.get_meta(con, "next_chunk_id", "0"))
+    finally:
+        con.close()
+
+
+def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]], old: dict[str, Any] | None,
+                   new_files: dict[str, Any], config: IndexConfig, dims: dict[str, int],
+                   graphs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest fields that follow from the segment list and the corpus graphs: files, counts,
+    models, bm25 (`new_files`: the checksums of the new folder's files, by name)."""
+    files: dict[str, Any] = {}
+    for folder_files in new_files.values():
+        files.update({n: v for n, v in folder_files.items() if not Path(n).name.startswith("graph-")})
+    for entry in entries:
+        if entry["name"] in new_files:
+            continue
+        if old is not None:
+            prefix = f"{entry['name']}/"
+            if entry.get("legacy"):
+                raise ValueError("a legacy segment cannot be kept in a segmented index")
+            files.update({name: value for name, value in (old.get("files") or {}).items()
+                          if name.startswith(prefix) and not Path(name).name.startswith("graph-")})
+    documents = sum(entry["documents"] for entry in entries)
+    chunks = sum(entry["chunks"] for entry in entries)
+    models: dict[str, Any] = {}
+    for model, dim in dims.items():
+        info = {"dim": dim, "vectors": sum(entry["vectors"].get(model, 0) for entry in entries),
+                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries)}
+        if model in graphs:
+            info.update(graphs[model])
+            graph_name = f"{graphs[model]['graph_dir']}/{graphs[model]['graph']}"
+            files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
+        models[model] = info
+    return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
+            "segments": entries, "models": models,
+            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}}
+
+
+def _commit(index_dir: Path, tmp: Path, number: int, manifest: dict[str, Any]) -> Path:
+    """Write the manifest copy into `tmp`, flush it, rename it to `gen-N/` and replace the manifest."""
+    final = index_dir / layout.generation_name(number)
+    # a copy inside the generation lets `verify --repair` rebuild a lost or corrupt manifest
+    (tmp / layout.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    layout.fsync_tree(tmp)
+    _checkpoint("generation-flushed")
+    os.rename(tmp, final)
+    _checkpoint("generation-renamed")
+    layout.write_manifest(index_dir, manifest)
+    _checkpoint("manifest-committed")
+    return final
+
+
+def _segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "documents": counts["documents"], "chunks": counts["chunks"],
+            "rows": counts["chunks"], "deleted": [],
+            "first_chunk_id": counts.get("first_chunk_id"), "last_chunk_id": counts.get("last_chunk_id"),
+            "vectors": {model: info["vectors"] for model, info in artifacts["models"].items()},
+            "models": {model: {k: v for k, v in info.items() if k not in {"dim", "index"}}
+                       for model, info in artifacts["models"].items()}}
+
+
+def _store_counts(con) -> dict[str, Any]:
+    documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
+    chunks, first, last = con.execute("SELECT count(*), min(chunk_id), max(chunk_id) FROM chunks").fetchone()
+    return {"documents": documents, "chunks": chunks, "first_chunk_id": first, "last_chunk_id": last}
+
+
+def _manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: float,
+                   old: dict[str, Any] | None, next_id: int) -> dict[str, Any]:
+    base = {
+        "format": layout.FORMAT_VERSION, "generation": number, "path": layout.generation_name(number),
+        "built_at": datetime.now(UTC).isoformat(), "build_seconds": round(seconds, 3), "config": config.to_dict(),
+        "store": layout.STORE_FILE, "embedding_cache": str(cache_file.resolve()), "versions": versions(),
+        "next_chunk_id": next_id,
+    }
+    if old and old.get("last_merge"):
+        base["last_merge"] = old["last_merge"]
+    return base
+
+
+def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
+    """Chunk ids of a segment's tombstoned documents."""
+    deleted = list(entry.get("deleted") or ())
+    if not deleted:
+        return np.zeros(0, np.int64)
+    import pandas as pd
+
+    con = store.connect(folder / layout.STORE_FILE, read_only=True)
+    try:
+        con.register("gone_ids", pd.DataFrame({"doc_id": deleted}, dtype=object))
+        rows = con.execute("SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone_ids)").fetchall()
+    finally:
+        con.close()
+    return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+
+def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
+                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
+    """The corpus graph of each model over the live vectors of every segment (rows = the
+    generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
+    the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
+    gives), or built when there is none to reuse."""
+    from hybridlab.index.dense import DenseIndex
+    from hybridlab.index.graph import (
+        build_corpus_graph,
+        graph_size,
+        load_graph,
+        save_graph,
+        update_corpus_graph,
+    )
+
+    dense_of: dict[tuple[str, str], DenseIndex] = {}
+    dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
+             with_vectors: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        ids_parts, vector_parts = [], []
+        for entry in segs:
+            folder = tmp if entry["name"] == name else index_dir / entry["name"]
+            info = segment_models(manifest or {}, entry).get(model)
+            if not info:
+                continue
+            key = (entry["name"], model)
+            if key not in dense_of:
+                dense_of[key] = DenseIndex.load(folder / info["file"], model)
+            dense = dense_of[key]
+            dead_key = (entry["name"], tuple(entry.get("deleted") or ()))
+            if dead_key not in dead_of:
+                dead_of[dead_key] = _dead_chunk_ids(folder, entry)
+            keep = ~np.isin(dense.ids, dead_of[dead_key])
+            ids_parts.append(dense.ids[keep])
+            if with_vectors:
+                vector_parts.append(dense.vectors[keep])
+        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+        vectors = (np.concatenate(vector_parts) if vector_parts else None) if with_vectors else None
+        return ids, vectors
+
+    graphs: dict[str, dict[str, Any]] = {}
+    for model in dims:
+        k = graph_size(config.graph_k, sum(int(e.get("vectors", {}).get(model, 0)) for e in entries))
+        if not k:
+            continue
+        started = time.perf_counter()
+        ids, vectors = live(None, entries, model, True)
+        if vectors is None or len(ids) < 2:
+            continue
+        reuse = None
+        info = ((old or {}).get("models") or {}).get(model) or {}
+        if info.get("graph") and info.get("graph_k") == k:
+            folder = info.get("graph_dir") or old["path"]
+            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format") == 2 else info["graph"])
+            path = index_dir / folder / info["graph"]
+            try:
+                if recorded and layout.file_sha256(path) == recorded["sha256"]:
+                    old_ids, _ = live(old, layout.segments(old), model, False)
+                    old_graph = load_graph(path, len(old_ids))
+                    position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+                    reuse = old_graph, np.where(ids[position] == old_ids, position, -1)
+                else:
+                    logger.warning("not reusing %s: it does not match its checksum", path)
+            except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
+                logger.warning("not reusing the corpus graph %s: %s", path, error)
+        if reuse is None:
+            graph, how = build_corpus_graph(vectors, k, progress=progress), "built"
+        else:
+            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress)
+        save_graph(graph, tmp / layout.graph_file(model))
+        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how}
+        logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
+                    time.perf_counter() - started)
+    _checkpoint("graph-written")
+    return graphs
+
+
+def merge_plan(entries: Sequence[dict[str, Any]], factor: int = MERGE_FACTOR) -> tuple[int, int] | None:
+    """The adjacent segments [start, end) the tiered policy merges next, None when none: the oldest
+    run of `factor` adjacent segments in the same size tier (floor(log10(live chunks))), else a
+    segment of `MIN_REWRITE_ROWS`+ rows (with its right neighbour when there is one) whose
+    tombstoned share exceeds `MAX_DELETED_SHARE`."""
+    tiers = [int(math.log10(max(int(entry.get("chunks", 0)), 1))) for entry in entries]
+    start = 0
+    for i in range(1, len(tiers) + 1):
+        if i == len(tiers) or tiers[i] != tiers[start]:
+            if i - start >= factor:
+                return start, start + factor
+            start = i
+    for i, entry in enumerate(entries):
+        rows = int(entry.get("rows", entry.get("chunks", 0)) or 0)
+        if rows >= MIN_REWRITE_ROWS and (rows - int(entry.get("chunks", 0))) / rows > MAX_DELETED_SHARE:
+            return i, min(i + 2, len(entries))
+    return None
+
+
+def _merge(index_dir: Path, manifest: dict[str, Any], start: int, end: int, progress: bool,
+           reason: str) -> dict[str, Any]:
+    """Merge segments [start, end) into one new segment (live rows only; vectors taken from their
+    FAISS files, BM25 postings re-derived) and commit it as a new generation; the new manifest."""
+    from hybridlab.index.dense import DenseIndex
+
+    started = time.perf_counter()
+    config = IndexConfig.from_dict(manifest["config"])
+    entries = layout.segments(manifest)
+    inputs = entries[start:end]
+    number = layout.next_generation_number(index_dir)
+    tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    con = None
+    try:
+        _checkpoint("merge-start")
+        con = store.connect(tmp / layout.STORE_FILE)
+        store.create_schema(con)
+        _attach(con, index_dir, inputs)
+        _copy_live_rows(con, inputs)
+        _detach(con, inputs)
+        store.set_meta(con, "next_chunk_id", _next_chunk_id(index_dir, manifest))
+        store.set_meta(con, "generation", number)
+        _checkpoint("merge-store-written")
+        dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
+        loaded: dict[str, list[DenseIndex]] = {}
+
+        def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
+            if model not in loaded:
+                loaded[model] = [DenseIndex.load(index_dir / entry["name"] / segment_models(manifest, entry)[model]["file"],
+                                                 model) for entry in inputs if model in segment_models(manifest, entry)]
+            wanted = pairs["chunk_id"].astype(np.int64)
+            parts = []
+            for dense in loaded[model]:
+                rows = dense.rows_of(wanted)
+                parts.append((dense.ids[rows], dense.take(rows)))
+            ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+            matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
+            if not np.array_equal(ids, wanted):
+                raise RuntimeError(f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors")
+            return matrix
+
+        counts = _store_counts(con)
+        artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
+        con.execute("CHECKPOINT")
+        con.close()
+        con = None
+        name = layout.generation_name(number)
+        merged = [_segment_entry(name, counts, artifacts)] if counts["chunks"] or len(entries) == len(inputs) else []
+        new_entries = [e for e in entries[:start] if not e.get("legacy")] + merged + entries[end:]
+        seconds = time.perf_counter() - started
+        base = _manifest_base(number, config, Path(manifest["embedding_cache"]), seconds, manifest,
+                              _next_chunk_id(index_dir, manifest))
+        base["last_merge"] = {"at": base["built_at"], "segments": len(inputs), "chunks": counts["chunks"],
+                              "seconds": round(seconds, 3), "reason": reason, "generation": number}
+        graphs = _corpus_graphs(index_dir, manifest, new_entries, name, tmp, config, dims, progress)
+        new_files = {name: layout.generation_files(tmp, prefix=f"{name}/")}
+        new_manifest = _with_segments(base, new_entries, manifest, new_files, config, dims, graphs)
+        previous = index_dir / manifest["path"]
+        _commit(index_dir, tmp, number, new_manifest)
+        layout.remove_stale(index_dir, keep=index_dir / name, previous=previous)
+        logger.info("merged %d segments (%d chunks) into %s in %.2f s (%s)", len(inputs), counts["chunks"], name,
+                    seconds, reason)
+        return new_manifest
+    finally:
+        if con is not None:
+            con.close()
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _merge_by_policy(index_dir: Path, manifest: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Run the tiered merge policy until it has nothing to merge (under the writer lock held)."""
+    while True:
+        plan = merge_plan(layout.segments(manifest))
+        if plan is None:
+            return manifest
+        manifest = _merge(index_dir, manifest, *plan, progress=progress, reason="tiered policy")
+
+
+def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport:
+    """Merge every segment into one, dropping tombstoned rows (`hybridlab index --optimize`);
+    readers keep answering from the generation they hold meanwhile."""
+    index_dir = Path(index_dir)
+    started = time.perf_counter()
+    report = IndexReport(str(index_dir))
+    with layout.WriterLock(index_dir):
+        manifest = layout.read_manifest(index_dir)
+        entries = layout.segments(manifest)
+        if len(entries) > 1 or any(e.get("deleted") for e in entries) or any(e.get("legacy") for e in entries):
+            manifest = _merge(index_dir, manifest, 0, len(entries), progress=progress, reason="optimize")
+            report.committed = True
+        report.generation = manifest["generation"]
+        report.documents = manifest["counts"]["documents"]
+        report.chunks = manifest["counts"]["chunks"]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 def apply_changes(
     index_dir: str | os.PathLike,
     batches: Sequence[tuple[str, list[Document], bool]],
@@ -391,8 +765,14 @@ def apply_changes(
     force: bool = False,
     report: IndexReport | None = None,
     cache_path: str | os.PathLike | None = None,
+    merge: bool = True,
 ) -> IndexReport:
-    """Apply (source, documents, remove_missing) batches as one new generation of the index."""
+    """Apply (source, documents, remove_missing) batches as one new generation of the index.
+
+    A write adds one segment holding the new and changed documents and tombstones the changed and
+    removed ones in the segments that hold them; nothing written before is rewritten. A first build,
+    a changed config (chunking, models, ...) or `force` writes one segment holding everything. With
+    `merge`, the tiered merge policy runs after the commit (:func:`merge_plan`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -417,86 +797,86 @@ def apply_changes(
         layout.remove_stale(index_dir, keep=old_generation,
                             previous=layout.previous_generation(index_dir, old_generation))
         _checkpoint("start")
+        entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
         tmp.mkdir(parents=True)
         cache = None
         con = None
         try:
-            if old_generation is not None:
-                shutil.copy2(old_generation / layout.STORE_FILE, tmp / layout.STORE_FILE)
-            con = store.connect(tmp / layout.STORE_FILE)
-            store.create_schema(con)
+            existing = _existing_documents(index_dir, entries, batches)
             _checkpoint("store-copied")
-            existing = store.document_hashes(con)
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
-            to_insert, to_delete = _plan(existing, batches, report)
-            if not (to_insert or to_delete or relayout or force):
-                report.chunks = store.counts(con)["chunks"]
+            to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report)
+            full = relayout or force or any(entry.get("legacy") for entry in entries)
+            if not (to_insert or to_delete or full):
+                report.chunks = manifest["counts"]["chunks"] if manifest else 0
                 report.generation = manifest["generation"] if manifest else None
                 report.seconds = time.perf_counter() - started
                 return report
-            con.execute("BEGIN TRANSACTION")
-            if rechunk:
-                kept = [d for d in _documents_from_store(con) if d.doc_id not in set(to_delete)]
-                con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
-                to_insert = kept + to_insert
-            else:
-                store.delete_documents(con, to_delete)
-            next_id = int(store.get_meta(con, "next_chunk_id", "0"))
-            con.execute("COMMIT")
-            # The generation is private until the manifest names it, so its store may commit in steps:
-            # each insert batch commits on its own (DuckDB keeps the frames registered in a
-            # transaction, i.e. every chunk text of the build, alive until the transaction ends).
-            next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
-            con.execute("BEGIN TRANSACTION")
-            store.set_meta(con, "next_chunk_id", next_id)
-            _assign_vectors(con, config)
-            store.set_meta(con, "generation", number)
-            con.execute("COMMIT")
+            next_id = _next_chunk_id(index_dir, manifest)
+            if to_insert or full:
+                con = store.connect(tmp / layout.STORE_FILE)
+                store.create_schema(con)
+            if full:  # one segment holding every live document
+                if entries:
+                    _attach(con, index_dir, entries)
+                    _copy_live_rows(con, entries, extra_deleted=to_delete, vectors=False)
+                    _detach(con, entries)
+                if rechunk:
+                    kept = _documents_from_store(con)
+                    con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
+                    to_insert = kept + to_insert
+            if con is not None:
+                # The segment is private until the manifest names it, so its store may commit in steps:
+                # each insert batch commits on its own (DuckDB keeps the frames registered in a
+                # transaction, i.e. every chunk text of the build, alive until the transaction ends).
+                next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
+                con.execute("BEGIN TRANSACTION")
+                store.set_meta(con, "next_chunk_id", next_id)
+                _assign_vectors(con, config)
+                store.set_meta(con, "generation", number)
+                con.execute("COMMIT")
             _checkpoint("store-committed")
-            cache = EmbeddingCache(cache_file)
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
-            dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
-            artifacts = build_artifacts(con, cache, tmp, config, dims, progress=progress,
-                                        previous=(old_generation, manifest) if manifest else None)
-            counts = store.counts(con)
-            con.execute("CHECKPOINT")
-            con.close()
-            con = None
-            cache.close()
-            cache = None
-            final = index_dir / layout.generation_name(number)
-            report.chunks = counts["chunks"]
+            if con is not None:
+                cache = EmbeddingCache(cache_file)
+                dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
+                artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
+                counts = _store_counts(con)
+                con.execute("CHECKPOINT")
+                con.close()
+                con = None
+                cache.close()
+                cache = None
+            else:
+                dims = known
+            name = layout.generation_name(number)
+            if full:
+                entries = [_segment_entry(name, counts, artifacts)]
+            else:
+                by_segment: dict[int, list[str]] = {}
+                for doc_id in to_delete:
+                    by_segment.setdefault(existing[doc_id][2], []).append(doc_id)
+                for i, doc_ids in by_segment.items():
+                    entries[i]["deleted"] = sorted({*entries[i].get("deleted", ()), *doc_ids})
+                    live = _live_counts(index_dir, entries[i])
+                    entries[i].update(documents=live["documents"], chunks=live["chunks"], vectors=live["vectors"])
+                # vectors of the kept segments are reused as they are: counted with the cache hits
+                report.cache_hits += sum(sum(entry.get("vectors", {}).values()) for entry in entries)
+                if to_insert:
+                    entries.append(_segment_entry(name, counts, artifacts))
+            graphs = _corpus_graphs(index_dir, manifest, entries, name, tmp, config, dims, progress)
+            new_files = {name: layout.generation_files(tmp, prefix=f"{name}/")}
             report.seconds = time.perf_counter() - started
-            new_manifest = {
-                "format": layout.FORMAT_VERSION,
-                "generation": number,
-                "path": final.name,
-                "built_at": datetime.now(UTC).isoformat(),
-                "build_seconds": round(report.seconds, 3),
-                "config": config.to_dict(),
-                "counts": {"documents": counts["documents"], "chunks": counts["chunks"]},
-                "store": layout.STORE_FILE,
-                "embedding_cache": str(cache_file.resolve()),
-                "versions": versions(),
-                "files": layout.generation_files(tmp),
-                **artifacts,
-            }
-            # a copy inside the generation lets `verify --repair` rebuild a lost or corrupt manifest
-            (tmp / layout.MANIFEST).write_text(json.dumps(new_manifest, indent=2, sort_keys=True, default=str),
-                                               encoding="utf-8")
-            layout.fsync_tree(tmp)
-            _checkpoint("generation-flushed")
-            os.rename(tmp, final)
-            _checkpoint("generation-renamed")
-            layout.write_manifest(index_dir, new_manifest)
-            _checkpoint("manifest-committed")
+            base = _manifest_base(number, config, cache_file, report.seconds, manifest, next_id)
+            new_manifest = _with_segments(base, entries, manifest, new_files, config, dims, graphs)
+            report.chunks = new_manifest["counts"]["chunks"]
+            _commit(index_dir, tmp, number, new_manifest)
             report.generation = number
             report.committed = True
-            layout.remove_stale(index_dir, keep=final, previous=old_generation)
-            return report
+            layout.remove_stale(index_dir, keep=index_dir / name, previous=old_generation)
         finally:
             if con is not None:
                 con.close()
@@ -504,6 +884,10 @@ def apply_changes(
                 cache.close()
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+        if merge:
+            final = _merge_by_policy(index_dir, new_manifest, progress)
+            report.generation = final["generation"]
+        return report
 
 
 def index_paths(

@@ -82,23 +82,10 @@ def collection_name(generation: Generation) -> str:
 
 # ------------------------------------------------------------------ building (export of a local generation)
 def sparse_weights(generation: Generation, *, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per row, (term ids, BM25 weights with the IDF folded in) from bm25s's precomputed score matrix;
-    `fold_idf=False` divides the IDF back out (bm25s "lucene": ln(1 + (N - df + 0.5) / (df + 0.5)),
+    """Per row, (term ids, BM25 weights with the IDF folded in) from the BM25 index (global statistics
+    over its live segments); `fold_idf=False` leaves the IDF out (bm25s "lucene": ln(1 + (N - df + 0.5) / (df + 0.5)),
     Qdrant's IDF modifier formula) for a collection that applies Qdrant's own IDF at query time."""
-    sparse = generation.sparse
-    n = generation.n_chunks
-    if not n or not getattr(sparse.retriever, "scores", None):
-        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
-    scores = sparse.retriever.scores
-    data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
-    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
-    if not fold_idf:
-        df = np.diff(indptr).astype(np.float64)
-        data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
-    order = np.lexsort((terms, indices))  # by row (chunk), then term
-    rows, terms, values = indices[order], terms[order], data[order]
-    bounds = np.searchsorted(rows, np.arange(n + 1))
-    return [(terms[bounds[r]:bounds[r + 1]], values[bounds[r]:bounds[r + 1]]) for r in range(n)]
+    return generation.sparse.row_weights(fold_idf=fold_idf)
 
 
 def _payloads(generation: Generation, rows: Sequence[int]) -> list[dict[str, Any]]:
