@@ -638,11 +638,22 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
     return graphs
 
 
-def merge_plan(entries: Sequence[dict[str, Any]], factor: int = MERGE_FACTOR) -> tuple[int, int] | None:
+def merge_factor() -> int:
+    """`MERGE_FACTOR`, or env `HYBRIDLAB_MERGE_FACTOR` (>= 2; small in fault-injection tests)."""
+    value = os.environ.get("HYBRIDLAB_MERGE_FACTOR")
+    if value is None:
+        return MERGE_FACTOR
+    if not value.isdigit() or int(value) < 2:
+        raise ValueError(f"HYBRIDLAB_MERGE_FACTOR must be an integer >= 2, got {value!r}")
+    return int(value)
+
+
+def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> tuple[int, int] | None:
     """The adjacent segments [start, end) the tiered policy merges next, None when none: the oldest
     run of `factor` adjacent segments in the same size tier (floor(log10(live chunks))), else a
     segment of `MIN_REWRITE_ROWS`+ rows (with its right neighbour when there is one) whose
     tombstoned share exceeds `MAX_DELETED_SHARE`."""
+    factor = factor or merge_factor()
     tiers = [int(math.log10(max(int(entry.get("chunks", 0)), 1))) for entry in entries]
     start = 0
     for i in range(1, len(tiers) + 1):
