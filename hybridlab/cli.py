@@ -495,6 +495,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-delay", type=float, default=0.0, metavar="SECONDS",
                    help="defer memory commits up to this long and batch them (default 0: each store_memory "
                         "returns once committed); reads commit the queue first")
+    http = p.add_argument_group("streamable-http security (docs/mcp.md#the-http-transport-as-a-shared-service)")
+    http.add_argument("--auth-token-file", metavar="PATH",
+                      help="a file holding the bearer token every request must carry (or env HYBRIDLAB_MCP_TOKEN); "
+                           "required when --host is not loopback")
+    http.add_argument("--allowed-host", action="append", dest="allowed_hosts", metavar="HOST[:PORT]",
+                      help="also accept this Host header (repeatable; 'name:*' = any port); default: the bound "
+                           "host and localhost/127.0.0.1/[::1], with the port")
+    http.add_argument("--allowed-origin", action="append", dest="allowed_origins", metavar="ORIGIN",
+                      help="also accept requests whose Origin is this, e.g. https://mcp.example.org (repeatable); "
+                           "requests without Origin (non-browser clients) are always accepted")
+    http.add_argument("--max-request-bytes", type=int, default=None, metavar="BYTES",
+                      help="largest request body accepted (default 1048576); larger → 413")
     p.set_defaults(func=_delegate("hybridlab.server.mcp", "cli_mcp"))
 
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")

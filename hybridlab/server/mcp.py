@@ -166,12 +166,14 @@ class _Service:
 
 
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
-                  warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0) -> Any:
+                  warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0,
+                  auth_token: str | None = None) -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
-    commits (see :mod:`hybridlab.index.memory`)."""
+    commits (see :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
+    carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected)."""
     from mcp.server.mcpserver import MCPServer
 
     service = _Service(index_dir, config, lock_wait, commit_delay)
@@ -185,7 +187,12 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         finally:
             service.writer.flush()  # deferred memories are committed before the server exits
 
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    auth: dict[str, Any] = {}
+    if auth_token is not None:
+        from hybridlab.server.http_auth import StaticTokenVerifier, auth_settings
+
+        auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
     server.service = service  # for tests and the benchmark
 
     @server.tool()
@@ -314,19 +321,46 @@ def _configure_logging(log_file: str | None, verbose: int) -> None:
     root.setLevel(min(level, logging.WARNING))
 
 
+HTTP_ONLY_OPTIONS = {"auth_token_file": "--auth-token-file", "allowed_hosts": "--allowed-host",
+                     "allowed_origins": "--allowed-origin", "max_request_bytes": "--max-request-bytes"}
+
+
+def _http_security(args: argparse.Namespace) -> Any:
+    """The HTTP transport's token, allow-lists and size cap from the CLI options and the environment;
+    None over stdio (where the HTTP-only options are an error)."""
+    from hybridlab.server.http_auth import DEFAULT_MAX_REQUEST_BYTES, http_security
+
+    given = [flag for key, flag in HTTP_ONLY_OPTIONS.items() if getattr(args, key, None)]
+    if args.transport == "stdio":
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for --transport streamable-http, not stdio")
+        return None
+    max_bytes = getattr(args, "max_request_bytes", None)
+    return http_security(args.host, args.port, token_file=getattr(args, "auth_token_file", None),
+                         allowed_hosts=getattr(args, "allowed_hosts", None) or (),
+                         allowed_origins=getattr(args, "allowed_origins", None) or (),
+                         max_request_bytes=DEFAULT_MAX_REQUEST_BYTES if max_bytes is None else max_bytes)
+
+
 def cli_mcp(args: argparse.Namespace) -> int:
-    """`hybridlab mcp`: serve an index over stdio (default) or streamable HTTP."""
+    """`hybridlab mcp`: serve an index over stdio (default) or streamable HTTP (a bearer token required
+    beyond loopback; Host/Origin allow-lists; a request size cap)."""
     _configure_logging(args.log_file, getattr(args, "verbose", 0))
+    security = _http_security(args)  # before the index opens: a refused start is immediate
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the libraries, not even on stderr
     started = time.perf_counter()
     with stdout_to_stderr():
         server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
-                               commit_delay=args.commit_delay)
+                               commit_delay=args.commit_delay, auth_token=security and security.token)
     index = server.service.index
     logger.info("serving %s (%d chunks, generation %s) over %s; opened in %.2fs", args.index_dir, index.n_chunks,
                 index.manifest["generation"], args.transport, time.perf_counter() - started)
-    if args.transport == "stdio":
+    if security is None:
         server.run("stdio")
     else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        from hybridlab.server.http_auth import transport_security_settings
+
+        logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
+        server.run("streamable-http", host=args.host, port=args.port, max_request_body_size=security.max_request_bytes,
+                   transport_security=transport_security_settings(security))
     return 0
