@@ -16,8 +16,7 @@ from hybridlab.index.sparse import SparseIndex, _bm25s
 from hybridlab.index.tokenizer import Tokenizer
 from hybridlab.search.engine import open_index
 
-WORDS = ("alpha beta gamma delta panel holoviews bokeh widget plot layout stream param server notebook table chart "
-         "slider data frame index vector search memory tag python async render cache tunnel deploy").split()
+WORDS = ["alpha", "beta", "gamma", "delta", "panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy"]
 QUERIES = ("panel widget", "holoviews stream plot", "data frame table", "vector search memory", "async render cache",
            "slider", "bokeh server layout notebook", "tunnel deploy python")
 NOW = "2026-11-01T00:00:00Z"
