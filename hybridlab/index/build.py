@@ -6,15 +6,18 @@ manifest, so a failed or interrupted run leaves the previous index intact and se
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
 import platform
 import shutil
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -296,16 +299,22 @@ def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexCo
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
 
-def versions() -> dict[str, str]:
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
     import importlib.metadata as md
 
-    found = {"python": platform.python_version()}
+    found = [("python", platform.python_version())]
     for package in ("hybridlab", "duckdb", "faiss-cpu", "bm25s", "sentence-transformers", "torch", "numpy"):
         try:
-            found[package] = md.version(package)
+            found.append((package, md.version(package)))
         except md.PackageNotFoundError:
             pass
-    return found
+    return tuple(found)
+
+
+def versions() -> dict[str, str]:
+    """Python and the versions of the packages an index depends on (read once per process)."""
+    return dict(_versions())
 
 
 def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
@@ -405,56 +414,90 @@ def _copy_live_rows(con, entries: Sequence[dict[str, Any]], extra_deleted: Seque
         con.execute("COMMIT")
 
 
-def _existing_documents(index_dir: Path, entries: Sequence[dict[str, Any]],
+class _SegmentStores:
+    """Read-only connections to committed segment stores, kept open by (path, store checksum) for the
+    next write of this process (a segment is never written again, so a connection to it never goes
+    stale; a long-running writer such as the MCP server then pays a query, not an open, per write)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._connections: dict[tuple[str, str], Any] = {}
+        self._size = size
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self, index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> Iterator[Any]:
+        path = index_dir / entry["name"] / layout.STORE_FILE
+        files = manifest.get("files") or {}
+        recorded = files.get(f"{entry['name']}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
+        key = (str(path.resolve()), str(recorded.get("sha256", "")))
+        with self._lock:
+            con = self._connections.pop(key, None)
+        if con is None:
+            con = store.connect(path, read_only=True)
+        cursor = con.cursor()  # a connection of its own for this thread (a DuckDB connection is not thread-safe)
+        try:
+            yield cursor
+        except BaseException:
+            cursor.close()
+            con.close()
+            raise
+        cursor.close()
+        with self._lock:
+            self._connections[key] = con  # most recently used last
+            while len(self._connections) > self._size:
+                self._connections.pop(next(iter(self._connections))).close()
+
+
+_STORES = _SegmentStores()
+
+
+def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries: Sequence[dict[str, Any]],
                         batches: Sequence[tuple[str, list[Document], bool]]) -> dict[str, tuple[str, str, int]]:
     """`{doc_id: (source, content_sha256, segment)}` of the live documents a write may change: those
     with an incoming doc id, and every document of a source whose missing documents are removed."""
-    import duckdb
     import pandas as pd
 
-    if not entries:
+    if not entries or manifest is None:
         return {}
     ids = [document.doc_id for _, documents, _ in batches for document in documents]
     sources = [source for source, _, remove_missing in batches if remove_missing]
     if not ids and not sources:
         return {}
-    con = duckdb.connect(":memory:")
-    try:
-        _attach(con, index_dir, entries)
-        _register_deleted(con, entries)
-        con.register("wanted_ids", pd.DataFrame({"doc_id": ids}, dtype=object))
-        con.register("wanted_sources", pd.DataFrame({"source": sources}, dtype=object))
-        found: dict[str, tuple[str, str, int]] = {}
-        for i in range(len(entries)):
-            rows = con.execute(
-                f"SELECT doc_id, source, content_sha256 FROM s{i}.documents WHERE "
-                f"(doc_id IN (SELECT doc_id FROM wanted_ids) OR source IN (SELECT source FROM wanted_sources)) "
-                f"AND doc_id NOT IN (SELECT doc_id FROM gone WHERE segment = {i})").fetchall()
-            for doc_id, source, sha in rows:
+    found: dict[str, tuple[str, str, int]] = {}
+    for i, entry in enumerate(entries):
+        deleted = set(entry.get("deleted") or ())
+        with _STORES.connection(index_dir, manifest, entry) as con:
+            con.register("wanted_ids", pd.DataFrame({"doc_id": ids}, dtype=object))
+            con.register("wanted_sources", pd.DataFrame({"source": sources}, dtype=object))
+            try:
+                rows = con.execute(
+                    "SELECT doc_id, source, content_sha256 FROM documents WHERE doc_id IN (SELECT doc_id FROM "
+                    "wanted_ids) OR source IN (SELECT source FROM wanted_sources)").fetchall()
+            finally:
+                con.unregister("wanted_ids")
+                con.unregister("wanted_sources")
+        for doc_id, source, sha in rows:
+            if doc_id not in deleted:
                 found[doc_id] = (source, sha, i)
-        return found
-    finally:
-        con.close()
+    return found
 
 
-def _live_counts(index_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """(documents, chunks, vectors per model) of a segment's live rows, read from its store."""
-    con = store.connect(index_dir / entry["name"] / layout.STORE_FILE, read_only=True)
-    try:
-        import pandas as pd
+    import pandas as pd
 
+    with _STORES.connection(index_dir, manifest, entry) as con:
         con.register("gone_ids", pd.DataFrame({"doc_id": list(entry.get("deleted") or ())}, dtype=object))
-        alive = "doc_id NOT IN (SELECT doc_id FROM gone_ids)"
-        documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}").fetchone()[0]
-        chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}").fetchone()[0]
-        vectors = dict(con.execute(
-            f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE c.{alive} "
-            "GROUP BY 1").fetchall())
-        first_last = con.execute("SELECT min(chunk_id), max(chunk_id) FROM chunks").fetchone()
-    finally:
-        con.close()
-    return {"documents": documents, "chunks": chunks, "vectors": vectors,
-            "first_chunk_id": first_last[0], "last_chunk_id": first_last[1]}
+        try:
+            alive = "doc_id NOT IN (SELECT doc_id FROM gone_ids)"
+            documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}").fetchone()[0]
+            chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}").fetchone()[0]
+            vectors = dict(con.execute(
+                f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE c.{alive} "
+                "GROUP BY 1").fetchall())
+        finally:
+            con.unregister("gone_ids")
+    return {"documents": documents, "chunks": chunks, "vectors": vectors}
 
 
 def _next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
@@ -560,13 +603,32 @@ def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     return np.asarray([r[0] for r in rows], dtype=np.int64)
 
 
+_DENSE: dict[tuple[str, int, int, int], Any] = {}  # committed segments' FAISS indexes, by file identity
+_DENSE_LIMIT = 16
+
+
+def _load_dense(path: Path, model: str):
+    """A segment's FAISS index; a committed segment's is kept for the next write of this process
+    (keyed by path, inode, size and mtime: segment files are never rewritten)."""
+    from hybridlab.index.dense import DenseIndex
+
+    if ".tmp-" in path.parent.name:
+        return DenseIndex.load(path, model)
+    info = path.stat()
+    key = (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns)
+    dense = _DENSE.pop(key, None) or DenseIndex.load(path, model)
+    _DENSE[key] = dense
+    while len(_DENSE) > _DENSE_LIMIT:
+        _DENSE.pop(next(iter(_DENSE)))
+    return dense
+
+
 def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
                    tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
     """The corpus graph of each model over the live vectors of every segment (rows = the
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
     gives), or built when there is none to reuse."""
-    from hybridlab.index.dense import DenseIndex
     from hybridlab.index.graph import (
         build_corpus_graph,
         graph_size,
@@ -575,7 +637,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
         update_corpus_graph,
     )
 
-    dense_of: dict[tuple[str, str], DenseIndex] = {}
+    dense_of: dict[tuple[str, str], Any] = {}
     dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
     def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
@@ -588,7 +650,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
                 continue
             key = (entry["name"], model)
             if key not in dense_of:
-                dense_of[key] = DenseIndex.load(folder / info["file"], model)
+                dense_of[key] = _load_dense(folder / info["file"], model)
             dense = dense_of[key]
             dead_key = (entry["name"], tuple(entry.get("deleted") or ()))
             if dead_key not in dead_of:
@@ -815,13 +877,14 @@ def apply_changes(
         cache = None
         con = None
         try:
-            existing = _existing_documents(index_dir, entries, batches)
+            existing = _existing_documents(index_dir, manifest, entries, batches)
             _checkpoint("store-copied")
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
             to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report)
+            # a pre-segment (format 1) index is rewritten as one segment by its first change
             full = relayout or force or any(entry.get("legacy") for entry in entries)
-            if not (to_insert or to_delete or full):
+            if not (to_insert or to_delete or relayout or force):
                 report.chunks = manifest["counts"]["chunks"] if manifest else 0
                 report.generation = manifest["generation"] if manifest else None
                 report.seconds = time.perf_counter() - started
@@ -872,7 +935,7 @@ def apply_changes(
                     by_segment.setdefault(existing[doc_id][2], []).append(doc_id)
                 for i, doc_ids in by_segment.items():
                     entries[i]["deleted"] = sorted({*entries[i].get("deleted", ()), *doc_ids})
-                    live = _live_counts(index_dir, entries[i])
+                    live = _live_counts(index_dir, manifest, entries[i])
                     entries[i].update(documents=live["documents"], chunks=live["chunks"], vectors=live["vectors"])
                 # vectors of the kept segments are reused as they are: counted with the cache hits
                 report.cache_hits += sum(sum(entry.get("vectors", {}).values()) for entry in entries)
