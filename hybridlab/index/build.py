@@ -455,7 +455,6 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
                         batches: Sequence[tuple[str, list[Document], bool]]) -> dict[str, tuple[str, str, int]]:
     """`{doc_id: (source, content_sha256, segment)}` of the live documents a write may change: those
     with an incoming doc id, and every document of a source whose missing documents are removed."""
-    import pandas as pd
 
     if not entries or manifest is None:
         return {}
@@ -467,15 +466,10 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
     for i, entry in enumerate(entries):
         deleted = set(entry.get("deleted") or ())
         with _STORES.connection(index_dir, manifest, entry) as con:
-            con.register("wanted_ids", pd.DataFrame({"doc_id": ids}, dtype=object))
-            con.register("wanted_sources", pd.DataFrame({"source": sources}, dtype=object))
-            try:
-                rows = con.execute(
-                    "SELECT doc_id, source, content_sha256 FROM documents WHERE doc_id IN (SELECT doc_id FROM "
-                    "wanted_ids) OR source IN (SELECT source FROM wanted_sources)").fetchall()
-            finally:
-                con.unregister("wanted_ids")
-                con.unregister("wanted_sources")
+            # list parameters, not registered frames: a kept connection serves several threads
+            rows = con.execute(
+                "SELECT doc_id, source, content_sha256 FROM documents WHERE list_contains(?::VARCHAR[], doc_id) "
+                "OR list_contains(?::VARCHAR[], source)", [ids, sources]).fetchall()
         for doc_id, source, sha in rows:
             if doc_id not in deleted:
                 found[doc_id] = (source, sha, i)
@@ -484,19 +478,15 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
 
 def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """(documents, chunks, vectors per model) of a segment's live rows, read from its store."""
-    import pandas as pd
 
     with _STORES.connection(index_dir, manifest, entry) as con:
-        con.register("gone_ids", pd.DataFrame({"doc_id": list(entry.get("deleted") or ())}, dtype=object))
-        try:
-            alive = "doc_id NOT IN (SELECT doc_id FROM gone_ids)"
-            documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}").fetchone()[0]
-            chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}").fetchone()[0]
-            vectors = dict(con.execute(
-                f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE c.{alive} "
-                "GROUP BY 1").fetchall())
-        finally:
-            con.unregister("gone_ids")
+        gone = [list(entry.get("deleted") or ())]
+        alive = "NOT list_contains(?::VARCHAR[], doc_id)"
+        documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}", gone).fetchone()[0]
+        chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}", gone).fetchone()[0]
+        vectors = dict(con.execute(
+            f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE {alive} "
+            "GROUP BY 1", gone).fetchall())
     return {"documents": documents, "chunks": chunks, "vectors": vectors}
 
 
@@ -592,12 +582,9 @@ def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     deleted = list(entry.get("deleted") or ())
     if not deleted:
         return np.zeros(0, np.int64)
-    import pandas as pd
-
     con = store.connect(folder / layout.STORE_FILE, read_only=True)
     try:
-        con.register("gone_ids", pd.DataFrame({"doc_id": deleted}, dtype=object))
-        rows = con.execute("SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM gone_ids)").fetchall()
+        rows = con.execute("SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], doc_id)", [deleted]).fetchall()
     finally:
         con.close()
     return np.asarray([r[0] for r in rows], dtype=np.int64)
