@@ -184,3 +184,19 @@ def test_optimize_merges_everything_and_keeps_answers(tmp_path, embedding_cache_
     copy = tmp_path / "copy"
     shutil.copytree(index_dir, copy)
     assert not optimize(copy).committed  # already one segment
+
+
+def test_cli_index_optimize_and_stats(tmp_path, embedding_cache_path, capsys):
+    from hybridlab.cli import main
+
+    index_dir = tmp_path / "index"
+    for i in range(3):
+        apply_changes(index_dir, [(SOURCE, [_memory(f"c{i}", f"{WORDS[i]} panel", 3, ())], False)], CONFIG,
+                      progress=False, cache_path=embedding_cache_path)
+    assert main(["stats", "--index", str(index_dir)]) == 0
+    assert "segments 3, tombstoned documents 0, last merge none" in capsys.readouterr().out
+    assert main(["index", "--optimize", "--index", str(index_dir), "-q"]) == 0
+    assert "optimize: merged every segment into one" in capsys.readouterr().err
+    assert len(layout.read_manifest(index_dir)["segments"]) == 1
+    assert main(["index", "--index", str(index_dir), "-q"]) == 2
+    assert "give PATHS to index, or --optimize" in capsys.readouterr().err
