@@ -535,20 +535,6 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
             "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}}
 
 
-def _commit(index_dir: Path, tmp: Path, number: int, manifest: dict[str, Any]) -> Path:
-    """Write the manifest copy into `tmp`, flush it, rename it to `gen-N/` and replace the manifest."""
-    final = index_dir / layout.generation_name(number)
-    # a copy inside the generation lets `verify --repair` rebuild a lost or corrupt manifest
-    (tmp / layout.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    layout.fsync_tree(tmp)
-    _checkpoint("generation-flushed")
-    os.rename(tmp, final)
-    _checkpoint("generation-renamed")
-    layout.write_manifest(index_dir, manifest)
-    _checkpoint("manifest-committed")
-    return final
-
-
 def _segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "documents": counts["documents"], "chunks": counts["chunks"],
             "rows": counts["chunks"], "deleted": [],
@@ -631,7 +617,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
              with_vectors: bool) -> tuple[np.ndarray, np.ndarray | None]:
         ids_parts, vector_parts = [], []
         for entry in segs:
-            folder = tmp if entry["name"] == name else index_dir / entry["name"]
+            folder = _folder(index_dir, entry)
             info = segment_models(manifest or {}, entry).get(model)
             if not info:
                 continue
@@ -717,37 +703,40 @@ def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> 
     return None
 
 
-def _merge(index_dir: Path, manifest: dict[str, Any], start: int, end: int, progress: bool,
-           reason: str) -> dict[str, Any]:
-    """Merge segments [start, end) into one new segment (live rows only; vectors taken from their
-    FAISS files, BM25 postings re-derived) and commit it as a new generation; the new manifest."""
-    from hybridlab.index.dense import DenseIndex
+def _folder(index_dir: Path, entry: dict[str, Any]) -> Path:
+    """Where a segment's files are: its committed folder, or the private folder it is being built in."""
+    return Path(entry["_folder"]) if entry.get("_folder") else Path(index_dir) / entry["name"]
 
-    started = time.perf_counter()
-    config = IndexConfig.from_dict(manifest["config"])
-    entries = layout.segments(manifest)
-    inputs = entries[start:end]
+
+def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[dict[str, Any]], config: IndexConfig,
+                  dims: dict[str, int], progress: bool) -> tuple[dict[str, Any] | None, Path]:
+    """Merge `entries` (adjacent segments) into one new segment in a private folder: live rows only,
+    vectors taken from their FAISS files (nothing re-embedded), BM25 postings re-derived. Returns its
+    entry (None when no live row is left) and the folder."""
     number = layout.next_generation_number(index_dir)
-    tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
+    name = layout.generation_name(number)
+    tmp = index_dir / f"{name}.tmp-{os.getpid()}"
     tmp.mkdir(parents=True)
     con = None
     try:
         _checkpoint("merge-start")
         con = store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
-        _attach(con, index_dir, inputs)
-        _copy_live_rows(con, inputs)
-        _detach(con, inputs)
-        store.set_meta(con, "next_chunk_id", _next_chunk_id(index_dir, manifest))
+        for i, entry in enumerate(entries):
+            path = str(_folder(index_dir, entry) / layout.STORE_FILE).replace("'", "''")
+            con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+        _copy_live_rows(con, entries)
+        _detach(con, entries)
+        highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
+        store.set_meta(con, "next_chunk_id", max(_next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1))
         store.set_meta(con, "generation", number)
         _checkpoint("merge-store-written")
-        dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
-        loaded: dict[str, list[DenseIndex]] = {}
+        loaded: dict[str, list[Any]] = {}
 
         def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
             if model not in loaded:
-                loaded[model] = [DenseIndex.load(index_dir / entry["name"] / segment_models(manifest, entry)[model]["file"],
-                                                 model) for entry in inputs if model in segment_models(manifest, entry)]
+                loaded[model] = [_load_dense(_folder(index_dir, entry) / segment_models(manifest, entry)[model]["file"],
+                                             model) for entry in entries if model in segment_models(manifest, entry)]
             wanted = pairs["chunk_id"].astype(np.int64)
             parts = []
             for dense in loaded[model]:
@@ -764,37 +753,74 @@ def _merge(index_dir: Path, manifest: dict[str, Any], start: int, end: int, prog
         con.execute("CHECKPOINT")
         con.close()
         con = None
-        name = layout.generation_name(number)
-        merged = [_segment_entry(name, counts, artifacts)] if counts["chunks"] or len(entries) == len(inputs) else []
-        new_entries = [e for e in entries[:start] if not e.get("legacy")] + merged + entries[end:]
-        seconds = time.perf_counter() - started
-        base = _manifest_base(number, config, Path(manifest["embedding_cache"]), seconds, manifest,
-                              _next_chunk_id(index_dir, manifest))
-        base["last_merge"] = {"at": base["built_at"], "segments": len(inputs), "chunks": counts["chunks"],
-                              "seconds": round(seconds, 3), "reason": reason, "generation": number}
-        graphs = _corpus_graphs(index_dir, manifest, new_entries, name, tmp, config, dims, progress)
-        new_files = {name: layout.generation_files(tmp, prefix=f"{name}/")}
-        new_manifest = _with_segments(base, new_entries, manifest, new_files, config, dims, graphs)
-        previous = index_dir / manifest["path"]
-        _commit(index_dir, tmp, number, new_manifest)
-        layout.remove_stale(index_dir, keep=index_dir / name, previous=previous)
-        logger.info("merged %d segments (%d chunks) into %s in %.2f s (%s)", len(inputs), counts["chunks"], name,
-                    seconds, reason)
-        return new_manifest
-    finally:
+        if not counts["chunks"] and not counts["documents"]:
+            return None, tmp
+        return {**_segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
+    except BaseException:
         if con is not None:
             con.close()
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
-def _merge_by_policy(index_dir: Path, manifest: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Run the tiered merge policy until it has nothing to merge (under the writer lock held)."""
+def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
+                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: dict[str, Any],
+                       progress: bool, policy: bool, reason: str | None = None,
+                       merge_range: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
+    as one new generation: every new folder (`folders`: private, oldest first; the first is the
+    write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
+    newest, the manifest replaced. Readers see one new generation per call. Returns the manifest."""
+    folders = list(folders)
+    last_merge = None
     while True:
-        plan = merge_plan(layout.segments(manifest))
+        plan = merge_range or (merge_plan(entries) if policy else None)
+        merge_range = None
         if plan is None:
-            return manifest
-        manifest = _merge(index_dir, manifest, *plan, progress=progress, reason="tiered policy")
+            break
+        started = time.perf_counter()
+        start, end = plan
+        inputs = entries[start:end]
+        merged, folder = _build_merged(index_dir, old or {}, inputs, config, dims, progress)
+        folders.append(folder)
+        entries = entries[:start] + ([merged] if merged else []) + entries[end:]
+        last_merge = {"segments": len(inputs), "chunks": merged["chunks"] if merged else 0,
+                      "seconds": round(time.perf_counter() - started, 3), "reason": reason or "tiered policy"}
+        for entry in inputs:  # a segment built by this call and merged away already is never committed
+            if entry.get("_folder"):
+                shutil.rmtree(entry["_folder"], ignore_errors=True)
+    live = {Path(e["_folder"]) for e in entries if e.get("_folder")}
+    kept = [folder for folder in folders if folder in live or (folder == folders[0] and folder.exists())]
+    if not kept:  # everything new was merged away into nothing: the write's folder holds the commit
+        folders[0].mkdir(parents=True, exist_ok=True)
+        kept = [folders[0]]
+    commit_folder = max(kept, key=lambda folder: folder.name)
+    for folder in folders:
+        if folder not in kept:
+            shutil.rmtree(folder, ignore_errors=True)
+    commit_name = commit_folder.name.split(".")[0]
+    number = int(commit_name.split("-")[1])
+    graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
+    new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
+                 for folder in kept}
+    manifest_base = {**base, "generation": number, "path": commit_name}
+    if last_merge is not None:
+        manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
+    committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
+    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs)
+    (commit_folder / layout.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str),
+                                                 encoding="utf-8")
+    for folder in kept:
+        layout.fsync_tree(folder)
+    _checkpoint("generation-flushed")
+    for folder in sorted(kept, key=lambda f: f.name):  # the commit folder (the newest) last
+        os.rename(folder, index_dir / folder.name.split(".")[0])
+    _checkpoint("generation-renamed")
+    layout.write_manifest(index_dir, manifest)
+    _checkpoint("manifest-committed")
+    previous = index_dir / old["path"] if old else None
+    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
+    return manifest
 
 
 def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport:
@@ -805,9 +831,21 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
     report = IndexReport(str(index_dir))
     with layout.WriterLock(index_dir):
         manifest = layout.read_manifest(index_dir)
-        entries = layout.segments(manifest)
+        entries = [dict(entry) for entry in layout.segments(manifest)]
         if len(entries) > 1 or any(e.get("deleted") for e in entries) or any(e.get("legacy") for e in entries):
-            manifest = _merge(index_dir, manifest, 0, len(entries), progress=progress, reason="optimize")
+            config = IndexConfig.from_dict(manifest["config"])
+            dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
+            base = _manifest_base(0, config, Path(manifest["embedding_cache"]), 0.0, manifest,
+                                  _next_chunk_id(index_dir, manifest))
+            number = layout.next_generation_number(index_dir)
+            tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
+            tmp.mkdir(parents=True)
+            try:
+                manifest = _commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
+                                              policy=False, reason="optimize", merge_range=(0, len(entries)))
+            finally:
+                for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+                    shutil.rmtree(leftover, ignore_errors=True)
             report.committed = True
         report.generation = manifest["generation"]
         report.documents = manifest["counts"]["documents"]
@@ -915,7 +953,7 @@ def apply_changes(
                 dims = known
             name = layout.generation_name(number)
             if full:
-                entries = [_segment_entry(name, counts, artifacts)]
+                entries = [{**_segment_entry(name, counts, artifacts), "_folder": str(tmp)}]
             else:
                 by_segment: dict[int, list[str]] = {}
                 for doc_id in to_delete:
@@ -927,27 +965,21 @@ def apply_changes(
                 # vectors of the kept segments are reused as they are: counted with the cache hits
                 report.cache_hits += sum(sum(entry.get("vectors", {}).values()) for entry in entries)
                 if to_insert:
-                    entries.append(_segment_entry(name, counts, artifacts))
-            graphs = _corpus_graphs(index_dir, manifest, entries, name, tmp, config, dims, progress)
-            new_files = {name: layout.generation_files(tmp, prefix=f"{name}/")}
-            report.seconds = time.perf_counter() - started
-            base = _manifest_base(number, config, cache_file, report.seconds, manifest, next_id)
-            new_manifest = _with_segments(base, entries, manifest, new_files, config, dims, graphs)
+                    entries.append({**_segment_entry(name, counts, artifacts), "_folder": str(tmp)})
+            base = _manifest_base(number, config, cache_file, time.perf_counter() - started, manifest, next_id)
+            new_manifest = _commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
+                                              policy=merge)
             report.chunks = new_manifest["counts"]["chunks"]
-            _commit(index_dir, tmp, number, new_manifest)
-            report.generation = number
+            report.generation = new_manifest["generation"]
             report.committed = True
-            layout.remove_stale(index_dir, keep=index_dir / name, previous=old_generation)
         finally:
             if con is not None:
                 con.close()
             if cache is not None:
                 cache.close()
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        if merge:
-            final = _merge_by_policy(index_dir, new_manifest, progress)
-            report.generation = final["generation"]
+            for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        report.seconds = time.perf_counter() - started
         return report
 
 
