@@ -54,6 +54,7 @@ SWEEP_ARGS = --workers $(WORKERS) $(if $(STORAGE),--storage '$(STORAGE)')
 sweep: setup
 	$(BIN)/hybridlab sweep --dataset memories $(SWEEP_ARGS) --export configs/best.json
 	$(BIN)/hybridlab sweep --dataset scifact $(SWEEP_ARGS) --export configs/best-scifact.json
+	$(BIN)/hybridlab sweep --dataset holoviz $(SWEEP_ARGS) --export configs/best-holoviz.json
 	$(BIN)/hybridlab report
 
 # Cron-safe: no prompts, exit 1 on failure, an flock on reports/.report.lock so runs never overlap.

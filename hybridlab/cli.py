@@ -84,6 +84,15 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--decay", type=float, help="recency decay per day (0 disables)")
     g.add_argument("--recency-weight", type=_unit_float)
     g.add_argument("--now", help="reference time for recency (ISO-8601); env HYBRIDLAB_NOW")
+    adaptive = g.add_mutually_exclusive_group()
+    adaptive.add_argument("--adaptive-fusion", dest="adaptive_fusion", action="store_true", default=None,
+                          help="scale BM25's weight by the query's lexical evidence, recency by its intent (default)")
+    adaptive.add_argument("--no-adaptive-fusion", dest="adaptive_fusion", action="store_false",
+                          help="fixed fusion weights for every query")
+    g.add_argument("--lexical-floor", type=_unit_float, help="lexical evidence at or below which BM25 gets no weight")
+    g.add_argument("--lexical-ceiling", type=_unit_float, help="lexical evidence from which BM25 gets its full weight")
+    g.add_argument("--recency-intent-weight", type=_unit_float,
+                   help="recency weight for queries asking for the latest state (current, still, ...)")
     g.add_argument("--embedding-model", help="which model's vectors to search")
     g.add_argument("--language", help="pick the model through the language table")
     g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
@@ -91,7 +100,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
-                        "decay", "recency_weight")
+                        "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
+                        "recency_intent_weight")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -224,6 +234,11 @@ def _print_results(results, as_json: bool) -> None:
             print(f"     dense {e['dense_score']} (#{e['dense_rank']})  bm25 {e['bm25_score']} (#{e['bm25_rank']})  "
                   f"tags {e['matched_tags']} x{e['tag_boost']}  recency {e['recency_factor']:.3f}  "
                   f"fused {e['fused_score']:.5f}  {e['fusion']} alpha={e['alpha']} ({e['alpha_source']})  {e['mode']}")
+            if e.get("lexical_evidence") is not None:
+                agreement = e["retriever_agreement"]
+                print(f"     evidence: lexical {e['lexical_evidence']:.2f} -> bm25 weight x{e['lexical_factor']:.2f}  "
+                      f"agreement {'-' if agreement is None else f'{agreement:.1f}'}  "
+                      f"recency intent {'yes' if e['recency_intent'] else 'no'} (weight {e['recency_weight_used']})")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -315,6 +330,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
     queries = {q: t for q, t in queries.items() if q in qrels}
+    if args.kinds:
+        kinds = _query_kinds(queries_path)
+        unknown = set(args.kinds) - set(kinds.values())
+        if unknown:
+            raise UsageError(f"no query of {queries_path} has kind {sorted(unknown)}; kinds: {sorted(set(kinds.values()))}")
+        queries = {q: t for q, t in queries.items() if kinds.get(q) in args.kinds}
     if not queries:
         raise UsageError(f"no query of {queries_path} has judgements in {qrels_path}")
     kwargs = search_kwargs(args)
@@ -332,6 +353,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for name, value in metrics.items():
             print(f"| {name} | {value:.4f} |")
     return 0
+
+
+def _query_kinds(path: Path) -> dict[str, str]:
+    """Query id -> its `metadata.kind` (queries without one are left out)."""
+    from hybridlab.eval.datasets import iter_jsonl, load_query_metadata
+
+    if path.is_dir():
+        metadata = load_query_metadata(path)
+    else:
+        metadata = {str(o["_id"]): o.get("metadata") or {} for _, o in iter_jsonl(path)}
+    return {qid: str(meta["kind"]) for qid, meta in metadata.items() if isinstance(meta, dict) and "kind" in meta}
 
 
 def _queries_file(path: Path) -> dict[str, str]:
@@ -426,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="queries.jsonl[.gz] (BEIR) or a dataset folder")
     p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
+    p.add_argument("--kind", action="append", dest="kinds", metavar="KIND",
+                   help="only queries of this kind (their metadata.kind); repeatable")
     p.add_argument("--split", choices=["all", "dev", "test"], default="all",
                    help="score the deterministic dev or test half of the queries (sha1 of the query id)")
     p.add_argument("--json", action="store_true")
@@ -479,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every condition of the reproduction record")
     p.add_argument("--cheap", action="store_true", help="only the cheap conditions (seconds; what `make test` runs)")
     p.add_argument("--conditions", default=None, help="the conditions file (default repro/conditions.yaml)")
+    p.add_argument("--record", action="store_true",
+                   help="write the measured values of the selected conditions that moved into the conditions "
+                        "file (a deliberate re-record after an engine change; commit it with that change)")
     p.add_argument("--condition", action="append", dest="names", metavar="NAME", help="only this condition (repeatable)")
     p.add_argument("--tolerance", type=float, default=0.0005)
     p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_repro"))

@@ -14,8 +14,8 @@ from hybridlab.config import (
 )
 
 
-@pytest.mark.parametrize(("n_chunks", "alpha"), [(0, 0.5), (499, 0.5), (500, 0.7), (4999, 0.7), (5000, 0.8),
-                                                 (10**7, 0.8)])
+@pytest.mark.parametrize(("n_chunks", "alpha"), [(0, 0.5), (499, 0.5), (500, 0.6), (4999, 0.6), (5000, 0.6),
+                                                 (10**7, 0.6)])
 def test_adaptive_alpha_thresholds(n_chunks, alpha):
     assert adaptive_alpha(n_chunks) == alpha
     config, sources = resolve_search_config({}, env={}, n_chunks=n_chunks)
@@ -38,7 +38,7 @@ def test_precedence_argument_env_config_default():
 
 def test_none_arguments_and_empty_env_values_do_not_count():
     config, sources = resolve_search_config({"alpha": None}, env={"HYBRIDLAB_ALPHA": ""}, n_chunks=6000)
-    assert (config.alpha, sources["alpha"]) == (0.8, "adaptive")
+    assert (config.alpha, sources["alpha"]) == (0.6, "adaptive")
 
 
 def test_recency_decay_alias_and_its_precedence():
@@ -117,3 +117,13 @@ def test_config_file_loading(tmp_path):
         load_config_file(path)
     with pytest.raises(FileNotFoundError, match="config file not found"):
         load_config_file(tmp_path / "missing.json")
+
+
+def test_an_exported_config_keeps_the_behaviour_of_settings_added_after_it(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text('{"search": {"alpha": 0.5}, "index": {}, "provenance": {"dataset": "memories"}}')
+    assert load_config_file(path)["search"] == {"adaptive_fusion": False, "alpha": 0.5}
+    path.write_text('{"search": {"alpha": 0.5, "adaptive_fusion": true}, "provenance": {}}')
+    assert load_config_file(path)["search"]["adaptive_fusion"] is True
+    path.write_text('{"search": {"alpha": 0.5}}')  # a hand-written config: new settings take their defaults
+    assert load_config_file(path)["search"] == {"alpha": 0.5}

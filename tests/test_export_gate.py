@@ -64,7 +64,7 @@ def test_pinned_search_resolves_every_auto_setting():
     small, large = pinned_search({}, 100), pinned_search({}, 6000)
     assert set(small) == set(SEARCH_FIELDS)
     assert (small["alpha"], small["staged"], small["fill_dense"]) == (0.5, False, False)
-    assert (large["alpha"], large["staged"], large["fill_dense"]) == (0.8, True, True)
+    assert (large["alpha"], large["staged"], large["fill_dense"]) == (0.6, True, True)
     given = pinned_search({"alpha": 0.3, "staged": True, "candidates": 40, "fill_dense": None}, 100)
     assert (given["alpha"], given["staged"], given["fill_dense"], given["candidates"]) == (0.3, True, False, 100)
     assert [k for k, v in large.items() if v is None] == ["min_score"]  # None there means "no minimum"

@@ -120,7 +120,8 @@ def test_server_side_fusion_agrees_with_client_side(remote):
         for fusion in ("rrf", "dbsf"):
             server = qdrant.server_fusion(snapshot, query, vector, model, fusion=fusion, rrf_k=60, depth=100, limit=10)
             retrieval = remote._retrieve(query, {"fusion": fusion, "recency_weight": 0.0, "limit": 10, "depth": 100,
-                                                 "alpha": 0.5, "rrf_k": 60, "staged": False}, Filters(), [],
+                                                 "alpha": 0.5, "rrf_k": 60, "staged": False, "adaptive_fusion": False},
+                                         Filters(), [],
                                          remote_now())
             assert list(server) == [hit.row for hit in retrieval.hits[:10]], (query, fusion)
 

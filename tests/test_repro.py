@@ -108,3 +108,16 @@ def test_the_served_config_reproduces(config, capsys):
 
     assert main(["repro", str(REPO_ROOT / config)]) == 0, capsys.readouterr().out
     assert "all metrics reproduced" in capsys.readouterr().out
+
+
+def test_recording_rewrites_only_the_expected_values_of_that_condition():
+    from hybridlab.tune.repro import recorded_text
+
+    text = ("# a comment\nconditions:\n- name: a\n  command: x\n  metrics:\n    mrr: 0.1000\n    ndcg@10: 0.2000\n"
+            "- name: b\n  command: y\n  metrics:\n    mrr: 0.3000\n")
+    out = recorded_text(text, "a", {"mrr": 0.55556, "ndcg@10": 0.25})
+    assert out == text.replace("mrr: 0.1000", "mrr: 0.5556").replace("ndcg@10: 0.2000", "ndcg@10: 0.2500")
+    with pytest.raises(ValueError, match="'c' not found"):
+        recorded_text(text, "c", {"mrr": 0.5})
+    with pytest.raises(ValueError, match="no expected value"):
+        recorded_text(text, "b", {"ndcg@10": 0.5})

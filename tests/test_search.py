@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hybridlab import cli
-from hybridlab.config import IndexConfig
+from hybridlab.config import IndexConfig, SearchConfig
 from hybridlab.search.engine import open_index
 
 NOW = "2026-11-01T00:00:00Z"
@@ -399,3 +399,42 @@ def test_staged_falls_back_when_its_candidates_cannot_fill_the_limit(index):
     assert len(grown) == 15 and grown[0].explain["mode"] == "staged"
     few = index.search("tunnel", staged=True, fallback_threshold=2, limit=3, tags=[], explain=True, now=NOW)
     assert few[0].explain["mode"] == "staged"
+
+
+# ------------------------------------------------------------------ adaptive fusion (issue 19)
+def test_weak_lexical_evidence_takes_bm25_out_of_the_fusion(index):
+    # one common word ("server") matched of many the corpus lacks: BM25's list is noise here
+    query = "which machine abroad relays my inbound connections to the server"
+    [top] = index.search(query, limit=1, now=NOW, explain=True)
+    evidence = top.explain
+    assert evidence["lexical_evidence"] < SearchConfig().lexical_floor
+    assert evidence["lexical_factor"] == 0.0
+    adaptive = index.search(query, limit=5, now=NOW)
+    without_bm25 = index.search(query, limit=5, now=NOW, adaptive_fusion=False, tag_weight=0.0, alpha=1.0)
+    assert ids(adaptive) == ids(without_bm25)  # no tag named either: exactly the dense ranking
+    fixed = index.search(query, limit=1, now=NOW, adaptive_fusion=False, explain=True)[0].explain
+    assert fixed["lexical_factor"] == 1.0 and fixed["lexical_evidence"] == evidence["lexical_evidence"]
+
+
+def test_strong_lexical_evidence_keeps_the_fixed_weights(index):
+    query = "tunnel server port 2333 TLS"
+    [top] = index.search(query, limit=1, now=NOW, explain=True)
+    assert top.explain["lexical_evidence"] >= SearchConfig().lexical_ceiling and top.explain["lexical_factor"] == 1.0
+    assert ids(index.search(query, limit=5, now=NOW)) == ids(index.search(query, limit=5, now=NOW, adaptive_fusion=False))
+
+
+def test_a_query_for_the_latest_state_weighs_recency_more(index):
+    [current] = index.search("current public endpoint of the tunnel server", limit=1, now=NOW, explain=True)
+    assert current.explain["recency_intent"] is True
+    assert current.explain["recency_weight_used"] == SearchConfig().recency_intent_weight
+    [plain] = index.search("public endpoint of the tunnel server", limit=1, now=NOW, explain=True)
+    assert plain.explain["recency_intent"] is False
+    assert plain.explain["recency_weight_used"] == SearchConfig().recency_weight
+    assert current.doc_id == "m04"  # the newer of two near-identical memories
+
+
+def test_adaptive_fusion_changes_nothing_outside_hybrid_mode(index):
+    for mode in ("vector", "bm25"):
+        query = "what is the current tunnel endpoint"
+        assert ids(index.search(query, mode=mode, now=NOW)) == ids(index.search(query, mode=mode, now=NOW,
+                                                                                  adaptive_fusion=False))

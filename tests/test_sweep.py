@@ -68,9 +68,11 @@ def test_full_search_config_holds_every_field_and_validates():
         full_search_config({"alpha": 1.5})
 
 
-def test_spaces_sweep_chunking_only_where_documents_are_long():
+def test_default_spaces_sweep_search_and_bm25_knobs_not_chunking():
     names = {name: {p.name for p in space_for(name)} for name in ("memories", "holoviz", "scifact")}
-    assert "chunk_size" in names["holoviz"] and "chunk_size" not in names["scifact"] | names["memories"]
+    assert "chunk_size" not in names["holoviz"] | names["scifact"] | names["memories"]  # re-embeds per value
+    assert {"adaptive_fusion", "lexical_floor", "lexical_ceiling"} <= names["holoviz"] & names["scifact"]
+    assert "recency_intent_weight" in names["memories"] and "recency_intent_weight" not in names["scifact"]
     assert {"bm25_k1", "bm25_b", "alpha", "fusion"} <= names["scifact"]
     assert "decay" in names["memories"] and "decay" not in names["scifact"]  # BEIR documents have no dates
 
@@ -92,10 +94,12 @@ def test_resolve_evalset_reads_a_folder_with_its_now(tmp_path):
 def test_default_params_are_the_package_defaults_in_the_space():
     space = space_for("scifact")
     assert default_params(space, n_chunks=6000) == {
-        "fusion": SearchConfig.fusion, "alpha": 0.8, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
+        "fusion": SearchConfig.fusion, "alpha": 0.6, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
         **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
         "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
-        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "bm25_k1": 1.5, "bm25_b": 0.75}
+        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "adaptive_fusion": True,
+        "lexical_floor": SearchConfig.lexical_floor, "lexical_ceiling": SearchConfig.lexical_ceiling,
+        "bm25_k1": 1.5, "bm25_b": 0.75}
     small = default_params(space, n_chunks=100)
     assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5
 

@@ -274,7 +274,7 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         sparse = SparseIndex.load(bm25)
     except Exception as error:  # noqa: BLE001 - whatever the parser raises, the folder is damaged
         raise _damaged(bm25, error, index_dir) from None
-    legacy = sparse if sparse.retriever is not None else None
+    legacy = sparse if sparse.is_legacy else None
     models = entry.get("models") if not entry.get("legacy") else manifest.get("models", {})
     ef_search = manifest["config"].get("hnsw_ef_search")
     dense: dict[str, DenseIndex] = {}

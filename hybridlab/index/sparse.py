@@ -160,7 +160,8 @@ class SparseIndex:
         if legacy is None and config.method not in IDF:
             raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
                              f"choose from {sorted(IDF)}")
-        self.retriever = legacy  # a bm25s.BM25 (legacy single-segment index) or None
+        self._legacy = legacy  # a bm25s.BM25 (legacy single-segment index) or None
+        self._matrix: _ScoreMatrix | None = None
         self._global_rows: list[np.ndarray] = []  # per part: global row of each local row, -1 = tombstoned
         lengths = []
         offset = 0
@@ -197,7 +198,7 @@ class SparseIndex:
 
     def save(self, folder: Path) -> None:
         """Write a one-segment index (a segment's `bm25/` folder)."""
-        if len(self.parts) != 1 or self.retriever is not None:
+        if len(self.parts) != 1 or self._legacy is not None:
             raise ValueError("only a freshly built one-segment BM25 index can be saved")
         folder.mkdir(parents=True, exist_ok=True)
         self.parts[0].save(folder, self.tokenizer.config)
@@ -256,10 +257,66 @@ class SparseIndex:
         return self.tokenizer.config.method
 
     @property
+    def is_legacy(self) -> bool:
+        """Whether this is a pre-segment index scored by bm25s's own score matrix."""
+        return self._legacy is not None
+
+    @property
+    def retriever(self):
+        """A bm25s-shaped view: `scores` (the CSC score matrix `data`/`indices`/`indptr`/`num_docs`,
+        term ids of :attr:`vocab`, IDF folded in, global statistics), `vocab_dict` and
+        `get_scores_from_ids`; the bm25s index itself for a legacy index (built on first use)."""
+        if self._legacy is not None:
+            return self._legacy
+        if self._matrix is None:
+            self._matrix = _ScoreMatrix(self)
+        return self._matrix
+
+    def idf(self, term_ids: Sequence[int]) -> np.ndarray:
+        """The IDF each term (ids of :attr:`vocab`) is scored with, over the live rows (float64)."""
+        terms = self._terms_of(list(term_ids)) if self._legacy is None else None
+        if terms is None:
+            indptr = np.asarray(self._legacy.scores["indptr"])
+            ids = np.asarray(term_ids, dtype=np.int64)
+            return lucene_idf(indptr[ids + 1] - indptr[ids], self.size)
+        fn = IDF[self.method]
+        frequencies = [self.document_frequency(term) for term in terms]
+        return np.asarray([fn(df, self.n_live) if df else 0.0 for df in frequencies], dtype=np.float64)
+
+    def matched_idf_share(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """For each of `rows`, the share of the query's IDF mass its text contains: Σ idf of the
+        distinct query terms it has / Σ idf of all of them, terms the index never saw counted at
+        the IDF of an unseen term (so a query the corpus lacks words for has little lexical
+        evidence). All zeros for a query without terms."""
+        rows = np.asarray(rows, dtype=np.int64)
+        terms = self.tokenizer.query_terms(query)
+        vocab = self.vocab
+        known = [vocab[term] for term in terms if term in vocab]
+        if not terms or not self.size:
+            return np.zeros(len(rows))
+        unseen = (len(terms) - len(known)) * float(lucene_idf(np.zeros(1), self.size)[0])
+        weights = self.idf(known)
+        total = float(weights.sum()) + unseen
+        if not len(rows) or total <= 0:
+            return np.zeros(len(rows))
+        matched = np.zeros(len(rows))
+        for term_id, weight in zip(known, weights.tolist()):
+            matched += weight * np.isin(rows, self._postings_rows(term_id))
+        return matched / total
+
+    def _postings_rows(self, term_id: int) -> np.ndarray:
+        """Live rows containing the term of vocabulary id `term_id`."""
+        if self._legacy is not None:
+            scores = self._legacy.scores
+            return np.asarray(scores["indices"][scores["indptr"][term_id]:scores["indptr"][term_id + 1]])
+        parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0])]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    @property
     def vocab(self) -> dict[str, int]:
         """Term -> id over every segment (first segment's order first; built on first use)."""
-        if self.retriever is not None:
-            return self.retriever.vocab_dict
+        if self._legacy is not None:
+            return self._legacy.vocab_dict
         if self._vocab is None:
             if len(self.parts) == 1:
                 vocab = self.parts[0].vocab
@@ -293,40 +350,40 @@ class SparseIndex:
         """Live rows containing `term`."""
         return sum(len(rows) for rows, _, _ in self._live_column(term))
 
-    def idf(self, term: str) -> float:
+    def term_idf(self, term: str) -> float:
         """The IDF BM25 gives `term` (method of the index; 0.0 for a term no live row contains)."""
-        if self.retriever is not None:
+        if self._legacy is not None:
             return self._legacy_idf(term)
         df = self.document_frequency(term)
         return float(np.float32(IDF[self.method](df, self.n_live))) if df else 0.0
 
     def _legacy_idf(self, term: str) -> float:
-        column = self.retriever.vocab_dict.get(term)
+        column = self._legacy.vocab_dict.get(term)
         if column is None:
             return 0.0
-        indptr = self.retriever.scores["indptr"]
+        indptr = self._legacy.scores["indptr"]
         df = int(indptr[column + 1] - indptr[column])
         fn = IDF.get(self.method)
         return float(np.float32(fn(df, self.size))) if fn and df else 0.0
 
     def query_terms(self, query: str) -> list[str]:
         """The query's terms the index has (tokenised as the documents were; repeats kept)."""
-        if self.retriever is not None:
-            vocab = self.retriever.vocab_dict
+        if self._legacy is not None:
+            vocab = self._legacy.vocab_dict
             return [t for t in self.tokenizer.query_terms(query) if t in vocab]
         return [t for t in self.tokenizer.query_terms(query) if any(t in part.vocab for part in self.parts)]
 
     def query_idf(self, query: str) -> dict[str, float]:
-        """For the query's in-vocabulary terms, the IDF of each (see :meth:`idf`); k1 and b are
+        """For the query's in-vocabulary terms, the IDF of each (see :meth:`term_idf`); k1 and b are
         :attr:`k1` and :attr:`b`."""
-        return {term: self.idf(term) for term in dict.fromkeys(self.query_terms(query))}
+        return {term: self.term_idf(term) for term in dict.fromkeys(self.query_terms(query))}
 
     # ------------------------------------------------------------------ scoring
     def score_terms(self, terms: Sequence[str]) -> np.ndarray:
         """BM25 score of every live row for the query terms (0 where none occurs): per term, in
         order, its float32 contributions are added, as bm25s does."""
-        if self.retriever is not None:
-            vocab = self.retriever.vocab_dict
+        if self._legacy is not None:
+            vocab = self._legacy.vocab_dict
             return self._legacy_scores([vocab[t] for t in terms if t in vocab])
         scores = np.zeros(self.size, dtype=np.float32)
         if not terms or not self.size:
@@ -346,7 +403,7 @@ class SparseIndex:
     def _legacy_scores(self, term_ids: list[int]) -> np.ndarray:
         if not term_ids or not self.size:
             return np.zeros(self.size, dtype=np.float32)
-        return self.retriever.get_scores_from_ids(term_ids)
+        return self._legacy.get_scores_from_ids(term_ids)
 
     def top_terms(self, terms: Sequence[str], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
@@ -368,7 +425,7 @@ class SparseIndex:
 
     def scores(self, term_ids: list[int]) -> np.ndarray:
         """BM25 score of every row (0 where no query term occurs)."""
-        if self.retriever is not None:
+        if self._legacy is not None:
             return self._legacy_scores(list(term_ids))
         return self.score_terms(self._terms_of(term_ids))
 
@@ -382,7 +439,7 @@ class SparseIndex:
     def row_weights(self, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per live row, (term ids of :attr:`vocab`, BM25 weight of each term: IDF folded in, or
         not with `fold_idf=False`), for exporting the index to an engine with sparse vectors."""
-        if self.retriever is not None:
+        if self._legacy is not None:
             return self._legacy_row_weights(fold_idf)
         vocab = self.vocab
         all_rows, all_terms, all_values = [], [], []
@@ -419,6 +476,43 @@ def _by_row(n: int, rows: list[np.ndarray], terms: list[np.ndarray],
     rows_a, terms_a, values_a = rows_a[order], terms_a[order], values_a[order]
     bounds = np.searchsorted(rows_a, np.arange(n + 1))
     return [(terms_a[bounds[r]:bounds[r + 1]], values_a[bounds[r]:bounds[r + 1]]) for r in range(n)]
+
+
+class _ScoreMatrix:
+    """bm25s's score-matrix shape over a segmented index (for tools reading bm25s internals, e.g. the
+    Qdrant export): column `t` = term `t` of the index's vocabulary, rows = live rows, values = that
+    term's BM25 contribution (IDF folded in, global statistics), as bm25s would store them."""
+
+    def __init__(self, index: SparseIndex) -> None:
+        vocab = index.vocab
+        columns = []
+        for term, _ in sorted(vocab.items(), key=lambda item: item[1]):  # in id order
+            column = index._live_column(term)
+            df = sum(len(rows) for rows, _, _ in column)
+            idf = np.float32(IDF[index.method](df, index.n_live)) if df else np.float32(0)
+            rows = np.concatenate([c[0] for c in column]) if column else np.zeros(0, np.int64)
+            values = (np.concatenate([(idf * _tfc(index.method, tf, lengths, index.avgdl, index.k1, index.b))
+                                      .astype(np.float32) for _, tf, lengths in column])
+                      if column else np.zeros(0, np.float32))
+            columns.append((rows, values))
+        indptr = np.zeros(len(columns) + 1, dtype=np.int64)
+        np.cumsum([len(rows) for rows, _ in columns], out=indptr[1:])
+        self.scores = {
+            "data": np.concatenate([v for _, v in columns]) if columns else np.zeros(0, np.float32),
+            "indices": (np.concatenate([r for r, _ in columns]) if columns else np.zeros(0)).astype(np.int32),
+            "indptr": indptr, "num_docs": index.size,
+        }
+        self.vocab_dict = vocab
+        self._index = index
+
+    def get_scores_from_ids(self, term_ids: Sequence[int]) -> np.ndarray:
+        return self._index.scores(list(term_ids))
+
+
+def lucene_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:
+    """BM25 IDF as Lucene and bm25s's "lucene" method compute it: ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    df = np.asarray(document_frequency, dtype=np.float64)
+    return np.log1p((n_documents - df + 0.5) / (df + 0.5))
 
 
 def top_positive(scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:

@@ -47,6 +47,9 @@ class Bm25Retriever:
     def b(self) -> float:
         return self.index.b
 
+    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
+        return self.index.matched_idf_share(query, rows)
+
 
 class FaissRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =

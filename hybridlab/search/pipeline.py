@@ -4,7 +4,9 @@
     encode     the query vector (timed as `encode_ms`); query_tags: tags and collections it names
     attempt    retrievers: BM25 (`depth`, staged: `candidates`), tags, dense (parallel: `depth`;
                staged: the BM25 + tag pool scored with stored vectors, grown along the corpus graph)
-    combine    fusion (by name, weights from alpha) -> recency -> min_score
+    evidence   the query's signals: lexical evidence, retriever agreement, recency intent
+               (search/evidence.py); they scale BM25's weight and set the recency weight
+    combine    fusion (by name, weights from alpha and evidence) -> recency -> min_score
     retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
                than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
     rerank     optional (`rerank_depth` > 0): the top chunks re-ordered by a cross-encoder
@@ -27,6 +29,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
+from hybridlab.search.evidence import (
+    EVIDENCE_DEPTH,
+    QueryEvidence,
+    asks_for_latest,
+    best_rows,
+    lexical_factor,
+    top_agreement,
+    weights_with_evidence,
+    without_recency_cues,
+)
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
 from hybridlab.search.results import SearchResult, iso_utc, make_snippet
@@ -97,6 +109,7 @@ class Retrieval:
     timings: dict[str, float]
     graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
     reranked: Mapping[int, float] = field(default_factory=dict)  # row -> cross-encoder score (rerank step)
+    evidence: QueryEvidence = field(default_factory=QueryEvidence)  # the query's signals (adaptive fusion)
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -263,13 +276,36 @@ def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
     return runs, stage, added, bm25_exhausted
 
 
+# ------------------------------------------------------------------------------------ evidence
+def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -> QueryEvidence:
+    """The query's signals (:mod:`hybridlab.search.evidence`): lexical evidence from BM25's best
+    rows, top-row agreement of BM25 and dense, recency intent; and the BM25 weight factor and
+    recency weight they give. `adaptive_fusion=False` records the signals but changes nothing."""
+    config = request.config
+    bm25, dense = runs.get("bm25") or {}, runs.get("dense") or {}
+    lexical = None
+    intent = asks_for_latest(request.query)
+    if "bm25" in runs:
+        rows = np.asarray(best_rows(bm25, EVIDENCE_DEPTH), dtype=np.int64)
+        content = without_recency_cues(request.query) if intent else request.query
+        lexical = float(snapshot.sparse.lexical_evidence(content, rows).max()) if len(rows) else 0.0
+    if not config.adaptive_fusion or config.mode != "hybrid":
+        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight)
+    factor = lexical_factor(lexical, config.lexical_floor, config.lexical_ceiling)
+    recency = max(config.recency_weight, config.recency_intent_weight) if intent else config.recency_weight
+    return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency)
+
+
 # ------------------------------------------------------------------------------------ fusion
 def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
-            now: datetime) -> tuple[list[Hit], int]:
+            now: datetime, evidence: QueryEvidence | None = None) -> tuple[list[Hit], int]:
     """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
-    `min_score`; and how many rows were scored before that cut."""
+    `min_score`; and how many rows were scored before that cut. `evidence` scales BM25's weight
+    and sets the recency weight (adaptive fusion)."""
     mode = config.mode
+    evidence = evidence or QueryEvidence(recency_weight=config.recency_weight)
     weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
+    weights = weights_with_evidence(weights, evidence.lexical_factor)
     active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
     if len(active) > 1:
         fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
@@ -284,11 +320,12 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_
     rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
     scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
     factors = np.ones(len(rows))
-    if config.decay > 0 and config.recency_weight > 0:
+    recency_weight = evidence.recency_weight
+    if config.decay > 0 and recency_weight > 0:
         days = (now.timestamp() - snapshot.generation.times[rows]) / 86400.0
         decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
         factors = np.where(np.isnan(decayed), 1.0, decayed)
-    final = scores * (1.0 - config.recency_weight + config.recency_weight * factors) if config.decay > 0 else scores
+    final = scores * (1.0 - recency_weight + recency_weight * factors) if config.decay > 0 else scores
     order = np.lexsort((rows, -final))
     hits = list(map(Hit._make, zip(rows[order].tolist(), final[order].tolist(), scores[order].tolist(),
                                    factors[order].tolist())))
@@ -336,7 +373,8 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
     while True:
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
-        hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now)
+        evidence = query_evidence(snapshot, request, runs)
+        hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now, evidence)
         found = len(group(snapshot, hits, config)) if config.group_by_document else len(hits)
         if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
             break
@@ -353,7 +391,7 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     named = request.tags
     return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
                      model, named.tags, named.collections, named.boost, named.coverage, timings,
-                     added if stage == "staged" else 0)
+                     added if stage == "staged" else 0, evidence=evidence)
 
 
 # ------------------------------------------------------------------------------------ rerank
@@ -428,7 +466,8 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "normalization": config.normalization, "alpha": retrieval.alpha,
         "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
         "fill_dense": config.fill_dense, "decay": config.decay,
-        "recency_weight": config.recency_weight,
+        "recency_weight": config.recency_weight, "adaptive_fusion": config.adaptive_fusion,
+        **retrieval.evidence.to_dict(),
         "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,
         "rerank_weight": config.rerank_weight if config.rerank_depth else None,
         "rerank_model": config.rerank_model if config.rerank_depth else None,

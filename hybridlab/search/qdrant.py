@@ -5,15 +5,22 @@ two models are never compared) and a sparse vector `bm25`; payload = doc id, col
 tags and the document's update (else creation) time as epoch seconds, with payload indexes on each.
 
 **BM25 equal to ours.** The sparse vector of a chunk holds, for each of its terms (hybridlab's own
-tokenizer, bm25s's vocabulary ids), the weight bm25s precomputed for that (term, chunk): the term's
-BM25 saturation times its IDF. A query vector holds each query term once per occurrence, so Qdrant's
-dot product is exactly the sum bm25s computes (`get_scores_from_ids`). Qdrant's IDF modifier is not
-the default: its formula is bm25s's "lucene" IDF and, on a freshly exported collection, it reproduces
-bm25s as well (measured on SciFact: same top 10 for all 300 test queries, scores within 4e-6, like the
-folded weights), but it only matches the lucene method, while folded weights reproduce any bm25s method
-(and chunks without terms) by construction. `export_generation(idf_modifier=True)` keeps the IDF live
-under upserts and deletes (the document-side length normalisation still uses the exported average
-length); with folded weights, upserting documents leaves the other chunks' IDF as of the last export.
+tokenizer), the weight bm25s precomputed for that (term, chunk): the term's BM25 saturation times its
+IDF. A query vector holds each query term once per occurrence, so Qdrant's dot product is exactly the
+sum bm25s computes (`get_scores_from_ids`). A term's sparse index is a 32-bit hash of the term itself
+(:func:`term_index`, as Qdrant's own BM25 does), not bm25s's vocabulary position, which shifts from one
+generation to the next: points written from different generations stay comparable. Two terms of one
+vocabulary sharing a hash would add up; :func:`term_collisions` counts them (none on any evaluation set).
+
+**Incremental sync.** :func:`sync_generation` mirrors a generation into its collection: a full export
+when the collection is new or was exported with another index configuration, model set or sparse
+scheme (the collection's metadata records which, and which generation it mirrors); otherwise only the
+documents whose content hash (payload `doc_sha256`) differs are re-upserted and the removed ones are
+deleted by doc id. Any change moves BM25's collection statistics (N, document frequencies, average
+length) under every other chunk, so the sync then rewrites the sparse vectors of the unchanged chunks
+too (sparse only, `update_vectors`): after a sync the collection scores exactly like bm25s over the new
+generation. Measured in :mod:`hybridlab.bench.qdrant` (`--upserts`), with the figures in
+docs/scale-out.md: without that re-weighting neither folded IDF nor Qdrant's IDF modifier stays exact.
 
 Searching: :func:`qdrant_snapshot` keeps the local generation's row table and metadata store and
 swaps in :class:`QdrantSparseRetriever` and one :class:`QdrantDenseRetriever` per model (staged
@@ -28,8 +35,12 @@ client's local mode (`QdrantClient(path=...)` or `":memory:"`: pure Python, brut
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import logging
 import math
 import os
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from types import MappingProxyType
@@ -37,16 +48,23 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.index import store as index_store
 from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.reader import Generation, read_generation
 from hybridlab.search.filters import Filters
 from hybridlab.search.retrievers import RowFilter
 from hybridlab.search.snapshot import Snapshot, snapshot_of
 
+logger = logging.getLogger(__name__)
+
 SPARSE = "bm25"
 PAYLOAD_INDEXES = {"doc_id": "keyword", "collection": "keyword", "chunk_type": "keyword", "tags": "keyword",
                    "time": "float"}
 BATCH = 256
+MARKER = "hybridlab"  # the key of the collection metadata naming the generation it mirrors
+MARKER_FORMAT = 1
+TERM_INDEX = "blake2b-32"  # how a term becomes a sparse index (recorded in the marker)
+SPARSE_MODES = ("folded", "idf")  # bm25s's IDF folded into the weights | Qdrant's IDF modifier
 
 
 def _models():
@@ -82,10 +100,23 @@ def collection_name(generation: Generation) -> str:
 
 # ------------------------------------------------------------------ building (export of a local generation)
 def sparse_weights(generation: Generation, *, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per row, (term ids, BM25 weights with the IDF folded in) from the BM25 index (global statistics
-    over its live segments); `fold_idf=False` leaves the IDF out (bm25s "lucene": ln(1 + (N - df + 0.5) / (df + 0.5)),
+    """Per row, (term ids, BM25 weights with the IDF folded in) from bm25s's precomputed score matrix;
+    `fold_idf=False` divides the IDF back out (bm25s "lucene": ln(1 + (N - df + 0.5) / (df + 0.5)),
     Qdrant's IDF modifier formula) for a collection that applies Qdrant's own IDF at query time."""
-    return generation.sparse.row_weights(fold_idf=fold_idf)
+    sparse = generation.sparse
+    n = generation.n_chunks
+    if not n or not getattr(sparse.retriever, "scores", None):
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+    scores = sparse.retriever.scores
+    data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
+    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
+    if not fold_idf:
+        df = np.diff(indptr).astype(np.float64)
+        data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
+    order = np.lexsort((terms, indices))  # by row (chunk), then term
+    rows, terms, values = indices[order], terms[order], data[order]
+    bounds = np.searchsorted(rows, np.arange(n + 1))
+    return [(terms[bounds[r]:bounds[r + 1]], values[bounds[r]:bounds[r + 1]]) for r in range(n)]
 
 
 def _payloads(generation: Generation, rows: Sequence[int]) -> list[dict[str, Any]]:
@@ -275,6 +306,10 @@ class QdrantSparseRetriever:
         rows, scores = _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
         return rows, scores
 
+    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """From the generation's postings, which the collection's sparse vectors were made of."""
+        return self._sparse.matched_idf_share(query, rows)
+
 
 class QdrantDenseRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over the named vector `model` (dot product
@@ -402,7 +437,8 @@ def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str
     :func:`~hybridlab.search.fusion.rrf` with weights 0.5 (Qdrant weights a run by dividing its rank,
     1/(rank/w + k - 1), not by multiplying its score, so other alphas stay client-side). DBSF
     normalises each run by mean ± 3 standard deviations like :func:`~hybridlab.search.fusion.dbsf`.
-    Tags, recency and convex combinations are client-side only (the pipeline)."""
+    Tags, recency, convex combinations and adaptive fusion (whose BM25 weight depends on BM25's
+    own top rows) are client-side only (the pipeline)."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")
     models = _models()

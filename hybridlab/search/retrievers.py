@@ -54,6 +54,11 @@ class SparseRetriever(Protocol):
         best first; the query is tokenised as the documents were."""
         ...
 
+    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """For each of `rows`, the share of the query's IDF mass its text contains (terms the index
+        never saw count at the IDF of an unseen term; see :mod:`hybridlab.search.evidence`)."""
+        ...
+
 
 class DenseRetriever(Protocol):
     """Vector retrieval for one embedding model (inner product of L2-normalised vectors)."""

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config
+from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config, with_added_settings
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
@@ -417,7 +417,7 @@ def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> li
     evaluator = Evaluator(record_evalset(provenance))
     split = provenance.get("split", "test")
     recorded = provenance["test_metrics"]
-    search, index = config["search"], IndexConfig.from_dict(config["index"])
+    search, index = with_added_settings(config["search"]), IndexConfig.from_dict(config["index"])
     if provenance.get("query_ids"):
         query_ids = provenance["query_ids"]
         run = evaluator.run(search, index, split)
@@ -442,7 +442,8 @@ def cli_repro(args: argparse.Namespace) -> int:
     (every condition of the reproduction record); exit 1 on any FAIL."""
     from hybridlab.config import load_config_file
 
-    if getattr(args, "all", False) or getattr(args, "cheap", False) or getattr(args, "names", None):
+    if (getattr(args, "all", False) or getattr(args, "cheap", False) or getattr(args, "names", None)
+            or getattr(args, "record", False)):
         from hybridlab.tune.repro import cli_repro_all
 
         return cli_repro_all(args)

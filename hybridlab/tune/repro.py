@@ -170,6 +170,35 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
     return Outcome(condition, rows, queries, time.perf_counter() - started)
 
 
+def recorded_text(text: str, name: str, measured: dict[str, float]) -> str:
+    """The conditions file's `text` with condition `name`'s expected metrics replaced by `measured`
+    (4 decimals); everything else, comments included, stays as it was."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.strip() == f"- name: {name}"), None)
+    if start is None:
+        raise ValueError(f"condition {name!r} not found in the conditions file")
+    in_metrics, done = False, set()
+    for i in range(start + 1, len(lines)):
+        stripped = lines[i].strip()
+        if stripped.startswith("- name:"):
+            break
+        if stripped == "metrics:":
+            in_metrics = True
+            continue
+        if in_metrics:
+            key, _, _ = stripped.partition(":")
+            if not lines[i].startswith("    ") or key not in measured:
+                in_metrics = False
+                continue
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            lines[i] = f"{indent}{key}: {measured[key]:.4f}\n"
+            done.add(key)
+    missing = [key for key in measured if key not in done]
+    if missing:
+        raise ValueError(f"condition {name!r}: no expected value for {missing} to record")
+    return "".join(lines)
+
+
 def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
     """OK/FAIL lines of one condition."""
     condition = outcome.condition
@@ -193,9 +222,15 @@ def cli_repro_all(args: argparse.Namespace) -> int:
         raise ValueError(f"no condition of {path} selected")
     print(f"repro {_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
     failed = []
+    record = getattr(args, "record", False)
     for condition in conditions:
         outcome = run_condition(condition, tolerance)
         print("\n".join(format_outcome(outcome, tolerance)), flush=True)
+        if record and outcome.error is None and not outcome.ok:
+            measured = {metric: value for metric, _, value, _ in outcome.rows if metric in condition.metrics}
+            path.write_text(recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8")
+            print(f"recorded the measured values of {condition.name} in {_relative(path)}", flush=True)
+            continue
         if not outcome.ok:
             failed.append(condition.name)
     print(f"all {len(conditions)} conditions reproduced" if not failed

@@ -140,18 +140,26 @@ FILL_DENSE = Param("fill_dense", "categorical", choices=(False, True))
 DECAY = Param("decay", "float", 0.0005, 0.1, log=True)
 RECENCY_WEIGHT = Param("recency_weight", "float", 0.0, 0.8, step=0.05)
 TAG_WEIGHT = Param("tag_weight", "float", 0.0, 8.0, step=0.1)  # the shipped default is 4.0
+ADAPTIVE = Param("adaptive_fusion", "categorical", choices=(False, True))
+#: floor <= 0.4 <= ceiling, so every pair is a valid ramp (SearchConfig asks floor <= ceiling)
+LEXICAL_FLOOR = Param("lexical_floor", "float", 0.0, 0.4, step=0.05, when=("adaptive_fusion", (True,)))
+LEXICAL_CEILING = Param("lexical_ceiling", "float", 0.4, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
+RECENCY_INTENT = Param("recency_intent_weight", "float", 0.0, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
 BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
 BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
 CHUNK_OVERLAP = Param("chunk_overlap", "categorical", choices=(0, 150))
 
-_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK, EXPAND_HOPS, FILL_DENSE)
+_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK, EXPAND_HOPS, FILL_DENSE,
+                ADAPTIVE, LEXICAL_FLOOR, LEXICAL_CEILING)
 #: Search spaces by dataset. Memories are short (<300 chars: one chunk each) and dated and tagged;
 #: BEIR sets have one chunk per document, no dates and no tags, so only fusion, staging and BM25
-#: matter there; chunk size is swept only on the HoloViz docs, where documents are long.
+#: matter there. Chunk size and overlap (CHUNK_SIZE, CHUNK_OVERLAP) re-chunk and re-embed the corpus per
+#: value (HoloViz: ~9 min a variant here), so they are in no default space: give a space with them to
+#: `run_study(space=...)` where that budget exists.
 SPACES: dict[str, tuple[Param, ...]] = {
-    "memories": _SEARCH_TIME + (DECAY, RECENCY_WEIGHT, TAG_WEIGHT, BM25_K1, BM25_B),
-    "holoviz": _SEARCH_TIME + (TAG_WEIGHT, BM25_K1, BM25_B, CHUNK_SIZE, CHUNK_OVERLAP),
+    "memories": _SEARCH_TIME + (DECAY, RECENCY_WEIGHT, RECENCY_INTENT, TAG_WEIGHT, BM25_K1, BM25_B),
+    "holoviz": _SEARCH_TIME + (TAG_WEIGHT, BM25_K1, BM25_B),
     "beir": _SEARCH_TIME + (BM25_K1, BM25_B),
 }
 

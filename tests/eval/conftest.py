@@ -57,3 +57,9 @@ def holoviz() -> Gate:
 def holoviz_whole() -> Gate:
     _need(corpora_dir() / "holoviz", "the HoloViz corpus")
     return Gate("holoviz", WHOLE_DOCUMENTS)
+
+
+@pytest.fixture(scope="session", params=["cisi", "cranfield", "med"])
+def out_of_domain(request) -> Gate:
+    _need(data_dir() / request.param, request.param)
+    return Gate(request.param)
