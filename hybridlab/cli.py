@@ -208,11 +208,11 @@ def cmd_index(args: argparse.Namespace) -> int:
         from hybridlab.search import qdrant
 
         client = _qdrant_client(args)
-        try:
-            collection = qdrant.export_index(args.index_dir, client, args.qdrant_collection)
+        try:  # only what changed since the generation the collection mirrors; a full export when new
+            synced = qdrant.sync_index(args.index_dir, client, args.qdrant_collection)
         finally:
             client.close()
-        print(f"exported to Qdrant collection {collection!r}", file=sys.stderr)
+        print(synced.summary(), file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -544,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "requests without Origin (non-browser clients) are always accepted")
     http.add_argument("--max-request-bytes", type=int, default=None, metavar="BYTES",
                       help="largest request body accepted (default 1048576); larger → 413")
+    backend_args(p)
     p.set_defaults(func=_delegate("hybridlab.server.mcp", "cli_mcp"))
 
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")

@@ -261,3 +261,103 @@ def test_stats_reports_the_config_in_force_and_where_each_setting_came_from(base
     assert (stats["search_config"]["fusion"], stats["search_config_sources"]["fusion"]) == ("rrf", "config")
     assert (stats["search_config"]["rrf_k"], stats["search_config_sources"]["rrf_k"]) == (7, "env")
     assert stats["documents"] == 30
+
+
+def _collection_doc_ids(client, collection: str) -> set[str]:
+    points, _ = client.scroll(collection, limit=10_000, with_payload=["doc_id"])
+    return {point.payload["doc_id"] for point in points}
+
+
+def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp_path):
+    """Search answered by a Qdrant collection (local mode); a stored memory is upserted into the
+    collection before store_memory returns (deferred ones before the next read), and found by search."""
+    pytest.importorskip("qdrant_client")
+    from mcp import Client
+
+    from hybridlab.search import qdrant
+    from hybridlab.search.engine import open_index
+    from hybridlab.server.mcp import create_server
+
+    client = qdrant.connect(path=tmp_path / "qdrant")
+    try:
+        server = create_server(index_dir, backend=qdrant.qdrant_backend(client, "memories", sync=True),
+                               backend_name="qdrant")
+        assert isinstance(server.service.index.snapshot().sparse, qdrant.QdrantSparseRetriever)
+        assert qdrant.mirror_marker(client, "memories")["generation"] == 1  # exported when the server opened
+
+        async def session() -> None:
+            async with Client(server) as mcp_client:
+                query = "which editor does the user use"
+                local = open_index(index_dir)
+                try:
+                    expected = [r.doc_id for r in local.search(query, limit=5)]
+                finally:
+                    local.close()
+                assert doc_ids(await call(mcp_client, "search", query=query, limit=5)) == expected
+                content, tags, created_at = NEW_MEMORIES[0]
+                stored = await call(mcp_client, "store_memory", content=content, tags=tags, created_at=created_at)
+                assert not stored.is_error, stored.content[0].text
+                memory_id = stored.structured_content["id"]
+                assert memory_id in _collection_doc_ids(client, "memories")  # before the tool returned
+                assert qdrant.mirror_marker(client, "memories")["generation"] == stored.structured_content["generation"]
+                found = await call(mcp_client, "search", query="quarterly backup drill Postgres", limit=3)
+                assert doc_ids(found)[0] == memory_id
+                stats = (await call(mcp_client, "stats")).structured_content
+                assert stats["server"]["backend"] == "qdrant" and stats["documents"] == 31
+
+        asyncio.run(session())
+        server.service.index.close()
+
+        deferred = create_server(index_dir, commit_delay=600, backend=qdrant.qdrant_backend(client, "memories", sync=True),
+                                 backend_name="qdrant")
+
+        async def deferred_session() -> None:
+            async with Client(deferred) as mcp_client:
+                content, tags, created_at = NEW_MEMORIES[1]
+                stored = await call(mcp_client, "store_memory", content=content, tags=tags, created_at=created_at)
+                assert stored.structured_content["pending"]
+                found = await call(mcp_client, "search", query="team lunch Vietnamese canal", limit=3)
+                assert doc_ids(found)[0] == stored.structured_content["id"]
+                assert stored.structured_content["id"] in _collection_doc_ids(client, "memories")
+
+        asyncio.run(deferred_session())
+        deferred.service.index.close()
+    finally:
+        client.close()
+
+
+def test_qdrant_backend_over_stdio(index_dir, tmp_path):
+    """`hybridlab mcp --backend qdrant --qdrant-path DIR`: store then search through the real CLI."""
+    pytest.importorskip("qdrant_client")
+    from mcp import Client
+
+    from hybridlab.search import qdrant
+
+    backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "mem"]
+
+    async def session() -> str:
+        async with Client(server_params(index_dir, *backend)) as client:
+            content, tags, _ = NEW_MEMORIES[2]
+            stored = await call(client, "store_memory", content=content, tags=tags)
+            assert not stored.is_error, stored.content[0].text
+            found = await call(client, "search", query="flaky integration test timezone", limit=3)
+            assert doc_ids(found)[0] == stored.structured_content["id"]
+            assert (await call(client, "stats")).structured_content["server"]["backend"].startswith("qdrant")
+            return stored.structured_content["id"]
+
+    memory_id = asyncio.run(session())
+    client = qdrant.connect(path=tmp_path / "qdrant")  # the server has exited and released the folder
+    try:
+        assert memory_id in _collection_doc_ids(client, "mem")
+        assert qdrant.mirror_marker(client, "mem")["generation"] == 2
+    finally:
+        client.close()
+
+
+def test_mcp_backend_options_need_each_other(index_dir, capsys):
+    from hybridlab.cli import main
+
+    assert main(["mcp", "--index", str(index_dir), "--backend", "qdrant"]) == 2
+    assert "--backend qdrant needs --qdrant-url URL or --qdrant-path DIR" in capsys.readouterr().err
+    assert main(["mcp", "--index", str(index_dir), "--qdrant-path", "/tmp/nowhere"]) == 2
+    assert "--qdrant-path needs --backend qdrant" in capsys.readouterr().err

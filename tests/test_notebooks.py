@@ -105,6 +105,23 @@ def test_explore_notebook_shows_the_score_breakdown(tiny_env, tmp_path):  # noqa
     assert out.with_suffix(".html").is_file()
 
 
+def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F811
+    pytest.importorskip("qdrant_client")
+    from hybridlab.search import qdrant
+
+    store = tmp_path / "qdrant"
+    out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2,
+                                             "backend": "qdrant", "qdrant_path": str(store),
+                                             "qdrant_collection": "explore"}, html=False)
+    text = _outputs(out)
+    assert "backend qdrant" in text and "dense (rank)" in text and "m-docker-0" in text
+    client = qdrant.connect(path=store)  # the notebook's kernel has exited and released the folder
+    try:
+        assert qdrant.mirror_marker(client, "explore")["generation"] >= 1
+    finally:
+        client.close()
+
+
 @pytest.mark.slow
 def test_staged_notebook_plots_the_tradeoff(tiny_env, tmp_path):  # noqa: F811
     run_notebook("staged", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "candidates": [2, 5],

@@ -1,6 +1,7 @@
 """The Qdrant backend (client's local mode) ranks like the local backend on the small memory index."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hybridlab.index.reader import read_generation
 from hybridlab.search import qdrant
 from hybridlab.search.engine import Index, open_index
 from hybridlab.search.filters import Filters
+from hybridlab.search.retrievers import RowFilter
 
 QUERIES = ["where does the tunnel server run", "cachelib codebase architecture", "release process wheels",
            "axolotl tank heater", "rate limiting per token", "what does the user prefer"]
@@ -206,3 +208,170 @@ def test_cli_eval_on_the_qdrant_backend(index_dir, tmp_path, capsys):
     assert cli.main([*command, "--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"),
                      "--qdrant-collection", "eval"]) == 0
     assert json.loads(capsys.readouterr().out) == ours
+
+
+def bm25_matches(generation, client, collection: str) -> None:
+    """BM25 served by the collection equals bm25s over `generation` (rows and scores, top 20)."""
+    retriever = qdrant.QdrantSparseRetriever(client, collection, generation)
+    everything = RowFilter(Filters(), None, generation.n_chunks)
+    for query in [*QUERIES, "tunnel heater wheels", "editor"]:
+        rows, scores = generation.sparse.top(generation.sparse.query_ids(query), 20)
+        q_rows, q_scores = retriever.search(query, 20, everything)
+        assert q_rows.tolist() == rows.tolist(), query
+        np.testing.assert_allclose(q_scores, scores, rtol=1e-5)
+
+
+def edit_memories(path: Path) -> None:
+    """Change m10, remove m03, add a new memory (m99) that brings new terms into the vocabulary."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [row for row in rows if row["id"] != "m03"]
+    for row in rows:
+        if row["id"] == "m10":
+            row["content"] += " The heater thermostat was replaced in November."
+    rows.append({"id": "m99", "content": "Zymurgy notes: the sourdough starter lives in the garage fridge.",
+                 "tags": ["home"], "created_at": "2026-10-30T12:00:00Z"})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_sync_upserts_only_what_changed_and_stays_exact(tmp_path):
+    from hybridlab.index.build import index_paths
+
+    source = write_memories(tmp_path / "memories.jsonl")
+    config = IndexConfig(models=("wordllama",))
+    cache = tmp_path / "embeddings.duckdb"
+    index_paths([source], tmp_path / "index", config, progress=False, cache_path=cache)
+    client = qdrant.connect(path=tmp_path / "qdrant")
+    try:
+        first = qdrant.sync_index(tmp_path / "index", client, "mem")
+        assert (first.action, first.reason) == ("full", "new collection")
+        assert qdrant.sync_index(tmp_path / "index", client, "mem").action == "unchanged"
+        edit_memories(source)
+        index_paths([source], tmp_path / "index", config, progress=False, cache_path=cache)
+        generation = read_generation(tmp_path / "index")
+        try:
+            report = qdrant.sync_generation(generation, client, "mem")
+            assert report.action == "incremental", report
+            assert (report.upserted_documents, report.deleted_documents) == (2, 1)
+            changed_rows = sum(generation.doc_ids.count(doc_id) for doc_id in ("m10", "m99"))
+            assert report.points_upserted == changed_rows
+            assert report.points_reweighted == generation.n_chunks - changed_rows
+            assert qdrant.mirror_marker(client, "mem")["generation"] == generation.number
+            assert np.array_equal(qdrant.point_ids(client, "mem"), generation.chunk_ids)
+            bm25_matches(generation, client, "mem")  # new terms, shifted vocabulary ids, new IDF: exact
+            snapshot = qdrant.qdrant_snapshot(generation, client, "mem")
+            rows, _ = snapshot.sparse.search("sourdough starter garage", 3, snapshot.store.allowed(Filters()))
+            assert generation.doc_ids[rows[0]] == "m99"
+            # another sparse scheme cannot be synced in place: a full export, said why
+            other = qdrant.sync_generation(generation, client, "mem", idf_modifier=True)
+            assert other.action == "full" and "sparse vectors are 'folded'" in other.reason
+            bm25_matches(generation, client, "mem")
+        finally:
+            generation.store.close()
+    finally:
+        client.close()
+
+
+def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
+    """The reason the sync re-weights: with folded IDF the unchanged points keep the old statistics."""
+    from hybridlab.index.build import index_paths
+
+    source = write_memories(tmp_path / "memories.jsonl")
+    config = IndexConfig(models=("wordllama",))
+    index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
+    client = qdrant.connect()
+    try:
+        qdrant.sync_index(tmp_path / "index", client, "mem")
+        edit_memories(source)
+        index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
+        generation = read_generation(tmp_path / "index")
+        try:
+            assert qdrant.sync_generation(generation, client, "mem", reweight=False).points_reweighted == 0
+            with pytest.raises(AssertionError):
+                bm25_matches(generation, client, "mem")
+        finally:
+            generation.store.close()
+    finally:
+        client.close()
+
+
+def test_sparse_indices_are_term_hashes_shared_by_generations(index_dir):
+    generation = read_generation(index_dir)
+    try:
+        assert qdrant.term_index("tunnel") == qdrant.term_index("tunnel") != qdrant.term_index("tunnels")
+        assert 0 <= qdrant.term_index("tunnel") < 2**32
+        assert qdrant.term_collisions(generation.sparse) == 0
+        weights = qdrant.sparse_weights(generation)
+        indices = qdrant.term_indices(generation.sparse)
+        assert set(np.concatenate([w[0] for w in weights.values()]).tolist()) <= set(indices.tolist())
+        assert qdrant.sparse_weights(generation, rows=[3])[3][0].tolist() == weights[3][0].tolist()
+    finally:
+        generation.store.close()
+
+
+def test_cli_index_twice_upserts_only_the_changes(tmp_path, capsys):
+    from hybridlab import cli
+
+    source = write_memories(tmp_path / "memories.jsonl")
+    backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "cli"]
+    command = ["index", str(source), "--index", str(tmp_path / "index"), "--model", "wordllama", "-q", *backend]
+    assert cli.main(command) == 0
+    assert "full export of generation 1" in capsys.readouterr().err
+    edit_memories(source)
+    assert cli.main(command) == 0
+    err = capsys.readouterr().err
+    assert "-> generation 2: 2 documents upserted" in err and "1 deleted" in err, err
+    query = ["search", "zymurgy sourdough starter", "--index", str(tmp_path / "index"), "--json", "--now", NOW]
+    assert cli.main([*query, *backend]) == 0
+    theirs = json.loads(capsys.readouterr().out)
+    assert cli.main(query) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert [r["chunk_id"] for r in theirs] == [r["chunk_id"] for r in ours]
+    assert "m99" in [r["doc_id"] for r in theirs]
+
+
+def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path):
+    """On Qdrant's own engine (qdrant-edge-py): the folded sync is exact after upserts and deletes; the
+    IDF modifier still counts deleted points (until the optimizer vacuums them, which it does only past
+    its deleted-points threshold): why folded weights are the default."""
+    pytest.importorskip("qdrant_edge")
+    from hybridlab.bench.qdrant_edge import EdgeClient
+    from hybridlab.index.build import index_paths
+
+    source = write_memories(tmp_path / "memories.jsonl")
+    config = IndexConfig(models=("wordllama",))
+    index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
+    client = EdgeClient(tmp_path / "edge")
+    try:
+        assert qdrant.sync_index(tmp_path / "index", client, "folded").action == "full"
+        assert qdrant.sync_index(tmp_path / "index", client, "idf", idf_modifier=True).action == "full"
+        before = read_generation(tmp_path / "index")
+        try:
+            bm25_matches(before, client, "idf")
+            idf_retriever = qdrant.QdrantSparseRetriever(client, "idf", before)
+            everything = RowFilter(Filters(), None, before.n_chunks)
+            scores_before = dict(zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)]))
+        finally:
+            before.store.close()
+        edit_memories(source)
+        index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
+        generation = read_generation(tmp_path / "index")
+        try:
+            assert qdrant.sync_generation(generation, client, "folded").action == "incremental"
+            bm25_matches(generation, client, "folded")
+            qdrant.delete_documents(client, "idf", ["m05", "m06", "m07"])  # IDF statistics should move...
+            scores_after = dict(zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)]))
+            assert all(scores_after[row] == scores_before[row] for row in scores_after)  # ...but do not
+        finally:
+            generation.store.close()
+    finally:
+        client.close()
+
+
+def test_points_of_a_newer_generation_are_never_mapped_to_other_rows():
+    """A search on the previous snapshot while a sync writes new chunk ids: unknown ids are left out."""
+    from types import SimpleNamespace
+
+    points = [SimpleNamespace(id=5, score=1.0), SimpleNamespace(id=7, score=3.0), SimpleNamespace(id=11, score=2.0),
+              SimpleNamespace(id=2, score=0.5)]
+    rows, scores = qdrant._ranked(np.asarray([2, 5, 9], dtype=np.int64), points, 10)
+    assert rows.tolist() == [1, 0] and scores.tolist() == [1.0, 0.5]

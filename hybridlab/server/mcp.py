@@ -2,7 +2,10 @@
 
 `create_server(index_dir, config)` opens the index once and registers `search`, `get_document`,
 `store_memory`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
-:class:`hybridlab.index.memory.MemoryWriter`. Bad input becomes a tool error with a clear message and the
+:class:`hybridlab.index.memory.MemoryWriter`. With `backend=` (e.g.
+`qdrant.qdrant_backend(client, collection, sync=True)`, what `hybridlab mcp --backend qdrant` passes)
+BM25 and vectors are served from Qdrant, and every generation the index opens, a memory's commit
+included, is mirrored into the collection first, so a stored memory is found by the next search. Bad input becomes a tool error with a clear message and the
 server keeps serving. Over stdio nothing but protocol messages reaches stdout: the SDK diverts fd 1
 to stderr while it serves, and `cli_mcp` diverts it while the index opens.
 """
@@ -15,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -129,13 +132,15 @@ class _Service:
     re-opens and later reads see the new generation."""
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
-                 lock_wait: float, commit_delay: float) -> None:
+                 lock_wait: float, commit_delay: float, backend: Callable[[Any], Any] | None = None,
+                 backend_name: str = "local") -> None:
         from hybridlab.index.memory import MemoryWriter
-        from hybridlab.search.engine import open_index
+        from hybridlab.search.engine import Index
 
         self.index_dir = Path(index_dir)
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
-        self.index = open_index(self.index_dir, config)
+        self.backend_name = backend_name
+        self.index = Index(self.index_dir, config) if backend is None else Index(self.index_dir, config, backend=backend)
         self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay)
         self.warm_seconds: float | None = None
 
@@ -167,16 +172,19 @@ class _Service:
 
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
                   warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0,
-                  auth_token: str | None = None) -> Any:
+                  auth_token: str | None = None, backend: Callable[[Any], Any] | None = None,
+                  backend_name: str = "local") -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
     commits (see :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
-    carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected)."""
+    carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
+    `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
+    retrievers), described as `backend_name` in `stats`."""
     from mcp.server.mcpserver import MCPServer
 
-    service = _Service(index_dir, config, lock_wait, commit_delay)
+    service = _Service(index_dir, config, lock_wait, commit_delay, backend, backend_name)
 
     @asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -283,7 +291,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         facts["search_config_sources"] = sources
         facts["config_file"] = service.config_path
         facts["server"] = {"memory_commits": service.writer.commits, "memories_pending": service.writer.pending,
-                           "commit_delay": service.writer.commit_delay, "warm_seconds": service.warm_seconds}
+                           "commit_delay": service.writer.commit_delay, "warm_seconds": service.warm_seconds,
+                           "backend": service.backend_name}
         return facts
 
     return server
@@ -349,18 +358,44 @@ def cli_mcp(args: argparse.Namespace) -> int:
     security = _http_security(args)  # before the index opens: a refused start is immediate
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the libraries, not even on stderr
     started = time.perf_counter()
-    with stdout_to_stderr():
-        server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
-                               commit_delay=args.commit_delay, auth_token=security and security.token)
-    index = server.service.index
-    logger.info("serving %s (%d chunks, generation %s) over %s; opened in %.2fs", args.index_dir, index.n_chunks,
-                index.manifest["generation"], args.transport, time.perf_counter() - started)
-    if security is None:
-        server.run("stdio")
-    else:
-        from hybridlab.server.http_auth import transport_security_settings
+    client, backend, backend_name = _backend(args)
+    try:
+        with stdout_to_stderr():
+            server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
+                                   commit_delay=args.commit_delay, auth_token=security and security.token,
+                                   backend=backend, backend_name=backend_name)
+        index = server.service.index
+        logger.info("serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs", args.index_dir,
+                    index.n_chunks, index.manifest["generation"], backend_name, args.transport,
+                    time.perf_counter() - started)
+        if security is None:
+            server.run("stdio")
+        else:
+            from hybridlab.server.http_auth import transport_security_settings
 
-        logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
-        server.run("streamable-http", host=args.host, port=args.port, max_request_body_size=security.max_request_bytes,
-                   transport_security=transport_security_settings(security))
+            logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
+            server.run("streamable-http", host=args.host, port=args.port,
+                       max_request_body_size=security.max_request_bytes,
+                       transport_security=transport_security_settings(security))
+    finally:
+        if client is not None:
+            client.close()
     return 0
+
+
+def _backend(args: argparse.Namespace) -> tuple[Any, Callable[[Any], Any] | None, str]:
+    """(Qdrant client, snapshot factory, name) of `--backend`; (None, None, "local") for the local one.
+    On Qdrant every generation the server opens is synced into the collection first (a full export
+    when the collection is new or incompatible), so memories it stores are searchable there."""
+    if getattr(args, "backend", "local") != "qdrant":
+        for flag in ("qdrant_url", "qdrant_path", "qdrant_collection"):
+            if getattr(args, flag, None):
+                raise ValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
+        return None, None, "local"
+    from hybridlab.search import qdrant
+
+    if not (args.qdrant_url or args.qdrant_path):
+        raise ValueError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
+    client = qdrant.connect(url=args.qdrant_url, path=args.qdrant_path)
+    where = args.qdrant_url or f"local mode at {args.qdrant_path}"
+    return client, qdrant.qdrant_backend(client, args.qdrant_collection, sync=True), f"qdrant ({where})"
