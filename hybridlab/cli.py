@@ -188,9 +188,20 @@ def _open_search_index(args: argparse.Namespace):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.build import index_paths, optimize
 
-    report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet, force=args.force)
+    if not args.paths and not args.optimize:
+        print("hybridlab index: give PATHS to index, or --optimize to merge the index's segments", file=sys.stderr)
+        return 2
+    if args.paths:
+        report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet,
+                             force=args.force)
+    if args.optimize:
+        merged = optimize(args.index_dir, progress=not args.quiet)
+        if not args.paths:
+            report = merged
+        print(f"optimize: {'merged every segment into one' if merged.committed else 'already one segment'} "
+              f"(generation {merged.generation}, {merged.chunks} chunks, {merged.seconds:.2f} s)", file=sys.stderr)
     for path, reason in report.skipped:
         print(f"warning: skipped {path}: {reason}", file=sys.stderr)
     if args.backend == "qdrant":
@@ -260,6 +271,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print("embedding models:")
     for name, info in stats["models"].items():
         print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
+    merge = stats.get("last_merge")
+    print(f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
+          + (f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})" if merge
+             else "none"))
     return 0
 
 
@@ -392,8 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--qdrant-collection", help="collection name (default: the index folder's name)")
 
     p = sub.add_parser("index", help="index folders, BEIR datasets or memories .jsonl (incremental)")
-    p.add_argument("paths", nargs="+", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder, or memories .jsonl")
+    p.add_argument("paths", nargs="*", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder, or memories .jsonl")
     index_arg(p)
+    p.add_argument("--optimize", action="store_true",
+                   help="merge every segment into one (after indexing PATHS, if given), dropping deleted rows")
     p.add_argument("--model", action="append", dest="models", metavar="NAME", help="embedding model (repeatable)")
     p.add_argument("--model-for-collection", action="append", metavar="COLLECTION=MODEL")
     p.add_argument("--model-for-language", action="append", metavar="LANGUAGE=MODEL")

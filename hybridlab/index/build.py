@@ -6,14 +6,18 @@ manifest, so a failed or interrupted run leaves the previous index intact and se
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
+import math
 import os
 import platform
 import shutil
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +62,7 @@ class IndexReport:
     chunks: int = 0
     new_chunks: int = 0
     embedded: int = 0
-    cache_hits: int = 0
+    cache_hits: int = 0  # vectors not embedded: found in the cache, or kept in an earlier segment
     skipped: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -254,51 +258,25 @@ def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
-def _previous_graph(previous: tuple[Path, dict[str, Any]] | None, model: str, graph_k: int,
-                    pairs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The previous generation's corpus graph of `model` and, per old row, the new row of the same
-    chunk with the same embedded text (-1 when deleted or changed); None when it cannot be reused
-    (no graph, another `graph_k`, or its file does not match its checksum)."""
-    from hybridlab.index.graph import load_graph
+VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
 
-    if previous is None:
-        return None
-    folder, manifest = previous
-    entry = (manifest.get("models") or {}).get(model) or {}
-    name = entry.get("graph")
-    expected = (manifest.get("files") or {}).get(name or "")
-    if not name or entry.get("graph_k") != graph_k or not expected:
-        return None
-    try:
-        if layout.file_sha256(folder / name) != expected["sha256"]:
-            logger.warning("not reusing %s: it does not match its checksum", folder / name)
-            return None
-        con = store.connect(folder / layout.STORE_FILE, read_only=True)
+
+def cache_vectors(cache: EmbeddingCache) -> VectorSource:
+    """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache."""
+    def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
         try:
-            old = con.execute("SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id",
-                              [model]).fetchnumpy()
-        finally:
-            con.close()
-        old_graph = load_graph(folder / name, len(old["chunk_id"]))
-    except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
-        logger.warning("not reusing the corpus graph of %s: %s", folder, error)
-        return None
-    new_ids = pairs["chunk_id"].astype(np.int64)
-    old_ids = old["chunk_id"].astype(np.int64)
-    if not len(new_ids):
-        return old_graph, np.full(len(old_ids), -1, dtype=np.int64)
-    position = np.minimum(np.searchsorted(new_ids, old_ids), len(new_ids) - 1)
-    new_texts = np.asarray(pairs["embed_sha256"], dtype=object)
-    same = (new_ids[position] == old_ids) & (new_texts[position] == np.asarray(old["embed_sha256"], dtype=object))
-    return old_graph, np.where(same, position, -1)
+            return cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
+        except KeyError as error:
+            raise RuntimeError(str(error).strip("'\"")) from None
+
+    return vectors
 
 
-def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfig, dims: dict[str, int],
-                    progress: bool = False, previous: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Write BM25 and one FAISS index per model into `folder` from the store and the cache; the
-    corpus graph is updated from the `previous` (generation folder, manifest) when it has one."""
+def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexConfig, dims: dict[str, int],
+                    progress: bool = False) -> dict[str, Any]:
+    """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
+    store; vectors come from `vectors_of`."""
     from hybridlab.index.dense import DenseIndex
-    from hybridlab.index.graph import build_corpus_graph, graph_size, save_graph, update_corpus_graph
     from hybridlab.index.sparse import SparseIndex
 
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
@@ -311,42 +289,32 @@ def build_artifacts(con, cache: EmbeddingCache, folder: Path, config: IndexConfi
         pairs = con.execute(
             "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
         ).fetchnumpy()
-        try:
-            matrix = cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
-        except KeyError as error:
-            raise RuntimeError(str(error).strip("'\"")) from None
+        matrix = vectors_of(model, pairs, dim)
         dense = DenseIndex.build(matrix, pairs["chunk_id"].astype(np.int64), model, config.dense_index)
         del matrix  # FAISS holds its own copy
         dense.save(folder / layout.dense_file(model))
         models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
                          "index": config.dense_index}
         _checkpoint("faiss-written")
-        graph_k = graph_size(config.graph_k, dense.size)
-        if graph_k:
-            started = time.perf_counter()
-            reuse = _previous_graph(previous, model, graph_k, pairs)
-            if reuse is None:
-                graph, how = build_corpus_graph(dense.vectors, graph_k, progress=progress), "built"
-            else:
-                graph, how = update_corpus_graph(dense.vectors, *reuse, graph_k, progress=progress)
-            save_graph(graph, folder / layout.graph_file(model))
-            models[model].update(graph=layout.graph_file(model), graph_k=graph_k, graph_build=how)
-            logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, dense.size, how,
-                     time.perf_counter() - started)
-            del graph
     return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
 
 
-def versions() -> dict[str, str]:
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
     import importlib.metadata as md
 
-    found = {"python": platform.python_version()}
+    found = [("python", platform.python_version())]
     for package in ("hybridlab", "duckdb", "faiss-cpu", "bm25s", "sentence-transformers", "torch", "numpy"):
         try:
-            found[package] = md.version(package)
+            found.append((package, md.version(package)))
         except md.PackageNotFoundError:
             pass
-    return found
+    return tuple(found)
+
+
+def versions() -> dict[str, str]:
+    """Python and the versions of the packages an index depends on (read once per process)."""
+    return dict(_versions())
 
 
 def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
@@ -382,6 +350,510 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
     return to_insert, to_delete
 
 
+# ---------------------------------------------------------------------------------------------- segments
+#: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are
+#: merged into one after a commit, so an index holds at most ~(MERGE_FACTOR - 1) segments per tier
+MERGE_FACTOR = 10
+#: a segment of at least `MIN_REWRITE_ROWS` rows whose share of tombstoned chunks exceeds this is
+#: rewritten without them by the next merge (smaller ones are merged by their tier soon enough)
+MAX_DELETED_SHARE = 0.5
+MIN_REWRITE_ROWS = 1000
+
+
+def segment_models(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """A segment's per-model files (a legacy segment's are the manifest's)."""
+    return (manifest.get("models") or {}) if entry.get("legacy") else (entry.get("models") or {})
+
+
+def _segment_files(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's checksums of one segment's files, by name relative to the segment folder."""
+    files = manifest.get("files") or {}
+    if entry.get("legacy"):
+        return dict(files)
+    prefix = f"{entry['name']}/"
+    return {name[len(prefix):]: value for name, value in files.items() if name.startswith(prefix)}
+
+
+def _attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> None:
+    for i, entry in enumerate(entries):
+        path = str(index_dir / entry["name"] / layout.STORE_FILE).replace("'", "''")
+        con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+
+
+def _detach(con, entries: Sequence[dict[str, Any]]) -> None:
+    for i in range(len(entries)):
+        con.execute(f"DETACH s{i}")
+
+
+def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> None:
+    """Table `gone (segment, doc_id)`: each segment's tombstones, plus `extra` doc ids in every segment."""
+    import pandas as pd
+
+    rows = [(i, doc_id) for i, entry in enumerate(entries) for doc_id in (entry.get("deleted") or ())]
+    rows += [(i, doc_id) for i in range(len(entries)) for doc_id in extra]
+    con.execute("CREATE OR REPLACE TEMP TABLE gone (segment INTEGER, doc_id VARCHAR)")
+    if rows:
+        con.register("gone_frame", pd.DataFrame(rows, columns=["segment", "doc_id"]))
+        con.execute("INSERT INTO gone SELECT * FROM gone_frame")
+        con.unregister("gone_frame")
+
+
+def _copy_live_rows(con, entries: Sequence[dict[str, Any]], extra_deleted: Sequence[str] = (),
+                    vectors: bool = True) -> None:
+    """Insert the live rows of the attached segments (`s0`, `s1`, ...) into `con`'s own tables."""
+    _register_deleted(con, entries, extra_deleted)
+    for i in range(len(entries)):
+        gone = f"(SELECT doc_id FROM gone WHERE segment = {i})"
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"INSERT INTO documents SELECT * FROM s{i}.documents WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO chunks SELECT * FROM s{i}.chunks WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO tags SELECT * FROM s{i}.tags WHERE doc_id NOT IN {gone}")
+        if vectors:
+            con.execute(f"INSERT INTO chunk_vectors SELECT * FROM s{i}.chunk_vectors WHERE chunk_id NOT IN "
+                        f"(SELECT chunk_id FROM s{i}.chunks WHERE doc_id IN {gone})")
+        con.execute("COMMIT")
+
+
+class _SegmentStores:
+    """Read-only connections to committed segment stores, kept open by (path, store checksum) for the
+    next write of this process (a segment is never written again, so a connection to it never goes
+    stale; a long-running writer such as the MCP server then pays a query, not an open, per write)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._connections: dict[tuple[str, str], Any] = {}
+        self._size = size
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self, index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> Iterator[Any]:
+        path = index_dir / entry["name"] / layout.STORE_FILE
+        files = manifest.get("files") or {}
+        recorded = files.get(f"{entry['name']}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
+        key = (str(path.resolve()), str(recorded.get("sha256", "")))
+        with self._lock:
+            con = self._connections.pop(key, None)
+        if con is None:
+            con = store.connect(path, read_only=True)
+        cursor = con.cursor()  # a connection of its own for this thread (a DuckDB connection is not thread-safe)
+        try:
+            yield cursor
+        except BaseException:
+            cursor.close()
+            con.close()
+            raise
+        cursor.close()
+        with self._lock:
+            self._connections[key] = con  # most recently used last
+            while len(self._connections) > self._size:
+                self._connections.pop(next(iter(self._connections))).close()
+
+
+_STORES = _SegmentStores()
+
+
+def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries: Sequence[dict[str, Any]],
+                        batches: Sequence[tuple[str, list[Document], bool]]) -> dict[str, tuple[str, str, int]]:
+    """`{doc_id: (source, content_sha256, segment)}` of the live documents a write may change: those
+    with an incoming doc id, and every document of a source whose missing documents are removed."""
+
+    if not entries or manifest is None:
+        return {}
+    ids = [document.doc_id for _, documents, _ in batches for document in documents]
+    sources = [source for source, _, remove_missing in batches if remove_missing]
+    if not ids and not sources:
+        return {}
+    found: dict[str, tuple[str, str, int]] = {}
+    for i, entry in enumerate(entries):
+        deleted = set(entry.get("deleted") or ())
+        with _STORES.connection(index_dir, manifest, entry) as con:
+            # list parameters, not registered frames: a kept connection serves several threads
+            rows = con.execute(
+                "SELECT doc_id, source, content_sha256 FROM documents WHERE list_contains(?::VARCHAR[], doc_id) "
+                "OR list_contains(?::VARCHAR[], source)", [ids, sources]).fetchall()
+        for doc_id, source, sha in rows:
+            if doc_id not in deleted:
+                found[doc_id] = (source, sha, i)
+    return found
+
+
+def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """(documents, chunks, vectors per model) of a segment's live rows, read from its store."""
+
+    with _STORES.connection(index_dir, manifest, entry) as con:
+        gone = [list(entry.get("deleted") or ())]
+        alive = "NOT list_contains(?::VARCHAR[], doc_id)"
+        documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}", gone).fetchone()[0]
+        chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}", gone).fetchone()[0]
+        vectors = dict(con.execute(
+            f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE {alive} "
+            "GROUP BY 1", gone).fetchall())
+    return {"documents": documents, "chunks": chunks, "vectors": vectors}
+
+
+def _next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
+    if not manifest:
+        return 0
+    if "next_chunk_id" in manifest:
+        return int(manifest["next_chunk_id"])
+    con = store.connect(index_dir / manifest["path"] / layout.STORE_FILE, read_only=True)  # a legacy index
+    try:
+        return int(store.get_meta(con, "next_chunk_id", "0"))
+    finally:
+        con.close()
+
+
+def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]], old: dict[str, Any] | None,
+                   new_files: dict[str, Any], config: IndexConfig, dims: dict[str, int],
+                   graphs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest fields that follow from the segment list and the corpus graphs: files, counts,
+    models, bm25 (`new_files`: the checksums of the new folder's files, by name)."""
+    files: dict[str, Any] = {}
+    for folder_files in new_files.values():
+        files.update({n: v for n, v in folder_files.items() if not Path(n).name.startswith("graph-")})
+    for entry in entries:
+        if entry["name"] in new_files:
+            continue
+        if old is not None:
+            prefix = f"{entry['name']}/"
+            if entry.get("legacy"):
+                raise ValueError("a legacy segment cannot be kept in a segmented index")
+            files.update({name: value for name, value in (old.get("files") or {}).items()
+                          if name.startswith(prefix) and not Path(name).name.startswith("graph-")})
+    documents = sum(entry["documents"] for entry in entries)
+    chunks = sum(entry["chunks"] for entry in entries)
+    models: dict[str, Any] = {}
+    for model, dim in dims.items():
+        info = {"dim": dim, "vectors": sum(entry["vectors"].get(model, 0) for entry in entries),
+                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries)}
+        if model in graphs:
+            info.update(graphs[model])
+            graph_name = f"{graphs[model]['graph_dir']}/{graphs[model]['graph']}"
+            files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
+        models[model] = info
+    return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
+            "segments": entries, "models": models,
+            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}}
+
+
+def _segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "documents": counts["documents"], "chunks": counts["chunks"],
+            "rows": counts["chunks"], "deleted": [],
+            "first_chunk_id": counts.get("first_chunk_id"), "last_chunk_id": counts.get("last_chunk_id"),
+            "vectors": {model: info["vectors"] for model, info in artifacts["models"].items()},
+            "models": {model: {k: v for k, v in info.items() if k not in {"dim", "index"}}
+                       for model, info in artifacts["models"].items()}}
+
+
+def _store_counts(con) -> dict[str, Any]:
+    documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
+    chunks, first, last = con.execute("SELECT count(*), min(chunk_id), max(chunk_id) FROM chunks").fetchone()
+    return {"documents": documents, "chunks": chunks, "first_chunk_id": first, "last_chunk_id": last}
+
+
+def _manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: float,
+                   old: dict[str, Any] | None, next_id: int) -> dict[str, Any]:
+    base = {
+        "format": layout.FORMAT_VERSION, "generation": number, "path": layout.generation_name(number),
+        "built_at": datetime.now(UTC).isoformat(), "build_seconds": round(seconds, 3), "config": config.to_dict(),
+        "store": layout.STORE_FILE, "embedding_cache": str(cache_file.resolve()), "versions": versions(),
+        "next_chunk_id": next_id,
+    }
+    if old and old.get("last_merge"):
+        base["last_merge"] = old["last_merge"]
+    return base
+
+
+def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
+    """Chunk ids of a segment's tombstoned documents."""
+    deleted = list(entry.get("deleted") or ())
+    if not deleted:
+        return np.zeros(0, np.int64)
+    con = store.connect(folder / layout.STORE_FILE, read_only=True)
+    try:
+        rows = con.execute("SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], doc_id)", [deleted]).fetchall()
+    finally:
+        con.close()
+    return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+
+_DENSE: dict[tuple[str, int, int, int], Any] = {}  # committed segments' FAISS indexes, by file identity
+_DENSE_LIMIT = 16
+
+
+def _load_dense(path: Path, model: str):
+    """A segment's FAISS index; a committed segment's is kept for the next write of this process
+    (keyed by path, inode, size and mtime: segment files are never rewritten)."""
+    from hybridlab.index.dense import DenseIndex
+
+    if ".tmp-" in path.parent.name:
+        return DenseIndex.load(path, model)
+    info = path.stat()
+    key = (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns)
+    dense = _DENSE.pop(key, None) or DenseIndex.load(path, model)
+    _DENSE[key] = dense
+    while len(_DENSE) > _DENSE_LIMIT:
+        _DENSE.pop(next(iter(_DENSE)))
+    return dense
+
+
+def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
+                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
+    """The corpus graph of each model over the live vectors of every segment (rows = the
+    generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
+    the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
+    gives), or built when there is none to reuse."""
+    from hybridlab.index.graph import (
+        build_corpus_graph,
+        graph_size,
+        load_graph,
+        save_graph,
+        update_corpus_graph,
+    )
+
+    dense_of: dict[tuple[str, str], Any] = {}
+    dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
+             with_vectors: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        ids_parts, vector_parts = [], []
+        for entry in segs:
+            folder = _folder(index_dir, entry)
+            info = segment_models(manifest or {}, entry).get(model)
+            if not info:
+                continue
+            key = (entry["name"], model)
+            if key not in dense_of:
+                dense_of[key] = _load_dense(folder / info["file"], model)
+            dense = dense_of[key]
+            dead_key = (entry["name"], tuple(entry.get("deleted") or ()))
+            if dead_key not in dead_of:
+                dead_of[dead_key] = _dead_chunk_ids(folder, entry)
+            keep = ~np.isin(dense.ids, dead_of[dead_key])
+            ids_parts.append(dense.ids[keep])
+            if with_vectors:
+                vector_parts.append(dense.vectors[keep])
+        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+        vectors = (np.concatenate(vector_parts) if vector_parts else None) if with_vectors else None
+        return ids, vectors
+
+    graphs: dict[str, dict[str, Any]] = {}
+    for model in dims:
+        k = graph_size(config.graph_k, sum(int(e.get("vectors", {}).get(model, 0)) for e in entries))
+        if not k:
+            continue
+        started = time.perf_counter()
+        ids, vectors = live(None, entries, model, True)
+        if vectors is None or len(ids) < 2:
+            continue
+        reuse = None
+        info = ((old or {}).get("models") or {}).get(model) or {}
+        if info.get("graph") and info.get("graph_k") == k:
+            folder = info.get("graph_dir") or old["path"]
+            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format") == 2 else info["graph"])
+            path = index_dir / folder / info["graph"]
+            try:
+                if recorded and layout.file_sha256(path) == recorded["sha256"]:
+                    old_ids, _ = live(old, layout.segments(old), model, False)
+                    old_graph = load_graph(path, len(old_ids))
+                    position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+                    reuse = old_graph, np.where(ids[position] == old_ids, position, -1)
+                else:
+                    logger.warning("not reusing %s: it does not match its checksum", path)
+            except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
+                logger.warning("not reusing the corpus graph %s: %s", path, error)
+        if reuse is None:
+            graph, how = build_corpus_graph(vectors, k, progress=progress), "built"
+        else:
+            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress)
+        save_graph(graph, tmp / layout.graph_file(model))
+        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how}
+        logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
+                    time.perf_counter() - started)
+    _checkpoint("graph-written")
+    return graphs
+
+
+def merge_factor() -> int:
+    """`MERGE_FACTOR`, or env `HYBRIDLAB_MERGE_FACTOR` (>= 2; small in fault-injection tests)."""
+    value = os.environ.get("HYBRIDLAB_MERGE_FACTOR")
+    if value is None:
+        return MERGE_FACTOR
+    if not value.isdigit() or int(value) < 2:
+        raise ValueError(f"HYBRIDLAB_MERGE_FACTOR must be an integer >= 2, got {value!r}")
+    return int(value)
+
+
+def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> tuple[int, int] | None:
+    """The adjacent segments [start, end) the tiered policy merges next, None when none: the oldest
+    run of `factor` adjacent segments in the same size tier (floor(log10(live chunks))), else a
+    segment of `MIN_REWRITE_ROWS`+ rows (with its right neighbour when there is one) whose
+    tombstoned share exceeds `MAX_DELETED_SHARE`."""
+    factor = factor or merge_factor()
+    tiers = [int(math.log10(max(int(entry.get("chunks", 0)), 1))) for entry in entries]
+    start = 0
+    for i in range(1, len(tiers) + 1):
+        if i == len(tiers) or tiers[i] != tiers[start]:
+            if i - start >= factor:
+                return start, start + factor
+            start = i
+    for i, entry in enumerate(entries):
+        rows = int(entry.get("rows", entry.get("chunks", 0)) or 0)
+        if rows >= MIN_REWRITE_ROWS and (rows - int(entry.get("chunks", 0))) / rows > MAX_DELETED_SHARE:
+            return i, min(i + 2, len(entries))
+    return None
+
+
+def _folder(index_dir: Path, entry: dict[str, Any]) -> Path:
+    """Where a segment's files are: its committed folder, or the private folder it is being built in."""
+    return Path(entry["_folder"]) if entry.get("_folder") else Path(index_dir) / entry["name"]
+
+
+def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[dict[str, Any]], config: IndexConfig,
+                  dims: dict[str, int], progress: bool) -> tuple[dict[str, Any] | None, Path]:
+    """Merge `entries` (adjacent segments) into one new segment in a private folder: live rows only,
+    vectors taken from their FAISS files (nothing re-embedded), BM25 postings re-derived. Returns its
+    entry (None when no live row is left) and the folder."""
+    number = layout.next_generation_number(index_dir)
+    name = layout.generation_name(number)
+    tmp = index_dir / f"{name}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    con = None
+    try:
+        _checkpoint("merge-start")
+        con = store.connect(tmp / layout.STORE_FILE)
+        store.create_schema(con)
+        for i, entry in enumerate(entries):
+            path = str(_folder(index_dir, entry) / layout.STORE_FILE).replace("'", "''")
+            con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+        _copy_live_rows(con, entries)
+        _detach(con, entries)
+        highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
+        store.set_meta(con, "next_chunk_id", max(_next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1))
+        store.set_meta(con, "generation", number)
+        _checkpoint("merge-store-written")
+        loaded: dict[str, list[Any]] = {}
+
+        def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
+            if model not in loaded:
+                loaded[model] = [_load_dense(_folder(index_dir, entry) / segment_models(manifest, entry)[model]["file"],
+                                             model) for entry in entries if model in segment_models(manifest, entry)]
+            wanted = pairs["chunk_id"].astype(np.int64)
+            parts = []
+            for dense in loaded[model]:
+                rows = dense.rows_of(wanted)
+                parts.append((dense.ids[rows], dense.take(rows)))
+            ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+            matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
+            if not np.array_equal(ids, wanted):
+                raise RuntimeError(f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors")
+            return matrix
+
+        counts = _store_counts(con)
+        artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
+        con.execute("CHECKPOINT")
+        con.close()
+        con = None
+        if not counts["chunks"] and not counts["documents"]:
+            return None, tmp
+        return {**_segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
+    except BaseException:
+        if con is not None:
+            con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
+                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: dict[str, Any],
+                       progress: bool, policy: bool, reason: str | None = None,
+                       merge_range: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
+    as one new generation: every new folder (`folders`: private, oldest first; the first is the
+    write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
+    newest, the manifest replaced. Readers see one new generation per call. Returns the manifest."""
+    folders = list(folders)
+    last_merge = None
+    while True:
+        plan = merge_range or (merge_plan(entries) if policy else None)
+        merge_range = None
+        if plan is None:
+            break
+        started = time.perf_counter()
+        start, end = plan
+        inputs = entries[start:end]
+        merged, folder = _build_merged(index_dir, old or {}, inputs, config, dims, progress)
+        folders.append(folder)
+        entries = entries[:start] + ([merged] if merged else []) + entries[end:]
+        last_merge = {"segments": len(inputs), "chunks": merged["chunks"] if merged else 0,
+                      "seconds": round(time.perf_counter() - started, 3), "reason": reason or "tiered policy"}
+        for entry in inputs:  # a segment built by this call and merged away already is never committed
+            if entry.get("_folder"):
+                shutil.rmtree(entry["_folder"], ignore_errors=True)
+    live = {Path(e["_folder"]) for e in entries if e.get("_folder")}
+    kept = [folder for folder in folders if folder in live or (folder == folders[0] and folder.exists())]
+    if not kept:  # everything new was merged away into nothing: the write's folder holds the commit
+        folders[0].mkdir(parents=True, exist_ok=True)
+        kept = [folders[0]]
+    commit_folder = max(kept, key=lambda folder: folder.name)
+    for folder in folders:
+        if folder not in kept:
+            shutil.rmtree(folder, ignore_errors=True)
+    commit_name = commit_folder.name.split(".")[0]
+    number = int(commit_name.split("-")[1])
+    graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
+    new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
+                 for folder in kept}
+    manifest_base = {**base, "generation": number, "path": commit_name}
+    if last_merge is not None:
+        manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
+    committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
+    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs)
+    (commit_folder / layout.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str),
+                                                 encoding="utf-8")
+    for folder in kept:
+        layout.fsync_tree(folder)
+    _checkpoint("generation-flushed")
+    for folder in sorted(kept, key=lambda f: f.name):  # the commit folder (the newest) last
+        os.rename(folder, index_dir / folder.name.split(".")[0])
+    _checkpoint("generation-renamed")
+    layout.write_manifest(index_dir, manifest)
+    _checkpoint("manifest-committed")
+    previous = index_dir / old["path"] if old else None
+    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
+    return manifest
+
+
+def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport:
+    """Merge every segment into one, dropping tombstoned rows (`hybridlab index --optimize`);
+    readers keep answering from the generation they hold meanwhile."""
+    index_dir = Path(index_dir)
+    started = time.perf_counter()
+    report = IndexReport(str(index_dir))
+    with layout.WriterLock(index_dir):
+        manifest = layout.read_manifest(index_dir)
+        entries = [dict(entry) for entry in layout.segments(manifest)]
+        if len(entries) > 1 or any(e.get("deleted") for e in entries) or any(e.get("legacy") for e in entries):
+            config = IndexConfig.from_dict(manifest["config"])
+            dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
+            base = _manifest_base(0, config, Path(manifest["embedding_cache"]), 0.0, manifest,
+                                  _next_chunk_id(index_dir, manifest))
+            number = layout.next_generation_number(index_dir)
+            tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
+            tmp.mkdir(parents=True)
+            try:
+                manifest = _commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
+                                              policy=False, reason="optimize", merge_range=(0, len(entries)))
+            finally:
+                for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+                    shutil.rmtree(leftover, ignore_errors=True)
+            report.committed = True
+        report.generation = manifest["generation"]
+        report.documents = manifest["counts"]["documents"]
+        report.chunks = manifest["counts"]["chunks"]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 def apply_changes(
     index_dir: str | os.PathLike,
     batches: Sequence[tuple[str, list[Document], bool]],
@@ -391,8 +863,14 @@ def apply_changes(
     force: bool = False,
     report: IndexReport | None = None,
     cache_path: str | os.PathLike | None = None,
+    merge: bool = True,
 ) -> IndexReport:
-    """Apply (source, documents, remove_missing) batches as one new generation of the index."""
+    """Apply (source, documents, remove_missing) batches as one new generation of the index.
+
+    A write adds one segment holding the new and changed documents and tombstones the changed and
+    removed ones in the segments that hold them; nothing written before is rewritten. A first build,
+    a changed config (chunking, models, ...) or `force` writes one segment holding everything. With
+    `merge`, the tiered merge policy runs after the commit (:func:`merge_plan`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -417,93 +895,92 @@ def apply_changes(
         layout.remove_stale(index_dir, keep=old_generation,
                             previous=layout.previous_generation(index_dir, old_generation))
         _checkpoint("start")
+        entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
         tmp.mkdir(parents=True)
         cache = None
         con = None
         try:
-            if old_generation is not None:
-                shutil.copy2(old_generation / layout.STORE_FILE, tmp / layout.STORE_FILE)
-            con = store.connect(tmp / layout.STORE_FILE)
-            store.create_schema(con)
+            existing = _existing_documents(index_dir, manifest, entries, batches)
             _checkpoint("store-copied")
-            existing = store.document_hashes(con)
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
-            to_insert, to_delete = _plan(existing, batches, report)
+            to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report)
+            # a pre-segment (format 1) index is rewritten as one segment by its first change
+            full = relayout or force or any(entry.get("legacy") for entry in entries)
             if not (to_insert or to_delete or relayout or force):
-                report.chunks = store.counts(con)["chunks"]
+                report.chunks = manifest["counts"]["chunks"] if manifest else 0
                 report.generation = manifest["generation"] if manifest else None
                 report.seconds = time.perf_counter() - started
                 return report
-            con.execute("BEGIN TRANSACTION")
-            if rechunk:
-                kept = [d for d in _documents_from_store(con) if d.doc_id not in set(to_delete)]
-                con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
-                to_insert = kept + to_insert
-            else:
-                store.delete_documents(con, to_delete)
-            next_id = int(store.get_meta(con, "next_chunk_id", "0"))
-            con.execute("COMMIT")
-            # The generation is private until the manifest names it, so its store may commit in steps:
-            # each insert batch commits on its own (DuckDB keeps the frames registered in a
-            # transaction, i.e. every chunk text of the build, alive until the transaction ends).
-            next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
-            con.execute("BEGIN TRANSACTION")
-            store.set_meta(con, "next_chunk_id", next_id)
-            _assign_vectors(con, config)
-            store.set_meta(con, "generation", number)
-            con.execute("COMMIT")
+            next_id = _next_chunk_id(index_dir, manifest)
+            if to_insert or full:
+                con = store.connect(tmp / layout.STORE_FILE)
+                store.create_schema(con)
+            if full:  # one segment holding every live document
+                if entries:
+                    _attach(con, index_dir, entries)
+                    _copy_live_rows(con, entries, extra_deleted=to_delete, vectors=False)
+                    _detach(con, entries)
+                if rechunk:
+                    kept = _documents_from_store(con)
+                    con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
+                    to_insert = kept + to_insert
+            if con is not None:
+                # The segment is private until the manifest names it, so its store may commit in steps:
+                # each insert batch commits on its own (DuckDB keeps the frames registered in a
+                # transaction, i.e. every chunk text of the build, alive until the transaction ends).
+                next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
+                con.execute("BEGIN TRANSACTION")
+                store.set_meta(con, "next_chunk_id", next_id)
+                _assign_vectors(con, config)
+                store.set_meta(con, "generation", number)
+                con.execute("COMMIT")
             _checkpoint("store-committed")
-            cache = EmbeddingCache(cache_file)
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
-            dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
-            artifacts = build_artifacts(con, cache, tmp, config, dims, progress=progress,
-                                        previous=(old_generation, manifest) if manifest else None)
-            counts = store.counts(con)
-            con.execute("CHECKPOINT")
-            con.close()
-            con = None
-            cache.close()
-            cache = None
-            final = index_dir / layout.generation_name(number)
-            report.chunks = counts["chunks"]
-            report.seconds = time.perf_counter() - started
-            new_manifest = {
-                "format": layout.FORMAT_VERSION,
-                "generation": number,
-                "path": final.name,
-                "built_at": datetime.now(UTC).isoformat(),
-                "build_seconds": round(report.seconds, 3),
-                "config": config.to_dict(),
-                "counts": {"documents": counts["documents"], "chunks": counts["chunks"]},
-                "store": layout.STORE_FILE,
-                "embedding_cache": str(cache_file.resolve()),
-                "versions": versions(),
-                "files": layout.generation_files(tmp),
-                **artifacts,
-            }
-            # a copy inside the generation lets `verify --repair` rebuild a lost or corrupt manifest
-            (tmp / layout.MANIFEST).write_text(json.dumps(new_manifest, indent=2, sort_keys=True, default=str),
-                                               encoding="utf-8")
-            layout.fsync_tree(tmp)
-            _checkpoint("generation-flushed")
-            os.rename(tmp, final)
-            _checkpoint("generation-renamed")
-            layout.write_manifest(index_dir, new_manifest)
-            _checkpoint("manifest-committed")
-            report.generation = number
+            if con is not None:
+                cache = EmbeddingCache(cache_file)
+                dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
+                artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
+                counts = _store_counts(con)
+                con.execute("CHECKPOINT")
+                con.close()
+                con = None
+                cache.close()
+                cache = None
+            else:
+                dims = known
+            name = layout.generation_name(number)
+            if full:
+                entries = [{**_segment_entry(name, counts, artifacts), "_folder": str(tmp)}]
+            else:
+                by_segment: dict[int, list[str]] = {}
+                for doc_id in to_delete:
+                    by_segment.setdefault(existing[doc_id][2], []).append(doc_id)
+                for i, doc_ids in by_segment.items():
+                    entries[i]["deleted"] = sorted({*entries[i].get("deleted", ()), *doc_ids})
+                    live = _live_counts(index_dir, manifest, entries[i])
+                    entries[i].update(documents=live["documents"], chunks=live["chunks"], vectors=live["vectors"])
+                # vectors of the kept segments are reused as they are: counted with the cache hits
+                report.cache_hits += sum(sum(entry.get("vectors", {}).values()) for entry in entries)
+                if to_insert:
+                    entries.append({**_segment_entry(name, counts, artifacts), "_folder": str(tmp)})
+            base = _manifest_base(number, config, cache_file, time.perf_counter() - started, manifest, next_id)
+            new_manifest = _commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
+                                              policy=merge)
+            report.chunks = new_manifest["counts"]["chunks"]
+            report.generation = new_manifest["generation"]
             report.committed = True
-            layout.remove_stale(index_dir, keep=final, previous=old_generation)
-            return report
         finally:
             if con is not None:
                 con.close()
             if cache is not None:
                 cache.close()
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+                shutil.rmtree(leftover, ignore_errors=True)
+        report.seconds = time.perf_counter() - started
+        return report
 
 
 def index_paths(

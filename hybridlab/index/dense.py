@@ -203,6 +203,10 @@ class DenseIndex:
                 self._vectors = self._inner.reconstruct_n(0, n)
         return self._vectors
 
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of the given rows (a copy)."""
+        return self.vectors[np.asarray(rows, dtype=np.int64)]
+
     def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Rows of the given chunk ids that this model has vectors for (others are dropped)."""
         chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
@@ -273,3 +277,109 @@ class DenseIndex:
         distances, rows = self._flat.search(query, min(depth, len(subset.rows)), params=subset.params)
         keep = rows[0] >= 0
         return self.ids[rows[0][keep]], distances[0][keep]
+
+
+class RowGather:
+    """`vectors[rows]` for an index whose vectors are not one matrix (see :class:`SegmentedDense`)."""
+
+    def __init__(self, index: DenseIndex | SegmentedDense) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return self._index.size
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self._index.take(rows)
+
+
+class SegmentedDense:
+    """One model's vectors over several segments, each its own FAISS index, as one DenseIndex.
+
+    Rows run over the live vectors of the segments in order (chunk ids ascending across segments).
+    `live[i]` is segment i's boolean row mask (None = all live): tombstoned rows are excluded inside
+    each segment's search (as an allowed-id set), never dropped afterwards, so a search returns
+    min(depth, live allowed vectors) results. Per-segment results are merged by score, ties by
+    ascending chunk id, as :func:`top_exact` orders one index."""
+
+    def __init__(self, model: str, parts: list[DenseIndex], live: list[np.ndarray | None]) -> None:
+        if not parts:
+            raise ValueError(f"no segments for model {model!r}")
+        self.model = model
+        self.parts = parts
+        self.dim = parts[0].dim
+        self.ef_search = parts[0].ef_search
+        self._live_ids = [None if mask is None else part.ids[mask] for part, mask in zip(parts, live)]
+        self._local_rows = []  # per part: its local row of each of its live rows
+        for part, mask in zip(parts, live):
+            self._local_rows.append(np.arange(part.size, dtype=np.int64) if mask is None else np.flatnonzero(mask))
+        sizes = [len(rows) for rows in self._local_rows]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        ids = np.concatenate([part.ids if ids is None else ids for part, ids in zip(parts, self._live_ids)])
+        self.ids = ids.astype(np.int64, copy=False)
+        if len(self.ids) > 1 and not np.all(self.ids[1:] > self.ids[:-1]):
+            raise ValueError(f"dense segments of {model!r}: chunk ids must ascend across segments")
+        self._vectors: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    def set_ef_search(self, ef_search: int) -> None:
+        for part in self.parts:
+            part.set_ef_search(ef_search)
+        self.ef_search = self.parts[0].ef_search
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        which = np.searchsorted(self._offsets, rows, side="right") - 1
+        for i in np.unique(which):
+            here = which == i
+            local = self._local_rows[i][rows[here] - self._offsets[i]]
+            out[here] = self.parts[i].vectors[local]
+        return out
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """All live vectors as one matrix (concatenated once, then kept: tools and tests)."""
+        with self._lock:
+            if self._vectors is None:
+                self._vectors = np.concatenate(
+                    [part.vectors[rows] for part, rows in zip(self.parts, self._local_rows)]
+                ) if self.size else np.zeros((0, self.dim), np.float32)
+                self._vectors.flags.writeable = False
+            return self._vectors
+
+    def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
+        if not len(self.ids):
+            return np.zeros(0, np.int64)
+        rows = np.minimum(np.searchsorted(self.ids, chunk_ids), len(self.ids) - 1)
+        return rows[self.ids[rows] == chunk_ids]
+
+    def score_ids(self, query: np.ndarray, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.rows_of(chunk_ids)
+        return self.ids[rows], self.take(rows) @ np.asarray(query, dtype=np.float32).reshape(-1)
+
+    def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk_ids, scores) of the `depth` nearest live vectors, restricted to `allowed` chunk ids."""
+        found_ids, found_scores = [], []
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=np.int64)
+        for part, live_ids in zip(self.parts, self._live_ids):
+            if not part.size:
+                continue
+            if allowed is None:
+                wanted = live_ids
+            else:  # the filter's ids in this segment's range (tombstoned ids are never allowed)
+                low, high = np.searchsorted(allowed, [part.ids[0], part.ids[-1] + 1])
+                wanted = allowed[low:high]
+                if not len(wanted):
+                    continue
+            ids, scores = part.search(query, depth, wanted)
+            found_ids.append(ids)
+            found_scores.append(scores)
+        if not found_ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        return top_exact(np.concatenate(found_ids), np.concatenate(found_scores).astype(np.float32), depth)

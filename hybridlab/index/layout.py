@@ -39,7 +39,8 @@ VERIFIED_FILE = ".verified.json"
 SETTLED_NS = 2_000_000_000
 STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written: segments + tombstones
+FORMATS = (1, 2)  # read: 1 = one generation folder holding everything (before segments)
 GENERATION = re.compile(r"^gen-(\d{6})$")
 
 
@@ -82,13 +83,45 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def generation_files(folder: Path) -> dict[str, dict[str, Any]]:
-    """`{relative path: {"bytes", "sha256"}}` of every file of a generation folder (its manifest copy excluded)."""
+def generation_files(folder: Path, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """`{prefix + relative path: {"bytes", "sha256"}}` of every file of a generation folder (its
+    manifest copy excluded)."""
     files = {}
     for path in sorted(Path(folder).rglob("*")):
         if path.is_file() and path.name != MANIFEST:
-            files[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+            files[prefix + path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size,
+                                                                   "sha256": file_sha256(path)}
     return files
+
+
+def segments(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's segments, oldest first: `{"name", "deleted": [doc ids], ...}`; a format-1
+    manifest is one legacy segment, its generation folder."""
+    if manifest.get("format") == 1 or "segments" not in manifest:
+        return [{"name": manifest["path"], "deleted": [], "legacy": True}]
+    return list(manifest["segments"])
+
+
+def file_base(index_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The folder the manifest's `files` names are relative to: the index folder (format 2, names
+    like `gen-000003/store.duckdb`) or the generation folder (format 1)."""
+    return Path(index_dir) if manifest.get("format", FORMAT_VERSION) >= 2 else Path(index_dir) / manifest["path"]
+
+
+def referenced_folders(index_dir: Path, manifest: dict[str, Any] | None) -> set[str]:
+    """Generation folders a manifest needs: its own (`path`) and its segments'."""
+    if not manifest:
+        return set()
+    return {manifest["path"], *(segment["name"] for segment in segments(manifest))}
+
+
+def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest copy inside a generation folder (None when absent or unreadable)."""
+    try:
+        manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") in FORMATS else None
 
 
 def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False,
@@ -98,17 +131,17 @@ def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = Fa
     see garbage) and, with `hash_all`, of every file (opening an index does: a garbled DuckDB page
     may otherwise only show in a later query, or never), except the `trusted` names (already hashed,
     unchanged since: see `open_problems`). Manifests without checksums pass."""
-    generation = Path(index_dir) / manifest["path"]
+    base = file_base(index_dir, manifest)
     problems = []
     for name, expected in (manifest.get("files") or {}).items():
-        path = generation / name
+        path = base / name
         if not path.is_file():
             problems.append(f"{path} is missing")
             continue
         size = path.stat().st_size
         if size != expected["bytes"]:
             problems.append(f"{path} has {size} bytes, the manifest says {expected['bytes']} (truncated or altered)")
-        elif name not in trusted and (hash_all or name.endswith(".faiss") or name.startswith(f"{BM25_DIR}/")) and \
+        elif name not in trusted and (hash_all or name.endswith(".faiss") or f"{BM25_DIR}/" in name) and \
                 file_sha256(path) != expected["sha256"]:
             problems.append(f"{path} does not match its sha256 in the manifest (altered or corrupt)")
     return problems
@@ -122,11 +155,15 @@ def _file_identity(path: Path) -> list[int]:
 
 
 def _read_verified(index_dir: Path, generation: str) -> dict[str, list[int]]:
+    """The record of clean hashes; for format 2 (names include their segment folder, which is never
+    rewritten) it serves every generation, for format 1 only the generation it was written for."""
     try:
         stamp = json.loads((Path(index_dir) / VERIFIED_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(stamp, dict) or stamp.get("path") != generation or not isinstance(stamp.get("files"), dict):
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("files"), dict):
+        return {}
+    if stamp.get("path") != generation and stamp.get("path") != "*":
         return {}
     return stamp["files"]
 
@@ -139,9 +176,10 @@ def open_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
     `hybridlab verify`, which always hashes everything. The record is written best-effort (a
     read-only index folder is hashed on every open)."""
     index_dir = Path(index_dir)
-    generation = index_dir / manifest["path"]
+    generation = file_base(index_dir, manifest)
     names = list(manifest.get("files") or {})
-    recorded = _read_verified(index_dir, manifest["path"])
+    key = "*" if manifest.get("format") == 2 else manifest["path"]
+    recorded = _read_verified(index_dir, key)
     identities = {}  # taken before hashing: a change during the hash shows as a new identity next time
     for name in names:
         try:
@@ -155,7 +193,7 @@ def open_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
     try:
         # a write in the same clock tick as this record would not move ctime: trust settled files only
         settled_before = time.time_ns() - SETTLED_NS
-        stamp = {"path": manifest["path"],
+        stamp = {"path": key,
                  "files": {name: ident for name, ident in identities.items() if ident[3] < settled_before}}
         tmp = index_dir / f".{VERIFIED_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(stamp), encoding="utf-8")
@@ -184,12 +222,13 @@ def read_manifest(index_dir: Path) -> dict[str, Any]:
         raise CorruptIndexError(
             f"{path} is corrupt ({error}); run `hybridlab verify --repair --index {index_dir}`"
         ) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION or "generation" not in manifest:
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS or "generation" not in manifest:
         raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION}; "
                                 f"run `hybridlab verify --repair --index {index_dir}`")
-    if not (Path(index_dir) / manifest["path"]).is_dir():
-        raise CorruptIndexError(f"{Path(index_dir) / manifest['path']} named by {path} is missing; "
-                                f"run `hybridlab verify --repair --index {index_dir}`")
+    for name in sorted(referenced_folders(index_dir, manifest)):
+        if not (Path(index_dir) / name).is_dir():
+            raise CorruptIndexError(f"{Path(index_dir) / name} named by {path} is missing; "
+                                    f"run `hybridlab verify --repair --index {index_dir}`")
     return manifest
 
 
@@ -237,11 +276,20 @@ def previous_generation(index_dir: Path, live: Path | None) -> Path | None:
 
 
 def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None) -> list[str]:
-    """Delete generation folders other than `keep` and `previous` (crashed builds, older generations)."""
+    """Delete generation folders other than `keep` and `previous` and the segments their manifest
+    copies name (crashed builds, older generations, merged-away segments)."""
     removed = []
     kept = {p.resolve() for p in (keep, previous) if p is not None}
+    for folder in (keep, previous):
+        if folder is not None:
+            kept |= {(Path(index_dir) / name).resolve()
+                     for name in referenced_folders(index_dir, read_generation_manifest(folder))}
+    commits = {p.resolve() for p in (keep, previous) if p is not None}
     for path in Path(index_dir).glob("gen-*"):
         if path.resolve() in kept:
+            if path.resolve() not in commits:  # a segment only: the graphs of its own commit are stale
+                for stale in path.glob("graph-*.npy"):
+                    stale.unlink(missing_ok=True)
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path.name)

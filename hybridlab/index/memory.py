@@ -1,8 +1,10 @@
 """Add memories to an index: validate, commit as a new generation, searchable at once.
 
-Every commit writes a whole new index generation (a copy of the DuckDB store, BM25 and FAISS
-rebuilt), so a commit costs far more than the memory itself. :class:`MemoryWriter` therefore
-group-commits: stores that arrive while a commit is running are written together by the next one.
+Every commit adds one small segment holding the new memories (its own DuckDB store, BM25 postings
+and FAISS index) and commits a new manifest naming it; nothing written before is rewritten, so a
+commit costs about what the memories themselves cost (plus the corpus graph's update and, now and
+then, a tiered merge of small segments). :class:`MemoryWriter` also group-commits: stores that
+arrive while a commit is running are written together by the next one.
 Each :meth:`MemoryWriter.store` returns only once its memory is committed (durable, and visible to
 any reader that refreshes), so there is no window in which an acknowledged memory can be lost.
 

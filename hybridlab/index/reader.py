@@ -1,16 +1,20 @@
-"""Reading one index generation: its store, BM25 and FAISS files, checked, as one immutable object.
+"""Reading one index generation: its segments' stores, BM25 and FAISS files, checked, as one immutable object.
 
 :func:`read_generation` opens the live generation that the manifest names (files checked against
-their recorded checksums first) and returns a :class:`Generation`: the row table of its chunks
-(row = position in ascending chunk-id order, which BM25 rows and FAISS ids align to), its tags, its
-retrievers' files loaded, and its DuckDB store behind a lock. :func:`consistency_problems` checks
-that DuckDB, BM25 and FAISS agree. The search engine wraps a Generation into its snapshot;
-`hybridlab verify` uses the two functions directly.
+their recorded checksums first) and returns a :class:`Generation`: the row table of its live chunks
+(row = position in ascending chunk-id order over every segment, tombstoned chunks left out), its
+tags, its retrievers over the segments (BM25 with global statistics, one FAISS index per segment
+and model), and its DuckDB store behind a lock (one segment: its file read-only; several: a view
+over them). Segments are immutable, so a :class:`SegmentCache` passed from one open to the next
+lets a reader open only the segments a commit added. :func:`consistency_problems` checks that
+DuckDB, BM25 and FAISS agree. The search engine wraps a Generation into its snapshot; `hybridlab
+verify` uses the two functions directly.
 """
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,9 +26,10 @@ import numpy as np
 
 from hybridlab.errors import CorruptIndexError, StoreError
 from hybridlab.index import layout, store
-from hybridlab.index.dense import DenseIndex, single_threaded
+from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
-from hybridlab.index.sparse import SparseIndex
+from hybridlab.index.sparse import Postings, SparseIndex
+from hybridlab.index.tokenizer import Tokenizer
 
 
 class StoreReader:
@@ -95,9 +100,11 @@ class Generation:
     tag_rows: Mapping[str, np.ndarray]  # tag -> rows carrying it
     row_tags: Mapping[int, Sequence[str]]  # row -> its tags
     sparse: SparseIndex
-    dense: Mapping[str, DenseIndex]  # model -> FAISS index
+    dense: Mapping[str, DenseIndex | SegmentedDense]  # model -> FAISS index (or one per segment)
     graphs: Mapping[str, np.ndarray]  # model -> corpus graph (rows of that model's FAISS index)
     dense_rows_to_index: Mapping[str, np.ndarray]  # model -> row of each of its FAISS rows
+    segments: Sequence[Segment] = ()  # oldest first
+    live: Sequence[np.ndarray | None] = ()  # per segment: its live rows (None = all)
 
     @property
     def number(self) -> int:
@@ -129,25 +136,83 @@ def _damaged(path: Path, error: BaseException, index_dir: Path) -> CorruptIndexE
     )
 
 
-def read_generation(index_dir: str | Path, *, check: bool = True) -> Generation:
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """One immutable segment folder as loaded: its rows (ascending chunk ids), tags, BM25 postings,
+    and per model its FAISS index. Shared by every generation that names it."""
+
+    name: str
+    folder: Path
+    chunk_ids: np.ndarray
+    doc_ids: tuple[str, ...]
+    sections: tuple[str, ...]
+    chunk_types: tuple[str, ...]
+    collections: tuple[str, ...]
+    titles: tuple[str, ...]
+    times: np.ndarray
+    tags: tuple[tuple[str, int], ...]  # (tag, local row), by tag then chunk id
+    bm25_ids: np.ndarray  # row -> chunk id as BM25 recorded it
+    postings: Postings | None  # None for a legacy (bm25s) segment
+    legacy_sparse: SparseIndex | None
+    tokenizer: Tokenizer
+    dense: Mapping[str, DenseIndex]
+
+    @property
+    def rows(self) -> int:
+        return len(self.chunk_ids)
+
+
+class SegmentCache:
+    """Segments already loaded, by folder and store checksum: a reader that opens the next
+    generation loads only the segments it has not seen (thread-safe; `keep` drops the others)."""
+
+    def __init__(self) -> None:
+        self._segments: OrderedDict[tuple[str, str], Segment] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Segment | None:
+        with self._lock:
+            return self._segments.get(key)
+
+    def put(self, key: tuple[str, str], segment: Segment) -> None:
+        with self._lock:
+            self._segments[key] = segment
+
+    def keep(self, keys: set[tuple[str, str]]) -> None:
+        with self._lock:
+            for key in [k for k in self._segments if k not in keys]:
+                del self._segments[key]
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+
+def read_generation(index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None) -> Generation:
     """Open the live generation of `index_dir` (checksums checked; with `check`, also that DuckDB,
-    BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command."""
+    BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command. With a
+    `cache`, segments loaded before are reused and only new ones are read."""
     single_threaded()
     index_dir = Path(index_dir)
     stamp = manifest_stamp(index_dir)  # before reading: a commit after this point changes it
     manifest = layout.read_manifest(index_dir)
-    folder = index_dir / manifest["path"]
     damaged = layout.open_problems(index_dir, manifest)
     if damaged:
         raise CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(index_dir)}")
-    store_path = folder / layout.STORE_FILE
+    entries = layout.segments(manifest)
+    keys = [_segment_key(manifest, entry["name"]) for entry in entries]
+    segments = []
+    for entry, key in zip(entries, keys):
+        segment = cache.get(key) if cache is not None else None
+        if segment is None:
+            segment = _load_segment(index_dir, manifest, entry)
+            if cache is not None:
+                cache.put(key, segment)
+        segments.append(segment)
+    if cache is not None:
+        cache.keep(set(keys))
+    reader = _open_store(index_dir, segments, entries)
     try:
-        con = store.connect(store_path, read_only=True)
-    except StoreError as error:
-        raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
-    reader = StoreReader(con)
-    try:
-        generation = _read(index_dir, manifest, stamp, reader)
+        generation = _combine(index_dir, manifest, stamp, reader, segments, entries)
         if check:
             problems = consistency_problems(generation)
             if problems:
@@ -162,64 +227,155 @@ def read_generation(index_dir: str | Path, *, check: bool = True) -> Generation:
     return generation
 
 
-def _read(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] | None, reader: StoreReader) -> Generation:
-    folder = index_dir / manifest["path"]
+def _segment_key(manifest: Mapping[str, Any], name: str) -> tuple[str, str]:
+    files = manifest.get("files") or {}
+    entry = files.get(f"{name}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
+    return name, str(entry.get("sha256", ""))
+
+
+def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]]) -> StoreReader:
+    paths = [segment.folder / layout.STORE_FILE for segment in segments]
+    deleted = [list(entry.get("deleted") or ()) for entry in entries]
+    try:
+        if len(paths) == 1 and not deleted[0]:
+            con = store.connect(paths[0], read_only=True)
+        else:
+            con = store.connect_segments(paths, deleted)
+    except StoreError as error:
+        raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
+    return StoreReader(con)
+
+
+def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Segment:
+    folder = index_dir / entry["name"]
     store_path = folder / layout.STORE_FILE
     try:
-        rows = reader.fetchall(
+        con = store.connect(store_path, read_only=True)
+    except StoreError as error:
+        raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
+    try:
+        rows = con.execute(
             "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "
             "epoch(COALESCE(d.updated_at, d.created_at)) FROM chunks c JOIN documents d USING (doc_id) "
             "ORDER BY c.chunk_id"
-        )
+        ).fetchall()
+        tag_rows = con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
     except Exception as error:  # noqa: BLE001 - any failure here means a truncated or damaged DuckDB file
         raise CorruptIndexError(
             f"{store_path} cannot be read ({str(error).splitlines()[0][:160]}); "
             f"run `hybridlab verify --repair --index {index_dir}`"
         ) from None
+    finally:
+        con.close()
     chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
-    chunk_types = tuple(r[3] for r in rows)
-    collections = tuple(r[4] for r in rows)
-    by_tag: dict[str, list[int]] = {}
-    for tag, chunk_id in reader.fetchall("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id"):
-        by_tag.setdefault(tag, []).append(chunk_id)
-    tag_rows = {tag: _readonly(np.searchsorted(chunk_ids, np.asarray(ids, dtype=np.int64)))
-                for tag, ids in by_tag.items()}
-    row_tags: dict[int, list[str]] = {}
-    for tag, rows_of_tag in tag_rows.items():
-        for row in rows_of_tag:
-            row_tags.setdefault(int(row), []).append(tag)
+    tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
+    bm25 = folder / layout.BM25_DIR
     try:
-        sparse = SparseIndex.load(folder / layout.BM25_DIR)
-    except Exception as error:  # noqa: BLE001 - whatever bm25s raises, the folder is damaged
-        raise _damaged(folder / layout.BM25_DIR, error, index_dir) from None
+        sparse = SparseIndex.load(bm25)
+    except Exception as error:  # noqa: BLE001 - whatever the parser raises, the folder is damaged
+        raise _damaged(bm25, error, index_dir) from None
+    legacy = sparse if sparse.is_legacy else None
+    models = entry.get("models") if not entry.get("legacy") else manifest.get("models", {})
+    ef_search = manifest["config"].get("hnsw_ef_search")
     dense: dict[str, DenseIndex] = {}
-    for model, info in manifest.get("models", {}).items():
+    for model, info in (models or {}).items():
         path = folder / info["file"]
         try:
             if not path.is_file():
                 raise FileNotFoundError("missing")
-            dense[model] = DenseIndex.load(path, model, ef_search=manifest["config"].get("hnsw_ef_search"))
+            dense[model] = DenseIndex.load(path, model, ef_search=ef_search)
         except Exception as error:  # noqa: BLE001 - whatever FAISS raises, the file is damaged
             raise _damaged(path, error, index_dir) from None
+    return Segment(
+        name=entry["name"], folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
+        sections=tuple(r[2] or "" for r in rows), chunk_types=tuple(r[3] for r in rows),
+        collections=tuple(r[4] for r in rows), titles=tuple(r[5] or "" for r in rows),
+        times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
+        tags=tags, bm25_ids=sparse.chunk_ids, postings=None if legacy is not None else sparse.parts[0],
+        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dense),
+    )
+
+
+def _pick(values: Sequence[Any], mask: np.ndarray | None) -> list[Any]:
+    if mask is None:
+        return list(values)
+    return [v for v, keep in zip(values, mask) if keep]
+
+
+def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] | None, reader: StoreReader,
+             segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]]) -> Generation:
+    """The generation's row table and retrievers over its segments' live rows."""
+    live: list[np.ndarray | None] = []
+    for segment, entry in zip(segments, entries):
+        deleted = entry.get("deleted") or ()
+        if deleted:
+            gone = set(deleted)
+            live.append(_readonly(np.asarray([d not in gone for d in segment.doc_ids], dtype=bool)))
+        else:
+            live.append(None)
+    offsets, global_rows = [], []  # per segment: first global row; global row of each local row (-1 = dead)
+    offset = 0
+    for segment, mask in zip(segments, live):
+        offsets.append(offset)
+        if mask is None:
+            global_rows.append(np.arange(offset, offset + segment.rows, dtype=np.int64))
+            offset += segment.rows
+        else:
+            global_rows.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
+            offset += int(mask.sum())
+    pick = lambda attribute: tuple(v for s, m in zip(segments, live) for v in _pick(getattr(s, attribute), m))
+    chunk_ids = _readonly(np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
+                          if segments else np.zeros(0, np.int64))
+    if len(chunk_ids) > 1 and not np.all(chunk_ids[1:] > chunk_ids[:-1]):
+        raise CorruptIndexError(f"segments of {index_dir} overlap in chunk ids; "
+                                f"run `hybridlab verify --repair --index {index_dir}`")
+    chunk_types, collections = pick("chunk_types"), pick("collections")
+    by_tag: dict[str, list[int]] = {}
+    for segment, rows_of in zip(segments, global_rows):
+        for tag, local in segment.tags:
+            row = rows_of[local]
+            if row >= 0:
+                by_tag.setdefault(tag, []).append(int(row))
+    tag_rows = {tag: _readonly(np.asarray(rows, dtype=np.int64)) for tag, rows in sorted(by_tag.items())}
+    row_tags: dict[int, list[str]] = {}
+    for tag, rows_of_tag in tag_rows.items():
+        for row in rows_of_tag:
+            row_tags.setdefault(int(row), []).append(tag)
+    legacy = [s.legacy_sparse for s in segments if s.legacy_sparse is not None]
+    if legacy:
+        if len(segments) != 1:
+            raise CorruptIndexError(f"{index_dir}: a pre-segment BM25 folder can only be the index's single "
+                                    f"segment; run `hybridlab verify --repair --index {index_dir}`")
+        sparse = legacy[0]
+    else:
+        sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer)
+    dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
-    dense_rows_to_index: dict[str, np.ndarray] = {}
     for model, info in manifest.get("models", {}).items():
-        dense_rows_to_index[model] = _readonly(np.searchsorted(chunk_ids, dense[model].ids))
-        if info.get("graph"):
-            path = folder / info["graph"]
+        parts = [(s, m) for s, m in zip(segments, live) if model in s.dense]
+        if len(parts) == 1 and parts[0][1] is None:
+            dense[model] = parts[0][0].dense[model]
+        else:
+            masks = [None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m])) for s, m in parts]
+            dense[model] = SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
+        if info.get("graph"):  # one graph over the generation's live vectors, in its dense rows
+            path = index_dir / (info.get("graph_dir") or manifest["path"]) / info["graph"]
             try:
                 graphs[model] = load_graph(path, dense[model].size)
             except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
                 raise _damaged(path, error, index_dir) from None
+    dense_rows_to_index = {model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()}
+    known_chunk_types, known_collections = tuple(sorted(set(chunk_types))), tuple(sorted(set(collections)))
     return Generation(
         index_dir=index_dir, manifest=MappingProxyType(manifest), stamp=stamp, store=reader, chunk_ids=chunk_ids,
-        doc_ids=tuple(r[1] for r in rows), sections=tuple(r[2] or "" for r in rows), chunk_types=chunk_types,
-        collections=collections, titles=tuple(r[5] or "" for r in rows),
-        times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
-        known_chunk_types=tuple(sorted(set(chunk_types))), known_collections=tuple(sorted(set(collections))),
+        doc_ids=pick("doc_ids"), sections=pick("sections"), chunk_types=chunk_types, collections=collections,
+        titles=pick("titles"),
+        times=_readonly(np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
+                        if segments else np.zeros(0)),
+        known_chunk_types=known_chunk_types, known_collections=known_collections,
         tag_rows=MappingProxyType(tag_rows), row_tags=MappingProxyType({r: tuple(t) for r, t in row_tags.items()}),
         sparse=sparse, dense=MappingProxyType(dense), graphs=MappingProxyType(graphs),
-        dense_rows_to_index=MappingProxyType(dense_rows_to_index),
+        dense_rows_to_index=MappingProxyType(dense_rows_to_index), segments=tuple(segments), live=tuple(live),
     )
 
 
@@ -231,11 +387,17 @@ def consistency_problems(generation: Generation) -> list[str]:
     counts = manifest.get("counts", {})
     if counts.get("chunks") != generation.n_chunks:
         problems.append(f"manifest says {counts.get('chunks')} chunks, {folder / layout.STORE_FILE} has {generation.n_chunks}")
+    for segment in generation.segments:
+        if not np.array_equal(segment.bm25_ids, segment.chunk_ids):
+            problems.append(f"BM25 rows in {segment.folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
     if not np.array_equal(generation.sparse.chunk_ids, generation.chunk_ids):
         problems.append(f"BM25 rows in {folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
     assigned = dict(generation.store.fetchall("SELECT model, count(*) FROM chunk_vectors GROUP BY 1"))
-    if set(assigned) != set(generation.dense):
+    if set(assigned) - set(generation.dense):
         problems.append(f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(generation.dense)}")
+    if set(generation.dense) != set(manifest.get("models", {})):
+        problems.append(f"models in the manifest {sorted(manifest.get('models', {}))} differ from FAISS indexes "
+                        f"{sorted(generation.dense)}")
     for model, dense in generation.dense.items():
         expected = np.asarray([r[0] for r in generation.store.fetchall(
             "SELECT chunk_id FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model])], dtype=np.int64)

@@ -1,21 +1,39 @@
-"""The lexical retriever: a bm25s index over chunk texts, rows aligned to sorted chunk ids.
+"""The lexical retriever: BM25 over one or more segments, scored at query time with global statistics.
 
-Saved as bm25s's own files (no pickle) plus `ids.npy` (row -> chunk_id) and `tokenizer.json`
-(the settings and stop words it was built with), so queries are tokenised like the documents.
+Each segment stores term-frequency postings (a CSC matrix: one column per term of its own
+vocabulary, rows = the segment's chunks in ascending chunk-id order) and the length of each chunk
+in terms. Nothing global is stored, so a write adds a segment without touching the others: the
+statistics BM25 needs (live document count, document frequency of each query term over live
+chunks, average live length) are computed when a generation is opened or a query is scored, over
+the live (not tombstoned) rows of every segment. Scores are those of a bm25s index built over the
+same live chunks (same method, k1, b, float32 accumulation per term; `tests/test_segments.py`
+asserts the equality), whatever the cut into segments.
+
+A segment folder (`bm25/`): `data.csc.index.npy` (term frequencies), `indices.csc.index.npy`
+(rows), `indptr.csc.index.npy`, `vocab.index.json` (term -> column), `params.index.json` (format,
+k1, b, method, rows), `lengths.npy`, `ids.npy` (row -> chunk_id), `tokenizer.json` (the settings
+and stop words it was built with, so queries are tokenised like the documents). No pickle. Indexes
+written before segments (bm25s score matrices, no `format` in `params.index.json`) are read as one
+legacy segment scored by bm25s; the next write rebuilds them.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hybridlab.config import Bm25Config
 from hybridlab.index.tokenizer import Tokenizer
+
+POSTINGS_FORMAT = "hybridlab-tf-postings"
+POSTINGS_VERSION = 1
 
 
 def _bm25s():
@@ -27,75 +45,243 @@ def _bm25s():
     return bm25s
 
 
-class SparseIndex:
-    """BM25 scores for a query over every row; filters arrive as a boolean row mask."""
+# bm25s's IDF of each method (bm25s/scoring.py, after Kamphuis et al. ECIR 2020)
+def _idf_lucene(df: int, n: int) -> float:
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
-    def __init__(self, retriever, chunk_ids: np.ndarray, tokenizer: Tokenizer) -> None:
-        self.retriever = retriever
-        self.chunk_ids = chunk_ids
-        self.tokenizer = tokenizer
-        self.vocab: dict[str, int] = retriever.vocab_dict
+
+def _idf_robertson(df: int, n: int) -> float:
+    return math.log(max((n - df + 0.5) / (df + 0.5), 1))
+
+
+def _idf_atire(df: int, n: int) -> float:
+    return math.log(n / df)
+
+
+IDF: dict[str, Callable[[int, int], float]] = {"lucene": _idf_lucene, "robertson": _idf_robertson,
+                                               "atire": _idf_atire}
+
+
+def _tfc(method: str, tf: np.ndarray, lengths: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
+    """bm25s's term-frequency component, operation for operation (float64, as bm25s computes it)."""
+    norm = k1 * ((1 - b) + b * lengths.astype(np.float64) / np.float64(avgdl))
+    tf = tf.astype(np.float64)
+    if method == "atire":
+        return tf * (k1 + 1) / (tf + norm)
+    return tf / (norm + tf)
+
+
+@dataclass(frozen=True, eq=False)
+class Postings:
+    """One segment's term frequencies: column `vocab[term]` lists (row, tf) pairs, rows ascending."""
+
+    vocab: dict[str, int]
+    indptr: np.ndarray  # int64, len(vocab) + 1
+    indices: np.ndarray  # int32 rows
+    tf: np.ndarray  # float32 term frequencies
+    lengths: np.ndarray  # int32 terms per row
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
 
     @classmethod
+    def from_token_ids(cls, docs: Sequence[array], vocab: dict[str, int]) -> Postings:
+        rows, cols, counts = array("i"), array("i"), array("f")
+        lengths = np.fromiter((len(doc) for doc in docs), dtype=np.int32, count=len(docs))
+        for row, doc in enumerate(docs):
+            counter = Counter(doc)
+            rows.extend([row] * len(counter))
+            cols.extend(counter.keys())
+            counts.extend(counter.values())
+        rows_a = np.frombuffer(rows, dtype=np.int32) if rows else np.zeros(0, np.int32)
+        cols_a = np.frombuffer(cols, dtype=np.int32) if cols else np.zeros(0, np.int32)
+        tf = np.frombuffer(counts, dtype=np.float32) if counts else np.zeros(0, np.float32)
+        order = np.lexsort((rows_a, cols_a))
+        indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
+        return cls(vocab, indptr, rows_a[order].copy(), tf[order].copy(), lengths)
+
+    def column(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, term frequencies) of `term` in this segment (empty when absent)."""
+        col = self.vocab.get(term)
+        if col is None:
+            return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        start, end = self.indptr[col], self.indptr[col + 1]
+        return self.indices[start:end], self.tf[start:end]
+
+    def save(self, folder: Path, config: Bm25Config) -> None:
+        np.save(folder / "data.csc.index.npy", self.tf, allow_pickle=False)
+        np.save(folder / "indices.csc.index.npy", self.indices, allow_pickle=False)
+        np.save(folder / "indptr.csc.index.npy", self.indptr, allow_pickle=False)
+        np.save(folder / "lengths.npy", self.lengths, allow_pickle=False)
+        (folder / "vocab.index.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        params = {"format": POSTINGS_FORMAT, "version": POSTINGS_VERSION, "k1": config.k1, "b": config.b,
+                  "method": config.method, "rows": self.rows, "terms": len(self.vocab)}
+        (folder / "params.index.json").write_text(json.dumps(params), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> Postings:
+        params = json.loads((folder / "params.index.json").read_text(encoding="utf-8"))
+        if params.get("version") != POSTINGS_VERSION:
+            raise ValueError(f"{folder}: postings version {params.get('version')!r}, expected {POSTINGS_VERSION}")
+        vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
+        load = lambda name: np.load(folder / name, allow_pickle=False)
+        postings = cls(vocab, load("indptr.csc.index.npy").astype(np.int64, copy=False),
+                       load("indices.csc.index.npy"), load("data.csc.index.npy"), load("lengths.npy"))
+        if (not isinstance(vocab, dict) or len(postings.indptr) != len(vocab) + 1 or postings.rows != params["rows"]
+                or len(postings.indices) != len(postings.tf) or postings.indptr[-1] != len(postings.tf)
+                or (len(postings.indices) and int(postings.indices.max()) >= postings.rows)):
+            raise ValueError(f"{folder}: postings arrays do not agree with each other")
+        return postings
+
+
+def is_legacy(folder: Path) -> bool:
+    """Whether a bm25 folder holds a pre-segment bm25s index (score matrix, no term frequencies)."""
+    try:
+        params = json.loads((folder / "params.index.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False  # an empty legacy index has no params: read as an empty segment
+    return params.get("format") != POSTINGS_FORMAT
+
+
+class SparseIndex:
+    """BM25 scores for a query over every live row of its segments; filters arrive as a row mask.
+
+    Global row `r` runs over the live rows of the segments in order (ascending chunk ids). `live[i]`
+    is segment i's boolean row mask (None = every row live)."""
+
+    def __init__(self, parts: Sequence[Postings], live: Sequence[np.ndarray | None], chunk_ids: np.ndarray,
+                 tokenizer: Tokenizer, legacy=None) -> None:
+        self.parts = tuple(parts)
+        self.chunk_ids = chunk_ids
+        self.tokenizer = tokenizer
+        config = tokenizer.config
+        if legacy is None and config.method not in IDF:
+            raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
+                             f"choose from {sorted(IDF)}")
+        self._legacy = legacy  # a bm25s.BM25 (legacy single-segment index) or None
+        self._matrix: _ScoreMatrix | None = None
+        self._global_rows: list[np.ndarray] = []  # per part: global row of each local row, -1 = tombstoned
+        lengths = []
+        offset = 0
+        for part, mask in zip(self.parts, live):
+            if mask is None:
+                rows = np.arange(offset, offset + part.rows, dtype=np.int64)
+                lengths.append(part.lengths)
+            else:
+                rows = np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64)
+                lengths.append(part.lengths[mask])
+            offset += part.rows if mask is None else int(mask.sum())
+            self._global_rows.append(rows)
+        self.n_live = offset
+        if legacy is None and offset != len(chunk_ids):
+            raise ValueError(f"{offset} live BM25 rows for {len(chunk_ids)} chunk ids")
+        # the mean over the lengths in row order, as bm25s computes it over its corpus
+        self.avgdl = float(np.concatenate(lengths).mean()) if offset else 0.0
+        self._vocab: dict[str, int] | None = None
+        self._terms: list[str] | None = None
+
+    # ------------------------------------------------------------------ building and files (one segment)
+    @classmethod
     def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> SparseIndex:
-        """Index `texts` (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
-        from bm25s.tokenization import Tokenized
-
-        bm25s = _bm25s()
-
+        """Index `texts` as one segment (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
+        _bm25s()  # its logger follows the application's logging from the first build on
         tokenizer = Tokenizer(config)
         vocab: dict[str, int] = {}
-        ids: list[array] = []  # int32 arrays: half the memory of lists of ints (bm25s only iterates them)
+        ids: list[array] = []  # int32 arrays: half the memory of lists of ints
         for text in texts:
             ids.append(array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)]))
         if len(ids) != len(chunk_ids):
             raise ValueError(f"{len(ids)} texts for {len(chunk_ids)} chunk ids")
-        retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
-        if ids:
-            retriever.index(Tokenized(ids=ids, vocab=vocab), show_progress=show_progress)
-        return cls(retriever, np.asarray(chunk_ids, dtype=np.int64), tokenizer)
+        return cls([Postings.from_token_ids(ids, vocab)], [None], np.asarray(chunk_ids, dtype=np.int64), tokenizer)
 
     def save(self, folder: Path) -> None:
+        """Write a one-segment index (a segment's `bm25/` folder)."""
+        if len(self.parts) != 1 or self._legacy is not None:
+            raise ValueError("only a freshly built one-segment BM25 index can be saved")
         folder.mkdir(parents=True, exist_ok=True)
-        if len(self.chunk_ids):
-            self.retriever.save(str(folder), show_progress=False)
+        self.parts[0].save(folder, self.tokenizer.config)
         np.save(folder / "ids.npy", self.chunk_ids, allow_pickle=False)
         stopwords = sorted(self.tokenizer.stopwords)
         (folder / "tokenizer.json").write_text(json.dumps({"config": asdict(self.tokenizer.config), "stopwords": stopwords}))
 
+    @staticmethod
+    def load_tokenizer(folder: Path) -> Tokenizer:
+        settings = json.loads((folder / "tokenizer.json").read_text())
+        return Tokenizer(Bm25Config(**settings["config"]))
+
     @classmethod
     def load(cls, folder: Path) -> SparseIndex:
-        bm25s = _bm25s()
-
-        settings = json.loads((folder / "tokenizer.json").read_text())
-        config = Bm25Config(**settings["config"])
+        """One segment's `bm25/` folder (a legacy bm25s folder too), every row live."""
+        tokenizer = cls.load_tokenizer(folder)
         chunk_ids = np.load(folder / "ids.npy", allow_pickle=False)
+        if chunk_ids.dtype.kind not in "iu":
+            raise ValueError(f"{folder / 'ids.npy'} does not hold integer chunk ids")
+        if is_legacy(folder):
+            return cls.load_legacy(folder, tokenizer, chunk_ids)
+        if not len(chunk_ids) and not (folder / "params.index.json").exists():
+            return cls([Postings({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
+                                  np.zeros(0, np.int32))], [None], chunk_ids.astype(np.int64), tokenizer)
+        postings = Postings.load(folder)
+        if postings.rows != len(chunk_ids):
+            raise ValueError(f"{folder}: {postings.rows} BM25 rows for {len(chunk_ids)} chunk ids")
+        return cls([postings], [None], chunk_ids.astype(np.int64), tokenizer)
+
+    @classmethod
+    def load_legacy(cls, folder: Path, tokenizer: Tokenizer, chunk_ids: np.ndarray) -> SparseIndex:
+        bm25s = _bm25s()
+        config = tokenizer.config
         if len(chunk_ids):
             retriever = bm25s.BM25.load(str(folder), mmap=False, load_vocab=True, show_progress=False)
         else:
             retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
             retriever.vocab_dict = {}
-        return cls(retriever, chunk_ids, Tokenizer(config))
+        return cls([], [], chunk_ids.astype(np.int64), tokenizer, legacy=retriever)
 
+    # ------------------------------------------------------------------ statistics
     @property
     def size(self) -> int:
         return len(self.chunk_ids)
 
-    def query_ids(self, query: str) -> list[int]:
-        """Vocabulary ids of the query's terms (terms the index has never seen are dropped)."""
-        return [self.vocab[t] for t in self.tokenizer.query_terms(query) if t in self.vocab]
+    @property
+    def k1(self) -> float:
+        return self.tokenizer.config.k1
 
-    def scores(self, term_ids: list[int]) -> np.ndarray:
-        """BM25 score of every row (0 where no query term occurs)."""
-        if not term_ids or not self.size:
-            return np.zeros(self.size, dtype=np.float32)
-        return self.retriever.get_scores_from_ids(term_ids)
+    @property
+    def b(self) -> float:
+        return self.tokenizer.config.b
+
+    @property
+    def method(self) -> str:
+        return self.tokenizer.config.method
+
+    @property
+    def is_legacy(self) -> bool:
+        """Whether this is a pre-segment index scored by bm25s's own score matrix."""
+        return self._legacy is not None
+
+    @property
+    def retriever(self):
+        """A bm25s-shaped view: `scores` (the CSC score matrix `data`/`indices`/`indptr`/`num_docs`,
+        term ids of :attr:`vocab`, IDF folded in, global statistics), `vocab_dict` and
+        `get_scores_from_ids`; the bm25s index itself for a legacy index (built on first use)."""
+        if self._legacy is not None:
+            return self._legacy
+        if self._matrix is None:
+            self._matrix = _ScoreMatrix(self)
+        return self._matrix
 
     def idf(self, term_ids: Sequence[int]) -> np.ndarray:
-        """The IDF bm25s scored each term with (Lucene: ln(1 + (N - df + 0.5) / (df + 0.5)))."""
-        indptr = np.asarray(self.retriever.scores["indptr"])
-        ids = np.asarray(term_ids, dtype=np.int64)
-        return lucene_idf(indptr[ids + 1] - indptr[ids], self.size)
+        """The IDF each term (ids of :attr:`vocab`) is scored with, over the live rows (float64)."""
+        terms = self._terms_of(list(term_ids)) if self._legacy is None else None
+        if terms is None:
+            indptr = np.asarray(self._legacy.scores["indptr"])
+            ids = np.asarray(term_ids, dtype=np.int64)
+            return lucene_idf(indptr[ids + 1] - indptr[ids], self.size)
+        fn = IDF[self.method]
+        frequencies = [self.document_frequency(term) for term in terms]
+        return np.asarray([fn(df, self.n_live) if df else 0.0 for df in frequencies], dtype=np.float64)
 
     def matched_idf_share(self, query: str, rows: np.ndarray) -> np.ndarray:
         """For each of `rows`, the share of the query's IDF mass its text contains: Σ idf of the
@@ -104,7 +290,8 @@ class SparseIndex:
         evidence). All zeros for a query without terms."""
         rows = np.asarray(rows, dtype=np.int64)
         terms = self.tokenizer.query_terms(query)
-        known = [self.vocab[term] for term in terms if term in self.vocab]
+        vocab = self.vocab
+        known = [vocab[term] for term in terms if term in vocab]
         if not terms or not self.size:
             return np.zeros(len(rows))
         unseen = (len(terms) - len(known)) * float(lucene_idf(np.zeros(1), self.size)[0])
@@ -112,13 +299,135 @@ class SparseIndex:
         total = float(weights.sum()) + unseen
         if not len(rows) or total <= 0:
             return np.zeros(len(rows))
-        scores = self.retriever.scores
-        indptr, indices = scores["indptr"], scores["indices"]
         matched = np.zeros(len(rows))
         for term_id, weight in zip(known, weights.tolist()):
-            postings = indices[indptr[term_id]:indptr[term_id + 1]]  # ascending rows
-            matched += weight * np.isin(rows, postings, assume_unique=False)
+            matched += weight * np.isin(rows, self._postings_rows(term_id))
         return matched / total
+
+    def _postings_rows(self, term_id: int) -> np.ndarray:
+        """Live rows containing the term of vocabulary id `term_id`."""
+        if self._legacy is not None:
+            scores = self._legacy.scores
+            return np.asarray(scores["indices"][scores["indptr"][term_id]:scores["indptr"][term_id + 1]])
+        parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0])]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """Term -> id over every segment (first segment's order first; built on first use)."""
+        if self._legacy is not None:
+            return self._legacy.vocab_dict
+        if self._vocab is None:
+            if len(self.parts) == 1:
+                vocab = self.parts[0].vocab
+            else:
+                vocab = {}
+                for part in self.parts:
+                    for term in part.vocab:
+                        vocab.setdefault(term, len(vocab))
+            self._terms = [""] * len(vocab)
+            for term, index in vocab.items():
+                self._terms[index] = term
+            self._vocab = vocab
+        return self._vocab
+
+    def _live_column(self, term: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per segment: (global rows, tf, lengths) of the live rows containing `term`."""
+        found = []
+        for part, rows_of in zip(self.parts, self._global_rows):
+            local, tf = part.column(term)
+            if not len(local):
+                continue
+            rows = rows_of[local]
+            keep = rows >= 0
+            if not keep.all():
+                local, tf, rows = local[keep], tf[keep], rows[keep]
+            if len(rows):
+                found.append((rows, tf, part.lengths[local]))
+        return found
+
+    def document_frequency(self, term: str) -> int:
+        """Live rows containing `term`."""
+        return sum(len(rows) for rows, _, _ in self._live_column(term))
+
+    def term_idf(self, term: str) -> float:
+        """The IDF BM25 gives `term` (method of the index; 0.0 for a term no live row contains)."""
+        if self._legacy is not None:
+            return self._legacy_idf(term)
+        df = self.document_frequency(term)
+        return float(np.float32(IDF[self.method](df, self.n_live))) if df else 0.0
+
+    def _legacy_idf(self, term: str) -> float:
+        column = self._legacy.vocab_dict.get(term)
+        if column is None:
+            return 0.0
+        indptr = self._legacy.scores["indptr"]
+        df = int(indptr[column + 1] - indptr[column])
+        fn = IDF.get(self.method)
+        return float(np.float32(fn(df, self.size))) if fn and df else 0.0
+
+    def query_terms(self, query: str) -> list[str]:
+        """The query's terms the index has (tokenised as the documents were; repeats kept)."""
+        if self._legacy is not None:
+            vocab = self._legacy.vocab_dict
+            return [t for t in self.tokenizer.query_terms(query) if t in vocab]
+        return [t for t in self.tokenizer.query_terms(query) if any(t in part.vocab for part in self.parts)]
+
+    def query_idf(self, query: str) -> dict[str, float]:
+        """For the query's in-vocabulary terms, the IDF of each (see :meth:`term_idf`); k1 and b are
+        :attr:`k1` and :attr:`b`."""
+        return {term: self.term_idf(term) for term in dict.fromkeys(self.query_terms(query))}
+
+    # ------------------------------------------------------------------ scoring
+    def score_terms(self, terms: Sequence[str]) -> np.ndarray:
+        """BM25 score of every live row for the query terms (0 where none occurs): per term, in
+        order, its float32 contributions are added, as bm25s does."""
+        if self._legacy is not None:
+            vocab = self._legacy.vocab_dict
+            return self._legacy_scores([vocab[t] for t in terms if t in vocab])
+        scores = np.zeros(self.size, dtype=np.float32)
+        if not terms or not self.size:
+            return scores
+        idf_of = IDF[self.method]
+        for term in terms:
+            column = self._live_column(term)
+            df = sum(len(rows) for rows, _, _ in column)
+            if not df:
+                continue
+            idf = np.float32(idf_of(df, self.n_live))
+            for rows, tf, lengths in column:
+                contribution = (idf * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32)
+                scores[rows] += contribution
+        return scores
+
+    def _legacy_scores(self, term_ids: list[int]) -> np.ndarray:
+        if not term_ids or not self.size:
+            return np.zeros(self.size, dtype=np.float32)
+        return self._legacy.get_scores_from_ids(term_ids)
+
+    def top_terms(self, terms: Sequence[str], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
+        scores = self.score_terms(terms)
+        if mask is not None:
+            scores = np.where(mask, scores, 0.0)
+        return top_positive(scores, depth)
+
+    # the term-id interface (ids of :attr:`vocab`), for tools that keep ids
+    def query_ids(self, query: str) -> list[int]:
+        """Vocabulary ids of the query's terms (terms the index has never seen are dropped)."""
+        vocab = self.vocab
+        return [vocab[t] for t in self.tokenizer.query_terms(query) if t in vocab]
+
+    def _terms_of(self, term_ids: Sequence[int]) -> list[str]:
+        if self.vocab is not None and self._terms is not None:
+            return [self._terms[i] for i in term_ids]
+        return []
+
+    def scores(self, term_ids: list[int]) -> np.ndarray:
+        """BM25 score of every row (0 where no query term occurs)."""
+        if self._legacy is not None:
+            return self._legacy_scores(list(term_ids))
+        return self.score_terms(self._terms_of(term_ids))
 
     def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
@@ -126,6 +435,78 @@ class SparseIndex:
         if mask is not None:
             scores = np.where(mask, scores, 0.0)
         return top_positive(scores, depth)
+
+    def row_weights(self, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per live row, (term ids of :attr:`vocab`, BM25 weight of each term: IDF folded in, or
+        not with `fold_idf=False`), for exporting the index to an engine with sparse vectors."""
+        if self._legacy is not None:
+            return self._legacy_row_weights(fold_idf)
+        vocab = self.vocab
+        all_rows, all_terms, all_values = [], [], []
+        for term, term_id in vocab.items():
+            column = self._live_column(term)
+            df = sum(len(rows) for rows, _, _ in column)
+            idf = np.float32(IDF[self.method](df, self.n_live)) if df else np.float32(0)
+            for rows, tf, lengths in column:
+                tfc = _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)
+                all_rows.append(rows)
+                all_terms.append(np.full(len(rows), term_id, dtype=np.int64))
+                all_values.append((idf * tfc if fold_idf else tfc).astype(np.float32))
+        return _by_row(self.size, all_rows, all_terms, all_values)
+
+    def _legacy_row_weights(self, fold_idf: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+        n = self.size
+        scores = getattr(self.retriever, "scores", None)
+        if not n or not scores:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+        data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
+        terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
+        if not fold_idf:
+            df = np.diff(indptr).astype(np.float64)
+            data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
+        return _by_row(n, [indices.astype(np.int64)], [terms], [data])
+
+
+def _by_row(n: int, rows: list[np.ndarray], terms: list[np.ndarray],
+            values: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    if not rows:
+        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
+    rows_a, terms_a, values_a = np.concatenate(rows), np.concatenate(terms), np.concatenate(values)
+    order = np.lexsort((terms_a, rows_a))  # by row (chunk), then term
+    rows_a, terms_a, values_a = rows_a[order], terms_a[order], values_a[order]
+    bounds = np.searchsorted(rows_a, np.arange(n + 1))
+    return [(terms_a[bounds[r]:bounds[r + 1]], values_a[bounds[r]:bounds[r + 1]]) for r in range(n)]
+
+
+class _ScoreMatrix:
+    """bm25s's score-matrix shape over a segmented index (for tools reading bm25s internals, e.g. the
+    Qdrant export): column `t` = term `t` of the index's vocabulary, rows = live rows, values = that
+    term's BM25 contribution (IDF folded in, global statistics), as bm25s would store them."""
+
+    def __init__(self, index: SparseIndex) -> None:
+        vocab = index.vocab
+        columns = []
+        for term, _ in sorted(vocab.items(), key=lambda item: item[1]):  # in id order
+            column = index._live_column(term)
+            df = sum(len(rows) for rows, _, _ in column)
+            idf = np.float32(IDF[index.method](df, index.n_live)) if df else np.float32(0)
+            rows = np.concatenate([c[0] for c in column]) if column else np.zeros(0, np.int64)
+            values = (np.concatenate([(idf * _tfc(index.method, tf, lengths, index.avgdl, index.k1, index.b))
+                                      .astype(np.float32) for _, tf, lengths in column])
+                      if column else np.zeros(0, np.float32))
+            columns.append((rows, values))
+        indptr = np.zeros(len(columns) + 1, dtype=np.int64)
+        np.cumsum([len(rows) for rows, _ in columns], out=indptr[1:])
+        self.scores = {
+            "data": np.concatenate([v for _, v in columns]) if columns else np.zeros(0, np.float32),
+            "indices": (np.concatenate([r for r, _ in columns]) if columns else np.zeros(0)).astype(np.int32),
+            "indptr": indptr, "num_docs": index.size,
+        }
+        self.vocab_dict = vocab
+        self._index = index
+
+    def get_scores_from_ids(self, term_ids: Sequence[int]) -> np.ndarray:
+        return self._index.scores(list(term_ids))
 
 
 def lucene_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:

@@ -151,3 +151,54 @@ def all_tags(con) -> list[str]:
 
 def in_list(values: Iterable[Any]) -> list[Any]:
     return list(values)
+
+
+TABLES = ("documents", "chunks", "tags", "chunk_vectors")
+
+
+def _quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
+    """One read-only view over several segment stores: an in-memory DuckDB that attaches each
+    `store.duckdb` read-only and defines `documents`, `chunks`, `tags`, `chunk_vectors` (and `meta`,
+    the newest segment's) as the union of the segments minus each segment's tombstoned documents
+    (`deleted[i]`: doc ids). Readers never take a write lock, so a writer is never blocked."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        for i, path in enumerate(paths):
+            try:
+                con.execute(f"ATTACH {_quoted(path)} AS s{i} (READ_ONLY)")
+                con.execute(f"SELECT count(*) FROM s{i}.chunks").fetchall()
+            except duckdb.Error as error:
+                raise StoreError(
+                    f"cannot open DuckDB file {path}: {str(error).splitlines()[0][:200]}; "
+                    "run `hybridlab verify --repair --index DIR`"
+                ) from None
+        con.execute("CREATE TABLE deleted_docs (segment INTEGER, doc_id VARCHAR)")
+        rows = {"segment": [i for i, ids in enumerate(deleted) for _ in ids],
+                "doc_id": [doc_id for ids in deleted for doc_id in ids]}
+        insert_rows(con, "deleted_docs", rows)
+        parts: dict[str, list[str]] = {table: [] for table in TABLES}
+        for i in range(len(paths)):
+            gone = f"(SELECT doc_id FROM deleted_docs WHERE segment = {i})"
+            if deleted[i]:
+                parts["documents"].append(f"SELECT * FROM s{i}.documents WHERE doc_id NOT IN {gone}")
+                parts["chunks"].append(f"SELECT * FROM s{i}.chunks WHERE doc_id NOT IN {gone}")
+                parts["tags"].append(f"SELECT * FROM s{i}.tags WHERE doc_id NOT IN {gone}")
+                parts["chunk_vectors"].append(
+                    f"SELECT * FROM s{i}.chunk_vectors WHERE chunk_id NOT IN "
+                    f"(SELECT chunk_id FROM s{i}.chunks WHERE doc_id IN {gone})")
+            else:
+                for table in TABLES:
+                    parts[table].append(f"SELECT * FROM s{i}.{table}")
+        for table, selects in parts.items():
+            con.execute(f"CREATE VIEW {table} AS {' UNION ALL '.join(selects)}")
+        con.execute(f"CREATE VIEW meta AS SELECT * FROM s{len(paths) - 1}.meta")
+        return con
+    except BaseException:
+        con.close()
+        raise

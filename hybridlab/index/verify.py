@@ -1,18 +1,18 @@
 """Check an index folder and repair what can be rebuilt: `hybridlab verify --index DIR [--repair]`.
 
-What is checked: the manifest parses and names a generation folder; every file of that generation
-has the size and sha256 the manifest recorded; the DuckDB store opens; every chunk id in DuckDB is
+What is checked: the manifest parses and names a generation folder and its segments; every file of
+those segments has the size and sha256 the manifest recorded; every segment's DuckDB store opens; every chunk id in DuckDB is
 in BM25 and in each model's FAISS index and vice versa, counts and dimensions match the manifest;
 the embeddings cache opens.
 
 What is repairable (DuckDB is the source of truth, the embeddings cache the source of vectors):
 
 - a missing or corrupt manifest: rewritten from the copy inside the newest intact generation;
-- a corrupt DuckDB store of the live generation: the index falls back to the previous generation
-  (kept by every indexing run); the last run's changes are lost and the next `hybridlab index`
-  of the same sources re-applies them;
-- corrupt, missing or inconsistent FAISS/BM25 files: rebuilt from the store and the embeddings
-  cache into a new generation (vectors missing from the cache are re-embedded);
+- a corrupt DuckDB store of a live segment: the index falls back to the newest previous generation
+  whose segments are all intact (the previous one is kept by every write); the later writes are
+  lost and the next `hybridlab index` of the same sources re-applies them;
+- corrupt, missing or inconsistent FAISS/BM25 files: every segment rebuilt from the stores and the
+  embeddings cache into one new segment (vectors missing from the cache are re-embedded);
 - a corrupt index-local embeddings cache: moved aside as `embeddings.duckdb.corrupt-<time>` and
   refilled by the rebuild (re-embedding everything).
 
@@ -85,8 +85,18 @@ def cache_path(index_dir: Path, manifest: dict[str, Any]) -> Path:
     return Path(named)
 
 
+def _segment_folders(index_dir: Path, manifest: dict[str, Any]) -> list[Path]:
+    return [Path(index_dir) / entry["name"] for entry in layout.segments(manifest)]
+
+
+def _stores_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """Problems opening or reading the DuckDB store of any segment of the manifest."""
+    return [problem for folder in _segment_folders(index_dir, manifest) for problem in _store_problems(folder)]
+
+
 def _intact(index_dir: Path, folder: Path) -> dict[str, Any] | None:
-    """The manifest copy of a generation folder when every file matches it and the store reads."""
+    """The manifest copy of a generation folder when every file of its segments matches it and
+    every store reads."""
     copy = folder / layout.MANIFEST
     try:
         manifest = json.loads(copy.read_text(encoding="utf-8"))
@@ -94,7 +104,9 @@ def _intact(index_dir: Path, folder: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(manifest, dict) or manifest.get("path") != folder.name or "files" not in manifest:
         return None
-    if layout.file_problems(index_dir, manifest, hash_all=True) or _store_problems(folder):
+    if any(not (Path(index_dir) / name).is_dir() for name in layout.referenced_folders(index_dir, manifest)):
+        return None
+    if layout.file_problems(index_dir, manifest, hash_all=True) or _stores_problems(index_dir, manifest):
         return None
     return manifest
 
@@ -109,8 +121,7 @@ def verify(index_dir: str | Path) -> list[str]:
     except HybridlabError as error:
         return [str(error)]
     problems = layout.file_problems(index_dir, manifest, hash_all=True)
-    generation = index_dir / manifest["path"]
-    problems += _store_problems(generation)
+    problems += _stores_problems(index_dir, manifest)
     problems += _cache_problems(cache_path(index_dir, manifest))
     if problems:
         return problems
@@ -138,10 +149,11 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             manifest = layout.read_manifest(index_dir)
         except HybridlabError as error:
             manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
-        if _store_problems(index_dir / manifest["path"]) or \
-                any(name == layout.STORE_FILE for name in _damaged_files(index_dir, manifest)):
-            manifest = _restore_manifest(index_dir, manifest, actions,
-                                         reason=f"{index_dir / manifest['path'] / layout.STORE_FILE} is damaged")
+        damaged_stores = [name for name in _damaged_files(index_dir, manifest) if Path(name).name == layout.STORE_FILE]
+        if _stores_problems(index_dir, manifest) or damaged_stores:
+            reason = f"{layout.file_base(index_dir, manifest) / damaged_stores[0]} is damaged" if damaged_stores \
+                else _stores_problems(index_dir, manifest)[0]
+            manifest = _restore_manifest(index_dir, manifest, actions, reason=reason)
         cache = cache_path(index_dir, manifest)
         if _cache_problems(cache):
             if cache.resolve() != (index_dir / layout.CACHE_FILE).resolve():
@@ -168,7 +180,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
 
 
 def _damaged_files(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
-    generation = index_dir / manifest["path"]
+    generation = layout.file_base(index_dir, manifest)
     damaged = []
     for problem in layout.file_problems(index_dir, manifest, hash_all=True):
         for name in manifest.get("files", {}):

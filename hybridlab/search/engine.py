@@ -36,7 +36,7 @@ import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file
 from hybridlab.index import layout
-from hybridlab.index.reader import Generation, consistency_problems, file_stamp
+from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, file_stamp
 from hybridlab.search import pipeline
 from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters, parse_when
@@ -99,7 +99,8 @@ class Index:
         self._rerankers: dict[str, Any] = {}  # cross-encoders of the rerank step, loaded on first use
         self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
         self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
-        self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check, backend=backend)
+        self._segments = SegmentCache()  # segments are immutable: a refresh reads only new ones
+        self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check, backend=backend, cache=self._segments)
 
     # ---------------------------------------------------------------- the snapshot
     def snapshot(self) -> Snapshot:
@@ -116,7 +117,8 @@ class Index:
         with self._lock:
             if file_stamp(self._manifest_path) == self._snapshot.generation.stamp:
                 return False
-            self._snapshot = open_snapshot(self.index_dir, check=self._check, backend=self._backend)
+            self._snapshot = open_snapshot(self.index_dir, check=self._check, backend=self._backend,
+                                           cache=self._segments)
             # the old snapshot's DuckDB connection closes when its last search lets go of it
             return True
 
@@ -409,6 +411,10 @@ class Index:
             "models": {m: {"dim": info["dim"], "vectors": info["vectors"], "index": info.get("index")}
                        for m, info in manifest.get("models", {}).items()},
             "bm25": manifest.get("bm25", {}), "chunking": manifest["config"]["chunk"],
+            "segments": [{"name": s["name"], "chunks": s.get("chunks"), "tombstones": len(s.get("deleted") or ())}
+                         for s in layout.segments(dict(manifest))],
+            "tombstones": sum(len(s.get("deleted") or ()) for s in layout.segments(dict(manifest))),
+            "last_merge": manifest.get("last_merge"),
         }
 
 

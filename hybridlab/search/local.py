@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.index import store
-from hybridlab.index.dense import DenseIndex
+from hybridlab.index.dense import DenseIndex, RowGather, SegmentedDense
 from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.reader import Generation
 from hybridlab.index.sparse import SparseIndex
@@ -33,7 +33,19 @@ class Bm25Retriever:
         self.index = index
 
     def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.top(self.index.query_ids(query), depth, allowed.mask)
+        return self.index.top_terms(self.index.query_terms(query), depth, allowed.mask)
+
+    def query_idf(self, query: str) -> dict[str, float]:
+        """The IDF of each of the query's in-vocabulary terms (global over the live segments)."""
+        return self.index.query_idf(query)
+
+    @property
+    def k1(self) -> float:
+        return self.index.k1
+
+    @property
+    def b(self) -> float:
+        return self.index.b
 
     def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
         return self.index.matched_idf_share(query, rows)
@@ -43,7 +55,7 @@ class FaissRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =
     chunk ids) and its corpus graph; FAISS rows are mapped to snapshot rows with `to_rows`."""
 
-    def __init__(self, index: DenseIndex, chunk_ids: np.ndarray, to_rows: np.ndarray,
+    def __init__(self, index: DenseIndex | SegmentedDense, chunk_ids: np.ndarray, to_rows: np.ndarray,
                  graph: np.ndarray | None) -> None:
         self.index = index
         self.model = index.model
@@ -63,7 +75,7 @@ class FaissRetriever:
     def _score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(FAISS rows, scores) of the snapshot `rows` this model has vectors for."""
         dense_rows = self.index.rows_of(self._chunk_ids[rows])
-        return dense_rows, self.index.vectors[dense_rows] @ np.asarray(vector, dtype=np.float32).reshape(-1)
+        return dense_rows, self.index.take(dense_rows) @ np.asarray(vector, dtype=np.float32).reshape(-1)
 
     def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         dense_rows, scores = self._score(vector, rows)
@@ -76,7 +88,7 @@ class FaissRetriever:
         if self._graph is not None and hops > 0:
             mask, to_rows = allowed.mask, self._to_rows
             keep = None if mask is None else (lambda candidates: mask[to_rows[candidates]])
-            grown, scores = expand_by_graph(self.index.vectors, self._graph, vector, dense_rows, scores, hops=hops,
+            grown, scores = expand_by_graph(RowGather(self.index), self._graph, vector, dense_rows, scores, hops=hops,
                                             seeds=seeds, keep=keep)
             added = len(grown) - len(dense_rows)
             dense_rows = grown

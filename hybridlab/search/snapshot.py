@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from hybridlab.index.reader import Generation, read_generation
+from hybridlab.index.reader import Generation, SegmentCache, read_generation
 from hybridlab.search.local import Bm25Retriever, DuckDBStore, FaissRetriever
 from hybridlab.search.retrievers import DenseRetriever, MetadataStore, SparseRetriever
 from hybridlab.search.tags import TagVocabulary
@@ -83,10 +83,12 @@ def snapshot_of(generation: Generation) -> Snapshot:
 
 
 def open_snapshot(index_dir: str | os.PathLike, *, check: bool = True,
-                  backend: Callable[[Generation], Snapshot] = snapshot_of) -> Snapshot:
+                  backend: Callable[[Generation], Snapshot] = snapshot_of,
+                  cache: SegmentCache | None = None) -> Snapshot:
     """Open the live generation of `index_dir` as a snapshot (see :func:`~hybridlab.index.reader.read_generation`);
-    `backend` builds it (the local retrievers by default, e.g. :func:`hybridlab.search.qdrant.qdrant_backend`)."""
-    generation = read_generation(index_dir, check=check)
+    `backend` builds it (the local retrievers by default, e.g. :func:`hybridlab.search.qdrant.qdrant_backend`);
+    with a `cache`, only segments not loaded before are read."""
+    generation = read_generation(index_dir, check=check, cache=cache)
     try:
         return backend(generation)
     except BaseException:

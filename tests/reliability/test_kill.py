@@ -153,3 +153,82 @@ def test_kill_at_spread_times_soak(scenario, tmp_path, cycle):
     record(f"kill_time_points_cycle{cycle}", survived)
     record(f"kill_time_states_cycle{cycle}", {s: states.count(s) for s in set(states)})
     assert "previous" in states  # some kills did land before the commit
+
+
+def _close(got: dict, expected: dict) -> bool:
+    """Same documents per query, scores equal to 1e-6 (a merge may change a cosine's last float bit)."""
+    return got.keys() == expected.keys() and all(
+        run.keys() == expected[q].keys() and all(abs(s - expected[q][d]) <= 1e-6 for d, s in run.items())
+        for q, run in got.items())
+
+
+@pytest.fixture(scope="module")
+def segment_scenario(tmp_path_factory):
+    """An index of three segments (a build and two small writes); the next run deletes, changes and
+    adds a few documents (tombstones + a segment) and, with a merge factor of 3, merges afterwards."""
+    root = tmp_path_factory.mktemp("kill-segments")
+    corpus = root / "corpus"
+    write_corpus(corpus, range(40))
+    base = root / "base"
+    cli("index", str(corpus), "--index", str(base), *MODEL_ARGS, "-q")
+    for batch in (range(40, 43), range(43, 46)):
+        write_corpus(corpus, batch)
+        cli("index", str(corpus), "--index", str(base), *MODEL_ARGS, "-q")
+    for i in range(5):
+        (corpus / f"doc{i:04d}.md").unlink()
+    write_corpus(corpus, range(10, 13), version=1)
+    write_corpus(corpus, range(46, 49))
+    clean = root / "clean"
+    shutil.copytree(base, clean)
+    cli("index", str(corpus), "--index", str(clean), *MODEL_ARGS, "-q", HYBRIDLAB_MERGE_FACTOR="3")
+    clean_manifest = json.loads((clean / "manifest.json").read_text())
+    assert clean_manifest["last_merge"]["reason"] == "tiered policy"
+    return {"corpus": corpus, "base": base, "base_results": snapshot(base), "clean_results": snapshot(clean),
+            "generation": _generation(base)}
+
+
+def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenario, tmp_path):
+    """SIGKILL after each stage of a run that tombstones, writes a segment, merges it with its tier
+    and commits: the index verifies clean and answers as before the run or as after it."""
+    from hybridlab.index.verify import verify
+
+    scenario = segment_scenario
+
+    def start(index_dir: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "hybridlab.cli", "index", str(scenario["corpus"]), "--index", str(index_dir),
+             *MODEL_ARGS, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=env(HYBRIDLAB_TRACE_STAGES="1", HYBRIDLAB_MERGE_FACTOR="3"))
+
+    probe = tmp_path / "probe"
+    shutil.copytree(scenario["base"], probe)
+    process = start(probe)
+    all_stages = [line.split()[1] for line in process.stdout if line.startswith("STAGE ")]
+    process.wait(timeout=120)
+    process.stdout.close()
+    assert all_stages.count("manifest-committed") == 1 and "merge-start" in all_stages  # one commit, merge included
+    states = []
+    for k in range(1, len(all_stages) + 1):
+        index_dir = tmp_path / f"s{k:02d}"
+        shutil.copytree(scenario["base"], index_dir)
+        process = start(index_dir)
+        seen = 0
+        for line in process.stdout:
+            if line.startswith("STAGE "):
+                seen += 1
+                if seen >= k:
+                    break
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+        process.stdout.close()
+        assert verify(index_dir) == []
+        committed = _generation(index_dir) != scenario["generation"]
+        results = snapshot(index_dir)
+        assert _close(results, scenario["clean_results"] if committed else scenario["base_results"])
+        states.append("committed" if committed else "previous")
+        cli("index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q", HYBRIDLAB_MERGE_FACTOR="3")
+        assert _close(snapshot(index_dir), scenario["clean_results"])
+        assert sorted(p.name for p in index_dir.iterdir() if ".tmp-" in p.name) == []
+        shutil.rmtree(index_dir)
+    assert {"committed", "previous"} <= set(states)
+    record("kill_segment_stage_points", len(all_stages))

@@ -1,0 +1,202 @@
+"""The segmented index: BM25 with global statistics equals bm25s, and any sequence of adds, changes
+and deletes (with or without merges) answers exactly like a fresh full build of the same documents."""
+from __future__ import annotations
+
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from hybridlab.config import Bm25Config, IndexConfig
+from hybridlab.index import build, layout
+from hybridlab.index.build import apply_changes, merge_plan, optimize
+from hybridlab.index.memory import make_memory
+from hybridlab.index.sparse import SparseIndex, _bm25s
+from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.search.engine import open_index
+
+WORDS = ["alpha", "beta", "gamma", "delta", "panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy"]
+QUERIES = ("panel widget", "holoviews stream plot", "data frame table", "vector search memory", "async render cache",
+           "slider", "bokeh server layout notebook", "tunnel deploy python")
+NOW = "2026-11-01T00:00:00Z"
+CONFIG = IndexConfig(models=("wordllama",), graph_k=3)
+SOURCE = "mcp:memories"
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 25)))
+
+
+def _memory(doc_id: str, text: str, day: int, tags: tuple[str, ...]):
+    return make_memory(text, list(tags), created_at=f"2026-10-{day:02d}T12:00:00Z", memory_id=doc_id, source=SOURCE)
+
+
+def test_bm25_scores_equal_bm25s_on_a_fresh_build():
+    rng = random.Random(7)
+    docs = [_text(rng) for _ in range(400)] + ["", "panel"]
+    config = Bm25Config()
+    ours = SparseIndex.build(docs, np.arange(len(docs)), config)
+    tokenizer = Tokenizer(config)
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in tokenizer.tokenize(d)] for d in docs]
+    from bm25s.tokenization import Tokenized
+
+    reference = _bm25s().BM25(k1=config.k1, b=config.b, method=config.method)
+    reference.index(Tokenized(ids=ids, vocab=vocab), show_progress=False)
+    for query in (*QUERIES, "panel panel widget", "nothing-known"):
+        term_ids = [vocab[t] for t in tokenizer.query_terms(query) if t in vocab]
+        expected = reference.get_scores_from_ids(term_ids) if term_ids else np.zeros(len(docs), np.float32)
+        np.testing.assert_array_equal(ours.scores(ours.query_ids(query)), expected)
+
+
+def test_bm25_over_segments_uses_global_statistics():
+    """Two segments plus a tombstone score exactly like one index of the live rows."""
+    rng = random.Random(3)
+    docs = [_text(rng) for _ in range(60)]
+    config = Bm25Config()
+    whole = SparseIndex.build([d for i, d in enumerate(docs) if i != 5], np.asarray([i for i in range(60) if i != 5]),
+                              config)
+    first = SparseIndex.build(docs[:40], np.arange(40), config)
+    second = SparseIndex.build(docs[40:], np.arange(40, 60), config)
+    live = np.ones(40, dtype=bool)
+    live[5] = False
+    combined = SparseIndex([first.parts[0], second.parts[0]], [live, None], whole.chunk_ids, first.tokenizer)
+    for query in QUERIES:
+        np.testing.assert_array_equal(combined.score_terms(combined.query_terms(query)),
+                                      whole.score_terms(whole.query_terms(query)))
+        assert combined.query_idf(query) == whole.query_idf(query)
+    assert (combined.k1, combined.b) == (config.k1, config.b)
+
+
+def _runs(index_dir) -> dict[tuple[str, str], dict[str, float]]:
+    runs = {}
+    with open_index(index_dir) as index:
+        for query in QUERIES:
+            for name, options in (("bm25", {"mode": "bm25"}), ("vector", {"mode": "vector"}),
+                                  ("hybrid", {"mode": "hybrid", "staged": False}),
+                                  ("staged", {"mode": "hybrid", "staged": True, "expand_hops": 2, "candidates": 5})):
+                runs[(query, name)] = index.run(query, now=NOW, depth=1000, limit=1000, **options)
+            runs[(query, "tagged")] = index.run(query, now=NOW, depth=1000, limit=1000, tags=["red"])
+    return runs
+
+
+def _assert_same(got, expected):
+    assert got.keys() == expected.keys()
+    for key, run in expected.items():
+        assert got[key].keys() == run.keys(), key
+        for doc_id, score in run.items():
+            assert got[key][doc_id] == pytest.approx(score, abs=1e-6), (key, doc_id)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_writes_answer_like_a_fresh_build(tmp_path, embedding_cache_path, monkeypatch, seed):
+    """Random adds, changes and deletes (each a commit: a segment and/or tombstones; merges with a
+    small merge factor), then bm25, vector, hybrid, staged and filtered runs equal those of a fresh
+    build of the same documents, and again after `optimize`."""
+    monkeypatch.setattr(build, "MERGE_FACTOR", 3)
+    rng = random.Random(seed)
+    documents: dict[str, object] = {}
+    index_dir = tmp_path / "index"
+    counter = 0
+    for step in range(8):
+        for _ in range(rng.randint(0, 6) if step else 12):  # adds
+            counter += 1
+            doc_id = f"m{counter:04d}"
+            documents[doc_id] = _memory(doc_id, _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2))))
+        for doc_id in rng.sample(sorted(documents), min(len(documents), rng.randint(0, 2))):  # changes
+            documents[doc_id] = _memory(doc_id, _text(rng), rng.randint(1, 28), ("red",))
+        for doc_id in rng.sample(sorted(documents), min(len(documents) - 1, rng.randint(0, 2))):  # deletes
+            del documents[doc_id]
+        apply_changes(index_dir, [(SOURCE, list(documents.values()), True)], CONFIG, progress=False,
+                      cache_path=embedding_cache_path, merge=rng.random() < 0.6)
+    manifest = layout.read_manifest(index_dir)
+    fresh = tmp_path / "fresh"
+    apply_changes(fresh, [(SOURCE, list(documents.values()), True)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    expected = _runs(fresh)
+    _assert_same(_runs(index_dir), expected)
+    assert len(layout.segments(manifest)) >= 1
+    optimize(index_dir)
+    assert len(layout.segments(layout.read_manifest(index_dir))) == 1
+    _assert_same(_runs(index_dir), expected)
+
+
+def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache_path):
+    index_dir = tmp_path / "index"
+    first = [_memory(f"a{i}", f"panel widget {i} alpha", 3, ()) for i in range(5)]
+    apply_changes(index_dir, [(SOURCE, first, False)], CONFIG, progress=False, cache_path=embedding_cache_path)
+    before = layout.read_manifest(index_dir)
+    files_before = {name: value for name, value in before["files"].items() if "graph-" not in name}
+    report = apply_changes(index_dir, [(SOURCE, [_memory("b1", "holoviews stream", 4, ("red",))], False)], CONFIG,
+                           progress=False, cache_path=embedding_cache_path)
+    after = layout.read_manifest(index_dir)
+    assert report.committed and report.new_chunks == 1
+    assert [s["name"] for s in after["segments"]] == [before["path"], after["path"]]
+    for name, value in files_before.items():  # the earlier segment's files are the same files, untouched
+        assert after["files"][name] == value
+        assert layout.file_sha256(index_dir / name) == value["sha256"]
+    # a change is a tombstone in the old segment plus the new version in a new segment
+    apply_changes(index_dir, [(SOURCE, [_memory("a0", "bokeh server", 5, ())], False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    changed = layout.read_manifest(index_dir)
+    assert changed["segments"][0]["deleted"] == ["a0"] and len(changed["segments"]) == 3
+    with open_index(index_dir) as index:
+        assert index.n_chunks == 6
+        assert index.get_document("a0")["text"] == "bokeh server"
+        assert [r.doc_id for r in index.search("bokeh server", mode="bm25", limit=2)] == ["a0"]
+        stats = index.stats()
+        assert len(stats["segments"]) == 3 and stats["tombstones"] == 1
+
+
+def test_a_reader_refresh_opens_only_new_segments(tmp_path, embedding_cache_path):
+    index_dir = tmp_path / "index"
+    apply_changes(index_dir, [(SOURCE, [_memory("a", "panel widget", 3, ())], False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    with open_index(index_dir) as index:
+        first = index.snapshot().generation.segments[0]
+        apply_changes(index_dir, [(SOURCE, [_memory("b", "holoviews plot", 3, ())], False)], CONFIG, progress=False,
+                      cache_path=embedding_cache_path)
+        assert index.refresh()
+        segments = index.snapshot().generation.segments
+        assert len(segments) == 2 and segments[0] is first  # the old segment object is reused, not re-read
+        assert index.search("holoviews", mode="bm25", limit=1)[0].doc_id == "b"
+
+
+def test_merge_plan_is_tiered():
+    small = {"chunks": 1, "rows": 1}
+    assert merge_plan([{"chunks": 5000, "rows": 5000}] + [small] * 9, factor=10) is None
+    assert merge_plan([{"chunks": 5000, "rows": 5000}] + [small] * 10, factor=10) == (1, 11)
+    assert merge_plan([{"chunks": 40, "rows": 40}] * 3 + [small] * 2, factor=3) == (0, 3)
+    assert merge_plan([{"chunks": 100, "rows": 4000, "deleted": ["x"]}, small], factor=10) == (0, 2)
+
+
+def test_optimize_merges_everything_and_keeps_answers(tmp_path, embedding_cache_path):
+    index_dir = tmp_path / "index"
+    for i in range(4):
+        apply_changes(index_dir, [(SOURCE, [_memory(f"d{i}", f"{WORDS[i]} {WORDS[i + 5]} panel", 3, ())], False)],
+                      CONFIG, progress=False, cache_path=embedding_cache_path)
+    before = _runs(index_dir)
+    report = optimize(index_dir)
+    manifest = layout.read_manifest(index_dir)
+    assert report.committed and len(manifest["segments"]) == 1 and manifest["last_merge"]["reason"] == "optimize"
+    _assert_same(_runs(index_dir), before)
+    copy = tmp_path / "copy"
+    shutil.copytree(index_dir, copy)
+    assert not optimize(copy).committed  # already one segment
+
+
+def test_cli_index_optimize_and_stats(tmp_path, embedding_cache_path, capsys):
+    from hybridlab.cli import main
+
+    index_dir = tmp_path / "index"
+    for i in range(3):
+        apply_changes(index_dir, [(SOURCE, [_memory(f"c{i}", f"{WORDS[i]} panel", 3, ())], False)], CONFIG,
+                      progress=False, cache_path=embedding_cache_path)
+    assert main(["stats", "--index", str(index_dir)]) == 0
+    assert "segments 3, tombstoned documents 0, last merge none" in capsys.readouterr().out
+    assert main(["index", "--optimize", "--index", str(index_dir), "-q"]) == 0
+    assert "optimize: merged every segment into one" in capsys.readouterr().err
+    assert len(layout.read_manifest(index_dir)["segments"]) == 1
+    assert main(["index", "--index", str(index_dir), "-q"]) == 2
+    assert "give PATHS to index, or --optimize" in capsys.readouterr().err
