@@ -108,8 +108,11 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 7200) -> Any:
     """Run a worker of this file with `hybridlab` imported from `source`; its JSON result."""
+    from hybridlab.eval.datasets import data_dir
+
+    # both sides read the same datasets (a checkout elsewhere does not find ../shared/datasets)
     env = {**os.environ, "PYTHONPATH": str(source), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", "HYBRIDLAB_DATA": os.environ.get("HYBRIDLAB_DATA", str(data_dir()))}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, json.dumps(arguments)]
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=tempfile.gettempdir())
@@ -218,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, source in sources:
             row = _run(source, "writes", {"n": n, "stores": args.stores})
             results["writes"].setdefault(label, []).append(row)
+            (out / "writes.json").write_text(json.dumps(results, indent=2), encoding="utf-8")  # kept if a later step fails
             print(f"{label} N={n}: median {statistics.median(row['store_seconds']):.3f} s/store "
                   f"(build {row['build_seconds']:.1f} s)", flush=True)
     if not args.no_search:
