@@ -101,7 +101,8 @@ def test_the_cheap_conditions_reproduce(capsys):
 
 
 @pytest.mark.parametrize("config", ["configs/best.json",
-                                    pytest.param("configs/best-scifact.json", marks=pytest.mark.slow)])
+                                    pytest.param("configs/best-scifact.json", marks=pytest.mark.slow),
+                                    pytest.param("configs/best-holoviz.json", marks=pytest.mark.slow)])
 def test_the_served_config_reproduces(config, capsys):
     """The config the README's MCP section serves: pinned, so an engine-default change cannot move it."""
     from hybridlab.eval.datasets import REPO_ROOT
