@@ -44,6 +44,9 @@ def _checkpoint(stage: str) -> None:
     hook = _CHECKPOINT
     if hook is None and os.environ.get("HYBRIDLAB_TRACE_STAGES"):
         print(f"STAGE {stage}", flush=True)
+        # the fault-injection tests SIGKILL the process right after a stage line: a short pause lets
+        # the kill land before the next stage's work on a busy machine (HYBRIDLAB_TRACE_PAUSE seconds)
+        time.sleep(float(os.environ.get("HYBRIDLAB_TRACE_PAUSE", "0.05")))
     elif hook is not None:
         hook(stage)
 

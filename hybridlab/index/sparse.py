@@ -388,17 +388,53 @@ class SparseIndex:
         scores = np.zeros(self.size, dtype=np.float32)
         if not terms or not self.size:
             return scores
+        distinct = list(dict.fromkeys(terms))
+        rows, tf, lengths, term_of = self._postings_of(distinct)
+        if not len(rows):
+            return scores
+        df = np.bincount(term_of, minlength=len(distinct))
         idf_of = IDF[self.method]
-        for term in terms:
-            column = self._live_column(term)
-            df = sum(len(rows) for rows, _, _ in column)
-            if not df:
-                continue
-            idf = np.float32(idf_of(df, self.n_live))
-            for rows, tf, lengths in column:
-                contribution = (idf * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32)
-                scores[rows] += contribution
+        idf = np.asarray([idf_of(int(n), self.n_live) if n else 0.0 for n in df], dtype=np.float32)
+        contribution = (idf[term_of] * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32)
+        # float32 additions term by term, in query order (repeats included), as bm25s adds them
+        by_term = np.argsort(term_of, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(df)])
+        if len(distinct) == len(terms):
+            order = by_term
+        else:
+            position = {term: i for i, term in enumerate(distinct)}
+            order = np.concatenate([by_term[bounds[position[t]]:bounds[position[t] + 1]] for t in terms])
+        np.add.at(scores, rows[order], contribution[order])
         return scores
+
+    def _postings_of(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(global rows, tf, lengths, index into `terms`) of every live posting of `terms`, all segments."""
+        rows, tfs, lengths, term_of = [], [], [], []
+        for part, rows_of in zip(self.parts, self._global_rows):
+            vocab, indptr = part.vocab, part.indptr
+            slices = []
+            for i, term in enumerate(terms):
+                column = vocab.get(term)
+                if column is not None and indptr[column + 1] > indptr[column]:
+                    slices.append((i, int(indptr[column]), int(indptr[column + 1])))
+            if not slices:
+                continue
+            local = np.concatenate([part.indices[start:end] for _, start, end in slices])
+            tf = np.concatenate([part.tf[start:end] for _, start, end in slices])
+            which = np.repeat(np.asarray([i for i, _, _ in slices], dtype=np.int64),
+                              [end - start for _, start, end in slices])
+            global_rows = rows_of[local]
+            keep = global_rows >= 0
+            if not keep.all():
+                local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
+            rows.append(global_rows)
+            tfs.append(tf)
+            lengths.append(part.lengths[local])
+            term_of.append(which)
+        if not rows:
+            empty = np.zeros(0, np.int64)
+            return empty, np.zeros(0, np.float32), empty, empty
+        return np.concatenate(rows), np.concatenate(tfs), np.concatenate(lengths), np.concatenate(term_of)
 
     def _legacy_scores(self, term_ids: list[int]) -> np.ndarray:
         if not term_ids or not self.size:
