@@ -91,6 +91,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                           help="fixed fusion weights for every query")
     g.add_argument("--lexical-floor", type=_unit_float, help="lexical evidence at or below which BM25 gets no weight")
     g.add_argument("--lexical-ceiling", type=_unit_float, help="lexical evidence from which BM25 gets its full weight")
+    g.add_argument("--rerank-depth", type=int, help="re-score the top N fused chunks with the cross-encoder (0 = off)")
+    g.add_argument("--rerank-weight", type=_unit_float,
+                   help="cross-encoder share of the reranked order (1.0 = its order alone; default 1.0)")
+    g.add_argument("--rerank-model", help="the cross-encoder (default ms-marco-MiniLM-L-12-v2)")
     g.add_argument("--recency-intent-weight", type=_unit_float,
                    help="recency weight for queries asking for the latest state (current, still, ...)")
     g.add_argument("--embedding-model", help="which model's vectors to search")
@@ -101,7 +105,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
                         "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
-                        "recency_intent_weight")
+                        "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
