@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,24 @@ def test_recording_rewrites_only_the_expected_values_of_that_condition():
         recorded_text(text, "c", {"mrr": 0.5})
     with pytest.raises(ValueError, match="no expected value"):
         recorded_text(text, "b", {"ndcg@10": 0.5})
+
+
+def test_a_condition_waits_for_an_index_another_process_is_writing(monkeypatch):
+    from hybridlab.errors import IndexLockedError
+    from hybridlab.tune import repro
+
+    calls = []
+
+    def ensure(evalset, config, progress=False):
+        calls.append(1)
+        if len(calls) < 3:
+            raise IndexLockedError("index x is locked by PID 1 (another process is writing it)")
+        return Path("/nonexistent-index")
+
+    monkeypatch.setattr(repro, "ensure_index", ensure)
+    condition = repro.Condition("c", "memories", "all", "hybridlab eval --index ${index} --json", {"mrr": 0.5})
+    assert repro._ensure_waiting(condition, False, timeout=10, poll_s=0.01) == Path("/nonexistent-index")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(IndexLockedError):
+        repro._ensure_waiting(condition, False, timeout=0, poll_s=0.01)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import ENV_ALIASES, ENV_PREFIX, SEARCH_FIELDS, IndexConfig, offline_environment
+from hybridlab.errors import HybridlabError, IndexLockedError
 from hybridlab.eval.datasets import REPO_ROOT, data_dir
 from hybridlab.eval.evalsets import ensure_index, get_evalset
 
@@ -136,6 +137,20 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def _ensure_waiting(condition: Condition, progress: bool, timeout: float, poll_s: float = 2.0) -> Path:
+    """The condition's index, built once; while another process writes it (a test run, a sweep),
+    wait for it rather than fail, up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ensure_index(get_evalset(condition.dataset), IndexConfig.from_dict(condition.index),
+                                progress=progress)
+        except IndexLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *, progress: bool = False,
                   timeout: float = 3600.0) -> Outcome:
     """Build (or reuse) the index, run the command, compare the metrics it prints as JSON."""
@@ -147,10 +162,9 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
     try:
         index_dir = None
         if "${index}" in condition.command:
-            index_dir = ensure_index(get_evalset(condition.dataset), IndexConfig.from_dict(condition.index),
-                                     progress=progress)
+            index_dir = _ensure_waiting(condition, progress, timeout)
         argv = expand(condition, index_dir)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, HybridlabError) as error:
         return failed(str(error))
     done = subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
                           timeout=timeout, check=False)
