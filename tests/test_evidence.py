@@ -92,3 +92,14 @@ def test_recency_cues_do_not_count_against_lexical_evidence():
 
     assert without_recency_cues("what is the current deploy target").split() == ["what", "is", "the", "deploy", "target"]
     assert without_recency_cues("currency rates") == "currency rates"
+
+
+def test_contains_agrees_with_isin_sorted_or_not():
+    from hybridlab.index.sparse import contains
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        postings = rng.choice(50, size=rng.integers(0, 20), replace=False)
+        rows = rng.integers(0, 50, size=10)
+        assert contains(postings, rows).tolist() == np.isin(rows, postings).tolist()
+        assert contains(np.sort(postings), rows).tolist() == np.isin(rows, postings).tolist()

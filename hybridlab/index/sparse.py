@@ -301,7 +301,7 @@ class SparseIndex:
             return np.zeros(len(rows))
         matched = np.zeros(len(rows))
         for term_id, weight in zip(known, weights.tolist()):
-            matched += weight * np.isin(rows, self._postings_rows(term_id))
+            matched += weight * contains(self._postings_rows(term_id), rows)
         return matched / total
 
     def _postings_rows(self, term_id: int) -> np.ndarray:
@@ -543,6 +543,18 @@ class _ScoreMatrix:
 
     def get_scores_from_ids(self, term_ids: Sequence[int]) -> np.ndarray:
         return self._index.scores(list(term_ids))
+
+
+def contains(postings: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of `rows`, whether it is in `postings`: a binary search when the postings are
+    ascending (as stored), else np.isin; a few rows against long postings is the hot case."""
+    postings = np.asarray(postings)
+    if not len(postings):
+        return np.zeros(len(rows), dtype=bool)
+    if len(postings) > 1 and not bool(np.all(postings[1:] >= postings[:-1])):
+        return np.isin(rows, postings)
+    found = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
+    return postings[found] == rows
 
 
 def lucene_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:
