@@ -27,7 +27,7 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.index import layout, store
-from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, text_sha256
 from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
 from hybridlab.ingest.sources import Document, IngestReport, read_source
 
@@ -377,15 +377,18 @@ def _segment_files(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str,
     return {name[len(prefix):]: value for name, value in files.items() if name.startswith(prefix)}
 
 
-def _attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> None:
-    for i, entry in enumerate(entries):
-        path = str(index_dir / entry["name"] / layout.STORE_FILE).replace("'", "''")
-        con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+def _attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> list[str]:
+    """Attach the segments' tables to `con` (read-only); their aliases, unique in this process."""
+    aliases = []
+    for entry in entries:
+        aliases.append(store.unique_name("s"))
+        store.attach_segment(con, _folder(index_dir, entry), aliases[-1])
+    return aliases
 
 
-def _detach(con, entries: Sequence[dict[str, Any]]) -> None:
-    for i in range(len(entries)):
-        con.execute(f"DETACH s{i}")
+def _detach(con, aliases: Sequence[str]) -> None:
+    for alias in aliases:
+        con.execute(f"DETACH DATABASE IF EXISTS {alias}")
 
 
 def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> None:
@@ -401,19 +404,19 @@ def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[st
         con.unregister("gone_frame")
 
 
-def _copy_live_rows(con, entries: Sequence[dict[str, Any]], extra_deleted: Sequence[str] = (),
-                    vectors: bool = True) -> None:
-    """Insert the live rows of the attached segments (`s0`, `s1`, ...) into `con`'s own tables."""
+def _copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any]],
+                    extra_deleted: Sequence[str] = (), vectors: bool = True) -> None:
+    """Insert the live rows of the attached segments (`aliases`, as `_attach` gave) into `con`'s own tables."""
     _register_deleted(con, entries, extra_deleted)
-    for i in range(len(entries)):
+    for i, alias in enumerate(aliases):
         gone = f"(SELECT doc_id FROM gone WHERE segment = {i})"
         con.execute("BEGIN TRANSACTION")
-        con.execute(f"INSERT INTO documents SELECT * FROM s{i}.documents WHERE doc_id NOT IN {gone}")
-        con.execute(f"INSERT INTO chunks SELECT * FROM s{i}.chunks WHERE doc_id NOT IN {gone}")
-        con.execute(f"INSERT INTO tags SELECT * FROM s{i}.tags WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO documents SELECT * FROM {alias}.documents WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO chunks SELECT * FROM {alias}.chunks WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO tags SELECT * FROM {alias}.tags WHERE doc_id NOT IN {gone}")
         if vectors:
-            con.execute(f"INSERT INTO chunk_vectors SELECT * FROM s{i}.chunk_vectors WHERE chunk_id NOT IN "
-                        f"(SELECT chunk_id FROM s{i}.chunks WHERE doc_id IN {gone})")
+            con.execute(f"INSERT INTO chunk_vectors SELECT * FROM {alias}.chunk_vectors WHERE chunk_id NOT IN "
+                        f"(SELECT chunk_id FROM {alias}.chunks WHERE doc_id IN {gone})")
         con.execute("COMMIT")
 
 
@@ -429,7 +432,15 @@ class _SegmentStores:
 
     @contextlib.contextmanager
     def connection(self, index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> Iterator[Any]:
-        path = index_dir / entry["name"] / layout.STORE_FILE
+        folder = _folder(index_dir, entry)
+        if store.is_parquet_segment(folder):  # views over its Parquet files on the scratch instance
+            con = store.open_segment(folder)
+            try:
+                yield con
+            finally:
+                con.close()
+            return
+        path = folder / layout.STORE_FILE
         files = manifest.get("files") or {}
         recorded = files.get(f"{entry['name']}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
         key = (str(path.resolve()), str(recorded.get("sha256", "")))
@@ -466,17 +477,55 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
     if not ids and not sources:
         return {}
     found: dict[str, tuple[str, str, int]] = {}
+    wanted_ids, wanted_sources = set(ids), set(sources)
     for i, entry in enumerate(entries):
         deleted = set(entry.get("deleted") or ())
-        with _STORES.connection(index_dir, manifest, entry) as con:
-            # list parameters, not registered frames: a kept connection serves several threads
-            rows = con.execute(
-                "SELECT doc_id, source, content_sha256 FROM documents WHERE list_contains(?::VARCHAR[], doc_id) "
-                "OR list_contains(?::VARCHAR[], source)", [ids, sources]).fetchall()
+        documents = _small_segment_documents(index_dir, manifest, entry)
+        if documents is not None:  # a Parquet segment: its documents held in memory, looked up by id
+            rows = [(doc_id, *documents[doc_id]) for doc_id in wanted_ids if doc_id in documents]
+            if wanted_sources:
+                rows += [(doc_id, source, sha) for doc_id, (source, sha) in documents.items()
+                         if source in wanted_sources and doc_id not in wanted_ids]
+        else:
+            with _STORES.connection(index_dir, manifest, entry) as con:
+                # list parameters, not registered frames: a kept connection serves several threads
+                rows = con.execute(
+                    "SELECT doc_id, source, content_sha256 FROM documents WHERE list_contains(?::VARCHAR[], doc_id) "
+                    "OR list_contains(?::VARCHAR[], source)", [ids, sources]).fetchall()
         for doc_id, source, sha in rows:
             if doc_id not in deleted:
                 found[doc_id] = (source, sha, i)
     return found
+
+
+_SMALL_DOCUMENTS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # by (folder, checksum of chunks.parquet)
+_SMALL_DOCUMENTS_LIMIT = 256
+_SMALL_DOCUMENTS_LOCK = threading.Lock()
+
+
+def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
+                             entry: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
+    """`{doc_id: (source, content_sha256)}` of a Parquet segment (None for a DuckDB one), read once
+    per process: segments never change, and a write then looks up its ids without opening a file."""
+    folder = _folder(index_dir, entry)
+    if not store.is_parquet_segment(folder):
+        return None
+    recorded = (manifest.get("files") or {}).get(f"{entry['name']}/{store.parquet_file('documents')}") or {}
+    key = (str(folder.resolve()), str(recorded.get("sha256", "")))
+    with _SMALL_DOCUMENTS_LOCK:
+        documents = _SMALL_DOCUMENTS.pop(key, None)
+    if documents is None:
+        con = store.open_segment(folder)
+        try:
+            documents = {doc_id: (source, sha) for doc_id, source, sha in con.execute(
+                "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
+        finally:
+            con.close()
+    with _SMALL_DOCUMENTS_LOCK:
+        _SMALL_DOCUMENTS[key] = documents
+        while len(_SMALL_DOCUMENTS) > _SMALL_DOCUMENTS_LIMIT:
+            _SMALL_DOCUMENTS.pop(next(iter(_SMALL_DOCUMENTS)))
+    return documents
 
 
 def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
@@ -571,7 +620,7 @@ def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     deleted = list(entry.get("deleted") or ())
     if not deleted:
         return np.zeros(0, np.int64)
-    con = store.connect(folder / layout.STORE_FILE, read_only=True)
+    con = store.open_segment(folder)
     try:
         rows = con.execute("SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], doc_id)", [deleted]).fetchall()
     finally:
@@ -652,7 +701,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
         info = ((old or {}).get("models") or {}).get(model) or {}
         if info.get("graph") and info.get("graph_k") == k:
             folder = info.get("graph_dir") or old["path"]
-            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format") == 2 else info["graph"])
+            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format", 0) >= 2 else info["graph"])
             path = index_dir / folder / info["graph"]
             try:
                 if recorded and layout.file_sha256(path) == recorded["sha256"]:
@@ -723,13 +772,12 @@ def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[d
     con = None
     try:
         _checkpoint("merge-start")
-        con = store.connect(tmp / layout.STORE_FILE)
+        small = sum(int(entry.get("chunks", 0)) for entry in entries) < store.SMALL_SEGMENT_ROWS
+        con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
-        for i, entry in enumerate(entries):
-            path = str(_folder(index_dir, entry) / layout.STORE_FILE).replace("'", "''")
-            con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
-        _copy_live_rows(con, entries)
-        _detach(con, entries)
+        aliases = _attach(con, index_dir, entries)
+        _copy_live_rows(con, aliases, entries)
+        _detach(con, aliases)
         highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
         store.set_meta(con, "next_chunk_id", max(_next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1))
         store.set_meta(con, "generation", number)
@@ -753,7 +801,7 @@ def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[d
 
         counts = _store_counts(con)
         artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
-        con.execute("CHECKPOINT")
+        _persist(con, tmp)
         con.close()
         con = None
         if not counts["chunks"] and not counts["documents"]:
@@ -764,6 +812,23 @@ def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[d
             con.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _persist(con, folder: Path) -> None:
+    """Make a segment's store durable-ready in `folder`: a DuckDB file is checkpointed; a segment
+    built in memory is written as Parquet tables when small, else copied into `store.duckdb`."""
+    if not isinstance(con, store.ScratchConnection):
+        con.execute("CHECKPOINT")
+        return
+    rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    if rows < store.SMALL_SEGMENT_ROWS:
+        store.write_parquet(con, folder)
+        return
+    alias = store.unique_name("f")
+    con.attach(alias, f"ATTACH {store.quote_path(folder / layout.STORE_FILE)} AS {alias}")
+    con.execute(f"COPY FROM DATABASE {con.database} TO {alias}")
+    con.execute(f"CHECKPOINT {alias}")
+    con.execute(f"DETACH {alias}")
 
 
 def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
@@ -867,13 +932,16 @@ def apply_changes(
     report: IndexReport | None = None,
     cache_path: str | os.PathLike | None = None,
     merge: bool = True,
+    use_cache: bool = True,
 ) -> IndexReport:
     """Apply (source, documents, remove_missing) batches as one new generation of the index.
 
     A write adds one segment holding the new and changed documents and tombstones the changed and
     removed ones in the segments that hold them; nothing written before is rewritten. A first build,
     a changed config (chunking, models, ...) or `force` writes one segment holding everything. With
-    `merge`, the tiered merge policy runs after the commit (:func:`merge_plan`)."""
+    `merge`, the tiered merge policy runs after the commit (:func:`merge_plan`). Without `use_cache`
+    (the memory writer's stores: new texts), a write's new texts are embedded without opening the
+    embeddings cache and their vectors live in the segment's FAISS files only."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -918,14 +986,17 @@ def apply_changes(
                 report.seconds = time.perf_counter() - started
                 return report
             next_id = _next_chunk_id(index_dir, manifest)
-            if to_insert or full:
+            if full or len(to_insert) >= store.SMALL_SEGMENT_ROWS:
                 con = store.connect(tmp / layout.STORE_FILE)
+                store.create_schema(con)
+            elif to_insert:  # a small segment: built in memory, written as Parquet tables (`_persist`)
+                con = store.ScratchConnection()
                 store.create_schema(con)
             if full:  # one segment holding every live document
                 if entries:
-                    _attach(con, index_dir, entries)
-                    _copy_live_rows(con, entries, extra_deleted=to_delete, vectors=False)
-                    _detach(con, entries)
+                    aliases = _attach(con, index_dir, entries)
+                    _copy_live_rows(con, aliases, entries, extra_deleted=to_delete, vectors=False)
+                    _detach(con, aliases)
                 if rechunk:
                     kept = _documents_from_store(con)
                     con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
@@ -943,11 +1014,11 @@ def apply_changes(
             _checkpoint("store-committed")
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
             if con is not None:
-                cache = EmbeddingCache(cache_file)
+                cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
                 dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = _store_counts(con)
-                con.execute("CHECKPOINT")
+                _persist(con, tmp)
                 con.close()
                 con = None
                 cache.close()

@@ -149,3 +149,34 @@ class EmbeddingCache:
         if self.con is None:
             return []
         return [row[0] for row in self.con.execute("SELECT DISTINCT model FROM embeddings").fetchall()]
+
+
+class VectorBuffer:
+    """The embeddings-cache interface over a dict in memory, for a write that does not open the
+    cache (a memory store: its texts are new, and its vectors are kept in the segment's FAISS
+    files): `missing` is every hash not put yet, `put` keeps the vectors for `matrix`."""
+
+    read_only = False
+
+    def __init__(self) -> None:
+        self._vectors: dict[tuple[str, str], np.ndarray] = {}
+
+    def close(self) -> None:
+        self._vectors.clear()
+
+    def missing(self, model: str, hashes: Sequence[str], dim: int | None = None) -> list[str]:
+        return [sha for sha in dict.fromkeys(hashes) if (model, sha) not in self._vectors]
+
+    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        for sha, vector in zip(hashes, vectors, strict=True):
+            self._vectors.setdefault((model, sha), vector)
+
+    def matrix(self, model: str, hashes: Sequence[str], dim: int) -> np.ndarray:
+        out = np.empty((len(hashes), dim), dtype=np.float32)
+        for row, sha in enumerate(hashes):
+            vector = self._vectors.get((model, sha))
+            if vector is None or len(vector) != dim:
+                raise KeyError(f"the vector of {sha} ({model!r}) was not embedded by this write")
+            out[row] = vector
+        return out

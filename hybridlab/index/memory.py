@@ -189,7 +189,7 @@ class MemoryWriter:
         while True:
             try:
                 return apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
-                                     cache_path=_cache_path(self.index_dir))
+                                     cache_path=_cache_path(self.index_dir), use_cache=False)
             except layout.IndexLockedError as error:
                 if time.monotonic() >= deadline:
                     raise layout.IndexLockedError(

@@ -229,7 +229,8 @@ def read_generation(index_dir: str | Path, *, check: bool = True, cache: Segment
 
 def _segment_key(manifest: Mapping[str, Any], name: str) -> tuple[str, str]:
     files = manifest.get("files") or {}
-    entry = files.get(f"{name}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
+    entry = next((files[key] for key in (*(f"{name}/{f}" for f in store.STORE_FILES), layout.STORE_FILE)
+                  if key in files), {})
     return name, str(entry.get("sha256", ""))
 
 
@@ -237,7 +238,7 @@ def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[
     paths = [segment.folder / layout.STORE_FILE for segment in segments]
     deleted = [list(entry.get("deleted") or ()) for entry in entries]
     try:
-        if len(paths) == 1 and not deleted[0]:
+        if len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
             con = store.connect(paths[0], read_only=True)
         else:
             con = store.connect_segments(paths, deleted)
@@ -250,7 +251,7 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
     folder = index_dir / entry["name"]
     store_path = folder / layout.STORE_FILE
     try:
-        con = store.connect(store_path, read_only=True)
+        con = store.open_segment(folder)
     except StoreError as error:
         raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
     try:

@@ -5,10 +5,12 @@ align to them.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -156,23 +158,141 @@ def in_list(values: Iterable[Any]) -> list[Any]:
 TABLES = ("documents", "chunks", "tags", "chunk_vectors")
 
 
-def _quoted(path: Path) -> str:
+def quote_path(path: Path) -> str:
+    """`path` as a SQL string literal."""
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
-    """One read-only view over several segment stores: an in-memory DuckDB that attaches each
-    `store.duckdb` read-only and defines `documents`, `chunks`, `tags`, `chunk_vectors` (and `meta`,
-    the newest segment's) as the union of the segments minus each segment's tombstoned documents
-    (`deleted[i]`: doc ids). Readers never take a write lock, so a writer is never blocked."""
+# ------------------------------------------------------------------------------ small segments: Parquet
+#: a segment's tables as Parquet files (one per table) instead of a `store.duckdb`: what a write or a
+#: merge of fewer than `SMALL_SEGMENT_ROWS` chunks stores (no DuckDB file created, opened or checkpointed)
+PARQUET_TABLES = ("meta", "documents", "chunks", "tags", "chunk_vectors")
+SMALL_SEGMENT_ROWS = 100_000
+
+
+def parquet_file(table: str) -> str:
+    return f"{table}.parquet"
+
+
+#: every file that holds a segment's rows (the DuckDB store or its Parquet tables)
+STORE_FILES = ("store.duckdb", *(parquet_file(table) for table in PARQUET_TABLES))
+
+
+def is_parquet_segment(folder: Path) -> bool:
+    """Whether a segment folder stores its rows as Parquet tables (else as `store.duckdb`)."""
+    return (Path(folder) / parquet_file("chunks")).is_file() and not (Path(folder) / "store.duckdb").exists()
+
+
+_SCRATCH: Any = None
+_SCRATCH_LOCK = threading.Lock()
+_NAMES = itertools.count()
+
+
+def scratch():
+    """A cursor on this process's in-memory DuckDB (created once: a DuckDB instance costs ~10 ms to
+    start, a cursor microseconds). Each user works in a database of its own (`private_database`)."""
+    global _SCRATCH
+    with _SCRATCH_LOCK:
+        if _SCRATCH is None:
+            import duckdb
+
+            _SCRATCH = duckdb.connect(":memory:")
+            _SCRATCH.execute(f"SET memory_limit = '{writer_memory_limit()}'")
+        return _SCRATCH.cursor()
+
+
+def unique_name(prefix: str) -> str:
+    """A database alias no other user of the scratch instance has."""
+    return f"{prefix}_{os.getpid()}_{next(_NAMES)}"
+
+
+class ScratchConnection:
+    """A cursor on the scratch instance `USE`-ing an in-memory database of its own; `close` detaches
+    it and every database attached through `attach` (so no segment file stays open)."""
+
+    def __init__(self) -> None:
+        self._cursor = scratch()
+        self.database = unique_name("w")
+        self._attached: list[str] = []
+        self._cursor.execute(f"ATTACH ':memory:' AS {self.database}")
+        self._cursor.execute(f"USE {self.database}")
+
+    def attach(self, alias: str, sql: str) -> None:
+        self._cursor.execute(sql)
+        self._attached.append(alias)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def close(self) -> None:
+        cursor, self._cursor = self._cursor, None
+        if cursor is None:
+            return
+        try:
+            cursor.execute("USE memory")
+            for alias in [*self._attached, self.database]:
+                cursor.execute(f"DETACH DATABASE IF EXISTS {alias}")
+        finally:
+            cursor.close()
+
+
+def attach_segment(con, folder: Path, alias: str) -> None:
+    """Make a segment's tables readable in `con` as `alias.documents`, `alias.chunks`, ...: its
+    `store.duckdb` attached read-only, or views over its Parquet tables in an in-memory database."""
+    folder = Path(folder)
+    register = con.attach if isinstance(con, ScratchConnection) else (lambda _alias, sql: con.execute(sql))
+    if is_parquet_segment(folder):
+        register(alias, f"ATTACH ':memory:' AS {alias}")
+        for table in PARQUET_TABLES:
+            con.execute(f"CREATE VIEW {alias}.{table} AS SELECT * FROM read_parquet({quote_path(folder / parquet_file(table))})")
+    else:
+        register(alias, f"ATTACH {quote_path(folder / 'store.duckdb')} AS {alias} (READ_ONLY)")
+
+
+def open_segment(folder: Path):
+    """A read-only connection to one segment's tables (close it after use)."""
+    folder = Path(folder)
+    if not is_parquet_segment(folder):
+        return connect(folder / "store.duckdb", read_only=True)
     import duckdb
 
-    con = duckdb.connect(":memory:")
+    con = ScratchConnection()
+    try:
+        for table in PARQUET_TABLES:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quote_path(folder / parquet_file(table))})")
+    except duckdb.Error as error:
+        con.close()
+        raise StoreError(f"cannot read the Parquet tables of {folder}: {str(error).splitlines()[0][:200]}; "
+                         "run `hybridlab verify --repair --index DIR`") from None
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def write_parquet(con, folder: Path) -> None:
+    """Write `con`'s segment tables as one Parquet file each into `folder` (zstd-compressed)."""
+    for table in PARQUET_TABLES:
+        con.execute(f"COPY (SELECT * FROM {table}) TO {quote_path(Path(folder) / parquet_file(table))} "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+
+
+def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
+    """One read-only view over several segment stores: a database of the scratch instance that
+    attaches each segment (`store.duckdb` read-only, or its Parquet tables; `paths` are the
+    segments' `store.duckdb` paths, present or not) and defines `documents`, `chunks`, `tags`,
+    `chunk_vectors` (and `meta`, the newest segment's) as the union of the segments minus each
+    segment's tombstoned documents (`deleted[i]`: doc ids). Readers never take a write lock, so a
+    writer is never blocked."""
+    import duckdb
+
+    con = ScratchConnection()
     try:
         for i, path in enumerate(paths):
+            alias = f"{con.database}_s{i}"
             try:
-                con.execute(f"ATTACH {_quoted(path)} AS s{i} (READ_ONLY)")
-                con.execute(f"SELECT count(*) FROM s{i}.chunks").fetchall()
+                attach_segment(con, Path(path).parent, alias)
+                con.execute(f"SELECT count(*) FROM {alias}.chunks").fetchall()
             except duckdb.Error as error:
                 raise StoreError(
                     f"cannot open DuckDB file {path}: {str(error).splitlines()[0][:200]}; "
@@ -186,18 +306,18 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
         for i in range(len(paths)):
             gone = f"(SELECT doc_id FROM deleted_docs WHERE segment = {i})"
             if deleted[i]:
-                parts["documents"].append(f"SELECT * FROM s{i}.documents WHERE doc_id NOT IN {gone}")
-                parts["chunks"].append(f"SELECT * FROM s{i}.chunks WHERE doc_id NOT IN {gone}")
-                parts["tags"].append(f"SELECT * FROM s{i}.tags WHERE doc_id NOT IN {gone}")
+                parts["documents"].append(f"SELECT * FROM {con.database}_s{i}.documents WHERE doc_id NOT IN {gone}")
+                parts["chunks"].append(f"SELECT * FROM {con.database}_s{i}.chunks WHERE doc_id NOT IN {gone}")
+                parts["tags"].append(f"SELECT * FROM {con.database}_s{i}.tags WHERE doc_id NOT IN {gone}")
                 parts["chunk_vectors"].append(
-                    f"SELECT * FROM s{i}.chunk_vectors WHERE chunk_id NOT IN "
-                    f"(SELECT chunk_id FROM s{i}.chunks WHERE doc_id IN {gone})")
+                    f"SELECT * FROM {con.database}_s{i}.chunk_vectors WHERE chunk_id NOT IN "
+                    f"(SELECT chunk_id FROM {con.database}_s{i}.chunks WHERE doc_id IN {gone})")
             else:
                 for table in TABLES:
-                    parts[table].append(f"SELECT * FROM s{i}.{table}")
+                    parts[table].append(f"SELECT * FROM {con.database}_s{i}.{table}")
         for table, selects in parts.items():
             con.execute(f"CREATE VIEW {table} AS {' UNION ALL '.join(selects)}")
-        con.execute(f"CREATE VIEW meta AS SELECT * FROM s{len(paths) - 1}.meta")
+        con.execute(f"CREATE VIEW meta AS SELECT * FROM {con.database}_s{len(paths) - 1}.meta")
         return con
     except BaseException:
         con.close()

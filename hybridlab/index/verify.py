@@ -39,10 +39,12 @@ logger = logging.getLogger(__name__)
 def _store_problems(folder: Path) -> list[str]:
     """Problems opening or reading the DuckDB store of a generation folder."""
     path = folder / layout.STORE_FILE
-    if not path.is_file():
+    if store.is_parquet_segment(folder):
+        path = folder / store.parquet_file("chunks")
+    elif not path.is_file():
         return [f"{path} is missing"]
     try:
-        con = store.connect(path, read_only=True)
+        con = store.open_segment(folder)
     except store.IndexError_ as error:
         return [str(error)]
     try:
@@ -149,7 +151,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             manifest = layout.read_manifest(index_dir)
         except HybridlabError as error:
             manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
-        damaged_stores = [name for name in _damaged_files(index_dir, manifest) if Path(name).name == layout.STORE_FILE]
+        damaged_stores = [name for name in _damaged_files(index_dir, manifest) if Path(name).name in store.STORE_FILES]
         if _stores_problems(index_dir, manifest) or damaged_stores:
             reason = f"{layout.file_base(index_dir, manifest) / damaged_stores[0]} is damaged" if damaged_stores \
                 else _stores_problems(index_dir, manifest)[0]

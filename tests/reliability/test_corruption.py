@@ -48,11 +48,15 @@ def garble(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+# the second run adds a small segment: its rows are Parquet tables (documents, chunks, ...), not a store.duckdb
+STORE = "chunks.parquet"
+STORE_FILES = ("chunks.parquet", "documents.parquet", "tags.parquet", "chunk_vectors.parquet", "meta.parquet")
 DAMAGE = {"truncate-0": lambda p: truncate(p, 0.0), "truncate-half": lambda p: truncate(p, 0.5), "garble": garble}
 BM25_FILES = ("bm25/data.csc.index.npy", "bm25/indices.csc.index.npy", "bm25/indptr.csc.index.npy", "bm25/ids.npy",
               "bm25/vocab.index.json", "bm25/params.index.json", "bm25/tokenizer.json")
 # every damage of the FAISS and DuckDB files; each BM25 file truncated, two of them also emptied/garbled
-CASES = [(name, damage) for name in ("dense-wordllama.faiss", "store.duckdb") for damage in sorted(DAMAGE)] + \
+CASES = [(name, damage) for name in ("dense-wordllama.faiss", STORE) for damage in sorted(DAMAGE)] + \
+    [(name, "truncate-half") for name in STORE_FILES if name != STORE] + \
     [(name, "truncate-half") for name in BM25_FILES] + \
     [("bm25/data.csc.index.npy", "garble"), ("bm25/ids.npy", "truncate-0"), ("bm25/vocab.index.json", "garble")]
 
@@ -77,7 +81,7 @@ def test_damaged_generation_file(two_generations, tmp_path, name, damage):
     actions = repair(index)
     assert actions and verify(index) == []
     # the store is the source of truth: a damaged store falls back to the previous generation
-    expected = two_generations["first"] if name == "store.duckdb" else two_generations["live"]
+    expected = two_generations["first"] if name in STORE_FILES else two_generations["live"]
     assert snapshot(index) == expected
 
 
@@ -117,7 +121,7 @@ def test_store_corrupt_without_previous_generation_is_not_repairable(two_generat
     index = tmp_path / "index"
     shutil.copytree(two_generations["index"], index)
     shutil.rmtree(index / "gen-000001")
-    truncate(index / "gen-000002" / "store.duckdb", 0.5)
+    truncate(index / "gen-000002" / STORE, 0.5)
     with pytest.raises(layout.CorruptIndexError, match="rebuild the index from its sources"):
         repair(index)
 
@@ -210,7 +214,7 @@ def test_reopening_hashes_only_files_that_changed(two_generations, tmp_path, mon
     assert verify(index) == [] and len(hashed) >= len(files)
 
 
-@pytest.mark.parametrize("name", ["store.duckdb", "dense-wordllama.faiss"])
+@pytest.mark.parametrize("name", [STORE, "dense-wordllama.faiss"])
 def test_a_file_garbled_after_a_clean_open_is_caught_even_with_its_mtime_put_back(two_generations, tmp_path,
                                                                                    monkeypatch, name):
     index = tmp_path / "index"
@@ -232,8 +236,8 @@ def test_a_damaged_verified_record_is_ignored(two_generations, tmp_path):
     shutil.copytree(two_generations["index"], index)
     (index / layout.VERIFIED_FILE).write_text("{not json")
     open_index(index).close()
-    path = index / "gen-000002" / "store.duckdb"
-    (index / layout.VERIFIED_FILE).write_text(json.dumps({"path": "gen-000002", "files": {"store.duckdb": "x"}}))
+    path = index / "gen-000002" / STORE
+    (index / layout.VERIFIED_FILE).write_text(json.dumps({"path": "gen-000002", "files": {STORE: "x"}}))
     garble(path)
     _expect_clear_error(index, path)
 
