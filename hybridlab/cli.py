@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import apply_offline_environment
+from hybridlab.server.stderr import StderrHandler
 from hybridlab.errors import HybridlabError
 
 DEFAULT_INDEX = ".hybridlab"
@@ -564,7 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

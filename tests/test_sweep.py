@@ -194,6 +194,18 @@ evaluator.score({}, base, "dev")  # warm up (model, index, ranx) so both workers
 (flags / f"ready-{seed}").touch()
 while not (flags / "go").exists():
     time.sleep(0.05)
+score = evaluator.score
+
+def score_once_both_run(*args, **kwargs):
+    # a barrier on each worker's first scored trial: on a loaded machine one worker could
+    # otherwise fill the whole study before the other's first trial starts
+    (flags / f"trial-{seed}").touch()
+    deadline = time.monotonic() + 300
+    while not all((flags / f"trial-{other}").exists() for other in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return score(*args, **kwargs)
+
+evaluator.score = score_once_both_run
 run_study(folder, trials=8, storage=storage, study_name="shared", seed=seed, base_index=base,
           evaluator=evaluator, max_index_configs=1)
 """

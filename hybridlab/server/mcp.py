@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hybridlab.server.stderr import StderrHandler
 from hybridlab.errors import HybridlabError
 
 logger = logging.getLogger(__name__)
@@ -318,7 +319,7 @@ def _configure_logging(log_file: str | None, verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     level = min(level, logging.INFO)  # the server logs its start and commits
     handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file \
-        else logging.StreamHandler(sys.stderr)
+        else StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # Our own records from `level` up, the libraries' (bm25s logs at DEBUG on its own) from WARNING up.
     handler.addFilter(lambda record: record.levelno >= (level if record.name.startswith("hybridlab")
