@@ -163,6 +163,32 @@ def test_a_reader_refresh_opens_only_new_segments(tmp_path, embedding_cache_path
         assert index.search("holoviews", mode="bm25", limit=1)[0].doc_id == "b"
 
 
+def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal(tmp_path, embedding_cache_path,
+                                                                                  monkeypatch):
+    """A write's small segment stores its rows as Parquet tables (no DuckDB file); a reader holding
+    a generation keeps answering from it (documents, tag filters) after merges removed its segments."""
+    monkeypatch.setenv("HYBRIDLAB_MERGE_FACTOR", "2")
+    index_dir = tmp_path / "index"
+    apply_changes(index_dir, [(SOURCE, [_memory("a", "panel widget", 3, ("red",))], False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    apply_changes(index_dir, [(SOURCE, [_memory("b", "holoviews plot", 3, ("red",))], False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path, merge=False)
+    manifest = layout.read_manifest(index_dir)
+    newest = index_dir / manifest["segments"][-1]["name"]
+    assert (newest / "chunks.parquet").is_file() and not (newest / layout.STORE_FILE).exists()
+    with open_index(index_dir) as index:
+        held = index.snapshot()
+        for i in range(4):  # tiered merges with factor 2: the segments the held generation names are removed
+            apply_changes(index_dir, [(SOURCE, [_memory(f"c{i}", f"bokeh chart {i}", 4, ("blue",))], False)], CONFIG,
+                          progress=False, cache_path=embedding_cache_path)
+        layout.wait_for_trash()
+        assert not newest.exists()
+        rows = held.generation.store.fetchall("SELECT doc_id FROM documents ORDER BY doc_id")
+        assert [r[0] for r in rows] == ["a", "b"]
+        assert index.refresh()
+        assert sorted(r["doc_id"] for r in index.search_by_tag(["blue"], limit=10)) == [f"c{i}" for i in range(4)]
+
+
 def test_merge_plan_is_tiered():
     small = {"chunks": 1, "rows": 1}
     assert merge_plan([{"chunks": 5000, "rows": 5000}] + [small] * 9, factor=10) is None

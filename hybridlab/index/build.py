@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 256
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
+SMALL_INSERT = 16  # up to this many documents are inserted with parameters, not through pandas frames
 READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB
 # Test hook for fault injection: called with a stage name at each step of a build.
 _CHECKPOINT: Callable[[str], None] | None = None
@@ -112,7 +113,6 @@ def _documents_from_store(con) -> list[Document]:
         "SELECT doc_id, source, collection, title, text, doc_type, created_at, updated_at, metadata, language, tags "
         "FROM documents ORDER BY doc_id"
     ).fetchall()
-    import json
 
     return [
         Document(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]) if r[8] else {}, tuple(r[10] or ()), r[9])
@@ -157,6 +157,14 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
                 tags["doc_id"].append(document.doc_id)
                 tags["tag"].append(tag)
             next_id += 1
+    if len(docs["doc_id"]) <= SMALL_INSERT:  # a few rows: plain parameters, no pandas frames
+        for column in ("created_at", "updated_at"):
+            docs[column] = [_naive_utc(value) for value in docs[column]]
+        for table, columns in (("documents", docs), ("chunks", chunks), ("tags", tags)):
+            if columns["doc_id"]:
+                con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                                list(zip(*columns.values())))
+        return next_id, len(chunks["chunk_id"])
     if docs["doc_id"]:
         import pandas as pd
 
@@ -169,6 +177,13 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
     store.insert_rows(con, "chunks", chunks)
     store.insert_rows(con, "tags", tags)
     return next_id, len(chunks["chunk_id"])
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    """A datetime as DuckDB's TIMESTAMP stores it: UTC, without a time zone (as pandas' path gives)."""
+    if value is None or value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 def _assign_vectors(con, config: IndexConfig) -> None:
@@ -233,6 +248,9 @@ def _embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: In
 
 def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
     """(sha, embed_text) of the given embedding-text hashes, one text per hash."""
+    if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no pandas frame
+        return con.execute("SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
+                           "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1", [list(hashes)]).fetchall()
     import pandas as pd
 
     con.register("wanted_sha", pd.DataFrame({"sha": list(hashes)}))
@@ -420,6 +438,30 @@ def _copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any
         con.execute("COMMIT")
 
 
+def _copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[dict[str, Any]]) -> None:
+    """`_copy_live_rows` for segments that all store Parquet tables: one statement per table over
+    every segment's file (a merge of ten small segments runs a handful of statements, not ~100)."""
+    files = {table: [str(Path(folder) / store.parquet_file(table)) for folder in folders] for table in store.TABLES}
+    gone: dict[str, list] = {"documents": [], "chunks": [], "doc_id": []}
+    for folder, entry in zip(folders, entries, strict=True):
+        for doc_id in entry.get("deleted") or ():
+            gone["documents"].append(str(Path(folder) / store.parquet_file("documents")))
+            gone["chunks"].append(str(Path(folder) / store.parquet_file("chunks")))
+            gone["doc_id"].append(doc_id)
+    con.execute("CREATE OR REPLACE TEMP TABLE gone_rows (documents VARCHAR, chunks VARCHAR, doc_id VARCHAR)")
+    store.insert_rows(con, "gone_rows", gone)
+    con.execute("CREATE OR REPLACE TEMP TABLE dead_chunks AS SELECT c.chunk_id FROM read_parquet(?, filename = true) c "
+                "JOIN gone_rows g ON g.chunks = c.filename AND g.doc_id = c.doc_id", [files["chunks"]])
+    con.execute("BEGIN TRANSACTION")
+    con.execute("INSERT INTO documents SELECT * EXCLUDE (filename) FROM read_parquet(?, filename = true) d WHERE NOT "
+                "EXISTS (SELECT 1 FROM gone_rows g WHERE g.documents = d.filename AND g.doc_id = d.doc_id)",
+                [files["documents"]])
+    for table in ("chunks", "tags", "chunk_vectors"):
+        con.execute(f"INSERT INTO {table} SELECT * FROM read_parquet(?) WHERE chunk_id NOT IN "
+                    "(SELECT chunk_id FROM dead_chunks)", [files[table]])
+    con.execute("COMMIT")
+
+
 class _SegmentStores:
     """Read-only connections to committed segment stores, kept open by (path, store checksum) for the
     next write of this process (a segment is never written again, so a connection to it never goes
@@ -498,7 +540,8 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
     return found
 
 
-_SMALL_DOCUMENTS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # by (folder, checksum of chunks.parquet)
+_SMALL_DOCUMENTS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # by (folder, checksum of documents.parquet)
+_UNCOMMITTED_DOCUMENTS: dict[str, dict[str, tuple[str, str]]] = {}  # by private folder, until committed
 _SMALL_DOCUMENTS_LIMIT = 256
 _SMALL_DOCUMENTS_LOCK = threading.Lock()
 
@@ -511,7 +554,7 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
     if not store.is_parquet_segment(folder):
         return None
     recorded = (manifest.get("files") or {}).get(f"{entry['name']}/{store.parquet_file('documents')}") or {}
-    key = (str(folder.resolve()), str(recorded.get("sha256", "")))
+    key = (str(folder), str(recorded.get("sha256", "")))
     with _SMALL_DOCUMENTS_LOCK:
         documents = _SMALL_DOCUMENTS.pop(key, None)
     if documents is None:
@@ -521,11 +564,15 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
                 "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
         finally:
             con.close()
+    _remember_documents(key, documents)
+    return documents
+
+
+def _remember_documents(key: tuple[str, str], documents: dict[str, tuple[str, str]]) -> None:
     with _SMALL_DOCUMENTS_LOCK:
-        _SMALL_DOCUMENTS[key] = documents
+        _SMALL_DOCUMENTS[key] = documents  # most recently used last
         while len(_SMALL_DOCUMENTS) > _SMALL_DOCUMENTS_LIMIT:
             _SMALL_DOCUMENTS.pop(next(iter(_SMALL_DOCUMENTS)))
-    return documents
 
 
 def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
@@ -775,12 +822,16 @@ def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[d
         small = sum(int(entry.get("chunks", 0)) for entry in entries) < store.SMALL_SEGMENT_ROWS
         con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
-        aliases = _attach(con, index_dir, entries)
-        _copy_live_rows(con, aliases, entries)
-        _detach(con, aliases)
+        folders = [_folder(index_dir, entry) for entry in entries]
+        if all(store.is_parquet_segment(folder) for folder in folders):
+            _copy_live_parquet(con, folders, entries)
+        else:
+            aliases = _attach(con, index_dir, entries)
+            _copy_live_rows(con, aliases, entries)
+            _detach(con, aliases)
         highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
-        store.set_meta(con, "next_chunk_id", max(_next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1))
-        store.set_meta(con, "generation", number)
+        store.set_meta(con, {"next_chunk_id": max(_next_chunk_id(index_dir, manifest),
+                                                  -1 if highest is None else highest + 1), "generation": number})
         _checkpoint("merge-store-written")
         loaded: dict[str, list[Any]] = {}
 
@@ -823,6 +874,8 @@ def _persist(con, folder: Path) -> None:
     rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
     if rows < store.SMALL_SEGMENT_ROWS:
         store.write_parquet(con, folder)
+        _UNCOMMITTED_DOCUMENTS[str(folder)] = {doc_id: (source, sha) for doc_id, source, sha in con.execute(
+            "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
         return
     alias = store.unique_name("f")
     con.attach(alias, f"ATTACH {store.quote_path(folder / layout.STORE_FILE)} AS {alias}")
@@ -876,16 +929,23 @@ def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: lis
         manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
     committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
     manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs)
-    (commit_folder / layout.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str),
-                                                 encoding="utf-8")
+    text = layout.manifest_text(manifest)
+    (commit_folder / layout.MANIFEST).write_text(text, encoding="utf-8")
     for folder in kept:
         layout.fsync_tree(folder)
     _checkpoint("generation-flushed")
     for folder in sorted(kept, key=lambda f: f.name):  # the commit folder (the newest) last
         os.rename(folder, index_dir / folder.name.split(".")[0])
     _checkpoint("generation-renamed")
-    layout.write_manifest(index_dir, manifest)
+    layout.write_manifest(index_dir, manifest, text)
     _checkpoint("manifest-committed")
+    names = {entry["name"] for entry in committed}
+    for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
+        documents = _UNCOMMITTED_DOCUMENTS.pop(str(folder), None)
+        name = folder.name.split(".")[0]
+        recorded = manifest["files"].get(f"{name}/{store.parquet_file('documents')}")
+        if documents is not None and name in names and recorded:
+            _remember_documents((str(index_dir / name), str(recorded["sha256"])), documents)
     previous = index_dir / old["path"] if old else None
     layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
     return manifest
@@ -1007,9 +1067,8 @@ def apply_changes(
                 # transaction, i.e. every chunk text of the build, alive until the transaction ends).
                 next_id, report.new_chunks = _insert_documents(con, to_insert, config, next_id)
                 con.execute("BEGIN TRANSACTION")
-                store.set_meta(con, "next_chunk_id", next_id)
+                store.set_meta(con, {"next_chunk_id": next_id, "generation": number})
                 _assign_vectors(con, config)
-                store.set_meta(con, "generation", number)
                 con.execute("COMMIT")
             _checkpoint("store-committed")
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
@@ -1052,6 +1111,7 @@ def apply_changes(
             if cache is not None:
                 cache.close()
             for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+                _UNCOMMITTED_DOCUMENTS.pop(str(leftover), None)
                 shutil.rmtree(leftover, ignore_errors=True)
         report.seconds = time.perf_counter() - started
         return report

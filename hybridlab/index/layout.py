@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,12 +255,18 @@ def read_manifest(index_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def write_manifest(index_dir: Path, manifest: dict[str, Any]) -> None:
-    """Atomically replace the manifest: write aside, fsync, rename, fsync the folder."""
+def manifest_text(manifest: dict[str, Any]) -> str:
+    """The manifest as written (JSON, indented, sorted keys)."""
+    return json.dumps(manifest, indent=2, sort_keys=True, default=str)
+
+
+def write_manifest(index_dir: Path, manifest: dict[str, Any], text: str | None = None) -> None:
+    """Atomically replace the manifest: write aside, fsync, rename, fsync the folder (`text`: the
+    manifest already serialised by `manifest_text`)."""
     index_dir = Path(index_dir)
     tmp = index_dir / f".{MANIFEST}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2, sort_keys=True, default=str)
+        handle.write(manifest_text(manifest) if text is None else text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, index_dir / MANIFEST)
@@ -307,18 +314,53 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
             kept |= {(Path(index_dir) / name).resolve()
                      for name in referenced_folders(index_dir, read_generation_manifest(folder))}
     commits = {p.resolve() for p in (keep, previous) if p is not None}
+    trash = []
     for path in Path(index_dir).glob("gen-*"):
         if path.resolve() in kept:
             if path.resolve() not in commits:  # a segment only: the graphs of its own commit are stale
                 for stale in path.glob("graph-*.npy"):
                     stale.unlink(missing_ok=True)
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        # renamed out of the way at once (a rename, not ~15 unlinks), deleted by a background thread
+        aside = Path(index_dir) / f"{TRASH_PREFIX}{path.name}.{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            os.rename(path, aside)
+            trash.append(aside)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
         removed.append(path.name)
     for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):
         for tmp in Path(index_dir).glob(pattern):
             tmp.unlink(missing_ok=True)
+    with _TRASH_LOCK:
+        running = [thread for thread in _TRASH_THREADS if thread.is_alive()]
+        _TRASH_THREADS[:] = running
+    leftovers = [p for p in Path(index_dir).glob(f"{TRASH_PREFIX}*") if p not in trash] if not running else []
+    if trash or leftovers:  # leftovers: trash of a process that exited before deleting it
+        thread = threading.Thread(target=_delete_trash, args=(trash + leftovers,), name="hybridlab-trash")
+        thread.start()  # not a daemon: an exiting process finishes deleting first
+        with _TRASH_LOCK:
+            _TRASH_THREADS.append(thread)
     return removed
+
+
+#: removed generation folders are renamed to `.trash-<name>.<pid>-<ns>` and deleted in the background
+TRASH_PREFIX = ".trash-"
+_TRASH_THREADS: list[threading.Thread] = []
+_TRASH_LOCK = threading.Lock()
+
+
+def _delete_trash(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for_trash() -> None:
+    """Wait until the folders `remove_stale` set aside are deleted (tests, benchmarks of disk use)."""
+    with _TRASH_LOCK:
+        threads = list(_TRASH_THREADS)
+    for thread in threads:
+        thread.join()
 
 
 @dataclass

@@ -156,6 +156,7 @@ class Segment:
     legacy_sparse: SparseIndex | None
     tokenizer: Tokenizer
     dense: Mapping[str, DenseIndex]
+    pinned: store.PinnedFiles | None = None  # a Parquet segment's table files, held open
 
     @property
     def rows(self) -> int:
@@ -241,7 +242,7 @@ def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[
         if len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
             con = store.connect(paths[0], read_only=True)
         else:
-            con = store.connect_segments(paths, deleted)
+            con = store.connect_segments(paths, deleted, [segment.pinned for segment in segments])
     except StoreError as error:
         raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
     return StoreReader(con)
@@ -251,9 +252,12 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
     folder = index_dir / entry["name"]
     store_path = folder / layout.STORE_FILE
     try:
-        con = store.open_segment(folder)
+        pinned = store.PinnedFiles(folder) if store.is_parquet_segment(folder) else None
+        con = store.open_segment(folder, pinned)
     except StoreError as error:
         raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
+    except OSError as error:
+        raise _damaged(folder, error, index_dir) from None
     try:
         rows = con.execute(
             "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "
@@ -293,7 +297,7 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         collections=tuple(r[4] for r in rows), titles=tuple(r[5] or "" for r in rows),
         times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
         tags=tags, bm25_ids=sparse.chunk_ids, postings=None if legacy is not None else sparse.parts[0],
-        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dense),
+        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dense), pinned=pinned,
     )
 
 

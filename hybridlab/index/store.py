@@ -5,12 +5,14 @@ align to them.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,9 +88,11 @@ def get_meta(con, key: str, default: str | None = None) -> str | None:
     return rows[0][0] if rows else default
 
 
-def set_meta(con, key: str, value: Any) -> None:
-    con.execute("DELETE FROM meta WHERE key = ?", [key])
-    con.execute("INSERT INTO meta VALUES (?, ?)", [key, str(value)])
+def set_meta(con, values: dict[str, Any]) -> None:
+    """Set meta keys (two statements whatever their number)."""
+    con.execute("DELETE FROM meta WHERE list_contains(?::VARCHAR[], key)", [list(values)])
+    con.execute(f"INSERT INTO meta VALUES {', '.join(['(?, ?)'] * len(values))}",
+                [item for key, value in values.items() for item in (key, str(value))])
 
 
 def document_hashes(con) -> dict[str, tuple[str, str]]:
@@ -236,30 +240,60 @@ class ScratchConnection:
             cursor.close()
 
 
-def attach_segment(con, folder: Path, alias: str) -> None:
+class PinnedFiles:
+    """A Parquet segment's table files held open: a reader reads them as `/proc/self/fd/N`, so a
+    segment that a writer removes (after a merge) stays readable for as long as the reader holds it,
+    as an attached DuckDB file does (an open file outlives its unlinking). Where `/proc/self/fd` does
+    not exist, the paths are used as they are. The descriptors close when the object is collected."""
+
+    def __init__(self, folder: Path) -> None:
+        folder = Path(folder)
+        self.paths = {table: str(folder / parquet_file(table)) for table in PARQUET_TABLES}
+        fds: list[int] = []
+        if os.path.isdir("/proc/self/fd"):
+            try:
+                for table in PARQUET_TABLES:
+                    fds.append(os.open(self.paths[table], os.O_RDONLY))
+                    self.paths[table] = f"/proc/self/fd/{fds[-1]}"
+            except OSError:
+                _close_fds(fds)
+                raise
+        weakref.finalize(self, _close_fds, fds)
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def attach_segment(con, folder: Path, alias: str, pinned: PinnedFiles | None = None) -> None:
     """Make a segment's tables readable in `con` as `alias.documents`, `alias.chunks`, ...: its
-    `store.duckdb` attached read-only, or views over its Parquet tables in an in-memory database."""
+    `store.duckdb` attached read-only, or views over its Parquet tables (`pinned`: their files held
+    open) in an in-memory database."""
     folder = Path(folder)
     register = con.attach if isinstance(con, ScratchConnection) else (lambda _alias, sql: con.execute(sql))
-    if is_parquet_segment(folder):
+    if pinned is not None or is_parquet_segment(folder):
+        paths = pinned.paths if pinned is not None else {t: folder / parquet_file(t) for t in PARQUET_TABLES}
         register(alias, f"ATTACH ':memory:' AS {alias}")
         for table in PARQUET_TABLES:
-            con.execute(f"CREATE VIEW {alias}.{table} AS SELECT * FROM read_parquet({quote_path(folder / parquet_file(table))})")
+            con.execute(f"CREATE VIEW {alias}.{table} AS SELECT * FROM read_parquet({quote_path(paths[table])})")
     else:
         register(alias, f"ATTACH {quote_path(folder / 'store.duckdb')} AS {alias} (READ_ONLY)")
 
 
-def open_segment(folder: Path):
+def open_segment(folder: Path, pinned: PinnedFiles | None = None):
     """A read-only connection to one segment's tables (close it after use)."""
     folder = Path(folder)
-    if not is_parquet_segment(folder):
+    if pinned is None and not is_parquet_segment(folder):
         return connect(folder / "store.duckdb", read_only=True)
     import duckdb
 
+    paths = pinned.paths if pinned is not None else {t: folder / parquet_file(t) for t in PARQUET_TABLES}
     con = ScratchConnection()
     try:
         for table in PARQUET_TABLES:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quote_path(folder / parquet_file(table))})")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quote_path(paths[table])})")
     except duckdb.Error as error:
         con.close()
         raise StoreError(f"cannot read the Parquet tables of {folder}: {str(error).splitlines()[0][:200]}; "
@@ -277,13 +311,14 @@ def write_parquet(con, folder: Path) -> None:
                     "(FORMAT parquet, COMPRESSION zstd)")
 
 
-def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
+def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
+                     pinned: Sequence[PinnedFiles | None] | None = None):
     """One read-only view over several segment stores: a database of the scratch instance that
     attaches each segment (`store.duckdb` read-only, or its Parquet tables; `paths` are the
     segments' `store.duckdb` paths, present or not) and defines `documents`, `chunks`, `tags`,
     `chunk_vectors` (and `meta`, the newest segment's) as the union of the segments minus each
-    segment's tombstoned documents (`deleted[i]`: doc ids). Readers never take a write lock, so a
-    writer is never blocked."""
+    segment's tombstoned documents (`deleted[i]`: doc ids); `pinned[i]`: a Parquet segment's files
+    held open. Readers never take a write lock, so a writer is never blocked."""
     import duckdb
 
     con = ScratchConnection()
@@ -291,7 +326,7 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]]):
         for i, path in enumerate(paths):
             alias = f"{con.database}_s{i}"
             try:
-                attach_segment(con, Path(path).parent, alias)
+                attach_segment(con, Path(path).parent, alias, pinned[i] if pinned else None)
                 con.execute(f"SELECT count(*) FROM {alias}.chunks").fetchall()
             except duckdb.Error as error:
                 raise StoreError(
