@@ -1,24 +1,36 @@
-"""Write cost before/after segments: `python -m hybridlab.bench.writes [--before SRC]`.
+"""Write cost before/after: `python -m hybridlab.bench.writes [--before SRC] [--parts ...]`.
 
-Writes: N synthetic memories indexed with the static `wordllama` encoder (so what shows is the
-write path, not encoding), then `--stores` single memories stored one after another through
-`MemoryWriter` (durable on return); the median and the max seconds per store, for each N. Search:
-SciFact (wordllama) P50/P95 of `Index.search` over its test queries on one segment and on ~10
-segments (the corpus written in 10 commits without merges), with a check that both answer alike.
+Parts (each measurement runs in a fresh subprocess that imports `hybridlab` from the code under
+test: this checkout, "after", or with `--before SRC` a checkout of the code before, e.g. `git
+worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`, `index_paths`,
+`MemoryWriter` and `open_index`, present on both sides):
 
-Each measurement runs in a fresh subprocess that imports `hybridlab` from the code under test:
-this checkout ("after"), or with `--before SRC` a checkout of the code before (e.g. `git worktree
-add --detach /tmp/before main~N`), which must have `apply_changes`, `MemoryWriter` and
-`open_index` (the worker uses nothing else). Results go to `reports/bench/<date>-writes/`:
-`writes.json`, `README.md` and `writes.png`.
+- `stores`: N synthetic memories indexed with the static `wordllama` encoder (what shows is the
+  write path, not encoding), then `--stores` single memories stored one after another through
+  `MemoryWriter` (durable on return; two warm-up stores first, not counted); P50/P95 seconds per
+  store, and per store the refresh of an open reader plus `get_document` of the new memory
+  (searchable on return). Then one write of `--batch` memories in one commit.
+- `onnx`: the same at the largest N with the ONNX encoder (`all-MiniLM-L6-v2-onnx`, the ONNX
+  export of the default model): the stored memories are encoded for real; the N base memories'
+  vectors are random unit vectors put into the embeddings cache first (their encoding is not
+  what is measured, and 100k real encodings would take most of an hour on 2 cores).
+- `reindex`: a folder of `REINDEX_FILES` synthetic markdown files indexed in full, then 1% of them
+  edited and the folder re-indexed (`index_paths`); the re-index's seconds apart from embedding.
+- `search`: P50/P95 of `Index.search` (limit 10, default hybrid) on one segment and on 10 unmerged
+  segments of the same documents, SciFact (its test queries) and 100k synthetic memories (300
+  synthetic queries), with a check that both answer alike (top 100, scores to 1e-6).
+- `disk` (after only): 10,000 memories written one per commit (merges included) vs a fresh build
+  of the same memories: the index folder's size (embeddings cache excluded) and the per-write times.
+
+Results go to `reports/bench/<date>-writes-2/` (`--out`): `writes.json`, `README.md`, `writes.png`.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,8 +42,15 @@ from typing import Any
 WORDS = ["panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy", "release", "config", "docs", "test", "build", "review", "design", "meeting", "decision", "bug", "fix", "user", "team", "project", "deadline", "api", "schema", "migration"]
 TAGS = ("work", "home", "project-a", "project-b", "idea", "todo", "decision", "bug")
 SIZES = (1_000, 10_000, 100_000)
-STORES = 5
+STORES = 30
+WARMUP = 2
+BATCH = 1_000
 SEGMENTS = 10
+SYNTHETIC_QUERIES = 300
+REINDEX_FILES = 5_000
+DISK_WRITES = 10_000
+ONNX_MODEL = "all-MiniLM-L6-v2-onnx"
+PARTS = ("stores", "onnx", "reindex", "search", "disk")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,47 +62,159 @@ def synthetic_memory(i: int, rng: random.Random) -> dict[str, Any]:
             "created_at": f"2026-{1 + (day - 1) // 28 % 12:02d}-{1 + (day - 1) % 28:02d}T12:00:00Z"}
 
 
-def _writes_worker(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Index N memories, then store `stores` memories one by one; seconds of each."""
+def _memories(start: int, count: int, rng: random.Random) -> list[Any]:
+    from hybridlab.index.memory import make_memory
+
+    return [make_memory(m["content"], m["tags"], created_at=m["created_at"], memory_id=m["id"])
+            for m in (synthetic_memory(i, rng) for i in range(start, start + count))]
+
+
+def _folder_bytes(folder: Path, skip: tuple[str, ...] = ()) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith(skip))
+
+
+def _memory_write_options() -> dict[str, Any]:
+    """What `MemoryWriter` passes to `apply_changes` beyond the documents, on this side's code."""
+    from hybridlab.index.build import apply_changes
+
+    return {"use_cache": False} if "use_cache" in inspect.signature(apply_changes).parameters else {}
+
+
+def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int) -> None:
+    """Random unit vectors for the documents' chunks under `model` in the embeddings cache, so a
+    build takes them from there instead of encoding (the write path, not encoding, is measured)."""
+    import numpy as np
+
+    from hybridlab.config import IndexConfig
+    from hybridlab.encoders.registry import get_spec
+    from hybridlab.index.build import chunk_document
+    from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+    from hybridlab.ingest.chunking import embedding_text
+
+    config = IndexConfig(models=(model,))
+    hashes = list(dict.fromkeys(text_sha256(embedding_text(chunk, "")) for document in documents
+                                for chunk in chunk_document(document, config)))
+    vectors = np.random.default_rng(seed).standard_normal((len(hashes), get_spec(model).dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cache = EmbeddingCache(cache_path)
+    try:
+        for start in range(0, len(hashes), 20_000):
+            cache.put(get_spec(model).name, hashes[start:start + 20_000], vectors[start:start + 20_000])
+    finally:
+        cache.close()
+
+
+def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Index N memories, then store memories one by one (a reader refreshing after each), then
+    write a batch in one commit; seconds of each."""
     from hybridlab.config import IndexConfig
     from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MEMORY_SOURCE, MemoryWriter, make_memory
+    from hybridlab.index.memory import MEMORY_SOURCE, MemoryWriter
+    from hybridlab.search.engine import open_index
 
-    n, stores = int(arguments["n"]), int(arguments["stores"])
+    n, stores, batch, model = int(arguments["n"]), int(arguments["stores"]), int(arguments["batch"]), arguments["model"]
     rng = random.Random(n)
-    documents = [make_memory(m["content"], m["tags"], created_at=m["created_at"], memory_id=m["id"])
-                 for m in (synthetic_memory(i, rng) for i in range(n))]
+    documents = _memories(0, n, rng)
     work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-writes-"))
-    index_dir = work / "index"
+    index_dir, cache = work / "index", work / "embeddings.duckdb"
+    if model != "wordllama":
+        _prefill_cache(documents, model, cache, seed=n)
     started = time.perf_counter()
-    apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=("wordllama",)), progress=False,
-                  cache_path=work / "embeddings.duckdb")
+    apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=(model,)), progress=False,
+                  cache_path=cache)
     build_seconds = time.perf_counter() - started
+    del documents
     writer = MemoryWriter(index_dir)
-    seconds = []
-    for i in range(stores):
-        memory = synthetic_memory(n + i, rng)
+    store_seconds, refresh_seconds, cpu_seconds, first = [], [], [], []
+    with open_index(index_dir) as index:
+        index.search("panel widget", limit=10)
+        for i in range(WARMUP + stores):
+            memory = synthetic_memory(n + i, rng)
+            started, cpu = time.perf_counter(), time.process_time()
+            stored = writer.store(memory["content"], memory["tags"])
+            stored_at, cpu = time.perf_counter(), time.process_time() - cpu
+            index.refresh()
+            if index.get_document(stored.id)["text"] != memory["content"]:
+                raise RuntimeError(f"stored memory {stored.id} not found after a refresh")
+            done = time.perf_counter()
+            (first if i < WARMUP else store_seconds).append(stored_at - started)
+            if i >= WARMUP:
+                refresh_seconds.append(done - stored_at)
+                cpu_seconds.append(cpu)
+    batch_row = {}
+    if batch:
+        documents = _memories(10 * n + 1_000_000, batch, rng)
         started = time.perf_counter()
-        writer.store(memory["content"], memory["tags"])
-        seconds.append(time.perf_counter() - started)
-    size = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
+        report = apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], progress=False, cache_path=cache,
+                               **_memory_write_options())
+        batch_row = {"batch": batch, "batch_seconds": time.perf_counter() - started,
+                     "batch_embed_seconds": report.embed_seconds, "batch_embedded": report.embedded}
+    size = _folder_bytes(index_dir)
     subprocess.run(["rm", "-rf", str(work)], check=False)
-    return {"n": n, "build_seconds": build_seconds, "store_seconds": seconds, "index_mb": size / 1e6}
+    return {"n": n, "model": model, "build_seconds": build_seconds, "warmup_seconds": first,
+            "store_seconds": store_seconds, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
+            "index_mb": size / 1e6, **batch_row}
+
+
+def _markdown(i: int, rng: random.Random, edit: int = 0) -> str:
+    """Synthetic markdown file `i`: a title, three sections of 40-120 words (`edit` > 0: changed)."""
+    sections = [f"# Note {i}\n"]
+    for s in range(3):
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 120)))
+        sections.append(f"## Part {s} {rng.choice(WORDS)}\n\n{words}\n")
+    if edit:
+        sections.append(f"## Edit {edit}\n\n{' '.join(rng.choice(WORDS) for _ in range(30))}\n")
+    return "\n".join(sections)
+
+
+def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A folder of markdown files: full build, then 1% edited and re-indexed, then re-indexed unchanged."""
+    from hybridlab.config import IndexConfig
+    from hybridlab.index.build import index_paths
+
+    files, share = int(arguments["files"]), float(arguments["share"])
+    rng = random.Random(files)
+    work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-reindex-"))
+    folder, index_dir, cache = work / "docs", work / "index", work / "embeddings.duckdb"
+    folder.mkdir()
+    for i in range(files):
+        (folder / f"note-{i:05d}.md").write_text(_markdown(i, rng), encoding="utf-8")
+    config = IndexConfig(models=("wordllama",))
+    from hybridlab.encoders.registry import load_encoder
+
+    load_encoder("wordllama")  # loaded before either timed run: each then costs its indexing, not a model load
+    full = index_paths([folder], index_dir, config, progress=False, cache_path=cache)
+    changed = rng.sample(range(files), max(1, int(files * share)))
+    for i in changed:
+        (folder / f"note-{i:05d}.md").write_text(_markdown(i, random.Random(i), edit=1), encoding="utf-8")
+    update = index_paths([folder], index_dir, progress=False, cache_path=cache)
+    unchanged = index_paths([folder], index_dir, progress=False, cache_path=cache)
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+    return {"files": files, "changed": len(changed), "full_seconds": full.seconds, "full_chunks": full.chunks,
+            "full_embed_seconds": full.embed_seconds, "update_seconds": update.seconds,
+            "update_embed_seconds": update.embed_seconds, "update_embedded": update.embedded,
+            "update_new_chunks": update.new_chunks, "unchanged_seconds": unchanged.seconds}
 
 
 def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
-    """SciFact (wordllama): search latency over the test queries, the index in `segments` commits."""
+    """Search latency over a dataset's queries, the index written in `segments` commits without merges."""
     from hybridlab.config import IndexConfig
-    from hybridlab.eval.datasets import load_queries
-    from hybridlab.eval.evalsets import get_evalset
     from hybridlab.index.build import apply_changes
-    from hybridlab.ingest.sources import IngestReport, read_source
     from hybridlab.search.engine import open_index
 
-    segments = int(arguments["segments"])
-    evalset = get_evalset("scifact")
-    documents = read_source(evalset.sources[0], IngestReport())
-    queries = list(load_queries(evalset.judgements, "test").values())
+    segments, dataset = int(arguments["segments"]), arguments["dataset"]
+    if dataset == "scifact":
+        from hybridlab.eval.datasets import load_queries
+        from hybridlab.eval.evalsets import get_evalset
+        from hybridlab.ingest.sources import IngestReport, read_source
+
+        evalset = get_evalset("scifact")
+        documents = read_source(evalset.sources[0], IngestReport())
+        queries = list(load_queries(evalset.judgements, "test").values())
+    else:
+        rng = random.Random(int(arguments["n"]))
+        documents = _memories(0, int(arguments["n"]), rng)
+        queries = [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(SYNTHETIC_QUERIES)]
     work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-search-"))
     index_dir = work / "index"
     config = IndexConfig(models=("wordllama",))
@@ -97,13 +228,50 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
         for query in queries:  # warm-up: query vectors cached, lazy state built
             index.search(query, limit=10)
         latencies = []
-        for query in queries:
-            started = time.perf_counter()
-            index.search(query, limit=10)
-            latencies.append(time.perf_counter() - started)
+        for _ in range(2):
+            for query in queries:
+                started = time.perf_counter()
+                index.search(query, limit=10)
+                latencies.append(time.perf_counter() - started)
         runs = {query: index.run(query, limit=100) for query in queries}
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return {"segments": len(manifest.get("segments", [manifest["path"]])), "latencies": latencies, "runs": runs}
+
+
+def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
+    """`writes` memories written one per commit into an empty index vs a fresh build of them."""
+    from hybridlab.config import IndexConfig
+    from hybridlab.index import layout
+    from hybridlab.index.build import apply_changes
+    from hybridlab.index.memory import MEMORY_SOURCE
+
+    writes = int(arguments["writes"])
+    documents = _memories(0, writes, random.Random(writes))
+    work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-disk-"))
+    written, fresh = work / "written", work / "fresh"
+    config = IndexConfig(models=("wordllama",))
+    seconds = []
+    for i, document in enumerate(documents):
+        started = time.perf_counter()
+        apply_changes(written, [(MEMORY_SOURCE, [document], False)], config if i == 0 else None, progress=False,
+                      cache_path=work / "written-embeddings.duckdb", **_memory_write_options())
+        seconds.append(time.perf_counter() - started)
+    getattr(layout, "wait_for_trash", lambda: None)()
+    manifest = layout.read_manifest(written)
+    started = time.perf_counter()
+    apply_changes(fresh, [(MEMORY_SOURCE, documents, False)], config, progress=False,
+                  cache_path=work / "fresh-embeddings.duckdb")
+    fresh_seconds = time.perf_counter() - started
+    skip = (".verified", ".lock")
+    result = {"writes": writes, "write_seconds": seconds, "fresh_seconds": fresh_seconds,
+              "written_mb": _folder_bytes(written, skip) / 1e6, "fresh_mb": _folder_bytes(fresh, skip) / 1e6,
+              "segments": len(manifest.get("segments") or []),
+              "generation_folders": len(layout.generations(written))}
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+    return result
+
+
+WORKERS = {"stores": _stores_worker, "reindex": _reindex_worker, "search": _search_worker, "disk": _disk_worker}
 
 
 def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 7200) -> Any:
@@ -121,17 +289,17 @@ def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 72
     return json.loads([line for line in done.stdout.splitlines() if line.strip()][-1])
 
 
-def percentile(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method="linear"))
-
-
 def same_runs(first: dict[str, dict[str, float]], second: dict[str, dict[str, float]], tolerance: float = 1e-6) -> float:
     """Share of queries whose runs have the same documents with scores equal within `tolerance`."""
     same = sum(first[q].keys() == second[q].keys() and all(abs(s - second[q][d]) <= tolerance for d, s in first[q].items())
                for q in first)
     return same / max(len(first), 1)
+
+
+def _ms(values: list[float], q: float) -> float:
+    from hybridlab.bench.common import percentile
+
+    return 1000 * percentile(values, q)
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
@@ -142,101 +310,161 @@ def _plot(results: dict[str, Any], path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for label in ("before", "after"):
-        rows = results["writes"].get(label) or []
+        rows = [r for r in results["stores"].get(label) or [] if r["model"] == "wordllama"]
         if rows:
-            axis.plot([r["n"] for r in rows], [statistics.median(r["store_seconds"]) for r in rows], marker="o",
-                      label=label)
+            axis.plot([r["n"] for r in rows], [_ms(r["store_seconds"], 50) for r in rows], marker="o", label=f"{label} P50")
+            axis.plot([r["n"] for r in rows], [_ms(r["store_seconds"], 95) for r in rows], marker="x", linestyle="--",
+                      label=f"{label} P95")
+    axis.axhline(25, color="grey", linewidth=0.8, linestyle=":", label="target P50 25 ms")
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("memories in the index")
-    axis.set_ylabel("median seconds per store_memory")
+    axis.set_ylabel("ms per store_memory")
     axis.set_title("One MemoryWriter.store, wordllama encoder")
     axis.grid(True, which="both", alpha=0.3)
-    axis.legend()
+    axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
+def _stores_table(results: dict[str, Any]) -> list[str]:
+    lines = [("| encoder | N | side | P50 ms/store | P95 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
+              "refresh + get_document P50 ms | P95 ms | build s | index MB |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    before = {(r["model"], r["n"]): r for r in results["stores"].get("before") or []}
+    for label in ("before", "after"):
+        for row in results["stores"].get(label) or []:
+            old = before.get((row["model"], row["n"]))
+            ratio = f"{_ms(old['store_seconds'], 50) / _ms(row['store_seconds'], 50):.1f}x" if old and label == "after" else ""
+            lines.append(f"| {row['model']} | {row['n']:,} | {label} | {_ms(row['store_seconds'], 50):.1f} | "
+                         f"{_ms(row['store_seconds'], 95):.1f} | {1000 * max(row['store_seconds']):.1f} | {ratio} | "
+                         f"{_ms(row['cpu_seconds'], 50):.1f} | "
+                         f"{_ms(row['refresh_seconds'], 50):.1f} | {_ms(row['refresh_seconds'], 95):.1f} | "
+                         f"{row['build_seconds']:.1f} | {row['index_mb']:.1f} |")
+    return lines
+
+
+def _batch_table(results: dict[str, Any]) -> list[str]:
+    lines = ["| encoder | N | side | memories | seconds | of which embedding | seconds apart from embedding |",
+             "|---|---|---|---|---|---|---|"]
+    for label in ("before", "after"):
+        for row in results["stores"].get(label) or []:
+            if row.get("batch"):
+                lines.append(f"| {row['model']} | {row['n']:,} | {label} | {row['batch']:,} | {row['batch_seconds']:.2f} | "
+                             f"{row['batch_embed_seconds']:.2f} | {row['batch_seconds'] - row['batch_embed_seconds']:.2f} |")
+    return lines
+
+
 def _report(results: dict[str, Any], command: str) -> str:
-    lines = [f"# Write cost before/after segments ({results['date']})", "", f"Command: `{command}`", "",
-             f"Machine: {results['machine']}. Before = {results['before_source']}; after = {results['after_source']}.",
-             "", "## store_memory (N memories indexed, then single stores through MemoryWriter, wordllama)", "",
-             ("| N | before median s/store | after median s/store | after max | speed-up | before build s | "
-             "after build s | after index MB |"), "|---|---|---|---|---|---|---|---|"]
-    before = {r["n"]: r for r in results["writes"].get("before") or []}
-    for row in results["writes"]["after"]:
-        old = before.get(row["n"])
-        after_median = statistics.median(row["store_seconds"])
-        old_median = statistics.median(old["store_seconds"]) if old else None
-        old_text = f"{old_median:.3f}" if old else "—"
-        speedup = f"{old_median / after_median:.1f}x" if old else "—"
-        old_build = f"{old['build_seconds']:.1f}" if old else "—"
-        lines.append(f"| {row['n']:,} | {old_text} | {after_median:.3f} | {max(row['store_seconds']):.3f} | "
-                     f"{speedup} | {old_build} | {row['build_seconds']:.1f} | {row['index_mb']:.1f} |")
+    lines = [f"# Write cost before/after ({results['date']})", "", f"Command: `{command}`", "",
+             (f"Machine: {results['machine']}, shared with other jobs while this ran. Before = "
+              f"{results['before_source']}; after = {results['after_source']}. Percentiles: numpy linear."), ""]
+    if results.get("stores"):
+        lines += ["## store_memory: one MemoryWriter.store (durable on return), then a reader's refresh + get_document",
+                  "", f"{results['stores_per_n']} stores per row after {WARMUP} warm-up stores (not counted).", "",
+                  *_stores_table(results), "", "## One write of 1,000 memories (one commit)", "", *_batch_table(results), ""]
+    reindex = results.get("reindex") or {}
+    if reindex:
+        lines += ["## Re-indexing a folder with 1% of its files changed (wordllama)", "",
+                  ("| side | files | changed | full build s | re-index s | of which embedding s | re-index apart from "
+                   "embedding / full build | unchanged re-index s |"), "|---|---|---|---|---|---|---|---|"]
+        for label, row in reindex.items():
+            share = (row["update_seconds"] - row["update_embed_seconds"]) / row["full_seconds"]
+            lines.append(f"| {label} | {row['files']:,} | {row['changed']} | {row['full_seconds']:.2f} | "
+                         f"{row['update_seconds']:.2f} | {row['update_embed_seconds']:.2f} | {share:.1%} | "
+                         f"{row['unchanged_seconds']:.2f} |")
+        lines.append("")
     search = results.get("search") or {}
     if search:
-        lines += ["", "## Search latency, SciFact test queries (wordllama, `Index.search`, limit 10, default hybrid)",
-                  "", "| variant | segments | P50 ms | P95 ms |", "|---|---|---|---|"]
-        for name, row in search.items():
-            if name == "identical":
-                continue
-            lines.append(f"| {name} | {row['segments']} | {row['p50_ms']:.2f} | {row['p95_ms']:.2f} |")
-        if "identical" in search:
-            lines.append("")
-            lines.append(f"Same documents and scores (to 1e-6) on one and on {SEGMENTS} segments: "
-                         f"{search['identical']:.1%} of the queries (top 100 per query).")
-    lines += ["", ("Each figure is one run of a fresh subprocess on a shared 2-core machine; medians over "
-              f"{results['stores']} stores per N."), ""]
+        lines += ["## Search latency: one segment vs 10 unmerged segments (wordllama, `Index.search`, limit 10, hybrid)",
+                  "", "| dataset | segments | P50 ms | P95 ms | P50 ratio | P95 ratio | same top-100 (scores 1e-6) |",
+                  "|---|---|---|---|---|---|---|"]
+        for dataset, rows in search.items():
+            one, many = rows["one"], rows["many"]
+            lines.append(f"| {dataset} | {one['segments']} | {one['p50_ms']:.2f} | {one['p95_ms']:.2f} | | | |")
+            lines.append(f"| {dataset} | {many['segments']} | {many['p50_ms']:.2f} | {many['p95_ms']:.2f} | "
+                         f"{many['p50_ms'] / one['p50_ms']:.2f}x | {many['p95_ms'] / one['p95_ms']:.2f}x | "
+                         f"{rows['identical']:.1%} |")
+        lines.append("")
+    disk = results.get("disk")
+    if disk:
+        lines += ["## Disk after 10,000 single-memory writes and their merges (after)", "",
+                  ("| writes | segments | written index MB | fresh build MB | ratio | write P50 ms | P95 ms | max ms | "
+                   "fresh build s |"), "|---|---|---|---|---|---|---|---|---|",
+                  (f"| {disk['writes']:,} | {disk['segments']} | {disk['written_mb']:.1f} | {disk['fresh_mb']:.1f} | "
+                   f"{disk['written_mb'] / disk['fresh_mb']:.2f}x | {_ms(disk['write_seconds'], 50):.1f} | "
+                   f"{_ms(disk['write_seconds'], 95):.1f} | {1000 * max(disk['write_seconds']):.1f} | "
+                   f"{disk['fresh_seconds']:.1f} |"), ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
-        handler = {"writes": _writes_worker, "search": _search_worker}[argv[1]]
-        sys.stdout.write("\n" + json.dumps(handler(json.loads(argv[2]))) + "\n")
+        sys.stdout.write("\n" + json.dumps(WORKERS[argv[1]](json.loads(argv[2]))) + "\n")
         return 0
     parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.writes", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="a checkout of the code before (its folder holding hybridlab/)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--stores", type=int, default=STORES)
-    parser.add_argument("--no-search", action="store_true", help="skip the SciFact search latency")
-    parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes")
+    parser.add_argument("--batch", type=int, default=BATCH, help="memories of the one-commit batch write (0: none)")
+    parser.add_argument("--disk-writes", type=int, default=DISK_WRITES)
+    parser.add_argument("--reindex-files", type=int, default=REINDEX_FILES)
+    parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes-2")
     args = parser.parse_args(argv)
     if args.before is not None and not (args.before / "hybridlab" / "__init__.py").is_file():
         parser.error(f"--before {args.before}: no hybridlab/ package there")
     date = datetime.now(UTC).strftime("%Y-%m-%d")
-    out = args.out or PACKAGE_ROOT / "reports" / "bench" / f"{date}-writes"
+    out = args.out or PACKAGE_ROOT / "reports" / "bench" / f"{date}-writes-2"
     out.mkdir(parents=True, exist_ok=True)
     from hybridlab.bench.common import machine_info
 
     machine = machine_info()
     results: dict[str, Any] = {"date": date, "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
                                "before_source": str(args.before) if args.before else None,
-                               "after_source": str(PACKAGE_ROOT), "stores": args.stores, "writes": {}, "search": {}}
-    sources = [("before", args.before)] if args.before else []
-    sources.append(("after", PACKAGE_ROOT))
-    for n in args.sizes:
-        for label, source in sources:
-            row = _run(source, "writes", {"n": n, "stores": args.stores})
-            results["writes"].setdefault(label, []).append(row)
-            (out / "writes.json").write_text(json.dumps(results, indent=2), encoding="utf-8")  # kept if a later step fails
-            print(f"{label} N={n}: median {statistics.median(row['store_seconds']):.3f} s/store "
-                  f"(build {row['build_seconds']:.1f} s)", flush=True)
-    if not args.no_search:
-        runs = {}
-        variants = [("before, 1 generation", args.before, 1)] if args.before else []
-        variants += [("after, 1 segment", PACKAGE_ROOT, 1), (f"after, {SEGMENTS} segments", PACKAGE_ROOT, SEGMENTS)]
-        for name, source, segments in variants:
-            row = _run(source, "search", {"segments": segments})
-            runs[name] = row.pop("runs")
-            results["search"][name] = {"segments": row["segments"], "p50_ms": 1000 * percentile(row["latencies"], 50),
-                                       "p95_ms": 1000 * percentile(row["latencies"], 95)}
-            print(f"search {name}: {results['search'][name]}", flush=True)
-        results["search"]["identical"] = same_runs(runs["after, 1 segment"], runs[f"after, {SEGMENTS} segments"])
-    (out / "writes.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    _plot(results, out / "writes.png")
+                               "after_source": str(PACKAGE_ROOT), "stores_per_n": args.stores, "stores": {},
+                               "reindex": {}, "search": {}, "disk": None}
+    sources = ([("before", args.before)] if args.before else []) + [("after", PACKAGE_ROOT)]
+
+    def save() -> None:  # after every step: kept if a later one fails
+        (out / "writes.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+    for part in args.parts:
+        if part in ("stores", "onnx"):
+            cases = [(n, "wordllama") for n in args.sizes] if part == "stores" else [(max(args.sizes), ONNX_MODEL)]
+            for n, model in cases:
+                for label, source in sources:
+                    row = _run(source, "stores", {"n": n, "stores": args.stores, "batch": args.batch, "model": model})
+                    results["stores"].setdefault(label, []).append(row)
+                    save()
+                    print(f"{label} {model} N={n}: P50 {_ms(row['store_seconds'], 50):.1f} ms/store, "
+                          f"P95 {_ms(row['store_seconds'], 95):.1f}, refresh P50 {_ms(row['refresh_seconds'], 50):.1f}",
+                          flush=True)
+        elif part == "reindex":
+            for label, source in sources:
+                results["reindex"][label] = _run(source, "reindex", {"files": args.reindex_files, "share": 0.01})
+                save()
+                print(f"reindex {label}: {results['reindex'][label]}", flush=True)
+        elif part == "search":
+            for dataset, extra in (("scifact", {}), ("synthetic-100k", {"n": max(args.sizes)})):
+                rows, runs = {}, {}
+                for name, segments in (("one", 1), ("many", SEGMENTS)):
+                    row = _run(PACKAGE_ROOT, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
+                    runs[name] = row.pop("runs")
+                    rows[name] = {"segments": row["segments"], "p50_ms": _ms(row["latencies"], 50),
+                                  "p95_ms": _ms(row["latencies"], 95)}
+                rows["identical"] = same_runs(runs["one"], runs["many"])
+                results["search"][dataset] = rows
+                save()
+                print(f"search {dataset}: {rows}", flush=True)
+        elif part == "disk":
+            results["disk"] = _run(PACKAGE_ROOT, "disk", {"writes": args.disk_writes})
+            save()
+            print(f"disk: {results['disk']['written_mb']:.1f} vs {results['disk']['fresh_mb']:.1f} MB", flush=True)
+    save()
+    if results["stores"]:
+        _plot(results, out / "writes.png")
     command = "python -m hybridlab.bench.writes " + " ".join(argv)
     (out / "README.md").write_text(_report(results, command.strip()), encoding="utf-8")
     print(f"wrote {out}")

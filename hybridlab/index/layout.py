@@ -138,13 +138,27 @@ def referenced_folders(index_dir: Path, manifest: dict[str, Any] | None) -> set[
     return {manifest["path"], *(segment["name"] for segment in segments(manifest))}
 
 
+_COPIES: dict[tuple[str, int, int, int], dict[str, Any]] = {}  # manifest copies read, by path and identity
+
+
 def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
-    """The manifest copy inside a generation folder (None when absent or unreadable)."""
+    """The manifest copy inside a generation folder (None when absent or unreadable); a copy is
+    written once, so one read before is reused while its inode, size and mtime are the same."""
+    path = Path(folder) / MANIFEST
     try:
-        manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+        info = os.stat(path)
+        key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+        if key in _COPIES:
+            return _COPIES[key]
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") in FORMATS else None
+    if not (isinstance(manifest, dict) and manifest.get("format") in FORMATS):
+        return None
+    while len(_COPIES) >= 8:
+        _COPIES.pop(next(iter(_COPIES)))
+    _COPIES[key] = manifest
+    return manifest
 
 
 def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False,
@@ -306,36 +320,39 @@ def previous_generation(index_dir: Path, live: Path | None) -> Path | None:
 
 def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None) -> list[str]:
     """Delete generation folders other than `keep` and `previous` and the segments their manifest
-    copies name (crashed builds, older generations, merged-away segments)."""
-    removed = []
-    kept = {p.resolve() for p in (keep, previous) if p is not None}
+    copies name (crashed builds, older generations, merged-away segments). Folders are compared by
+    name (all are children of `index_dir`); the removed ones are renamed aside at once and deleted
+    by a background thread."""
+    index_dir = Path(index_dir)
+    commits = {p.name for p in (keep, previous) if p is not None}
+    kept = set(commits)
     for folder in (keep, previous):
         if folder is not None:
-            kept |= {(Path(index_dir) / name).resolve()
-                     for name in referenced_folders(index_dir, read_generation_manifest(folder))}
-    commits = {p.resolve() for p in (keep, previous) if p is not None}
-    trash = []
-    for path in Path(index_dir).glob("gen-*"):
-        if path.resolve() in kept:
-            if path.resolve() not in commits:  # a segment only: the graphs of its own commit are stale
-                for stale in path.glob("graph-*.npy"):
-                    stale.unlink(missing_ok=True)
+            kept |= referenced_folders(index_dir, read_generation_manifest(folder))
+    removed, trash = [], []
+    with os.scandir(index_dir) as entries:
+        names = [entry.name for entry in entries if entry.name.startswith("gen-")]
+    for name in names:
+        path = index_dir / name
+        if name in kept:
+            if name not in commits:  # a segment only: the graphs of its own commit are stale
+                for stale in (n for n in os.listdir(path) if n.startswith("graph-") and n.endswith(".npy")):
+                    (path / stale).unlink(missing_ok=True)
             continue
-        # renamed out of the way at once (a rename, not ~15 unlinks), deleted by a background thread
-        aside = Path(index_dir) / f"{TRASH_PREFIX}{path.name}.{os.getpid()}-{time.monotonic_ns()}"
+        aside = index_dir / f"{TRASH_PREFIX}{name}.{os.getpid()}-{time.monotonic_ns()}"
         try:
             os.rename(path, aside)
             trash.append(aside)
         except OSError:
             shutil.rmtree(path, ignore_errors=True)
-        removed.append(path.name)
+        removed.append(name)
     for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):
-        for tmp in Path(index_dir).glob(pattern):
+        for tmp in index_dir.glob(pattern):
             tmp.unlink(missing_ok=True)
     with _TRASH_LOCK:
         running = [thread for thread in _TRASH_THREADS if thread.is_alive()]
         _TRASH_THREADS[:] = running
-    leftovers = [p for p in Path(index_dir).glob(f"{TRASH_PREFIX}*") if p not in trash] if not running else []
+    leftovers = [p for p in index_dir.glob(f"{TRASH_PREFIX}*") if p not in trash] if not running else []
     if trash or leftovers:  # leftovers: trash of a process that exited before deleting it
         thread = threading.Thread(target=_delete_trash, args=(trash + leftovers,), name="hybridlab-trash")
         thread.start()  # not a daemon: an exiting process finishes deleting first

@@ -12,12 +12,13 @@ verify` uses the two functions directly.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -157,6 +158,8 @@ class Segment:
     tokenizer: Tokenizer
     dense: Mapping[str, DenseIndex]
     pinned: store.PinnedFiles | None = None  # a Parquet segment's table files, held open
+    tag_locals: Mapping[str, np.ndarray] = field(default_factory=dict)  # tag -> its local rows (ascending)
+    assigned: Mapping[str, np.ndarray] = field(default_factory=dict)  # model -> chunk ids DuckDB assigns it (ascending)
 
     @property
     def rows(self) -> int:
@@ -265,6 +268,7 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
             "ORDER BY c.chunk_id"
         ).fetchall()
         tag_rows = con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
+        assigned_rows = con.execute("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id").fetchall()
     except Exception as error:  # noqa: BLE001 - any failure here means a truncated or damaged DuckDB file
         raise CorruptIndexError(
             f"{store_path} cannot be read ({str(error).splitlines()[0][:160]}); "
@@ -274,6 +278,12 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         con.close()
     chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
     tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
+    tag_locals: dict[str, list[int]] = {}
+    for tag, local in tags:
+        tag_locals.setdefault(tag, []).append(local)
+    assigned: dict[str, list[int]] = {}
+    for model, chunk_id in assigned_rows:
+        assigned.setdefault(model, []).append(chunk_id)
     bm25 = folder / layout.BM25_DIR
     try:
         sparse = SparseIndex.load(bm25)
@@ -298,13 +308,47 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
         tags=tags, bm25_ids=sparse.chunk_ids, postings=None if legacy is not None else sparse.parts[0],
         legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dense), pinned=pinned,
+        tag_locals=MappingProxyType({t: _readonly(np.asarray(v, dtype=np.int64)) for t, v in tag_locals.items()}),
+        assigned=MappingProxyType({m: _readonly(np.asarray(v, dtype=np.int64)) for m, v in assigned.items()}),
     )
 
 
-def _pick(values: Sequence[Any], mask: np.ndarray | None) -> list[Any]:
+def _pick(values: Sequence[Any], mask: np.ndarray | None) -> Sequence[Any]:
     if mask is None:
-        return list(values)
-    return [v for v, keep in zip(values, mask) if keep]
+        return values
+    return list(itertools.compress(values, mask))
+
+
+class RowTags(Mapping):
+    """row -> its tags (sorted), the inverse of `tag_rows`, as one CSR table built in numpy (no
+    dict of every tagged row: building that was most of a 100k-chunk generation's refresh)."""
+
+    def __init__(self, tag_rows: Mapping[str, np.ndarray]) -> None:
+        names = sorted(tag_rows)
+        rows = np.concatenate([tag_rows[name] for name in names]) if names else np.zeros(0, np.int64)
+        tags = np.concatenate([np.full(len(tag_rows[name]), i, np.int64) for i, name in enumerate(names)]) \
+            if names else np.zeros(0, np.int64)
+        order = np.lexsort((tags, rows))
+        self._names = names
+        self._rows, self._tags = rows[order], tags[order]
+        self._keys: np.ndarray | None = None  # the tagged rows, computed on first iteration
+
+    def __getitem__(self, row: int) -> tuple[str, ...]:
+        start, end = np.searchsorted(self._rows, [row, row + 1])
+        if start == end:
+            raise KeyError(row)
+        return tuple(self._names[i] for i in self._tags[start:end])
+
+    def _tagged(self) -> np.ndarray:
+        if self._keys is None:
+            self._keys = np.unique(self._rows)
+        return self._keys
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(int(row) for row in self._tagged())
+
+    def __len__(self) -> int:
+        return len(self._tagged())
 
 
 def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] | None, reader: StoreReader,
@@ -328,24 +372,21 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] |
         else:
             global_rows.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
             offset += int(mask.sum())
-    pick = lambda attribute: tuple(v for s, m in zip(segments, live) for v in _pick(getattr(s, attribute), m))
+    pick = lambda attribute: tuple(itertools.chain.from_iterable(_pick(getattr(s, attribute), m)
+                                                                 for s, m in zip(segments, live)))
     chunk_ids = _readonly(np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
                           if segments else np.zeros(0, np.int64))
     if len(chunk_ids) > 1 and not np.all(chunk_ids[1:] > chunk_ids[:-1]):
         raise CorruptIndexError(f"segments of {index_dir} overlap in chunk ids; "
                                 f"run `hybridlab verify --repair --index {index_dir}`")
     chunk_types, collections = pick("chunk_types"), pick("collections")
-    by_tag: dict[str, list[int]] = {}
-    for segment, rows_of in zip(segments, global_rows):
-        for tag, local in segment.tags:
-            row = rows_of[local]
-            if row >= 0:
-                by_tag.setdefault(tag, []).append(int(row))
-    tag_rows = {tag: _readonly(np.asarray(rows, dtype=np.int64)) for tag, rows in sorted(by_tag.items())}
-    row_tags: dict[int, list[str]] = {}
-    for tag, rows_of_tag in tag_rows.items():
-        for row in rows_of_tag:
-            row_tags.setdefault(int(row), []).append(tag)
+    by_tag: dict[str, list[np.ndarray]] = {}
+    for segment, rows_of in zip(segments, global_rows):  # per segment and tag: one numpy step
+        for tag, local in segment.tag_locals.items():
+            rows = rows_of[local]
+            by_tag.setdefault(tag, []).append(rows[rows >= 0])
+    tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
+    tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
     legacy = [s.legacy_sparse for s in segments if s.legacy_sparse is not None]
     if legacy:
         if len(segments) != 1:
@@ -378,10 +419,27 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] |
         times=_readonly(np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
                         if segments else np.zeros(0)),
         known_chunk_types=known_chunk_types, known_collections=known_collections,
-        tag_rows=MappingProxyType(tag_rows), row_tags=MappingProxyType({r: tuple(t) for r, t in row_tags.items()}),
+        tag_rows=MappingProxyType(tag_rows), row_tags=RowTags(tag_rows),
         sparse=sparse, dense=MappingProxyType(dense), graphs=MappingProxyType(graphs),
         dense_rows_to_index=MappingProxyType(dense_rows_to_index), segments=tuple(segments), live=tuple(live),
     )
+
+
+def _assigned_ids(generation: Generation) -> dict[str, np.ndarray]:
+    """model -> the live chunk ids DuckDB assigns it, ascending (from each segment's assignments,
+    read once when the segment was loaded; tombstoned chunks left out)."""
+    if not generation.segments:  # a generation built by hand (tests): ask the store
+        rows = generation.store.fetchall("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id")
+        found: dict[str, list[int]] = {}
+        for model, chunk_id in rows:
+            found.setdefault(model, []).append(chunk_id)
+        return {model: np.asarray(ids, dtype=np.int64) for model, ids in found.items()}
+    parts: dict[str, list[np.ndarray]] = {}
+    for segment, mask in zip(generation.segments, generation.live or [None] * len(generation.segments)):
+        dead = segment.chunk_ids[~mask] if mask is not None else None
+        for model, ids in segment.assigned.items():
+            parts.setdefault(model, []).append(ids if dead is None or not len(dead) else ids[~np.isin(ids, dead)])
+    return {model: np.concatenate(chunks) for model, chunks in parts.items()}
 
 
 def consistency_problems(generation: Generation) -> list[str]:
@@ -397,15 +455,15 @@ def consistency_problems(generation: Generation) -> list[str]:
             problems.append(f"BM25 rows in {segment.folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
     if not np.array_equal(generation.sparse.chunk_ids, generation.chunk_ids):
         problems.append(f"BM25 rows in {folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
-    assigned = dict(generation.store.fetchall("SELECT model, count(*) FROM chunk_vectors GROUP BY 1"))
+    expected_ids = _assigned_ids(generation)
+    assigned = {model: len(ids) for model, ids in expected_ids.items() if len(ids)}
     if set(assigned) - set(generation.dense):
         problems.append(f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(generation.dense)}")
     if set(generation.dense) != set(manifest.get("models", {})):
         problems.append(f"models in the manifest {sorted(manifest.get('models', {}))} differ from FAISS indexes "
                         f"{sorted(generation.dense)}")
     for model, dense in generation.dense.items():
-        expected = np.asarray([r[0] for r in generation.store.fetchall(
-            "SELECT chunk_id FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model])], dtype=np.int64)
+        expected = expected_ids.get(model, np.zeros(0, np.int64))
         if not np.array_equal(dense.ids, expected):
             problems.append(f"FAISS ids of {model!r} ({folder / layout.dense_file(model)}) do not match DuckDB")
         if manifest["models"][model]["dim"] != dense.dim:
