@@ -405,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.writes", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="a checkout of the code before (its folder holding hybridlab/)")
+    parser.add_argument("--after", type=Path, default=PACKAGE_ROOT,
+                        help="the code after (default this checkout; e.g. a worktree of one commit, so that "
+                        "uncommitted work in this checkout is not measured)")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--stores", type=int, default=STORES)
@@ -413,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reindex-files", type=int, default=REINDEX_FILES)
     parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes-2")
     args = parser.parse_args(argv)
-    if args.before is not None and not (args.before / "hybridlab" / "__init__.py").is_file():
-        parser.error(f"--before {args.before}: no hybridlab/ package there")
+    for name, source in (("--before", args.before), ("--after", args.after)):
+        if source is not None and not (source / "hybridlab" / "__init__.py").is_file():
+            parser.error(f"{name} {source}: no hybridlab/ package there")
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = args.out or PACKAGE_ROOT / "reports" / "bench" / f"{date}-writes-2"
     out.mkdir(parents=True, exist_ok=True)
@@ -423,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     results: dict[str, Any] = {"date": date, "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
                                "before_source": str(args.before) if args.before else None,
-                               "after_source": str(PACKAGE_ROOT), "stores_per_n": args.stores, "stores": {},
+                               "after_source": str(args.after), "stores_per_n": args.stores, "stores": {},
                                "reindex": {}, "search": {}, "disk": None}
-    sources = ([("before", args.before)] if args.before else []) + [("after", PACKAGE_ROOT)]
+    sources = ([("before", args.before)] if args.before else []) + [("after", args.after)]
 
     def save() -> None:  # after every step: kept if a later one fails
         (out / "writes.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
@@ -450,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             for dataset, extra in (("scifact", {}), ("synthetic-100k", {"n": max(args.sizes)})):
                 rows, runs = {}, {}
                 for name, segments in (("one", 1), ("many", SEGMENTS)):
-                    row = _run(PACKAGE_ROOT, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
+                    row = _run(args.after, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
                     runs[name] = row.pop("runs")
                     rows[name] = {"segments": row["segments"], "p50_ms": _ms(row["latencies"], 50),
                                   "p95_ms": _ms(row["latencies"], 95)}
@@ -459,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                 save()
                 print(f"search {dataset}: {rows}", flush=True)
         elif part == "disk":
-            results["disk"] = _run(PACKAGE_ROOT, "disk", {"writes": args.disk_writes})
+            results["disk"] = _run(args.after, "disk", {"writes": args.disk_writes})
             save()
             print(f"disk: {results['disk']['written_mb']:.1f} vs {results['disk']['fresh_mb']:.1f} MB", flush=True)
     save()
