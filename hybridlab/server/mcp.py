@@ -159,9 +159,11 @@ class _Service:
 
     @contextlib.contextmanager
     def reading(self, flush: bool = True) -> Iterator[Any]:
-        """The index, deferred memories committed first; library errors become tool errors."""
+        """The index, deferred memories (`commit_delay`) committed first; library errors become tool
+        errors. Without `commit_delay` a read never waits for a commit: every acknowledged memory is
+        committed already, and the stores still queued are committed by their own calls."""
         try:
-            if flush:
+            if flush and self.writer.commit_delay > 0:
                 self.writer.flush()
         except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
             logger.warning("could not commit %d queued memories before reading: %s", self.writer.pending, error)
