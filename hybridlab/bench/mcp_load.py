@@ -513,7 +513,30 @@ def run_figures(result: LoadResult) -> dict[str, Any]:
             "in_flight_stores_found": result.in_flight_stores_found, "killed": result.killed,
             "restart_seconds": None if result.restart_seconds is None else round(result.restart_seconds, 2),
             "verify_after_kill": result.verify_after_kill, "verify_at_end": result.verify_at_end,
-            "documents_at_end": result.documents_at_end}
+            "documents_at_end": result.documents_at_end, "server_tracebacks": _tracebacks(result.server_log)}
+
+
+def _tracebacks(log: str, limit: int = 3) -> list[str]:
+    """The first tracebacks in a server log (a crashed tool logs one at ERROR)."""
+    found, start = [], log.find("Traceback")
+    while start >= 0 and len(found) < limit:
+        end = log.find("\n20", start)  # the next timestamped log line
+        found.append(log[start:end if end > 0 else None][:4000])
+        start = log.find("Traceback", end) if end > 0 else -1
+    return found
+
+
+def code_version() -> str:
+    """The commit of the checkout this package runs from (+ "-dirty" with uncommitted changes)."""
+    folder = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
 
 
 def _median(runs: Sequence[dict[str, Any]], *keys: str) -> float | None:
@@ -537,7 +560,7 @@ def _markdown(record: dict[str, Any]) -> str:
     mix = ", ".join(f"{tool} {share:.0%}" for tool, share in config["mix"])
     lines = [
         f"# MCP load with a SIGKILL mid-run ({record['date']})", "",
-        f"Command: `{record['command']}`", "",
+        f"Command: `{record['command']}` (code at {record['code']})", "",
         (f"Machine: {machine['cpu_model']}, {machine['cores']} cores, shared with other jobs (load average "
          f"{', '.join(f'{x:.1f}' for x in machine['load_average'])} at the start): absolute times vary."), "",
         (f"Scenario (`hybridlab.bench.mcp_load`, the same as `tests/reliability/test_mcp_load.py`): a fresh "
@@ -569,6 +592,9 @@ def _markdown(record: dict[str, Any]) -> str:
                    f"for the kill, verify, restart and checks — median {_median(runs, 'pause_seconds')} s — left "
                    f"out); median wall time per run {_median(runs, 'seconds')} s."),
               f"- Errors in all runs: {errors}" + ("." if not errors else f": {runs[0]['first_errors']}"), ""]
+    for run in runs:
+        for traceback in run["server_tracebacks"][:1]:
+            lines += ["A server traceback:", "", "```text", traceback, "```", ""]
     return "\n".join(lines)
 
 
@@ -605,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{result.acknowledged} memories acknowledged", file=sys.stderr, flush=True)
     given = sys.argv[1:] if argv is None else argv
     record = {"date": date, "command": " ".join(["python -m hybridlab.bench.mcp_load", *given]),
-              "config": asdict(config), "machine": machine, "runs": runs}
+              "code": code_version(), "config": asdict(config), "machine": machine, "runs": runs}
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{date}-mcp-load"
     out.mkdir(parents=True, exist_ok=True)
     (out / "mcp-load.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
