@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import apply_offline_environment
-from hybridlab.server.stderr import StderrHandler
 from hybridlab.errors import HybridlabError
+from hybridlab.server.stderr import StderrHandler
 
 DEFAULT_INDEX = ".hybridlab"
 logger = logging.getLogger("hybridlab")
@@ -132,24 +132,25 @@ def index_config_from_args(args: argparse.Namespace):
     """An IndexConfig when any build option was given, else None (keep the index's own)."""
     from dataclasses import replace
 
-    from hybridlab.config import Bm25Config, ChunkConfig, IndexConfig
+    from hybridlab.config import Bm25Config, IndexConfig
 
     given = any(getattr(args, n, None) is not None for n in ("chunk_size", "chunk_overlap", "header_levels", "models",
                                                              "model_for_collection", "model_for_language", "dense_index",
-                                                             "hnsw_ef_search", "graph_k"))
+                                                             "hnsw_ef_search", "graph_k", "index_tags"))
     if not given:
         return None
     base = IndexConfig()
     if args.index_dir and (Path(args.index_dir) / "manifest.json").exists():
         from hybridlab.index.layout import read_manifest
 
-        base = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
+        base = IndexConfig.from_manifest(read_manifest(Path(args.index_dir))["config"])
     chunk = base.chunk
-    chunk = ChunkConfig(
+    chunk = replace(
+        chunk,
         chunk_size=args.chunk_size or chunk.chunk_size,
         chunk_overlap=chunk.chunk_overlap if args.chunk_overlap is None else args.chunk_overlap,
         header_levels=tuple(args.header_levels) if args.header_levels else chunk.header_levels,
-        min_chunk_size=chunk.min_chunk_size,
+        index_tags=chunk.index_tags if getattr(args, "index_tags", None) is None else args.index_tags,
     )
     def pairs(values):
         out = []
@@ -304,7 +305,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from hybridlab.index.build import apply_changes, canonical_models
     from hybridlab.index.layout import read_manifest
 
-    config = IndexConfig.from_dict(read_manifest(Path(args.index_dir))["config"])
+    config = IndexConfig.from_manifest(read_manifest(Path(args.index_dir))["config"])
     models = list(config.models)
     for name in canonical_models(args.models or ()):
         if name not in models:
@@ -422,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=_positive_int)
     p.add_argument("--chunk-overlap", type=int)
     p.add_argument("--header-levels", type=int, nargs="+")
+    p.add_argument("--index-tags", action=argparse.BooleanOptionalAction, default=None,
+                   help="a tagged document's tags as a line of its indexed text (default on)")
     p.add_argument("--dense-index", help="FAISS factory string (default Flat; e.g. HNSW32)")
     p.add_argument("--graph-k", type=int, help="corpus-graph neighbours per chunk for staged --expand-hops "
                    "(default 16 up to 100k chunks, none above; 0 = none)")

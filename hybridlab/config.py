@@ -33,6 +33,9 @@ class ChunkConfig:
     header_levels: tuple[int, ...] = (1, 2)
     min_chunk_size: int = 200
     strategy: str = "headers"
+    #: a tagged document's tags as a line of every chunk's indexed text (BM25 and dense), after its
+    #: heading: document expansion with metadata (memories: "Tags: terrabase, terraform")
+    index_tags: bool = True
 
     def __post_init__(self) -> None:
         if self.strategy not in {"headers", "whole"}:
@@ -76,6 +79,15 @@ class IndexConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_manifest(cls, data: Mapping[str, Any]) -> IndexConfig:
+        """A stored config (an index manifest's, an exported or a sweep-recorded one): chunking
+        settings added since it was written (:data:`ADDED_CHUNK_SETTINGS`) take the value it was
+        built with."""
+        data = dict(data)
+        data["chunk"] = {**ADDED_CHUNK_SETTINGS, **dict(data.get("chunk") or {})}
+        return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IndexConfig:
@@ -282,6 +294,9 @@ def _coerce(name: str, value: Any) -> Any:
 #: from before they existed: an exported config (one with `provenance`) that lacks one of them was
 #: pinned without it and keeps that behaviour (so `repro` still passes and serving it stays as measured).
 ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False}
+#: Chunking settings added after indexes were first built, with the value those indexes were built
+#: with (read by :meth:`IndexConfig.from_manifest` and for exported configs).
+ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False}
 
 
 def with_added_settings(search: Mapping[str, Any]) -> dict[str, Any]:

@@ -126,9 +126,28 @@ def test_memories_update_in_place(tmp_path, tiny_corpus, embedding_cache_path):
     m2["tags"] = ["ops", "tls", "certificates"]
     path.write_text("\n".join([lines[0], json.dumps(m2)]) + "\n")
     report = index_paths([path], index_dir, progress=False, cache_path=embedding_cache_path)
-    assert (report.changed, report.removed, report.unchanged, report.embedded) == (1, 1, 1, 0)
+    # tags are a line of the indexed text (ChunkConfig.index_tags): new tags, one new text to embed
+    assert (report.changed, report.removed, report.unchanged, report.embedded) == (1, 1, 1, 1)
     with open_index(index_dir) as index:
         assert [r["doc_id"] for r in index.search_by_tag(["certificates"])] == ["m2"]
+
+
+def test_tags_are_a_line_of_the_indexed_text_and_old_configs_keep_theirs():
+    from hybridlab.index.build import indexed_text
+    from hybridlab.ingest.chunking import embedding_text, single_chunk
+    from hybridlab.ingest.sources import memory_document
+
+    memory = memory_document({"id": "m", "content": "Pins Terraform 1.5.7.", "tags": ["terrabase", "Toolchain"],
+                              "created_at": "2024-01-01T00:00:00Z"}, "memories.jsonl:1", "memories.jsonl")
+    chunk = single_chunk(memory.text)[0]
+    assert indexed_text(chunk, memory, ChunkConfig()) == "Tags: terrabase, toolchain\nPins Terraform 1.5.7."
+    assert indexed_text(chunk, memory, ChunkConfig(index_tags=False)) == "Pins Terraform 1.5.7."
+    assert embedding_text(single_chunk("body", section="A > B")[0], "", ("x",)) == "A > B\nTags: x\nbody"
+    # a manifest (or exported config) written before the setting existed was built without tags
+    stored = IndexConfig(chunk=ChunkConfig(index_tags=False)).to_dict()
+    del stored["chunk"]["index_tags"]
+    assert IndexConfig.from_manifest(stored).chunk.index_tags is False
+    assert IndexConfig.from_dict({}).chunk.index_tags is True
 
 
 def test_same_doc_id_from_two_sources_is_an_error(tmp_path):
@@ -300,7 +319,7 @@ def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
     assert rows[1][2] > 0
     assert rows[0][3].startswith("Tabulator › Editors\n# Tabulator\n")
     assert rows[1][3].startswith("Tabulator › Filters\n## Filters\n")
-    assert memory == [(0, "", "memory", "Decided to pin torch to the CPU build so installs never pull CUDA wheels.")]
+    assert memory == [(0, "", "memory", "Tags: build, decision\nDecided to pin torch to the CPU build so installs never pull CUDA wheels.")]
 
 
 def test_dense_search_after_an_update_that_leaves_gaps_in_chunk_ids(tmp_path, embedding_cache_path):

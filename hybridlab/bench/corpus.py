@@ -55,11 +55,10 @@ def bench_root() -> Path:
 
 def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[str]]:
     """The exact texts the indexer embeds for each document (its chunking, its heading rule)."""
-    from hybridlab.index.build import chunk_document
-    from hybridlab.ingest.chunking import embedding_text
+    from hybridlab.index.build import chunk_document, indexed_text
 
-    return [[embedding_text(chunk, document.title if document.doc_type != "memory" else "")
-             for chunk in chunk_document(document, config)] for document in documents]
+    return [[indexed_text(chunk, document, config.chunk) for chunk in chunk_document(document, config)]
+            for document in documents]
 
 
 def scifact_source() -> Source:

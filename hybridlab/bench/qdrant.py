@@ -138,7 +138,7 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
     base = ensure_index(evalset, progress=False)  # its manifest's config and its cached vectors
     from hybridlab.config import IndexConfig
 
-    config = IndexConfig.from_dict(read_manifest(base)["config"])
+    config = IndexConfig.from_manifest(read_manifest(base)["config"])
     corpus_path = next(p for p in (evalset.sources[0] / "corpus.jsonl.gz", evalset.sources[0] / "corpus.jsonl")
                        if p.is_file())
     opener = gzip.open if corpus_path.suffix == ".gz" else open

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.config import IndexConfig
+from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.index import layout, store
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, text_sha256
 from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
@@ -89,6 +89,13 @@ class IndexReport:
         )
 
 
+def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
+    """The text a chunk is embedded and BM25-indexed as: its heading (the title, except for
+    memories), the document's tags when `config.index_tags`, then the chunk's text."""
+    return embedding_text(chunk, document.title if document.doc_type != "memory" else "",
+                          document.tags if config.index_tags else ())
+
+
 def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
     """The chunks of one document, by its type: header chunking for markdown/reST/notebooks."""
     if document.doc_type == "memory":
@@ -146,7 +153,7 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
                            ("tags", list(document.tags)), ("content_sha256", document.content_sha256)):
             docs[key].append(value)
         for chunk in chunk_document(document, config):
-            text = embedding_text(chunk, document.title if document.doc_type != "memory" else "")
+            text = indexed_text(chunk, document, config.chunk)
             for key, value in (("chunk_id", next_id), ("doc_id", document.doc_id), ("chunk_index", chunk.chunk_index),
                                ("section", chunk.section), ("chunk_type", chunk.chunk_type), ("text", chunk.text),
                                ("start_char", chunk.start_char), ("end_char", chunk.end_char),
@@ -961,7 +968,7 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
         manifest = layout.read_manifest(index_dir)
         entries = [dict(entry) for entry in layout.segments(manifest)]
         if len(entries) > 1 or any(e.get("deleted") for e in entries) or any(e.get("legacy") for e in entries):
-            config = IndexConfig.from_dict(manifest["config"])
+            config = IndexConfig.from_manifest(manifest["config"])
             dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
             base = _manifest_base(0, config, Path(manifest["embedding_cache"]), 0.0, manifest,
                                   _next_chunk_id(index_dir, manifest))
@@ -1015,7 +1022,7 @@ def apply_changes(
                 f"{index_dir / layout.MANIFEST} is missing but generation folders exist; "
                 f"{layout.repair_hint(index_dir)} before indexing into it"
             )
-        old_config = IndexConfig.from_dict(manifest["config"]) if manifest else None
+        old_config = IndexConfig.from_manifest(manifest["config"]) if manifest else None
         config = config or old_config or IndexConfig()
         config = dataclasses.replace(
             config, models=canonical_models(config.models),

@@ -8,6 +8,7 @@ boundaries with overlap, tiny ones merged into their neighbour. Every chunk is a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hybridlab.config import ChunkConfig
@@ -214,8 +215,13 @@ def single_chunk(text: str, *, section: str = "", chunk_type: str = "text", lang
     return [Chunk(0, text, 0, len(text), section, chunk_type, language)] if text.strip() else []
 
 
-def embedding_text(chunk: Chunk, title: str) -> str:
-    """What is embedded and BM25-indexed: the section title path (or title), then the chunk text."""
+def embedding_text(chunk: Chunk, title: str, tags: Sequence[str] = ()) -> str:
+    """What is embedded and BM25-indexed: the section title path (or title), the document's tags
+    (a `Tags: a, b` line, when given), then the chunk text."""
     heading = chunk.section or title
     body = chunk.text.strip()
-    return f"{heading}\n{body}" if heading and not body.startswith(heading) else body
+    text = f"{heading}\n{body}" if heading and not body.startswith(heading) else body
+    if tags:
+        lead = f"{heading}\n" if text.startswith(f"{heading}\n") and heading else ""
+        text = f"{lead}Tags: {', '.join(tags)}\n{text[len(lead):]}"
+    return text

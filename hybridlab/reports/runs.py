@@ -59,12 +59,12 @@ def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, di
 
     evaluator = evaluator or Evaluator(resolve_evalset(record.get("dataset_path") or record["dataset"]))
     split = record.get("split", "test")
-    base = IndexConfig.from_dict(record["defaults"]["index"])
+    base = IndexConfig.from_manifest(record["defaults"]["index"])
     cv = record.get("cross_validation")
     if cv:
         tuned_run = out_of_fold_run(evaluator, cv["folds"], cv["configs"], split)
     else:
-        tuned_run = evaluator.run(record["best"]["search"], IndexConfig.from_dict(record["best"]["index"]), split)
+        tuned_run = evaluator.run(record["best"]["search"], IndexConfig.from_manifest(record["best"]["index"]), split)
     runs = {"defaults": evaluator.run(BASELINES["defaults"], base, split),
             "tuned": tuned_run,
             "bm25": evaluator.run(BASELINES["bm25"], base, split),

@@ -417,7 +417,7 @@ def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> li
     evaluator = Evaluator(record_evalset(provenance))
     split = provenance.get("split", "test")
     recorded = provenance["test_metrics"]
-    search, index = with_added_settings(config["search"]), IndexConfig.from_dict(config["index"])
+    search, index = with_added_settings(config["search"]), IndexConfig.from_manifest(config["index"])
     if provenance.get("query_ids"):
         query_ids = provenance["query_ids"]
         run = evaluator.run(search, index, split)
