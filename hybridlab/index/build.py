@@ -872,6 +872,20 @@ def _build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[d
         raise
 
 
+#: a write is built in memory (then written as Parquet, or copied into a DuckDB file when it has
+#: `SMALL_SEGMENT_ROWS`+ chunks) below these bounds, else directly in a DuckDB file whose buffer
+#: pool spills to disk: the in-memory database holds every row of the write at once
+SMALL_WRITE_DOCUMENTS = 10_000
+SMALL_WRITE_CHARS = 32_000_000
+
+
+def _small_write(documents: Sequence[Document]) -> bool:
+    """Whether a write's new segment is built in the in-memory DuckDB (few documents, bounded text)."""
+    if len(documents) >= SMALL_WRITE_DOCUMENTS:
+        return False
+    return sum(len(document.text) for document in documents) < SMALL_WRITE_CHARS
+
+
 def _persist(con, folder: Path) -> None:
     """Make a segment's store durable-ready in `folder`: a DuckDB file is checkpointed; a segment
     built in memory is written as Parquet tables when small, else copied into `store.duckdb`."""
@@ -1053,7 +1067,7 @@ def apply_changes(
                 report.seconds = time.perf_counter() - started
                 return report
             next_id = _next_chunk_id(index_dir, manifest)
-            if full or len(to_insert) >= store.SMALL_SEGMENT_ROWS:
+            if full or not _small_write(to_insert):
                 con = store.connect(tmp / layout.STORE_FILE)
                 store.create_schema(con)
             elif to_insert:  # a small segment: built in memory, written as Parquet tables (`_persist`)
