@@ -8,6 +8,7 @@ boundaries with overlap, tiny ones merged into their neighbour. Every chunk is a
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,11 +48,23 @@ def _line_offsets(text: str) -> list[int]:
     return [0] + [match.end() for match in LINE_BREAK.finditer(text)]
 
 
+_PARSERS = threading.local()
+
+
+def _markdown_parser():
+    """This thread's CommonMark parser (building one costs about as much as parsing a small file,
+    and re-indexing reads every file of a folder to see which changed)."""
+    parser = getattr(_PARSERS, "parser", None)
+    if parser is None:
+        from markdown_it import MarkdownIt
+
+        parser = _PARSERS.parser = MarkdownIt("commonmark")
+    return parser
+
+
 def markdown_headings(text: str) -> list[tuple[int, int, str]]:
     """(char offset of the heading line, level, title) for every real markdown heading."""
-    from markdown_it import MarkdownIt
-
-    tokens = MarkdownIt("commonmark").parse(text)
+    tokens = _markdown_parser().parse(text)
     offsets = _line_offsets(text)
     headings = []
     for i, token in enumerate(tokens):
