@@ -59,8 +59,9 @@ SEARCH_LIMIT = 10
 
 @dataclass(frozen=True)
 class LoadConfig:
-    """One run: `calls` completed tool calls in all from `clients` concurrent sessions; the server is
-    SIGKILLed once `kill_at` of them are done (None = no kill), over an index of `memories` memories."""
+    """One run: `calls` completed tool calls in all from `clients` concurrent sessions, `mix` = each
+    tool's share; the server is SIGKILLed once `kill_at` of them are done (None = no kill), over an
+    index of `memories` memories."""
 
     calls: int = 2000
     clients: int = 4
@@ -68,6 +69,7 @@ class LoadConfig:
     memories: int = 200
     seed: int = 0
     mix: tuple[tuple[str, float], ...] = tuple(MIX.items())
+    timeout: float = 1800.0  # seconds for the whole load: a hang fails instead of waiting forever
 
     def __post_init__(self) -> None:
         if self.calls < 1 or self.clients < 1:
@@ -336,6 +338,7 @@ class _Load:
 
         rng = random.Random(self.config.seed * 1000 + n)
         tools, weights = zip(*self.config.mix, strict=True)
+        failures = 0  # sessions in a row that broke without the kill
         while self.claimed < self.config.calls:
             try:
                 async with Client(streamable_http_client(self.server.url, terminate_on_close=False)) as client:
@@ -343,15 +346,20 @@ class _Load:
                         tool = self.current[n] = rng.choices(tools, weights)[0]
                         await self.one(client, n, rng, tool)
                         del self.current[n]
+                        failures = 0
                         self.result.calls += 1
                         if self.kill_after is not None and self.result.calls >= self.kill_after:
                             self.kill_requested.set()
                     return
-            except Exception as error:  # noqa: BLE001 - the session broke (the SDK raises an exception group)
+            except Exception as error:  # the session broke (the SDK raises an exception group)
                 tool = self.current.pop(n, None)
                 if not self.killed:  # an error; the call is done (failed), the client reconnects
                     self.error(f"client {n}: the session failed during {tool}: {error!r}"[:500])
                     self.result.calls += tool is not None
+                    failures += 1
+                    if failures >= 3 or self.server.process is None or self.server.process.poll() is not None:
+                        raise RuntimeError(f"client {n} cannot reach the server: {self.server.log()[-3000:]}") \
+                            from error
                     continue
                 if tool is not None:  # interrupted by the kill: not done, its slot goes back
                     self.claimed -= 1
@@ -365,7 +373,13 @@ class _Load:
     async def crash_and_restart(self, running: list[asyncio.Task]) -> None:
         """SIGKILL the server once `kill_after` calls are done, wait for every client to notice, verify
         the index, restart the server, check what was acknowledged before; then let the clients go on."""
-        await self.kill_requested.wait()
+        kill = asyncio.create_task(self.kill_requested.wait())
+        clients = asyncio.gather(*running, return_exceptions=True)
+        await asyncio.wait({kill, clients}, return_when=asyncio.FIRST_COMPLETED)
+        if not kill.done():  # cannot happen unless calls went uncounted: say so rather than wait forever
+            kill.cancel()
+            self.error("every call was done before the kill was due")
+            return
         paused = time.perf_counter()
         self.killed = True
         await asyncio.to_thread(self.server.kill)
@@ -429,13 +443,14 @@ class _Load:
                 self.result.in_flight_stores_found += 1
 
     async def run(self) -> None:
+        """The clients (and the kill), at most `config.timeout` seconds."""
         started = time.perf_counter()
         running = [asyncio.create_task(self.client(n)) for n in range(self.config.clients)]
         tasks = list(running)
         if self.kill_after is not None:
             tasks.append(asyncio.create_task(self.crash_and_restart(running)))
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.wait_for(asyncio.gather(*tasks), self.config.timeout)
         finally:
             for task in tasks:
                 task.cancel()

@@ -191,13 +191,30 @@ class SegmentCache:
         return len(self._segments)
 
 
+RETIRED_RETRIES = 5
+
+
 def read_generation(index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None) -> Generation:
     """Open the live generation of `index_dir` (checksums checked; with `check`, also that DuckDB,
     BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command. With a
-    `cache`, segments loaded before are reused and only new ones are read."""
+    `cache`, segments loaded before are reused and only new ones are read. A generation retired
+    while it is read (two commits later a writer removes its files) is no damage: when a read fails
+    and the manifest has changed since it began, it starts over from the new one."""
     single_threaded()
     index_dir = Path(index_dir)
-    stamp = manifest_stamp(index_dir)  # before reading: a commit after this point changes it
+    retries = RETIRED_RETRIES
+    while True:
+        stamp = manifest_stamp(index_dir)  # before reading: a commit after this point changes it
+        try:
+            return _read_generation(index_dir, stamp, check, cache)
+        except (CorruptIndexError, OSError):
+            if retries == 0 or manifest_stamp(index_dir) == stamp:
+                raise
+            retries -= 1
+
+
+def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
+                     cache: SegmentCache | None) -> Generation:
     manifest = layout.read_manifest(index_dir)
     damaged = layout.open_problems(index_dir, manifest)
     if damaged:

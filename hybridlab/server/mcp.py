@@ -262,8 +262,11 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             stored = service.writer.store(content, tags, memory_type, created_at)
         except (HybridlabError, ValueError, FileNotFoundError) as error:
             raise _tool_error(error) from None
-        with service.reading(flush=False) as index:
-            index.refresh()
+        try:
+            service.index.refresh()  # so the next search finds it
+        except Exception as error:  # noqa: BLE001 - committed and durable: an error would make a client store it twice
+            logger.warning("memory %s is committed, but re-opening the index failed (the next read retries): %s",
+                           stored.id, error)
         return StoredMemoryResponse(**stored.to_dict())
 
     @server.tool()
