@@ -31,6 +31,7 @@ import inspect
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,9 @@ REINDEX_FILES = 5_000
 DISK_WRITES = 10_000
 ONNX_MODEL = "all-MiniLM-L6-v2-onnx"
 PARTS = ("stores", "onnx", "reindex", "search", "disk")
+#: the search part's clock: memories carry dates and hybrid search weighs recency, so runs made
+#: minutes apart (one index, then the other) would differ by the decay between them
+SEARCH_NOW = "2026-12-01T00:00:00Z"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -226,14 +230,14 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     manifest = json.loads((index_dir / "manifest.json").read_text())
     with open_index(index_dir) as index:
         for query in queries:  # warm-up: query vectors cached, lazy state built
-            index.search(query, limit=10)
+            index.search(query, limit=10, now=SEARCH_NOW)
         latencies = []
         for _ in range(2):
             for query in queries:
                 started = time.perf_counter()
-                index.search(query, limit=10)
+                index.search(query, limit=10, now=SEARCH_NOW)
                 latencies.append(time.perf_counter() - started)
-        runs = {query: index.run(query, limit=100) for query in queries}
+        runs = {query: index.run(query, limit=100, now=SEARCH_NOW) for query in queries}
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return {"segments": len(manifest.get("segments", [manifest["path"]])), "latencies": latencies, "runs": runs}
 
@@ -355,8 +359,9 @@ def _batch_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _report(results: dict[str, Any], command: str) -> str:
-    lines = [f"# Write cost before/after ({results['date']})", "", f"Command: `{command}`", "",
+def _report(results: dict[str, Any]) -> str:
+    commands = "; then ".join(f"`{command}`" for command in results["commands"])
+    lines = [f"# Write cost before/after ({results['date']})", "", f"Commands: {commands}", "",
              (f"Machine: {results['machine']}, shared with other jobs while this ran. Before = "
               f"{results['before_source']}; after = {results['after_source']}. Percentiles: numpy linear."), ""]
     if results.get("stores"):
@@ -415,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-writes", type=int, default=DISK_WRITES)
     parser.add_argument("--reindex-files", type=int, default=REINDEX_FILES)
     parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes-2")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the figures of OUT/writes.json and replace only the parts run now")
     args = parser.parse_args(argv)
     for name, source in (("--before", args.before), ("--after", args.after)):
         if source is not None and not (source / "hybridlab" / "__init__.py").is_file():
@@ -429,6 +436,21 @@ def main(argv: list[str] | None = None) -> int:
                                "before_source": str(args.before) if args.before else None,
                                "after_source": str(args.after), "stores_per_n": args.stores, "stores": {},
                                "reindex": {}, "search": {}, "disk": None}
+    command = "python -m hybridlab.bench.writes " + " ".join(argv)
+    results["commands"] = []
+    if args.update and (out / "writes.json").is_file():  # keep what this run does not measure again
+        kept = json.loads((out / "writes.json").read_text(encoding="utf-8"))
+        rerun = {"wordllama"} if "stores" in args.parts else set()
+        rerun |= {ONNX_MODEL} if "onnx" in args.parts else set()
+        results["stores"] = {label: [row for row in rows if row["model"] not in rerun]
+                             for label, rows in (kept.get("stores") or {}).items()}
+        for key in ("reindex", "search", "disk"):
+            if key not in args.parts:
+                results[key] = kept.get(key)
+        readme = out / "README.md"  # a run written before `commands` was recorded names its command there
+        results["commands"] = kept.get("commands") or (re.findall(r"^Command: `([^`]+)`", readme.read_text(
+            encoding="utf-8"), flags=re.MULTILINE) if readme.is_file() else [])
+    results["commands"].append(command.strip())
     sources = ([("before", args.before)] if args.before else []) + [("after", args.after)]
 
     def save() -> None:  # after every step: kept if a later one fails
@@ -469,8 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     save()
     if results["stores"]:
         _plot(results, out / "writes.png")
-    command = "python -m hybridlab.bench.writes " + " ".join(argv)
-    (out / "README.md").write_text(_report(results, command.strip()), encoding="utf-8")
+    (out / "README.md").write_text(_report(results), encoding="utf-8")
     print(f"wrote {out}")
     return 0
 
