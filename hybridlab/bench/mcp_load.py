@@ -542,13 +542,14 @@ def _tracebacks(log: str, limit: int = 3) -> list[str]:
 
 
 def code_version() -> str:
-    """The commit of the checkout this package runs from (+ "-dirty" with uncommitted changes)."""
+    """The commit of the checkout this package runs from (+ "-dirty" when the package has uncommitted
+    changes)."""
     folder = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no", "--",
+                                "hybridlab"], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
