@@ -15,6 +15,7 @@ __all__ = [
     "IndexNotFoundError",
     "ModelNotInstalledError",
     "StoreError",
+    "StoreLockedError",
 ]
 
 
@@ -36,6 +37,10 @@ class IndexLockedError(HybridlabError, RuntimeError):
 
 class StoreError(HybridlabError, RuntimeError):
     """The DuckDB store cannot be opened (held by a writer, or damaged); the message says what to do."""
+
+
+class StoreLockedError(StoreError):
+    """The DuckDB file is held by a writer in another process (try again later; nothing is damaged)."""
 
 
 class ModelNotInstalledError(HybridlabError, ImportError):

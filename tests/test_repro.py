@@ -126,15 +126,17 @@ def test_recording_rewrites_only_the_expected_values_of_that_condition():
 
 
 def test_a_condition_waits_for_an_index_another_process_is_writing(monkeypatch):
-    from hybridlab.errors import IndexLockedError
+    from hybridlab.errors import IndexLockedError, StoreLockedError
     from hybridlab.tune import repro
 
     calls = []
 
     def ensure(evalset, config, progress=False):
         calls.append(1)
-        if len(calls) < 3:
+        if len(calls) == 1:
             raise IndexLockedError("index x is locked by PID 1 (another process is writing it)")
+        if len(calls) == 2:  # the shared embeddings cache, held by another build
+            raise StoreLockedError(".cache/embeddings.duckdb is opened for writing by another process")
         return Path("/nonexistent-index")
 
     monkeypatch.setattr(repro, "ensure_index", ensure)

@@ -182,6 +182,16 @@ def test_three_matched_query_terms_raise_the_tag_weight(index):
     assert partial["tag_coverage"] == pytest.approx(1 / 3)
 
 
+def test_a_candidate_keeps_its_tag_score_beyond_the_tag_runs_depth(index):
+    """Eight filler memories wear `home`; with depth 3 the tag run holds three of them, but the one
+    BM25 finds (the newest of them) must still get its tag bonus under score fusion."""
+    results = index.search("home houseplants watered", depth=3, limit=3, now=NOW, explain=True)
+    assert results[0].doc_id == "f07"
+    assert results[0].explain["matched_tags"] == ["home"] and results[0].explain["tag_score"] > 0
+    rrf = index.search("home houseplants watered", depth=3, limit=3, now=NOW, fusion="rrf")
+    assert rrf[0].doc_id == "f07"
+
+
 def test_tag_run_disabled_by_empty_tags(index):
     explained = index.search("tunnelx architecture", tags=[], limit=1, now=NOW, explain=True)[0].explain
     assert explained["query_tags"] == [] and explained["tag_score"] is None

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.errors import StoreError
+from hybridlab.errors import StoreError, StoreLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def connect(path: Path, read_only: bool = False):
     except duckdb.IOException as error:
         text = str(error)
         if "lock" in text.lower():
-            raise StoreError(
+            raise StoreLockedError(
                 f"{path} is opened for writing by another process ({text.splitlines()[0][:200]}); "
                 "open the index read-only or wait for the writer to finish"
             ) from None

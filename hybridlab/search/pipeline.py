@@ -273,7 +273,30 @@ def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
         runs["dense"] = dict(zip(rows.tolist(), scores.tolist()))
     if config.fill_dense and mode == "hybrid" and request.model is not None and runs.get("bm25"):
         runs["dense"] = fill_dense(snapshot, request, runs["dense"], runs["bm25"])
+    if mode == "hybrid" and runs.get("tags") and config.fusion != "rrf":
+        runs["tags"] = with_candidate_tags(snapshot, request, runs)
     return runs, stage, added, bm25_exhausted
+
+
+def with_candidate_tags(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -> Run:
+    """The tag run plus every BM25 or dense candidate that carries a query tag but fell outside
+    the tag run's `depth` (more rows wear the tag than that; the run keeps the first rows of equal
+    count): under a score fusion the tag signal is a per-row bonus, and a candidate must not lose it
+    to its row number (a store's newest memories would, behind its oldest)."""
+    named, tags = request.tags, runs["tags"]
+    rows = np.fromiter({row for name in ("bm25", "dense") for row in runs.get(name) or () if row not in tags},
+                       np.int64)
+    if not len(rows):
+        return tags
+    scores = np.zeros(len(rows), dtype=np.float64)
+    for tag in named.tags:
+        tagged = snapshot.generation.tag_rows.get(tag)
+        if tagged is not None:
+            scores += snapshot.tag_specificity[tag] * np.isin(rows, tagged)
+    for name in named.collections:
+        scores += np.isin(rows, snapshot.collection_rows[name])
+    keep = np.flatnonzero(scores)
+    return {**tags, **dict(zip(rows[keep].tolist(), scores[keep].tolist()))} if len(keep) else tags
 
 
 # ------------------------------------------------------------------------------------ evidence

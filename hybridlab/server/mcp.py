@@ -26,8 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from hybridlab.server.stderr import StderrHandler
 from hybridlab.errors import HybridlabError
+from hybridlab.server.stderr import StderrHandler
 
 logger = logging.getLogger(__name__)
 

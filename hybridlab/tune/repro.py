@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import ENV_ALIASES, ENV_PREFIX, SEARCH_FIELDS, IndexConfig, offline_environment
-from hybridlab.errors import HybridlabError, IndexLockedError
+from hybridlab.errors import HybridlabError, IndexLockedError, StoreLockedError
 from hybridlab.eval.datasets import REPO_ROOT, data_dir
 from hybridlab.eval.evalsets import ensure_index, get_evalset
 
@@ -138,14 +138,14 @@ def _relative(path: Path) -> str:
 
 
 def _ensure_waiting(condition: Condition, progress: bool, timeout: float, poll_s: float = 2.0) -> Path:
-    """The condition's index, built once; while another process writes it (a test run, a sweep),
-    wait for it rather than fail, up to `timeout` seconds."""
+    """The condition's index, built once; while another process writes it or the shared
+    embeddings cache (a test run, a sweep), wait for it rather than fail, up to `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return ensure_index(get_evalset(condition.dataset), IndexConfig.from_dict(condition.index),
                                 progress=progress)
-        except IndexLockedError:
+        except (IndexLockedError, StoreLockedError):  # the index, or the embeddings cache, is being written
             if time.monotonic() > deadline:
                 raise
             time.sleep(poll_s)
