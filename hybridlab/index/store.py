@@ -188,6 +188,7 @@ def is_parquet_segment(folder: Path) -> bool:
 
 
 _SCRATCH: Any = None
+_SCRATCH_PID = 0
 _SCRATCH_LOCK = threading.Lock()
 _NAMES = itertools.count()
 
@@ -195,13 +196,14 @@ _NAMES = itertools.count()
 def scratch():
     """A cursor on this process's in-memory DuckDB (created once: a DuckDB instance costs ~10 ms to
     start, a cursor microseconds). Each user works in a database of its own (`private_database`)."""
-    global _SCRATCH
+    global _SCRATCH, _SCRATCH_PID
     with _SCRATCH_LOCK:
-        if _SCRATCH is None:
+        if _SCRATCH is None or _SCRATCH_PID != os.getpid():  # a forked child starts its own instance
             import duckdb
 
             _SCRATCH = duckdb.connect(":memory:")
             _SCRATCH.execute(f"SET memory_limit = '{writer_memory_limit()}'")
+            _SCRATCH_PID = os.getpid()
         return _SCRATCH.cursor()
 
 
