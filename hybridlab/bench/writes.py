@@ -91,12 +91,11 @@ def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int
 
     from hybridlab.config import IndexConfig
     from hybridlab.encoders.registry import get_spec
-    from hybridlab.index.build import chunk_document
+    from hybridlab.index.build import chunk_document, indexed_text
     from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
-    from hybridlab.ingest.chunking import embedding_text
 
     config = IndexConfig(models=(model,))
-    hashes = list(dict.fromkeys(text_sha256(embedding_text(chunk, "")) for document in documents
+    hashes = list(dict.fromkeys(text_sha256(indexed_text(chunk, document, config.chunk)) for document in documents
                                 for chunk in chunk_document(document, config)))
     vectors = np.random.default_rng(seed).standard_normal((len(hashes), get_spec(model).dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
