@@ -108,12 +108,10 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
     import nbformat
 
     try:
-        # schema slips (ids on old-format cells, outputs on markdown cells) do not stop reading the
-        # cells; captured rather than logged as an ERROR per notebook on every index check
-        schema_errors: dict[str, Exception] = {}
-        notebook = nbformat.reads(raw, as_version=4, capture_validation_error=schema_errors)
-        if schema_errors:
-            logger.debug("notebook schema: %s", str(schema_errors["ValidationError"]).splitlines()[0][:160])
+        # read and converted without nbformat's schema validation: its slips (ids on old-format
+        # cells, outputs on markdown cells) do not stop reading the cells, and `nbformat.reads`
+        # would log each as an ERROR with a cell dump on every index check
+        notebook = nbformat.convert(nbformat.reader.reads(raw), 4)
     except Exception as error:  # noqa: BLE001 (nbformat raises several types for bad JSON / schema)
         raise ValueError(f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})") from None
     metadata = notebook.get("metadata", {})
