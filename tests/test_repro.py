@@ -15,6 +15,7 @@ from hybridlab.tune.repro import (
     Condition,
     command_environment,
     expand,
+    format_outcome,
     load_conditions,
     run_condition,
     select,
@@ -78,6 +79,7 @@ def test_ok_and_fail_per_metric(tmp_path, capsys):
     assert main(["repro", "--all", "--conditions", str(record)]) == 1
     out = capsys.readouterr().out
     assert "FAIL ndcg@10      expected 0.6000  measured 0.6100" in out and "FAIL queries" in out
+    assert "the same command run again: ndcg@10 0.6100 (the same: a persistent change)" in out
     assert "1 of 2 condition(s) FAILED: bad" in out
 
 
@@ -146,3 +148,14 @@ def test_a_condition_waits_for_an_index_another_process_is_writing(monkeypatch):
     calls.clear()
     with pytest.raises(IndexLockedError):
         repro._ensure_waiting(condition, False, timeout=0, poll_s=0.01)
+
+
+def test_a_failing_condition_is_run_again_and_says_whether_it_moves(tmp_path):
+    counter = tmp_path / "runs"
+    script = (f"import json, pathlib; p = pathlib.Path({str(counter)!r}); n = len(p.read_text()) if p.exists() else 0; "
+              "p.write_text('x' * (n + 1)); print(json.dumps({'queries': 2, 'metrics': {'mrr': 0.1 if n == 0 else 0.5}}))")
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+    outcome = run_condition(Condition("flaky", "d", "all", command, {"mrr": 0.5}))
+    assert not outcome.ok and outcome.rerun == {"mrr": 0.5}  # still a FAIL: the first run counts
+    lines = format_outcome(outcome, 0.0005)
+    assert lines[-1] == "     the same command run again: mrr 0.5000 (different: a one-off, look for what differed)"
