@@ -48,6 +48,14 @@ def memories() -> Gate:
 
 
 @pytest.fixture(scope="session")
+def memories_tag_blind() -> Gate:
+    """The memories set indexed without its tags in the text (the index before `index_tags`)."""
+    from hybridlab.config import ChunkConfig, IndexConfig
+
+    return Gate("memories", IndexConfig(chunk=ChunkConfig(index_tags=False)))
+
+
+@pytest.fixture(scope="session")
 def holoviz() -> Gate:
     _need(corpora_dir() / "holoviz", "the HoloViz corpus")
     return Gate("holoviz")

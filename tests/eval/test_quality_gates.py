@@ -155,25 +155,29 @@ def test_project_name_query_returns_that_projects_memories_first(memories):
 
 # Every project-name query of the memories ground truth (kind `project-generic`, 16 queries: "rathole
 # project codebase architecture", "ferrox service internals", ...): the share of the top 5 from the
-# named project, default hybrid against the same without the tag signal and against pure vector.
-# Measured 2026-11-25 (reports/engine/2026-11-25/): 1.000 vs 0.725 (randomisation p 0.0006) and vs
-# 0.738 (p 0.0010).
-def test_project_name_queries_favour_the_named_project(memories):
+# named project. Tag information reaches the default hybrid twice: the tag signal and, since
+# `index_tags`, a `Tags:` line in every memory's indexed text. So the default hybrid must beat the
+# tag-blind systems (no tag signal, on an index without tags in its text: the seed-001 rathole
+# failure) significantly, and must not fall below the other systems of its own index.
+# Measured 2026-11-25: default 1.000; on the tag-blind index the tag-less hybrid 0.738 and pure vector
+# 0.738; on the default index the tag-less hybrid 0.875 and pure vector 1.000 (the Tags: line alone
+# puts the project first for the embedding).
+def test_project_name_queries_favour_the_named_project(memories, memories_tag_blind):
     projects = project_queries(memories.opened)
-    assert len(projects) == 16  # the ground truth's project-generic queries
+    blind = project_queries(memories_tag_blind.opened)
+    assert len(projects) == 16 and set(blind) == set(projects)  # the ground truth's project-generic queries
     assert all(row["project"] for row in projects.values()), projects
     ours = {qid: row["shares"]["hybrid (default)"] for qid, row in projects.items()}
     others = [name for name in PROJECT_SYSTEMS if name != "hybrid (default)"]
-    results = {name: paired_test(ours, {qid: row["shares"][name] for qid, row in projects.items()}, TEST)
-               for name in others}
+    results = {f"{name}, tags not in the text": paired_test(
+        ours, {qid: row["shares"][name] for qid, row in blind.items()}, TEST) for name in others}
     adjusted = dict(zip(results, holm([r.p_value for r in results.values()])))
     failed = [_line(name, r, adjusted[name]) for name, r in results.items()
               if not (r.difference > 0 and adjusted[name] < MAX_P)]
     assert not failed, (f"project share of the top 5 not significantly higher (Holm p < {MAX_P}): {failed}",
                         {qid: (projects[qid]["query"], share) for qid, share in ours.items() if share < 1})
     means = mean_shares(projects)
-    assert means["hybrid (default)"] > means["hybrid, no tag signal"]
-    assert means["hybrid (default)"] > means["vector"]
+    assert all(means["hybrid (default)"] >= means[name] for name in others), means
 
 
 # --------------------------------------------------------------------------- adaptive fusion (issue 19)
