@@ -186,16 +186,12 @@ def query_tags(snapshot: Snapshot, query: str, config: SearchConfig, boost_tags:
 
 
 # ------------------------------------------------------------------------------------ retrievers
-def tag_run(snapshot: Snapshot, request: Request, depth: int) -> Run:
-    """Rows carrying the query's tags (or in a collection the query names), scored by how many of
-    them match: + the tag's specificity (1 / sqrt(number of collections wearing it)) per matching
-    tag, +1 when the chunk's collection is named. Under rank fusion (RRF) equal counts are ordered
-    by the chunk's cosine similarity to the query (added as `0.001 * (1 + cos) / 2`, which never
-    outweighs one more matching tag), so RRF does not rank them by row id; score fusions see the
-    plain counts."""
+def tag_counts(snapshot: Snapshot, request: Request) -> np.ndarray | None:
+    """Per row, the tag score of :func:`tag_run` (0 = no query tag, or filtered out); None when the
+    query names no tag or collection."""
     named = request.tags
     if not named.tags and not named.collections:
-        return {}
+        return None
     counts = np.zeros(snapshot.n_chunks, dtype=np.float64)
     for tag in named.tags:
         rows = snapshot.generation.tag_rows.get(tag)
@@ -206,6 +202,18 @@ def tag_run(snapshot: Snapshot, request: Request, depth: int) -> Run:
     mask = request.allowed.mask
     if mask is not None:
         counts[~mask] = 0.0
+    return counts
+
+
+def tag_run(snapshot: Snapshot, request: Request, depth: int, counts: np.ndarray | None) -> Run:
+    """Rows carrying the query's tags (or in a collection the query names), scored by how many of
+    them match: + the tag's specificity (1 / sqrt(number of collections wearing it)) per matching
+    tag, +1 when the chunk's collection is named. Under rank fusion (RRF) equal counts are ordered
+    by the chunk's cosine similarity to the query (added as `0.001 * (1 + cos) / 2`, which never
+    outweighs one more matching tag), so RRF does not rank them by row id; score fusions see the
+    plain counts (`counts`: :func:`tag_counts`)."""
+    if counts is None:
+        return {}
     rows = np.flatnonzero(counts)
     if not len(rows):
         return {}
@@ -255,8 +263,9 @@ def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
         rows, scores = snapshot.sparse.search(request.query, width, allowed)
         runs["bm25"] = dict(zip(rows.tolist(), scores.tolist()))
         bm25_exhausted = len(rows) < width
+    counts = tag_counts(snapshot, request) if mode in {"hybrid", "tags"} else None
     if mode in {"hybrid", "tags"}:
-        runs["tags"] = tag_run(snapshot, request, depth)
+        runs["tags"] = tag_run(snapshot, request, depth, counts)
     if stage == "staged" and len(runs["bm25"]) < config.fallback_threshold:
         stage = "fallback"
         logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits (query %r)",
@@ -273,28 +282,20 @@ def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
         runs["dense"] = dict(zip(rows.tolist(), scores.tolist()))
     if config.fill_dense and mode == "hybrid" and request.model is not None and runs.get("bm25"):
         runs["dense"] = fill_dense(snapshot, request, runs["dense"], runs["bm25"])
-    if mode == "hybrid" and runs.get("tags") and config.fusion != "rrf":
-        runs["tags"] = with_candidate_tags(snapshot, request, runs)
+    if mode == "hybrid" and config.fusion != "rrf" and len(runs.get("tags") or ()) >= depth:
+        runs["tags"] = with_candidate_tags(runs, counts)
     return runs, stage, added, bm25_exhausted
 
 
-def with_candidate_tags(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -> Run:
-    """The tag run plus every BM25 or dense candidate that carries a query tag but fell outside
-    the tag run's `depth` (more rows wear the tag than that; the run keeps the first rows of equal
-    count): under a score fusion the tag signal is a per-row bonus, and a candidate must not lose it
-    to its row number (a store's newest memories would, behind its oldest)."""
-    named, tags = request.tags, runs["tags"]
+def with_candidate_tags(runs: dict[str, Run], counts: np.ndarray) -> Run:
+    """The tag run cut at `depth` plus every BM25 or dense candidate with a tag score outside it
+    (more rows wear the query's tags than that; the cut keeps the first rows of equal count): under
+    a score fusion the tag signal is a per-row bonus, and a candidate must not lose it to its row
+    number (a store's newest memories would, behind its oldest)."""
+    tags = runs["tags"]
     rows = np.fromiter({row for name in ("bm25", "dense") for row in runs.get(name) or () if row not in tags},
                        np.int64)
-    if not len(rows):
-        return tags
-    scores = np.zeros(len(rows), dtype=np.float64)
-    for tag in named.tags:
-        tagged = snapshot.generation.tag_rows.get(tag)
-        if tagged is not None:
-            scores += snapshot.tag_specificity[tag] * np.isin(rows, tagged)
-    for name in named.collections:
-        scores += np.isin(rows, snapshot.collection_rows[name])
+    scores = counts[rows]
     keep = np.flatnonzero(scores)
     return {**tags, **dict(zip(rows[keep].tolist(), scores[keep].tolist()))} if len(keep) else tags
 
