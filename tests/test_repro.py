@@ -150,7 +150,8 @@ def test_a_condition_waits_for_an_index_another_process_is_writing(monkeypatch):
         repro._ensure_waiting(condition, False, timeout=0, poll_s=0.01)
 
 
-def test_a_failing_condition_is_run_again_and_says_whether_it_moves(tmp_path):
+def test_a_failing_condition_is_run_again_and_says_whether_it_moves(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYBRIDLAB_CACHE", str(tmp_path / "cache"))
     counter = tmp_path / "runs"
     script = (f"import json, pathlib; p = pathlib.Path({str(counter)!r}); n = len(p.read_text()) if p.exists() else 0; "
               "p.write_text('x' * (n + 1)); print(json.dumps({'queries': 2, 'metrics': {'mrr': 0.1 if n == 0 else 0.5}}))")
@@ -158,4 +159,7 @@ def test_a_failing_condition_is_run_again_and_says_whether_it_moves(tmp_path):
     outcome = run_condition(Condition("flaky", "d", "all", command, {"mrr": 0.5}))
     assert not outcome.ok and outcome.rerun == {"mrr": 0.5}  # still a FAIL: the first run counts
     lines = format_outcome(outcome, 0.0005)
-    assert lines[-1] == "     the same command run again: mrr 0.5000 (different: a one-off, look for what differed)"
+    assert lines[-2] == "     the same command run again: mrr 0.5000 (different: a one-off, look for what differed)"
+    assert "evidence" in lines[-1]
+    kept = list((tmp_path / "cache" / "repro-failures").glob("flaky-*/commands.txt"))
+    assert len(kept) == 1 and kept[0].read_text().count("## attempt") == 2

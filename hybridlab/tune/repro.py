@@ -30,7 +30,7 @@ from typing import Any
 from hybridlab.config import ENV_ALIASES, ENV_PREFIX, SEARCH_FIELDS, IndexConfig, offline_environment
 from hybridlab.errors import HybridlabError, IndexLockedError, StoreLockedError
 from hybridlab.eval.datasets import REPO_ROOT, data_dir
-from hybridlab.eval.evalsets import ensure_index, get_evalset
+from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
 
 DEFAULT_CONDITIONS = REPO_ROOT / "repro" / "conditions.yaml"
 DEFAULT_TOLERANCE = 0.0005
@@ -185,10 +185,37 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
         rows.append(("queries", float(condition.queries), None if queries is None else float(queries), False))
     rerun = None
     if not all(ok for *_, ok in rows):
-        again = subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
+        evidence = failure_folder(condition)
+        again_argv = [*argv, "--save-run", str(evidence / "rerun.trec")] if argv[:2] == ["hybridlab", "eval"] else argv
+        again = subprocess.run(again_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
                                timeout=timeout, check=False)
         rerun = (_printed_metrics(again.stdout) or {}).get("metrics") if again.returncode == 0 else None
+        _keep_evidence(evidence, argv, index_dir, (done, again))
     return Outcome(condition, rows, queries, time.perf_counter() - started, rerun=rerun)
+
+
+def failure_folder(condition: Condition) -> Path:
+    """Where a failing condition's evidence goes: `.cache/repro-failures/<name>-<time>/`."""
+    folder = failure_folder_root() / f"{condition.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _keep_evidence(folder: Path, argv: Sequence[str], index_dir: Path | None,
+                   attempts: Sequence[subprocess.CompletedProcess]) -> None:
+    """The command, both attempts' output and the index's manifest and file listing, to diff
+    against a passing run."""
+    lines = [shlex.join(argv)]
+    for number, attempt in enumerate(attempts, 1):
+        lines += [f"## attempt {number}: exit {attempt.returncode}", "### stdout", attempt.stdout,
+                  "### stderr", attempt.stderr]
+    (folder / "commands.txt").write_text("\n".join(lines), encoding="utf-8")
+    if index_dir is not None and (Path(index_dir) / "manifest.json").exists():
+        (folder / "manifest.json").write_text((Path(index_dir) / "manifest.json").read_text(encoding="utf-8"),
+                                              encoding="utf-8")
+        listing = [f"{p.relative_to(index_dir)}\t{p.stat().st_size}\t{p.stat().st_mtime_ns}"
+                   for p in sorted(Path(index_dir).rglob("*")) if p.is_file()]
+        (folder / "index-files.tsv").write_text("\n".join(listing), encoding="utf-8")
 
 
 def _printed_metrics(stdout: str) -> dict[str, Any] | None:
@@ -247,7 +274,13 @@ def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
         lines.append(f"     the same command run again: {shown} ("
                      + ("the same: a persistent change" if same else "different: a one-off, look for what differed")
                      + ")")
+        lines.append(f"     evidence (both attempts' output, the re-run's TREC run, the index manifest): "
+                     f"{_relative(failure_folder_root() / condition.name)}-*")
     return lines
+
+
+def failure_folder_root() -> Path:
+    return cache_root() / "repro-failures"
 
 
 def cli_repro_all(args: argparse.Namespace) -> int:
