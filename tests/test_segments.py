@@ -2,6 +2,7 @@
 and deletes (with or without merges) answers exactly like a fresh full build of the same documents."""
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 
@@ -67,6 +68,80 @@ def test_bm25_over_segments_uses_global_statistics():
                                       whole.score_terms(whole.query_terms(query)))
         assert combined.query_idf(query) == whole.query_idf(query)
     assert (combined.k1, combined.b) == (config.k1, config.b)
+
+
+
+def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
+    """Segments of several size classes (combined per class into one CSC), with tombstones, score,
+    weigh and match exactly like one index of the live rows; a next generation with one more small
+    segment reuses the unchanged groups and rebuilds only the one it joins."""
+    from hybridlab.index.sparse import GroupCache, group_parts
+
+    rng = random.Random(11)
+    sizes = [300, 40, 3, 20, 1, 2]  # classes: 300 -> 2, 40 and 20 -> 1, 3 / 1 / 2 -> 0
+    docs = [_text(rng) for _ in range(sum(sizes) + 1)]
+    config = Bm25Config()
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    parts = [SparseIndex.build(docs[a:b], np.arange(a, b), config).parts[0] for a, b in itertools.pairwise(starts)]
+    live = [None] * len(parts)
+    for i, dead in ((0, [5, 17]), (3, [0]), (4, [0])):  # segment 4 (one row) entirely tombstoned
+        live[i] = np.ones(sizes[i], dtype=bool)
+        live[i][dead] = False
+    alive = np.concatenate([np.ones(n, dtype=bool) if mask is None else mask for n, mask in zip(sizes, live)])
+    ids = np.flatnonzero(alive)
+    whole = SparseIndex.build([docs[i] for i in ids], ids, config)
+    cache = GroupCache()
+    combined = SparseIndex(parts, live, ids, whole.tokenizer, groups=cache)
+    assert group_parts(parts) == [[0], [1, 3], [2, 4, 5]]
+    candidates = np.arange(0, len(ids), 7)
+    for query in (*QUERIES, "panel panel widget", "nothing-known"):
+        np.testing.assert_array_equal(combined.score_terms(combined.query_terms(query)),
+                                      whole.score_terms(whole.query_terms(query)))
+        assert combined.query_idf(query) == whole.query_idf(query)
+        np.testing.assert_array_equal(combined.matched_idf_share(query, candidates),
+                                      whole.matched_idf_share(query, candidates))
+    for (terms, weights), (terms_w, weights_w) in zip(combined.row_weights(), whole.row_weights()):
+        assert [combined._terms[t] for t in terms] == [whole._terms[t] for t in terms_w]
+        np.testing.assert_array_equal(weights, weights_w)
+    groups = {key: cache.get(key) for key in [tuple(parts[i] for i in m) for m in group_parts(parts)]}
+    extra = SparseIndex.build([docs[-1]], np.asarray([len(docs) - 1]), config).parts[0]
+    SparseIndex([*parts, extra], [*live, None], np.append(ids, len(docs) - 1), whole.tokenizer, groups=cache)
+    assert cache.get((parts[0],)) is groups[(parts[0],)] is parts[0]  # a group of one is the segment itself
+    assert cache.get((parts[1], parts[3])) is groups[(parts[1], parts[3])]  # unchanged group: reused
+    assert (parts[2], parts[4], parts[5], extra) in cache._groups and (parts[2], parts[4], parts[5]) not in cache._groups
+
+
+def test_dense_over_segments_searches_and_gathers_like_one_index():
+    """Unfiltered, filtered and gathered vectors over flat segments with tombstones equal one FAISS
+    index of the live vectors (scores bit for bit: FAISS's own kernel scores each segment)."""
+    from hybridlab.index.dense import DenseIndex, SegmentedDense
+
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((230, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cuts = [0, 100, 130, 131, 230]
+    parts = [DenseIndex.build(vectors[a:b], np.arange(a, b), "m") for a, b in itertools.pairwise(cuts)]
+    live = [None, np.ones(30, dtype=bool), None, np.ones(99, dtype=bool)]
+    live[1][[0, 29]] = False
+    live[3][50] = False
+    alive = np.concatenate([np.ones(b - a, dtype=bool) if m is None else m
+                            for (a, b), m in zip(itertools.pairwise(cuts), live)])
+    ids = np.flatnonzero(alive)
+    whole = DenseIndex.build(vectors[ids], ids, "m")
+    segmented = SegmentedDense("m", parts, live)
+    np.testing.assert_array_equal(segmented.ids, ids)
+    for query in vectors[:5]:
+        for depth in (1, 10, 500):
+            got, expected = segmented.search(query, depth), whole.search(query, depth)
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+        allowed = ids[::3]
+        got, expected = segmented.search(query, 7, allowed), whole.search(query, 7, allowed)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_allclose(got[1], expected[1], atol=1e-6)
+    rows = np.asarray([5, 0, len(ids) - 1, 101, 101, 130, 3])
+    np.testing.assert_array_equal(segmented.take(rows), whole.vectors[rows])
+    np.testing.assert_array_equal(segmented.take(np.zeros(0, np.int64)), np.zeros((0, 16), np.float32))
 
 
 def _runs(index_dir) -> dict[tuple[str, str], dict[str, float]]:

@@ -18,7 +18,8 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
   edited and the folder re-indexed (`index_paths`); the re-index's seconds apart from embedding.
 - `search`: P50/P95 of `Index.search` (limit 10, default hybrid) on one segment and on 10 unmerged
   segments of the same documents, SciFact (its test queries) and 100k synthetic memories (300
-  synthetic queries), with a check that both answer alike (top 100, scores to 1e-6).
+  synthetic queries), with a check that both answer alike (top 100, scores to 1e-6); with
+  `--before`, per dataset the before side's two indexes are measured first, then the after side's.
 - `disk` (after only): 10,000 memories written one per commit (merges included) vs a fresh build
   of the same memories: the index folder's size (embeddings cache excluded) and the per-write times.
 
@@ -387,15 +388,19 @@ def _report(results: dict[str, Any]) -> str:
         lines.append("")
     search = results.get("search") or {}
     if search:
+        before = results.get("search_before") or {}
         lines += ["## Search latency: one segment vs 10 unmerged segments (wordllama, `Index.search`, limit 10, hybrid)",
-                  "", "| dataset | segments | P50 ms | P95 ms | P50 ratio | P95 ratio | same top-100 (scores 1e-6) |",
-                  "|---|---|---|---|---|---|---|"]
-        for dataset, rows in search.items():
-            one, many = rows["one"], rows["many"]
-            lines.append(f"| {dataset} | {one['segments']} | {one['p50_ms']:.2f} | {one['p95_ms']:.2f} | | | |")
-            lines.append(f"| {dataset} | {many['segments']} | {many['p50_ms']:.2f} | {many['p95_ms']:.2f} | "
-                         f"{many['p50_ms'] / one['p50_ms']:.2f}x | {many['p95_ms'] / one['p95_ms']:.2f}x | "
-                         f"{rows['identical']:.1%} |")
+                  "", "| dataset | side | segments | P50 ms | P95 ms | P50 ratio | P95 ratio | same top-100 (scores 1e-6) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for dataset in search:
+            for label, rows in (("before", before.get(dataset)), ("after", search[dataset])):
+                if not rows:
+                    continue
+                one, many = rows["one"], rows["many"]
+                lines.append(f"| {dataset} | {label} | {one['segments']} | {one['p50_ms']:.2f} | {one['p95_ms']:.2f} | | | |")
+                lines.append(f"| {dataset} | {label} | {many['segments']} | {many['p50_ms']:.2f} | {many['p95_ms']:.2f} | "
+                             f"{many['p50_ms'] / one['p50_ms']:.2f}x | {many['p95_ms'] / one['p95_ms']:.2f}x | "
+                             f"{rows['identical']:.1%} |")
         lines.append("")
     disk = results.get("disk")
     if disk:
@@ -456,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("reindex", "search", "disk"):
             if key not in args.parts:
                 results[key] = kept.get(key)
+        if "search" not in args.parts and kept.get("search_before"):
+            results["search_before"] = kept["search_before"]
         readme = out / "README.md"  # a run written before `commands` was recorded names its command there
         results["commands"] = kept.get("commands") or (re.findall(r"^Command: `([^`]+)`", readme.read_text(
             encoding="utf-8"), flags=re.MULTILINE) if readme.is_file() else [])
@@ -481,18 +488,22 @@ def main(argv: list[str] | None = None) -> int:
                 results["reindex"][label] = _run(source, "reindex", {"files": args.reindex_files, "share": 0.01})
                 save()
                 print(f"reindex {label}: {results['reindex'][label]}", flush=True)
-        elif part == "search":
+        elif part == "search":  # with --before: both sides, one index after the other, back to back
             for dataset, extra in (("scifact", {}), ("synthetic-100k", {"n": max(args.sizes)})):
-                rows, runs = {}, {}
-                for name, segments in (("one", 1), ("many", SEGMENTS)):
-                    row = _run(args.after, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
-                    runs[name] = row.pop("runs")
-                    rows[name] = {"segments": row["segments"], "p50_ms": _ms(row["latencies"], 50),
-                                  "p95_ms": _ms(row["latencies"], 95)}
-                rows["identical"] = same_runs(runs["one"], runs["many"])
-                results["search"][dataset] = rows
-                save()
-                print(f"search {dataset}: {rows}", flush=True)
+                for label, source in sources:
+                    rows, runs = {}, {}
+                    for name, segments in (("one", 1), ("many", SEGMENTS)):
+                        row = _run(source, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
+                        runs[name] = row.pop("runs")
+                        rows[name] = {"segments": row["segments"], "p50_ms": _ms(row["latencies"], 50),
+                                      "p95_ms": _ms(row["latencies"], 95)}
+                    rows["identical"] = same_runs(runs["one"], runs["many"])
+                    if label == "after":
+                        results["search"][dataset] = rows
+                    else:
+                        results.setdefault("search_before", {})[dataset] = rows
+                    save()
+                    print(f"search {dataset} {label}: {rows}", flush=True)
         elif part == "disk":
             results["disk"] = _run(args.after, "disk", {"writes": args.disk_writes})
             save()

@@ -176,6 +176,11 @@ class DenseIndex:
         return self.index.ntotal
 
     @property
+    def is_flat(self) -> bool:
+        """Whether the index is exact flat storage (an unfiltered search scores every vector)."""
+        return self._flat is not None and self._flat is self._inner
+
+    @property
     def vectors(self) -> np.ndarray:
         """All stored vectors, row-aligned with `ids` (reconstructed once, then kept; a flat
         index's own storage is used without a copy)."""
@@ -296,10 +301,13 @@ class SegmentedDense:
     """One model's vectors over several segments, each its own FAISS index, as one DenseIndex.
 
     Rows run over the live vectors of the segments in order (chunk ids ascending across segments).
-    `live[i]` is segment i's boolean row mask (None = all live): tombstoned rows are excluded inside
-    each segment's search (as an allowed-id set), never dropped afterwards, so a search returns
-    min(depth, live allowed vectors) results. Per-segment results are merged by score, ties by
-    ascending chunk id, as :func:`top_exact` orders one index."""
+    `live[i]` is segment i's boolean row mask (None = all live): tombstoned rows are never returned,
+    so a search returns min(depth, live allowed vectors) results. Flat segments (exact storage) are
+    searched unfiltered by scoring every live vector in place with FAISS's flat kernel and taking one
+    top `depth` (:func:`top_exact`: ties by ascending chunk id), which costs what one merged flat index
+    costs, scores bit for bit; other index types, and filtered searches, search each segment (the
+    tombstones and the filter as an allowed-id set) and merge by score. Nothing is copied: gathers
+    (:meth:`take`) read each segment's own storage."""
 
     def __init__(self, model: str, parts: list[DenseIndex], live: list[np.ndarray | None]) -> None:
         if not parts:
@@ -318,6 +326,15 @@ class SegmentedDense:
         self.ids = ids.astype(np.int64, copy=False)
         if len(self.ids) > 1 and not np.all(self.ids[1:] > self.ids[:-1]):
             raise ValueError(f"dense segments of {model!r}: chunk ids must ascend across segments")
+        # per row: its part and its row there, so a gather finds both with two index operations
+        self._part_of = np.repeat(np.arange(len(parts), dtype=np.intp), sizes)
+        self._local_of = np.concatenate(self._local_rows) if sizes else np.zeros(0, np.int64)
+        self._part_vectors: list[np.ndarray] | None = None
+        self._flat = all(part.is_flat for part in parts)
+        # every part's rows one after the other (tombstoned ones included): where each live row is
+        self._physical_starts = np.concatenate([[0], np.cumsum([part.size for part in parts])]).astype(np.int64)
+        self._physical_live = None if all(mask is None for mask in live) else np.concatenate(
+            [start + rows for start, rows in zip(self._physical_starts[:-1], self._local_rows)])
         self._vectors: np.ndarray | None = None
         self._lock = threading.Lock()
 
@@ -331,14 +348,38 @@ class SegmentedDense:
         self.ef_search = self.parts[0].ef_search
 
     def take(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of the given rows (a copy): the rows sorted by part once, then one gather per
+        part they fall in."""
         rows = np.asarray(rows, dtype=np.int64)
+        which, local = self._part_of[rows], self._local_of[rows]
         out = np.empty((len(rows), self.dim), dtype=np.float32)
-        which = np.searchsorted(self._offsets, rows, side="right") - 1
-        for i in np.unique(which):
-            here = which == i
-            local = self._local_rows[i][rows[here] - self._offsets[i]]
-            out[here] = self.parts[i].vectors[local]
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(self.parts) + 1))
+        vectors = self._part_vectors or self._load_part_vectors()
+        for i in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+            chosen = order[bounds[i]:bounds[i + 1]]
+            out[chosen] = vectors[i][local[chosen]]
         return out
+
+    def _score_all(self, query: np.ndarray) -> np.ndarray:
+        """The score of every live vector of exact flat parts, in row order: each part's storage
+        scored in place by FAISS's own kernel (`fvec_inner_products_ny`, the one a flat search uses,
+        so scores are bit-identical to one merged index's), no per-segment search or heap, no
+        allowed-id set for a segment with tombstones."""
+        import faiss
+
+        query = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(-1))
+        vectors = self._part_vectors or self._load_part_vectors()
+        out = np.empty(self._physical_starts[-1], dtype=np.float32)
+        for part_vectors, start, end in zip(vectors, self._physical_starts[:-1], self._physical_starts[1:]):
+            if end > start:
+                faiss.fvec_inner_products_ny(faiss.swig_ptr(out[start:end]), faiss.swig_ptr(query),
+                                             faiss.swig_ptr(part_vectors), self.dim, int(end - start))
+        return out if self._physical_live is None else out[self._physical_live]
+
+    def _load_part_vectors(self) -> list[np.ndarray]:
+        self._part_vectors = [part.vectors for part in self.parts]  # views of flat storage (no copy)
+        return self._part_vectors
 
     @property
     def vectors(self) -> np.ndarray:
@@ -364,6 +405,8 @@ class SegmentedDense:
 
     def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ids, scores) of the `depth` nearest live vectors, restricted to `allowed` chunk ids."""
+        if allowed is None and self._flat:
+            return top_exact(self.ids, self._score_all(query), depth)
         found_ids, found_scores = [], []
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=np.int64)

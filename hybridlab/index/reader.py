@@ -29,7 +29,7 @@ from hybridlab.errors import CorruptIndexError, StoreError
 from hybridlab.index import layout, store
 from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
-from hybridlab.index.sparse import Postings, SparseIndex
+from hybridlab.index.sparse import GroupCache, Postings, SparseIndex
 from hybridlab.index.tokenizer import Tokenizer
 
 
@@ -173,6 +173,7 @@ class SegmentCache:
     def __init__(self) -> None:
         self._segments: OrderedDict[tuple[str, str], Segment] = OrderedDict()
         self._lock = threading.Lock()
+        self.postings = GroupCache()  # the segments' postings combined per size class, for the next open
 
     def get(self, key: tuple[str, str]) -> Segment | None:
         with self._lock:
@@ -233,7 +234,7 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         cache.keep(set(keys))
     reader = _open_store(index_dir, segments, entries)
     try:
-        generation = _combine(index_dir, manifest, stamp, reader, segments, entries)
+        generation = _combine(index_dir, manifest, stamp, reader, segments, entries, cache)
         if check:
             problems = consistency_problems(generation)
             if problems:
@@ -369,7 +370,8 @@ class RowTags(Mapping):
 
 
 def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] | None, reader: StoreReader,
-             segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]]) -> Generation:
+             segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
+             cache: SegmentCache | None = None) -> Generation:
     """The generation's row table and retrievers over its segments' live rows."""
     live: list[np.ndarray | None] = []
     for segment, entry in zip(segments, entries):
@@ -411,7 +413,8 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] |
                                     f"segment; run `hybridlab verify --repair --index {index_dir}`")
         sparse = legacy[0]
     else:
-        sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer)
+        sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer,
+                             groups=cache.postings if cache is not None else None)
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
     for model, info in manifest.get("models", {}).items():

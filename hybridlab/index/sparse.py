@@ -7,7 +7,10 @@ statistics BM25 needs (live document count, document frequency of each query ter
 chunks, average live length) are computed when a generation is opened or a query is scored, over
 the live (not tombstoned) rows of every segment. Scores are those of a bm25s index built over the
 same live chunks (same method, k1, b, float32 accumulation per term; `tests/test_segments.py`
-asserts the equality), whatever the cut into segments.
+asserts the equality), whatever the cut into segments. At open, the segments' postings are combined
+per size class into one CSC each (:func:`group_parts`, :meth:`Postings.concat`), so a query term is
+looked up once per class, not once per segment; a reader keeps the groups (:class:`GroupCache`) and
+a refresh rebuilds only the group a new segment joins (a write's small segment: the smallest class).
 
 A segment folder (`bm25/`): `data.csc.index.npy` (term frequencies), `indices.csc.index.npy`
 (rows), `indptr.csc.index.npy`, `vocab.index.json` (term -> column), `params.index.json` (format,
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -102,6 +106,38 @@ class Postings:
         np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
         return cls(vocab, indptr, rows_a[order].copy(), tf[order].copy(), lengths)
 
+    @classmethod
+    def concat(cls, parts: Sequence[Postings]) -> Postings:
+        """The postings of `parts` as one CSC whose rows are theirs in order (part i's row r is row
+        offset_i + r), with one vocabulary (the first part's terms first, then each new term as it
+        first appears). Columns keep rows ascending, so a term's postings stay sorted. One part is
+        returned as it is (no copy)."""
+        if len(parts) == 1:
+            return parts[0]
+        vocab = dict(parts[0].vocab) if parts else {}
+        maps = [np.arange(len(vocab), dtype=np.int64)] if parts else []
+        for part in parts[1:]:
+            maps.append(np.fromiter((vocab.setdefault(term, len(vocab)) for term in part.vocab), np.int64,
+                                    len(part.vocab)))
+        counts = np.zeros(len(vocab), dtype=np.int64)
+        for part, to_global in zip(parts, maps):
+            counts[to_global] += np.diff(part.indptr)
+        indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        tf = np.empty(int(indptr[-1]), dtype=np.float32)
+        filled = indptr[:-1].copy()  # per column: where the next part's postings go
+        offset = 0
+        for part, to_global in zip(parts, maps):
+            sizes = np.diff(part.indptr)
+            destination = np.repeat(filled[to_global] - part.indptr[:-1], sizes) + np.arange(len(part.indices))
+            indices[destination] = part.indices + offset
+            tf[destination] = part.tf
+            filled[to_global] += sizes
+            offset += part.rows
+        lengths = np.concatenate([part.lengths for part in parts]) if parts else np.zeros(0, np.int32)
+        return cls(vocab, indptr, indices, tf, lengths)
+
     def column(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows, term frequencies) of `term` in this segment (empty when absent)."""
         col = self.vocab.get(term)
@@ -145,6 +181,44 @@ def is_legacy(folder: Path) -> bool:
     return params.get("format") != POSTINGS_FORMAT
 
 
+GROUP_BASE = 16  # parts of 16^k to 16^(k+1) - 1 rows are combined into one group
+
+
+def group_parts(parts: Sequence[Postings]) -> list[list[int]]:
+    """Which parts are combined into one CSC: those of one size class (rows in [16^k, 16^(k+1))),
+    largest class first, each group's parts in order. Segments of a tiered index fall into a few
+    classes; a write's small segment joins the smallest class, so a reader's refresh rebuilds only
+    that small group and reuses the others (:class:`GroupCache`); an index cut into N similar
+    segments is searched as one CSC."""
+    classes: dict[int, list[int]] = {}
+    for i, part in enumerate(parts):
+        classes.setdefault(int(math.log(max(part.rows, 1), GROUP_BASE)), []).append(i)
+    return [classes[k] for k in sorted(classes, reverse=True)]
+
+
+class GroupCache:
+    """Combined postings (:meth:`Postings.concat`) by the tuple of parts they combine, kept from one
+    generation to the next by a reader (segments are immutable, so an unchanged group is reused)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[Postings, ...], Postings] = {}
+        self._lock = threading.Lock()
+
+    def get(self, parts: tuple[Postings, ...]) -> Postings:
+        with self._lock:
+            found = self._groups.get(parts)
+        if found is None:
+            found = Postings.concat(parts)
+            with self._lock:
+                found = self._groups.setdefault(parts, found)
+        return found
+
+    def keep(self, keys: set[tuple[Postings, ...]]) -> None:
+        with self._lock:
+            for key in [k for k in self._groups if k not in keys]:
+                del self._groups[key]
+
+
 class SparseIndex:
     """BM25 scores for a query over every live row of its segments; filters arrive as a row mask.
 
@@ -152,7 +226,7 @@ class SparseIndex:
     is segment i's boolean row mask (None = every row live)."""
 
     def __init__(self, parts: Sequence[Postings], live: Sequence[np.ndarray | None], chunk_ids: np.ndarray,
-                 tokenizer: Tokenizer, legacy=None) -> None:
+                 tokenizer: Tokenizer, legacy=None, groups: GroupCache | None = None) -> None:
         self.parts = tuple(parts)
         self.chunk_ids = chunk_ids
         self.tokenizer = tokenizer
@@ -162,18 +236,17 @@ class SparseIndex:
                              f"choose from {sorted(IDF)}")
         self._legacy = legacy  # a bm25s.BM25 (legacy single-segment index) or None
         self._matrix: _ScoreMatrix | None = None
-        self._global_rows: list[np.ndarray] = []  # per part: global row of each local row, -1 = tombstoned
+        global_rows = []  # per part: global row of each local row, -1 = tombstoned
         lengths = []
         offset = 0
         for part, mask in zip(self.parts, live):
             if mask is None:
-                rows = np.arange(offset, offset + part.rows, dtype=np.int64)
+                global_rows.append(np.arange(offset, offset + part.rows, dtype=np.int64))
                 lengths.append(part.lengths)
             else:
-                rows = np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64)
+                global_rows.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
                 lengths.append(part.lengths[mask])
             offset += part.rows if mask is None else int(mask.sum())
-            self._global_rows.append(rows)
         self.n_live = offset
         if legacy is None and offset != len(chunk_ids):
             raise ValueError(f"{offset} live BM25 rows for {len(chunk_ids)} chunk ids")
@@ -181,6 +254,20 @@ class SparseIndex:
         self.avgdl = float(np.concatenate(lengths).mean()) if offset else 0.0
         self._vocab: dict[str, int] | None = None
         self._terms: list[str] | None = None
+        # The parts' postings as a few combined CSCs (parts of one size class each: `group_parts`),
+        # so a query term is looked up once per group instead of once per segment. Per group, the
+        # global row of each of its rows (-1 = tombstoned), or None when its rows are the global rows.
+        cache = groups if groups is not None else GroupCache()
+        plan = group_parts(self.parts) if legacy is None else []
+        self._groups: list[Postings] = [cache.get(tuple(self.parts[i] for i in members)) for members in plan]
+        self._group_rows: list[np.ndarray | None] = []
+        for members in plan:
+            if members == list(range(len(members))) and all(live[i] is None for i in members):
+                self._group_rows.append(None)
+            else:
+                self._group_rows.append(np.concatenate([global_rows[i] for i in members]))
+        if groups is not None:
+            groups.keep({tuple(self.parts[i] for i in members) for members in plan})
 
     # ------------------------------------------------------------------ building and files (one segment)
     @classmethod
@@ -290,18 +377,40 @@ class SparseIndex:
         evidence). All zeros for a query without terms."""
         rows = np.asarray(rows, dtype=np.int64)
         terms = self.tokenizer.query_terms(query)
-        vocab = self.vocab
-        known = [vocab[term] for term in terms if term in vocab]
+        if self._legacy is None:  # the groups' vocabularies: no global vocabulary built per generation
+            known_terms = [term for term in terms if any(term in group.vocab for group in self._groups)]
+        else:
+            known_terms = [term for term in terms if term in self.vocab]
         if not terms or not self.size:
             return np.zeros(len(rows))
-        unseen = (len(terms) - len(known)) * float(lucene_idf(np.zeros(1), self.size)[0])
-        weights = self.idf(known)
+        unseen = (len(terms) - len(known_terms)) * float(lucene_idf(np.zeros(1), self.size)[0])
+        if self._legacy is not None:
+            known = [self.vocab[term] for term in known_terms]
+            weights = self.idf(known)
+            total = float(weights.sum()) + unseen
+            if not len(rows) or total <= 0:
+                return np.zeros(len(rows))
+            matched = np.zeros(len(rows))
+            for term_id, weight in zip(known, weights.tolist()):
+                matched += weight * contains(self._postings_rows(term_id), rows)
+            return matched / total
+        # each distinct term's live postings read once (per group: ascending rows), for its IDF and matches
+        columns = {term: [found for found, _, _ in self._live_column(term, lengths=False)]
+                   for term in dict.fromkeys(known_terms)}
+        fn = IDF[self.method]
+        frequencies = {term: sum(len(found) for found in column) for term, column in columns.items()}
+        weights = np.asarray([fn(frequencies[t], self.n_live) if frequencies[t] else 0.0 for t in known_terms],
+                             dtype=np.float64)
         total = float(weights.sum()) + unseen
         if not len(rows) or total <= 0:
             return np.zeros(len(rows))
         matched = np.zeros(len(rows))
-        for term_id, weight in zip(known, weights.tolist()):
-            matched += weight * contains(self._postings_rows(term_id), rows)
+        for term, weight in zip(known_terms, weights.tolist()):
+            column = columns[term]
+            has = contains(column[0], rows) if column else np.zeros(len(rows), dtype=bool)
+            for found in column[1:]:
+                has |= contains(found, rows)
+            matched += weight * has
         return matched / total
 
     def _postings_rows(self, term_id: int) -> np.ndarray:
@@ -309,7 +418,7 @@ class SparseIndex:
         if self._legacy is not None:
             scores = self._legacy.scores
             return np.asarray(scores["indices"][scores["indptr"][term_id]:scores["indptr"][term_id + 1]])
-        parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0])]
+        parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0], lengths=False)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     @property
@@ -318,8 +427,8 @@ class SparseIndex:
         if self._legacy is not None:
             return self._legacy.vocab_dict
         if self._vocab is None:
-            if len(self.parts) == 1:
-                vocab = self.parts[0].vocab
+            if len(self._groups) == 1:  # one group: its vocabulary is built in the same order
+                vocab = self._groups[0].vocab
             else:
                 vocab = {}
                 for part in self.parts:
@@ -331,24 +440,27 @@ class SparseIndex:
             self._vocab = vocab
         return self._vocab
 
-    def _live_column(self, term: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per segment: (global rows, tf, lengths) of the live rows containing `term`."""
+    def _live_column(self, term: str, lengths: bool = True) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Per group of segments: (global rows ascending, tf, lengths or None) of the live rows containing `term`."""
         found = []
-        for part, rows_of in zip(self.parts, self._global_rows):
-            local, tf = part.column(term)
+        for group, to_global in zip(self._groups, self._group_rows):
+            local, tf = group.column(term)
             if not len(local):
                 continue
-            rows = rows_of[local]
-            keep = rows >= 0
-            if not keep.all():
-                local, tf, rows = local[keep], tf[keep], rows[keep]
+            if to_global is None:
+                rows = local.astype(np.int64)
+            else:
+                rows = to_global[local]
+                keep = rows >= 0
+                if not keep.all():
+                    local, tf, rows = local[keep], tf[keep], rows[keep]
             if len(rows):
-                found.append((rows, tf, part.lengths[local]))
+                found.append((rows, tf, group.lengths[local] if lengths else None))
         return found
 
     def document_frequency(self, term: str) -> int:
         """Live rows containing `term`."""
-        return sum(len(rows) for rows, _, _ in self._live_column(term))
+        return sum(len(rows) for rows, _, _ in self._live_column(term, lengths=False))
 
     def term_idf(self, term: str) -> float:
         """The IDF BM25 gives `term` (method of the index; 0.0 for a term no live row contains)."""
@@ -371,7 +483,7 @@ class SparseIndex:
         if self._legacy is not None:
             vocab = self._legacy.vocab_dict
             return [t for t in self.tokenizer.query_terms(query) if t in vocab]
-        return [t for t in self.tokenizer.query_terms(query) if any(t in part.vocab for part in self.parts)]
+        return [t for t in self.tokenizer.query_terms(query) if any(t in group.vocab for group in self._groups)]
 
     def query_idf(self, query: str) -> dict[str, float]:
         """For the query's in-vocabulary terms, the IDF of each (see :meth:`term_idf`); k1 and b are
@@ -410,8 +522,8 @@ class SparseIndex:
     def _postings_of(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(global rows, tf, lengths, index into `terms`) of every live posting of `terms`, all segments."""
         rows, tfs, lengths, term_of = [], [], [], []
-        for part, rows_of in zip(self.parts, self._global_rows):
-            vocab, indptr = part.vocab, part.indptr
+        for group, to_global in zip(self._groups, self._group_rows):
+            vocab, indptr = group.vocab, group.indptr
             slices = []
             for i, term in enumerate(terms):
                 column = vocab.get(term)
@@ -419,21 +531,30 @@ class SparseIndex:
                     slices.append((i, int(indptr[column]), int(indptr[column + 1])))
             if not slices:
                 continue
-            local = np.concatenate([part.indices[start:end] for _, start, end in slices])
-            tf = np.concatenate([part.tf[start:end] for _, start, end in slices])
+            if len(slices) == 1:
+                _, start, end = slices[0]
+                local, tf = group.indices[start:end], group.tf[start:end]
+            else:
+                local = np.concatenate([group.indices[start:end] for _, start, end in slices])
+                tf = np.concatenate([group.tf[start:end] for _, start, end in slices])
             which = np.repeat(np.asarray([i for i, _, _ in slices], dtype=np.int64),
                               [end - start for _, start, end in slices])
-            global_rows = rows_of[local]
-            keep = global_rows >= 0
-            if not keep.all():
-                local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
+            if to_global is None:
+                global_rows = local.astype(np.int64)
+            else:
+                global_rows = to_global[local]
+                keep = global_rows >= 0
+                if not keep.all():
+                    local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
             rows.append(global_rows)
             tfs.append(tf)
-            lengths.append(part.lengths[local])
+            lengths.append(group.lengths[local])
             term_of.append(which)
         if not rows:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0, np.float32), empty, empty
+        if len(rows) == 1:
+            return rows[0], tfs[0], lengths[0], term_of[0]
         return np.concatenate(rows), np.concatenate(tfs), np.concatenate(lengths), np.concatenate(term_of)
 
     def _legacy_scores(self, term_ids: list[int]) -> np.ndarray:
