@@ -201,7 +201,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 2
     if args.paths:
         report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet,
-                             force=args.force)
+                             force=args.force, check_content=args.check_content)
     if args.optimize:
         merged = optimize(args.index_dir, progress=not args.quiet)
         if not args.paths:
@@ -429,7 +429,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph-k", type=int, help="corpus-graph neighbours per chunk for staged --expand-hops "
                    "(default 16 up to 100k chunks, none above; 0 = none)")
     p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
-    p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed")
+    p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed "
+                   "(every file read, the whole index rewritten as one segment)")
+    p.add_argument("--check-content", action="store_true",
+                   help="read every file of a folder and compare its content, not only those whose size, inode, "
+                   "mtime or ctime differ from what the index recorded (writes only what changed)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     backend_args(p)

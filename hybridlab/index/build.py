@@ -26,10 +26,20 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.errors import HybridlabError
 from hybridlab.index import layout, store
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, text_sha256
 from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
-from hybridlab.ingest.sources import Document, IngestReport, read_source
+from hybridlab.ingest.sources import (
+    READER_VERSION,
+    Document,
+    FileSignature,
+    FolderScan,
+    IngestReport,
+    read_folder,
+    read_source,
+    source_kind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -346,13 +356,21 @@ def versions() -> dict[str, str]:
 
 
 def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
-          report: IndexReport) -> tuple[list[Document], list[str]]:
-    """Which documents to (re)insert and which doc ids to delete."""
+          report: IndexReport, unchanged: dict[str, Iterable[str]] | None = None) -> tuple[list[Document], list[str]]:
+    """Which documents to (re)insert and which doc ids to delete. `unchanged`: by source, the doc
+    ids of files not read because their signature is the recorded one (kept as they are)."""
     to_insert: list[Document] = []
     to_delete: list[str] = []
     seen: dict[str, str] = {}
     for source, documents, remove_missing in batches:
         ids_here = set()
+        for doc_id in (unchanged or {}).get(source, ()):
+            ids_here.add(doc_id)
+            seen[doc_id] = source
+            if existing.get(doc_id, ("",))[0] == source:
+                report.unchanged += 1
+            else:  # recorded but no longer indexed (removed by another write): read by the next run
+                logger.warning("%s: %s has a recorded file signature but no indexed document", source, doc_id)
         for document in documents:
             if document.doc_id in seen and seen[document.doc_id] != source:
                 raise ValueError(
@@ -376,6 +394,109 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
             to_delete.extend(gone)
     report.documents = len(seen)
     return to_insert, to_delete
+
+
+# ------------------------------------------------------------------------------------- file signatures
+#: the file signatures of a generation's folder sources: JSON `{"reader": READER_VERSION, "sources":
+#: {source: {doc_id: [size, inode, mtime_ns, ctime_ns]}}}`, in the folder the manifest's
+#: `file_signatures.file` names (written into the commit folder by a write that changes them)
+SIGNATURES_FILE = "file-signatures.json"
+
+Signatures = dict[str, dict[str, FileSignature]]  # {source: {doc_id: signature}}
+_SIGNATURES: dict[tuple[str, str], Signatures] = {}  # the last table read, by (path, sha256)
+_SIGNATURES_LOCK = threading.Lock()
+
+
+def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> Signatures:
+    """`{source: {doc_id: file signature}}` the live generation recorded for its folder sources'
+    files: each the signature the file had when its document was last read into the index (settled
+    files only: see `read_folder`). Empty when there is no index, none was recorded, they were
+    recorded by another `READER_VERSION`, or the file does not match its checksum. Do not mutate."""
+    if manifest is None:
+        try:
+            manifest = layout.read_manifest(Path(index_dir))
+        except HybridlabError:
+            return {}
+    info = manifest.get("file_signatures") or {}
+    name = info.get("file")
+    recorded = (manifest.get("files") or {}).get(name) if name else None
+    if not recorded or info.get("reader") != READER_VERSION:
+        return {}
+    path = Path(index_dir) / name
+    key = (str(path), str(recorded.get("sha256")))
+    with _SIGNATURES_LOCK:
+        if key in _SIGNATURES:
+            return _SIGNATURES[key]
+    import hashlib
+
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != recorded.get("sha256"):
+            raise ValueError("it does not match its sha256 in the manifest")
+        table = {source: {doc_id: tuple(signature) for doc_id, signature in files.items()}
+                 for source, files in json.loads(data)["sources"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        logger.warning("not using the file signatures %s (every file is read): %s", path, error)
+        return {}
+    with _SIGNATURES_LOCK:
+        _SIGNATURES.clear()
+        _SIGNATURES[key] = table
+    return table
+
+
+def _next_signatures(index_dir: Path, manifest: dict[str, Any] | None, scans: Sequence[FolderScan],
+                     to_insert: Sequence[Document], to_delete: Sequence[str],
+                     existing: dict[str, tuple[str, str, int]]) -> Signatures | None:
+    """The signatures this write commits; None when they are the live generation's, unchanged.
+
+    A scanned source's are replaced: the files left unread keep their recorded signature (when it
+    is still the live generation's and their document is indexed), the files read record theirs.
+    Every other source keeps its own, less the documents this write inserts or deletes (whose file
+    is then read by the next scan)."""
+    info = (manifest or {}).get("file_signatures") or {}
+    touched: dict[str, set[str]] = {}
+    for document in to_insert:
+        touched.setdefault(document.source, set()).add(document.doc_id)
+    for doc_id in to_delete:
+        touched.setdefault(existing[doc_id][0], set()).add(doc_id)
+    scanned = {scan.source for scan in scans}
+    if not scans and not set(info.get("sources") or ()) & set(touched):
+        return None  # e.g. a memory write: no recorded source touched
+    old = recorded_signatures(index_dir, manifest) if manifest else {}
+    table = {source: {d: s for d, s in files.items() if d not in touched.get(source, ())}
+             for source, files in old.items() if source not in scanned}
+    for scan in scans:
+        before = old.get(scan.source, {})
+        files = {doc_id: signature for doc_id, signature in scan.unchanged.items()
+                 if before.get(doc_id) == signature and existing.get(doc_id, ("",))[0] == scan.source}
+        files.update((d.doc_id, scan.signatures[d.doc_id]) for d in scan.documents if d.doc_id in scan.signatures)
+        table[scan.source] = files
+    table = {source: files for source, files in table.items() if files}
+    return None if table == old else table
+
+
+def _commit_signatures(index_dir: Path, old: dict[str, Any] | None, table: Signatures | None, folder: Path,
+                       name: str, live: set[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The manifest's `file_signatures` for a commit into `folder` (becoming `name`) whose live
+    segments are `live`, and the `files` entry of a signatures file kept where it is (None: written
+    now). `table` None keeps the old generation's: by reference while their folder stays live, else
+    copied into `folder`."""
+    if table is None:
+        info = (old or {}).get("file_signatures")
+        if not info:
+            return None, None
+        recorded = (old.get("files") or {}).get(info["file"])
+        if info["file"].split("/")[0] in live and recorded:
+            return info, recorded
+        table = recorded_signatures(index_dir, old)
+    if not table:
+        return None, None
+    payload = {"reader": READER_VERSION,
+               "sources": {source: {doc_id: list(signature) for doc_id, signature in sorted(files.items())}
+                           for source, files in sorted(table.items())}}
+    (folder / SIGNATURES_FILE).write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
+    return {"file": f"{name}/{SIGNATURES_FILE}", "reader": READER_VERSION,
+            "sources": {source: len(files) for source, files in sorted(table.items())}}, None
 
 
 # ---------------------------------------------------------------------------------------------- segments
@@ -610,12 +731,13 @@ def _next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
 
 def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]], old: dict[str, Any] | None,
                    new_files: dict[str, Any], config: IndexConfig, dims: dict[str, int],
-                   graphs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                   graphs: dict[str, dict[str, Any]],
+                   signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> dict[str, Any]:
     """The manifest fields that follow from the segment list and the corpus graphs: files, counts,
     models, bm25 (`new_files`: the checksums of the new folder's files, by name)."""
     files: dict[str, Any] = {}
     for folder_files in new_files.values():
-        files.update({n: v for n, v in folder_files.items() if not Path(n).name.startswith("graph-")})
+        files.update({n: v for n, v in folder_files.items() if not _generation_wide(n)})
     for entry in entries:
         if entry["name"] in new_files:
             continue
@@ -624,7 +746,7 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
             if entry.get("legacy"):
                 raise ValueError("a legacy segment cannot be kept in a segmented index")
             files.update({name: value for name, value in (old.get("files") or {}).items()
-                          if name.startswith(prefix) and not Path(name).name.startswith("graph-")})
+                          if name.startswith(prefix) and not _generation_wide(name)})
     documents = sum(entry["documents"] for entry in entries)
     chunks = sum(entry["chunks"] for entry in entries)
     models: dict[str, Any] = {}
@@ -636,9 +758,22 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
             graph_name = f"{graphs[model]['graph_dir']}/{graphs[model]['graph']}"
             files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
         models[model] = info
+    signature_info, kept_file = signatures
+    extra = {}
+    if signature_info:
+        name = signature_info["file"]
+        files[name] = kept_file or new_files[name.split("/")[0]][name]
+        extra["file_signatures"] = signature_info
     return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
             "segments": entries, "models": models,
-            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}}
+            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}, **extra}
+
+
+def _generation_wide(name: str) -> bool:
+    """Whether a file of a segment's folder belongs to the generation committed there (corpus
+    graphs, file signatures), not to the segment: named in a manifest only while current."""
+    base = Path(name).name
+    return base.startswith("graph-") or base == SIGNATURES_FILE
 
 
 def _segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
@@ -908,11 +1043,13 @@ def _persist(con, folder: Path) -> None:
 def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
                        folders: list[Path], config: IndexConfig, dims: dict[str, int], base: dict[str, Any],
                        progress: bool, policy: bool, reason: str | None = None,
-                       merge_range: tuple[int, int] | None = None) -> dict[str, Any]:
+                       merge_range: tuple[int, int] | None = None,
+                       signatures: Signatures | None = None) -> dict[str, Any]:
     """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
     as one new generation: every new folder (`folders`: private, oldest first; the first is the
     write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
-    newest, the manifest replaced. Readers see one new generation per call. Returns the manifest."""
+    newest, the manifest replaced. Readers see one new generation per call. `signatures`: the file
+    signatures to record (None: the old generation's). Returns the manifest."""
     folders = list(folders)
     last_merge = None
     while True:
@@ -943,13 +1080,15 @@ def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: lis
     commit_name = commit_folder.name.split(".")[0]
     number = int(commit_name.split("-")[1])
     graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
+    signature_info = _commit_signatures(index_dir, old, signatures, commit_folder, commit_name,
+                                        {entry["name"] for entry in entries})
     new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
                  for folder in kept}
     manifest_base = {**base, "generation": number, "path": commit_name}
     if last_merge is not None:
         manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
     committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
-    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs)
+    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
     text = layout.manifest_text(manifest)
     (commit_folder / layout.MANIFEST).write_text(text, encoding="utf-8")
     for folder in kept:
@@ -1014,6 +1153,7 @@ def apply_changes(
     cache_path: str | os.PathLike | None = None,
     merge: bool = True,
     use_cache: bool = True,
+    scans: Sequence[FolderScan] = (),
 ) -> IndexReport:
     """Apply (source, documents, remove_missing) batches as one new generation of the index.
 
@@ -1022,7 +1162,11 @@ def apply_changes(
     a changed config (chunking, models, ...) or `force` writes one segment holding everything. With
     `merge`, the tiered merge policy runs after the commit (:func:`merge_plan`). Without `use_cache`
     (the memory writer's stores: new texts), a write's new texts are embedded without opening the
-    embeddings cache and their vectors live in the segment's FAISS files only."""
+    embeddings cache and their vectors live in the segment's FAISS files only.
+
+    `scans`: the folder sources among the batches as `read_folder` read them (a batch's documents
+    are a scan's `documents`); their files left unread (`unchanged`) keep their documents, and the
+    write records the scans' file signatures for the next `index_paths` (`recorded_signatures`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -1058,7 +1202,8 @@ def apply_changes(
             _checkpoint("store-copied")
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
-            to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report)
+            to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report,
+                                         {scan.source: scan.unchanged for scan in scans})
             # a pre-segment (format 1) index is rewritten as one segment by its first change
             full = relayout or force or any(entry.get("legacy") for entry in entries)
             if not (to_insert or to_delete or relayout or force):
@@ -1121,8 +1266,9 @@ def apply_changes(
                 if to_insert:
                     entries.append({**_segment_entry(name, counts, artifacts), "_folder": str(tmp)})
             base = _manifest_base(number, config, cache_file, time.perf_counter() - started, manifest, next_id)
+            signatures = _next_signatures(index_dir, manifest, scans, to_insert, to_delete, existing)
             new_manifest = _commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
-                                              policy=merge)
+                                              policy=merge, signatures=signatures)
             report.chunks = new_manifest["counts"]["chunks"]
             report.generation = new_manifest["generation"]
             report.committed = True
@@ -1145,18 +1291,38 @@ def index_paths(
     *,
     progress: bool = True,
     force: bool = False,
+    check_content: bool = False,
     cache_path: str | os.PathLike | None = None,
 ) -> IndexReport:
-    """Index (or update) folders, BEIR datasets and memories files into `index_dir`."""
+    """Index (or update) folders, BEIR datasets and memories files into `index_dir`.
+
+    Re-indexing a folder reads only the files that may have changed: a file whose signature (size,
+    inode, mtime and ctime) is the one the index recorded when it last read the file is skipped, its
+    document kept as it is. Every other file is read and its document compared by content hash
+    (title, text, mtime as `updated_at`, ...), so only changed documents are written; files gone from
+    the folder are deleted. Signatures are recorded by each write for the files it read, except those
+    changed within `layout.SETTLED_NS` (2 s) before the scan (racy: a same-size edit in the same clock
+    tick moves neither mtime nor ctime), which the next run reads again. `check_content` reads every
+    file whatever its signature (`hybridlab index --check-content`); `force` does too and also
+    rewrites the whole index as one segment (`--force`)."""
     started = time.perf_counter()
     ingest = IngestReport()
     batches = []
+    scans = []
+    recorded = {} if force or check_content else recorded_signatures(index_dir)
     for raw in paths:
         path = Path(raw)
+        if source_kind(path) == "folder":
+            scan = read_folder(path, ingest, None if force or check_content else recorded.get(str(path.resolve()), {}),
+                               settled_ns=layout.SETTLED_NS)
+            ingest.documents += len(scan.documents)
+            scans.append(scan)
+            batches.append((scan.source, scan.documents, True))
+            continue
         documents = read_source(path, ingest)
         batches.append((str(path.resolve()), documents, True))
     report = IndexReport(str(index_dir), skipped=ingest.skipped)
     report = apply_changes(index_dir, batches, config, progress=progress, force=force, report=report,
-                           cache_path=cache_path)
+                           cache_path=cache_path, scans=scans)
     report.seconds = time.perf_counter() - started
     return report

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,9 +87,10 @@ def source_kind(path: Path) -> str:
     raise ValueError(f"{path}: not a folder, BEIR dataset or memories .jsonl file")
 
 
-def read_text_file(path: Path) -> str:
-    """UTF-8 text of a file; ValueError for binary (NUL bytes), too large or undecodable files."""
-    size = path.stat().st_size
+def read_text_file(path: Path, size: int | None = None) -> str:
+    """UTF-8 text of a file; ValueError for binary (NUL bytes), too large or undecodable files
+    (`size`: its size when already known from a stat)."""
+    size = path.stat().st_size if size is None else size
     if size > MAX_FILE_BYTES:
         raise ValueError(f"file too large ({size / 1e6:.1f} MB > {MAX_FILE_BYTES / 1e6:.0f} MB)")
     data = path.read_bytes()
@@ -144,34 +146,91 @@ def first_heading(text: str, fmt: str) -> str | None:
     return None
 
 
-def read_document_file(path: Path, doc_id: str, source: str, collection: str) -> Document:
-    """One markdown/reST/text/notebook file as a Document (ValueError when unreadable)."""
+def read_document_file(path: Path, doc_id: str, source: str, collection: str,
+                       info: os.stat_result | None = None) -> Document:
+    """One markdown/reST/text/notebook file as a Document (ValueError when unreadable); `info`: its
+    `os.stat` taken before reading (the document's `updated_at` is its mtime)."""
     fmt = TEXT_SUFFIXES[path.suffix.lower()]
-    raw = read_text_file(path)
+    info = info or path.stat()
+    raw = read_text_file(path, info.st_size)
     language = {"markdown": "markdown", "rst": "rst", "text": "text"}.get(fmt)
     text = raw
     if fmt == "notebook":
         text, language = notebook_text(raw)
     title = first_heading(text, fmt) or path.stem
-    updated = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    updated = datetime.fromtimestamp(info.st_mtime, tz=UTC)
     return Document(doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language)
 
 
-def iter_folder(root: Path, report: IngestReport) -> Iterator[Document]:
-    """Documents of a folder tree; bad files are warned about, counted and skipped."""
-    source = str(root.resolve())
-    paths = []
-    for dirpath, dirnames, filenames in os.walk(root):
+#: bumped whenever reading a file into a Document changes (text, title, dates, metadata): file
+#: signatures recorded by another version are not trusted, so every file is read once more
+READER_VERSION = 1
+
+#: what changes when a file is written, replaced, copied over or has its mtime reset: (size, inode,
+#: mtime ns, ctime ns); the kernel sets ctime on every change and no user call can put it back
+FileSignature = tuple[int, int, int, int]
+
+
+def file_signature(info: os.stat_result) -> FileSignature:
+    """The signature of a file from its `os.stat`."""
+    return (info.st_size, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+@dataclass
+class FolderScan:
+    """A folder read against the file signatures its index recorded (`read_folder`).
+
+    `documents`: the documents of the files read (new files, files whose signature changed or is
+    not recorded); `unchanged`: `{doc_id: signature}` of the files not read because their signature
+    equals the recorded one (their indexed documents stay as they are); `signatures`: the settled
+    signature of each file read into a document (taken before reading it), to record."""
+
+    source: str
+    documents: list[Document] = field(default_factory=list)
+    unchanged: dict[str, FileSignature] = field(default_factory=dict)
+    signatures: dict[str, FileSignature] = field(default_factory=dict)
+
+
+def _folder_files(root: Path) -> Iterator[tuple[str, str]]:
+    """(doc id = path relative to `root` with `/`, path) of each text file under `root`, in walk
+    order (folders and names sorted); plain strings: a re-index stats every file of the tree."""
+    top = os.fspath(root)
+    for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        prefix = "" if dirpath == top else os.path.relpath(dirpath, top).replace(os.sep, "/") + "/"
         for name in sorted(filenames):
-            if Path(name).suffix.lower() in TEXT_SUFFIXES:
-                paths.append(Path(dirpath) / name)
-    for path in paths:
-        doc_id = path.relative_to(root).as_posix()
-        parts = doc_id.split("/")
-        collection = parts[0] if len(parts) > 1 else root.resolve().name
+            if os.path.splitext(name)[1].lower() in TEXT_SUFFIXES:
+                yield prefix + name, os.path.join(dirpath, name)
+
+
+def read_folder(root: Path, report: IngestReport, recorded: dict[str, FileSignature] | None = None,
+                settled_ns: int = 2_000_000_000) -> FolderScan:
+    """The documents of a folder tree; bad files are warned about, counted and skipped.
+
+    With `recorded` (`{doc_id: signature}` as an index recorded them), a file whose signature
+    (`file_signature`: size, inode, mtime, ctime) equals its recorded one is not read: it lands in
+    `unchanged`. Every other file is read. The signature of a file read is kept for recording only
+    when its mtime and ctime are older than `settled_ns` before this scan began: a file written in
+    the same clock tick as its signature was taken could change again without moving either (the
+    "racy git" problem), so such a file stays unrecorded and is read again by the next scan."""
+    resolved = root.resolve()
+    scan = FolderScan(str(resolved))
+    settled_before = time.time_ns() - settled_ns
+    for doc_id, name in _folder_files(root):
+        path = Path(name)
         try:
-            document = read_document_file(path, doc_id, source, collection)
+            info = os.stat(name)
+        except OSError as error:
+            logger.warning("skipped %s: %s", path, error)
+            report.skipped.append((str(path), str(error)))
+            continue
+        signature = file_signature(info)
+        if recorded is not None and recorded.get(doc_id) == signature:
+            scan.unchanged[doc_id] = signature
+            continue
+        collection = doc_id.split("/", 1)[0] if "/" in doc_id else resolved.name
+        try:
+            document = read_document_file(path, doc_id, scan.source, collection, info)
         except (OSError, ValueError) as error:
             logger.warning("skipped %s: %s", path, error)
             report.skipped.append((str(path), str(error)))
@@ -179,7 +238,15 @@ def iter_folder(root: Path, report: IngestReport) -> Iterator[Document]:
         if not document.text.strip():
             report.skipped.append((str(path), "empty"))
             continue
-        yield document
+        scan.documents.append(document)
+        if info.st_mtime_ns < settled_before and info.st_ctime_ns < settled_before:
+            scan.signatures[doc_id] = signature
+    return scan
+
+
+def iter_folder(root: Path, report: IngestReport) -> Iterator[Document]:
+    """Documents of a folder tree, every file read; bad files are warned about, counted and skipped."""
+    yield from read_folder(root, report).documents
 
 
 def iter_beir(folder: Path) -> Iterator[Document]:
@@ -245,7 +312,7 @@ def read_source(path: Path, report: IngestReport) -> list[Document]:
     elif kind == "memories":
         documents = list(iter_memories(path))
     elif kind == "folder":
-        documents = list(iter_folder(path, report))
+        documents = read_folder(path, report).documents
     else:
         try:
             documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
