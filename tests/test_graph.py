@@ -122,3 +122,44 @@ def test_mostly_changed_vectors_get_a_full_build():
     vectors, old_to_new = _changed(old, 60, 60, seed=5)
     updated, how = update_corpus_graph(vectors, build_corpus_graph(old, 4), old_to_new, 4)
     assert how == "built" and np.array_equal(updated, build_corpus_graph(vectors, 4))
+
+
+def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_only_what_they_must(monkeypatch):
+    """With reserve columns, rows that lose a neighbour take the next known one instead of a search;
+    after each of several updates (deletes and adds) the first k columns are a full build's graph."""
+    import hybridlab.index.graph as graph_module
+
+    searched: list[int] = []
+    search = graph_module._neighbour_search
+
+    def counting(vectors, rows, k, graph, progress):
+        searched.append(len(rows))
+        search(vectors, rows, k, graph, progress)
+
+    monkeypatch.setattr(graph_module, "_neighbour_search", counting)
+    k, reserve = 6, 4
+    vectors = unit_rows(400, dim=16, seed=7)
+    rows = build_corpus_graph(vectors, k, reserve=reserve)
+    assert rows.shape == (400, k + reserve) and np.array_equal(rows[:, :k], build_corpus_graph(vectors, k))
+    for step in range(6):
+        new_vectors, old_to_new = _changed(vectors, 5, 5, seed=20 + step)
+        searched.clear()
+        rows, how = update_corpus_graph(new_vectors, rows, old_to_new, k, reserve=reserve)
+        fresh = sum(searched)
+        assert how == "updated" and rows.shape == (400, k + reserve)
+        assert np.array_equal(rows[:, :k], build_corpus_graph(new_vectors, k)), step
+        assert 5 <= fresh < 5 + 40, step  # the new rows and the few that ran out of known neighbours
+        assert rows.min() >= graph_module.UNKNOWN
+        vectors = new_vectors
+
+
+def test_a_graph_without_reserve_is_updated_into_one_with_a_reserve():
+    old = unit_rows(300, dim=16, seed=11)
+    vectors, old_to_new = _changed(old, 10, 10, seed=12)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 5), old_to_new, 5, reserve=3)
+    assert how == "updated" and rows.shape == (300, 8)
+    assert np.array_equal(rows[:, :5], build_corpus_graph(vectors, 5))
+    tiny = unit_rows(4, seed=13)  # complete lists (every other vector) stay complete through deletes
+    vectors, old_to_new = _changed(tiny, 1, 1, seed=14)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(tiny, 2, reserve=3), old_to_new, 2, reserve=3)
+    assert np.array_equal(rows, build_corpus_graph(vectors, 2, reserve=3))

@@ -755,8 +755,9 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
                 "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries)}
         if model in graphs:
             info.update(graphs[model])
-            graph_name = f"{graphs[model]['graph_dir']}/{graphs[model]['graph']}"
-            files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
+            for key in ("graph", "graph_reserve"):
+                graph_name = f"{graphs[model]['graph_dir']}/{graphs[model][key]}"
+                files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
         models[model] = info
     signature_info, kept_file = signatures
     extra = {}
@@ -844,9 +845,11 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
     gives), or built when there is none to reuse."""
     from hybridlab.index.graph import (
+        GRAPH_RESERVE,
         build_corpus_graph,
         graph_size,
         load_graph,
+        load_reserve,
         save_graph,
         update_corpus_graph,
     )
@@ -896,6 +899,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
                 if recorded and layout.file_sha256(path) == recorded["sha256"]:
                     old_ids, _ = live(old, layout.segments(old), model, False)
                     old_graph = load_graph(path, len(old_ids))
+                    old_graph = _with_reserve(index_dir, old, folder, info, old_graph, load_reserve)
                     position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
                     reuse = old_graph, np.where(ids[position] == old_ids, position, -1)
                 else:
@@ -903,15 +907,40 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
             except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
                 logger.warning("not reusing the corpus graph %s: %s", path, error)
         if reuse is None:
-            graph, how = build_corpus_graph(vectors, k, progress=progress), "built"
+            graph, how = build_corpus_graph(vectors, k, progress=progress, reserve=GRAPH_RESERVE), "built"
         else:
-            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress)
-        save_graph(graph, tmp / layout.graph_file(model))
-        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how}
+            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
+        save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
+        save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
+        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how,
+                         "graph_reserve": _reserve_file(model), "graph_reserve_k": GRAPH_RESERVE}
         logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
                     time.perf_counter() - started)
     _checkpoint("graph-written")
     return graphs
+
+
+def _reserve_file(model: str) -> str:
+    """The file of a corpus graph's reserve columns (`graph.GRAPH_RESERVE` next nearest neighbours)."""
+    return layout.graph_file(model).removesuffix(".npy") + ".reserve.npy"
+
+
+def _with_reserve(index_dir: Path, old: dict[str, Any], folder: str, info: dict[str, Any], graph: np.ndarray,
+                  load_reserve: Callable[[Path, int], np.ndarray]) -> np.ndarray:
+    """An old corpus graph with its reserve columns appended when it has intact ones (else alone:
+    its rows that lose a neighbour are then searched afresh)."""
+    name = info.get("graph_reserve")
+    recorded = (old.get("files") or {}).get(f"{folder}/{name}") if name else None
+    if not recorded:
+        return graph
+    path = index_dir / folder / name
+    try:
+        if layout.file_sha256(path) != recorded["sha256"]:
+            raise ValueError("it does not match its checksum")
+        return np.concatenate([graph, load_reserve(path, len(graph))], axis=1)
+    except (OSError, ValueError) as error:
+        logger.warning("not using the corpus graph reserve %s: %s", path, error)
+        return graph
 
 
 def merge_factor() -> int:
