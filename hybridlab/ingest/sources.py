@@ -217,17 +217,17 @@ def read_folder(root: Path, report: IngestReport, recorded: dict[str, FileSignat
     scan = FolderScan(str(resolved))
     settled_before = time.time_ns() - settled_ns
     for doc_id, name in _folder_files(root):
-        path = Path(name)
         try:
             info = os.stat(name)
         except OSError as error:
-            logger.warning("skipped %s: %s", path, error)
-            report.skipped.append((str(path), str(error)))
+            logger.warning("skipped %s: %s", name, error)
+            report.skipped.append((name, str(error)))
             continue
         signature = file_signature(info)
         if recorded is not None and recorded.get(doc_id) == signature:
             scan.unchanged[doc_id] = signature
             continue
+        path = Path(name)
         collection = doc_id.split("/", 1)[0] if "/" in doc_id else resolved.name
         try:
             document = read_document_file(path, doc_id, scan.source, collection, info)
