@@ -372,6 +372,11 @@ def _batch_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def reindex_share(row: dict[str, Any]) -> float:
+    """A re-index's seconds apart from embedding, as a share of the full build's seconds."""
+    return (row["update_seconds"] - row["update_embed_seconds"]) / row["full_seconds"]
+
+
 def _report(results: dict[str, Any]) -> str:
     commands = "; then ".join(f"`{command}`" for command in results["commands"])
     lines = [f"# Write cost before/after ({results['date']})", "", f"Commands: {commands}", "",
@@ -387,11 +392,16 @@ def _report(results: dict[str, Any]) -> str:
                   ("| side | files | changed | full build s | re-index s | of which embedding s | re-index apart from "
                    "embedding / full build | unchanged re-index s |"), "|---|---|---|---|---|---|---|---|"]
         for label, row in reindex.items():
-            share = (row["update_seconds"] - row["update_embed_seconds"]) / row["full_seconds"]
             lines.append(f"| {label} | {row['files']:,} | {row['changed']} | {row['full_seconds']:.2f} | "
-                         f"{row['update_seconds']:.2f} | {row['update_embed_seconds']:.2f} | {share:.1%} | "
+                         f"{row['update_seconds']:.2f} | {row['update_embed_seconds']:.2f} | {reindex_share(row):.1%} | "
                          f"{row['unchanged_seconds']:.2f} |")
         lines.append("")
+        if any(len(row.get("runs") or ()) > 1 for row in reindex.values()):
+            lines += [("Each side's row is its median run by share; every run (sides alternating, each a fresh "
+                       "process): " + "; ".join(f"{label} " + ", ".join(
+                           f"{reindex_share(run):.1%} ({run['full_seconds']:.1f} s full, "
+                           f"{run['update_seconds']:.2f} s re-index, {run['unchanged_seconds']:.2f} s unchanged)"
+                           for run in row["runs"]) for label, row in reindex.items())), ""]
     search = results.get("search") or {}
     if search:
         before = results.get("search_before") or {}
@@ -439,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help="memories of the one-commit batch write (0: none)")
     parser.add_argument("--disk-writes", type=int, default=DISK_WRITES)
     parser.add_argument("--reindex-files", type=int, default=REINDEX_FILES)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="reindex: runs per side, before and after alternating; each side's median run by share "
+                        "is reported, every run kept in writes.json (a loaded machine varies by tens of percent)")
     parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes-2")
     parser.add_argument("--update", action="store_true",
                         help="keep the figures of OUT/writes.json and replace only the parts run now")
@@ -490,10 +503,14 @@ def main(argv: list[str] | None = None) -> int:
                           f"P95 {_ms(row['store_seconds'], 95):.1f}, refresh P50 {_ms(row['refresh_seconds'], 50):.1f}",
                           flush=True)
         elif part == "reindex":
-            for label, source in sources:
-                results["reindex"][label] = _run(source, "reindex", {"files": args.reindex_files, "share": 0.01})
-                save()
-                print(f"reindex {label}: {results['reindex'][label]}", flush=True)
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in sources}
+            for _ in range(max(1, args.repeats)):
+                for label, source in sources:
+                    runs[label].append(_run(source, "reindex", {"files": args.reindex_files, "share": 0.01}))
+                    ordered = sorted(runs[label], key=reindex_share)
+                    results["reindex"][label] = {**ordered[(len(ordered) - 1) // 2], "runs": runs[label]}
+                    save()
+                    print(f"reindex {label}: {runs[label][-1]}", flush=True)
         elif part == "search":  # with --before: both sides, one index after the other, back to back
             for dataset, extra in (("scifact", {}), ("synthetic-100k", {"n": max(args.sizes)})):
                 for label, source in sources:
