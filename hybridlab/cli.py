@@ -504,6 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distinct index builds (BM25 k1/b, chunking) a study may use (default 4)")
     p.add_argument("--model", action="append", dest="models", metavar="NAME",
                    help="embedding model of the swept indexes (repeatable; default all-MiniLM-L6-v2)")
+    p.add_argument("--json", action="store_true",
+                   help="last, print the out-of-sample figures as JSON (for the reproduction record)")
     p.set_defaults(func=_delegate("hybridlab.tune.sweep", "cli_sweep"))
 
     p = sub.add_parser("report", help="run the report notebook over the latest sweeps")

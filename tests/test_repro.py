@@ -83,15 +83,21 @@ def test_ok_and_fail_per_metric(tmp_path, capsys):
     assert "1 of 2 condition(s) FAILED: bad" in out
 
 
-def test_every_recorded_command_is_a_valid_eval_command():
+def test_every_recorded_command_is_a_valid_eval_or_sweep_command():
     conditions = load_conditions(DEFAULT_CONDITIONS)
     assert {c.dataset for c in conditions} >= {"memories", "holoviz", "scifact", "cisi", "cranfield", "med"}
+    base = {"hit_rate@10", "mrr", "ndcg@10", "recall@100"}
     for condition in conditions:
-        argv = shlex.split(condition.command.replace("${index}", "IDX").replace("${data}", "DATA"))
+        argv = shlex.split(condition.command.replace("${index}", "IDX").replace("${data}", "DATA")
+                           .replace("${tmp}", "TMP"))
         assert argv[0] == "hybridlab", condition.name
         args = build_parser().parse_args(argv[1:])
-        assert args.command == "eval" and args.json, condition.name
-        assert set(condition.metrics) == {"hit_rate@10", "mrr", "ndcg@10", "recall@100"}
+        assert args.command in ("eval", "sweep") and args.json, condition.name
+        if args.command == "eval":
+            assert set(condition.metrics) == base, condition.name
+        else:  # a sweep's out-of-sample figures, written into the temporary folder, never configs/
+            assert set(condition.metrics) >= base | {"defaults_ndcg@10", "p_value"}, condition.name
+            assert args.export.startswith("TMP") and args.reports.startswith("TMP") and args.seed == 0, condition.name
         assert all(round(v, 4) == v for v in condition.metrics.values()), condition.name
 
 
@@ -163,3 +169,25 @@ def test_a_failing_condition_is_run_again_and_says_whether_it_moves(tmp_path, mo
     assert "evidence" in lines[-1]
     kept = list((tmp_path / "cache" / "repro-failures").glob("flaky-*/commands.txt"))
     assert len(kept) == 1 and kept[0].read_text().count("## attempt") == 2
+
+
+def test_tmp_placeholder_is_a_fresh_folder_and_the_last_json_printed_counts(tmp_path):
+    script = ("import json, pathlib, sys; d = pathlib.Path(sys.argv[1]); assert d.is_dir() and not any(d.iterdir()); "
+              "print('a {verdict} line'); print(json.dumps({'queries': 1, 'metrics': {'mrr': 0.25}}, indent=2))")
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} ${{tmp}}"
+    outcome = run_condition(Condition("sweepish", "d", "cv", command, {"mrr": 0.25}))
+    assert outcome.ok, outcome
+
+
+def test_sweep_figures_are_the_out_of_sample_ones():
+    from hybridlab.tune.sweep import out_of_sample_figures
+
+    comparison = {"n": 3, "mean_b": 0.5, "p_value": 0.2}
+    cv_record = {"metric": "ndcg@10", "comparison": comparison, "best": {"test_metrics": {"ndcg@10": 0.9}},
+                 "cross_validation": {"tuned": {"metrics": {"ndcg@10": 0.6, "mrr": 0.7}, "low": 0.5, "high": 0.7}},
+                 "per_kind": {"tuned": {"api": {"n": 2, "mean": 0.55}, "-": {"n": 1, "mean": 0.0}}}}
+    assert out_of_sample_figures(cv_record) == {"queries": 3, "metrics": {
+        "ndcg@10": 0.6, "mrr": 0.7, "defaults_ndcg@10": 0.5, "p_value": 0.2, "ndcg@10_low": 0.5, "ndcg@10_high": 0.7,
+        "ndcg@10[api]": 0.55}}
+    split_record = {"metric": "ndcg@10", "comparison": comparison, "best": {"test_metrics": {"ndcg@10": 0.9}}}
+    assert out_of_sample_figures(split_record)["metrics"] == {"ndcg@10": 0.9, "defaults_ndcg@10": 0.5, "p_value": 0.2}

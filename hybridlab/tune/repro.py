@@ -10,7 +10,8 @@ in the file (the FAIL line prints the measured one) in the same commit.
 
 A command may use these placeholders, filled in by `repro`:
 `${index}` = the set's evaluation index for the condition's `index` settings (built once and cached
-in `.cache/indexes`, like every evaluation index), `${data}` = the BEIR data dir (`HYBRIDLAB_DATA`).
+in `.cache/indexes`, like every evaluation index), `${data}` = the BEIR data dir (`HYBRIDLAB_DATA`),
+`${tmp}` = a fresh temporary folder, removed after the condition (a sweep's run folder and export).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import shlex
 import string
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,11 +120,13 @@ def command_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**{k: v for k, v in env.items() if k not in drop}, **offline_environment()}
 
 
-def expand(condition: Condition, index_dir: Path | None) -> list[str]:
+def expand(condition: Condition, index_dir: Path | None, tmp_dir: Path | None = None) -> list[str]:
     """The condition's command as argv: placeholders filled, `hybridlab` run by this interpreter."""
     values = {"data": str(data_dir())}
     if index_dir is not None:
         values["index"] = _relative(index_dir)
+    if tmp_dir is not None:
+        values["tmp"] = str(tmp_dir)
     try:
         text = string.Template(condition.command).substitute(values)
     except KeyError as error:
@@ -158,7 +162,12 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
                   timeout: float = 3600.0) -> Outcome:
     """Build (or reuse) the index, run the command, compare the metrics it prints as JSON."""
     started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hybridlab-repro-") as tmp:
+        return _run_condition(condition, tolerance, progress, timeout, Path(tmp), started)
 
+
+def _run_condition(condition: Condition, tolerance: float, progress: bool, timeout: float, tmp_dir: Path,
+                   started: float) -> Outcome:
     def failed(message: str) -> Outcome:
         return Outcome(condition, [], None, time.perf_counter() - started, message)
 
@@ -166,7 +175,7 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
         index_dir = None
         if "${index}" in condition.command:
             index_dir = _ensure_waiting(condition, progress, timeout)
-        argv = expand(condition, index_dir)
+        argv = expand(condition, index_dir, tmp_dir)
     except (ValueError, FileNotFoundError, HybridlabError) as error:
         return failed(str(error))
     done = subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
@@ -186,7 +195,8 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
     rerun = None
     if not all(ok for *_, ok in rows):
         evidence = failure_folder(condition)
-        again_argv = [*argv, "--save-run", str(evidence / "rerun.trec")] if argv[:2] == ["hybridlab", "eval"] else argv
+        again_argv = ([*argv, "--save-run", str(evidence / "rerun.trec")]
+                      if shlex.split(condition.command)[:2] == ["hybridlab", "eval"] else argv)
         again = subprocess.run(again_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
                                timeout=timeout, check=False)
         rerun = (_printed_metrics(again.stdout) or {}).get("metrics") if again.returncode == 0 else None
@@ -220,11 +230,14 @@ def _keep_evidence(folder: Path, argv: Sequence[str], index_dir: Path | None,
 
 def _printed_metrics(stdout: str) -> dict[str, Any] | None:
     """The `{"queries", "metrics"}` JSON a condition's command printed, or None."""
-    try:
-        printed = json.loads(stdout[stdout.index("{"):])
-        return printed if isinstance(printed.get("metrics"), dict) else None
-    except (ValueError, AttributeError):
-        return None
+    lines = stdout.splitlines()
+    for start in (i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("{")):
+        try:
+            printed = json.loads("\n".join(lines[start:]))
+        except ValueError:
+            continue
+        return printed if isinstance(printed, dict) and isinstance(printed.get("metrics"), dict) else None
+    return None
 
 
 def recorded_text(text: str, name: str, measured: dict[str, float]) -> str:

@@ -754,7 +754,27 @@ def cli_sweep(args: argparse.Namespace) -> int:
     if args.export:
         print(f"exported to {write_config(config, args.export)}")
     print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
+    if getattr(args, "json", False):
+        print(json.dumps(out_of_sample_figures(metrics), indent=2))
     return 0
+
+
+def out_of_sample_figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's out-of-sample figures, as `{"queries", "metrics"}` (what `hybridlab eval --json`
+    prints, so a reproduction condition can record them): the tuning procedure's out-of-fold
+    metrics on a cross-validated set (with `<metric>_low`/`_high`, its 95% interval), else the tuned
+    config's on the report split; with `defaults_<metric>` (the defaults on the same queries), `p_value` (the paired test) and, where the
+    queries have kinds, `<metric>[<kind>]` of the tuned (out-of-fold) runs per kind."""
+    metric, comparison = metrics["metric"], metrics["comparison"]
+    cv = metrics.get("cross_validation")
+    tuned = cv["tuned"]["metrics"] if cv else metrics["best"]["test_metrics"]
+    figures = {**tuned, f"defaults_{metric}": comparison["mean_b"], "p_value": comparison["p_value"]}
+    if cv:  # the out-of-fold mean's 95% interval
+        figures.update({f"{metric}_low": cv["tuned"]["low"], f"{metric}_high": cv["tuned"]["high"]})
+    for kind, value in sorted(((metrics.get("per_kind") or {}).get("tuned") or {}).items()):
+        if kind != "-":
+            figures[f"{metric}[{kind}]"] = value["mean"]
+    return {"queries": comparison["n"], "metrics": figures}
 
 
 if __name__ == "__main__":
