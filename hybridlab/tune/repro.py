@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import string
 import subprocess
 import sys
@@ -178,7 +179,11 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
         argv = expand(condition, index_dir, tmp_dir)
     except (ValueError, FileNotFoundError, HybridlabError) as error:
         return failed(str(error))
-    done = subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
+    is_eval = shlex.split(condition.command)[:2] == ["hybridlab", "eval"]
+    first_run = tmp_dir / "first.trec"
+    # an eval logs at INFO (which encoders it loads) and saves its run: kept only if the condition fails
+    first_argv = [*argv[:3], "-v", *argv[3:], "--save-run", str(first_run)] if is_eval else argv
+    done = subprocess.run(first_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
                           timeout=timeout, check=False)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -195,11 +200,12 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     rerun = None
     if not all(ok for *_, ok in rows):
         evidence = failure_folder(condition)
-        again_argv = ([*argv, "--save-run", str(evidence / "rerun.trec")]
-                      if shlex.split(condition.command)[:2] == ["hybridlab", "eval"] else argv)
+        again_argv = [*argv[:3], "-v", *argv[3:], "--save-run", str(evidence / "rerun.trec")] if is_eval else argv
         again = subprocess.run(again_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
                                timeout=timeout, check=False)
         rerun = (_printed_metrics(again.stdout) or {}).get("metrics") if again.returncode == 0 else None
+        if first_run.exists():
+            shutil.copyfile(first_run, evidence / "first.trec")
         _keep_evidence(evidence, argv, index_dir, (done, again))
     return Outcome(condition, rows, queries, time.perf_counter() - started, rerun=rerun)
 
@@ -213,8 +219,8 @@ def failure_folder(condition: Condition) -> Path:
 
 def _keep_evidence(folder: Path, argv: Sequence[str], index_dir: Path | None,
                    attempts: Sequence[subprocess.CompletedProcess]) -> None:
-    """The command, both attempts' output and the index's manifest and file listing, to diff
-    against a passing run."""
+    """The command, both attempts' output (an eval's at INFO level) and the index's manifest and
+    file listing, to diff against a passing run (the runs are first.trec and rerun.trec)."""
     lines = [shlex.join(argv)]
     for number, attempt in enumerate(attempts, 1):
         lines += [f"## attempt {number}: exit {attempt.returncode}", "### stdout", attempt.stdout,
@@ -287,7 +293,7 @@ def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
         lines.append(f"     the same command run again: {shown} ("
                      + ("the same: a persistent change" if same else "different: a one-off, look for what differed")
                      + ")")
-        lines.append(f"     evidence (both attempts' output, the re-run's TREC run, the index manifest): "
+        lines.append(f"     evidence (both attempts' output and TREC runs, the index manifest): "
                      f"{_relative(failure_folder_root() / condition.name)}-*")
     return lines
 
