@@ -196,6 +196,15 @@ def group_parts(parts: Sequence[Postings]) -> list[list[int]]:
     return [classes[k] for k in sorted(classes, reverse=True)]
 
 
+def _global_rows(local: np.ndarray, to_global: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The global rows of a group's `local` rows, and the mask of the live ones (None: all live)."""
+    if to_global is None:
+        return local.astype(np.int64), None
+    rows = to_global[local]
+    keep = rows >= 0
+    return rows, None if keep.all() else keep
+
+
 class GroupCache:
     """Combined postings (:meth:`Postings.concat`) by the tuple of parts they combine, kept from one
     generation to the next by a reader (segments are immutable, so an unchanged group is reused)."""
@@ -447,13 +456,9 @@ class SparseIndex:
             local, tf = group.column(term)
             if not len(local):
                 continue
-            if to_global is None:
-                rows = local.astype(np.int64)
-            else:
-                rows = to_global[local]
-                keep = rows >= 0
-                if not keep.all():
-                    local, tf, rows = local[keep], tf[keep], rows[keep]
+            rows, keep = _global_rows(local, to_global)
+            if keep is not None:
+                local, tf, rows = local[keep], tf[keep], rows[keep]
             if len(rows):
                 found.append((rows, tf, group.lengths[local] if lengths else None))
         return found
@@ -539,13 +544,9 @@ class SparseIndex:
                 tf = np.concatenate([group.tf[start:end] for _, start, end in slices])
             which = np.repeat(np.asarray([i for i, _, _ in slices], dtype=np.int64),
                               [end - start for _, start, end in slices])
-            if to_global is None:
-                global_rows = local.astype(np.int64)
-            else:
-                global_rows = to_global[local]
-                keep = global_rows >= 0
-                if not keep.all():
-                    local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
+            global_rows, keep = _global_rows(local, to_global)
+            if keep is not None:
+                local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
             rows.append(global_rows)
             tfs.append(tf)
             lengths.append(group.lengths[local])
