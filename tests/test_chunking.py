@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.index.build import chunk_document
+from hybridlab.index.rows import chunk_document
 from hybridlab.ingest.chunking import (
     SECTION_SEPARATOR,
     Chunk,

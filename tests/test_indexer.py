@@ -133,7 +133,7 @@ def test_memories_update_in_place(tmp_path, tiny_corpus, embedding_cache_path):
 
 
 def test_tags_are_a_line_of_the_indexed_text_and_old_configs_keep_theirs():
-    from hybridlab.index.build import indexed_text
+    from hybridlab.index.rows import indexed_text
     from hybridlab.ingest.chunking import embedding_text, single_chunk
     from hybridlab.ingest.sources import memory_document
 
@@ -346,7 +346,9 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
 
     source = write_docs(tmp_path / "docs", DOCS)
     index_paths([source], tmp_path / "whole", progress=False, cache_path=embedding_cache_path)
-    monkeypatch.setattr(indexer, "INSERT_BATCH", 1)
+    from hybridlab.index import rows
+
+    monkeypatch.setattr(rows, "INSERT_BATCH", 1)
     monkeypatch.setattr(indexer, "READ_BATCH", 2)
     index_paths([source], tmp_path / "batched", progress=False, cache_path=embedding_cache_path)
     with open_index(tmp_path / "whole") as whole, open_index(tmp_path / "batched") as batched:

@@ -55,7 +55,7 @@ def bench_root() -> Path:
 
 def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[str]]:
     """The exact texts the indexer embeds for each document (its chunking, its heading rule)."""
-    from hybridlab.index.build import chunk_document, indexed_text
+    from hybridlab.index.rows import chunk_document, indexed_text
 
     return [[indexed_text(chunk, document, config.chunk) for chunk in chunk_document(document, config)]
             for document in documents]

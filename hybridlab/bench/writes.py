@@ -94,8 +94,12 @@ def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int
 
     from hybridlab.config import IndexConfig
     from hybridlab.encoders.registry import get_spec
-    from hybridlab.index.build import chunk_document, indexed_text
     from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+
+    try:
+        from hybridlab.index.rows import chunk_document, indexed_text
+    except ImportError:  # a before-side checkout from when they lived in build
+        from hybridlab.index.build import chunk_document, indexed_text  # type: ignore[attr-defined,no-redef]
 
     config = IndexConfig(models=(model,))
     hashes = list(dict.fromkeys(text_sha256(indexed_text(chunk, document, config.chunk)) for document in documents

@@ -1,0 +1,121 @@
+"""The rows of a segment: a document's chunks, the text each is indexed as, and the inserts that
+put documents, chunks, tags and per-model vector assignments into a segment's DuckDB tables.
+Shared by the writer (`build`) and the write-ahead log's reader (`wal`), so both build the same rows."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.index import store
+from hybridlab.index.embedding_cache import text_sha256
+from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
+from hybridlab.ingest.sources import Document
+
+INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
+SMALL_INSERT = 16  # up to this many documents are inserted with parameters, not through pandas frames
+
+
+def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
+    """The text a chunk is embedded and BM25-indexed as: its heading (the title, except for
+    memories), the document's tags when `config.index_tags`, then the chunk's text."""
+    return embedding_text(chunk, document.title if document.doc_type != "memory" else "",
+                          document.tags if config.index_tags else ())
+
+
+def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
+    """The chunks of one document, by its type: header chunking for markdown/reST/notebooks."""
+    if document.doc_type == "memory":
+        return single_chunk(document.text, chunk_type="memory", language=document.language)
+    if document.doc_type == "beir" or config.chunk.strategy == "whole":
+        chunk_type = "memory" if document.doc_type == "memory" else "text"
+        return single_chunk(document.text or document.title, section=document.title, chunk_type=chunk_type,
+                            language=document.language)
+    fmt = {"markdown": "markdown", "notebook": "markdown", "rst": "rst"}.get(document.doc_type, "text")
+    default_language = "markdown" if document.doc_type == "notebook" else document.language
+    return chunk_text(document.text, config.chunk, fmt=fmt, title=document.title, language=default_language)
+
+
+def insert_documents(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
+    """Insert documents, their chunks and tags, `INSERT_BATCH` documents at a time (so chunk texts
+    exist in Python for one batch only); returns (next free chunk id, chunks inserted)."""
+    inserted = 0
+    for start in range(0, len(documents), INSERT_BATCH):
+        con.execute("BEGIN TRANSACTION")
+        next_id, count = _insert_batch(con, documents[start:start + INSERT_BATCH], config, next_id)
+        con.execute("COMMIT")
+        inserted += count
+    return next_id, inserted
+
+
+def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
+    docs: dict[str, list] = {k: [] for k in ("doc_id", "source", "collection", "title", "text", "doc_type",
+                                               "created_at", "updated_at", "metadata", "language", "tags", "content_sha256")}
+    chunks: dict[str, list] = {k: [] for k in ("chunk_id", "doc_id", "chunk_index", "section", "chunk_type", "text",
+                                                 "start_char", "end_char", "language", "embed_text", "embed_sha256")}
+    tags: dict[str, list] = {"chunk_id": [], "doc_id": [], "tag": []}
+    for document in documents:
+        for key, value in (("doc_id", document.doc_id), ("source", document.source), ("collection", document.collection),
+                           ("title", document.title), ("text", document.text), ("doc_type", document.doc_type),
+                           ("created_at", document.created_at), ("updated_at", document.updated_at),
+                           ("metadata", store.metadata_json(document.metadata)), ("language", document.language),
+                           ("tags", list(document.tags)), ("content_sha256", document.content_sha256)):
+            docs[key].append(value)
+        for chunk in chunk_document(document, config):
+            text = indexed_text(chunk, document, config.chunk)
+            for key, value in (("chunk_id", next_id), ("doc_id", document.doc_id), ("chunk_index", chunk.chunk_index),
+                               ("section", chunk.section), ("chunk_type", chunk.chunk_type), ("text", chunk.text),
+                               ("start_char", chunk.start_char), ("end_char", chunk.end_char),
+                               ("language", chunk.language), ("embed_text", text), ("embed_sha256", text_sha256(text))):
+                chunks[key].append(value)
+            for tag in document.tags:
+                tags["chunk_id"].append(next_id)
+                tags["doc_id"].append(document.doc_id)
+                tags["tag"].append(tag)
+            next_id += 1
+    if len(docs["doc_id"]) <= SMALL_INSERT:  # a few rows: plain parameters, no pandas frames
+        for column in ("created_at", "updated_at"):
+            docs[column] = [_naive_utc(value) for value in docs[column]]
+        for table, columns in (("documents", docs), ("chunks", chunks), ("tags", tags)):
+            if columns["doc_id"]:
+                con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                                list(zip(*columns.values())))
+        return next_id, len(chunks["chunk_id"])
+    if docs["doc_id"]:
+        import pandas as pd
+
+        frame = pd.DataFrame(docs)
+        for column in ("created_at", "updated_at"):
+            frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
+        con.register("incoming_docs", frame)
+        con.execute(f"INSERT INTO documents ({', '.join(docs)}) SELECT {', '.join(docs)} FROM incoming_docs")
+        con.unregister("incoming_docs")
+    store.insert_rows(con, "chunks", chunks)
+    store.insert_rows(con, "tags", tags)
+    return next_id, len(chunks["chunk_id"])
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    """A datetime as DuckDB's TIMESTAMP stores it: UTC, without a time zone (as pandas' path gives)."""
+    if value is None or value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def assign_vectors(con, config: IndexConfig) -> None:
+    """(Re)derive which chunks each model embeds, from the config's per-collection/language table."""
+    con.execute("DELETE FROM chunk_vectors")
+    if not config.model_by_collection and not config.model_by_language:  # every chunk, every model: in SQL
+        for model in config.models:
+            con.execute("INSERT INTO chunk_vectors SELECT chunk_id, ?, embed_sha256 FROM chunks", [model])
+        return
+    rows = con.execute(
+        "SELECT c.chunk_id, d.collection, c.language, c.embed_sha256 FROM chunks c JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+    ).fetchall()
+    assignment: dict[str, list] = {"chunk_id": [], "model": [], "embed_sha256": []}
+    for chunk_id, collection, language, sha in rows:
+        for model in config.model_for(collection, language):
+            assignment["chunk_id"].append(chunk_id)
+            assignment["model"].append(model)
+            assignment["embed_sha256"].append(sha)
+    store.insert_rows(con, "chunk_vectors", assignment)
