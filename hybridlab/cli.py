@@ -281,6 +281,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
           + (f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})" if merge
              else "none"))
+    log = stats.get("write_ahead_log") or {}
+    print(f"write-ahead log {log.get('file')}: {log.get('memories', 0)} memories not yet in a segment")
     return 0
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.errors import HybridlabError
-from hybridlab.index import layout, store
+from hybridlab.index import layout, store, wal
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer
 from hybridlab.index.rows import (
     SMALL_INSERT,
@@ -566,6 +566,13 @@ def _existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entrie
     return found
 
 
+def indexed_doc_ids(index_dir: Path, manifest: dict[str, Any], doc_ids: Sequence[str]) -> set[str]:
+    """Which of `doc_ids` the generation `manifest` names holds in its segments (live ones)."""
+    probe = [Document(doc_id, "", "", "", "", "memory") for doc_id in doc_ids]
+    entries = [dict(entry) for entry in layout.segments(manifest)]
+    return set(_existing_documents(Path(index_dir), manifest, entries, [("", probe, False)]))
+
+
 _SMALL_DOCUMENTS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # by (folder, checksum of documents.parquet)
 _UNCOMMITTED_DOCUMENTS: dict[str, dict[str, tuple[str, str]]] = {}  # by private folder, until committed
 _SMALL_DOCUMENTS_LIMIT = 256
@@ -1038,12 +1045,42 @@ def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: lis
     return manifest
 
 
+def _logged_batches(records: Sequence[wal.WalRecord]) -> list[tuple[str, list[Document], bool]]:
+    """The write-ahead log's documents as write batches, one per source (nothing removed)."""
+    by_source: dict[str, list[Document]] = {}
+    for record in records:
+        by_source.setdefault(record.document.source, []).append(record.document)
+    return [(source, documents, False) for source, documents in by_source.items()]
+
+
+def fold_log(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport | None:
+    """Commit the live generation's write-ahead log as a segment (None: it holds nothing)."""
+    index_dir = Path(index_dir)
+    try:
+        manifest = layout.read_manifest(index_dir)
+    except FileNotFoundError:
+        return None
+    if not wal.read_wal(wal.wal_path(index_dir, manifest["generation"])).records:
+        return None
+    return apply_changes(index_dir, [], progress=progress, cache_path=_recorded_cache(index_dir, manifest),
+                         use_cache=False)
+
+
+def _recorded_cache(index_dir: Path, manifest: dict[str, Any]) -> Path | None:
+    """The index's own embeddings cache when it has one, else the one it was built with (if it exists)."""
+    if (index_dir / layout.CACHE_FILE).exists():
+        return index_dir / layout.CACHE_FILE
+    recorded = manifest.get("embedding_cache")
+    return Path(recorded) if recorded and Path(recorded).exists() else None
+
+
 def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport:
     """Merge every segment into one, dropping tombstoned rows (`hybridlab index --optimize`);
-    readers keep answering from the generation they hold meanwhile."""
+    readers keep answering from the generation they hold meanwhile. The write-ahead log is folded first."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = IndexReport(str(index_dir))
+    fold_log(index_dir, progress=progress)
     with layout.WriterLock(index_dir):
         manifest = layout.read_manifest(index_dir)
         entries = [dict(entry) for entry in layout.segments(manifest)]
@@ -1119,6 +1156,11 @@ def apply_changes(
                             previous=layout.previous_generation(index_dir, old_generation))
         _checkpoint("start")
         entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
+        # memories in the live generation's write-ahead log go into this write's segment first
+        logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if manifest else None
+        if logged is not None and logged.records:  # a document this write brings again: its version wins
+            incoming = {document.doc_id for _, documents, _ in batches for document in documents}
+            batches = [*_logged_batches([r for r in logged.records if r.document.doc_id not in incoming]), *batches]
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
         tmp.mkdir(parents=True)
@@ -1167,6 +1209,9 @@ def apply_changes(
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
             if con is not None:
                 cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
+                if logged is not None and logged.records:  # their vectors are in the log: not embedded again
+                    for model, (hashes, vectors) in wal.record_vectors(logged.records, config).items():
+                        cache.put(model, hashes, vectors)
                 dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = _store_counts(con)

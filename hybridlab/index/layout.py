@@ -346,6 +346,12 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
         except OSError:
             shutil.rmtree(path, ignore_errors=True)
         removed.append(name)
+    numbers = {int(GENERATION.match(name).group(1)) for name in commits if GENERATION.match(name)}
+    for name in [n for n in os.listdir(index_dir) if n.startswith("wal-") and n.endswith(".log")]:
+        digits = name[len("wal-"):-len(".log")]
+        if digits.isdigit() and int(digits) not in numbers:  # the log of a generation no longer kept
+            (index_dir / name).unlink(missing_ok=True)
+            removed.append(name)
     for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):
         for tmp in index_dir.glob(pattern):
             tmp.unlink(missing_ok=True)

@@ -1,33 +1,38 @@
-"""Add memories to an index: validate, commit as a new generation, searchable at once.
+"""Add memories to an index: validate, make durable, searchable at once.
 
-Every commit adds one small segment holding the new memories (its own DuckDB store, BM25 postings
-and FAISS index) and commits a new manifest naming it; nothing written before is rewritten, so a
-commit costs about what the memories themselves cost (plus the corpus graph's update and, now and
-then, a tiered merge of small segments). :class:`MemoryWriter` also group-commits: stores that
-arrive while a commit is running are written together by the next one.
-Each :meth:`MemoryWriter.store` returns only once its memory is committed (durable, and visible to
-any reader that refreshes), so there is no window in which an acknowledged memory can be lost.
+A store is appended to the live generation's write-ahead log (`index.wal`: one record holding the
+memory and its vectors, one fsync) and returns; readers see it at their next search, as an
+in-memory segment after the index's segments. When the log holds `wal_records` memories (64 by
+default, `HYBRIDLAB_WAL_RECORDS`), the store that filled it folds it: one commit writes them as a
+segment (its Parquet tables, BM25 postings and FAISS files, the corpus graph updated, the tiered
+merge policy run) and the next generation's log starts empty. So a store costs an append most of
+the time and a small segment's commit once per `wal_records` stores. `wal_records=0` commits every
+store as a segment of its own (as before the log existed). :class:`MemoryWriter` also
+group-commits: stores that arrive while a write is running are appended (or committed) together.
+Each :meth:`MemoryWriter.store` returns only once its memory is durable (the log's fsync, or the
+segment's commit), so there is no window in which an acknowledged memory can be lost.
 
 With `commit_delay > 0` (opt-in, for write-heavy loads) a store returns at once and its memory waits
 up to that long in a queue; :meth:`MemoryWriter.flush` (which the MCP server calls before every read)
-commits the queue, so a memory is still found by the next search. The price: a crash loses the
+writes the queue, so a memory is still found by the next search. The price: a crash loses the
 memories of the last `commit_delay` seconds although they were acknowledged.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.index import layout
+from hybridlab.index import layout, wal
 from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
@@ -79,10 +84,21 @@ def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note
         raise ValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…")
     if not isinstance(memory_type, str) or not memory_type.strip() or len(memory_type) > MAX_TYPE_CHARS:
         raise ValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters")
+    for field_name, value in (("content", content), ("memory_type", memory_type), *(("tags", tag) for tag in tags)):
+        _check_unicode(field_name, value)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     obj = {"id": memory_id or new_memory_id(), "content": content, "tags": list(tags),
            "created_at": when, "memory_type": memory_type.strip()}
     return memory_document(obj, "memory", source)
+
+
+def _check_unicode(field_name: str, value: str) -> None:
+    """ValueError naming the field when `value` cannot be stored as UTF-8 (a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{field_name} is not valid Unicode text: {error.reason} at character {error.start} "
+                         f"({value[max(0, error.start - 20):error.start]!r}…)") from None
 
 
 def _cache_path(index_dir: Path) -> Path | None:
@@ -99,30 +115,50 @@ def _cache_path(index_dir: Path) -> Path | None:
 
 
 class MemoryWriter:
-    """Commits memories to one index folder; concurrent stores share a generation (group commit).
-    `commit_delay` > 0 defers commits (see the module docstring); call :meth:`flush` before reading."""
+    """Writes memories to one index folder: appended to its write-ahead log (`wal_records` > 0,
+    default `HYBRIDLAB_WAL_RECORDS` or 64) and folded into a segment when the log is full, or each
+    committed as a segment (`wal_records=0`); concurrent stores share one append or commit.
+    `commit_delay` > 0 defers writes (see the module docstring); call :meth:`flush` before reading."""
 
     def __init__(self, index_dir: str | os.PathLike, *, source: str = MEMORY_SOURCE,
-                 lock_wait: float = LOCK_WAIT_SECONDS, commit_delay: float = 0.0) -> None:
+                 lock_wait: float = LOCK_WAIT_SECONDS, commit_delay: float = 0.0,
+                 wal_records: int | None = None) -> None:
         if commit_delay < 0:
             raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay}")
+        wal_records = wal.fold_records() if wal_records is None else wal_records
+        if wal_records < 0:
+            raise ValueError(f"wal_records must be >= 0, got {wal_records}")
         self.index_dir = Path(index_dir)
         self.source = source
         self.lock_wait = lock_wait
         self.commit_delay = commit_delay
+        self.wal_records = wal_records
         self._timer: threading.Timer | None = None
         self._pending: list[tuple[Document, Future]] = []
         self._pending_lock = threading.Lock()
         self._commit_lock = threading.Lock()
-        self.commits = 0
+        self._log: _OpenLog | None = None
+        self._fresh_ids: set[str] = set()  # ids of pending stores known to be new (random): no look-up
+        self.commits = 0  # stores committed as a segment of their own (no log)
+        self.appends = 0  # stores appended to the log (each append: one or more memories)
+        self.folds = 0  # logs folded into a segment
 
     def store(self, content: str, tags: Sequence[str] = (), memory_type: str = "note",
               created_at: str | None = None) -> StoredMemory:
-        """Validate and commit one memory; returns when it is durable and searchable."""
-        document = make_memory(content, tags, memory_type, created_at, source=self.source)
+        """Validate and write one memory; returns when it is durable and searchable."""
+        return self.store_document(make_memory(content, tags, memory_type, created_at, source=self.source), new_id=True)
+
+    def store_document(self, document: Document, *, new_id: bool = False) -> StoredMemory:
+        """Write one document built by :func:`make_memory` (its id and dates as given); returns
+        when it is durable and searchable. A document whose id is already indexed replaces it
+        (a commit, not a log append); `new_id`: the caller vouches the id is fresh (a random one)."""
         started = time.perf_counter()
         future: Future = Future()
         with self._pending_lock:
+            if new_id:
+                self._fresh_ids.add(document.doc_id)
+            else:
+                self._fresh_ids.discard(document.doc_id)
             self._pending.append((document, future))
             if self.commit_delay > 0:
                 if self._timer is None:
@@ -137,6 +173,11 @@ class MemoryWriter:
         generation, batch_size = future.result()
         return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
                             time.perf_counter() - started)
+
+    @property
+    def writes(self) -> int:
+        """Durable writes of stores so far: log appends plus segment commits (group commits count once)."""
+        return self.appends + self.commits
 
     @property
     def pending(self) -> int:
@@ -169,7 +210,12 @@ class MemoryWriter:
             return
         documents = [document for document, _ in batch]
         try:
-            report = self._apply(apply_changes, documents)
+            generation = self._append(documents) if self.wal_records else None
+            if generation is None:
+                report = self._apply(apply_changes, documents)
+                generation = report.generation
+                self.commits += 1
+                logger.info("committed %d memories as generation %s in %.2fs", len(batch), generation, report.seconds)
         except BaseException as error:  # handed to every waiting store, re-raised there
             if self.commit_delay > 0:  # acknowledged already: keep them queued for the next flush
                 with self._pending_lock:
@@ -178,10 +224,101 @@ class MemoryWriter:
             for _, future in batch:
                 future.set_exception(error)
             return
-        self.commits += 1
-        logger.info("committed %d memories as generation %s in %.2fs", len(batch), report.generation, report.seconds)
         for _, future in batch:
-            future.set_result((report.generation, len(batch)))
+            future.set_result((generation, len(batch)))
+        if self._log is not None and self._log.writer.records >= self.wal_records:
+            self._fold()
+
+    def _append(self, documents: list[Document]) -> int | None:
+        """Append the memories to the live generation's log (durable on return); returns its
+        generation number, or None when there is no index yet (the first write commits one)."""
+        from hybridlab.index.build import _checkpoint, indexed_doc_ids
+
+        with self._locked():
+            stamp = reader_stamp(self.index_dir)
+            if stamp is None:
+                return None
+            if self._log is None or self._log.stamp != stamp:
+                self._open_log(stamp)
+                if self._log is None:
+                    return None
+            log = self._log
+            with self._pending_lock:
+                unknown = [d.doc_id for d in documents if d.doc_id not in self._fresh_ids]
+                self._fresh_ids.difference_update(d.doc_id for d in documents)
+            if unknown and (set(unknown) & log.writer.doc_ids or indexed_doc_ids(self.index_dir, log.manifest, unknown)
+                            or len(set(unknown)) < len(unknown)):
+                return None  # replaces an indexed memory: a commit (which folds the log first)
+            records = wal.embed_documents(documents, log.config, log.encode)
+            try:
+                log.writer.append(records, checkpoint=_checkpoint)
+            except BaseException:
+                log.writer.close()
+                self._log = None  # reopened (its tail checked) by the next store
+                raise
+            self.appends += 1
+            return log.generation
+
+    def _open_log(self, stamp: tuple[int, int]) -> None:
+        from hybridlab.config import IndexConfig
+
+        if self._log is not None:
+            self._log.writer.close()
+            self._log = None
+        manifest = layout.read_manifest(self.index_dir)
+        if "next_chunk_id" not in manifest:  # an index older than segments: commits only, until rewritten
+            return
+        config = IndexConfig.from_manifest(manifest["config"])
+        dims = {model: int(info["dim"]) for model, info in (manifest.get("models") or {}).items()}
+        writer = wal.WalWriter(wal.wal_path(self.index_dir, manifest["generation"]))
+        self._log = _OpenLog(stamp, int(manifest["generation"]), config, dims, writer, manifest)
+
+    def _fold(self) -> None:
+        """Commit the full log as a segment. The memories are durable in the log already, so a
+        failure is logged, not raised: the next store (or any write) folds it."""
+        from hybridlab.index.build import fold_log
+
+        try:
+            deadline = time.monotonic() + self.lock_wait
+            while True:
+                try:
+                    report = fold_log(self.index_dir, progress=False)
+                    break
+                except layout.IndexLockedError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.05)
+        except Exception as error:  # noqa: BLE001 - the memories stay in the log, folded later
+            logger.warning("folding the write-ahead log of %s failed (%s); it is retried", self.index_dir, error)
+            return
+        if report is not None:
+            self.folds += 1
+            logger.info("folded the write-ahead log into generation %s in %.2fs", report.generation, report.seconds)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the index's writer lock, waiting up to `lock_wait` seconds for another writer."""
+        deadline = time.monotonic() + self.lock_wait
+        while True:
+            try:
+                lock = layout.WriterLock(self.index_dir).__enter__()
+                break
+            except layout.IndexLockedError as error:
+                if time.monotonic() >= deadline:
+                    raise layout.IndexLockedError(
+                        f"{error}; the memory was not stored (waited {self.lock_wait:.0f}s)") from None
+                time.sleep(0.01)
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+
+    def close(self) -> None:
+        """Close the open log (its memories stay in it: durable, and folded by the next write)."""
+        with self._commit_lock:
+            if self._log is not None:
+                self._log.writer.close()
+                self._log = None
 
     def _apply(self, apply_changes, documents: list[Document]):
         """apply_changes, waiting up to `lock_wait` seconds while another process holds the writer lock."""
@@ -195,6 +332,36 @@ class MemoryWriter:
                     raise layout.IndexLockedError(
                         f"{error}; the memory was not stored (waited {self.lock_wait:.0f}s)") from None
                 time.sleep(0.2)
+
+
+def reader_stamp(index_dir: Path) -> tuple[int, int] | None:
+    """(mtime, inode) of the manifest, None when there is none: a commit by anyone replaces it."""
+    try:
+        stat = os.stat(index_dir / layout.MANIFEST)
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_ino)
+
+
+@dataclass
+class _OpenLog:
+    """The log a writer appends to: the generation it extends (as of the manifest `stamp`), that
+    generation's config and model dimensions, and the open file."""
+
+    stamp: tuple[int, int]
+    generation: int
+    config: Any
+    dims: dict[str, int]
+    writer: wal.WalWriter
+    manifest: dict[str, Any]
+
+    def encode(self, model: str, texts: list[str]) -> Any:
+        from hybridlab.encoders.registry import load_encoder
+
+        vectors = load_encoder(model).encode_documents(texts, batch_size=self.config.embed_batch_size)
+        if model in self.dims and vectors.shape[1] != self.dims[model]:
+            raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
+        return vectors
 
 
 def _iso(value: datetime | None) -> str:

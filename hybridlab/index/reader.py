@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.config import IndexConfig
 from hybridlab.errors import CorruptIndexError, StoreError
-from hybridlab.index import layout, store
+from hybridlab.index import layout, store, wal
 from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
 from hybridlab.index.sparse import GroupCache, Postings, SparseIndex
@@ -71,6 +72,12 @@ def manifest_stamp(index_dir: Path) -> tuple[int, int] | None:
     return file_stamp(Path(index_dir) / layout.MANIFEST)
 
 
+def index_stamp(index_dir: Path, generation: int) -> tuple[Any, int]:
+    """What a reader of generation `generation` compares to know whether to refresh: the manifest's
+    stamp and the size of that generation's write-ahead log (two stats)."""
+    return manifest_stamp(index_dir), wal.log_size(wal.wal_path(index_dir, generation))
+
+
 def file_stamp(path: Path) -> tuple[int, int] | None:
     """(mtime, inode) of a file, None when it does not exist."""
     try:
@@ -87,7 +94,7 @@ class Generation:
 
     index_dir: Path
     manifest: Mapping[str, Any]
-    stamp: tuple[int, int] | None  # manifest stamp taken before the manifest was read
+    stamp: tuple[Any, int]  # (manifest stamp taken before the manifest was read, bytes of its log read)
     store: StoreReader
     chunk_ids: np.ndarray  # int64, ascending
     doc_ids: Sequence[str]
@@ -106,6 +113,8 @@ class Generation:
     dense_rows_to_index: Mapping[str, np.ndarray]  # model -> row of each of its FAISS rows
     segments: Sequence[Segment] = ()  # oldest first
     live: Sequence[np.ndarray | None] = ()  # per segment: its live rows (None = all)
+    logged_records: int = 0  # memories from the write-ahead log (the last segment, in memory)
+    logged_chunks: int = 0
 
     @property
     def number(self) -> int:
@@ -217,6 +226,8 @@ def read_generation(index_dir: str | Path, *, check: bool = True, cache: Segment
 def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
                      cache: SegmentCache | None) -> Generation:
     manifest = layout.read_manifest(index_dir)
+    logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if "next_chunk_id" in manifest \
+        else wal.WalContents(wal.wal_path(index_dir, manifest["generation"]))
     damaged = layout.open_problems(index_dir, manifest)
     if damaged:
         raise CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(index_dir)}")
@@ -232,9 +243,20 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         segments.append(segment)
     if cache is not None:
         cache.keep(set(keys))
-    reader = _open_store(index_dir, segments, entries)
+    rows = None
+    if logged.records:
+        rows = wal.logged_rows(logged.records, IndexConfig.from_manifest(manifest["config"]),
+                               int(manifest["next_chunk_id"]), logged.path)
+        try:
+            segments.append(_logged_segment(index_dir, rows, manifest, segments))
+        except BaseException:
+            rows.con.close()
+            raise
+        entries = [*entries, {"name": wal.WAL_PREFIX.rstrip("-")}]
+    reader = _open_store(index_dir, segments, entries, rows)
     try:
-        generation = _combine(index_dir, manifest, stamp, reader, segments, entries, cache)
+        generation = _combine(index_dir, manifest, (stamp, logged.size), reader, segments, entries, cache,
+                              logged=(len(logged.records), rows.chunks if rows else 0))
         if check:
             problems = consistency_problems(generation)
             if problems:
@@ -256,15 +278,22 @@ def _segment_key(manifest: Mapping[str, Any], name: str) -> tuple[str, str]:
     return name, str(entry.get("sha256", ""))
 
 
-def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]]) -> StoreReader:
-    paths = [segment.folder / layout.STORE_FILE for segment in segments]
-    deleted = [list(entry.get("deleted") or ()) for entry in entries]
+def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
+                logged: wal.LoggedRows | None = None) -> StoreReader:
+    """The generation's store; `logged`: the log's rows (the last segment), whose in-memory tables
+    the store's views take over (and drop when it closes)."""
+    files = segments[:-1] if logged is not None else segments
+    paths = [segment.folder / layout.STORE_FILE for segment in files]
+    deleted = [list(entry.get("deleted") or ()) for entry in entries[:len(files)]]
     try:
-        if len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
+        if logged is None and len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
             con = store.connect(paths[0], read_only=True)
         else:
-            con = store.connect_segments(paths, deleted, [segment.pinned for segment in segments])
+            con = store.connect_segments(paths, deleted, [segment.pinned for segment in files],
+                                         inline=logged.con if logged is not None else None)
     except StoreError as error:
+        if logged is not None:
+            logged.con.close()
         raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
     return StoreReader(con)
 
@@ -280,13 +309,7 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
     except OSError as error:
         raise _damaged(folder, error, index_dir) from None
     try:
-        rows = con.execute(
-            "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "
-            "epoch(COALESCE(d.updated_at, d.created_at)) FROM chunks c JOIN documents d USING (doc_id) "
-            "ORDER BY c.chunk_id"
-        ).fetchall()
-        tag_rows = con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
-        assigned_rows = con.execute("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id").fetchall()
+        tables = _segment_tables(con)
     except Exception as error:  # noqa: BLE001 - any failure here means a truncated or damaged DuckDB file
         raise CorruptIndexError(
             f"{store_path} cannot be read ({str(error).splitlines()[0][:160]}); "
@@ -294,20 +317,11 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         ) from None
     finally:
         con.close()
-    chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
-    tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
-    tag_locals: dict[str, list[int]] = {}
-    for tag, local in tags:
-        tag_locals.setdefault(tag, []).append(local)
-    assigned: dict[str, list[int]] = {}
-    for model, chunk_id in assigned_rows:
-        assigned.setdefault(model, []).append(chunk_id)
     bm25 = folder / layout.BM25_DIR
     try:
         sparse = SparseIndex.load(bm25)
     except Exception as error:  # noqa: BLE001 - whatever the parser raises, the folder is damaged
         raise _damaged(bm25, error, index_dir) from None
-    legacy = sparse if sparse.is_legacy else None
     models = entry.get("models") if not entry.get("legacy") else manifest.get("models", {})
     ef_search = manifest["config"].get("hnsw_ef_search")
     dense: dict[str, DenseIndex] = {}
@@ -319,16 +333,56 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
             dense[model] = DenseIndex.load(path, model, ef_search=ef_search)
         except Exception as error:  # noqa: BLE001 - whatever FAISS raises, the file is damaged
             raise _damaged(path, error, index_dir) from None
+    return _segment(entry["name"], folder, tables, sparse, dense, pinned)
+
+
+def _segment_tables(con: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """A segment's chunk rows (with their documents' fields), tag rows and vector assignments."""
+    rows = con.execute(
+        "SELECT c.chunk_id, c.doc_id, c.section, c.chunk_type, d.collection, d.title, "
+        "epoch(COALESCE(d.updated_at, d.created_at)) FROM chunks c JOIN documents d USING (doc_id) "
+        "ORDER BY c.chunk_id"
+    ).fetchall()
+    tag_rows = con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
+    assigned_rows = con.execute("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id").fetchall()
+    return rows, tag_rows, assigned_rows
+
+
+def _segment(name: str, folder: Path, tables: tuple[list[tuple], list[tuple], list[tuple]], sparse: SparseIndex,
+             dense: Mapping[str, DenseIndex], pinned: store.PinnedFiles | None) -> Segment:
+    rows, tag_rows, assigned_rows = tables
+    chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
+    tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
+    tag_locals: dict[str, list[int]] = {}
+    for tag, local in tags:
+        tag_locals.setdefault(tag, []).append(local)
+    assigned: dict[str, list[int]] = {}
+    for model, chunk_id in assigned_rows:
+        assigned.setdefault(model, []).append(chunk_id)
+    legacy = sparse if sparse.is_legacy else None
     return Segment(
-        name=entry["name"], folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
+        name=name, folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
         sections=tuple(r[2] or "" for r in rows), chunk_types=tuple(r[3] for r in rows),
         collections=tuple(r[4] for r in rows), titles=tuple(r[5] or "" for r in rows),
         times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
         tags=tags, bm25_ids=sparse.chunk_ids, postings=None if legacy is not None else sparse.parts[0],
-        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dense), pinned=pinned,
+        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dict(dense)), pinned=pinned,
         tag_locals=MappingProxyType({t: _readonly(np.asarray(v, dtype=np.int64)) for t, v in tag_locals.items()}),
         assigned=MappingProxyType({m: _readonly(np.asarray(v, dtype=np.int64)) for m, v in assigned.items()}),
     )
+
+
+def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Mapping[str, Any],
+                    segments: Sequence[Segment]) -> Segment:
+    """The write-ahead log's rows as the generation's last segment, held in memory: BM25 postings
+    and exact (flat) FAISS indexes built from its records; its chunk ids follow every segment's
+    (`_combine` checks that they do)."""
+    con = logged.con
+    texts = [text for (text,) in con.execute("SELECT embed_text FROM chunks ORDER BY chunk_id").fetchall()]
+    config = IndexConfig.from_manifest(manifest["config"])
+    sparse = SparseIndex.build(texts, logged.chunk_ids, config.bm25)
+    dense = {model: DenseIndex.build(vectors, ids, model) for model, (ids, vectors) in logged.vectors.items()}
+    return _segment(wal.WAL_PREFIX.rstrip("-"), index_dir, _segment_tables(con), sparse, dense, None)
 
 
 def _pick(values: Sequence[Any], mask: np.ndarray | None) -> Sequence[Any]:
@@ -369,10 +423,11 @@ class RowTags(Mapping):
         return len(self._tagged())
 
 
-def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] | None, reader: StoreReader,
+def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], reader: StoreReader,
              segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
-             cache: SegmentCache | None = None) -> Generation:
-    """The generation's row table and retrievers over its segments' live rows."""
+             cache: SegmentCache | None = None, logged: tuple[int, int] = (0, 0)) -> Generation:
+    """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
+    chunks) of the write-ahead log, whose segment is the last."""
     live: list[np.ndarray | None] = []
     for segment, entry in zip(segments, entries):
         deleted = entry.get("deleted") or ()
@@ -426,10 +481,14 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] |
             dense[model] = SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
         if info.get("graph"):  # one graph over the generation's live vectors, in its dense rows
             path = index_dir / (info.get("graph_dir") or manifest["path"]) / info["graph"]
+            unlinked = len(segments[-1].dense[model].ids) if logged[0] and model in segments[-1].dense else 0
             try:
-                graphs[model] = load_graph(path, dense[model].size)
+                graph = load_graph(path, dense[model].size - unlinked)
             except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
                 raise _damaged(path, error, index_dir) from None
+            if unlinked:  # the log's rows are in no neighbour list and have none (-1: nothing to expand)
+                graph = np.concatenate([graph, np.full((unlinked, graph.shape[1]), -1, dtype=graph.dtype)])
+            graphs[model] = graph
     dense_rows_to_index = {model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()}
     known_chunk_types, known_collections = tuple(sorted(set(chunk_types))), tuple(sorted(set(collections)))
     return Generation(
@@ -442,6 +501,7 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[int, int] |
         tag_rows=MappingProxyType(tag_rows), row_tags=RowTags(tag_rows),
         sparse=sparse, dense=MappingProxyType(dense), graphs=MappingProxyType(graphs),
         dense_rows_to_index=MappingProxyType(dense_rows_to_index), segments=tuple(segments), live=tuple(live),
+        logged_records=logged[0], logged_chunks=logged[1],
     )
 
 
@@ -468,8 +528,10 @@ def consistency_problems(generation: Generation) -> list[str]:
     problems = []
     manifest, folder = generation.manifest, generation.folder
     counts = manifest.get("counts", {})
-    if counts.get("chunks") != generation.n_chunks:
-        problems.append(f"manifest says {counts.get('chunks')} chunks, {folder / layout.STORE_FILE} has {generation.n_chunks}")
+    if (counts.get("chunks") or 0) + generation.logged_chunks != generation.n_chunks:
+        logged = f" plus {generation.logged_chunks} logged" if generation.logged_chunks else ""
+        problems.append(f"manifest says {counts.get('chunks')} chunks{logged}, {folder / layout.STORE_FILE} has "
+                        f"{generation.n_chunks}")
     for segment in generation.segments:
         if not np.array_equal(segment.bm25_ids, segment.chunk_ids):
             problems.append(f"BM25 rows in {segment.folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")

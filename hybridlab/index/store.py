@@ -227,6 +227,16 @@ class ScratchConnection:
         self._cursor.execute(sql)
         self._attached.append(alias)
 
+    def adopt(self, other: ScratchConnection) -> str:
+        """Take over `other`'s database (same instance): readable here as `<name>.<table>`, detached
+        when this connection closes; `other` is closed without detaching it. Returns its name."""
+        name, cursor = other.database, other._cursor
+        other._cursor = None
+        if cursor is not None:
+            cursor.close()
+        self._attached.append(name)
+        return name
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
 
@@ -314,16 +324,19 @@ def write_parquet(con, folder: Path) -> None:
 
 
 def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
-                     pinned: Sequence[PinnedFiles | None] | None = None):
+                     pinned: Sequence[PinnedFiles | None] | None = None, inline: ScratchConnection | None = None):
     """One read-only view over several segment stores: a database of the scratch instance that
     attaches each segment (`store.duckdb` read-only, or its Parquet tables; `paths` are the
     segments' `store.duckdb` paths, present or not) and defines `documents`, `chunks`, `tags`,
     `chunk_vectors` (and `meta`, the newest segment's) as the union of the segments minus each
     segment's tombstoned documents (`deleted[i]`: doc ids); `pinned[i]`: a Parquet segment's files
-    held open. Readers never take a write lock, so a writer is never blocked."""
+    held open. `inline`: a scratch connection whose tables are one more segment (the write-ahead
+    log's rows, in memory), taken over by the returned connection. Readers never take a write lock,
+    so a writer is never blocked."""
     import duckdb
 
     con = ScratchConnection()
+    inline_name = con.adopt(inline) if inline is not None else None
     try:
         for i, path in enumerate(paths):
             alias = f"{con.database}_s{i}"
@@ -352,9 +365,13 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
             else:
                 for table in TABLES:
                     parts[table].append(f"SELECT * FROM {con.database}_s{i}.{table}")
+        if inline_name is not None:
+            for table in TABLES:
+                parts[table].append(f"SELECT * FROM {inline_name}.{table}")
         for table, selects in parts.items():
             con.execute(f"CREATE VIEW {table} AS {' UNION ALL '.join(selects)}")
-        con.execute(f"CREATE VIEW meta AS SELECT * FROM {con.database}_s{len(paths) - 1}.meta")
+        meta = f"{con.database}_s{len(paths) - 1}" if paths else inline_name
+        con.execute(f"CREATE VIEW meta AS SELECT * FROM {meta}.meta")
         return con
     except BaseException:
         con.close()

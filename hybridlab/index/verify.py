@@ -13,6 +13,8 @@ What is repairable (DuckDB is the source of truth, the embeddings cache the sour
   lost and the next `hybridlab index` of the same sources re-applies them;
 - corrupt, missing or inconsistent FAISS/BM25 files: every segment rebuilt from the stores and the
   embeddings cache into one new segment (vectors missing from the cache are re-embedded);
+- a write-ahead log ending in a torn or damaged record (an append that never returned): cut back
+  to its intact records;
 - a corrupt index-local embeddings cache: moved aside as `embeddings.duckdb.corrupt-<time>` and
   refilled by the rebuild (re-embedding everything).
 
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.errors import HybridlabError
-from hybridlab.index import layout, store
+from hybridlab.index import layout, store, wal
 from hybridlab.index.reader import consistency_problems, read_generation
 
 logger = logging.getLogger(__name__)
@@ -123,6 +125,7 @@ def verify(index_dir: str | Path) -> list[str]:
     except HybridlabError as error:
         return [str(error)]
     problems = layout.file_problems(index_dir, manifest, hash_all=True)
+    problems += _log_problems(index_dir, manifest)
     problems += _stores_problems(index_dir, manifest)
     problems += _cache_problems(cache_path(index_dir, manifest))
     if problems:
@@ -135,6 +138,15 @@ def verify(index_dir: str | Path) -> list[str]:
         return consistency_problems(generation)
     finally:
         generation.store.close()
+
+
+def _log_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """A write-ahead log whose records end in a torn or damaged one (never acknowledged; `--repair` cuts it)."""
+    contents = wal.read_wal(wal.wal_path(index_dir, manifest["generation"]))
+    if contents.problem is None:
+        return []
+    return [(f"{contents.problem}; the {len(contents.records)} records before it are intact "
+            f"(`hybridlab verify --repair --index {index_dir}` cuts the rest)")]
 
 
 def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
@@ -151,6 +163,10 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             manifest = layout.read_manifest(index_dir)
         except HybridlabError as error:
             manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
+        log = wal.wal_path(index_dir, manifest["generation"])
+        cut = wal.truncate_torn_tail(log) if log.exists() else None
+        if cut:
+            actions.append(f"cut the write-ahead log back to its intact records ({cut})")
         damaged_stores = [name for name in _damaged_files(index_dir, manifest) if Path(name).name in store.STORE_FILES]
         if _stores_problems(index_dir, manifest) or damaged_stores:
             reason = f"{layout.file_base(index_dir, manifest) / damaged_stores[0]} is damaged" if damaged_stores \

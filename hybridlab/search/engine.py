@@ -35,8 +35,8 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file
-from hybridlab.index import layout
-from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, file_stamp
+from hybridlab.index import layout, wal
+from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import pipeline
 from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters, parse_when
@@ -104,9 +104,10 @@ class Index:
 
     # ---------------------------------------------------------------- the snapshot
     def snapshot(self) -> Snapshot:
-        """The current generation, re-opened first when a writer has committed since (one stat)."""
+        """The current generation, re-opened first when a writer has committed or logged a memory
+        since (two stats: the manifest and the generation's write-ahead log)."""
         current = self._snapshot
-        if file_stamp(self._manifest_path) != current.generation.stamp:
+        if index_stamp(self.index_dir, current.generation.number) != current.generation.stamp:
             self.refresh()
             current = self._snapshot
         return current
@@ -115,7 +116,7 @@ class Index:
         """Re-open if another process committed a new generation; True when it did. Searches
         running meanwhile finish on the generation they started with."""
         with self._lock:
-            if file_stamp(self._manifest_path) == self._snapshot.generation.stamp:
+            if index_stamp(self.index_dir, self._snapshot.generation.number) == self._snapshot.generation.stamp:
                 return False
             self._snapshot = open_snapshot(self.index_dir, check=self._check, backend=self._backend,
                                            cache=self._segments)
@@ -415,6 +416,9 @@ class Index:
                          for s in layout.segments(dict(manifest))],
             "tombstones": sum(len(s.get("deleted") or ()) for s in layout.segments(dict(manifest))),
             "last_merge": manifest.get("last_merge"),
+            "write_ahead_log": {"file": wal.wal_path(self.index_dir, manifest["generation"]).name,
+                                "memories": snapshot.generation.logged_records,
+                                "chunks": snapshot.generation.logged_chunks},
         }
 
 

@@ -296,7 +296,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         facts["search_config"] = asdict(config)
         facts["search_config_sources"] = sources
         facts["config_file"] = service.config_path
-        facts["server"] = {"memory_commits": service.writer.commits, "memories_pending": service.writer.pending,
+        facts["server"] = {"memory_commits": service.writer.commits, "memory_log_appends": service.writer.appends,
+                           "memory_log_folds": service.writer.folds, "wal_records": service.writer.wal_records,
+                           "memories_pending": service.writer.pending,
                            "commit_delay": service.writer.commit_delay, "warm_seconds": service.warm_seconds,
                            "backend": service.backend_name}
         return facts

@@ -232,3 +232,67 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
         shutil.rmtree(index_dir)
     assert {"committed", "previous"} <= set(states)
     record("kill_segment_stage_points", len(all_stages))
+
+
+STORE_SCRIPT = """
+import sys
+from hybridlab.index.memory import MemoryWriter
+writer = MemoryWriter(sys.argv[1], wal_records=3)
+for i in range(5):
+    stored = writer.store(f"zqkill{i} memory stored through the write-ahead log", ["kill"])
+    print("ACK", stored.id, flush=True)
+"""
+
+
+def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, tmp_path):
+    """SIGKILL a writer storing 5 memories through the write-ahead log (3 per log: one fold, with
+    its commit and merge stages) after each stage it reports: the index verifies clean, every
+    acknowledged memory is found, and a next writer (and `optimize`) carries on from there."""
+    from hybridlab.index.build import optimize
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.verify import verify
+    from hybridlab.search.engine import open_index
+
+    def start(index_dir: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", STORE_SCRIPT, str(index_dir)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env(HYBRIDLAB_TRACE_STAGES="1"))
+
+    probe = tmp_path / "probe"
+    shutil.copytree(segment_scenario["base"], probe)
+    process = start(probe)
+    lines = [line.split() for line in process.stdout]
+    process.wait(timeout=120)
+    process.stdout.close()
+    stages = [line[1] for line in lines if line[0] == "STAGE"]
+    assert stages.count("wal-synced") == 5 and stages.count("manifest-committed") == 1  # 5 appends, 1 fold
+    states = []
+    for k in range(1, len(stages) + 1):
+        index_dir = tmp_path / f"w{k:02d}"
+        shutil.copytree(segment_scenario["base"], index_dir)
+        process = start(index_dir)
+        acknowledged, seen = [], 0
+        for line in process.stdout:
+            words = line.split()
+            if words[0] == "ACK":
+                acknowledged.append(words[1])
+            elif words[0] == "STAGE":
+                seen += 1
+                if seen >= k:
+                    break
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+        process.stdout.close()
+        assert verify(index_dir) == [], k
+        with open_index(index_dir) as index:
+            held = set(index.snapshot().generation.doc_ids)
+            assert set(acknowledged) <= held, (k, stages[k - 1])
+            states.append(index.stats()["write_ahead_log"]["memories"])
+        after = MemoryWriter(index_dir, wal_records=3).store("zqafter a memory stored after the kill", ["kill"])
+        optimize(index_dir)
+        assert verify(index_dir) == []
+        with open_index(index_dir) as index:
+            assert {*acknowledged, after.id} <= set(index.snapshot().generation.doc_ids)
+            assert index.stats()["write_ahead_log"]["memories"] == 0
+        shutil.rmtree(index_dir)
+    assert len(stages) >= 15 and max(states) >= 1
+    record("kill_memory_store_points", len(stages))

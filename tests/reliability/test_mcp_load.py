@@ -51,7 +51,7 @@ def test_a_generation_retired_while_it_is_read_is_read_again(tmp_path, monkeypat
     from hybridlab.index.memory import MemoryWriter
 
     index_dir = build_index(tmp_path, 20)
-    writer = MemoryWriter(index_dir)
+    writer = MemoryWriter(index_dir, wal_records=0)  # every store a commit: what retires generations
     writer.store("The first memory holds zqfirstword.")
     load_graph = reader.load_graph
     commits = []

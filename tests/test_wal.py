@@ -1,0 +1,153 @@
+"""The write-ahead log: records round-trip, a torn tail is ignored and cut, memories in the log
+answer exactly like the same memories in a segment (and like a fresh build), and every write folds it."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from test_segments import CONFIG, SOURCE, _assert_same, _memory, _runs, _text
+
+from hybridlab.index import build, layout, wal
+from hybridlab.index.build import apply_changes, fold_log, optimize
+from hybridlab.index.memory import MemoryWriter
+from hybridlab.index.verify import repair, verify
+from hybridlab.search.engine import open_index
+
+
+def _record(doc_id: str, chunks: int = 1) -> wal.WalRecord:
+    vectors = np.arange(chunks * 4, dtype=np.float32).reshape(chunks, 4) / 7
+    return wal.WalRecord(_memory(doc_id, f"text of {doc_id} é ✓", 3, ("red", "blue")), {"m": vectors})
+
+
+def test_records_round_trip_and_a_torn_tail_is_ignored_then_cut(tmp_path):
+    path = tmp_path / "wal-000001.log"
+    writer = wal.WalWriter(path)
+    writer.append([_record("a"), _record("b", 2)])
+    writer.append([_record("c")])
+    writer.close()
+    contents = wal.read_wal(path)
+    assert [r.document for r in contents.records] == [_record(x).document for x in "abc"]
+    assert contents.records[0].document.content_sha256 == _record("a").document.content_sha256  # dates kept exactly
+    np.testing.assert_array_equal(contents.records[1].vectors["m"], _record("b", 2).vectors["m"])
+    assert contents.problem is None and contents.valid_end == contents.size
+    intact = contents.size
+    with open(path, "ab") as handle:  # an append cut short by a crash: a header announcing more than follows
+        handle.write(wal.encode_record(_record("d"))[:30])
+    torn = wal.read_wal(path)
+    assert len(torn.records) == 3 and torn.valid_end == intact and "cut short" in torn.problem
+    writer = wal.WalWriter(path)  # the next writer cuts the unacknowledged tail before appending
+    assert writer.records == 3 and path.stat().st_size == intact
+    writer.append([_record("e")])
+    writer.close()
+    assert [r.document.doc_id for r in wal.read_wal(path).records] == ["a", "b", "c", "e"]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # a flipped byte in the last record: its checksum fails, the records before it stand
+    path.write_bytes(bytes(data))
+    damaged = wal.read_wal(path)
+    assert len(damaged.records) == 3 and "checksum" in damaged.problem
+
+
+def _base(tmp_path, embedding_cache_path, rng: random.Random) -> tuple:
+    documents = {f"m{i:03d}": _memory(f"m{i:03d}", _text(rng), rng.randint(1, 28),
+                                      tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))) for i in range(12)}
+    index_dir = tmp_path / "index"
+    apply_changes(index_dir, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    return index_dir, documents
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(tmp_path, embedding_cache_path, seed):
+    """Memories stored through the log (not folded) give the same bm25, vector, hybrid and filtered
+    runs as a fresh build of the same documents; after the fold, staged runs (the corpus graph) too."""
+    rng = random.Random(seed)
+    index_dir, documents = _base(tmp_path, embedding_cache_path, rng)
+    generation = layout.read_manifest(index_dir)["generation"]
+    writer = MemoryWriter(index_dir, wal_records=1000)
+    for i in range(9):
+        document = _memory(f"w{i:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2))))
+        documents[document.doc_id] = document
+        stored = writer.store_document(document)
+        assert stored.generation == generation
+    assert writer.appends == 9 and writer.commits == 0
+    assert layout.read_manifest(index_dir)["generation"] == generation  # nothing committed: appended only
+    fresh = tmp_path / "fresh"
+    apply_changes(fresh, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    expected = _runs(fresh)
+    got = _runs(index_dir)
+    unstaged = lambda runs: {key: run for key, run in runs.items() if key[1] != "staged"}
+    # staged runs differ only in reach: logged rows are in no neighbour list until the fold
+    _assert_same(unstaged(got), unstaged(expected))
+    assert verify(index_dir) == []
+    with open_index(index_dir) as index:
+        assert index.stats()["write_ahead_log"]["memories"] == 9
+        assert index.n_chunks == len(documents)
+    report = fold_log(index_dir)
+    assert report.committed and report.embedded == 0  # the log's vectors are reused, not re-embedded
+    assert not wal.wal_path(index_dir, report.generation).exists()
+    _assert_same(_runs(index_dir), expected)
+    optimize(index_dir)
+    _assert_same(_runs(index_dir), expected)
+
+
+def test_the_writer_folds_a_full_log_and_a_reader_sees_each_store_at_once(tmp_path, embedding_cache_path):
+    index_dir, _ = _base(tmp_path, embedding_cache_path, random.Random(5))
+    writer = MemoryWriter(index_dir, wal_records=4)
+    with open_index(index_dir) as index:
+        stored = []
+        for i in range(10):
+            stored.append(writer.store(f"zq{i}word memory number {i}", ["red"]))
+            # no explicit refresh: the next search stats the log and sees the memory
+            assert index.search(f"zq{i}word", mode="bm25", limit=1)[0].doc_id == stored[-1].id
+        assert writer.folds == 2 and writer.appends == 10
+        assert index.stats()["write_ahead_log"]["memories"] == 2
+        assert {s.id for s in stored} <= set(index.snapshot().generation.doc_ids)
+    names = sorted(p.name for p in index_dir.iterdir() if p.name.startswith("wal-"))
+    assert len(names) == 2  # the live generation's log and the previous one's (the repair fallback)
+    assert verify(index_dir) == []
+
+
+def test_an_index_write_folds_the_log_and_a_stored_id_again_replaces_it(tmp_path, embedding_cache_path):
+    index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(9))
+    writer = MemoryWriter(index_dir, wal_records=100)
+    writer.store_document(_memory("w1", "okapi enclosure", 4, ("red",)))
+    writer.store_document(_memory("w2", "okapi feeding", 4, ()))
+    # the same id again: a replacement is a commit (the log is folded first), never a duplicate
+    replaced = writer.store_document(_memory("w1", "giraffe enclosure", 5, ("blue",)))
+    assert writer.commits == 1 and replaced.generation > 1
+    report = apply_changes(index_dir, [(SOURCE, [_memory("x1", "zebra crossing", 6, ())], False)],
+                           progress=False, cache_path=embedding_cache_path)
+    assert report.embedded == 1  # only the new document: logged vectors are reused
+    with open_index(index_dir) as index:
+        doc_ids = list(index.snapshot().generation.doc_ids)
+        assert sorted(doc_ids) == sorted([*documents, "w1", "w2", "x1"])
+        assert index.get_document("w1")["text"] == "giraffe enclosure"
+        assert index.stats()["write_ahead_log"]["memories"] == 0
+
+
+def test_verify_reports_a_torn_log_and_repair_cuts_it(tmp_path, embedding_cache_path):
+    index_dir, _ = _base(tmp_path, embedding_cache_path, random.Random(11))
+    writer = MemoryWriter(index_dir, wal_records=100)
+    kept = writer.store("a memory that was acknowledged", ["red"])
+    writer.close()
+    path = wal.wal_path(index_dir, kept.generation)
+    with open(path, "ab") as handle:
+        handle.write(b"\x10\x00")
+    problems = verify(index_dir)
+    assert len(problems) == 1 and path.name in problems[0] and "cut short" in problems[0]
+    with open_index(index_dir) as index:  # a reader stops before the torn record: still searchable
+        assert index.get_document(kept.id)["text"] == "a memory that was acknowledged"
+    actions = repair(index_dir)
+    assert any("write-ahead log" in action for action in actions)
+    assert verify(index_dir) == []
+
+
+def test_fold_records_setting(monkeypatch):
+    monkeypatch.setenv("HYBRIDLAB_WAL_RECORDS", "0")
+    assert MemoryWriter("unused", ).wal_records == 0
+    monkeypatch.setenv("HYBRIDLAB_WAL_RECORDS", "many")
+    with pytest.raises(ValueError, match="HYBRIDLAB_WAL_RECORDS"):
+        wal.fold_records()
+    assert build.fold_log("no-such-index") is None
