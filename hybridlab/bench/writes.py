@@ -7,10 +7,11 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
 
 - `stores`: N synthetic memories indexed with the static `wordllama` encoder (what shows is the
   write path, not encoding), then `--stores` single memories stored one after another through
-  `MemoryWriter` (durable on return; two warm-up stores first, not counted); P50/P95 seconds per
-  store, and per store the refresh of an open reader plus `get_document` of the new memory
-  (searchable on return). Then one write of `--batch` memories in one commit.
-- `onnx`: the same at the largest N with the ONNX encoder (`all-MiniLM-L6-v2-onnx`, the ONNX
+  `MemoryWriter` (durable on return; two warm-up stores first, not counted); P50/P95/P99 seconds per
+  store (which stores committed a generation, e.g. folded the write-ahead log, is recorded), and per
+  store the refresh of an open reader plus `get_document` of the new memory (searchable on return).
+  Then one write of `--batch` memories in one commit.
+- `onnx`: the same at every N with the ONNX encoder (`all-MiniLM-L6-v2-onnx`, the ONNX
   export of the default model): the stored memories are encoded for real; the N base memories'
   vectors are random unit vectors put into the embeddings cache first (their encoding is not
   what is measured, and 100k real encodings would take most of an hour on 2 cores).
@@ -21,8 +22,10 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
   segments of the same documents, SciFact (its test queries) and 100k synthetic memories (300
   synthetic queries), with a check that both answer alike (top 100, scores to 1e-6); with
   `--before`, per dataset the before side's two indexes are measured first, then the after side's.
-- `disk` (after only): 10,000 memories written one per commit (merges included) vs a fresh build
-  of the same memories: the index folder's size (embeddings cache excluded) and the per-write times.
+- `disk` (after only): 10,000 memories written one at a time (the first by `apply_changes`, the
+  rest by `MemoryWriter.store_document`: through the write-ahead log and its folds, merges included)
+  vs a fresh build of the same memories: the index folder's size (embeddings cache excluded) and
+  the per-write times.
 
 Results go to `reports/bench/<date>-writes-2/` (`--out`): `writes.json`, `README.md`, `writes.png`.
 """
@@ -45,7 +48,7 @@ from typing import Any
 WORDS = ["panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy", "release", "config", "docs", "test", "build", "review", "design", "meeting", "decision", "bug", "fix", "user", "team", "project", "deadline", "api", "schema", "migration"]
 TAGS = ("work", "home", "project-a", "project-b", "idea", "todo", "decision", "bug")
 SIZES = (1_000, 10_000, 100_000)
-STORES = 30
+STORES = 200  # > 2 x the write-ahead log's 64 records: the stores that fold it are among those measured
 WARMUP = 2
 BATCH = 1_000
 SEGMENTS = 10
@@ -138,11 +141,15 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     store_seconds, refresh_seconds, cpu_seconds, first = [], [], [], []
     with open_index(index_dir) as index:
         index.search("panel widget", limit=10)
+        committed = []
         for i in range(WARMUP + stores):
             memory = synthetic_memory(n + i, rng)
+            stamp = _manifest_stamp(index_dir)
             started, cpu = time.perf_counter(), time.process_time()
             stored = writer.store(memory["content"], memory["tags"])
             stored_at, cpu = time.perf_counter(), time.process_time() - cpu
+            if i >= WARMUP:  # did this store commit a generation (a segment, or a fold of the log)?
+                committed.append(_manifest_stamp(index_dir) != stamp)
             index.refresh()
             if index.get_document(stored.id)["text"] != memory["content"]:
                 raise RuntimeError(f"stored memory {stored.id} not found after a refresh")
@@ -162,8 +169,13 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     size = _folder_bytes(index_dir)
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return {"n": n, "model": model, "build_seconds": build_seconds, "warmup_seconds": first,
-            "store_seconds": store_seconds, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
+            "store_seconds": store_seconds, "committed": committed, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
             "index_mb": size / 1e6, **batch_row}
+
+
+def _manifest_stamp(index_dir: Path) -> tuple[int, int]:
+    stat = os.stat(index_dir / "manifest.json")
+    return (stat.st_mtime_ns, stat.st_ino)
 
 
 def _markdown(i: int, rng: random.Random, edit: int = 0) -> str:
@@ -257,7 +269,7 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     from hybridlab.config import IndexConfig
     from hybridlab.index import layout
     from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MEMORY_SOURCE
+    from hybridlab.index.memory import MEMORY_SOURCE, MemoryWriter
 
     writes = int(arguments["writes"])
     documents = _memories(0, writes, random.Random(writes))
@@ -265,11 +277,17 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     written, fresh = work / "written", work / "fresh"
     config = IndexConfig(models=("wordllama",))
     seconds = []
+    writer = None
     for i, document in enumerate(documents):
         started = time.perf_counter()
-        apply_changes(written, [(MEMORY_SOURCE, [document], False)], config if i == 0 else None, progress=False,
-                      cache_path=work / "written-embeddings.duckdb", **_memory_write_options())
+        if writer is not None:  # a store as the MCP server makes it (through the write-ahead log where there is one)
+            writer.store_document(document)
+        else:
+            apply_changes(written, [(MEMORY_SOURCE, [document], False)], config if i == 0 else None, progress=False,
+                          cache_path=work / "written-embeddings.duckdb", **_memory_write_options())
         seconds.append(time.perf_counter() - started)
+        if i == 0 and hasattr(MemoryWriter, "store_document"):
+            writer = MemoryWriter(written)
     getattr(layout, "wait_for_trash", lambda: None)()
     manifest = layout.read_manifest(written)
     skip = (".verified", ".lock")
@@ -350,16 +368,21 @@ def _plot(results: dict[str, Any], path: Path) -> None:
 
 
 def _stores_table(results: dict[str, Any]) -> list[str]:
-    lines = [("| encoder | N | side | P50 ms/store | P95 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
-              "refresh + get_document P50 ms | P95 ms | build s | index MB |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| encoder | N | side | P50 ms/store | P95 ms | P99 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
+              "stores that committed a generation: count, median ms | "
+              "refresh + get_document P50 ms | P95 ms | build s | index MB |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     before = {(r["model"], r["n"]): r for r in results["stores"].get("before") or []}
     for label in ("before", "after"):
         for row in results["stores"].get(label) or []:
             old = before.get((row["model"], row["n"]))
             ratio = f"{_ms(old['store_seconds'], 50) / _ms(row['store_seconds'], 50):.1f}x" if old and label == "after" else ""
+            committing = [s for s, c in zip(row["store_seconds"], row.get("committed") or []) if c]
+            commits = f"{len(committing)}, {_ms(committing, 50):.1f}" if committing else "0"
             lines.append(f"| {row['model']} | {row['n']:,} | {label} | {_ms(row['store_seconds'], 50):.1f} | "
-                         f"{_ms(row['store_seconds'], 95):.1f} | {1000 * max(row['store_seconds']):.1f} | {ratio} | "
-                         f"{_ms(row['cpu_seconds'], 50):.1f} | "
+                         f"{_ms(row['store_seconds'], 95):.1f} | {_ms(row['store_seconds'], 99):.1f} | "
+                         f"{1000 * max(row['store_seconds']):.1f} | {ratio} | "
+                         f"{_ms(row['cpu_seconds'], 50):.1f} | {commits} | "
                          f"{_ms(row['refresh_seconds'], 50):.1f} | {_ms(row['refresh_seconds'], 95):.1f} | "
                          f"{row['build_seconds']:.1f} | {row['index_mb']:.1f} |")
     return lines
@@ -497,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for part in args.parts:
         if part in ("stores", "onnx"):
-            cases = [(n, "wordllama") for n in args.sizes] if part == "stores" else [(max(args.sizes), ONNX_MODEL)]
+            cases = [(n, "wordllama" if part == "stores" else ONNX_MODEL) for n in args.sizes]
             for n, model in cases:
                 for label, source in sources:
                     row = _run(source, "stores", {"n": n, "stores": args.stores, "batch": args.batch, "model": model})
