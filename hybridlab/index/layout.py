@@ -40,10 +40,12 @@ VERIFIED_FILE = ".verified.json"
 SETTLED_NS = 2_000_000_000
 STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
-FORMAT_VERSION = 3  # written: segments + tombstones, small segments' rows as Parquet tables
+FORMAT_VERSION = 4  # written: segments + tombstones, small segments as Parquet, a write-ahead log beside
 #: read: 1 = one generation folder holding everything (before segments); 2 = segments, each with a
-#: `store.duckdb` (3 adds segments whose rows are Parquet files; code reading only 2 refuses a 3)
-FORMATS = (1, 2, 3)
+#: `store.duckdb` (3 adds segments whose rows are Parquet files; code reading only 2 refuses a 3);
+#: 4 = the live generation may have a write-ahead log of stored memories (`wal-N.log`): code that
+#: does not read logs refuses a 4 instead of missing the memories (or dropping them by a commit)
+FORMATS = (1, 2, 3, 4)
 GENERATION = re.compile(r"^gen-(\d{6})$")
 
 
