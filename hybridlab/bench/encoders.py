@@ -39,6 +39,7 @@ from hybridlab.bench.common import PERCENTILE_LABEL, cpu_model, percentile
 from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
 from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
+from hybridlab.eval.evaluate import score
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +166,9 @@ def search(index_vectors: np.ndarray, doc_ids: list[str], query_vectors: np.ndar
 
 
 def ndcg10(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> float:
-    import ranx
-
-    return float(ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), "ndcg@10"))
+    """nDCG@10 by ranx through the evaluation's scorer (documents keyed by a fixed-width digest, so
+    ranx's per-id-width numba compilations cannot mix: see `hybridlab.eval.evaluate.doc_key`)."""
+    return float(score(qrels, run, ("ndcg@10",))["ndcg@10"])
 
 
 def query_latency(encoder, queries: list[str], doc_vectors: np.ndarray) -> dict[str, float]:
