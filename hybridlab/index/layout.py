@@ -65,7 +65,8 @@ def generation_name(number: int) -> str:
     return f"gen-{number:06d}"
 
 
-def _fsync_path(path: str) -> None:
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync one file or folder."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -93,9 +94,9 @@ def fsync_tree(path: Path) -> None:
         _FSYNC_POOL = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hybridlab-fsync")
     for level in (files, sorted(folders, key=lambda folder: -folder.count(os.sep))):
         if len(level) == 1:
-            _fsync_path(level[0])
+            fsync_path(level[0])
         else:
-            list(_FSYNC_POOL.map(_fsync_path, level))  # re-raises the first failure
+            list(_FSYNC_POOL.map(fsync_path, level))  # re-raises the first failure
 
 
 def file_sha256(path: Path) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.errors import CorruptIndexError
-from hybridlab.index import store
+from hybridlab.index import layout, store
 from hybridlab.index.embedding_cache import text_sha256
 from hybridlab.index.rows import assign_vectors, chunk_document, indexed_text, insert_documents
 from hybridlab.ingest.sources import Document
@@ -239,7 +239,7 @@ class WalWriter:
                 os.ftruncate(self._fd, 0)
                 os.write(self._fd, MAGIC)
                 os.fsync(self._fd)
-                _fsync_dir(self.path.parent)  # the new name must survive a crash too
+                layout.fsync_path(self.path.parent)  # the new name must survive a crash too
             elif contents.valid_end < contents.size:  # a torn tail: never acknowledged
                 os.ftruncate(self._fd, contents.valid_end)
                 os.fsync(self._fd)
@@ -279,14 +279,6 @@ class WalWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def truncate_torn_tail(path: str | os.PathLike) -> str | None:

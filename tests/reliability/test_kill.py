@@ -69,6 +69,22 @@ def kill_after_stage(corpus: Path, index_dir: Path, stage_number: int) -> list[s
     return stages
 
 
+def kill_at_stage(process: subprocess.Popen, stage_number: int) -> list[str]:
+    """SIGKILL a traced process as soon as it has printed its `stage_number`-th STAGE line; the
+    lines it printed until then."""
+    lines, seen = [], 0
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("STAGE "):
+            seen += 1
+            if seen >= stage_number:
+                break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    process.stdout.close()
+    return lines
+
+
 def kill_after_seconds(corpus: Path, index_dir: Path, seconds: float) -> int:
     process = _start(corpus, index_dir)
     try:
@@ -211,16 +227,7 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
     for k in range(1, len(all_stages) + 1):
         index_dir = tmp_path / f"s{k:02d}"
         shutil.copytree(scenario["base"], index_dir)
-        process = start(index_dir)
-        seen = 0
-        for line in process.stdout:
-            if line.startswith("STAGE "):
-                seen += 1
-                if seen >= k:
-                    break
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=60)
-        process.stdout.close()
+        kill_at_stage(start(index_dir), k)
         assert verify(index_dir) == []
         committed = _generation(index_dir) != scenario["generation"]
         results = snapshot(index_dir)
@@ -269,19 +276,7 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
     for k in range(1, len(stages) + 1):
         index_dir = tmp_path / f"w{k:02d}"
         shutil.copytree(segment_scenario["base"], index_dir)
-        process = start(index_dir)
-        acknowledged, seen = [], 0
-        for line in process.stdout:
-            words = line.split()
-            if words[0] == "ACK":
-                acknowledged.append(words[1])
-            elif words[0] == "STAGE":
-                seen += 1
-                if seen >= k:
-                    break
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=60)
-        process.stdout.close()
+        acknowledged = [line.split()[1] for line in kill_at_stage(start(index_dir), k) if line.startswith("ACK ")]
         assert verify(index_dir) == [], k
         with open_index(index_dir) as index:
             held = set(index.snapshot().generation.doc_ids)
