@@ -151,3 +151,45 @@ def test_fold_records_setting(monkeypatch):
     with pytest.raises(ValueError, match="HYBRIDLAB_WAL_RECORDS"):
         wal.fold_records()
     assert build.fold_log("no-such-index") is None
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
+                                                                                 monkeypatch, seed):
+    """A random sequence of logged stores, replacements (commits), deletes (a write removing
+    documents) and folds, with merges: bm25, vector, hybrid and filtered runs equal a fresh build's
+    at the end, and after `optimize` (log folded) staged runs too."""
+    monkeypatch.setattr(build, "MERGE_FACTOR", 3)
+    rng = random.Random(seed)
+    index_dir, documents = _base(tmp_path, embedding_cache_path, rng)
+    writer = MemoryWriter(index_dir, wal_records=5)
+    counter = 0
+    for _ in range(30):
+        operation = rng.choice(["store", "store", "store", "replace", "delete", "fold"])
+        if operation == "store":
+            counter += 1
+            document = _memory(f"s{counter:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], 1)))
+            writer.store_document(document)
+        elif operation == "replace":
+            doc_id = rng.choice(sorted(documents))
+            document = _memory(doc_id, _text(rng), rng.randint(1, 28), ("red",))
+            writer.store_document(document)
+        elif operation == "delete" and len(documents) > 2:
+            del documents[rng.choice(sorted(documents))]
+            apply_changes(index_dir, [(SOURCE, list(documents.values()), True)], progress=False,
+                          cache_path=embedding_cache_path)
+            continue
+        else:
+            fold_log(index_dir)
+            continue
+        documents[document.doc_id] = document
+    assert writer.appends >= 5 and writer.commits >= 1  # appends and replacements (commits) both taken
+    fresh = tmp_path / "fresh"
+    apply_changes(fresh, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
+                  cache_path=embedding_cache_path)
+    expected = _runs(fresh)
+    unstaged = lambda runs: {key: run for key, run in runs.items() if key[1] != "staged"}
+    _assert_same(unstaged(_runs(index_dir)), unstaged(expected))
+    assert verify(index_dir) == []
+    optimize(index_dir)
+    _assert_same(_runs(index_dir), expected)
