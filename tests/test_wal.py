@@ -193,3 +193,20 @@ def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
     assert verify(index_dir) == []
     optimize(index_dir)
     _assert_same(_runs(index_dir), expected)
+
+
+def test_result_details_are_read_once_per_segment_and_kept_across_refreshes(tmp_path, embedding_cache_path):
+    """A search's texts, tags and dates come from per-segment details read on first need: a refresh
+    after a store reads only the log's (in memory), not every chunk's text again."""
+    index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(13))
+    writer = MemoryWriter(index_dir, wal_records=100)
+    with open_index(index_dir) as index:
+        first = index.search("panel widget", limit=5)
+        segment = index.snapshot().generation.segments[0]
+        kept = segment.details["rows"]
+        stored = writer.store("zqdetails a memory with its own words", ["blue"])
+        hit = index.search("zqdetails", mode="bm25", limit=1)[0]
+        generation = index.snapshot().generation
+        assert generation.segments[0] is segment and segment.details["rows"] is kept
+        assert hit.doc_id == stored.id and "zqdetails" in hit.snippet and tuple(hit.tags) == ("blue",)
+        assert [r.snippet for r in index.search("panel widget", limit=5)] == [r.snippet for r in first]

@@ -39,9 +39,12 @@ class StoreReader:
     queries at once, so every query holds a lock (the store is read on filter-cache misses and
     for documents, not per search)."""
 
-    def __init__(self, con: Any) -> None:
+    def __init__(self, con: Any, prefixes: Sequence[str] = ("",)) -> None:
         self._con = con
         self._lock = threading.Lock()
+        #: per file segment (in the generation's order), the prefix of its own tables in this
+        #: connection ("s_3." -> `s_3.chunks`): every row, tombstoned or not, as the segment wrote it
+        self.prefixes = tuple(prefixes)
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
@@ -169,6 +172,9 @@ class Segment:
     pinned: store.PinnedFiles | None = None  # a Parquet segment's table files, held open
     tag_locals: Mapping[str, np.ndarray] = field(default_factory=dict)  # tag -> its local rows (ascending)
     assigned: Mapping[str, np.ndarray] = field(default_factory=dict)  # model -> chunk ids DuckDB assigns it (ascending)
+    #: per-row details read on first need and kept with the segment (immutable, so across refreshes):
+    #: "rows" -> (chunk texts, document tags, document dates), by local row
+    details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def rows(self) -> int:
@@ -288,14 +294,16 @@ def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[
     try:
         if logged is None and len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
             con = store.connect(paths[0], read_only=True)
+            prefixes = [""]
         else:
             con = store.connect_segments(paths, deleted, [segment.pinned for segment in files],
                                          inline=logged.con if logged is not None else None)
+            prefixes = [f"{store.segment_alias(con, i)}." for i in range(len(paths))]
     except StoreError as error:
         if logged is not None:
             logged.con.close()
         raise CorruptIndexError(f"{error}".replace("--index DIR", f"--index {index_dir}")) from None
-    return StoreReader(con)
+    return StoreReader(con, prefixes)
 
 
 def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Segment:
@@ -382,7 +390,17 @@ def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Mapping[s
     config = IndexConfig.from_manifest(manifest["config"])
     sparse = SparseIndex.build(texts, logged.chunk_ids, config.bm25)
     dense = {model: DenseIndex.build(vectors, ids, model) for model, (ids, vectors) in logged.vectors.items()}
-    return _segment(wal.WAL_PREFIX.rstrip("-"), index_dir, _segment_tables(con), sparse, dense, None)
+    segment = _segment(wal.WAL_PREFIX.rstrip("-"), index_dir, _segment_tables(con), sparse, dense, None)
+    segment.details["rows"] = segment_details(con)  # its tables live in the generation's store, unnamed
+    return segment
+
+
+def segment_details(con: Any, prefix: str = "") -> tuple[list[str], list[tuple[str, ...]], list[Any]]:
+    """Every row's chunk text, document tags and date (updated, else created) of the segment whose
+    tables are `<prefix>chunks` and `<prefix>documents` in `con`, in chunk-id order."""
+    rows = con.execute(f"SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM {prefix}chunks c "
+                       f"JOIN {prefix}documents d USING (doc_id) ORDER BY c.chunk_id").fetchall()
+    return [r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows]
 
 
 def _pick(values: Sequence[Any], mask: np.ndarray | None) -> Sequence[Any]:

@@ -323,6 +323,11 @@ def write_parquet(con, folder: Path) -> None:
                     "(FORMAT parquet, COMPRESSION zstd)")
 
 
+def segment_alias(con: ScratchConnection, i: int) -> str:
+    """The database holding the `i`-th segment's own tables in a `connect_segments` connection."""
+    return f"{con.database}_s{i}"
+
+
 def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
                      pinned: Sequence[PinnedFiles | None] | None = None, inline: ScratchConnection | None = None):
     """One read-only view over several segment stores: a database of the scratch instance that
@@ -339,7 +344,7 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
     inline_name = con.adopt(inline) if inline is not None else None
     try:
         for i, path in enumerate(paths):
-            alias = f"{con.database}_s{i}"
+            alias = segment_alias(con, i)
             try:
                 attach_segment(con, Path(path).parent, alias, pinned[i] if pinned else None)
                 con.execute(f"SELECT count(*) FROM {alias}.chunks").fetchall()

@@ -16,7 +16,7 @@ import numpy as np
 from hybridlab.index import store
 from hybridlab.index.dense import DenseIndex, RowGather, SegmentedDense
 from hybridlab.index.graph import expand_by_graph
-from hybridlab.index.reader import Generation
+from hybridlab.index.reader import Generation, segment_details
 from hybridlab.index.sparse import SparseIndex
 from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters
@@ -105,6 +105,7 @@ class DuckDBStore:
         self._filters: LruCache[Filters, RowFilter] = LruCache(filter_cache_size)
         self._details: tuple[list[str], list[tuple[str, ...]], list[datetime | None]] | None = None
         self._details_lock = threading.Lock()
+        self._locations: tuple[np.ndarray, np.ndarray] | None = None
 
     def allowed(self, filters: Filters) -> RowFilter:
         if filters.empty:
@@ -129,8 +130,46 @@ class DuckDBStore:
         return RowFilter(filters, mask, int(mask.sum()))
 
     def details(self, rows: Sequence[int]) -> list[tuple[str, tuple[str, ...], datetime | None]]:
-        texts, tags, when = self._all_details()
-        return [(texts[row], tags[row], when[row]) for row in rows]
+        """Chunk text, document tags and date of each row. Read per segment on first need and kept
+        with the segment (segments are immutable), so a refresh after a write reads only the new
+        segment's rows, not every chunk's text again."""
+        generation = self._generation
+        if not generation.segments:  # a generation built by hand (tests): one query over the store
+            texts, tags, when = self._all_details()
+            return [(texts[row], tags[row], when[row]) for row in rows]
+        segment_of, local_of = self._row_locations()
+        found = []
+        for row in rows:
+            texts, tags, when = self._segment_details(int(segment_of[row]))
+            local = int(local_of[row])
+            found.append((texts[local], tags[local], when[local]))
+        return found
+
+    def _row_locations(self) -> tuple[np.ndarray, np.ndarray]:
+        """(segment, local row) of every row of the generation (computed once per snapshot)."""
+        locations = self._locations
+        if locations is None:
+            generation = self._generation
+            segments, locals_ = [], []
+            for i, (segment, mask) in enumerate(zip(generation.segments, generation.live or [None] * len(generation.segments))):
+                local = np.arange(segment.rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+                segments.append(np.full(len(local), i, dtype=np.int32))
+                locals_.append(local)
+            locations = self._locations = (np.concatenate(segments), np.concatenate(locals_))
+        return locations
+
+    def _segment_details(self, i: int) -> tuple[list[str], list[tuple[str, ...]], list[datetime | None]]:
+        segment = self._generation.segments[i]
+        details = segment.details.get("rows")
+        if details is None:
+            with self._details_lock:
+                details = segment.details.get("rows")
+                if details is None:
+                    store = self._generation.store
+                    with store.connection() as con:
+                        details = segment_details(con, store.prefixes[i])
+                    segment.details["rows"] = details
+        return details
 
     def _all_details(self) -> tuple[list[str], list[tuple[str, ...]], list[datetime | None]]:
         """Chunk texts, document tags and dates by row, read from DuckDB once and kept."""
