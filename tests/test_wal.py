@@ -209,4 +209,5 @@ def test_result_details_are_read_once_per_segment_and_kept_across_refreshes(tmp_
         generation = index.snapshot().generation
         assert generation.segments[0] is segment and segment.details["rows"] is kept
         assert hit.doc_id == stored.id and "zqdetails" in hit.snippet and tuple(hit.tags) == ("blue",)
-        assert [r.snippet for r in index.search("panel widget", limit=5)] == [r.snippet for r in first]
+        for result in [*first, *index.search("panel widget", limit=5)]:  # each row's own text, before and after
+            assert result.snippet.strip("…").strip()[:20] in documents[result.doc_id].text
