@@ -9,7 +9,8 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
   write path, not encoding), then `--stores` single memories stored one after another through
   `MemoryWriter` (durable on return; two warm-up stores first, not counted); P50/P95/P99 seconds per
   store (which stores committed a generation, e.g. folded the write-ahead log, is recorded), and per
-  store the refresh of an open reader plus `get_document` of the new memory (searchable on return).
+  store the refresh of an open reader plus `get_document` of the new memory (searchable on return),
+  then a search (three of its words) and the same search again: what "store, then search" costs.
   Then one write of `--batch` memories in one commit.
 - `onnx`: the same at every N with the ONNX encoder (`all-MiniLM-L6-v2-onnx`, the ONNX
   export of the default model): the stored memories are encoded for real; the N base memories'
@@ -139,6 +140,7 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     del documents
     writer = MemoryWriter(index_dir)
     store_seconds, refresh_seconds, cpu_seconds, first = [], [], [], []
+    first_search, again_search = [], []
     with open_index(index_dir) as index:
         index.search("panel widget", limit=10)
         committed = []
@@ -158,6 +160,15 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
             if i >= WARMUP:
                 refresh_seconds.append(done - stored_at)
                 cpu_seconds.append(cpu)
+                # what an assistant pays for "store, then search": the first search after a store
+                # (its details read for the new rows) against the same search again
+                query = " ".join(memory["content"].split()[:3])
+                started = time.perf_counter()
+                index.search(query, limit=10, now=SEARCH_NOW)
+                first_search.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                index.search(query, limit=10, now=SEARCH_NOW)
+                again_search.append(time.perf_counter() - started)
     batch_row = {}
     if batch:
         documents = _memories(10 * n + 1_000_000, batch, rng)
@@ -169,7 +180,8 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     size = _folder_bytes(index_dir)
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return {"n": n, "model": model, "build_seconds": build_seconds, "warmup_seconds": first,
-            "store_seconds": store_seconds, "committed": committed, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
+            "store_seconds": store_seconds, "committed": committed, "first_search_seconds": first_search,
+            "again_search_seconds": again_search, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
             "index_mb": size / 1e6, **batch_row}
 
 
@@ -370,8 +382,8 @@ def _plot(results: dict[str, Any], path: Path) -> None:
 def _stores_table(results: dict[str, Any]) -> list[str]:
     lines = [("| encoder | N | side | P50 ms/store | P95 ms | P99 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
               "stores that committed a generation: count, median ms | "
-              "refresh + get_document P50 ms | P95 ms | build s | index MB |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "refresh + get_document P50 ms | P95 ms | next search P50 ms (same search again) | build s | index MB |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     before = {(r["model"], r["n"]): r for r in results["stores"].get("before") or []}
     for label in ("before", "after"):
         for row in results["stores"].get(label) or []:
@@ -384,8 +396,15 @@ def _stores_table(results: dict[str, Any]) -> list[str]:
                          f"{1000 * max(row['store_seconds']):.1f} | {ratio} | "
                          f"{_ms(row['cpu_seconds'], 50):.1f} | {commits} | "
                          f"{_ms(row['refresh_seconds'], 50):.1f} | {_ms(row['refresh_seconds'], 95):.1f} | "
+                         f"{_search_cell(row)} | "
                          f"{row['build_seconds']:.1f} | {row['index_mb']:.1f} |")
     return lines
+
+
+def _search_cell(row: dict[str, Any]) -> str:
+    if not row.get("first_search_seconds"):
+        return ""
+    return f"{_ms(row['first_search_seconds'], 50):.1f} ({_ms(row['again_search_seconds'], 50):.1f})"
 
 
 def _batch_table(results: dict[str, Any]) -> list[str]:
