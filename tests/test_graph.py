@@ -130,13 +130,13 @@ def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_o
     import hybridlab.index.graph as graph_module
 
     searched: list[int] = []
-    search = graph_module._neighbour_search
+    search = graph_module._search_and_merge
 
-    def counting(vectors, rows, k, graph, progress):
-        searched.append(len(rows))
-        search(vectors, rows, k, graph, progress)
+    def counting(vectors, graph, fresh, added, rows):
+        searched.append(len(fresh))
+        search(vectors, graph, fresh, added, rows)
 
-    monkeypatch.setattr(graph_module, "_neighbour_search", counting)
+    monkeypatch.setattr(graph_module, "_search_and_merge", counting)
     k, reserve = 6, 4
     vectors = unit_rows(400, dim=16, seed=7)
     rows = build_corpus_graph(vectors, k, reserve=reserve)
@@ -163,3 +163,93 @@ def test_a_graph_without_reserve_is_updated_into_one_with_a_reserve():
     vectors, old_to_new = _changed(tiny, 1, 1, seed=14)
     rows, how = update_corpus_graph(vectors, build_corpus_graph(tiny, 2, reserve=3), old_to_new, 2, reserve=3)
     assert np.array_equal(rows, build_corpus_graph(vectors, 2, reserve=3))
+
+
+@pytest.mark.parametrize("cells", [1 << 24, 64])
+def test_update_in_small_score_blocks_is_a_full_build(monkeypatch, cells):
+    """The update scores the fresh rows against every vector in blocks of `_SCORE_CELLS` floats and
+    merges each block's added rows into the kept lists: tiny blocks (one fresh row at a time, pairs
+    scored a few at a time) give the same graph, also for complete lists that grow past `k`."""
+    import hybridlab.index.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "_SCORE_CELLS", cells)
+    monkeypatch.setattr(graph_module, "_MERGE_CELLS", 64)
+    old = unit_rows(500, dim=16, seed=21)
+    vectors, old_to_new = _changed(old, 12, 30, seed=22)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 6, reserve=4), old_to_new, 6, reserve=4)
+    assert how == "updated" and np.array_equal(rows[:, :6], build_corpus_graph(vectors, 6))
+    tiny = unit_rows(5, seed=23)  # complete lists (-1 padded) take every added row, up to their width
+    vectors, old_to_new = _changed(tiny, 0, 4, seed=24)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(tiny, 3, reserve=4), old_to_new, 3, reserve=4)
+    assert how == "updated" and np.array_equal(rows, build_corpus_graph(vectors, 3, reserve=4))
+
+
+def test_merge_alone_matches_the_combined_search_and_merge():
+    """`_merge_added` (used above `EXACT_GRAPH_MAX`, where fresh rows get the approximate search)
+    puts the added rows into the kept lists exactly as `_search_and_merge` does."""
+    import hybridlab.index.graph as graph_module
+
+    old = unit_rows(400, dim=16, seed=31)
+    vectors, _ = _changed(old, 0, 25, seed=32)
+    kept = np.arange(400)
+    added = np.arange(400, 425)
+    start = np.full((425, 8), -1, dtype=np.int32)
+    start[:400] = build_corpus_graph(old, 8)
+    merged, combined = start.copy(), start.copy()
+    graph_module._merge_added(vectors, merged, kept, added)
+    graph_module._search_and_merge(vectors, combined, added, added, kept)
+    assert np.array_equal(merged[:400], combined[:400])
+    assert np.array_equal(combined, build_corpus_graph(vectors, 8))
+
+
+def test_fresh_lists_break_ties_by_row_even_at_the_cut():
+    """Equal scores are ordered by row, lowest first, and the lowest rows make the cut."""
+    from hybridlab.index.graph import _top_by_score
+
+    scores = np.array([[0.5, 0.9, 0.5, 0.1, 0.5, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]], dtype=np.float32)
+    assert _top_by_score(scores, 3).tolist() == [[1, 5, 0], [0, 1, 2]]
+
+
+def test_successive_updates_of_vectors_with_many_duplicates_give_a_full_builds_graph():
+    """Vectors drawn from a small pool (many exact duplicates, so ties at every cut): after each of
+    several updates that delete and add, every list holds the vectors a full build's holds, in its
+    order, wherever the update knows them (reserve entries it lost are `UNKNOWN`). Which of equal
+    vectors a list names may differ: float32 products of equal vectors need not round alike."""
+    from hybridlab.index.graph import UNKNOWN
+
+    rng = np.random.default_rng(51)
+    pool = unit_rows(30, dim=8, seed=52)
+    drawn = rng.integers(0, 30, 300)
+    vectors = pool[drawn]
+    k, reserve = 5, 4
+    rows = build_corpus_graph(vectors, k, reserve=reserve)
+    for step in range(5):
+        keep = np.ones(len(vectors), dtype=bool)
+        keep[rng.choice(len(vectors), 6, replace=False)] = False
+        new_drawn = rng.integers(0, 30, 6)
+        new_vectors = np.concatenate([vectors[keep], pool[new_drawn]])
+        drawn = np.concatenate([drawn[keep], new_drawn])
+        old_to_new = np.full(len(vectors), -1)
+        old_to_new[keep] = np.arange(keep.sum())
+        rows, how = update_corpus_graph(new_vectors, rows, old_to_new, k, reserve=reserve)
+        full = build_corpus_graph(new_vectors, k, reserve=reserve)
+        known = rows != UNKNOWN
+        assert how == "updated" and known[:, :k].all() and (rows >= UNKNOWN).all(), step
+        assert np.array_equal(drawn[rows[known]], drawn[full[known]]), step
+        vectors = new_vectors
+
+
+@pytest.mark.parametrize("single_below", [0.0, 1e18])
+def test_update_restores_blas_threads_and_gives_the_same_graph_either_way(monkeypatch, single_below):
+    """Small updates run their matrix products on one BLAS thread, big ones on BLAS's own: the
+    graph is the same, and the process's BLAS thread count is what it was before."""
+    import hybridlab.index.graph as graph_module
+
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    monkeypatch.setattr(graph_module, "SINGLE_THREAD_WORK", single_below)
+    before = [lib["num_threads"] for lib in threadpoolctl.threadpool_info()]
+    old = unit_rows(300, dim=16, seed=61)
+    vectors, old_to_new = _changed(old, 8, 12, seed=62)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 5), old_to_new, 5)
+    assert how == "updated" and np.array_equal(rows, build_corpus_graph(vectors, 5))
+    assert [lib["num_threads"] for lib in threadpoolctl.threadpool_info()] == before

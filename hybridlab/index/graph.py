@@ -10,8 +10,10 @@ Rows are positions in the dense index of one model (its vectors in ascending chu
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,13 @@ def graph_size(graph_k: int | None, n_vectors: int) -> int:
     return graph_k
 _BATCH = 4096
 _MERGE_CELLS = 1 << 22
+#: floats of one block of scores (fresh rows x every vector) in an update: 64 MB
+_SCORE_CELLS = 1 << 24
+#: an update's products of fewer multiply-adds than this run on one BLAS thread: on a busy machine
+#: (2 shared cores here) OpenBLAS's threads cost more than they bring (191 fresh rows x 15k vectors
+#: x 256 dims: 13 ms on one thread, 20-28 ms median on two, up to 150 ms)
+SINGLE_THREAD_WORK = 2e9
+_BLAS: list[Any] = []  # a threadpoolctl controller, made on first use (numpy's BLAS is loaded by then)
 
 
 def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False, reserve: int = 0) -> np.ndarray:
@@ -58,7 +67,8 @@ def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False, rese
 
 
 def _neighbour_search(vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.ndarray, progress: bool) -> None:
-    """Fill `graph[rows]` with each row's `k` nearest other vectors (exact up to `EXACT_GRAPH_MAX`)."""
+    """Fill `graph[rows]` with each row's `k` nearest other vectors (exact up to `EXACT_GRAPH_MAX`),
+    by score then by row (the lowest first among equal scores)."""
     import faiss
 
     n = len(vectors)
@@ -74,10 +84,13 @@ def _neighbour_search(vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.n
     for start in tqdm(range(0, len(rows), _BATCH), desc="corpus graph", unit="batch", disable=not progress,
                       leave=False):
         block = rows[start:start + _BATCH]
-        _, labels = index.search(vectors[block], width)
-        for own, row in zip(block, labels, strict=True):
-            others = row[(row != own) & (row >= 0)][:k]
-            graph[own, :len(others)] = others
+        distances, labels = index.search(vectors[block], width)
+        labels = labels.astype(np.int64)
+        valid = (labels >= 0) & (labels != block[:, None])
+        order = np.lexsort((np.where(valid, labels, n), -np.where(valid, distances, -np.inf)))  # per row
+        labels, valid = np.take_along_axis(labels, order, axis=1), np.take_along_axis(valid, order, axis=1)
+        top = min(k, width)
+        graph[block, :top] = np.where(valid[:, :top], labels[:, :top], -1)
 
 
 def _merge_added(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray, added: np.ndarray) -> None:
@@ -85,38 +98,173 @@ def _merge_added(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray, added
     holds its known nearest neighbours then -1 (complete: no other vector exists) or `UNKNOWN`
     padding, or is full. A complete list takes any added row (up to its width); any other keeps its
     length, the top of its known neighbours and the added rows (exact: every vector it does not
-    list scores at most its last). Only rows where an added vector beats the current last known
-    neighbour (or fills a complete list) are re-sorted."""
-    width = graph.shape[1]
+    list scores at most its last). Used above `EXACT_GRAPH_MAX` (`_search_and_merge` otherwise)."""
+    bar = _merge_thresholds(vectors, graph, rows) - _rounding_margin(vectors)
     added_vectors = vectors[added]
-    batch = max(1, min(_BATCH, _MERGE_CELLS // (width + len(added))))  # bounds the (rows, candidates) blocks
+    batch = max(1, _SCORE_CELLS // max(1, len(added)))
     for start in range(0, len(rows), batch):
         block = rows[start:start + batch]
-        own = vectors[block]
-        neighbours = graph[block].astype(np.int64)
-        known = neighbours >= 0
-        length = known.sum(axis=1)
-        complete = (neighbours == -1).any(axis=1)
-        added_scores = own @ added_vectors.T
-        last = neighbours[np.arange(len(block)), np.maximum(length - 1, 0)]
-        last_scores = np.where(length > 0, np.einsum("bd,bd->b", own, vectors[np.maximum(last, 0)]), -np.inf)
-        change = complete | (added_scores.max(axis=1) > last_scores)
-        if not change.any():
-            continue
-        block, own, added_scores = block[change], own[change], added_scores[change]
-        neighbours, known, length, complete = neighbours[change], known[change], length[change], complete[change]
-        old_scores = np.einsum("bd,bkd->bk", own, vectors[np.maximum(neighbours, 0)])
-        old_scores[~known] = -np.inf
-        candidates = np.concatenate([neighbours, np.broadcast_to(added, (len(block), len(added)))], axis=1)
-        scores = np.concatenate([old_scores, added_scores], axis=1)
-        top = np.argpartition(-scores, width - 1, axis=1)[:, :width]
-        order = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1,
-                                                   kind="stable"), axis=1)
-        best = np.take_along_axis(candidates, order, axis=1)
-        best[np.take_along_axis(scores, order, axis=1) == -np.inf] = -1
-        cut = ~complete[:, None] & (np.arange(width)[None, :] >= length[:, None])
-        best[cut] = UNKNOWN  # a list that is not complete knows only its top `length`
-        graph[block] = best
+        with _blas_threads(float(len(rows)) * len(added) * vectors.shape[1]):
+            scores = vectors[block] @ added_vectors.T
+        hit_row, hit_col = np.nonzero(scores >= bar[block][:, None])
+        _insert(vectors, graph, block[hit_row], added[hit_col])
+
+
+def _merge_thresholds(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per vector of the index, the score an added vector must beat to enter its list: for `rows`,
+    its last known neighbour's score (-inf when the list is complete: it takes any vector; +inf when
+    it knows none); +inf for every other row (not merged into). Any float32 computation of the
+    scores will do: the pairs near a threshold are scored again (`_rounding_margin`)."""
+    threshold = np.full(len(vectors), np.inf, dtype=np.float32)
+    if not len(rows):
+        return threshold
+    length = (graph >= 0).sum(axis=1)
+    last = np.take_along_axis(graph, np.maximum(length - 1, 0)[:, None], axis=1)[:, 0].astype(np.int64)
+    step = max(1, _MERGE_CELLS // max(1, vectors.shape[1]))
+    scores = np.empty(len(vectors), dtype=np.float32)
+    for start in range(0, len(vectors), step):  # every row (no gather of the rows' own vectors)
+        stop = start + step
+        scores[start:stop] = np.einsum("bd,bd->b", vectors[start:stop], vectors[last[start:stop]])
+    selected = np.zeros(len(vectors), dtype=bool)
+    selected[rows] = True
+    complete = selected & (graph == -1).any(axis=1)
+    scored = selected & ~complete & (length > 0)
+    threshold[complete] = -np.inf
+    threshold[scored] = scores[scored]
+    return threshold
+
+
+def _rounding_margin(vectors: np.ndarray) -> float:
+    """A bound on how far two float32 computations of one dot product of `vectors` can differ
+    (a matrix product's blocking vs `_pair_scores`): pairs that a matrix product puts this close
+    below a threshold are scored again before being dropped."""
+    norms = np.einsum("nd,nd->n", vectors, vectors)
+    return float(vectors.shape[1] * 2.0 ** -22 * (norms.max() if len(norms) else 0.0))
+
+
+def _pair_scores(vectors: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """`vectors[left[i]] . vectors[right[i]]` for each i (float32), `_MERGE_CELLS` floats at a time."""
+    out = np.empty(len(left), dtype=np.float32)
+    step = max(1, _MERGE_CELLS // max(1, vectors.shape[1]))
+    for start in range(0, len(left), step):
+        stop = start + step
+        out[start:stop] = np.einsum("bd,bd->b", vectors[left[start:stop]], vectors[right[start:stop]])
+    return out
+
+
+def _insert(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> None:
+    """Insert each `candidates[i]` (a vector no list holds yet) into `graph[rows[i]]` by score then
+    row (lowest first on ties). A complete list grows up to its width; any other keeps its length
+    (a candidate that does not beat its last known neighbour is dropped). Each candidate's place is
+    found by a binary search over its row's list (sorted best first), scoring ~log2(width)
+    neighbours per pair; every score compared is computed alike (`_pair_scores`), so equal vectors
+    tie exactly."""
+    if not len(rows):
+        return
+    width = graph.shape[1]
+    scores = _pair_scores(vectors, rows, candidates)
+    order = np.lexsort((candidates, -scores, rows))
+    rows, candidates, scores = rows[order], candidates[order], scores[order]
+    changed, which = np.unique(rows, return_inverse=True)
+    lists = graph[changed].astype(np.int64)
+    length = (lists >= 0).sum(axis=1)
+    limit = np.where((lists == -1).any(axis=1), width, length)  # complete lists grow, others keep length
+    low, high = np.zeros(len(rows), np.int64), length[which]
+    while True:  # place = number of known neighbours ahead of the candidate
+        active = np.flatnonzero(low < high)
+        if not len(active):
+            break
+        middle = (low[active] + high[active]) // 2
+        probe = _pair_scores(vectors, rows[active], lists[which[active], middle])
+        neighbour = lists[which[active], middle]
+        ahead = (probe > scores[active]) | ((probe == scores[active]) & (neighbour < candidates[active]))
+        low[active] = np.where(ahead, middle + 1, low[active])
+        high[active] = np.where(ahead, high[active], middle)
+    # candidates of a row come best first, so their places must not decrease (they cannot, unless
+    # rounding makes the recomputed neighbour scores non-monotone): enforce it, then merge
+    place = np.maximum.accumulate(low + which * (width + 1)) - which * (width + 1)
+    first = np.searchsorted(which, np.arange(len(changed)))
+    rank = np.arange(len(rows)) - first[which]
+    before = np.zeros((len(changed), width + 1), np.int64)  # candidates placed at or before each slot
+    np.add.at(before, (which, place), 1)
+    before = np.cumsum(before, axis=1)
+    out = graph[changed].copy()
+    slot = np.arange(width)[None, :]
+    new_slot = slot + before[:, :width]
+    keep = (slot < length[:, None]) & (new_slot < limit[:, None])
+    out[np.nonzero(keep)[0], new_slot[keep]] = lists[keep]
+    new_slot = place + rank
+    keep = new_slot < limit[which]
+    out[which[keep], new_slot[keep]] = candidates[keep]
+    graph[changed] = out
+
+
+def _blas_threads(work: float) -> Any:
+    """A context running BLAS on one thread for a product of `work` multiply-adds below
+    `SINGLE_THREAD_WORK` (the previous limits are restored on exit), else changing nothing."""
+    if work >= SINGLE_THREAD_WORK:
+        return nullcontext()
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # optional (it comes with scikit-learn): then BLAS keeps its threads
+            _BLAS.append(None)
+        else:
+            _BLAS.append(ThreadpoolController())
+    return _one_thread(_BLAS[0]) if _BLAS[0] is not None else nullcontext()
+
+
+@contextmanager
+def _one_thread(controller: Any) -> Iterator[None]:
+    with controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+def _search_and_merge(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
+                      rows: np.ndarray) -> None:
+    """Exact lists of the `fresh` rows (their `graph.shape[1]` nearest other vectors, by score then
+    id) and the `added` rows (a subset of `fresh`) merged into the lists of `rows`, from one matrix
+    product of the fresh vectors with every vector: an added row's scores against all rows are both
+    its own search and what the other lists need to take it in. Only the pairs of an added row and a
+    list whose last known neighbour it may beat are scored again and placed (`_insert`)."""
+    n, width = len(vectors), graph.shape[1]
+    bar = _merge_thresholds(vectors, graph, rows) - _rounding_margin(vectors)
+    is_added = np.zeros(n, dtype=bool)
+    is_added[added] = True
+    queries = np.concatenate([fresh[is_added[fresh]], fresh[~is_added[fresh]]])  # added first
+    step = max(1, _SCORE_CELLS // n)
+    top = min(width, n - 1)
+    for start in range(0, len(queries), step):
+        block = queries[start:start + step]
+        with _blas_threads(float(len(queries)) * n * vectors.shape[1]):
+            scores = vectors[block] @ vectors.T  # (block, n)
+        merging = int(is_added[block].sum())
+        if merging:
+            hit_col, hit_row = np.nonzero(scores[:merging] >= bar[None, :])
+            pending = (hit_row, block[hit_col])
+        scores[np.arange(len(block)), block] = -np.inf  # not its own neighbour
+        graph[block] = -1
+        if top > 0:
+            graph[block, :top] = _top_by_score(scores, top)
+        if merging:  # after the fresh lists are written: a fresh row is never merged into
+            _insert(vectors, graph, *pending)
+
+
+def _top_by_score(scores: np.ndarray, top: int) -> np.ndarray:
+    """Each row's `top` best columns by score, then by column (lowest first on ties, at the cut
+    too)."""
+    n = scores.shape[1]
+    best = np.argpartition(scores, n - top, axis=1)[:, n - top:]
+    best_scores = np.take_along_axis(scores, best, axis=1)
+    cut = best_scores.min(axis=1)
+    tied = np.flatnonzero((scores >= cut[:, None]).sum(axis=1) > top)  # ties at the cut: lowest columns
+    for i in tied:
+        above = np.flatnonzero(scores[i] > cut[i])
+        at = np.flatnonzero(scores[i] == cut[i])[:top - len(above)]
+        best[i] = np.concatenate([above, at])
+        best_scores[i] = scores[i, best[i]]
+    order = np.lexsort((best, -best_scores))  # along each row: by score, then by column
+    return np.take_along_axis(best, order, axis=1)
 
 
 def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: np.ndarray, k: int,
@@ -154,18 +302,24 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     if len(fresh) > n // 2:
         return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
     # each clean row: its surviving neighbours moved to the front (order kept), then its padding
-    order = np.argsort(~alive[clean], axis=1, kind="stable")
-    rows = np.take_along_axis(translated[clean], order, axis=1)
+    rows = translated[clean]
+    moved = np.flatnonzero(lost[clean])  # only lists that lost a neighbour need compacting
+    if len(moved):
+        order = np.argsort(~alive[clean[moved]], axis=1, kind="stable")
+        rows[moved] = np.take_along_axis(rows[moved], order, axis=1)
     padding = np.where(complete[clean], -1, UNKNOWN)[:, None]
     rows = np.where(np.arange(rows.shape[1])[None, :] < length[clean][:, None], rows, padding)
     if rows.shape[1] < width:  # an old graph with a smaller (or no) reserve
         rows = np.concatenate([rows, np.broadcast_to(padding, (len(rows), width - rows.shape[1]))], axis=1)
     graph = np.full((n, width), -1, dtype=np.int32)
     graph[old_to_new[clean]] = rows[:, :width]
-    if len(added):
-        _merge_added(vectors, graph, old_to_new[clean], added)
-    if len(fresh):
-        _neighbour_search(vectors, fresh, width, graph, progress)
+    if n > EXACT_GRAPH_MAX:  # fresh rows by the approximate search of a full build
+        if len(added):
+            _merge_added(vectors, graph, old_to_new[clean], added)
+        if len(fresh):
+            _neighbour_search(vectors, fresh, width, graph, progress)
+    elif len(fresh):
+        _search_and_merge(vectors, graph, fresh, added, old_to_new[clean])
     return graph, "updated"
 
 
