@@ -165,14 +165,16 @@ def test_a_graph_without_reserve_is_updated_into_one_with_a_reserve():
     assert np.array_equal(rows, build_corpus_graph(vectors, 2, reserve=3))
 
 
-@pytest.mark.parametrize("cells", [1 << 24, 64])
-def test_update_in_small_score_blocks_is_a_full_build(monkeypatch, cells):
-    """The update scores the fresh rows against every vector in blocks of `_SCORE_CELLS` floats and
-    merges each block's added rows into the kept lists: tiny blocks (one fresh row at a time, pairs
-    scored a few at a time) give the same graph, also for complete lists that grow past `k`."""
+@pytest.mark.parametrize(("cells", "query_rows"), [(1 << 24, 1 << 10), (64, 3), (64, 1 << 10)])
+def test_update_in_small_score_blocks_is_a_full_build(monkeypatch, cells, query_rows):
+    """The update scores the fresh rows against every vector in blocks of `_QUERY_ROWS` rows x
+    `_SCORE_CELLS` floats, keeps each block's best and merges the added rows into the kept lists:
+    tiny blocks (a few rows and columns at a time, pairs scored a few at a time) give the same
+    graph, also for complete lists that grow past `k`."""
     import hybridlab.index.graph as graph_module
 
     monkeypatch.setattr(graph_module, "_SCORE_CELLS", cells)
+    monkeypatch.setattr(graph_module, "_QUERY_ROWS", query_rows)
     monkeypatch.setattr(graph_module, "_MERGE_CELLS", 64)
     old = unit_rows(500, dim=16, seed=21)
     vectors, old_to_new = _changed(old, 12, 30, seed=22)
@@ -207,7 +209,9 @@ def test_fresh_lists_break_ties_by_row_even_at_the_cut():
     from hybridlab.index.graph import _top_by_score
 
     scores = np.array([[0.5, 0.9, 0.5, 0.1, 0.5, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]], dtype=np.float32)
-    assert _top_by_score(scores, 3).tolist() == [[1, 5, 0], [0, 1, 2]]
+    columns, values = _top_by_score(scores, 3)
+    assert columns.tolist() == [[1, 5, 0], [0, 1, 2]]
+    assert np.array_equal(values, np.array([[0.9, 0.9, 0.5], [0.2] * 3], dtype=np.float32))
 
 
 def test_successive_updates_of_vectors_with_many_duplicates_give_a_full_builds_graph():
@@ -253,3 +257,4 @@ def test_update_restores_blas_threads_and_gives_the_same_graph_either_way(monkey
     rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 5), old_to_new, 5)
     assert how == "updated" and np.array_equal(rows, build_corpus_graph(vectors, 5))
     assert [lib["num_threads"] for lib in threadpoolctl.threadpool_info()] == before
+

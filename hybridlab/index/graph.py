@@ -43,9 +43,11 @@ def graph_size(graph_k: int | None, n_vectors: int) -> int:
         raise ValueError(f"graph_k must be >= 0 or None, got {graph_k}")
     return graph_k
 _BATCH = 4096
-_MERGE_CELLS = 1 << 22
-#: floats of one block of scores (fresh rows x every vector) in an update: 64 MB
-_SCORE_CELLS = 1 << 24
+_MERGE_CELLS = 1 << 18  # floats of the vectors gathered at a time to score pairs (1 MB)
+#: scores of one block (fresh rows x vectors) in an update: 1 MB of float32, 2 MB of int64 positions
+_SCORE_CELLS = 1 << 18
+#: fresh rows scored together (the vectors are read once per this many)
+_QUERY_ROWS = 256
 #: an update's products of fewer multiply-adds than this run on one BLAS thread: on a busy machine
 #: (2 shared cores here) OpenBLAS's threads cost more than they bring (191 fresh rows x 15k vectors
 #: x 256 dims: 13 ms on one thread, 20-28 ms median on two, up to 150 ms)
@@ -223,36 +225,52 @@ def _one_thread(controller: Any) -> Iterator[None]:
 def _search_and_merge(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
                       rows: np.ndarray) -> None:
     """Exact lists of the `fresh` rows (their `graph.shape[1]` nearest other vectors, by score then
-    id) and the `added` rows (a subset of `fresh`) merged into the lists of `rows`, from one matrix
-    product of the fresh vectors with every vector: an added row's scores against all rows are both
-    its own search and what the other lists need to take it in. Only the pairs of an added row and a
-    list whose last known neighbour it may beat are scored again and placed (`_insert`)."""
+    row) and the `added` rows (a subset of `fresh`) merged into the lists of `rows`, from one pass of
+    matrix products of the fresh vectors with every vector: an added row's scores against all rows
+    are both its own search and what the other lists need to take it in. Only the pairs of an added
+    row and a list whose last known neighbour it may beat are scored again and placed (`_insert`).
+    The products go by blocks of at most `_QUERY_ROWS` fresh rows x `_SCORE_CELLS` scores, each
+    block's best kept per row: every temporary array stays small (under numpy's 4 MB huge-page
+    threshold; on this VM a fresh huge page costs ~4 ms of kernel time) and the vectors are read
+    once per `_QUERY_ROWS` fresh rows."""
     n, width = len(vectors), graph.shape[1]
     bar = _merge_thresholds(vectors, graph, rows) - _rounding_margin(vectors)
     is_added = np.zeros(n, dtype=bool)
     is_added[added] = True
     queries = np.concatenate([fresh[is_added[fresh]], fresh[~is_added[fresh]]])  # added first
-    step = max(1, _SCORE_CELLS // n)
     top = min(width, n - 1)
-    for start in range(0, len(queries), step):
-        block = queries[start:start + step]
-        with _blas_threads(float(len(queries)) * n * vectors.shape[1]):
-            scores = vectors[block] @ vectors.T  # (block, n)
-        merging = int(is_added[block].sum())
-        if merging:
-            hit_col, hit_row = np.nonzero(scores[:merging] >= bar[None, :])
-            pending = (hit_row, block[hit_col])
-        scores[np.arange(len(block)), block] = -np.inf  # not its own neighbour
-        graph[block] = -1
-        if top > 0:
-            graph[block, :top] = _top_by_score(scores, top)
-        if merging:  # after the fresh lists are written: a fresh row is never merged into
-            _insert(vectors, graph, *pending)
+    row_step = max(1, min(len(queries), _QUERY_ROWS))
+    col_step = max(top + 1, _SCORE_CELLS // row_step)
+    pair_rows: list[np.ndarray] = []
+    pair_candidates: list[np.ndarray] = []
+    with _blas_threads(float(len(queries)) * n * vectors.shape[1]):
+        for start in range(0, len(queries), row_step):
+            block = queries[start:start + row_step]
+            own = vectors[block]
+            merging = int(is_added[block].sum())
+            best = np.zeros((len(block), 0), np.int64)
+            best_scores = np.zeros((len(block), 0), np.float32)
+            for first in range(0, n, col_step):
+                last = min(n, first + col_step)
+                scores = own @ vectors[first:last].T
+                if merging:
+                    hit_query, hit_row = np.nonzero(scores[:merging] >= bar[None, first:last])
+                    pair_rows.append(hit_row + first)
+                    pair_candidates.append(block[hit_query])
+                inside = np.flatnonzero((block >= first) & (block < last))
+                scores[inside, block[inside] - first] = -np.inf  # not its own neighbour
+                columns, values = _top_by_score(scores, min(top, last - first))
+                best, best_scores = _best_of(np.concatenate([best, columns + first], axis=1),
+                                             np.concatenate([best_scores, values], axis=1), top)
+            graph[block] = -1
+            graph[block, :top] = best
+    if pair_rows:  # the fresh lists are written; a fresh row is never merged into (its bar is +inf)
+        _insert(vectors, graph, np.concatenate(pair_rows), np.concatenate(pair_candidates))
 
 
-def _top_by_score(scores: np.ndarray, top: int) -> np.ndarray:
+def _top_by_score(scores: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's `top` best columns by score, then by column (lowest first on ties, at the cut
-    too)."""
+    too), with their scores."""
     n = scores.shape[1]
     best = np.argpartition(scores, n - top, axis=1)[:, n - top:]
     best_scores = np.take_along_axis(scores, best, axis=1)
@@ -263,8 +281,13 @@ def _top_by_score(scores: np.ndarray, top: int) -> np.ndarray:
         at = np.flatnonzero(scores[i] == cut[i])[:top - len(above)]
         best[i] = np.concatenate([above, at])
         best_scores[i] = scores[i, best[i]]
-    order = np.lexsort((best, -best_scores))  # along each row: by score, then by column
-    return np.take_along_axis(best, order, axis=1)
+    return _best_of(best, best_scores, top)
+
+
+def _best_of(columns: np.ndarray, scores: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first `top` of `columns` by score, then by column (lowest first), with scores."""
+    order = np.lexsort((columns, -scores))[:, :top]  # along each row
+    return np.take_along_axis(columns, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
 def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: np.ndarray, k: int,
