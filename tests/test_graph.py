@@ -258,3 +258,64 @@ def test_update_restores_blas_threads_and_gives_the_same_graph_either_way(monkey
     assert how == "updated" and np.array_equal(rows, build_corpus_graph(vectors, 5))
     assert [lib["num_threads"] for lib in threadpoolctl.threadpool_info()] == before
 
+
+def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_per_folder(
+        tmp_path, embedding_cache_path):
+    """Through `apply_changes`: changed documents tombstone the first segment; the updated graph
+    (its live vectors copied once from the segments) equals a fresh build's. The tombstones' chunk
+    ids are kept for the next write, per folder identity and tombstone list."""
+    import os
+
+    from hybridlab.config import IndexConfig
+    from hybridlab.index import build, layout
+    from hybridlab.index.build import apply_changes
+    from hybridlab.index.graph import load_graph
+    from hybridlab.index.memory import make_memory
+
+    config = IndexConfig(models=("wordllama",), graph_k=3)
+    words = ["panel", "widget", "holoviews", "stream", "plot", "bokeh", "server", "layout", "data", "table"]
+
+    def memory(i: int, version: int = 0):
+        text = " ".join(words[(i * 7 + j * (version + 3)) % len(words)] for j in range(6)) + f" note {i} v{version}"
+        return make_memory(text, [], created_at="2026-10-01T12:00:00Z", memory_id=f"m{i:03d}", source="mcp:memories")
+
+    def graph_of(index_dir):  # each row's neighbours as document ids (one chunk a memory)
+        from hybridlab.index import store
+
+        manifest = layout.read_manifest(index_dir)
+        chunks = []
+        for entry in layout.segments(manifest):
+            con = store.open_segment(index_dir / entry["name"])
+            try:
+                rows = con.execute("SELECT chunk_id, doc_id FROM chunks").fetchall()
+            finally:
+                con.close()
+            chunks += [row for row in rows if row[1] not in set(entry.get("deleted") or ())]
+        doc_ids = np.asarray([doc_id for _, doc_id in sorted(chunks)])
+        info = manifest["models"]["wordllama"]
+        graph = load_graph(index_dir / info["graph_dir"] / info["graph"], len(doc_ids))
+        return dict(zip(doc_ids, doc_ids[graph].tolist(), strict=True))
+
+    index_dir, fresh = tmp_path / "index", tmp_path / "fresh"
+    documents = {i: memory(i) for i in range(40)}
+    apply_changes(index_dir, [("mcp:memories", list(documents.values()), True)], config, progress=False,
+                  cache_path=embedding_cache_path)
+    for step in range(3):
+        for i in range(step * 5, step * 5 + 4):
+            documents[i] = memory(i, step + 1)
+        apply_changes(index_dir, [("mcp:memories", list(documents.values()), True)], config, progress=False,
+                      cache_path=embedding_cache_path, merge=False)
+    manifest = layout.read_manifest(index_dir)
+    first = layout.segments(manifest)[0]
+    assert len(first["deleted"]) == 12 and manifest["models"]["wordllama"]["graph_build"] == "updated"
+    apply_changes(fresh, [("mcp:memories", list(documents.values()), True)], config, progress=False,
+                  cache_path=embedding_cache_path)
+    assert graph_of(index_dir) == graph_of(fresh)
+    folder = index_dir / first["name"]
+    dead = build._dead_chunk_ids(folder, first)
+    assert len(dead) == 12 and build._dead_chunk_ids(folder, first) is dead  # kept for the next write
+    info = folder.stat()  # a folder that is not the same one (another mtime): looked up again
+    os.utime(folder, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+    again = build._dead_chunk_ids(folder, first)
+    assert again is not dead and np.array_equal(again, dead)
+    assert len(build._dead_chunk_ids(folder, dict(first, deleted=first["deleted"][:5]))) == 5
