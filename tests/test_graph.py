@@ -204,6 +204,20 @@ def test_merge_alone_matches_the_combined_search_and_merge():
     assert np.array_equal(combined, build_corpus_graph(vectors, 8))
 
 
+
+def test_above_the_exact_limit_kept_lists_still_take_new_rows_exactly(monkeypatch):
+    """Above `EXACT_GRAPH_MAX` fresh rows get the approximate (HNSW) search of a full build, but
+    the new rows are merged into every kept list exactly (`_merge_added`)."""
+    import hybridlab.index.graph as graph_module
+
+    old = unit_rows(400, dim=16, seed=71)
+    vectors, old_to_new = _changed(old, 0, 20, seed=72)
+    start = build_corpus_graph(old, 6, reserve=3)
+    exact = build_corpus_graph(vectors, 6, reserve=3)
+    monkeypatch.setattr(graph_module, "EXACT_GRAPH_MAX", 100)
+    rows, how = update_corpus_graph(vectors, start, old_to_new, 6, reserve=3)
+    assert how == "updated" and np.array_equal(rows[:400], exact[:400])
+
 def test_fresh_lists_break_ties_by_row_even_at_the_cut():
     """Equal scores are ordered by row, lowest first, and the lowest rows make the cut."""
     from hybridlab.index.graph import _top_by_score
