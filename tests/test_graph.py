@@ -154,11 +154,21 @@ def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_o
 
 
 def test_a_graph_without_reserve_is_updated_into_one_with_a_reserve():
+    from hybridlab.index.graph import UNKNOWN
+
     old = unit_rows(300, dim=16, seed=11)
     vectors, old_to_new = _changed(old, 10, 10, seed=12)
     rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 5), old_to_new, 5, reserve=3)
     assert how == "updated" and rows.shape == (300, 8)
     assert np.array_equal(rows[:, :5], build_corpus_graph(vectors, 5))
+    vectors, old_to_new = _changed(old, 0, 10, seed=15)  # additions only: the old lists are taken as they are
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(old, 5), old_to_new, 5, reserve=3)
+    assert how == "updated" and rows.shape == (310, 8) and (rows[:300, 5:] == UNKNOWN).all()
+    assert np.array_equal(rows[:, :5], build_corpus_graph(vectors, 5))
+    tiny = unit_rows(3, seed=16)  # a complete list (-1 padded) without reserve stays complete, growing
+    vectors, old_to_new = _changed(tiny, 0, 2, seed=17)
+    rows, how = update_corpus_graph(vectors, build_corpus_graph(tiny, 3), old_to_new, 3, reserve=3)
+    assert np.array_equal(rows, build_corpus_graph(vectors, 3, reserve=3))
     tiny = unit_rows(4, seed=13)  # complete lists (every other vector) stay complete through deletes
     vectors, old_to_new = _changed(tiny, 1, 1, seed=14)
     rows, how = update_corpus_graph(vectors, build_corpus_graph(tiny, 2, reserve=3), old_to_new, 2, reserve=3)

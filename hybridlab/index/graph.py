@@ -309,6 +309,8 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     n, width = len(vectors), k + reserve
     if old_graph.ndim != 2 or old_graph.shape[0] != len(old_to_new) or old_graph.shape[1] < k or n < 2 or k < 1:
         return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
+    if len(old_to_new) <= n and np.array_equal(old_to_new, np.arange(len(old_to_new))):
+        return _update_appended(vectors, old_graph, k, progress, reserve)
     kept = old_to_new >= 0
     is_new = np.ones(n, dtype=bool)
     is_new[old_to_new[kept]] = False
@@ -336,14 +338,36 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
         rows = np.concatenate([rows, np.broadcast_to(padding, (len(rows), width - rows.shape[1]))], axis=1)
     graph = np.full((n, width), -1, dtype=np.int32)
     graph[old_to_new[clean]] = rows[:, :width]
-    if n > EXACT_GRAPH_MAX:  # fresh rows by the approximate search of a full build
-        if len(added):
-            _merge_added(vectors, graph, old_to_new[clean], added)
-        if len(fresh):
-            _neighbour_search(vectors, fresh, width, graph, progress)
-    elif len(fresh):
-        _search_and_merge(vectors, graph, fresh, added, old_to_new[clean])
+    _add_rows(vectors, graph, fresh, added, old_to_new[clean], progress)
     return graph, "updated"
+
+
+def _update_appended(vectors: np.ndarray, old_graph: np.ndarray, k: int, progress: bool,
+                     reserve: int) -> tuple[np.ndarray, str]:
+    """`update_corpus_graph` when the old rows are the first rows, unchanged, and the rest are new
+    (only additions, e.g. a stored memory): every old list holds as it is, before the merge."""
+    n, width, m = len(vectors), k + reserve, len(old_graph)
+    if n - m > n // 2:
+        return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
+    graph = np.full((n, width), -1, dtype=np.int32)
+    graph[:m, :min(width, old_graph.shape[1])] = old_graph[:, :width]
+    if old_graph.shape[1] < width:  # an old graph with a smaller (or no) reserve
+        graph[:m, old_graph.shape[1]:] = np.where((old_graph == -1).any(axis=1), -1, UNKNOWN)[:, None]
+    added = np.arange(m, n)
+    _add_rows(vectors, graph, added, added, np.arange(m), progress)
+    return graph, "updated"
+
+
+def _add_rows(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray, rows: np.ndarray,
+              progress: bool) -> None:
+    """Search the `fresh` rows' lists and merge the `added` rows into the lists of `rows`."""
+    if len(vectors) > EXACT_GRAPH_MAX:  # fresh rows by the approximate search of a full build
+        if len(added):
+            _merge_added(vectors, graph, rows, added)
+        if len(fresh):
+            _neighbour_search(vectors, fresh, graph.shape[1], graph, progress)
+    elif len(fresh):
+        _search_and_merge(vectors, graph, fresh, added, rows)
 
 
 def load_reserve(path: Path, n_vectors: int) -> np.ndarray:
