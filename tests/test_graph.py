@@ -208,8 +208,9 @@ def test_merge_alone_matches_the_combined_search_and_merge():
     start = np.full((425, 8), -1, dtype=np.int32)
     start[:400] = build_corpus_graph(old, 8)
     merged, combined = start.copy(), start.copy()
-    graph_module._merge_added(vectors, merged, kept, added)
-    graph_module._search_and_merge(vectors, combined, added, added, kept)
+    rows = graph_module.SegmentRows([(vectors, None)])
+    graph_module._merge_added(rows, merged, kept, added)
+    graph_module._search_and_merge(rows, combined, added, added, kept)
     assert np.array_equal(merged[:400], combined[:400])
     assert np.array_equal(combined, build_corpus_graph(vectors, 8))
 
@@ -343,3 +344,32 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
     again = build._dead_chunk_ids(folder, first)
     assert again is not dead and np.array_equal(again, dead)
     assert len(build._dead_chunk_ids(folder, dict(first, deleted=first["deleted"][:5]))) == 5
+
+
+@pytest.mark.parametrize("cells", [1 << 18, 40])
+def test_segment_rows_update_like_the_copied_vectors(monkeypatch, cells):
+    """Vectors given as per-segment arrays and their live rows (not copied) give the graph their
+    concatenation gives, with score blocks that straddle segments and skip dead rows."""
+    import hybridlab.index.graph as graph_module
+    from hybridlab.index.graph import SegmentRows
+
+    monkeypatch.setattr(graph_module, "_SCORE_CELLS", cells)
+    monkeypatch.setattr(graph_module, "_MERGE_CELLS", cells)
+    old = unit_rows(300, dim=16, seed=81)
+    graph = build_corpus_graph(old, 5, reserve=3)
+    first, second = old[:200], np.concatenate([old[200:], unit_rows(30, dim=16, seed=82)])  # 100 kept + 30 new
+    dead_first, dead_second = np.array([3, 50, 51, 199]), np.array([0, 7])
+    live_first = np.setdiff1d(np.arange(200), dead_first)
+    live_second = np.setdiff1d(np.arange(130), dead_second)
+    parts = SegmentRows([(first, live_first), (np.zeros((0, 16), np.float32), None), (second, live_second)])
+    copied = np.concatenate([first[live_first], second[live_second]])
+    assert len(parts) == len(copied) and np.array_equal(parts.array(), copied)
+    rows = np.array([0, 195, 196, len(copied) - 1, 5])
+    assert np.array_equal(parts.take(rows), copied[rows])
+    old_to_new = np.full(300, -1)
+    old_rows = np.concatenate([live_first, 200 + live_second[live_second < 100]])
+    old_to_new[old_rows] = np.arange(len(old_rows))
+    from_parts, how = update_corpus_graph(parts, graph, old_to_new, 5, reserve=3)
+    from_copy, _ = update_corpus_graph(copied, graph, old_to_new, 5, reserve=3)
+    assert how == "updated" and np.array_equal(from_parts, from_copy)
+    assert np.array_equal(from_parts[:, :5], build_corpus_graph(copied, 5))

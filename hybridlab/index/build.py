@@ -771,6 +771,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
     gives), or built when there is none to reuse."""
     from hybridlab.index.graph import (
         GRAPH_RESERVE,
+        SegmentRows,
         build_corpus_graph,
         graph_size,
         load_graph,
@@ -783,7 +784,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
     dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
     def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
-             with_vectors: bool) -> tuple[np.ndarray, np.ndarray | None]:
+             with_vectors: bool) -> tuple[np.ndarray, SegmentRows | None]:
         ids_parts, kept = [], []
         for entry in segs:
             folder = _folder(index_dir, entry)
@@ -799,21 +800,15 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
                 dead_of[dead_key] = _dead_chunk_ids(folder, entry)
             keep = ~np.isin(dense.ids, dead_of[dead_key]) if len(dead_of[dead_key]) else None
             ids_parts.append(dense.ids if keep is None else dense.ids[keep])
-            kept.append((dense, keep, len(ids_parts[-1])))
+            kept.append((dense, keep))
         ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
         if not with_vectors or not kept:
             return ids, None
-        # the live rows copied once, straight into the one array (each new array of several MB
-        # costs its fresh pages: ~4 ms a 2 MB huge page on the benchmark's VM)
-        vectors = np.empty((len(ids), kept[0][0].dim), dtype=np.float32)
-        offset = 0
-        for dense, keep, count in kept:
-            if keep is None:
-                vectors[offset:offset + count] = dense.vectors
-            else:
-                np.compress(keep, dense.vectors, axis=0, out=vectors[offset:offset + count])
-            offset += count
-        return ids, vectors
+        # each segment's vectors where they are, with its live rows: not copied into one array (an
+        # O(index) copy per write; each new array of several MB also costs its fresh pages, ~4 ms a
+        # 2 MB huge page on the benchmark's VM); a full build copies them (`SegmentRows.array`)
+        return ids, SegmentRows([(dense.vectors, None if keep is None else np.flatnonzero(keep))
+                                 for dense, keep in kept])
 
     graphs: dict[str, dict[str, Any]] = {}
     for model in dims:
@@ -842,7 +837,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
             except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
                 logger.warning("not reusing the corpus graph %s: %s", path, error)
         if reuse is None:
-            graph, how = build_corpus_graph(vectors, k, progress=progress, reserve=GRAPH_RESERVE), "built"
+            graph, how = build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE), "built"
         else:
             graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
         save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))

@@ -10,7 +10,7 @@ Rows are positions in the dense index of one model (its vectors in ascending chu
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,61 @@ SINGLE_THREAD_WORK = 2e9
 _BLAS: list[Any] = []  # a threadpoolctl controller, made on first use (numpy's BLAS is loaded by then)
 
 
+class SegmentRows:
+    """An index's vectors, row after row, as the live rows of per-segment arrays, without copying
+    them: each part is an array (float32, one vector a row) and the positions of its live rows in
+    it, ascending (None: every row)."""
+
+    def __init__(self, parts: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
+        self.parts = [(array, None if live is None else np.asarray(live, dtype=np.int64)) for array, live in parts]
+        counts = [len(array) if live is None else len(live) for array, live in self.parts]
+        self.offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        self.dim = int(self.parts[0][0].shape[1]) if self.parts else 0
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of the given rows (a float32 copy)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(self.parts) == 1:
+            array, live = self.parts[0]
+            return np.asarray(array[rows if live is None else live[rows]], dtype=np.float32)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        part = np.searchsorted(self.offsets, rows, side="right") - 1
+        for p in np.unique(part):
+            array, live = self.parts[p]
+            mine = part == p
+            local = rows[mine] - self.offsets[p]
+            out[mine] = array[local if live is None else live[local]]
+        return out
+
+    def blocks(self, step: int) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+        """(first row, a slice of `step` stored vectors, the positions of its live rows or None)
+        covering every row in order."""
+        for (array, live), offset in zip(self.parts, self.offsets, strict=False):
+            for start in range(0, len(array), step):
+                if live is None:
+                    yield int(offset) + start, array[start:start + step], None
+                    continue
+                low, high = np.searchsorted(live, [start, start + step])
+                if high > low:
+                    yield int(offset + low), array[start:start + step], live[low:high] - start
+
+    def array(self) -> np.ndarray:
+        """Every row in one contiguous float32 array (the part itself when it is the only one, whole)."""
+        if len(self.parts) == 1 and self.parts[0][1] is None:
+            return np.ascontiguousarray(self.parts[0][0], dtype=np.float32)
+        out = np.empty((len(self), self.dim), dtype=np.float32)
+        for (array, live), start, stop in zip(self.parts, self.offsets[:-1], self.offsets[1:], strict=True):
+            out[start:stop] = array if live is None else array[live]
+        return out
+
+
+def _rows_of(vectors: np.ndarray | SegmentRows) -> SegmentRows:
+    return vectors if isinstance(vectors, SegmentRows) else SegmentRows([(np.ascontiguousarray(vectors, dtype=np.float32), None)])
+
+
 def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False, reserve: int = 0) -> np.ndarray:
     """(n, k + reserve) int32 rows of each vector's `k + reserve` nearest other vectors by inner
     product, best first; -1 pads rows of tiny indexes (n <= k + reserve). The graph searched is the
@@ -95,24 +150,24 @@ def _neighbour_search(vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.n
         graph[block, :top] = np.where(valid[:, :top], labels[:, :top], -1)
 
 
-def _merge_added(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray, added: np.ndarray) -> None:
+def _merge_added(vectors: SegmentRows, graph: np.ndarray, rows: np.ndarray, added: np.ndarray) -> None:
     """Merge the `added` rows into the neighbour lists `graph[rows]` (exact, best first). A list
     holds its known nearest neighbours then -1 (complete: no other vector exists) or `UNKNOWN`
     padding, or is full. A complete list takes any added row (up to its width); any other keeps its
     length, the top of its known neighbours and the added rows (exact: every vector it does not
     list scores at most its last). Used above `EXACT_GRAPH_MAX` (`_search_and_merge` otherwise)."""
     bar = _merge_thresholds(vectors, graph, rows) - _rounding_margin(vectors)
-    added_vectors = vectors[added]
+    added_vectors = vectors.take(added)
     batch = max(1, _SCORE_CELLS // max(1, len(added)))
     for start in range(0, len(rows), batch):
         block = rows[start:start + batch]
-        with _blas_threads(float(len(rows)) * len(added) * vectors.shape[1]):
-            scores = vectors[block] @ added_vectors.T
+        with _blas_threads(float(len(rows)) * len(added) * vectors.dim):
+            scores = vectors.take(block) @ added_vectors.T
         hit_row, hit_col = np.nonzero(scores >= bar[block][:, None])
         _insert(vectors, graph, block[hit_row], added[hit_col])
 
 
-def _merge_thresholds(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _merge_thresholds(vectors: SegmentRows, graph: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per vector of the index, the score an added vector must beat to enter its list: for `rows`,
     its last known neighbour's score (-inf when the list is complete: it takes any vector; +inf when
     it knows none); +inf for every other row (not merged into). Any float32 computation of the
@@ -122,11 +177,12 @@ def _merge_thresholds(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray) 
         return threshold
     length = (graph >= 0).sum(axis=1)
     last = np.take_along_axis(graph, np.maximum(length - 1, 0)[:, None], axis=1)[:, 0].astype(np.int64)
-    step = max(1, _MERGE_CELLS // max(1, vectors.shape[1]))
+    last = np.maximum(last, 0)  # a list that knows none (a fresh row's): any row, its score unused
     scores = np.empty(len(vectors), dtype=np.float32)
-    for start in range(0, len(vectors), step):  # every row (no gather of the rows' own vectors)
-        stop = start + step
-        scores[start:stop] = np.einsum("bd,bd->b", vectors[start:stop], vectors[last[start:stop]])
+    for first, block, live in vectors.blocks(max(1, _MERGE_CELLS // max(1, vectors.dim))):  # every row
+        own = block if live is None else block[live]
+        stop = first + len(own)
+        scores[first:stop] = np.einsum("bd,bd->b", own, vectors.take(last[first:stop]))
     selected = np.zeros(len(vectors), dtype=bool)
     selected[rows] = True
     complete = selected & (graph == -1).any(axis=1)
@@ -136,25 +192,26 @@ def _merge_thresholds(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray) 
     return threshold
 
 
-def _rounding_margin(vectors: np.ndarray) -> float:
+def _rounding_margin(vectors: SegmentRows) -> float:
     """A bound on how far two float32 computations of one dot product of `vectors` can differ
     (a matrix product's blocking vs `_pair_scores`): pairs that a matrix product puts this close
     below a threshold are scored again before being dropped."""
-    norms = np.einsum("nd,nd->n", vectors, vectors)
-    return float(vectors.shape[1] * 2.0 ** -22 * (norms.max() if len(norms) else 0.0))
+    largest = max((float(np.einsum("nd,nd->n", array, array).max()) for array, _ in vectors.parts if len(array)),
+                  default=0.0)  # over every stored vector, live or not: still a bound
+    return vectors.dim * 2.0 ** -22 * largest
 
 
-def _pair_scores(vectors: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+def _pair_scores(vectors: SegmentRows, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """`vectors[left[i]] . vectors[right[i]]` for each i (float32), `_MERGE_CELLS` floats at a time."""
     out = np.empty(len(left), dtype=np.float32)
-    step = max(1, _MERGE_CELLS // max(1, vectors.shape[1]))
+    step = max(1, _MERGE_CELLS // max(1, vectors.dim))
     for start in range(0, len(left), step):
         stop = start + step
-        out[start:stop] = np.einsum("bd,bd->b", vectors[left[start:stop]], vectors[right[start:stop]])
+        out[start:stop] = np.einsum("bd,bd->b", vectors.take(left[start:stop]), vectors.take(right[start:stop]))
     return out
 
 
-def _insert(vectors: np.ndarray, graph: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> None:
+def _insert(vectors: SegmentRows, graph: np.ndarray, rows: np.ndarray, candidates: np.ndarray) -> None:
     """Insert each `candidates[i]` (a vector no list holds yet) into `graph[rows[i]]` by score then
     row (lowest first on ties). A complete list grows up to its width; any other keeps its length
     (a candidate that does not beat its last known neighbour is dropped). Each candidate's place is
@@ -222,7 +279,7 @@ def _one_thread(controller: Any) -> Iterator[None]:
         yield
 
 
-def _search_and_merge(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
+def _search_and_merge(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
                       rows: np.ndarray) -> None:
     """Exact lists of the `fresh` rows (their `graph.shape[1]` nearest other vectors, by score then
     row) and the `added` rows (a subset of `fresh`) merged into the lists of `rows`, from one pass of
@@ -243,16 +300,18 @@ def _search_and_merge(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray,
     col_step = max(top + 1, _SCORE_CELLS // row_step)
     pair_rows: list[np.ndarray] = []
     pair_candidates: list[np.ndarray] = []
-    with _blas_threads(float(len(queries)) * n * vectors.shape[1]):
+    with _blas_threads(float(len(queries)) * n * vectors.dim):
         for start in range(0, len(queries), row_step):
             block = queries[start:start + row_step]
-            own = vectors[block]
+            own = vectors.take(block)
             merging = int(is_added[block].sum())
             best = np.zeros((len(block), 0), np.int64)
             best_scores = np.zeros((len(block), 0), np.float32)
-            for first in range(0, n, col_step):
-                last = min(n, first + col_step)
-                scores = own @ vectors[first:last].T
+            for first, stored, live in vectors.blocks(col_step):
+                scores = own @ stored.T
+                if live is not None:  # a segment's live rows only
+                    scores = scores[:, live]
+                last = first + scores.shape[1]
                 if merging:
                     hit_query, hit_row = np.nonzero(scores[:merging] >= bar[None, first:last])
                     pair_rows.append(hit_row + first)
@@ -290,10 +349,11 @@ def _best_of(columns: np.ndarray, scores: np.ndarray, top: int) -> tuple[np.ndar
     return np.take_along_axis(columns, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
-def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: np.ndarray, k: int,
+def update_corpus_graph(vectors: np.ndarray | SegmentRows, old_graph: np.ndarray, old_to_new: np.ndarray, k: int,
                         progress: bool = False, reserve: int = 0) -> tuple[np.ndarray, str]:
     """The graph of `vectors` from the previous generation's graph, without the n² rebuild.
 
+    `vectors`: an array, or a `SegmentRows` (the segments' vectors used where they are, not copied).
     `old_graph`: the previous rows, each its `k` nearest neighbours optionally followed by reserve
     columns (the next nearest, then -1 / `UNKNOWN` padding, as this function returns them);
     `old_to_new[p]` is the new row of old row `p` (same chunk, same vector) or -1 (deleted or
@@ -303,12 +363,12 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     afresh. Returns the (n, k + reserve) rows (the graph is the first `k` columns) and "updated", or
     a full build and "built" when more than half the rows would need a fresh search anyway.
     """
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    vectors = _rows_of(vectors)
     old_graph = np.asarray(old_graph)
     old_to_new = np.asarray(old_to_new, dtype=np.int64)
     n, width = len(vectors), k + reserve
     if old_graph.ndim != 2 or old_graph.shape[0] != len(old_to_new) or old_graph.shape[1] < k or n < 2 or k < 1:
-        return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
+        return build_corpus_graph(vectors.array(), k, progress=progress, reserve=reserve), "built"
     if len(old_to_new) <= n and np.array_equal(old_to_new, np.arange(len(old_to_new))):
         return _update_appended(vectors, old_graph, k, progress, reserve)
     kept = old_to_new >= 0
@@ -316,7 +376,8 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     is_new[old_to_new[kept]] = False
     added = np.flatnonzero(is_new)
     present = old_graph >= 0
-    translated = np.where(present, old_to_new[np.where(present, old_graph, 0)], -1)
+    # old rows -> new rows; -1 and UNKNOWN (-1, -2) index the two -1 appended at the end
+    translated = np.concatenate([old_to_new, [-1, -1]]).astype(np.int32)[old_graph]
     alive = translated >= 0
     length = alive.sum(axis=1)
     complete = (old_graph == -1).any(axis=1)  # the row knew every other vector
@@ -325,7 +386,7 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     clean = np.flatnonzero(kept & ~dirty)
     fresh = np.sort(np.concatenate([added, old_to_new[dirty]]))
     if len(fresh) > n // 2:
-        return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
+        return build_corpus_graph(vectors.array(), k, progress=progress, reserve=reserve), "built"
     # each clean row: its surviving neighbours moved to the front (order kept), then its padding
     rows = translated[clean]
     moved = np.flatnonzero(lost[clean])  # only lists that lost a neighbour need compacting
@@ -342,13 +403,13 @@ def update_corpus_graph(vectors: np.ndarray, old_graph: np.ndarray, old_to_new: 
     return graph, "updated"
 
 
-def _update_appended(vectors: np.ndarray, old_graph: np.ndarray, k: int, progress: bool,
+def _update_appended(vectors: SegmentRows, old_graph: np.ndarray, k: int, progress: bool,
                      reserve: int) -> tuple[np.ndarray, str]:
     """`update_corpus_graph` when the old rows are the first rows, unchanged, and the rest are new
     (only additions, e.g. a stored memory): every old list holds as it is, before the merge."""
     n, width, m = len(vectors), k + reserve, len(old_graph)
     if n - m > n // 2:
-        return build_corpus_graph(vectors, k, progress=progress, reserve=reserve), "built"
+        return build_corpus_graph(vectors.array(), k, progress=progress, reserve=reserve), "built"
     graph = np.full((n, width), -1, dtype=np.int32)
     graph[:m, :min(width, old_graph.shape[1])] = old_graph[:, :width]
     if old_graph.shape[1] < width:  # an old graph with a smaller (or no) reserve
@@ -358,14 +419,15 @@ def _update_appended(vectors: np.ndarray, old_graph: np.ndarray, k: int, progres
     return graph, "updated"
 
 
-def _add_rows(vectors: np.ndarray, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray, rows: np.ndarray,
+def _add_rows(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray, rows: np.ndarray,
               progress: bool) -> None:
     """Search the `fresh` rows' lists and merge the `added` rows into the lists of `rows`."""
     if len(vectors) > EXACT_GRAPH_MAX:  # fresh rows by the approximate search of a full build
+        whole = vectors.array()
         if len(added):
-            _merge_added(vectors, graph, rows, added)
+            _merge_added(_rows_of(whole), graph, rows, added)
         if len(fresh):
-            _neighbour_search(vectors, fresh, graph.shape[1], graph, progress)
+            _neighbour_search(whole, fresh, graph.shape[1], graph, progress)
     elif len(fresh):
         _search_and_merge(vectors, graph, fresh, added, rows)
 
