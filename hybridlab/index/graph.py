@@ -107,6 +107,7 @@ class SegmentRows:
 
 
 def _rows_of(vectors: np.ndarray | SegmentRows) -> SegmentRows:
+    """`vectors` as a `SegmentRows` (an array is one part, every row live)."""
     return vectors if isinstance(vectors, SegmentRows) else SegmentRows([(np.ascontiguousarray(vectors, dtype=np.float32), None)])
 
 
