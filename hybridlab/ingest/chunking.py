@@ -7,6 +7,7 @@ boundaries with overlap, tiny ones merged into their neighbour. Every chunk is a
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Sequence
@@ -64,6 +65,13 @@ def _markdown_parser():
 
 def markdown_headings(text: str) -> list[tuple[int, int, str]]:
     """(char offset of the heading line, level, title) for every real markdown heading."""
+    return list(_markdown_headings(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _markdown_headings(text: str) -> tuple[tuple[int, int, str], ...]:
+    """The parse behind :func:`markdown_headings`, kept for the last texts: reading a file asks for
+    its first heading (its title) and chunking it for all of them, one parse serves both."""
     tokens = _markdown_parser().parse(text)
     offsets = _line_offsets(text)
     headings = []
@@ -72,7 +80,7 @@ def markdown_headings(text: str) -> list[tuple[int, int, str]]:
             level = int(token.tag[1])
             title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
             headings.append((offsets[token.map[0]], level, title))
-    return headings
+    return tuple(headings)
 
 
 def rst_headings(text: str) -> list[tuple[int, int, str]]:
