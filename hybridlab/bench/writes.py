@@ -18,7 +18,8 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
   what is measured, and 100k real encodings would take most of an hour on 2 cores).
 - `reindex`: a folder of `REINDEX_FILES` synthetic markdown files indexed in full (`REINDEX_SETTLE`
   seconds after they were written, as an existing folder), then 1% of them edited and the folder
-  re-indexed (`index_paths`); the re-index's seconds apart from embedding, and an unchanged re-index.
+  re-indexed (`index_paths`); the re-index's seconds apart from embedding, and an unchanged re-index
+  (`gc.collect()` before each timed run, so no run pays for the garbage of the one before).
 - `search`: P50/P95 of `Index.search` (limit 10, default hybrid) on one segment and on 10 unmerged
   segments of the same documents, SciFact (its test queries) and 100k synthetic memories (300
   synthetic queries), with a check that both answer alike (top 100, scores to 1e-6); with
@@ -33,6 +34,7 @@ Results go to `reports/bench/<date>-writes-2/` (`--out`): `writes.json`, `README
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import json
 import os
@@ -221,10 +223,12 @@ def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     # the folder exists before it is indexed, as a repository does: files written within the racy
     # window (2 s) before a scan are read again by the next one (their signature is not recorded)
     time.sleep(max(0.0, REINDEX_SETTLE - (time.time() - written)))
+    gc.collect()  # each timed run starts with no garbage left by the setup (as timeit does), on both sides
     full = index_paths([folder], index_dir, config, progress=False, cache_path=cache)
     changed = rng.sample(range(files), max(1, int(files * share)))
     for i in changed:
         (folder / f"note-{i:05d}.md").write_text(_markdown(i, random.Random(i), edit=1), encoding="utf-8")
+    gc.collect()  # the full build's garbage is not the update's cost (a collection of it took 50-100 ms)
     update = index_paths([folder], index_dir, progress=False, cache_path=cache)
     unchanged = index_paths([folder], index_dir, progress=False, cache_path=cache)
     subprocess.run(["rm", "-rf", str(work)], check=False)
