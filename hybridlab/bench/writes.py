@@ -483,6 +483,16 @@ def _report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _describe(source: Path) -> str:
+    """A checkout as a report names it: its commit (no machine path), or its folder's name."""
+    try:
+        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return Path(source).name
+    return f"a checkout of {commit}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
@@ -516,10 +526,12 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_info()
     results: dict[str, Any] = {"date": date, "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
-                               "before_source": str(args.before) if args.before else None,
-                               "after_source": str(args.after), "stores_per_n": args.stores, "stores": {},
+                               "before_source": _describe(args.before) if args.before else None,
+                               "after_source": _describe(args.after), "stores_per_n": args.stores, "stores": {},
                                "reindex": {}, "search": {}, "disk": None}
-    command = "python -m hybridlab.bench.writes " + " ".join(argv)
+    # the command as recorded: checkouts named by their commit, not by this machine's paths
+    named = {str(args.before): "<before>", str(args.after): "<after>"} if args.before else {str(args.after): "<after>"}
+    command = "python -m hybridlab.bench.writes " + " ".join(named.get(arg, arg) for arg in argv)
     results["commands"] = []
     if args.update and (out / "writes.json").is_file():  # keep what this run does not measure again
         kept = json.loads((out / "writes.json").read_text(encoding="utf-8"))
