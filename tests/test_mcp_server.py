@@ -361,3 +361,26 @@ def test_mcp_backend_options_need_each_other(index_dir, capsys):
     assert "--backend qdrant needs --qdrant-url URL or --qdrant-path DIR" in capsys.readouterr().err
     assert main(["mcp", "--index", str(index_dir), "--qdrant-path", "/tmp/nowhere"]) == 2
     assert "--qdrant-path needs --backend qdrant" in capsys.readouterr().err
+
+
+def test_wal_records_setting_reaches_the_writer(index_dir):
+    """`hybridlab mcp --wal-records N` sets how many memories the write-ahead log holds before its
+    fold; 0 commits every store as a segment of its own."""
+    from mcp import Client
+
+    from hybridlab.cli import build_parser
+    from hybridlab.server.mcp import create_server
+
+    assert build_parser().parse_args(["mcp", "--index", "x", "--wal-records", "5"]).wal_records == 5
+    assert build_parser().parse_args(["mcp", "--index", "x"]).wal_records is None
+    server = create_server(index_dir, wal_records=0)
+
+    async def session() -> None:
+        async with Client(server) as client:
+            stored = await call(client, "store_memory", content="A memory about the capybara pool", tags=["zoo"])
+            assert not stored.is_error
+            facts = (await call(client, "stats")).structured_content
+            assert facts["server"]["wal_records"] == 0 and facts["server"]["memory_commits"] == 1
+            assert facts["server"]["memory_log_appends"] == 0 and facts["write_ahead_log"]["memories"] == 0
+
+    asyncio.run(session())

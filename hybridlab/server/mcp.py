@@ -134,7 +134,7 @@ class _Service:
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
                  lock_wait: float, commit_delay: float, backend: Callable[[Any], Any] | None = None,
-                 backend_name: str = "local") -> None:
+                 backend_name: str = "local", wal_records: int | None = None) -> None:
         from hybridlab.index.memory import MemoryWriter
         from hybridlab.search.engine import Index
 
@@ -142,7 +142,8 @@ class _Service:
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.backend_name = backend_name
         self.index = Index(self.index_dir, config) if backend is None else Index(self.index_dir, config, backend=backend)
-        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay)
+        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay,
+                                   wal_records=wal_records)
         self.warm_seconds: float | None = None
 
     def warm(self) -> None:
@@ -176,18 +177,19 @@ class _Service:
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
                   warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0,
                   auth_token: str | None = None, backend: Callable[[Any], Any] | None = None,
-                  backend_name: str = "local") -> Any:
+                  backend_name: str = "local", wal_records: int | None = None) -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
-    commits (see :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
+    commits and `wal_records` = memories the write-ahead log holds before it is folded into a segment
+    (None: `HYBRIDLAB_WAL_RECORDS` or 64; 0: a segment per store; see :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
     carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
     retrievers), described as `backend_name` in `stats`."""
     from mcp.server.mcpserver import MCPServer
 
-    service = _Service(index_dir, config, lock_wait, commit_delay, backend, backend_name)
+    service = _Service(index_dir, config, lock_wait, commit_delay, backend, backend_name, wal_records)
 
     @asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -371,7 +373,8 @@ def cli_mcp(args: argparse.Namespace) -> int:
         with stdout_to_stderr():
             server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
                                    commit_delay=args.commit_delay, auth_token=security and security.token,
-                                   backend=backend, backend_name=backend_name)
+                                   backend=backend, backend_name=backend_name,
+                                   wal_records=getattr(args, "wal_records", None))
         index = server.service.index
         logger.info("serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs", args.index_dir,
                     index.n_chunks, index.manifest["generation"], backend_name, args.transport,
