@@ -1085,18 +1085,11 @@ def fold_log(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
         manifest = layout.read_manifest(index_dir)
     except FileNotFoundError:
         return None
-    if not wal.read_wal(wal.wal_path(index_dir, manifest["generation"])).records:
-        return None
-    return apply_changes(index_dir, [], progress=progress, cache_path=_recorded_cache(index_dir, manifest),
-                         use_cache=False)
-
-
-def _recorded_cache(index_dir: Path, manifest: dict[str, Any]) -> Path | None:
-    """The index's own embeddings cache when it has one, else the one it was built with (if it exists)."""
-    if (index_dir / layout.CACHE_FILE).exists():
-        return index_dir / layout.CACHE_FILE
-    recorded = manifest.get("embedding_cache")
-    return Path(recorded) if recorded and Path(recorded).exists() else None
+    if wal.log_size(wal.wal_path(index_dir, manifest["generation"])) <= len(wal.MAGIC):
+        return None  # no log, or an empty one (apply_changes reads the records)
+    report = apply_changes(index_dir, [], progress=progress, cache_path=layout.recorded_cache(index_dir, manifest),
+                           use_cache=False)
+    return report if report.committed else None
 
 
 def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport:

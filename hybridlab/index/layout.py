@@ -65,6 +65,33 @@ def generation_name(number: int) -> str:
     return f"gen-{number:06d}"
 
 
+WAL_PREFIX = "wal-"
+
+
+def wal_path(index_dir: str | os.PathLike, generation: int) -> Path:
+    """The write-ahead log that extends generation `generation` of `index_dir` (`hybridlab.index.wal`)."""
+    return Path(index_dir) / f"{WAL_PREFIX}{int(generation):06d}.log"
+
+
+def wal_generation(name: str) -> int | None:
+    """The generation number of a log's file name (None: not a log)."""
+    if not (name.startswith(WAL_PREFIX) and name.endswith(".log")):
+        return None
+    digits = name[len(WAL_PREFIX):-len(".log")]
+    return int(digits) if digits.isdigit() else None
+
+
+def recorded_cache(index_dir: Path, manifest: dict[str, Any]) -> Path | None:
+    """The index's own embeddings cache when it has one (also in a copied or moved index, whose
+    manifest still names the original's), else the one the manifest names if it exists (the shared
+    cache of the evaluation indexes); None when neither exists."""
+    local = Path(index_dir) / CACHE_FILE
+    if local.exists():
+        return local
+    named = manifest.get("embedding_cache")
+    return Path(named) if named and Path(named).exists() else None
+
+
 def fsync_path(path: str | os.PathLike) -> None:
     """fsync one file or folder."""
     fd = os.open(path, os.O_RDONLY)
@@ -350,9 +377,9 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
             shutil.rmtree(path, ignore_errors=True)
         removed.append(name)
     numbers = {int(GENERATION.match(name).group(1)) for name in commits if GENERATION.match(name)}
-    for name in [n for n in os.listdir(index_dir) if n.startswith("wal-") and n.endswith(".log")]:
-        digits = name[len("wal-"):-len(".log")]
-        if digits.isdigit() and int(digits) not in numbers:  # the log of a generation no longer kept
+    for name in os.listdir(index_dir):
+        number = wal_generation(name)
+        if number is not None and number not in numbers:  # the log of a generation no longer kept
             (index_dir / name).unlink(missing_ok=True)
             removed.append(name)
     for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):

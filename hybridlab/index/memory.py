@@ -25,17 +25,19 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hybridlab.index import layout, wal
+from hybridlab.index.reader import manifest_stamp
 from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MEMORY_SOURCE = "mcp:memories"
 MAX_CONTENT_CHARS = 20_000
@@ -105,13 +107,10 @@ def _cache_path(index_dir: Path) -> Path | None:
     """The index's own embeddings cache when it has one (also in a copied or moved index, whose
     manifest still names the original's), else the one it was built with (the shared cache of the
     evaluation indexes); None = the indexer's default."""
-    if (index_dir / layout.CACHE_FILE).exists():
-        return index_dir / layout.CACHE_FILE
     try:
-        recorded = layout.read_manifest(index_dir).get("embedding_cache")
+        return layout.recorded_cache(index_dir, layout.read_manifest(index_dir))
     except (FileNotFoundError, layout.CorruptIndexError):
         return None
-    return Path(recorded) if recorded and Path(recorded).exists() else None
 
 
 class MemoryWriter:
@@ -235,7 +234,7 @@ class MemoryWriter:
         from hybridlab.index.build import _checkpoint, indexed_doc_ids
 
         with self._locked():
-            stamp = reader_stamp(self.index_dir)
+            stamp = manifest_stamp(self.index_dir)
             if stamp is None:
                 return None
             if self._log is None or self._log.stamp != stamp:
@@ -279,15 +278,7 @@ class MemoryWriter:
         from hybridlab.index.build import fold_log
 
         try:
-            deadline = time.monotonic() + self.lock_wait
-            while True:
-                try:
-                    report = fold_log(self.index_dir, progress=False)
-                    break
-                except layout.IndexLockedError:
-                    if time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.05)
+            report = self._waiting(lambda: fold_log(self.index_dir, progress=False), "the log stays as it is")
         except Exception as error:  # noqa: BLE001 - the memories stay in the log, folded later
             logger.warning("folding the write-ahead log of %s failed (%s); it is retried", self.index_dir, error)
             return
@@ -298,16 +289,7 @@ class MemoryWriter:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the index's writer lock, waiting up to `lock_wait` seconds for another writer."""
-        deadline = time.monotonic() + self.lock_wait
-        while True:
-            try:
-                lock = layout.WriterLock(self.index_dir).__enter__()
-                break
-            except layout.IndexLockedError as error:
-                if time.monotonic() >= deadline:
-                    raise layout.IndexLockedError(
-                        f"{error}; the memory was not stored (waited {self.lock_wait:.0f}s)") from None
-                time.sleep(0.01)
+        lock = self._waiting(layout.WriterLock(self.index_dir).__enter__, "the memory was not stored")
         try:
             yield
         finally:
@@ -322,25 +304,21 @@ class MemoryWriter:
 
     def _apply(self, apply_changes, documents: list[Document]):
         """apply_changes, waiting up to `lock_wait` seconds while another process holds the writer lock."""
+        return self._waiting(lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
+                                                   cache_path=_cache_path(self.index_dir), use_cache=False),
+                             "the memory was not stored")
+
+    def _waiting(self, call: Callable[[], T], consequence: str) -> T:
+        """`call()`, retried while another process holds the index's writer lock, for up to
+        `lock_wait` seconds; then IndexLockedError saying what it means (`consequence`)."""
         deadline = time.monotonic() + self.lock_wait
         while True:
             try:
-                return apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
-                                     cache_path=_cache_path(self.index_dir), use_cache=False)
+                return call()
             except layout.IndexLockedError as error:
                 if time.monotonic() >= deadline:
-                    raise layout.IndexLockedError(
-                        f"{error}; the memory was not stored (waited {self.lock_wait:.0f}s)") from None
-                time.sleep(0.2)
-
-
-def reader_stamp(index_dir: Path) -> tuple[int, int] | None:
-    """(mtime, inode) of the manifest, None when there is none: a commit by anyone replaces it."""
-    try:
-        stat = os.stat(index_dir / layout.MANIFEST)
-    except FileNotFoundError:
-        return None
-    return (stat.st_mtime_ns, stat.st_ino)
+                    raise layout.IndexLockedError(f"{error}; {consequence} (waited {self.lock_wait:.0f}s)") from None
+                time.sleep(0.01)
 
 
 @dataclass

@@ -82,11 +82,7 @@ def _cache_problems(path: Path) -> list[str]:
 def cache_path(index_dir: Path, manifest: dict[str, Any]) -> Path:
     """The embeddings cache of an index: its own file when present, else the (shared) one the
     manifest names, else where its own would be."""
-    local = Path(index_dir) / layout.CACHE_FILE
-    named = manifest.get("embedding_cache")
-    if local.exists() or not named or not Path(named).exists():
-        return local
-    return Path(named)
+    return layout.recorded_cache(index_dir, manifest) or Path(index_dir) / layout.CACHE_FILE
 
 
 def _segment_folders(index_dir: Path, manifest: dict[str, Any]) -> list[Path]:

@@ -38,6 +38,7 @@ from hybridlab.config import IndexConfig
 from hybridlab.errors import CorruptIndexError
 from hybridlab.index import layout, store
 from hybridlab.index.embedding_cache import text_sha256
+from hybridlab.index.layout import WAL_PREFIX, wal_path  # noqa: F401  (the log's name, owned by layout)
 from hybridlab.index.rows import assign_vectors, chunk_document, indexed_text, insert_documents
 from hybridlab.ingest.sources import Document
 
@@ -46,22 +47,6 @@ HEADER = struct.Struct("<II")  # payload bytes, crc32 of the payload
 MAX_RECORD_BYTES = 64 << 20
 #: records a log holds before the memory writer folds it into a segment (`HYBRIDLAB_WAL_RECORDS`)
 FOLD_RECORDS = 64
-WAL_PREFIX = "wal-"
-
-
-def wal_path(index_dir: str | os.PathLike, generation: int) -> Path:
-    """The log that extends generation `generation` of `index_dir`."""
-    return Path(index_dir) / f"{WAL_PREFIX}{int(generation):06d}.log"
-
-
-def wal_generation(name: str) -> int | None:
-    """The generation number of a log's file name (None: not a log)."""
-    if not (name.startswith(WAL_PREFIX) and name.endswith(".log")):
-        return None
-    digits = name[len(WAL_PREFIX):-len(".log")]
-    return int(digits) if digits.isdigit() else None
-
-
 def fold_records() -> int:
     """Records a log may hold before the memory writer folds it (0 = no log: every store commits a segment)."""
     value = os.environ.get("HYBRIDLAB_WAL_RECORDS", str(FOLD_RECORDS)).strip()
@@ -287,8 +272,8 @@ def truncate_torn_tail(path: str | os.PathLike) -> str | None:
     if contents.problem is None:
         return None
     with open(path, "r+b") as handle:
-        handle.truncate(max(contents.valid_end, 0) if contents.valid_end else 0)
-        if not contents.valid_end:
+        handle.truncate(contents.valid_end)
+        if not contents.valid_end:  # not even its magic was intact
             handle.write(MAGIC)
         handle.flush()
         os.fsync(handle.fileno())
