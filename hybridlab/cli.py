@@ -98,6 +98,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rerank-model", help="the cross-encoder (default ms-marco-MiniLM-L-12-v2)")
     g.add_argument("--recency-intent-weight", type=_unit_float,
                    help="recency weight for queries asking for the latest state (current, still, ...)")
+    g.add_argument("--feedback-weight", type=float,
+                   help="dense feedback: move the query vector this far toward the fused list's best "
+                        "documents, then search and fuse again (0 = off, the default)")
+    g.add_argument("--feedback-docs", type=_positive_int, help="dense feedback: documents it reads (default 1)")
     g.add_argument("--embedding-model", help="which model's vectors to search")
     g.add_argument("--language", help="pick the model through the language table")
     g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
@@ -106,7 +110,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
                         "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
-                        "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model")
+                        "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
+                        "feedback_weight", "feedback_docs")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -156,7 +156,13 @@ class SearchConfig:
     weight is scaled per query by its lexical evidence, the share of the query's IDF mass the best
     of BM25's top 10 rows contains: 0 at or below `lexical_floor`, full at or above
     `lexical_ceiling`, linear between; a query that asks for the latest state ("current", "still",
-    ...) weighs recency `recency_intent_weight` instead of `recency_weight`. Off = fixed weights."""
+    ...) weighs recency `recency_intent_weight` instead of `recency_weight`. Off = fixed weights.
+
+    Dense feedback (`feedback_weight` > 0, :mod:`hybridlab.search.feedback`): after fusion, the
+    query vector moves toward the stored vectors of the fused list's best `feedback_docs`
+    documents (Rocchio: `q + feedback_weight * mean`, re-normalised), the dense retriever runs
+    again with it (staged: over the same candidates, grown along the graph) and the runs are
+    fused again. Hybrid mode only; 0 = off."""
 
     mode: str = "hybrid"
     fusion: str = "convex"
@@ -187,6 +193,8 @@ class SearchConfig:
     lexical_floor: float = 0.2
     lexical_ceiling: float = 0.4
     recency_intent_weight: float = 0.5
+    feedback_weight: float = 0.0
+    feedback_docs: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in SEARCH_MODES:
@@ -222,6 +230,10 @@ class SearchConfig:
                              f"{self.lexical_floor}, {self.lexical_ceiling}")
         if not 0.0 <= self.recency_intent_weight <= 1.0:
             raise ValueError(f"recency_intent_weight must be in [0, 1], got {self.recency_intent_weight}")
+        if not 0.0 <= self.feedback_weight <= 10.0:
+            raise ValueError(f"feedback_weight must be in [0, 10] (0 = no dense feedback), got {self.feedback_weight}")
+        if isinstance(self.feedback_docs, bool) or not isinstance(self.feedback_docs, Integral) or self.feedback_docs < 1:
+            raise ValueError(f"feedback_docs must be an integer >= 1, got {self.feedback_docs!r}")
         if not isinstance(self.rerank_model, str) or not self.rerank_model.strip():
             raise ValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
 

@@ -99,6 +99,7 @@ def test_default_params_are_the_package_defaults_in_the_space():
         "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
         "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "adaptive_fusion": True,
         "lexical_floor": SearchConfig.lexical_floor, "lexical_ceiling": SearchConfig.lexical_ceiling,
+        "feedback_weight": SearchConfig.feedback_weight,
         "bm25_k1": 1.5, "bm25_b": 0.75}
     small = default_params(space, n_chunks=100)
     assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5

@@ -81,6 +81,10 @@ class FaissRetriever:
         dense_rows, scores = self._score(vector, rows)
         return self._to_rows[dense_rows], scores
 
+    def vectors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dense_rows = self.index.rows_of(self._chunk_ids[np.asarray(rows, dtype=np.int64)])
+        return self._to_rows[dense_rows], self.index.take(dense_rows)
+
     def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
                    allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
         dense_rows, scores = self._score(vector, rows)  # FAISS rows, scored once, no id round trip

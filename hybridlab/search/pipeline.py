@@ -7,6 +7,8 @@
     evidence   the query's signals: lexical evidence, retriever agreement, recency intent
                (search/evidence.py); they scale BM25's weight and set the recency weight
     combine    fusion (by name, weights from alpha and evidence) -> recency -> min_score
+    feedback   optional (`feedback_weight` > 0): the query vector moved toward the fused list's best
+               documents (search/feedback.py), dense retrieval again, combine again
     retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
                than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
     rerank     optional (`rerank_depth` > 0): the top chunks re-ordered by a cross-encoder
@@ -39,6 +41,7 @@ from hybridlab.search.evidence import (
     weights_with_evidence,
     without_recency_cues,
 )
+from hybridlab.search.feedback import best_documents, rocchio
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
 from hybridlab.search.results import SearchResult, iso_utc, make_snippet
@@ -110,6 +113,8 @@ class Retrieval:
     graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
     reranked: Mapping[int, float] = field(default_factory=dict)  # row -> cross-encoder score (rerank step)
     evidence: QueryEvidence = field(default_factory=QueryEvidence)  # the query's signals (adaptive fusion)
+    feedback_rows: tuple[int, ...] = ()  # dense feedback: the rows whose vectors moved the query
+    query_dense: Run = field(default_factory=dict)  # dense feedback: the dense run of the query itself
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -320,6 +325,31 @@ def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -
     return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency)
 
 
+# ------------------------------------------------------------------------------------ feedback
+def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], hits: list[Hit], stage: str,
+                   depth: int) -> tuple[dict[str, Run], tuple[int, ...]]:
+    """The runs with the dense run of the query moved toward the vectors of the best
+    `feedback_docs` documents of `hits` (:func:`~hybridlab.search.feedback.rocchio`), and those
+    rows. Staged: the same candidates (BM25, tags, the first dense run) scored and grown along the
+    graph again; parallel: a new top `depth`. Unchanged when no hit has a vector."""
+    config = request.config
+    dense = snapshot.dense[request.model]
+    seeds = best_documents((hit.row for hit in hits), snapshot.generation.doc_ids, config.feedback_docs)
+    rows, vectors = dense.vectors(np.asarray(seeds, dtype=np.int64))
+    if not len(rows):
+        return runs, ()
+    moved = dataclasses.replace(request, vector=rocchio(request.vector, vectors, config.feedback_weight))
+    if stage == "staged":
+        pool = np.fromiter({row for name in ("bm25", "tags", "dense") for row in runs.get(name) or ()}, np.int64)
+        moved_run, _ = staged_dense_run(snapshot, moved, pool, depth)
+    else:
+        found, scores = dense.search(moved.vector, depth, request.allowed)
+        moved_run = dict(zip(found.tolist(), scores.tolist()))
+    if config.fill_dense and runs.get("bm25"):
+        moved_run = fill_dense(snapshot, moved, moved_run, runs["bm25"])
+    return {**runs, "dense": moved_run}, tuple(rows.tolist())
+
+
 # ------------------------------------------------------------------------------------ fusion
 def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
             now: datetime, evidence: QueryEvidence | None = None) -> tuple[list[Hit], int]:
@@ -411,11 +441,18 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         if depth >= n_allowed and (stage != "staged" or candidates >= n_allowed):
             break
         depth, candidates = min(depth * 4, n_allowed), min(candidates * 4, n_allowed)
+    feedback_rows: tuple[int, ...] = ()
+    query_dense = runs.get("dense") or {}
+    if config.feedback_weight > 0 and config.mode == "hybrid" and model is not None and hits:
+        runs, feedback_rows = dense_feedback(snapshot, request, runs, hits, stage, depth)
+        if feedback_rows:
+            hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now, evidence)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
     named = request.tags
     return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
                      model, named.tags, named.collections, named.boost, named.coverage, timings,
-                     added if stage == "staged" else 0, evidence=evidence)
+                     added if stage == "staged" else 0, evidence=evidence, feedback_rows=feedback_rows,
+                     query_dense=query_dense if feedback_rows else {})
 
 
 # ------------------------------------------------------------------------------------ rerank
@@ -464,7 +501,7 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
 def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
     """Where a hit's score came from: each retriever's rank and score, tags, recency, settings."""
     def rank_and_score(name: str) -> tuple[int | None, float | None]:
-        run = retrieval.runs.get(name) or {}
+        run = retrieval.query_dense if name == "query_dense" else retrieval.runs.get(name) or {}
         if hit.row not in run:
             return None, None
         score = run[hit.row]
@@ -472,6 +509,8 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
 
     dense_rank, dense_score = rank_and_score("dense")
     bm25_rank, bm25_score = rank_and_score("bm25")
+    # with dense feedback, dense_* is the moved query's run and query_dense_* the query's own
+    query_dense_rank, query_dense_score = rank_and_score("query_dense") if retrieval.feedback_rows else (None, None)
     rerank_score = retrieval.reranked.get(hit.row)
     rerank_rank = None if rerank_score is None else 1 + sum(
         1 for other, s in retrieval.reranked.items() if s > rerank_score or (s == rerank_score and other < hit.row))
@@ -492,6 +531,9 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "fill_dense": config.fill_dense, "decay": config.decay,
         "recency_weight": config.recency_weight, "adaptive_fusion": config.adaptive_fusion,
         **retrieval.evidence.to_dict(),
+        "feedback_weight": config.feedback_weight,
+        "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],
+        "query_dense_score": query_dense_score, "query_dense_rank": query_dense_rank,
         "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,
         "rerank_weight": config.rerank_weight if config.rerank_depth else None,
         "rerank_model": config.rerank_model if config.rerank_depth else None,

@@ -592,17 +592,19 @@ class QdrantDenseRetriever:
             search_params=self._exact if allowed.mask is not None else None).points
         return _ranked(self._chunk_ids, points, depth)
 
-    def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def vectors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
-            return rows, np.zeros(0, np.float32)
+            return rows, np.zeros((0, self.dim), np.float32)
         points = self.client.retrieve(self.collection, ids=self._chunk_ids[rows].tolist(), with_payload=False,
                                       with_vectors=[self.model])
         found = {int(p.id): p.vector.get(self.model) for p in points if p.vector and p.vector.get(self.model)}
         kept = np.asarray([row for row in rows.tolist() if int(self._chunk_ids[row]) in found], dtype=np.int64)
-        if not len(kept):
-            return kept, np.zeros(0, np.float32)
         matrix = np.asarray([found[int(self._chunk_ids[row])] for row in kept], dtype=np.float32)
+        return kept, matrix.reshape(len(kept), self.dim)
+
+    def score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        kept, matrix = self.vectors(rows)
         return kept, matrix @ np.asarray(vector, dtype=np.float32).reshape(-1)
 
     def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
@@ -715,7 +717,7 @@ def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str
     :func:`~hybridlab.search.fusion.rrf` with weights 0.5 (Qdrant weights a run by dividing its rank,
     1/(rank/w + k - 1), not by multiplying its score, so other alphas stay client-side). DBSF
     normalises each run by mean ± 3 standard deviations like :func:`~hybridlab.search.fusion.dbsf`.
-    Tags, recency, convex combinations and adaptive fusion (whose BM25 weight depends on BM25's
+    Tags, recency, convex combinations, dense feedback and adaptive fusion (whose BM25 weight depends on BM25's
     own top rows) are client-side only (the pipeline)."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")

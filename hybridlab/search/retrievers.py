@@ -81,6 +81,11 @@ class DenseRetriever(Protocol):
         order given (rows without a vector are left out)."""
         ...
 
+    def vectors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, their stored vectors as a float32 matrix), in the order given (rows without a
+        vector are left out); feeds the dense pseudo-relevance feedback."""
+        ...
+
     def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
                    allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
         """Staged search: the exact scores of the candidate `rows` (as :meth:`score`), the pool

@@ -145,13 +145,16 @@ ADAPTIVE = Param("adaptive_fusion", "categorical", choices=(False, True))
 LEXICAL_FLOOR = Param("lexical_floor", "float", 0.0, 0.4, step=0.05, when=("adaptive_fusion", (True,)))
 LEXICAL_CEILING = Param("lexical_ceiling", "float", 0.4, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
 RECENCY_INTENT = Param("recency_intent_weight", "float", 0.0, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
+#: dense pseudo-relevance feedback (search/feedback.py): 0 = off; documents only where it is on
+FEEDBACK_WEIGHT = Param("feedback_weight", "categorical", choices=(0.0, 0.25, 0.5, 1.0))
+FEEDBACK_DOCS = Param("feedback_docs", "int", 1, 3, when=("feedback_weight", (0.25, 0.5, 1.0)))
 BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
 BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
 CHUNK_OVERLAP = Param("chunk_overlap", "categorical", choices=(0, 150))
 
 _SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK, EXPAND_HOPS, FILL_DENSE,
-                ADAPTIVE, LEXICAL_FLOOR, LEXICAL_CEILING)
+                ADAPTIVE, LEXICAL_FLOOR, LEXICAL_CEILING, FEEDBACK_WEIGHT, FEEDBACK_DOCS)
 #: Search spaces by dataset. Memories are short (<300 chars: one chunk each) and dated and tagged;
 #: BEIR sets have one chunk per document, no dates and no tags, so only fusion, staging and BM25
 #: matter there. Chunk size and overlap (CHUNK_SIZE, CHUNK_OVERLAP) re-chunk and re-embed the corpus per
