@@ -187,29 +187,54 @@ import sys, time
 from pathlib import Path
 from hybridlab.config import IndexConfig
 from hybridlab.eval.evaluator import Evaluator, resolve_evalset
-from hybridlab.tune.sweep import run_study
+from hybridlab.tune.sweep import INDEX_TARGETS, progress_line, run_study, space_for
 folder, storage, seed, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
-base = IndexConfig(models=("wordllama",))
-evaluator = Evaluator(resolve_evalset(folder))
-evaluator.score({}, base, "dev")  # warm up (model, index, ranx) so both workers start trials together
-(flags / f"ready-{seed}").touch()
-while not (flags / "go").exists():
-    time.sleep(0.05)
-score = evaluator.score
-
-def score_once_both_run(*args, **kwargs):
-    # a barrier on each worker's first scored trial: on a loaded machine one worker could
-    # otherwise fill the whole study before the other's first trial starts
-    (flags / f"trial-{seed}").touch()
-    deadline = time.monotonic() + 300
-    while not all((flags / f"trial-{other}").exists() for other in (1, 2)) and time.monotonic() < deadline:
+other = 3 - seed
+try:
+    base = IndexConfig(models=("wordllama",))
+    evaluator = Evaluator(resolve_evalset(folder))
+    evaluator.score({}, base, "dev")  # warm up (model, index, ranx) so both workers start trials together
+    (flags / f"ready-{seed}").touch()
+    while not (flags / "go").exists():
         time.sleep(0.05)
-    return score(*args, **kwargs)
+    score, scored = evaluator.score, []
 
-evaluator.score = score_once_both_run
-run_study(folder, trials=8, storage=storage, study_name="shared", seed=seed, base_index=base,
-          evaluator=evaluator, max_index_configs=1)
+    def score_once_both_run(*args, **kwargs):
+        # a barrier on each worker's FIRST scored trial only (on a loaded machine one worker could
+        # otherwise fill the whole study before the other's first trial starts); released early
+        # when the other worker has exited, so a dead partner cannot hold this one for minutes
+        if not scored:
+            (flags / f"trial-{seed}").touch()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(
+                    (flags / f"{kind}-{other}").exists() for kind in ("trial", "exit")):
+                time.sleep(0.05)
+        scored.append(1)
+        return score(*args, **kwargs)
+
+    evaluator.score = score_once_both_run
+    # search-time knobs only: with max_index_configs=1 a trial drawing other BM25 values than the
+    # defaults' is pruned by the cap (8 of 9 draws of the default space), and a worker whose
+    # trials * 5 trials were all pruned that way exited 0 without scoring one (~8% of runs)
+    space = tuple(p for p in space_for(evaluator.evalset.name) if p.name not in INDEX_TARGETS)
+    study = run_study(folder, trials=8, storage=storage, study_name="shared", seed=seed, base_index=base,
+                      evaluator=evaluator, max_index_configs=1, space=space)
+    print(f"worker {seed}: scored {len(scored)} trials; {progress_line(study, 8)}", flush=True)
+finally:
+    (flags / f"exit-{seed}").touch()
 """
+#: the two workers take ~30 s together; past this they are killed and the test fails with both logs
+TWO_WORKERS_TIMEOUT_S = 300
+
+
+def _worker_logs(tmp_path: Path, workers: dict[int, subprocess.Popen]) -> str:
+    """Each worker's exit code and the tail of its output (stdout and stderr)."""
+    parts = []
+    for seed, worker in workers.items():
+        log = tmp_path / f"worker-{seed}.log"
+        text = log.read_text(errors="replace") if log.is_file() else "(no log)"
+        parts.append(f"--- worker {seed} (pid {worker.pid}, exit {worker.returncode}) ---\n{text[-3000:]}")
+    return "\n".join(parts)
 
 
 @pytest.mark.slow
@@ -217,21 +242,35 @@ def test_two_worker_processes_fill_one_study(tmp_path, tiny_index):  # noqa: F81
     folder, cache = tiny_index
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HYBRIDLAB_CACHE": str(cache)}
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(folder), storage, str(seed), str(tmp_path)],
-                                env=env, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
-    deadline = time.monotonic() + 600
-    while not all((tmp_path / f"ready-{seed}").exists() for seed in (1, 2)):
-        if any(w.poll() not in (None, 0) for w in workers) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    (tmp_path / "go").touch()
-    for worker in workers:
-        _, err = worker.communicate(timeout=600)
-        assert worker.returncode == 0, err[-2000:]
+    workers: dict[int, subprocess.Popen] = {}
+    try:
+        for seed in (1, 2):
+            with open(tmp_path / f"worker-{seed}.log", "wb") as log:  # files, not pipes: none can fill up
+                workers[seed] = subprocess.Popen(
+                    [sys.executable, "-c", WORKER, str(folder), storage, str(seed), str(tmp_path)],
+                    env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + TWO_WORKERS_TIMEOUT_S
+        while not all((tmp_path / f"ready-{seed}").exists() for seed in workers):
+            if any(w.poll() is not None for w in workers.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        (tmp_path / "go").touch()
+        while any(w.poll() is None for w in workers.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        running = [seed for seed, w in workers.items() if w.poll() is None]
+    finally:  # never leave a worker running or unreaped (a zombie) for the tests after this one
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.kill()
+        for worker in workers.values():
+            worker.wait()
+    logs = _worker_logs(tmp_path, workers)
+    assert not running, f"workers {running} still ran after {TWO_WORKERS_TIMEOUT_S} s (killed)\n{logs}"
+    assert all(w.returncode == 0 for w in workers.values()), logs
     study = optuna.load_study(study_name="shared", storage=storage)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert len(complete) >= 8
-    assert len({t.user_attrs["worker"] for t in complete}) == 2
+    assert len(complete) >= 8, logs
+    assert len({t.user_attrs["worker"] for t in complete}) == 2, logs
     assert all(0.0 <= t.value <= 1.0 for t in complete)
 
 
