@@ -102,6 +102,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                    help="dense feedback: move the query vector this far toward the fused list's best "
                         "documents, then search and fuse again (0 = off, the default)")
     g.add_argument("--feedback-docs", type=_positive_int, help="dense feedback: documents it reads (default 1)")
+    g.add_argument("--chunk-decay", type=float,
+                   help="score a document by all its chunks, s1 + d*s2 + d^2*s3 + ... (0 = its best chunk alone, the default)")
     g.add_argument("--embedding-model", help="which model's vectors to search")
     g.add_argument("--language", help="pick the model through the language table")
     g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
@@ -111,7 +113,7 @@ SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "de
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
                         "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
                         "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
-                        "feedback_weight", "feedback_docs")
+                        "feedback_weight", "feedback_docs", "chunk_decay")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:

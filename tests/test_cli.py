@@ -68,13 +68,13 @@ def test_search_json_golden_bm25(capsys, tiny_index):
 
 def test_search_json_hybrid_top_hit(capsys, tiny_index):
     code, out, _ = run(capsys, "search", "SelectEditor dropdown", "--index", str(tiny_index), "--limit", "1",
-                       "--fusion", "rrf", "--alpha", "0.5", "--decay", "0", "--json")
+                       "--fusion", "rrf", "--alpha", "0.5", "--decay", "0", "--chunk-decay", "0", "--json")
     assert code == 0
     (top,) = json.loads(out)
     assert list(top) == RESULT_KEYS
     assert (top["rank"], top["doc_id"], top["chunk_id"], top["title"], top["section"]) == (
         1, "panel/tabulator.md", 3, "Tabulator", "Tabulator › Editors")
-    # first in both retrievers: RRF (rrf_k 60) weighted 0.5 / 0.5
+    # first in both retrievers: RRF (rrf_k 60) weighted 0.5 / 0.5 (the best chunk alone: --chunk-decay 0)
     assert top["score"] == pytest.approx(0.5 / 61 + 0.5 / 61, abs=1e-6)
     assert "SelectEditor, which shows a dropdown list" in top["snippet"]
 

@@ -44,3 +44,17 @@ def test_nested_cv_scores_each_fold_with_a_config_tuned_on_the_others():
 def test_nested_cv_rejects_scores_for_other_queries():
     with pytest.raises(ValueError, match="exactly the fold's"):
         nested_cv(QIDS, lambda train: 0, lambda config, fold: {"x": 1.0}, k=2)
+
+
+def test_grid_cross_validated_choice_scores_each_fold_at_the_value_best_elsewhere():
+    from hybridlab.tune.grid import cross_validated_choice
+
+    ids = [f"q{i}" for i in range(10)]
+    # "0.1" is better on every query but q0; "0" is the baseline
+    per_query = {"0": {q: 0.5 for q in ids}, "0.1": {q: (0.0 if q == "q0" else 0.7) for q in ids}}
+    chosen = cross_validated_choice(per_query, 5)
+    assert chosen["chosen"] == ["0.1"] * 5 and chosen["baseline_value"] == "0"
+    assert chosen["mean"] == pytest.approx((9 * 0.7 + 0.0) / 10) and chosen["baseline_mean"] == 0.5
+    assert 0.0 <= chosen["p_value"] <= 1.0
+    tied = cross_validated_choice({"a": {q: 1.0 for q in ids}, "b": {q: 1.0 for q in ids}}, 2)
+    assert tied["chosen"] == ["a", "a"]  # ties: the earlier value

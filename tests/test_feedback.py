@@ -1,5 +1,6 @@
 """Dense pseudo-relevance feedback: the Rocchio update (pure), and the pipeline step that moves the
-query toward the fused list's best documents, searches again and fuses again."""
+query toward the fused list's best documents, searches again and fuses again; and document scores
+from all of a document's chunks (`chunk_decay`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,3 +95,37 @@ def test_cli_takes_the_feedback_flags(capsys, memory_index_dir):  # noqa: F811
     first = json.loads(capsys.readouterr().out)[0]
     assert code == 0
     assert first["explain"]["feedback_weight"] == 0.5 and len(first["explain"]["feedback_documents"]) == 2
+
+
+# ------------------------------------------------------------------ document scores from all chunks
+def test_document_scores_sum_a_documents_chunks_with_decay():
+    from hybridlab.search.pipeline import Hit, document_scores
+
+    doc_ids = ["a", "a", "b", "a", "c"]
+    hits = [Hit(2, 1.0, 1.0, 1.0), Hit(0, 0.9, 0.9, 1.0), Hit(1, 0.8, 0.8, 1.0), Hit(4, 0.5, 0.5, 1.0),
+            Hit(3, -0.2, -0.2, 1.0)]
+    scored = document_scores(hits, doc_ids, 0.5)
+    assert [doc_ids[hit.row] for hit in scored] == ["a", "b", "c"]  # a: 0.9 + 0.5 * 0.8 + 0 (negative)
+    assert scored[0].row == 0 and scored[0].score == pytest.approx(1.3) and scored[0].fused == 0.9
+    assert scored[1].score == 1.0 and scored[2].score == 0.5
+    assert [hit.row for hit in document_scores(hits, doc_ids, 0.0)] == [2, 0, 4]  # MaxP
+
+
+def test_chunk_decay_ranks_documents_by_all_their_chunks(opened_tiny_index):
+    tiny = opened_tiny_index
+    query = "tabulator filter editor page size"
+    options = {"limit": 5, "adaptive_fusion": False}
+    maxp = tiny.search_response(query, chunk_decay=0.0, explain=True, **options).results
+    summed = tiny.search_response(query, chunk_decay=0.5, explain=True, **options).results
+    assert summed[0].explain["chunk_decay"] == 0.5 and maxp[0].explain["chunk_decay"] == 0.0
+    # a document's score is its chunks' final scores, best first, decayed
+    chunks = tiny.search_response(query, group_by_document=False, **{**options, "limit": 100}).results
+    assert any(sum(c.doc_id == r.doc_id for c in chunks) > 1 for r in summed)  # a document with several chunks
+    for result in summed:
+        own = sorted((c.score for c in chunks if c.doc_id == result.doc_id), reverse=True)
+        expected = sum(max(score, 0.0) * 0.5 ** i if i else score for i, score in enumerate(own))
+        assert result.score == pytest.approx(expected, abs=1e-5)
+    assert len({r.doc_id for r in summed}) == len(summed)
+    # bm25 and vector modes stay the best chunk alone
+    for mode in ("bm25", "vector"):
+        assert ids(tiny.search(query, mode=mode, chunk_decay=0.5)) == ids(tiny.search(query, mode=mode, chunk_decay=0.0))

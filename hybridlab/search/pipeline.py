@@ -13,7 +13,7 @@
                than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
     rerank     optional (`rerank_depth` > 0): the top chunks re-ordered by a cross-encoder
                (timed as `rerank_ms`)
-    group      best chunk per document
+    group      best chunk per document (`chunk_decay` > 0: scored by all its chunks)
     hydrate    texts, tags, dates, snippets, explain -> SearchResult
 
 Every step reads the snapshot it is given and nothing else: a search never sees two generations.
@@ -390,8 +390,11 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_
 
 
 def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit]:
-    """Best chunk per document, in score order, at most `limit`."""
+    """Best chunk per document, in score order, at most `limit`. With `chunk_decay` > 0 (hybrid
+    mode) a document scores by all its chunks (:func:`document_scores`)."""
     doc_ids = snapshot.generation.doc_ids
+    if config.chunk_decay > 0 and config.mode == "hybrid":
+        return document_scores(hits, doc_ids, config.chunk_decay)[: config.limit]
     seen: set[str] = set()
     grouped = []
     for hit in hits:
@@ -402,6 +405,25 @@ def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit
             if len(grouped) >= config.limit:
                 break
     return grouped
+
+
+def document_scores(hits: Sequence[Hit], doc_ids: Sequence[str], decay: float) -> list[Hit]:
+    """One hit per document, its best chunk, scored `s_1 + decay * s_2 + decay^2 * s_3 + ...` over
+    its chunks' scores best first (negative ones count 0), documents best first (ties by row):
+    a document with several matching sections beats one with a single equally good one, and
+    `decay` 0 is the best chunk alone (MaxP; Dai & Callan 2019 compare MaxP and SumP)."""
+    best: dict[str, Hit] = {}
+    total: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    for hit in hits:  # best first
+        doc_id = doc_ids[hit.row]
+        if doc_id not in best:
+            best[doc_id], total[doc_id], weight[doc_id] = hit, hit.score, decay
+        else:
+            total[doc_id] += weight[doc_id] * max(hit.score, 0.0)
+            weight[doc_id] *= decay
+    order = sorted(best, key=lambda doc_id: (-total[doc_id], best[doc_id].row))
+    return [best[doc_id]._replace(score=total[doc_id]) for doc_id in order]
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -531,7 +553,7 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "fill_dense": config.fill_dense, "decay": config.decay,
         "recency_weight": config.recency_weight, "adaptive_fusion": config.adaptive_fusion,
         **retrieval.evidence.to_dict(),
-        "feedback_weight": config.feedback_weight,
+        "feedback_weight": config.feedback_weight, "chunk_decay": config.chunk_decay,
         "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],
         "query_dense_score": query_dense_score, "query_dense_rank": query_dense_rank,
         "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,

@@ -3,6 +3,7 @@
     python -m hybridlab.tune.grid [--dataset NAME|all]                       # alpha (make sweep-alpha)
     python -m hybridlab.tune.grid --dataset memories --param decay --values 0,0.001,0.01,0.1
     python -m hybridlab.tune.grid --dataset holoviz --param chunk_size --values 500,1000,1500,3000
+    python -m hybridlab.tune.grid --dataset holoviz --param chunk_decay --values 0,0.1,0.2 --cv 5
 
 A search parameter (any SearchConfig field: alpha, rrf_k, decay, candidates, depth, ...) is passed
 per search; an index parameter (ChunkConfig: chunk_size, chunk_overlap, min_chunk_size, strategy;
@@ -10,6 +11,11 @@ Bm25Config: k1, b, ...) selects another cached index via `ensure_index` (the sha
 makes a variant cost only its new chunk texts). Writes `reports/sweeps/<param>-<date>/` with
 `sweep.md` (one table per dataset: values × fusion methods), `sweep.json` (every metric, on the
 dev and test splits and on all queries) and `sweep.png` (the chosen metric against the value).
+
+`--cv K` also chooses the value for the default hybrid honestly: K-fold cross-validation over the
+judged queries (:func:`hybridlab.eval.crossval.nested_cv`), each fold scored at the value that is
+best on the other folds (ties: the earlier value), against the first value on the same queries
+(paired randomisation test). That out-of-fold figure is the one to quote for a chosen default.
 """
 from __future__ import annotations
 
@@ -23,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
+from hybridlab.eval.crossval import nested_cv
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
-from hybridlab.eval.evaluate import METRICS, score
-from hybridlab.eval.systems import DATASETS, FUSION_SYSTEMS, open_evalset, system_runs
+from hybridlab.eval.evaluate import METRICS, score, score_per_query
+from hybridlab.eval.significance import paired_test
+from hybridlab.eval.systems import DATASETS, DEFAULT_SYSTEM, FUSION_SYSTEMS, open_evalset, system_runs
 
 DEFAULT_VALUES = {"alpha": [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0]}
 CHUNK_FIELDS = {f.name: f for f in dataclasses.fields(ChunkConfig)}
@@ -66,9 +74,30 @@ def index_config_for(param: str, value: Any) -> IndexConfig:
     return base
 
 
-def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = False) -> dict[str, Any]:
-    """`{fusion: {value: {split: {metric: mean}}}}` for one dataset, plus timings."""
-    grid: dict[str, dict[str, dict[str, dict[str, float]]]] = {fusion: {} for fusion in FUSION_SYSTEMS}
+def cross_validated_choice(per_query: dict[str, dict[str, float]], k: int) -> dict[str, Any]:
+    """`per_query[value][qid]`: each of `k` folds scored at the value best on the other folds (ties:
+    the earlier value); the out-of-fold mean with its interval, the value per fold, and the paired
+    test against the first value on the same queries."""
+    values = list(per_query)
+    baseline = per_query[values[0]]
+
+    def tune(train: list[str]) -> str:
+        return max(values, key=lambda v: (sum(per_query[v][q] for q in train), -values.index(v)))
+
+    result = nested_cv(list(baseline), tune, lambda v, fold: {q: per_query[v][q] for q in fold}, k=k)
+    test = paired_test(result.per_query, baseline)
+    return {"k": k, "chosen": result.configs, "mean": result.mean, "low": result.interval.low,
+            "high": result.interval.high, "baseline_value": values[0],
+            "baseline_mean": sum(baseline.values()) / len(baseline), "p_value": test.p_value}
+
+
+def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = False, cv: int = 0,
+                  metric: str = "ndcg@10") -> dict[str, Any]:
+    """`{fusion: {value: {split: {metric: mean}}}}` for one dataset, plus timings; with `cv` the
+    default hybrid too and the cross-validated choice of its value (:func:`cross_validated_choice`)."""
+    fusions = {DEFAULT_SYSTEM: {}, **FUSION_SYSTEMS} if cv else FUSION_SYSTEMS
+    grid: dict[str, dict[str, dict[str, dict[str, float]]]] = {fusion: {} for fusion in fusions}
+    default_per_query: dict[str, dict[str, float]] = {}
     started = time.perf_counter()
     opened = None
     for value in values:
@@ -78,16 +107,21 @@ def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = Fal
         dataset = opened.evalset.dataset("all")
         split_ids = {split: set(split_query_ids(dataset.qrels, split)) for split in ("dev", "test")}
         extra = {param: value} if param in SEARCH_FIELDS else {}
-        systems = {fusion: {**options, **extra} for fusion, options in FUSION_SYSTEMS.items()}
+        systems = {fusion: {**options, **extra} for fusion, options in fusions.items()}
         for fusion, run in system_runs(opened, dataset.queries, systems).items():
+            if fusion == DEFAULT_SYSTEM:
+                default_per_query[json.dumps(value)] = score_per_query(dataset.qrels, run, [metric])[metric]
             cell = {}
             for split in SPLITS:
                 qrels = dataset.qrels if split == "all" else {q: r for q, r in dataset.qrels.items() if q in split_ids[split]}
                 cell[split] = score(qrels, run) if qrels else {}
             grid[fusion][json.dumps(value)] = cell
         print(f"{name} {param}={value}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    return {"dataset": name, "queries": len(dataset.queries), "grid": grid,
-            "seconds": round(time.perf_counter() - started, 1)}
+    result = {"dataset": name, "queries": len(dataset.queries), "grid": grid,
+              "seconds": round(time.perf_counter() - started, 1)}
+    if cv:
+        result["cross_validated"] = {"metric": metric, **cross_validated_choice(default_per_query, cv)}
+    return result
 
 
 def best_cells(result: dict[str, Any], metric: str, split: str) -> tuple[str, str, float]:
@@ -118,6 +152,13 @@ def render_markdown(results: list[dict[str, Any]], param: str, values: list[Any]
         fusion, value, best = best_cells(result, metric, "dev")
         lines += ["", (f"Best on dev: {fusion} at {param} = {value} ({metric} {best:.4f} on dev, "
                       f"{result['grid'][fusion][value]['test'].get(metric, float('nan')):.4f} on test)."), ""]
+        chosen = result.get("cross_validated")
+        if chosen:
+            lines += [(f"Cross-validated choice for the default hybrid ({chosen['k']} folds, {chosen['metric']}): "
+                       f"the folds chose {param} = {', '.join(chosen['chosen'])}; out of fold **{chosen['mean']:.4f}** "
+                       f"[{chosen['low']:.4f}, {chosen['high']:.4f}] against {chosen['baseline_mean']:.4f} at "
+                       f"{param} = {chosen['baseline_value']} on the same queries (paired randomisation p "
+                       f"{chosen['p_value']:.2f})."), ""]
     return "\n".join(lines)
 
 
@@ -153,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
     parser.add_argument("--metric", default="ndcg@10", choices=list(METRICS))
     parser.add_argument("--out", help="output folder (default reports/sweeps/<param>-<date>)")
+    parser.add_argument("--cv", type=int, default=0,
+                        help="also choose the default hybrid's value by K-fold cross-validation (0 = no)")
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
     if args.values:
@@ -164,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
-    results = [sweep_dataset(name, args.param, values, args.progress) for name in names]
+    results = [sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric) for name in names]
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m hybridlab.tune.grid " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),

@@ -148,6 +148,8 @@ RECENCY_INTENT = Param("recency_intent_weight", "float", 0.0, 1.0, step=0.05, wh
 #: dense pseudo-relevance feedback (search/feedback.py): 0 = off; documents only where it is on
 FEEDBACK_WEIGHT = Param("feedback_weight", "categorical", choices=(0.0, 0.25, 0.5, 1.0))
 FEEDBACK_DOCS = Param("feedback_docs", "int", 1, 3, when=("feedback_weight", (0.25, 0.5, 1.0)))
+#: a document's score from all its chunks (0 = the best alone); only sets with multi-chunk documents
+CHUNK_DECAY = Param("chunk_decay", "float", 0.0, 0.5, step=0.05)
 BM25_K1 = Param("bm25_k1", "categorical", choices=(0.9, 1.2, 1.5))
 BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
@@ -162,7 +164,7 @@ _SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBAC
 #: `run_study(space=...)` where that budget exists.
 SPACES: dict[str, tuple[Param, ...]] = {
     "memories": _SEARCH_TIME + (DECAY, RECENCY_WEIGHT, RECENCY_INTENT, TAG_WEIGHT, BM25_K1, BM25_B),
-    "holoviz": _SEARCH_TIME + (TAG_WEIGHT, BM25_K1, BM25_B),
+    "holoviz": _SEARCH_TIME + (TAG_WEIGHT, CHUNK_DECAY, BM25_K1, BM25_B),
     "beir": _SEARCH_TIME + (BM25_K1, BM25_B),
 }
 
