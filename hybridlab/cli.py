@@ -517,6 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="last, print the out-of-sample figures as JSON (for the reproduction record)")
     p.set_defaults(func=_delegate("hybridlab.tune.sweep", "cli_sweep"))
 
+    # listed here; `main` hands `hybridlab grid ...` to hybridlab.tune.grid, whose options it has
+    # (importing it here would load the engine for every command)
+    p = sub.add_parser("grid", add_help=False, help="one setting over a list of values on the evaluation sets; "
+                       "--cv K chooses its value for the default hybrid by K-fold cross-validation "
+                       "(hybridlab grid --help)")
+    p.add_argument("grid_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: _grid(args.grid_args))
+
     p = sub.add_parser("report", help="run the report notebook over the latest sweeps")
     p.add_argument("--reports", default="reports")
     p.add_argument("--run", help="a sweep run folder (default: the latest of each dataset)")
@@ -580,9 +588,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _grid(argv: Sequence[str]) -> int:
+    from hybridlab.tune.grid import main as grid_main
+
+    return grid_main(list(argv), prog="hybridlab grid")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     apply_offline_environment()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["grid"]:
+        return _grid(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG

@@ -2,6 +2,7 @@
 (these are the figures `make test` re-runs, so an engine change that moves one fails here)."""
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.cli import build_parser, main
+from hybridlab.tune.grid import add_grid_arguments
 from hybridlab.tune.repro import (
     DEFAULT_CONDITIONS,
     Condition,
@@ -83,7 +85,7 @@ def test_ok_and_fail_per_metric(tmp_path, capsys):
     assert "1 of 2 condition(s) FAILED: bad" in out
 
 
-def test_every_recorded_command_is_a_valid_eval_or_sweep_command():
+def test_every_recorded_command_is_a_valid_eval_sweep_or_grid_command():
     conditions = load_conditions(DEFAULT_CONDITIONS)
     assert {c.dataset for c in conditions} >= {"memories", "holoviz", "scifact", "cisi", "cranfield", "med"}
     base = {"hit_rate@10", "mrr", "ndcg@10", "recall@100"}
@@ -91,6 +93,14 @@ def test_every_recorded_command_is_a_valid_eval_or_sweep_command():
         argv = shlex.split(condition.command.replace("${index}", "IDX").replace("${data}", "DATA")
                            .replace("${tmp}", "TMP"))
         assert argv[0] == "hybridlab", condition.name
+        if argv[1] == "grid":  # a value chosen by cross-validation: its out-of-fold figures
+            grid = argparse.ArgumentParser()
+            add_grid_arguments(grid)
+            args = grid.parse_args(argv[2:])
+            assert args.cv >= 2 and args.json and args.out.startswith("TMP"), condition.name
+            assert set(condition.metrics) >= {"p_value"}, condition.name
+            assert all(round(v, 4) == v for v in condition.metrics.values()), condition.name
+            continue
         args = build_parser().parse_args(argv[1:])
         assert args.command in ("eval", "sweep") and args.json, condition.name
         if args.command == "eval":

@@ -3,7 +3,7 @@
     python -m hybridlab.tune.grid [--dataset NAME|all]                       # alpha (make sweep-alpha)
     python -m hybridlab.tune.grid --dataset memories --param decay --values 0,0.001,0.01,0.1
     python -m hybridlab.tune.grid --dataset holoviz --param chunk_size --values 500,1000,1500,3000
-    python -m hybridlab.tune.grid --dataset holoviz --param chunk_decay --values 0,0.1,0.2 --cv 5
+    hybridlab grid --dataset holoviz --param chunk_decay --values 0,0.1,0.2 --cv 5   (the same, from the CLI)
 
 A search parameter (any SearchConfig field: alpha, rrf_k, decay, candidates, depth, ...) is passed
 per search; an index parameter (ChunkConfig: chunk_size, chunk_overlap, min_chunk_size, strategy;
@@ -187,8 +187,8 @@ def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: s
     plt.close(figure)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """The grid's options (`python -m hybridlab.tune.grid` and `hybridlab grid`)."""
     parser.add_argument("--dataset", default="all", help=f"evaluation sets, comma-separated, or 'all' ({', '.join(DATASETS)})")
     parser.add_argument("--param", default="alpha", help="a SearchConfig, ChunkConfig or Bm25Config field")
     parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
@@ -196,29 +196,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="output folder (default reports/sweeps/<param>-<date>)")
     parser.add_argument("--cv", type=int, default=0,
                         help="also choose the default hybrid's value by K-fold cross-validation (0 = no)")
+    parser.add_argument("--json", action="store_true",
+                        help="with --cv: print the first set's cross-validated choice as {queries, metrics} JSON "
+                             "(what a reproduction-record condition reads)")
     parser.add_argument("--progress", action="store_true")
-    args = parser.parse_args(argv)
+
+
+def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Run the grid for parsed options; writes sweep.md, sweep.json, sweep.png."""
+    if args.json and not args.cv:
+        raise ValueError("--json needs --cv")
     if args.values:
         values = parse_values(args.param, args.values)
     elif args.param in DEFAULT_VALUES:
         values = DEFAULT_VALUES[args.param]
     else:
-        parser.error(f"--values is required for --param {args.param}")
+        raise ValueError(f"--values is required for --param {args.param}")
     names = list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
     results = [sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric) for name in names]
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m hybridlab.tune.grid " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "hybridlab grid " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),
                                   encoding="utf-8")
     (out / "sweep.json").write_text(json.dumps({"param": args.param, "values": values, "date": date,
                                                 "command": command.strip(), "results": results}, indent=1),
                                     encoding="utf-8")
     plot(results, args.param, values, args.metric, out / "sweep.png")
-    print((out / "sweep.md").read_text(encoding="utf-8"))
+    if args.json:
+        print(json.dumps(cross_validated_metrics(results[0]), indent=2))
+    else:
+        print((out / "sweep.md").read_text(encoding="utf-8"))
     print(f"wrote {out}/sweep.md, sweep.json, sweep.png", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    add_grid_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cli_grid(args, argv)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def cross_validated_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """A set's cross-validated choice as `{"queries", "metrics"}`: the out-of-fold mean of the metric
+    with its interval, the first value's mean on the same queries and the paired test's p."""
+    chosen, metric = result["cross_validated"], result["cross_validated"]["metric"]
+    return {"queries": result["queries"], "metrics": {
+        metric: round(chosen["mean"], 4), f"{metric}_low": round(chosen["low"], 4),
+        f"{metric}_high": round(chosen["high"], 4), f"baseline_{metric}": round(chosen["baseline_mean"], 4),
+        "p_value": round(chosen["p_value"], 4)}}
 
 
 if __name__ == "__main__":
