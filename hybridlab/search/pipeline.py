@@ -391,9 +391,10 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_
 
 def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit]:
     """Best chunk per document, in score order, at most `limit`. With `chunk_decay` > 0 (hybrid
-    mode) a document scores by all its chunks (:func:`document_scores`)."""
+    mode) a document scores by all its chunks (:func:`document_scores`); when no two hits share a
+    document (one chunk per document: memories, abstracts) that is the same, and skipped."""
     doc_ids = snapshot.generation.doc_ids
-    if config.chunk_decay > 0 and config.mode == "hybrid":
+    if config.chunk_decay > 0 and config.mode == "hybrid" and len({doc_ids[hit.row] for hit in hits}) < len(hits):
         return document_scores(hits, doc_ids, config.chunk_decay)[: config.limit]
     seen: set[str] = set()
     grouped = []
