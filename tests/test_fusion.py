@@ -470,3 +470,11 @@ def test_property_alpha_one_is_dense_order(dense, others, method, norm, tag_weig
     runs = {"dense": dense, "bm25": others, "tags": others}
     out = fuse(method, runs, alpha_weights(1.0, tag_weight), normalization=norm)
     assert ids(out) == ids(dense)
+
+
+@pytest.mark.parametrize(("method", "norm"), [("dbsf", "min-max"), ("convex", "z-score")])
+def test_a_spread_too_small_to_square_still_normalises(method, norm):
+    # found by the property test above: (1e-293)^2 underflows to 0, so the std was 0 for distinct scores
+    runs = {"dense": {}, "bm25": {0: 0.0, 1: 6.902455958675812e-293}, "tags": {}}
+    out = fuse(method, runs, {"dense": 0.0, "bm25": 0.25, "tags": 0.0}, rrf_k=1, normalization=norm)
+    assert set(out) == {0, 1} and all(math.isfinite(v) for v in out.values()) and out[1] > out[0]

@@ -14,7 +14,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 __all__ = [
@@ -49,6 +49,15 @@ def _min_max(scores: Mapping[K, float], theoretical_min: float | None = None) ->
     return {item: (score - low) / span for item, score in scores.items()}
 
 
+def _std(values: Sequence[float], mean: float, ddof: int = 0) -> float:
+    """The standard deviation of `values` around `mean` (`ddof` 1: the sample std), computed on
+    deviations scaled by the largest one so that tiny spreads (1e-293) do not square to 0."""
+    scale = max(abs(v - mean) for v in values)
+    if scale == 0.0:
+        return 0.0
+    return scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / (len(values) - ddof))
+
+
 def _z_score(scores: Mapping[K, float], theoretical_min: float | None = None) -> dict[K, float]:
     """(s - mean) / std with the population std; if all scores are equal each becomes 0.0."""
     if not scores:
@@ -56,9 +65,10 @@ def _z_score(scores: Mapping[K, float], theoretical_min: float | None = None) ->
     values = scores.values()
     if max(values) == min(values):
         return dict.fromkeys(scores, 0.0)
-    n = len(scores)
-    mean = math.fsum(values) / n
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    mean = math.fsum(values) / len(scores)
+    std = _std(list(values), mean)
+    if std == 0.0:  # distinct values whose spread rounds away around the mean
+        return dict.fromkeys(scores, 0.0)
     return {item: (score - mean) / std for item, score in scores.items()}
 
 
@@ -236,8 +246,10 @@ def _distribution_norm(scores: Mapping[K, float]) -> dict[K, float]:
     if n == 1 or max(values) == min(values):
         return dict.fromkeys(scores, 0.5)
     mean = math.fsum(values) / n
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    std = _std(list(values), mean, ddof=1)
     low, span = mean - 3.0 * std, 6.0 * std
+    if span == 0.0:  # distinct values whose spread rounds away around the mean
+        return dict.fromkeys(scores, 0.5)
     return {item: (score - low) / span for item, score in scores.items()}
 
 
