@@ -50,12 +50,15 @@ def _min_max(scores: Mapping[K, float], theoretical_min: float | None = None) ->
 
 
 def _std(values: Sequence[float], mean: float, ddof: int = 0) -> float:
-    """The standard deviation of `values` around `mean` (`ddof` 1: the sample std), computed on
-    deviations scaled by the largest one so that tiny spreads (1e-293) do not square to 0."""
+    """The standard deviation of `values` around `mean` (`ddof` 1: the sample std). Where the squared
+    deviations underflow to 0 (spreads near 1e-160 and below) it is computed on deviations scaled
+    by the largest one instead; otherwise exactly as before, so recorded figures do not move."""
+    n = len(values) - ddof
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    if std > 0.0:
+        return std
     scale = max(abs(v - mean) for v in values)
-    if scale == 0.0:
-        return 0.0
-    return scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / (len(values) - ddof))
+    return 0.0 if scale == 0.0 else scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / n)
 
 
 def _z_score(scores: Mapping[K, float], theoretical_min: float | None = None) -> dict[K, float]:
