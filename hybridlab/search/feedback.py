@@ -27,7 +27,7 @@ def rocchio(query: np.ndarray, feedback: np.ndarray, weight: float) -> np.ndarra
     """`normalise(query + weight * mean(feedback rows))` as float32; the query itself when there
     are no feedback rows or the weight is 0 (vectors are L2-normalised, as the indexes store them)."""
     query = np.asarray(query, dtype=np.float32).reshape(-1)
-    feedback = np.asarray(feedback, dtype=np.float32).reshape(-1, len(query)) if len(feedback) else feedback
+    feedback = np.asarray(feedback, dtype=np.float32).reshape(-1, len(query))
     if weight <= 0 or not len(feedback):
         return query
     moved = query + np.float32(weight) * feedback.mean(axis=0)

@@ -396,6 +396,12 @@ def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit
     doc_ids = snapshot.generation.doc_ids
     if config.chunk_decay > 0 and config.mode == "hybrid" and len({doc_ids[hit.row] for hit in hits}) < len(hits):
         return document_scores(hits, doc_ids, config.chunk_decay)[: config.limit]
+    return best_chunks(hits, doc_ids, config.limit)
+
+
+def best_chunks(hits: Sequence[Hit], doc_ids: Sequence[str], limit: int) -> list[Hit]:
+    """The first hit of each document, in the given order, at most `limit` (as many documents as
+    :func:`group` returns, whatever `chunk_decay`)."""
     seen: set[str] = set()
     grouped = []
     for hit in hits:
@@ -403,7 +409,7 @@ def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit
         if doc_id not in seen:
             seen.add(doc_id)
             grouped.append(hit)
-            if len(grouped) >= config.limit:
+            if len(grouped) >= limit:
                 break
     return grouped
 
@@ -452,7 +458,9 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
         evidence = query_evidence(snapshot, request, runs)
         hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now, evidence)
-        found = len(group(snapshot, hits, config)) if config.group_by_document else len(hits)
+        # documents found: the count only, so no document scores here (group computes them once)
+        found = len(best_chunks(hits, snapshot.generation.doc_ids, config.limit)) if config.group_by_document \
+            else len(hits)
         if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
             break
         if stage == "staged" and bm25_exhausted:
@@ -523,17 +531,16 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
 # ------------------------------------------------------------------------------------ results
 def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
     """Where a hit's score came from: each retriever's rank and score, tags, recency, settings."""
-    def rank_and_score(name: str) -> tuple[int | None, float | None]:
-        run = retrieval.query_dense if name == "query_dense" else retrieval.runs.get(name) or {}
+    def rank_and_score(run: Mapping[int, float]) -> tuple[int | None, float | None]:
         if hit.row not in run:
             return None, None
         score = run[hit.row]
         return 1 + sum(1 for other, s in run.items() if s > score or (s == score and other < hit.row)), score
 
-    dense_rank, dense_score = rank_and_score("dense")
-    bm25_rank, bm25_score = rank_and_score("bm25")
+    dense_rank, dense_score = rank_and_score(retrieval.runs.get("dense") or {})
+    bm25_rank, bm25_score = rank_and_score(retrieval.runs.get("bm25") or {})
     # with dense feedback, dense_* is the moved query's run and query_dense_* the query's own
-    query_dense_rank, query_dense_score = rank_and_score("query_dense") if retrieval.feedback_rows else (None, None)
+    query_dense_rank, query_dense_score = rank_and_score(retrieval.query_dense)
     rerank_score = retrieval.reranked.get(hit.row)
     rerank_rank = None if rerank_score is None else 1 + sum(
         1 for other, s in retrieval.reranked.items() if s > rerank_score or (s == rerank_score and other < hit.row))
