@@ -29,6 +29,7 @@ from hybridlab.config import IndexConfig
 from hybridlab.errors import HybridlabError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer
+from hybridlab.index.lru import LruCache
 from hybridlab.index.rows import (
     SMALL_INSERT,
     assign_vectors,
@@ -253,6 +254,25 @@ def versions() -> dict[str, str]:
     return dict(_versions())
 
 
+Batch = tuple[str, list[Document], bool]  # (source, documents, remove_missing)
+
+
+def last_versions(batches: Sequence[Batch]) -> list[Batch]:
+    """The batches with each (source, doc id)'s last document only: a write that brings an id twice
+    keeps its later version, exactly as two writes in a row would (the one rule of every write
+    path: `apply_changes`, the memory writer's group commits and the write-ahead log's records)."""
+    last: dict[tuple[str, str], tuple[int, int]] = {}
+    total = 0
+    for b, (source, documents, _) in enumerate(batches):
+        total += len(documents)
+        for i, document in enumerate(documents):
+            last[(source, document.doc_id)] = (b, i)
+    if len(last) == total:
+        return list(batches)
+    return [(source, [document for i, document in enumerate(documents) if last[(source, document.doc_id)] == (b, i)],
+             remove_missing) for b, (source, documents, remove_missing) in enumerate(batches)]
+
+
 def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
           report: IndexReport, unchanged: dict[str, Iterable[str]] | None = None) -> tuple[list[Document], list[str]]:
     """Which documents to (re)insert and which doc ids to delete. `unchanged`: by source, the doc
@@ -301,8 +321,7 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
 SIGNATURES_FILE = "file-signatures.json"
 
 Signatures = dict[str, dict[str, FileSignature]]  # {source: {doc_id: signature}}
-_SIGNATURES: dict[tuple[str, str], Signatures] = {}  # the last table read, by (path, sha256)
-_SIGNATURES_LOCK = threading.Lock()
+_SIGNATURES: LruCache[tuple[str, str], Signatures] = LruCache(1)  # the last table read, by (path, sha256)
 
 
 def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> Signatures:
@@ -322,9 +341,9 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] |
         return {}
     path = Path(index_dir) / name
     key = (str(path), str(recorded.get("sha256")))
-    with _SIGNATURES_LOCK:
-        if key in _SIGNATURES:
-            return _SIGNATURES[key]
+    known = _SIGNATURES.get(key)
+    if known is not None:
+        return known
     import hashlib
 
     try:
@@ -336,9 +355,7 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] |
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         logger.warning("not using the file signatures %s (every file is read): %s", path, error)
         return {}
-    with _SIGNATURES_LOCK:
-        _SIGNATURES.clear()
-        _SIGNATURES[key] = table
+    _SIGNATURES.put(key, table)
     return table
 
 
@@ -464,6 +481,27 @@ def _copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any
         con.execute("COMMIT")
 
 
+def _keep_newest_versions(con) -> list[str]:
+    """Drop the older versions of documents held twice in `con`'s tables (rows copied from the
+    segments of an index written before one id meant one document): the newest version of each is
+    its last row and the chunks from its last first chunk on (chunk ids grow with every write).
+    Returns the doc ids that had several versions."""
+    duplicated = [row[0] for row in con.execute(
+        "SELECT doc_id FROM documents GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id").fetchall()]
+    if not duplicated:
+        return []
+    logger.warning("%d document ids are held more than once (e.g. %r): keeping the newest version of each",
+                   len(duplicated), duplicated[0])
+    con.execute("BEGIN TRANSACTION")
+    con.execute("DELETE FROM documents WHERE rowid NOT IN (SELECT max(rowid) FROM documents GROUP BY doc_id)")
+    con.execute("DELETE FROM chunks WHERE chunk_id < (SELECT max(c.chunk_id) FROM chunks c "
+                "WHERE c.doc_id = chunks.doc_id AND c.chunk_index = 0)")
+    con.execute("DELETE FROM tags WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)")
+    con.execute("DELETE FROM chunk_vectors WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)")
+    con.execute("COMMIT")
+    return duplicated
+
+
 def _copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[dict[str, Any]]) -> None:
     """`_copy_live_rows` for segments that all store Parquet tables: one statement per table over
     every segment's file (a merge of ten small segments runs a handful of statements, not ~100)."""
@@ -573,10 +611,10 @@ def indexed_doc_ids(index_dir: Path, manifest: dict[str, Any], doc_ids: Sequence
     return set(_existing_documents(Path(index_dir), manifest, entries, [("", probe, False)]))
 
 
-_SMALL_DOCUMENTS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # by (folder, checksum of documents.parquet)
-_UNCOMMITTED_DOCUMENTS: dict[str, dict[str, tuple[str, str]]] = {}  # by private folder, until committed
-_SMALL_DOCUMENTS_LIMIT = 256
-_SMALL_DOCUMENTS_LOCK = threading.Lock()
+#: Parquet segments' `{doc_id: (source, sha)}`, by (folder, checksum of documents.parquet)
+_SMALL_DOCUMENTS: LruCache[tuple[str, str], dict[str, tuple[str, str]]] = LruCache(256)
+#: the same of segments written but not committed yet, by private folder
+_UNCOMMITTED_DOCUMENTS: LruCache[str, dict[str, tuple[str, str]]] = LruCache(64)
 
 
 def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
@@ -588,8 +626,7 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
         return None
     recorded = (manifest.get("files") or {}).get(f"{entry['name']}/{store.parquet_file('documents')}") or {}
     key = (str(folder), str(recorded.get("sha256", "")))
-    with _SMALL_DOCUMENTS_LOCK:
-        documents = _SMALL_DOCUMENTS.pop(key, None)
+    documents = _SMALL_DOCUMENTS.get(key)
     if documents is None:
         con = store.open_segment(folder)
         try:
@@ -597,15 +634,8 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
                 "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
         finally:
             con.close()
-    _remember_documents(key, documents)
+        _SMALL_DOCUMENTS.put(key, documents)
     return documents
-
-
-def _remember_documents(key: tuple[str, str], documents: dict[str, tuple[str, str]]) -> None:
-    with _SMALL_DOCUMENTS_LOCK:
-        _SMALL_DOCUMENTS[key] = documents  # most recently used last
-        while len(_SMALL_DOCUMENTS) > _SMALL_DOCUMENTS_LIMIT:
-            _SMALL_DOCUMENTS.pop(next(iter(_SMALL_DOCUMENTS)))
 
 
 def _live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
@@ -710,8 +740,8 @@ def _manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: 
     return base
 
 
-_DEAD: dict[tuple[str, int, int, tuple[str, ...]], np.ndarray] = {}  # committed segments' dead chunk ids
-_DEAD_LIMIT = 16
+#: committed segments' dead chunk ids, by folder identity and tombstones
+_DEAD: LruCache[tuple[str, int, int, tuple[str, ...]], np.ndarray] = LruCache(16)
 
 
 def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
@@ -725,9 +755,9 @@ def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     if ".tmp-" not in folder.name:
         info = folder.stat()
         key = (str(folder.resolve()), info.st_ino, info.st_mtime_ns, deleted)
-        if key in _DEAD:
-            _DEAD[key] = _DEAD.pop(key)  # most recently used last
-            return _DEAD[key]
+        known = _DEAD.get(key)
+        if known is not None:
+            return known
     con = store.open_segment(folder)
     try:
         rows = con.execute("SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], doc_id)",
@@ -737,14 +767,12 @@ def _dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     ids = np.asarray([r[0] for r in rows], dtype=np.int64)
     if key is not None:
         ids.flags.writeable = False  # shared by later calls
-        _DEAD[key] = ids
-        while len(_DEAD) > _DEAD_LIMIT:
-            _DEAD.pop(next(iter(_DEAD)))
+        _DEAD.put(key, ids)
     return ids
 
 
-_DENSE: dict[tuple[str, int, int, int], Any] = {}  # committed segments' FAISS indexes, by file identity
-_DENSE_LIMIT = 16
+#: committed segments' FAISS indexes, by file identity
+_DENSE: LruCache[tuple[str, int, int, int], Any] = LruCache(16)
 
 
 def _load_dense(path: Path, model: str):
@@ -756,11 +784,7 @@ def _load_dense(path: Path, model: str):
         return DenseIndex.load(path, model)
     info = path.stat()
     key = (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns)
-    dense = _DENSE.pop(key, None) or DenseIndex.load(path, model)
-    _DENSE[key] = dense
-    while len(_DENSE) > _DENSE_LIMIT:
-        _DENSE.pop(next(iter(_DENSE)))
-    return dense
+    return _DENSE.get_or_make(key, lambda: DenseIndex.load(path, model))
 
 
 def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
@@ -989,8 +1013,8 @@ def _persist(con, folder: Path) -> None:
     rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
     if rows < store.SMALL_SEGMENT_ROWS:
         store.write_parquet(con, folder)
-        _UNCOMMITTED_DOCUMENTS[str(folder)] = {doc_id: (source, sha) for doc_id, source, sha in con.execute(
-            "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
+        _UNCOMMITTED_DOCUMENTS.put(str(folder), {doc_id: (source, sha) for doc_id, source, sha in con.execute(
+            "SELECT doc_id, source, content_sha256 FROM documents").fetchall()})
         return
     alias = store.unique_name("f")
     con.attach(alias, f"ATTACH {store.quote_path(folder / layout.STORE_FILE)} AS {alias}")
@@ -1060,25 +1084,25 @@ def _commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: lis
     _checkpoint("manifest-committed")
     names = {entry["name"] for entry in committed}
     for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
-        documents = _UNCOMMITTED_DOCUMENTS.pop(str(folder), None)
+        documents = _UNCOMMITTED_DOCUMENTS.pop(str(folder))
         name = folder.name.split(".")[0]
         recorded = manifest["files"].get(f"{name}/{store.parquet_file('documents')}")
         if documents is not None and name in names and recorded:
-            _remember_documents((str(index_dir / name), str(recorded["sha256"])), documents)
+            _SMALL_DOCUMENTS.put((str(index_dir / name), str(recorded["sha256"])), documents)
     previous = index_dir / old["path"] if old else None
     layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
     return manifest
 
 
 def _logged_batches(records: Sequence[wal.WalRecord]) -> list[tuple[str, list[Document], bool]]:
-    """The write-ahead log's documents as write batches, one per source (nothing removed)."""
+    """The write-ahead log's documents (each id's last record) as write batches, one per source (nothing removed)."""
     by_source: dict[str, list[Document]] = {}
-    for record in records:
+    for record in wal.latest_records(records):
         by_source.setdefault(record.document.source, []).append(record.document)
     return [(source, documents, False) for source, documents in by_source.items()]
 
 
-def fold_log(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexReport | None:
+def fold_log(index_dir: str | os.PathLike, *, progress: bool = False, lock_wait: float | None = None) -> IndexReport | None:
     """Commit the live generation's write-ahead log as a segment (None: it holds nothing)."""
     index_dir = Path(index_dir)
     try:
@@ -1088,7 +1112,7 @@ def fold_log(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
     if wal.log_size(wal.wal_path(index_dir, manifest["generation"])) <= len(wal.MAGIC):
         return None  # no log, or an empty one (apply_changes reads the records)
     report = apply_changes(index_dir, [], progress=progress, cache_path=layout.recorded_cache(index_dir, manifest),
-                           use_cache=False)
+                           use_cache=False, lock_wait=lock_wait)
     return report if report.committed else None
 
 
@@ -1136,6 +1160,7 @@ def apply_changes(
     merge: bool = True,
     use_cache: bool = True,
     scans: Sequence[FolderScan] = (),
+    lock_wait: float | None = None,
 ) -> IndexReport:
     """Apply (source, documents, remove_missing) batches as one new generation of the index.
 
@@ -1148,11 +1173,15 @@ def apply_changes(
 
     `scans`: the folder sources among the batches as `read_folder` read them (a batch's documents
     are a scan's `documents`); their files left unread (`unchanged`) keep their documents, and the
-    write records the scans' file signatures for the next `index_paths` (`recorded_signatures`)."""
+    write records the scans' file signatures for the next `index_paths` (`recorded_signatures`).
+
+    A document id brought twice (in one batch or two of one source) keeps its last version
+    (:func:`last_versions`). `lock_wait`: seconds to wait for another writer (None:
+    `layout.lock_wait_seconds()`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
-    with layout.WriterLock(index_dir):
+    with layout.WriterLock(index_dir, timeout=lock_wait):
         manifest = None
         cache_file = Path(cache_path) if cache_path else index_dir / layout.CACHE_FILE
         if (index_dir / layout.MANIFEST).exists():
@@ -1176,6 +1205,7 @@ def apply_changes(
         entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
         # memories in the live generation's write-ahead log go into this write's segment first
         logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if manifest else None
+        batches = last_versions(batches)  # an id brought twice: its last version
         if logged is not None and logged.records:  # a document this write brings again: its version wins
             incoming = {document.doc_id for _, documents, _ in batches for document in documents}
             batches = [*_logged_batches([r for r in logged.records if r.document.doc_id not in incoming]), *batches]
@@ -1210,6 +1240,7 @@ def apply_changes(
                     aliases = _attach(con, index_dir, entries)
                     _copy_live_rows(con, aliases, entries, extra_deleted=to_delete, vectors=False)
                     _detach(con, aliases)
+                    _keep_newest_versions(con)
                 if rechunk:
                     kept = _documents_from_store(con)
                     con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
@@ -1228,7 +1259,7 @@ def apply_changes(
             if con is not None:
                 cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
                 if logged is not None and logged.records:  # their vectors are in the log: not embedded again
-                    for model, (hashes, vectors) in wal.record_vectors(logged.records, config).items():
+                    for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
                         cache.put(model, hashes, vectors)
                 dims = _embed_missing(con, cache, config.all_models, report, config, known, progress)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
@@ -1268,7 +1299,7 @@ def apply_changes(
             if cache is not None:
                 cache.close()
             for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
-                _UNCOMMITTED_DOCUMENTS.pop(str(leftover), None)
+                _UNCOMMITTED_DOCUMENTS.pop(str(leftover))
                 shutil.rmtree(leftover, ignore_errors=True)
         report.seconds = time.perf_counter() - started
         return report

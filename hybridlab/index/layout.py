@@ -18,19 +18,22 @@ kept as a fallback for `hybridlab verify --repair`; older ones and crashed build
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
-from hybridlab.filelock import exclusive_lock
+from hybridlab.filelock import exclusive_lock, shared_lock
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -352,7 +355,8 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
     """Delete generation folders other than `keep` and `previous` and the segments their manifest
     copies name (crashed builds, older generations, merged-away segments). Folders are compared by
     name (all are children of `index_dir`); the removed ones are renamed aside at once and deleted
-    by a background thread."""
+    by a background thread. While a reader is opening a generation (`reading`), retired folders,
+    logs and graphs stay where they are: the next commit removes them."""
     index_dir = Path(index_dir)
     commits = {p.name for p in (keep, previous) if p is not None}
     kept = set(commits)
@@ -362,26 +366,29 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
     removed, trash = [], []
     with os.scandir(index_dir) as entries:
         names = [entry.name for entry in entries if entry.name.startswith("gen-")]
-    for name in names:
-        path = index_dir / name
-        if name in kept:
-            if name not in commits:  # a segment only: the graphs of its own commit are stale
-                for stale in (n for n in os.listdir(path) if n.startswith("graph-") and n.endswith(".npy")):
-                    (path / stale).unlink(missing_ok=True)
-            continue
-        aside = index_dir / f"{TRASH_PREFIX}{name}.{os.getpid()}-{time.monotonic_ns()}"
-        try:
-            os.rename(path, aside)
-            trash.append(aside)
-        except OSError:
-            shutil.rmtree(path, ignore_errors=True)
-        removed.append(name)
-    numbers = {int(GENERATION.match(name).group(1)) for name in commits if GENERATION.match(name)}
-    for name in os.listdir(index_dir):
-        number = wal_generation(name)
-        if number is not None and number not in numbers:  # the log of a generation no longer kept
-            (index_dir / name).unlink(missing_ok=True)
+    with no_readers_opening(index_dir) as free:  # else a reader may be opening a retired one: they wait
+        for name in names:
+            path = index_dir / name
+            if name in kept:
+                if name not in commits and free:  # a segment only: the graphs of its own commit are stale
+                    for stale in (n for n in os.listdir(path) if n.startswith("graph-") and n.endswith(".npy")):
+                        (path / stale).unlink(missing_ok=True)
+                continue
+            if not free and ".tmp-" not in name:
+                continue
+            aside = index_dir / f"{TRASH_PREFIX}{name}.{os.getpid()}-{time.monotonic_ns()}"
+            try:
+                os.rename(path, aside)
+                trash.append(aside)
+            except OSError:
+                shutil.rmtree(path, ignore_errors=True)
             removed.append(name)
+        numbers = {int(GENERATION.match(name).group(1)) for name in commits if GENERATION.match(name)}
+        for name in os.listdir(index_dir) if free else ():
+            number = wal_generation(name)
+            if number is not None and number not in numbers:  # the log of a generation no longer kept
+                (index_dir / name).unlink(missing_ok=True)
+                removed.append(name)
     for pattern in (f".{MANIFEST}.tmp-*", f".{VERIFIED_FILE}.tmp-*"):
         for tmp in index_dir.glob(pattern):
             tmp.unlink(missing_ok=True)
@@ -416,25 +423,119 @@ def wait_for_trash() -> None:
         thread.join()
 
 
+#: seconds a writer waits for the index's writer lock (held by another writer) before giving up
+LOCK_WAIT_SECONDS = 30.0
+
+
+def lock_wait_seconds() -> float:
+    """`LOCK_WAIT_SECONDS`, or env `HYBRIDLAB_LOCK_WAIT` (seconds >= 0)."""
+    value = os.environ.get("HYBRIDLAB_LOCK_WAIT")
+    if value is None:
+        return LOCK_WAIT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise ValueError(f"HYBRIDLAB_LOCK_WAIT must be a number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+class FairLock:
+    """A first-come first-served lock with a timeout and an owner: the writers of one index in this
+    process queue on it before the file lock, so none of them starves and a timeout can say which
+    thread holds it."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self.owner: tuple[int, str] | None = None  # (thread ident, thread name) of the holder
+        self.since = 0.0
+
+    def acquire(self, timeout: float | None) -> bool:
+        ticket = object()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            self._queue.append(ticket)
+            while self._queue[0] is not ticket or self.owner is not None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    self._queue.remove(ticket)
+                    self._condition.notify_all()
+                    return False
+                self._condition.wait(remaining)
+            self._queue.popleft()
+            self.owner = (threading.get_ident(), threading.current_thread().name)
+            self.since = time.monotonic()
+            return True
+
+    def release(self) -> None:
+        with self._condition:
+            self.owner = None
+            self._condition.notify_all()
+
+
+_PROCESS_LOCKS: dict[str, FairLock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def _process_lock(index_dir: Path) -> FairLock:
+    key = os.path.realpath(index_dir)
+    with _PROCESS_LOCKS_GUARD:
+        return _PROCESS_LOCKS.setdefault(key, FairLock())
+
+
+def _process_command(pid: str) -> str:
+    """The command line of process `pid` (best effort, for messages)."""
+    try:
+        raw = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return ""
+    return " ".join(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)[:200]
+
+
 @dataclass
 class WriterLock:
-    """An exclusive, non-blocking flock on INDEX/.lock; the holder's PID is written into it."""
+    """The index's writer lock: writers of this process queue on an in-process first-come lock,
+    then take an exclusive flock on INDEX/.lock (whose file records the holder's PID), waiting
+    at most `timeout` seconds in all (None: `lock_wait_seconds()`; 0: not at all). IndexLockedError
+    says who holds it: a thread of this process (named) or another process (PID and command)."""
 
     index_dir: Path
+    timeout: float | None = None
     handle: Any = None
     _held: contextlib.ExitStack | None = None
+    _local: FairLock | None = None
 
     def __enter__(self) -> Self:
+        timeout = lock_wait_seconds() if self.timeout is None else self.timeout
+        deadline = time.monotonic() + timeout
+        local = _process_lock(Path(self.index_dir))
+        owner = local.owner
+        if owner is not None and owner[0] == threading.get_ident():
+            raise IndexLockedError(f"index {self.index_dir} is locked by PID {os.getpid()} (this process: this "
+                                   f"thread, {owner[1]!r}, holds it already and cannot wait for itself)")
+        if not local.acquire(timeout):
+            owner = local.owner
+            holder = f"thread {owner[1]!r}, for {time.monotonic() - local.since:.1f}s" if owner else "another thread"
+            raise IndexLockedError(f"index {self.index_dir} is locked by PID {os.getpid()} (this process: {holder} "
+                                   f"is writing it; waited {timeout:.1f}s)")
         path = Path(self.index_dir) / LOCK_FILE
         held = contextlib.ExitStack()
+        held.callback(local.release)
         try:
-            handle = held.enter_context(exclusive_lock(path, blocking=False))
+            handle = held.enter_context(exclusive_lock(path, timeout=max(0.0, deadline - time.monotonic())))
         except BlockingIOError:
+            held.close()
             holder = path.read_text(encoding="utf-8").strip() or "unknown"
+            command = _process_command(holder)
             raise IndexLockedError(
-                f"index {self.index_dir} is locked by PID {holder} (another process is writing it); "
-                "try again when it has finished"
+                f"index {self.index_dir} is locked by PID {holder} (another process is writing it"
+                f"{f': {command}' if command else ''}; waited {timeout:.1f}s); try again when it has finished"
             ) from None
+        except BaseException:
+            held.close()
+            raise
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
@@ -448,3 +549,39 @@ class WriterLock:
             self.handle.truncate()
             self._held.close()
             self.handle = self._held = None
+
+
+#: readers hold a shared flock on this file while they open a generation; a writer removes retired
+#: generations only while it can take it exclusively (else they wait for the next commit)
+READERS_FILE = ".readers"
+
+
+@contextlib.contextmanager
+def reading(index_dir: Path) -> Iterator[bool]:
+    """Hold the index's files while a reader opens a generation: no retired generation folder,
+    log or graph is removed meanwhile (a reader holds the files it opened; Linux keeps a removed
+    open file readable). Yields False when the folder is read-only (nothing can be removed then)."""
+    with shared_lock(Path(index_dir) / READERS_FILE) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def no_readers_opening(index_dir: Path) -> Iterator[bool]:
+    """Yields True while no reader is opening a generation (and none can start: the exclusive side
+    of `reading`), False when one is: then retired files must stay."""
+    path = Path(index_dir) / READERS_FILE
+    try:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError:
+        yield True
+        return
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -207,7 +207,8 @@ class MemoryWriter:
                 self._timer = None
         if not batch:
             return
-        documents = [document for document, _ in batch]
+        # one id stored twice in a group commit: its last version, as two commits in a row would leave
+        documents = list({document.doc_id: document for document, _ in batch}.values())
         try:
             generation = self._append(documents) if self.wal_records else None
             if generation is None:
@@ -237,7 +238,8 @@ class MemoryWriter:
             stamp = manifest_stamp(self.index_dir)
             if stamp is None:
                 return None
-            if self._log is None or self._log.stamp != stamp:
+            if self._log is None or self._log.stamp != stamp or \
+                    wal.log_size(self._log.writer.path) != self._log.writer.size:  # another writer appended
                 self._open_log(stamp)
                 if self._log is None:
                     return None
@@ -278,7 +280,8 @@ class MemoryWriter:
         from hybridlab.index.build import fold_log
 
         try:
-            report = self._waiting(lambda: fold_log(self.index_dir, progress=False), "the log stays as it is")
+            report = self._waiting(lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
+                                   "the log stays as it is")
         except Exception as error:  # noqa: BLE001 - the memories stay in the log, folded later
             logger.warning("folding the write-ahead log of %s failed (%s); it is retried", self.index_dir, error)
             return
@@ -289,7 +292,8 @@ class MemoryWriter:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the index's writer lock, waiting up to `lock_wait` seconds for another writer."""
-        lock = self._waiting(layout.WriterLock(self.index_dir).__enter__, "the memory was not stored")
+        lock = self._waiting(layout.WriterLock(self.index_dir, timeout=self.lock_wait).__enter__,
+                             "the memory was not stored")
         try:
             yield
         finally:
@@ -305,20 +309,18 @@ class MemoryWriter:
     def _apply(self, apply_changes, documents: list[Document]):
         """apply_changes, waiting up to `lock_wait` seconds while another process holds the writer lock."""
         return self._waiting(lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
-                                                   cache_path=_cache_path(self.index_dir), use_cache=False),
+                                                   cache_path=_cache_path(self.index_dir), use_cache=False,
+                                                   lock_wait=self.lock_wait),
                              "the memory was not stored")
 
     def _waiting(self, call: Callable[[], T], consequence: str) -> T:
-        """`call()`, retried while another process holds the index's writer lock, for up to
-        `lock_wait` seconds; then IndexLockedError saying what it means (`consequence`)."""
-        deadline = time.monotonic() + self.lock_wait
-        while True:
-            try:
-                return call()
-            except layout.IndexLockedError as error:
-                if time.monotonic() >= deadline:
-                    raise layout.IndexLockedError(f"{error}; {consequence} (waited {self.lock_wait:.0f}s)") from None
-                time.sleep(0.01)
+        """`call()`, which waits up to `lock_wait` seconds for the index's writer lock (queued behind
+        this process's other writers, then blocked on the file lock); IndexLockedError says what a
+        timeout means (`consequence`)."""
+        try:
+            return call()
+        except layout.IndexLockedError as error:
+            raise layout.IndexLockedError(f"{error}; {consequence}") from None
 
 
 @dataclass

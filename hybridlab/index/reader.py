@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -207,26 +208,32 @@ class SegmentCache:
         return len(self._segments)
 
 
-RETIRED_RETRIES = 5
+#: how long a reader keeps starting over while commits retire the generation it is opening
+RETIRED_WAIT_SECONDS = 60.0
 
 
 def read_generation(index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None) -> Generation:
     """Open the live generation of `index_dir` (checksums checked; with `check`, also that DuckDB,
     BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command. With a
-    `cache`, segments loaded before are reused and only new ones are read. A generation retired
-    while it is read (two commits later a writer removes its files) is no damage: when a read fails
-    and the manifest has changed since it began, it starts over from the new one."""
+    `cache`, segments loaded before are reused and only new ones are read.
+
+    The reader holds the index's files while it opens them (`layout.reading`: writers leave retired
+    generations in place meanwhile, as Lucene's deletion policy keeps a commit a reader holds), so
+    a stream of commits cannot pull files from under it. Where the hold cannot be taken (a read-only
+    folder) and a read fails after the manifest changed, it starts over from the new manifest, for
+    up to `RETIRED_WAIT_SECONDS`: CorruptIndexError only when the failure repeats on an unchanged
+    manifest (real damage)."""
     single_threaded()
     index_dir = Path(index_dir)
-    retries = RETIRED_RETRIES
+    deadline = time.monotonic() + RETIRED_WAIT_SECONDS
     while True:
         stamp = manifest_stamp(index_dir)  # before reading: a commit after this point changes it
         try:
-            return _read_generation(index_dir, stamp, check, cache)
+            with layout.reading(index_dir):
+                return _read_generation(index_dir, stamp, check, cache)
         except (CorruptIndexError, OSError):
-            if retries == 0 or manifest_stamp(index_dir) == stamp:
+            if time.monotonic() > deadline or manifest_stamp(index_dir) == stamp:
                 raise
-            retries -= 1
 
 
 def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
@@ -251,7 +258,7 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         cache.keep(set(keys))
     rows = None
     if logged.records:
-        rows = wal.logged_rows(logged.records, IndexConfig.from_manifest(manifest["config"]),
+        rows = wal.logged_rows(logged.latest, IndexConfig.from_manifest(manifest["config"]),
                                int(manifest["next_chunk_id"]), logged.path)
         try:
             segments.append(_logged_segment(index_dir, rows, manifest, segments))
@@ -262,7 +269,7 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
     reader = _open_store(index_dir, segments, entries, rows)
     try:
         generation = _combine(index_dir, manifest, (stamp, logged.size), reader, segments, entries, cache,
-                              logged=(len(logged.records), rows.chunks if rows else 0))
+                              logged=(len(logged.latest), rows.chunks if rows else 0))
         if check:
             problems = consistency_problems(generation)
             if problems:

@@ -13,6 +13,8 @@ What is repairable (DuckDB is the source of truth, the embeddings cache the sour
   lost and the next `hybridlab index` of the same sources re-applies them;
 - corrupt, missing or inconsistent FAISS/BM25 files: every segment rebuilt from the stores and the
   embeddings cache into one new segment (vectors missing from the cache are re-embedded);
+- a document id held more than once (two segments, or twice in one: written by code before one id
+  meant one document): every segment rebuilt into one, keeping each id's newest version;
 - a write-ahead log ending in a torn or damaged record (an append that never returned): cut back
   to its intact records;
 - a corrupt index-local embeddings cache: moved aside as `embeddings.duckdb.corrupt-<time>` and
@@ -131,9 +133,21 @@ def verify(index_dir: str | Path) -> list[str]:
     except layout.CorruptIndexError as error:
         return [str(error)]
     try:
-        return consistency_problems(generation)
+        return consistency_problems(generation) + _duplicate_problems(generation)
     finally:
         generation.store.close()
+
+
+def _duplicate_problems(generation) -> list[str]:
+    """Document ids live more than once (in two segments, or twice in one): written before one id
+    meant one document; `--repair` keeps the newest version of each."""
+    rows = generation.store.fetchall("SELECT doc_id, count(*) FROM documents GROUP BY doc_id HAVING count(*) > 1 "
+                                     "ORDER BY doc_id LIMIT 3")
+    if not rows:
+        return []
+    listed = ", ".join(f"{doc_id!r} ({count} versions)" for doc_id, count in rows)
+    return [f"document ids held more than once: {listed}; `hybridlab verify --repair --index "
+            f"{generation.index_dir}` keeps the newest version of each"]
 
 
 def _log_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:

@@ -119,6 +119,20 @@ class WalContents:
     def doc_ids(self) -> set[str]:
         return {record.document.doc_id for record in self.records}
 
+    @property
+    def latest(self) -> tuple[WalRecord, ...]:
+        """The records that count: each document id's last one (see :func:`latest_records`)."""
+        return latest_records(self.records)
+
+
+def latest_records(records: Sequence[WalRecord]) -> tuple[WalRecord, ...]:
+    """Each document id's last record, in log order: a later record of an id replaces an earlier
+    one, as a later write does (one id, one document, whatever wrote the log)."""
+    last = {record.document.doc_id: position for position, record in enumerate(records)}
+    if len(last) == len(records):
+        return tuple(records)
+    return tuple(record for position, record in enumerate(records) if last[record.document.doc_id] == position)
+
 
 def read_wal(path: str | os.PathLike) -> WalContents:
     """Every complete record of the log at `path` (none when it does not exist). A record cut short
@@ -210,7 +224,8 @@ def record_vectors(records: Sequence[WalRecord], config: IndexConfig) -> dict[st
 
 class WalWriter:
     """Appends records to one generation's log; the caller holds the index's writer lock. Opening
-    a log left by a crashed append cuts its unacknowledged tail first."""
+    a log left by a crashed append cuts its unacknowledged tail first. `size` is the log's size as
+    this writer last left it: another size on disk means another writer appended since (reopen)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -228,7 +243,7 @@ class WalWriter:
             elif contents.valid_end < contents.size:  # a torn tail: never acknowledged
                 os.ftruncate(self._fd, contents.valid_end)
                 os.fsync(self._fd)
-            os.lseek(self._fd, 0, os.SEEK_END)
+            self.size = os.lseek(self._fd, 0, os.SEEK_END)  # the log's size as this writer left it
         except BaseException:
             os.close(self._fd)
             raise
@@ -256,6 +271,7 @@ class WalWriter:
                 self.close()  # the next writer cuts the torn tail when it opens the log
             raise
         self.records += len(records)
+        self.size = start + len(data)
         self.doc_ids.update(record.document.doc_id for record in records)
         if checkpoint is not None:
             checkpoint("wal-synced")

@@ -29,7 +29,9 @@ def test_second_writer_gets_a_clear_lock_message(small_index, tmp_path):
         for line in first.stdout:
             if line.startswith("STAGE embedded-batch"):
                 break  # holds the lock and has work left
-        second = cli("index", str(corpus), "--index", str(index), *MODEL_ARGS, "-q", check=False)
+        # a writer waits for the lock up to HYBRIDLAB_LOCK_WAIT seconds (default 30), then says who holds it
+        second = cli("index", str(corpus), "--index", str(index), *MODEL_ARGS, "-q", check=False,
+                     HYBRIDLAB_LOCK_WAIT="0")
         assert second.returncode == 2
         assert f"index {index} is locked by PID {first.pid}" in second.stderr
         assert second.stderr.startswith("error: ")
