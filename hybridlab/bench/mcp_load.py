@@ -23,6 +23,10 @@ The scenario (issue 20's target; `tests/reliability/test_mcp_load.py` runs the s
 4. The server stops (SIGTERM); the index is verified again and every acknowledged memory of the run is
    checked in it, opened in this process.
 
+`--servers N` (N > 1, no kill) runs N server processes on the one index, as N desktop clients each
+spawning the server on one memory folder would: client n talks to server n % N, and every check
+(a memory found by its token, read back whole) crosses processes.
+
 Figures: calls/s, P50/P95 latency per tool, errors, memories checked, the kill/restart result.
 """
 from __future__ import annotations
@@ -70,10 +74,15 @@ class LoadConfig:
     seed: int = 0
     mix: tuple[tuple[str, float], ...] = tuple(MIX.items())
     timeout: float = 1800.0  # seconds for the whole load: a hang fails instead of waiting forever
+    servers: int = 1  # `hybridlab mcp` processes on the one index; client n talks to server n % servers
 
     def __post_init__(self) -> None:
         if self.calls < 1 or self.clients < 1:
             raise ValueError(f"calls and clients must be >= 1, got {self.calls} and {self.clients}")
+        if self.servers < 1:
+            raise ValueError(f"servers must be >= 1, got {self.servers}")
+        if self.servers > 1 and self.kill_at is not None:
+            raise ValueError("the kill and restart run with one server; with several, set kill_at=None")
         if self.kill_at is not None and not 0 < self.kill_at < 1:
             raise ValueError(f"kill_at must be within (0, 1) or None, got {self.kill_at}")
         unknown = {name for name, _ in self.mix} - set(TOOLS)
@@ -239,9 +248,10 @@ def client_tag(n: int) -> str:
 class _Load:
     """The shared state of one run: call slots, acknowledged memories, the kill and the restart."""
 
-    def __init__(self, config: LoadConfig, server: ServerProcess, index_dir: Path) -> None:
+    def __init__(self, config: LoadConfig, servers: Sequence[ServerProcess], index_dir: Path) -> None:
         self.config = config
-        self.server = server
+        self.servers = list(servers)
+        self.server = self.servers[0]  # the one killed and restarted
         self.index_dir = index_dir
         self.result = LoadResult(config=asdict(config))
         self.memories: list[Memory] = []  # acknowledged, in the order of their acknowledgement
@@ -337,11 +347,12 @@ class _Load:
         from mcp.client.streamable_http import streamable_http_client
 
         rng = random.Random(self.config.seed * 1000 + n)
+        server = self.servers[n % len(self.servers)]
         tools, weights = zip(*self.config.mix, strict=True)
         failures = 0  # sessions in a row that broke without the kill
         while self.claimed < self.config.calls:
             try:
-                async with Client(streamable_http_client(self.server.url, terminate_on_close=False)) as client:
+                async with Client(streamable_http_client(server.url, terminate_on_close=False)) as client:
                     while self.claim():
                         tool = self.current[n] = rng.choices(tools, weights)[0]
                         await self.one(client, n, rng, tool)
@@ -357,8 +368,8 @@ class _Load:
                     self.error(f"client {n}: the session failed during {tool}: {error!r}"[:500])
                     self.result.calls += tool is not None
                     failures += 1
-                    if failures >= 3 or self.server.process is None or self.server.process.poll() is not None:
-                        raise RuntimeError(f"client {n} cannot reach the server: {self.server.log()[-3000:]}") \
+                    if failures >= 3 or server.process is None or server.process.poll() is not None:
+                        raise RuntimeError(f"client {n} cannot reach the server: {server.log()[-3000:]}") \
                             from error
                     continue
                 if tool is not None:  # interrupted by the kill: not done, its slot goes back
@@ -490,18 +501,20 @@ def run_load(config: LoadConfig, folder: Path) -> LoadResult:
     """Build the index in `folder`, run the scenario (module docstring), check; the result lists
     every error (none = the target met)."""
     index_dir = build_index(folder, config.memories, config.seed)
-    server = ServerProcess(index_dir)
-    server.start()
-    load = _Load(config, server, index_dir)
+    servers = [ServerProcess(index_dir) for _ in range(config.servers)]
     try:
+        for server in servers:
+            server.start()
+        load = _Load(config, servers, index_dir)
         asyncio.run(load.run())
     finally:
-        code = server.stop()
+        codes = [server.stop() for server in servers]
     result = load.result
-    if result.errors:  # the server's side of them (tracebacks of failed tools)
-        result.server_log = server.log()[-20_000:]
-    if code not in (0, -signal.SIGTERM):  # uvicorn re-raises the SIGTERM after its graceful shutdown
-        result.errors.append(f"the server exited {code} on SIGTERM: {server.log()[-2000:]}")
+    if result.errors:  # the servers' side of them (tracebacks of failed tools)
+        result.server_log = "\n".join(server.log()[-20_000 // len(servers):] for server in servers)
+    for server, code in zip(servers, codes, strict=True):
+        if code not in (0, -signal.SIGTERM):  # uvicorn re-raises the SIGTERM after its graceful shutdown
+            result.errors.append(f"a server exited {code} on SIGTERM: {server.log()[-2000:]}")
     result.acknowledged = sum(memory.acknowledged for memory in load.memories)
     check_index(index_dir, load.memories, result)
     expected = config.memories + len(load.memories)
@@ -620,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="concurrent MCP sessions")
     parser.add_argument("--kill-at", type=float, default=0.5, help="share of the calls after which the server is "
                         "SIGKILLed (0 = no kill)")
+    parser.add_argument("--servers", type=int, default=1, help="server processes on the one index (> 1: no kill)")
     parser.add_argument("--memories", type=int, default=200, help="synthetic memories in the index at the start")
     parser.add_argument("--mix", help="tool shares, e.g. store_memory=0.25,search=0.35,search_by_tag=0.2,"
                         f"get_document=0.2 (default {','.join(f'{k}={v}' for k, v in MIX.items())})")
@@ -635,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mix:
         mix = tuple((name.strip(), float(share)) for name, share in (part.split("=") for part in args.mix.split(",")))
     config = LoadConfig(calls=args.calls, clients=args.clients, kill_at=args.kill_at or None,
-                        memories=args.memories, mix=mix)
+                        memories=args.memories, mix=mix, servers=args.servers)
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     machine = machine_info()
     runs = []

@@ -72,6 +72,17 @@ def render(record: dict[str, Any], summary: str, code: int, seconds: float, soak
          (f"{load.get('stored', 0)} memories stored, {load.get('errors', 'n/a')} errors, every memory found "
          f"afterwards; {load.get('seconds', 'n/a')} s")),
     ]
+    for key, label in (("processes_short", "3 writer + 2 reader processes (`make test`)"),
+                       ("processes_soak", "3 writer + 2 reader processes (soak)")):
+        run = record.get(key)
+        rows.append((label, f"{run['seconds']:.0f} s, wal_records {run['wal_records']}" if run else "not run",
+                     (f"{run['stores']} stores, {run['acknowledged_ids']} ids, {run['reader_opens']} reader opens, "
+                      f"{run['errors']} errors; every acknowledged memory found as one document; verify clean")
+                     if run else ""))
+    two = record.get("mcp_load_two_servers")
+    if two:
+        rows.append(("two MCP server processes on one index", f"{two['calls']} calls, {two['clients']} clients",
+                     f"{two['acknowledged']} memories stored, {two['errors']} errors, nothing lost"))
     table = "\n".join(f"| {name} | {value} | {note} |" for name, value, note in rows)
     status = "all passed" if code == 0 else f"FAILURES (pytest exit {code})"
     command = "python -m hybridlab.reports.reliability" + (" --soak" if soak else "")
@@ -99,7 +110,12 @@ pytest `tests/reliability` {'with' if soak else 'without'} the soak loops: **{su
   cache; a damaged DuckDB store falls back to the previous generation (each run keeps one; that
   run's changes must be indexed again); a corrupt index-local embeddings cache is moved aside and
   refilled. A damaged store without an intact previous generation is not repairable: rebuild.
-- **Locks.** A second writer exits 2 with `index DIR is locked by PID N`; readers are never blocked.
+- **Locks.** Writers queue: in one process on a first-come lock, across processes on a blocking
+  `flock`, for up to `HYBRIDLAB_LOCK_WAIT` seconds (30); then `index DIR is locked by PID N (...)`
+  names the holding thread of this process or the other process and its command. Readers are never
+  blocked, and writers leave a retired generation's files in place while a reader opens one.
+- **One id, one document.** A write bringing an id twice keeps its last version; a writer sees the
+  other writers' log appends; `verify` finds ids held twice and `--repair` keeps the newest.
 - **No pickle** in the package; every `np.load` passes `allow_pickle=False`; documents are looked up
   by id in DuckDB (no file access); `hybridlab mcp` binds HTTP to 127.0.0.1 unless told otherwise.
 """

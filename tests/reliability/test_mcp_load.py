@@ -41,6 +41,23 @@ def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     assert result.in_flight_stores_found <= result.in_flight_stores
 
 
+def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
+    """Two `hybridlab mcp` processes on one memory folder (two desktop clients each spawning the
+    server): 4 clients, two per server, every check crossing processes; 0 errors, nothing lost, one
+    document per id (issue 28)."""
+    pytest.importorskip("mcp")
+    from hybridlab.bench.mcp_load import LoadConfig, run_load
+
+    started = time.perf_counter()
+    result = run_load(LoadConfig(calls=600, clients=CLIENTS, kill_at=None, servers=2, timeout=600), tmp_path)
+    record("mcp_load_two_servers", {"calls": result.calls, "clients": CLIENTS, "servers": 2,
+                                    "errors": len(result.errors), "acknowledged": result.acknowledged,
+                                    "seconds": round(time.perf_counter() - started, 1)})
+    assert result.errors == [], f"{len(result.errors)} errors, the first: {result.errors[:5]}"
+    assert result.calls == 600 and result.acknowledged > 0
+    assert result.verify_at_end == [] and result.checked_at_end == result.acknowledged
+
+
 def test_a_generation_retired_while_it_is_read_is_read_again(tmp_path, monkeypatch):
     """Found by the load above: a reader opening generation N while two commits land (the second
     removes N's corpus graph) failed with 'graph-….npy cannot be read' although nothing was damaged;
