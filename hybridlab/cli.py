@@ -92,6 +92,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
                           help="fixed fusion weights for every query")
     g.add_argument("--lexical-floor", type=_unit_float, help="lexical evidence at or below which BM25 gets no weight")
     g.add_argument("--lexical-ceiling", type=_unit_float, help="lexical evidence from which BM25 gets its full weight")
+    g.add_argument("--rare-term-max-df", type=int,
+                   help="a query term held by at most this many chunks lifts them above dense-only hits "
+                        "(default 3; 0 = off)")
     g.add_argument("--rerank-depth", type=int, help="re-score the top N fused chunks with the cross-encoder (0 = off)")
     g.add_argument("--rerank-weight", type=_unit_float,
                    help="cross-encoder share of the reranked order (1.0 = its order alone; default 1.0)")
@@ -112,7 +115,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
                         "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
-                        "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
+                        "rare_term_max_df", "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
                         "feedback_weight", "feedback_docs", "chunk_decay")
 
 

@@ -157,6 +157,10 @@ class SearchConfig:
     of BM25's top 10 rows contains: 0 at or below `lexical_floor`, full at or above
     `lexical_ceiling`, linear between; a query that asks for the latest state ("current", "still",
     ...) weighs recency `recency_intent_weight` instead of `recency_weight`. Off = fixed weights.
+    Rare terms (`rare_term_max_df`, part of adaptive fusion): when the query's rarest term is in at
+    most that many chunks (an identifier, a unique token), the chunks holding it whose lexical
+    evidence reaches `lexical_ceiling` are lifted above every chunk BM25 did not return (dense-only
+    hits); 0 = off.
 
     Dense feedback (`feedback_weight` > 0, :mod:`hybridlab.search.feedback`): after fusion, the
     query vector moves toward the stored vectors of the fused list's best `feedback_docs`
@@ -198,6 +202,7 @@ class SearchConfig:
     adaptive_fusion: bool = True
     lexical_floor: float = 0.2
     lexical_ceiling: float = 0.4
+    rare_term_max_df: int = 3
     recency_intent_weight: float = 0.5
     feedback_weight: float = 0.0
     feedback_docs: int = 1
@@ -235,6 +240,9 @@ class SearchConfig:
         if not 0.0 <= self.lexical_floor <= self.lexical_ceiling <= 1.0:
             raise ValueError("lexical_floor and lexical_ceiling must satisfy 0 <= floor <= ceiling <= 1, got "
                              f"{self.lexical_floor}, {self.lexical_ceiling}")
+        max_df = self.rare_term_max_df
+        if isinstance(max_df, bool) or not isinstance(max_df, Integral) or max_df < 0:
+            raise ValueError(f"rare_term_max_df must be an integer >= 0 (0 = no rare-term lift), got {max_df!r}")
         if not 0.0 <= self.recency_intent_weight <= 1.0:
             raise ValueError(f"recency_intent_weight must be in [0, 1], got {self.recency_intent_weight}")
         if not 0.0 <= self.feedback_weight <= 10.0:
@@ -314,7 +322,7 @@ def _coerce(name: str, value: Any) -> Any:
 #: Settings added after configs were first exported, with the value that reproduces the behaviour
 #: from before they existed: an exported config (one with `provenance`) that lacks one of them was
 #: pinned without it and keeps that behaviour (so `repro` still passes and serving it stays as measured).
-ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False, "chunk_decay": 0.0}
+ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0}
 #: Chunking settings added after indexes were first built, with the value those indexes were built
 #: with (read by :meth:`IndexConfig.from_manifest` and for exported configs).
 ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False}

@@ -12,12 +12,23 @@ here are cheap query-performance predictors in the sense of the QPP literature:
   paraphrase) has little lexical evidence. It scales BM25's weight (:func:`lexical_factor`): a
   per-query alpha, as dynamic alpha tuning does with an LLM judge (Hsu & Tzeng 2025), from a
   signal that costs a set lookup per query term.
+- ``rare_term``: the query's rarest term and its document frequency (``rare_term_df``). A term
+  only a few chunks contain (an identifier, a unique token a memory was stored with) is the most
+  specific evidence a query can carry (its IDF is the largest: Sparck Jones 1972), yet min-max
+  fusion gives BM25's best row the same 1.0 whether it is the only chunk holding such a term or
+  one of hundreds sharing a common word, and a dense model has no vector for a token it never
+  saw. When that frequency is at most :attr:`SearchConfig.rare_term_max_df`, the chunks holding the
+  term whose lexical evidence reaches the ramp's ceiling (BM25 counts fully for them) are lifted
+  above every chunk BM25 did not return (:func:`rare_term_lift`): a dense-only hit never
+  outranks them; among themselves and against other lexical matches fusion decides.
 - ``agreement``: how many of the two retrievers' top rows are the same (shown in ``explain``).
 - ``recency_intent``: the query asks for the latest state ("current", "now", "latest", "still",
   "anymore", ...): recency then weighs :attr:`SearchConfig.recency_intent_weight` instead of
   :attr:`SearchConfig.recency_weight`.
 
 References:
+    Sparck Jones (1972), "A statistical interpretation of term specificity and its application in
+    retrieval", Journal of Documentation.
     He & Ounis (2004), "Inferring query performance using pre-retrieval predictors", SPIRE.
     Zhou & Croft (2007), "Query performance prediction in web search environments", SIGIR.
     Bruch, Gai & Ingber (2023), "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS.
@@ -29,6 +40,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 #: Rows of the BM25 run the lexical evidence is read from (the best of them counts).
 EVIDENCE_DEPTH = 10
@@ -51,11 +64,15 @@ class QueryEvidence:
     recency_intent: bool = False
     lexical_factor: float = 1.0  # BM25's weight is multiplied by it
     recency_weight: float = 0.0  # the recency weight used
+    rare_term: str | None = None  # the query's rarest term the index has (as tokenised); None: none
+    rare_term_df: int | None = None  # chunks holding it
+    rare_rows: frozenset[int] = frozenset()  # the chunks lifted above BM25-less hits (empty: no lift)
 
-    def to_dict(self) -> dict[str, float | bool | None]:
+    def to_dict(self) -> dict[str, float | bool | str | None]:
         return {"lexical_evidence": self.lexical, "retriever_agreement": self.agreement,
                 "recency_intent": self.recency_intent, "lexical_factor": self.lexical_factor,
-                "recency_weight_used": self.recency_weight}
+                "recency_weight_used": self.recency_weight, "rare_term": self.rare_term,
+                "rare_term_df": self.rare_term_df, "rare_term_rows": len(self.rare_rows)}
 
 
 def asks_for_latest(query: str) -> bool:
@@ -104,3 +121,26 @@ def weights_with_evidence(weights: Mapping[str, float], factor: float) -> dict[s
     """The fusion weights with BM25's scaled by `factor` (the other signals keep theirs)."""
     return {name: weight * factor if name == "bm25" else weight for name, weight in weights.items()}
 
+
+
+def rarest_term(frequencies: Mapping[str, int]) -> tuple[str | None, int | None]:
+    """The term of `frequencies` (term -> chunks holding it) that the fewest chunks hold, ties by
+    the term's first place in the mapping (query order); terms held by none are skipped."""
+    held = [(df, position, term) for position, (term, df) in enumerate(frequencies.items()) if df > 0]
+    if not held:
+        return None, None
+    df, _, term = min(held)
+    return term, df
+
+
+def rare_term_lift(scores: np.ndarray, rare: np.ndarray, lexical: np.ndarray,
+                   gap: float = 1e-6) -> float:
+    """What to add to the scores of the `rare` rows (boolean mask) so that every one of them is
+    above every row without lexical evidence (`~lexical`, rows BM25 did not return) by at least
+    `gap`: `max(0, max(scores[unmatched]) - min(scores[rare]) + gap)`. One amount for all of them,
+    so their order among themselves and with other rows above them stays; 0.0 when they are
+    already above, or when there are no such rows."""
+    unmatched = ~(lexical | rare)
+    if not rare.any() or not unmatched.any():
+        return 0.0
+    return max(0.0, float(scores[unmatched].max()) - float(scores[rare].min()) + gap)

@@ -50,6 +50,30 @@ class Bm25Retriever:
     def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
         return self.index.matched_idf_share(query, rows)
 
+    def document_frequencies(self, query: str) -> dict[str, int]:
+        return document_frequencies(self.index, query)
+
+    def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
+        return term_rows(self.index, term, depth, allowed)
+
+
+def document_frequencies(index: SparseIndex, query: str) -> dict[str, int]:
+    """The live document frequency of each distinct in-vocabulary term of `query` (a legacy
+    bm25s index: its score matrix's column lengths)."""
+    terms = dict.fromkeys(index.query_terms(query))
+    if not index.is_legacy:
+        return {term: index.document_frequency(term) for term in terms}
+    bm25 = index.retriever
+    indptr = bm25.scores["indptr"]
+    columns = {term: bm25.vocab_dict[term] for term in terms}
+    return {term: int(indptr[column + 1] - indptr[column]) for term, column in columns.items()}
+
+
+def term_rows(index: SparseIndex, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
+    """Up to `depth` allowed rows holding `term`, ascending (its BM25 score is positive exactly there)."""
+    rows, _ = index.top_terms([term], depth, allowed.mask)
+    return np.sort(rows)
+
 
 class FaissRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =

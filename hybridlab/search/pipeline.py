@@ -4,9 +4,11 @@
     encode     the query vector (timed as `encode_ms`); query_tags: tags and collections it names
     attempt    retrievers: BM25 (`depth`, staged: `candidates`), tags, dense (parallel: `depth`;
                staged: the BM25 + tag pool scored with stored vectors, grown along the corpus graph)
-    evidence   the query's signals: lexical evidence, retriever agreement, recency intent
-               (search/evidence.py); they scale BM25's weight and set the recency weight
-    combine    fusion (by name, weights from alpha and evidence) -> recency -> min_score
+    evidence   the query's signals: lexical evidence, rarest term, retriever agreement, recency
+               intent (search/evidence.py); they scale BM25's weight, pick the chunks a rare
+               query term lifts and set the recency weight
+    combine    fusion (by name, weights from alpha and evidence) -> recency -> rare-term lift
+               -> min_score
     feedback   optional (`feedback_weight` > 0): the query vector moved toward the fused list's best
                documents (search/feedback.py), dense retrieval again, combine again
     retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
@@ -37,6 +39,8 @@ from hybridlab.search.evidence import (
     asks_for_latest,
     best_rows,
     lexical_factor,
+    rare_term_lift,
+    rarest_term,
     top_agreement,
     weights_with_evidence,
     without_recency_cues,
@@ -61,13 +65,14 @@ Run = dict[int, float]  # row -> score of one retriever
 
 
 class Hit(NamedTuple):
-    """A scored row: final score, fused score before recency, recency factor (a tuple: one is
-    built per fused row, so it must be cheap)."""
+    """A scored row: final score, fused score before recency, recency factor, what the rare-term
+    lift added (a tuple: one is built per fused row, so it must be cheap)."""
 
     row: int
     score: float
     fused: float
     recency: float
+    lift: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -308,21 +313,39 @@ def with_candidate_tags(runs: dict[str, Run], counts: np.ndarray) -> Run:
 # ------------------------------------------------------------------------------------ evidence
 def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -> QueryEvidence:
     """The query's signals (:mod:`hybridlab.search.evidence`): lexical evidence from BM25's best
-    rows, top-row agreement of BM25 and dense, recency intent; and the BM25 weight factor and
-    recency weight they give. `adaptive_fusion=False` records the signals but changes nothing."""
+    rows, the rarest query term, top-row agreement of BM25 and dense, recency intent; and the BM25
+    weight factor, the rows a rare term lifts and the recency weight they give.
+    `adaptive_fusion=False` records the signals but changes nothing."""
     config = request.config
     bm25, dense = runs.get("bm25") or {}, runs.get("dense") or {}
-    lexical = None
+    lexical, term, df = None, None, None
     intent = asks_for_latest(request.query)
+    content = without_recency_cues(request.query) if intent else request.query
     if "bm25" in runs:
         rows = np.asarray(best_rows(bm25, EVIDENCE_DEPTH), dtype=np.int64)
-        content = without_recency_cues(request.query) if intent else request.query
         lexical = float(snapshot.sparse.lexical_evidence(content, rows).max()) if len(rows) else 0.0
+        term, df = rarest_term(snapshot.sparse.document_frequencies(content))
     if not config.adaptive_fusion or config.mode != "hybrid":
-        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight)
+        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight, term, df)
     factor = lexical_factor(lexical, config.lexical_floor, config.lexical_ceiling)
     recency = max(config.recency_weight, config.recency_intent_weight) if intent else config.recency_weight
-    return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency)
+    return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency, term, df,
+                         rare_rows(snapshot, request, content, term, df))
+
+
+def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | None,
+              df: int | None) -> frozenset[int]:
+    """The rows the rare-term lift raises: when the query's rarest term is held by at most
+    `rare_term_max_df` rows, the allowed ones holding it whose lexical evidence (share of the query's
+    IDF mass they contain) reaches `lexical_ceiling`, where BM25 counts fully."""
+    limit = request.config.rare_term_max_df
+    if term is None or df is None or df > limit:
+        return frozenset()
+    rows = snapshot.sparse.term_rows(term, limit, request.allowed)
+    if not len(rows):
+        return frozenset()
+    evidence = snapshot.sparse.lexical_evidence(content, rows)
+    return frozenset(rows[evidence >= request.config.lexical_ceiling].tolist())
 
 
 # ------------------------------------------------------------------------------------ feedback
@@ -380,9 +403,17 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_
         decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
         factors = np.where(np.isnan(decayed), 1.0, decayed)
     final = scores * (1.0 - recency_weight + recency_weight * factors) if config.decay > 0 else scores
+    lifts = np.zeros(len(rows))
+    if evidence.rare_rows:
+        # rows holding a rare query term above every row BM25 did not return (dense-only hits)
+        rare = np.fromiter((row in evidence.rare_rows for row in rows.tolist()), bool, len(rows))
+        bm25 = runs.get("bm25") or {}
+        lexical = np.fromiter((row in bm25 for row in rows.tolist()), bool, len(rows))
+        lifts[rare] = rare_term_lift(final, rare, lexical)
+        final = final + lifts
     order = np.lexsort((rows, -final))
     hits = list(map(Hit._make, zip(rows[order].tolist(), final[order].tolist(), scores[order].tolist(),
-                                   factors[order].tolist())))
+                                   factors[order].tolist(), lifts[order].tolist())))
     n_scored = len(hits)
     if config.min_score is not None:
         hits = [hit for hit in hits if hit.score >= config.min_score]
@@ -555,11 +586,13 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": retrieval.tag_boost,
         "tag_coverage": retrieval.tag_coverage,
         "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
+        "rare_term_lift": hit.lift,
         "fusion": config.fusion, "rrf_k": config.rrf_k,
         "normalization": config.normalization, "alpha": retrieval.alpha,
         "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
         "fill_dense": config.fill_dense, "decay": config.decay,
         "recency_weight": config.recency_weight, "adaptive_fusion": config.adaptive_fusion,
+        "rare_term_max_df": config.rare_term_max_df,
         **retrieval.evidence.to_dict(),
         "feedback_weight": config.feedback_weight, "chunk_decay": config.chunk_decay,
         "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],

@@ -57,6 +57,7 @@ from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.reader import Generation, read_generation
 from hybridlab.search.engine import Index
 from hybridlab.search.filters import Filters
+from hybridlab.search.local import document_frequencies, term_rows
 from hybridlab.search.retrievers import RowFilter
 from hybridlab.search.snapshot import Snapshot, snapshot_of
 
@@ -557,6 +558,14 @@ class QdrantSparseRetriever:
     def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
         """From the generation's postings, which the collection's sparse vectors were made of."""
         return self._sparse.matched_idf_share(query, rows)
+
+    def document_frequencies(self, query: str) -> dict[str, int]:
+        """From the generation's postings, as :meth:`lexical_evidence`."""
+        return document_frequencies(self._sparse, query)
+
+    def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
+        """From the generation's postings, as :meth:`lexical_evidence`."""
+        return term_rows(self._sparse, term, depth, allowed)
 
 
 class QdrantDenseRetriever:

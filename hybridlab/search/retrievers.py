@@ -59,6 +59,16 @@ class SparseRetriever(Protocol):
         never saw count at the IDF of an unseen term; see :mod:`hybridlab.search.evidence`)."""
         ...
 
+    def document_frequencies(self, query: str) -> dict[str, int]:
+        """For each distinct query term the index has, the live rows containing it (global over
+        the live segments, as BM25's IDF counts them)."""
+        ...
+
+    def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
+        """Up to `depth` allowed rows containing `term` (a term of :meth:`document_frequencies`,
+        already tokenised), ascending."""
+        ...
+
 
 class DenseRetriever(Protocol):
     """Vector retrieval for one embedding model (inner product of L2-normalised vectors)."""
