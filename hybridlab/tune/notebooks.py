@@ -73,7 +73,7 @@ def path_replacements(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
 
 def shorten_paths(text: str, replacements: list[tuple[str, str]]) -> str:
     """`text` with every absolute folder of `replacements` shortened: `<folder>/x` -> `x` for `.`,
-    `../x`, `~/x`; the folder alone -> its short name; `/work/mainx` is left alone."""
+    `../x`, `~/x`; the folder alone -> its short name; a sibling such as `<checkout>x` is left alone."""
     import re
 
     for folder, short in replacements:

@@ -1,6 +1,9 @@
+"""Build the run-4 indexes: `python build.py WORK DATASET` (scifact | synthetic), with the checkout's Python.
+
+Writes WORK/<dataset>-queries.json and WORK/<dataset>-{1,10} (1 and 10 unmerged segments).
+"""
 import sys, random, json, time
 from pathlib import Path
-sys.path.insert(0, "/work/main")
 from hybridlab.bench import writes as W
 from hybridlab.config import IndexConfig
 from hybridlab.index.build import apply_changes
@@ -20,11 +23,11 @@ def docs_queries(dataset):
     return documents, queries
 
 if __name__ == "__main__":
-    dataset = sys.argv[1]
+    work, dataset = Path(sys.argv[1]), sys.argv[2]
     documents, queries = docs_queries(dataset)
-    Path(f"/tmp/helperB/{dataset}-queries.json").write_text(json.dumps(queries))
+    (work / f"{dataset}-queries.json").write_text(json.dumps(queries))
     for segments in (1, 10):
-        index_dir = Path(f"/tmp/helperB/{dataset}-{segments}")
+        index_dir = work / f"{dataset}-{segments}"
         if index_dir.exists():
             continue
         config = IndexConfig(models=("wordllama",))
@@ -33,5 +36,5 @@ if __name__ == "__main__":
         t = time.time()
         for start in range(0, len(documents), step):
             apply_changes(index_dir, [(documents[0].source, documents[start:start + step], False)], config, progress=False,
-                          cache_path=Path("/tmp/helperB/emb.duckdb"), **extra)
+                          cache_path=work / "emb.duckdb", **extra)
         print(dataset, segments, time.time() - t, flush=True)
