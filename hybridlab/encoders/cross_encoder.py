@@ -26,6 +26,7 @@ import numpy as np
 
 from hybridlab.encoders.bge import cpu_session, feeds, load_tokenizer, wheel_folder
 from hybridlab.errors import ModelNotInstalledError
+from hybridlab.extras import extra_for
 
 __all__ = ["DEFAULT_RERANKER", "RERANKERS", "CrossEncoder", "RerankerSpec", "get_reranker_spec", "load_reranker"]
 
@@ -111,6 +112,6 @@ def _load(spec: RerankerSpec) -> CrossEncoder:
         try:
             importlib.metadata.distribution(package)
         except importlib.metadata.PackageNotFoundError:
-            raise ModelNotInstalledError(spec.name, package) from None
+            raise ModelNotInstalledError(spec.name, package, extra_for(package)) from None
     logger.info("loading rerank model %s", spec.name)
     return CrossEncoder(spec)

@@ -32,6 +32,7 @@ import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
 from hybridlab.errors import ModelNotInstalledError
+from hybridlab.extras import extra_for
 from hybridlab.filelock import exclusive_lock
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def build(spec: ModelSpec, folder: Path) -> None:
         try:
             importlib.metadata.distribution(package)
         except importlib.metadata.PackageNotFoundError:
-            raise ModelNotInstalledError(spec.name, package) from None
+            raise ModelNotInstalledError(spec.name, package, extra_for(package)) from None
     import torch
     import transformers
 

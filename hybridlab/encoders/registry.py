@@ -24,6 +24,7 @@ from hybridlab.encoders.onnx import OnnxEncoder
 from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder
 from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import ModelNotInstalledError
+from hybridlab.extras import extra_for
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -151,7 +152,7 @@ def load_encoder(name: str) -> Encoder:
 def _load(spec: ModelSpec) -> Encoder:
     missing = _missing_package(spec)
     if missing is not None:
-        raise ModelNotInstalledError(spec.name, missing)
+        raise ModelNotInstalledError(spec.name, missing, extra_for(missing))
     logger.info("loading embedding model %s (%s backend)", spec.name, spec.backend)
     return LOADERS[spec.backend](spec)
 
@@ -184,7 +185,7 @@ def query_encoder_name(name: str, backend: str | None = None) -> str:
     if missing is None:
         return twin
     if backend == "onnx":
-        raise ModelNotInstalledError(twin, missing)
+        raise ModelNotInstalledError(twin, missing, extra_for(missing))
     return spec.name
 
 

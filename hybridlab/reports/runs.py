@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.extras import require
 from hybridlab.filelock import exclusive_lock
 from hybridlab.tune.runs import (
     describe_splits,
@@ -96,6 +97,7 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
 def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
                     path: str | os.PathLike) -> Path:
     """Grouped bars: `metric` per dataset (groups) and system (bars)."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,6 +122,7 @@ def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], met
 def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
     """Staged search: latency and quality (nDCG@10, recall@10, overlap with parallel hybrid) per
     candidate count; the parallel search is the dashed reference."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,6 +161,7 @@ def cli_report(args: argparse.Namespace) -> int:
     """`hybridlab report`: the report notebook over the latest sweep per dataset (or `--run`),
     under a lock; says loudly (stderr, the summary's first lines, reports/index.md) when a sweep is
     older than the engine's last change; exits 1 when another run holds the lock or the notebook fails."""
+    require("papermill", "matplotlib")
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.tune.notebooks import run_notebook
@@ -224,6 +228,7 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
 def plot_kinds(per_kind: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
                path: str | os.PathLike, title: str = "") -> Path:
     """Grouped bars: `metric` per query kind (groups) and system (bars)."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")

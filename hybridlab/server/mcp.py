@@ -24,10 +24,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
-
 from hybridlab.errors import HybridlabError
+from hybridlab.extras import require
 from hybridlab.server.stderr import StderrHandler
+
+# This module is the MCP adapter: without the SDK (and the pydantic it brings) importing it fails with
+# a message naming the `mcp` extra, and so does `hybridlab mcp`.
+require("mcp")
+
+from pydantic import BaseModel, Field
 
 logger = logging.getLogger(__name__)
 

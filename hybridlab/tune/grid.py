@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
+from hybridlab.errors import MissingExtraError
 from hybridlab.eval.crossval import nested_cv
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
 from hybridlab.eval.significance import paired_test
 from hybridlab.eval.systems import DATASETS, DEFAULT_SYSTEM, FUSION_SYSTEMS, open_evalset, system_runs
+from hybridlab.extras import require
 
 DEFAULT_VALUES = {"alpha": [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0]}
 CHUNK_FIELDS = {f.name: f for f in dataclasses.fields(ChunkConfig)}
@@ -164,6 +166,7 @@ def render_markdown(results: list[dict[str, Any]], param: str, values: list[Any]
 
 def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: str, path: Path) -> None:
     """One panel per dataset: the metric (all queries) against the value, one line per fusion method."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,6 +207,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run the grid for parsed options; writes sweep.md, sweep.json, sweep.png."""
+    require("matplotlib")  # before the work, not at the figure
     if args.json and not args.cv:
         raise ValueError("--json needs --cv")
     if args.values:
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return cli_grid(args, argv)
-    except ValueError as error:
+    except (ValueError, MissingExtraError) as error:
         parser.error(str(error))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.eval.datasets import REPO_ROOT
+from hybridlab.extras import require
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def run_notebook(name: str, out_dir: str | os.PathLike, parameters: Mapping[str,
                  html: bool = True, timeout: int | None = None) -> Path:
     """Execute `notebooks/<name>.ipynb` with `parameters` into `out_dir/<name>.ipynb` (and `.html`).
     A failing cell raises papermill's PapermillExecutionError after the partial notebook is saved."""
+    require("papermill")
     import papermill
 
     out_dir = Path(out_dir)
@@ -106,6 +108,7 @@ def relative_paths(notebook: str | os.PathLike, out_dir: str | os.PathLike) -> P
 
 def to_html(notebook: str | os.PathLike) -> Path:
     """An HTML copy next to the executed notebook."""
+    require("nbconvert")
     import nbformat
     from nbconvert import HTMLExporter
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.eval.evaluate import METRICS
+from hybridlab.extras import require
 
 SWEEP_PREFIX = "sweep-"
 #: `journal:PATH` selects Optuna's JournalStorage over the file PATH
@@ -26,6 +27,7 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
     JournalStorage over an append-only file (a file on shared storage, NFS-safe lock); any other
     SQLAlchemy URL (`postgresql://…`, through psycopg 3) as an RDBStorage that checks pooled
     connections before use."""
+    require("optuna")
     import optuna
 
     if url is None:
@@ -150,6 +152,7 @@ def latest_sweeps(reports: str | os.PathLike) -> list[Path]:
 
 def load_study(run_dir: str | os.PathLike):
     """The Optuna study a sweep run recorded (its storage URL, else `study.db` in the folder)."""
+    require("optuna")
     import optuna
 
     run_dir = Path(run_dir)
@@ -162,6 +165,7 @@ def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path
     at least two trials completed) and slice plots."""
     import warnings
 
+    require("matplotlib", "optuna")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,6 +193,7 @@ def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path
 
 def importances(study) -> dict[str, float]:
     """fANOVA-style parameter importances (Optuna's default evaluator); empty if not computable."""
+    require("optuna")
     import optuna
 
     try:

@@ -51,6 +51,7 @@ from hybridlab.eval.evaluator import (
 )
 from hybridlab.eval.significance import mean_ci, paired_test
 from hybridlab.eval.systems import per_kind
+from hybridlab.extras import require
 from hybridlab.tune.export import (
     DEFAULT_TEST,
     DEFAULTS_FITTED_ON,
@@ -375,6 +376,7 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
     existing study never enqueues and seeds with :func:`derive_seed` (`seed`, :func:`worker_id`).
     `workers` > 1: this process only creates or joins the study, then runs that many worker
     processes on it (:func:`spawn_workers`) and waits for them."""
+    require("optuna")
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
@@ -502,6 +504,7 @@ def public_storage(url: str | None) -> str | None:
     """`url` without its password, for records (libpq reads it from PGPASSWORD or ~/.pgpass)."""
     if url is None or url.startswith(JOURNAL_PREFIX) or "@" not in url:
         return url
+    require("sqlalchemy")
     from sqlalchemy.engine import URL, make_url
 
     parsed = make_url(url)
@@ -718,6 +721,7 @@ def cli_sweep(args: argparse.Namespace) -> int:
     runs its nested cross-validation there), then export what may be served (:mod:`.export`) into the
     run folder's `config.json` and to `--export`.
     With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
+    require("optuna", "papermill")
     from papermill.exceptions import PapermillExecutionError
 
     from hybridlab.eval.evaluate import METRICS
