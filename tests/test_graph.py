@@ -292,7 +292,7 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
     import os
 
     from hybridlab.config import IndexConfig
-    from hybridlab.index import build, layout
+    from hybridlab.index import layout, segments
     from hybridlab.index.build import apply_changes
     from hybridlab.index.graph import load_graph
     from hybridlab.index.memory import make_memory
@@ -337,13 +337,13 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
                   cache_path=embedding_cache_path)
     assert graph_of(index_dir) == graph_of(fresh)
     folder = index_dir / first["name"]
-    dead = build._dead_chunk_ids(folder, first)
-    assert len(dead) == 12 and build._dead_chunk_ids(folder, first) is dead  # kept for the next write
+    dead = segments.dead_chunk_ids(folder, first)
+    assert len(dead) == 12 and segments.dead_chunk_ids(folder, first) is dead  # kept for the next write
     info = folder.stat()  # a folder that is not the same one (another mtime): looked up again
     os.utime(folder, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
-    again = build._dead_chunk_ids(folder, first)
+    again = segments.dead_chunk_ids(folder, first)
     assert again is not dead and np.array_equal(again, dead)
-    assert len(build._dead_chunk_ids(folder, dict(first, deleted=first["deleted"][:5]))) == 5
+    assert len(segments.dead_chunk_ids(folder, dict(first, deleted=first["deleted"][:5]))) == 5
 
 
 @pytest.mark.parametrize("cells", [1 << 18, 40])

@@ -15,6 +15,7 @@ from test_segments import CONFIG, SOURCE, _memory, _text
 
 from hybridlab.index import build, layout, reader
 from hybridlab.index.build import apply_changes, last_versions
+from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.lru import LruCache
 from hybridlab.index.memory import MemoryWriter
 from hybridlab.index.verify import repair, verify
@@ -152,7 +153,7 @@ def test_verify_finds_an_id_live_in_two_segments_and_repair_keeps_the_newest(tmp
                                                                             monkeypatch):
     index_dir = _base(tmp_path, embedding_cache_path)
     with monkeypatch.context() as patched:  # a write that did not tombstone the older copy
-        patched.setattr(build, "_existing_documents", lambda *args: {})
+        patched.setattr(build, "existing_documents", lambda *args: {})
         apply_changes(index_dir, [(SOURCE, [_memory("m002", "a second copy of m002", 6, ())], False)],
                       progress=False, cache_path=embedding_cache_path)
     problems = verify(index_dir)
@@ -300,8 +301,9 @@ def test_a_waiting_writer_gets_the_lock_when_another_process_lets_go(tmp_path):
 def test_the_write_path_caches_hold_under_constant_thread_switches():
     """The process-wide caches of the write path are LRU objects with one lock: 8 threads evicting
     and reading them with a thread switch every microsecond raise nothing and keep the bound."""
-    assert all(isinstance(cache, LruCache) for cache in (build._DENSE, build._DEAD, build._SMALL_DOCUMENTS,
-                                                          build._SIGNATURES, build._UNCOMMITTED_DOCUMENTS))
+    caches = WRITE_CACHES
+    assert all(isinstance(cache, LruCache) for cache in (caches.dense, caches.dead, caches.small_documents,
+                                                          caches.signatures, caches.uncommitted_documents))
     cache: LruCache[tuple[int, int], int] = LruCache(16)
     errors: list[BaseException] = []
 
@@ -310,7 +312,7 @@ def test_the_write_path_caches_hold_under_constant_thread_switches():
             for i in range(5000):
                 cache.put((t, i), i)
                 cache.get((t, i - 3))
-                cache.get_or_make((t, -i), lambda: i)
+                cache.get_or_make((t, -i), lambda i=i: i)
                 if i % 50 == 0:
                     cache.pop((t, i - 1))
         except BaseException as error:  # noqa: BLE001 - counted

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.index import build as indexer
-from hybridlab.index import layout
+from hybridlab.index import artifacts, faults, layout
 from hybridlab.index.build import IndexReport, index_paths
 from hybridlab.search.engine import open_index
 
@@ -223,11 +222,11 @@ def test_failed_run_leaves_the_previous_index_intact(base_index, failure_cache, 
     (source / "c.md").unlink()
 
     hook, seen = fail_at(stage, Boom(stage))
-    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    monkeypatch.setattr(faults, "HOOK", hook)
     with pytest.raises(Boom):
         index_paths([source], index_dir, progress=False, cache_path=failure_cache)
     assert seen[-1] == stage
-    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+    monkeypatch.setattr(faults, "HOOK", None)
 
     assert (index_dir / layout.MANIFEST).read_text() == manifest
     assert results(index_dir, "caribou aardvark") == before
@@ -247,11 +246,11 @@ def test_interrupt_keeps_the_previous_index(base_index, failure_cache, monkeypat
     before = results(root / "index", "bison")
     (root / "docs" / "d.md").write_text(new_doc("interrupt"))
     hook, _ = fail_at("faiss-written", KeyboardInterrupt())
-    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    monkeypatch.setattr(faults, "HOOK", hook)
     with pytest.raises(KeyboardInterrupt):
         index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
     assert results(root / "index", "bison") == before
-    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+    monkeypatch.setattr(faults, "HOOK", None)
     assert index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache).committed
 
 
@@ -259,22 +258,22 @@ def test_failure_after_the_manifest_commit_keeps_the_new_generation(base_index, 
     root = base_index
     (root / "docs" / "d.md").write_text(new_doc("late failure"))
     hook, _ = fail_at("manifest-committed", Boom("late"))
-    monkeypatch.setattr(indexer, "_CHECKPOINT", hook)
+    monkeypatch.setattr(faults, "HOOK", hook)
     with pytest.raises(Boom):
         index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
     assert top_doc_ids(root / "index", "dingo") == ["d.md"]
-    monkeypatch.setattr(indexer, "_CHECKPOINT", None)
+    monkeypatch.setattr(faults, "HOOK", None)
     report = index_paths([root / "docs"], root / "index", progress=False, cache_path=failure_cache)
     assert not report.committed and report.unchanged == 4
 
 
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    from hybridlab.index import build as indexer
+    from hybridlab.index import build as indexer, faults
     def hook(stage):
         if stage == sys.argv[3]:
             os.kill(os.getpid(), signal.SIGKILL)
-    indexer._CHECKPOINT = hook
+    faults.HOOK = hook
     indexer.index_paths([sys.argv[1]], sys.argv[2], progress=False)
 """)
 
@@ -349,7 +348,7 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
     from hybridlab.index import rows
 
     monkeypatch.setattr(rows, "INSERT_BATCH", 1)
-    monkeypatch.setattr(indexer, "READ_BATCH", 2)
+    monkeypatch.setattr(artifacts, "READ_BATCH", 2)
     index_paths([source], tmp_path / "batched", progress=False, cache_path=embedding_cache_path)
     with open_index(tmp_path / "whole") as whole, open_index(tmp_path / "batched") as batched:
         assert list(whole.chunk_ids) == list(batched.chunk_ids) == [0, 1, 2, 3]

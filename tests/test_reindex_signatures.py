@@ -12,8 +12,9 @@ import time
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import build, layout
-from hybridlab.index.build import index_paths, optimize, recorded_signatures
+from hybridlab.index import layout, merge
+from hybridlab.index.build import index_paths, optimize
+from hybridlab.index.signatures import recorded_signatures
 from hybridlab.ingest import sources
 from hybridlab.search.engine import open_index
 
@@ -211,7 +212,7 @@ def test_reindexes_answer_like_a_fresh_build_and_signatures_survive_merges(tmp_p
                                                                           monkeypatch, settled, reads):
     """Random edits, touches, adds and deletes, each followed by a re-index (merges with a small merge
     factor), answer like a fresh build of the folder; signatures survive merges and `optimize`."""
-    monkeypatch.setattr(build, "MERGE_FACTOR", 3)
+    monkeypatch.setattr(merge, "MERGE_FACTOR", 3)
     rng = random.Random(5)
     folder = Folder(tmp_path / "docs")
     names = [f"d{i // 4}/note-{i}.md" for i in range(12)]

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from hybridlab.config import Bm25Config, IndexConfig
-from hybridlab.index import build, layout
-from hybridlab.index.build import apply_changes, merge_plan, optimize
+from hybridlab.index import layout, merge
+from hybridlab.index.build import apply_changes, optimize
 from hybridlab.index.memory import make_memory
+from hybridlab.index.merge import merge_plan
 from hybridlab.index.sparse import SparseIndex, _bm25s
 from hybridlab.index.tokenizer import Tokenizer
 from hybridlab.search.engine import open_index
@@ -169,7 +170,7 @@ def test_random_writes_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
     """Random adds, changes and deletes (each a commit: a segment and/or tombstones; merges with a
     small merge factor), then bm25, vector, hybrid, staged and filtered runs equal those of a fresh
     build of the same documents, and again after `optimize`."""
-    monkeypatch.setattr(build, "MERGE_FACTOR", 3)
+    monkeypatch.setattr(merge, "MERGE_FACTOR", 3)
     rng = random.Random(seed)
     documents: dict[str, object] = {}
     index_dir = tmp_path / "index"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_segments import CONFIG, SOURCE, _assert_same, _memory, _runs, _text
 
-from hybridlab.index import build, layout, wal
+from hybridlab.index import build, layout, merge, wal
 from hybridlab.index.build import apply_changes, fold_log, optimize
 from hybridlab.index.memory import MemoryWriter
 from hybridlab.index.verify import repair, verify
@@ -159,7 +159,7 @@ def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
     """A random sequence of logged stores, replacements (commits), deletes (a write removing
     documents) and folds, with merges: bm25, vector, hybrid and filtered runs equal a fresh build's
     at the end, and after `optimize` (log folded) staged runs too."""
-    monkeypatch.setattr(build, "MERGE_FACTOR", 3)
+    monkeypatch.setattr(merge, "MERGE_FACTOR", 3)
     rng = random.Random(seed)
     index_dir, documents = _base(tmp_path, embedding_cache_path, rng)
     writer = MemoryWriter(index_dir, wal_records=5)

@@ -232,7 +232,8 @@ class MemoryWriter:
     def _append(self, documents: list[Document]) -> int | None:
         """Append the memories to the live generation's log (durable on return); returns its
         generation number, or None when there is no index yet (the first write commits one)."""
-        from hybridlab.index.build import _checkpoint, indexed_doc_ids
+        from hybridlab.index.faults import checkpoint
+        from hybridlab.index.segments import indexed_doc_ids
 
         with self._locked():
             stamp = manifest_stamp(self.index_dir)
@@ -252,7 +253,7 @@ class MemoryWriter:
                 return None  # replaces an indexed memory: a commit (which folds the log first)
             records = wal.embed_documents(documents, log.config, log.encode)
             try:
-                log.writer.append(records, checkpoint=_checkpoint)
+                log.writer.append(records, checkpoint=checkpoint)
             except BaseException:
                 log.writer.close()
                 self._log = None  # reopened (its tail checked) by the next store

@@ -146,8 +146,8 @@ def _duplicate_problems(generation) -> list[str]:
     if not rows:
         return []
     listed = ", ".join(f"{doc_id!r} ({count} versions)" for doc_id, count in rows)
-    return [f"document ids held more than once: {listed}; `hybridlab verify --repair --index "
-            f"{generation.index_dir}` keeps the newest version of each"]
+    return [(f"document ids held more than once: {listed}; `hybridlab verify --repair --index "
+             f"{generation.index_dir}` keeps the newest version of each")]
 
 
 def _log_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:

@@ -10,11 +10,11 @@ import sys
 import time
 import traceback
 
+
 def write(index_dir: str, seconds: float, name: str, out: str, wal_records: int) -> None:
     from hybridlab.index.memory import MemoryWriter, make_memory
 
     writer = MemoryWriter(index_dir, wal_records=wal_records, lock_wait=60)
-    rng = random.Random(name)
     deadline = time.monotonic() + seconds
     errors = 0
     with open(out, "a", encoding="utf-8") as log:

@@ -65,5 +65,5 @@ def test_three_writer_and_two_reader_processes_on_one_index(small_index, tmp_pat
 
 @pytest.mark.soak
 def test_three_writer_and_two_reader_processes_on_one_index_soak(small_index, tmp_path):
-    seconds = float(os.environ.get("HYBRIDLAB_SOAK_SECONDS", 300))
+    seconds = float(os.environ.get("HYBRIDLAB_SOAK_SECONDS", "300"))
     record("processes_soak", _run(small_index, tmp_path, seconds=seconds, wal_records=(1, 1, 1)))

@@ -1,0 +1,164 @@
+"""A segment's artifacts: chunk texts embedded where the cache lacks them, BM25 postings and one
+FAISS index per model written from its store."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridlab.config import IndexConfig
+from hybridlab.index import layout
+from hybridlab.index.embedding_cache import EmbeddingCache
+from hybridlab.index.faults import checkpoint
+from hybridlab.index.report import IndexReport
+from hybridlab.index.rows import (
+    SMALL_INSERT,
+)
+
+logger = logging.getLogger(__name__)
+
+
+EMBED_BATCH = 256
+READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB
+
+def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: IndexReport, config: IndexConfig,
+                   known_dims: dict[str, int], progress: bool) -> dict[str, int]:
+    """Embed every assigned chunk text not yet in the cache; returns each model's dimension."""
+    from hybridlab.encoders.registry import get_spec, load_encoder
+
+    dims: dict[str, int] = {}
+    for model in models:
+        spec = get_spec(model)
+        if model in known_dims and known_dims[model] != spec.dim:
+            raise ValueError(
+                f"model {model!r} was indexed with dimension {known_dims[model]} but now has {spec.dim}; "
+                f"drop its vectors first: hybridlab reindex --drop-model {model}"
+            )
+        dims[model] = spec.dim
+        hashes = [row[0] for row in con.execute(
+            "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [model]).fetchall()]
+        todo = cache.missing(model, hashes, dim=spec.dim)
+        report.cache_hits += len(hashes) - len(todo)
+        del hashes
+        if not todo:
+            continue
+        missing = _texts_of(con, todo)
+        encoder = load_encoder(model)
+        missing.sort(key=lambda pair: len(pair[1]))
+        started = time.perf_counter()
+        bar = _progress(total=len(missing), desc=f"embedding ({model})", enabled=progress, unit="chunk")
+        step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
+        for start in range(0, len(missing), step):
+            batch = missing[start:start + step]
+            vectors = encoder.encode_documents([text for _, text in batch], batch_size=config.embed_batch_size)
+            if vectors.shape[1] != spec.dim:
+                raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
+            cache.put(model, [sha for sha, _ in batch], vectors)
+            report.embedded += len(batch)
+            bar.update(len(batch))
+            checkpoint("embedded-batch")
+        bar.close()
+        report.embed_seconds += time.perf_counter() - started
+    return dims
+
+
+def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
+    """(sha, embed_text) of the given embedding-text hashes, one text per hash."""
+    if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no pandas frame
+        return con.execute("SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
+                           "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1", [list(hashes)]).fetchall()
+    import pandas as pd
+
+    con.register("wanted_sha", pd.DataFrame({"sha": list(hashes)}))
+    try:
+        return con.execute("SELECT w.sha, any_value(c.embed_text) FROM wanted_sha w "
+                           "JOIN chunks c ON c.embed_sha256 = w.sha GROUP BY w.sha ORDER BY w.sha").fetchall()
+    finally:
+        con.unregister("wanted_sha")
+
+
+def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
+    """The embedding text of each chunk of `ids` (every chunk id, ascending), `READ_BATCH` ids per
+    query: each query sorts one small range (one sort of all texts overruns a bounded buffer pool)."""
+    step = READ_BATCH
+    for start in range(0, len(ids), step):
+        low, high = int(ids[start]), int(ids[min(start + step, len(ids)) - 1])
+        rows = con.execute("SELECT embed_text FROM chunks WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id",
+                           [low, high]).fetchall()
+        for (text,) in rows:
+            yield text
+
+
+def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
+
+
+VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
+
+
+def cache_vectors(cache: EmbeddingCache) -> VectorSource:
+    """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache."""
+    def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
+        try:
+            return cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
+        except KeyError as error:
+            raise RuntimeError(str(error).strip("'\"")) from None
+
+    return vectors
+
+
+def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexConfig, dims: dict[str, int],
+                    progress: bool = False) -> dict[str, Any]:
+    """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
+    store; vectors come from `vectors_of`."""
+    from hybridlab.index.dense import DenseIndex
+    from hybridlab.index.sparse import SparseIndex
+
+    ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
+    sparse = SparseIndex.build(_streamed_texts(con, ids), ids, config.bm25, show_progress=progress)
+    sparse.save(folder / layout.BM25_DIR)
+    del sparse
+    checkpoint("bm25-written")
+    models: dict[str, Any] = {}
+    for model, dim in dims.items():
+        pairs = con.execute(
+            "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
+        ).fetchnumpy()
+        matrix = vectors_of(model, pairs, dim)
+        dense = DenseIndex.build(matrix, pairs["chunk_id"].astype(np.int64), model, config.dense_index)
+        del matrix  # FAISS holds its own copy
+        dense.save(folder / layout.dense_file(model))
+        models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
+                         "index": config.dense_index}
+        checkpoint("faiss-written")
+    return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    import importlib.metadata as md
+
+    found = [("python", platform.python_version())]
+    for package in ("hybridlab", "duckdb", "faiss-cpu", "bm25s", "sentence-transformers", "torch", "numpy"):
+        try:
+            found.append((package, md.version(package)))
+        except md.PackageNotFoundError:
+            pass
+    return tuple(found)
+
+
+def versions() -> dict[str, str]:
+    """Python and the versions of the packages an index depends on (read once per process)."""
+    return dict(_versions())
+
+

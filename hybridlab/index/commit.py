@@ -1,0 +1,275 @@
+"""The commit of a generation: merges by policy, corpus graphs updated, the manifest written from the
+segment list, folders flushed and renamed, the manifest replaced, retired files removed."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridlab.config import IndexConfig
+from hybridlab.index import layout, store
+from hybridlab.index.artifacts import versions
+from hybridlab.index.caches import WRITE_CACHES
+from hybridlab.index.faults import checkpoint
+from hybridlab.index.merge import build_merged, merge_plan
+from hybridlab.index.segments import (
+    dead_chunk_ids,
+    load_dense,
+    segment_folder,
+    segment_models,
+)
+from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
+
+logger = logging.getLogger(__name__)
+
+
+def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]], old: dict[str, Any] | None,
+                   new_files: dict[str, Any], config: IndexConfig, dims: dict[str, int],
+                   graphs: dict[str, dict[str, Any]],
+                   signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> dict[str, Any]:
+    """The manifest fields that follow from the segment list and the corpus graphs: files, counts,
+    models, bm25 (`new_files`: the checksums of the new folder's files, by name)."""
+    files: dict[str, Any] = {}
+    for folder_files in new_files.values():
+        files.update({n: v for n, v in folder_files.items() if not _generation_wide(n)})
+    for entry in entries:
+        if entry["name"] in new_files:
+            continue
+        if old is not None:
+            prefix = f"{entry['name']}/"
+            if entry.get("legacy"):
+                raise ValueError("a legacy segment cannot be kept in a segmented index")
+            files.update({name: value for name, value in (old.get("files") or {}).items()
+                          if name.startswith(prefix) and not _generation_wide(name)})
+    documents = sum(entry["documents"] for entry in entries)
+    chunks = sum(entry["chunks"] for entry in entries)
+    models: dict[str, Any] = {}
+    for model, dim in dims.items():
+        info = {"dim": dim, "vectors": sum(entry["vectors"].get(model, 0) for entry in entries),
+                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries)}
+        if model in graphs:
+            info.update(graphs[model])
+            for key in ("graph", "graph_reserve"):
+                graph_name = f"{graphs[model]['graph_dir']}/{graphs[model][key]}"
+                files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
+        models[model] = info
+    signature_info, kept_file = signatures
+    extra = {}
+    if signature_info:
+        name = signature_info["file"]
+        files[name] = kept_file or new_files[name.split("/")[0]][name]
+        extra["file_signatures"] = signature_info
+    return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
+            "segments": entries, "models": models,
+            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}, **extra}
+
+
+def _generation_wide(name: str) -> bool:
+    """Whether a file of a segment's folder belongs to the generation committed there (corpus
+    graphs, file signatures), not to the segment: named in a manifest only while current."""
+    base = Path(name).name
+    return base.startswith("graph-") or base == SIGNATURES_FILE
+
+
+def manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: float,
+                   old: dict[str, Any] | None, next_id: int) -> dict[str, Any]:
+    base = {
+        "format": layout.FORMAT_VERSION, "generation": number, "path": layout.generation_name(number),
+        "built_at": datetime.now(UTC).isoformat(), "build_seconds": round(seconds, 3), "config": config.to_dict(),
+        "store": layout.STORE_FILE, "embedding_cache": str(cache_file.resolve()), "versions": versions(),
+        "next_chunk_id": next_id,
+    }
+    if old and old.get("last_merge"):
+        base["last_merge"] = old["last_merge"]
+    return base
+
+
+def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
+                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
+    """The corpus graph of each model over the live vectors of every segment (rows = the
+    generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
+    the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
+    gives), or built when there is none to reuse."""
+    from hybridlab.index.graph import (
+        GRAPH_RESERVE,
+        SegmentRows,
+        build_corpus_graph,
+        graph_size,
+        load_graph,
+        load_reserve,
+        save_graph,
+        update_corpus_graph,
+    )
+
+    dense_of: dict[tuple[str, str], Any] = {}
+    dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
+             with_vectors: bool) -> tuple[np.ndarray, SegmentRows | None]:
+        ids_parts, kept = [], []
+        for entry in segs:
+            folder = segment_folder(index_dir, entry)
+            info = segment_models(manifest or {}, entry).get(model)
+            if not info:
+                continue
+            key = (entry["name"], model)
+            if key not in dense_of:
+                dense_of[key] = load_dense(folder / info["file"], model)
+            dense = dense_of[key]
+            dead_key = (entry["name"], tuple(entry.get("deleted") or ()))
+            if dead_key not in dead_of:
+                dead_of[dead_key] = dead_chunk_ids(folder, entry)
+            keep = ~np.isin(dense.ids, dead_of[dead_key]) if len(dead_of[dead_key]) else None
+            ids_parts.append(dense.ids if keep is None else dense.ids[keep])
+            kept.append((dense, keep))
+        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+        if not with_vectors or not kept:
+            return ids, None
+        # each segment's vectors where they are, with its live rows: not copied into one array (an
+        # O(index) copy per write; each new array of several MB also costs its fresh pages, ~4 ms a
+        # 2 MB huge page on the benchmark's VM); a full build copies them (`SegmentRows.array`)
+        return ids, SegmentRows([(dense.vectors, None if keep is None else np.flatnonzero(keep))
+                                 for dense, keep in kept])
+
+    graphs: dict[str, dict[str, Any]] = {}
+    for model in dims:
+        k = graph_size(config.graph_k, sum(int(e.get("vectors", {}).get(model, 0)) for e in entries))
+        if not k:
+            continue
+        started = time.perf_counter()
+        ids, vectors = live(None, entries, model, True)
+        if vectors is None or len(ids) < 2:
+            continue
+        reuse = None
+        info = ((old or {}).get("models") or {}).get(model) or {}
+        if info.get("graph") and info.get("graph_k") == k:
+            folder = info.get("graph_dir") or old["path"]
+            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format", 0) >= 2 else info["graph"])
+            path = index_dir / folder / info["graph"]
+            try:
+                if recorded and layout.file_sha256(path) == recorded["sha256"]:
+                    old_ids, _ = live(old, layout.segments(old), model, False)
+                    old_graph = load_graph(path, len(old_ids))
+                    old_graph = _with_reserve(index_dir, old, folder, info, old_graph, load_reserve)
+                    position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+                    reuse = old_graph, np.where(ids[position] == old_ids, position, -1)
+                else:
+                    logger.warning("not reusing %s: it does not match its checksum", path)
+            except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
+                logger.warning("not reusing the corpus graph %s: %s", path, error)
+        if reuse is None:
+            graph, how = build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE), "built"
+        else:
+            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
+        save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
+        save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
+        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how,
+                         "graph_reserve": _reserve_file(model), "graph_reserve_k": GRAPH_RESERVE}
+        logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
+                    time.perf_counter() - started)
+    checkpoint("graph-written")
+    return graphs
+
+
+def _reserve_file(model: str) -> str:
+    """The file of a corpus graph's reserve columns (`graph.GRAPH_RESERVE` next nearest neighbours)."""
+    return layout.graph_file(model).removesuffix(".npy") + ".reserve.npy"
+
+
+def _with_reserve(index_dir: Path, old: dict[str, Any], folder: str, info: dict[str, Any], graph: np.ndarray,
+                  load_reserve: Callable[[Path, int], np.ndarray]) -> np.ndarray:
+    """An old corpus graph with its reserve columns appended when it has intact ones (else alone:
+    its rows that lose a neighbour are then searched afresh)."""
+    name = info.get("graph_reserve")
+    recorded = (old.get("files") or {}).get(f"{folder}/{name}") if name else None
+    if not recorded:
+        return graph
+    path = index_dir / folder / name
+    try:
+        if layout.file_sha256(path) != recorded["sha256"]:
+            raise ValueError("it does not match its checksum")
+        return np.concatenate([graph, load_reserve(path, len(graph))], axis=1)
+    except (OSError, ValueError) as error:
+        logger.warning("not using the corpus graph reserve %s: %s", path, error)
+        return graph
+
+
+def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
+                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: dict[str, Any],
+                       progress: bool, policy: bool, reason: str | None = None,
+                       merge_range: tuple[int, int] | None = None,
+                       signatures: Signatures | None = None) -> dict[str, Any]:
+    """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
+    as one new generation: every new folder (`folders`: private, oldest first; the first is the
+    write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
+    newest, the manifest replaced. Readers see one new generation per call. `signatures`: the file
+    signatures to record (None: the old generation's). Returns the manifest."""
+    folders = list(folders)
+    last_merge = None
+    while True:
+        plan = merge_range or (merge_plan(entries) if policy else None)
+        merge_range = None
+        if plan is None:
+            break
+        started = time.perf_counter()
+        start, end = plan
+        inputs = entries[start:end]
+        merged, folder = build_merged(index_dir, old or {}, inputs, config, dims, progress)
+        folders.append(folder)
+        entries = entries[:start] + ([merged] if merged else []) + entries[end:]
+        last_merge = {"segments": len(inputs), "chunks": merged["chunks"] if merged else 0,
+                      "seconds": round(time.perf_counter() - started, 3), "reason": reason or "tiered policy"}
+        for entry in inputs:  # a segment built by this call and merged away already is never committed
+            if entry.get("_folder"):
+                shutil.rmtree(entry["_folder"], ignore_errors=True)
+    live = {Path(e["_folder"]) for e in entries if e.get("_folder")}
+    kept = [folder for folder in folders if folder in live or (folder == folders[0] and folder.exists())]
+    if not kept:  # everything new was merged away into nothing: the write's folder holds the commit
+        folders[0].mkdir(parents=True, exist_ok=True)
+        kept = [folders[0]]
+    commit_folder = max(kept, key=lambda folder: folder.name)
+    for folder in folders:
+        if folder not in kept:
+            shutil.rmtree(folder, ignore_errors=True)
+    commit_name = commit_folder.name.split(".")[0]
+    number = int(commit_name.split("-")[1])
+    graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
+    signature_info = commit_signatures(index_dir, old, signatures, commit_folder, commit_name,
+                                        {entry["name"] for entry in entries})
+    new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
+                 for folder in kept}
+    manifest_base = {**base, "generation": number, "path": commit_name}
+    if last_merge is not None:
+        manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
+    committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
+    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
+    text = layout.manifest_text(manifest)
+    (commit_folder / layout.MANIFEST).write_text(text, encoding="utf-8")
+    for folder in kept:
+        layout.fsync_tree(folder)
+    checkpoint("generation-flushed")
+    for folder in sorted(kept, key=lambda f: f.name):  # the commit folder (the newest) last
+        os.rename(folder, index_dir / folder.name.split(".")[0])
+    checkpoint("generation-renamed")
+    layout.write_manifest(index_dir, manifest, text)
+    checkpoint("manifest-committed")
+    names = {entry["name"] for entry in committed}
+    for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
+        documents = WRITE_CACHES.uncommitted_documents.pop(str(folder))
+        name = folder.name.split(".")[0]
+        recorded = manifest["files"].get(f"{name}/{store.parquet_file('documents')}")
+        if documents is not None and name in names and recorded:
+            WRITE_CACHES.small_documents.put((str(index_dir / name), str(recorded["sha256"])), documents)
+    previous = index_dir / old["path"] if old else None
+    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
+    return manifest
+
+

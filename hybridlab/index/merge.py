@@ -1,0 +1,132 @@
+"""The tiered merge policy and the merge of adjacent segments into one."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridlab.config import IndexConfig
+from hybridlab.index import layout, store
+from hybridlab.index.artifacts import build_artifacts
+from hybridlab.index.faults import checkpoint
+from hybridlab.index.segments import (
+    attach,
+    copy_live_parquet,
+    copy_live_rows,
+    detach,
+    load_dense,
+    next_chunk_id,
+    persist,
+    segment_entry,
+    segment_folder,
+    segment_models,
+    store_counts,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------- segments
+#: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are
+#: merged into one after a commit, so an index holds at most ~(MERGE_FACTOR - 1) segments per tier
+MERGE_FACTOR = 10
+#: a segment of at least `MIN_REWRITE_ROWS` rows whose share of tombstoned chunks exceeds this is
+#: rewritten without them by the next merge (smaller ones are merged by their tier soon enough)
+MAX_DELETED_SHARE = 0.5
+MIN_REWRITE_ROWS = 1000
+
+
+def merge_factor() -> int:
+    """`MERGE_FACTOR`, or env `HYBRIDLAB_MERGE_FACTOR` (>= 2; small in fault-injection tests)."""
+    value = os.environ.get("HYBRIDLAB_MERGE_FACTOR")
+    if value is None:
+        return MERGE_FACTOR
+    if not value.isdigit() or int(value) < 2:
+        raise ValueError(f"HYBRIDLAB_MERGE_FACTOR must be an integer >= 2, got {value!r}")
+    return int(value)
+
+
+def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> tuple[int, int] | None:
+    """The adjacent segments [start, end) the tiered policy merges next, None when none: the oldest
+    run of `factor` adjacent segments in the same size tier (floor(log10(live chunks))), else a
+    segment of `MIN_REWRITE_ROWS`+ rows (with its right neighbour when there is one) whose
+    tombstoned share exceeds `MAX_DELETED_SHARE`."""
+    factor = factor or merge_factor()
+    tiers = [int(math.log10(max(int(entry.get("chunks", 0)), 1))) for entry in entries]
+    start = 0
+    for i in range(1, len(tiers) + 1):
+        if i == len(tiers) or tiers[i] != tiers[start]:
+            if i - start >= factor:
+                return start, start + factor
+            start = i
+    for i, entry in enumerate(entries):
+        rows = int(entry.get("rows", entry.get("chunks", 0)) or 0)
+        if rows >= MIN_REWRITE_ROWS and (rows - int(entry.get("chunks", 0))) / rows > MAX_DELETED_SHARE:
+            return i, min(i + 2, len(entries))
+    return None
+
+
+def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[dict[str, Any]], config: IndexConfig,
+                  dims: dict[str, int], progress: bool) -> tuple[dict[str, Any] | None, Path]:
+    """Merge `entries` (adjacent segments) into one new segment in a private folder: live rows only,
+    vectors taken from their FAISS files (nothing re-embedded), BM25 postings re-derived. Returns its
+    entry (None when no live row is left) and the folder."""
+    number = layout.next_generation_number(index_dir)
+    name = layout.generation_name(number)
+    tmp = index_dir / f"{name}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    con = None
+    try:
+        checkpoint("merge-start")
+        small = sum(int(entry.get("chunks", 0)) for entry in entries) < store.SMALL_SEGMENT_ROWS
+        con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
+        store.create_schema(con)
+        folders = [segment_folder(index_dir, entry) for entry in entries]
+        if all(store.is_parquet_segment(folder) for folder in folders):
+            copy_live_parquet(con, folders, entries)
+        else:
+            aliases = attach(con, index_dir, entries)
+            copy_live_rows(con, aliases, entries)
+            detach(con, aliases)
+        highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
+        store.set_meta(con, {"next_chunk_id": max(next_chunk_id(index_dir, manifest),
+                                                  -1 if highest is None else highest + 1), "generation": number})
+        checkpoint("merge-store-written")
+        loaded: dict[str, list[Any]] = {}
+
+        def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
+            if model not in loaded:
+                loaded[model] = [load_dense(segment_folder(index_dir, entry) / segment_models(manifest, entry)[model]["file"],
+                                             model) for entry in entries if model in segment_models(manifest, entry)]
+            wanted = pairs["chunk_id"].astype(np.int64)
+            parts = []
+            for dense in loaded[model]:
+                rows = dense.rows_of(wanted)
+                parts.append((dense.ids[rows], dense.take(rows)))
+            ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+            matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
+            if not np.array_equal(ids, wanted):
+                raise RuntimeError(f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors")
+            return matrix
+
+        counts = store_counts(con)
+        artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
+        persist(con, tmp)
+        con.close()
+        con = None
+        if not counts["chunks"] and not counts["documents"]:
+            return None, tmp
+        return {**segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
+    except BaseException:
+        if con is not None:
+            con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+

@@ -1,0 +1,123 @@
+"""File signatures of folder sources: which files a re-index may skip (size, inode, mtime, ctime as
+recorded when the file was last read), stored beside the generation that committed them."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hybridlab.errors import HybridlabError
+from hybridlab.index import layout
+from hybridlab.index.caches import WRITE_CACHES
+from hybridlab.ingest.sources import (
+    READER_VERSION,
+    Document,
+    FileSignature,
+    FolderScan,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------- file signatures
+#: the file signatures of a generation's folder sources: JSON `{"reader": READER_VERSION, "sources":
+#: {source: {doc_id: [size, inode, mtime_ns, ctime_ns]}}}`, in the folder the manifest's
+#: `file_signatures.file` names (written into the commit folder by a write that changes them)
+SIGNATURES_FILE = "file-signatures.json"
+
+Signatures = dict[str, dict[str, FileSignature]]  # {source: {doc_id: signature}}
+
+
+def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> Signatures:
+    """`{source: {doc_id: file signature}}` the live generation recorded for its folder sources'
+    files: each the signature the file had when its document was last read into the index (settled
+    files only: see `read_folder`). Empty when there is no index, none was recorded, they were
+    recorded by another `READER_VERSION`, or the file does not match its checksum. Do not mutate."""
+    if manifest is None:
+        try:
+            manifest = layout.read_manifest(Path(index_dir))
+        except HybridlabError:
+            return {}
+    info = manifest.get("file_signatures") or {}
+    name = info.get("file")
+    recorded = (manifest.get("files") or {}).get(name) if name else None
+    if not recorded or info.get("reader") != READER_VERSION:
+        return {}
+    path = Path(index_dir) / name
+    key = (str(path), str(recorded.get("sha256")))
+    known = WRITE_CACHES.signatures.get(key)
+    if known is not None:
+        return known
+    import hashlib
+
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != recorded.get("sha256"):
+            raise ValueError("it does not match its sha256 in the manifest")
+        table = {source: {doc_id: tuple(signature) for doc_id, signature in files.items()}
+                 for source, files in json.loads(data)["sources"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        logger.warning("not using the file signatures %s (every file is read): %s", path, error)
+        return {}
+    WRITE_CACHES.signatures.put(key, table)
+    return table
+
+
+def next_signatures(index_dir: Path, manifest: dict[str, Any] | None, scans: Sequence[FolderScan],
+                     to_insert: Sequence[Document], to_delete: Sequence[str],
+                     existing: dict[str, tuple[str, str, int]]) -> Signatures | None:
+    """The signatures this write commits; None when they are the live generation's, unchanged.
+
+    A scanned source's are replaced: the files left unread keep their recorded signature (when it
+    is still the live generation's and their document is indexed), the files read record theirs.
+    Every other source keeps its own, less the documents this write inserts or deletes (whose file
+    is then read by the next scan)."""
+    info = (manifest or {}).get("file_signatures") or {}
+    touched: dict[str, set[str]] = {}
+    for document in to_insert:
+        touched.setdefault(document.source, set()).add(document.doc_id)
+    for doc_id in to_delete:
+        touched.setdefault(existing[doc_id][0], set()).add(doc_id)
+    scanned = {scan.source for scan in scans}
+    if not scans and not set(info.get("sources") or ()) & set(touched):
+        return None  # e.g. a memory write: no recorded source touched
+    old = recorded_signatures(index_dir, manifest) if manifest else {}
+    table = {source: {d: s for d, s in files.items() if d not in touched.get(source, ())}
+             for source, files in old.items() if source not in scanned}
+    for scan in scans:
+        before = old.get(scan.source, {})
+        files = {doc_id: signature for doc_id, signature in scan.unchanged.items()
+                 if before.get(doc_id) == signature and existing.get(doc_id, ("",))[0] == scan.source}
+        files.update((d.doc_id, scan.signatures[d.doc_id]) for d in scan.documents if d.doc_id in scan.signatures)
+        table[scan.source] = files
+    table = {source: files for source, files in table.items() if files}
+    return None if table == old else table
+
+
+def commit_signatures(index_dir: Path, old: dict[str, Any] | None, table: Signatures | None, folder: Path,
+                       name: str, live: set[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The manifest's `file_signatures` for a commit into `folder` (becoming `name`) whose live
+    segments are `live`, and the `files` entry of a signatures file kept where it is (None: written
+    now). `table` None keeps the old generation's: by reference while their folder stays live, else
+    copied into `folder`."""
+    if table is None:
+        info = (old or {}).get("file_signatures")
+        if not info:
+            return None, None
+        recorded = (old.get("files") or {}).get(info["file"])
+        if info["file"].split("/")[0] in live and recorded:
+            return info, recorded
+        table = recorded_signatures(index_dir, old)
+    if not table:
+        return None, None
+    payload = {"reader": READER_VERSION,
+               "sources": {source: {doc_id: list(signature) for doc_id, signature in sorted(files.items())}
+                           for source, files in sorted(table.items())}}
+    (folder / SIGNATURES_FILE).write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
+    return {"file": f"{name}/{SIGNATURES_FILE}", "reader": READER_VERSION,
+            "sources": {source: len(files) for source, files in sorted(table.items())}}, None
+
+
