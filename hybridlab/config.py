@@ -158,9 +158,8 @@ class SearchConfig:
     `lexical_ceiling`, linear between; a query that asks for the latest state ("current", "still",
     ...) weighs recency `recency_intent_weight` instead of `recency_weight`. Off = fixed weights.
     Rare terms (`rare_term_max_df`, part of adaptive fusion): when the query's rarest term is in at
-    most that many chunks (an identifier, a unique token), the chunks holding it whose lexical
-    evidence reaches `lexical_ceiling` are lifted above every chunk BM25 did not return (dense-only
-    hits); 0 = off.
+    most that many chunks (an identifier, a unique token), the chunks holding it that hold every
+    query term are lifted above every chunk BM25 did not return (dense-only hits); 0 = off.
 
     Dense feedback (`feedback_weight` > 0, :mod:`hybridlab.search.feedback`): after fusion, the
     query vector moves toward the stored vectors of the fused list's best `feedback_docs`

@@ -90,11 +90,15 @@ def test_a_stored_unique_token_is_found_first_right_after_the_store(index, store
 
 
 def test_no_lift_where_the_rare_term_is_a_small_part_of_the_query(index, stored):
-    """Three words the index never saw carry most of the query's IDF mass: the memory holding the
-    token has lexical evidence below `lexical_ceiling`, so fusion alone decides."""
+    """Words the memory lacks (three the index never saw, or "flaky" it has): the memory holding
+    the token does not match the query fully, so fusion alone decides."""
     results = index.search(f"{TOKEN} zebra giraffe okapi", limit=10, now=NOW, explain=True)
     assert results[0].explain["rare_term"] == TOKEN and results[0].explain["rare_term_rows"] == 0
     assert all(r.explain["rare_term_lift"] == 0.0 for r in results)
+    partial = index.search(f"{TOKEN} flaky", limit=10, now=NOW, explain=True)
+    assert partial[0].explain["rare_term"] == TOKEN and partial[0].explain["rare_term_rows"] == 0
+    full = index.search(f"{TOKEN} printer", limit=10, now=NOW, explain=True)  # the memory holds both
+    assert full[0].doc_id == stored[1] and full[0].explain["rare_term_rows"] == 1
 
 
 def test_no_lift_for_a_term_more_chunks_hold(index):

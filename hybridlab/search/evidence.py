@@ -18,7 +18,7 @@ here are cheap query-performance predictors in the sense of the QPP literature:
   fusion gives BM25's best row the same 1.0 whether it is the only chunk holding such a term or
   one of hundreds sharing a common word, and a dense model has no vector for a token it never
   saw. When that frequency is at most :attr:`SearchConfig.rare_term_max_df`, the chunks holding the
-  term whose lexical evidence reaches the ramp's ceiling (BM25 counts fully for them) are lifted
+  term that match the query fully (lexical evidence 1: they hold every query term) are lifted
   above every chunk BM25 did not return (:func:`rare_term_lift`): a dense-only hit never
   outranks them; among themselves and against other lexical matches fusion decides.
 - ``agreement``: how many of the two retrievers' top rows are the same (shown in ``explain``).

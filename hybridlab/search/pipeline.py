@@ -58,6 +58,7 @@ logger = logging.getLogger("hybridlab.search.engine")
 
 MAX_QUERY_CHARS = 10_000
 TAG_TIEBREAK = 1e-3
+FULL_MATCH = 1.0 - 1e-9  # lexical evidence of a row holding every query term (a sum of IDF shares)
 
 Encode = Callable[[str, str], np.ndarray]  # (model, query) -> query vector
 Rerank = Callable[[str, str, list[str]], np.ndarray]  # (rerank model, query, passages) -> one score each
@@ -336,8 +337,8 @@ def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -
 def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | None,
               df: int | None) -> frozenset[int]:
     """The rows the rare-term lift raises: when the query's rarest term is held by at most
-    `rare_term_max_df` rows, the allowed ones holding it whose lexical evidence (share of the query's
-    IDF mass they contain) reaches `lexical_ceiling`, where BM25 counts fully."""
+    `rare_term_max_df` rows, the allowed ones holding it that match the query fully (lexical
+    evidence 1: every query term, so no term the index never saw either)."""
     limit = request.config.rare_term_max_df
     if term is None or df is None or df > limit:
         return frozenset()
@@ -345,7 +346,7 @@ def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | No
     if not len(rows):
         return frozenset()
     evidence = snapshot.sparse.lexical_evidence(content, rows)
-    return frozenset(rows[evidence >= request.config.lexical_ceiling].tolist())
+    return frozenset(rows[evidence >= FULL_MATCH].tolist())
 
 
 # ------------------------------------------------------------------------------------ feedback
