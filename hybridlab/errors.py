@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "CorruptIndexError",
     "HybridlabError",
+    "IndexFormatError",
     "IndexLockedError",
     "IndexNotFoundError",
     "MissingExtraError",
@@ -30,6 +31,10 @@ class IndexNotFoundError(HybridlabError, FileNotFoundError):
 
 class CorruptIndexError(HybridlabError, RuntimeError):
     """An index file is missing, truncated or inconsistent; the message names it and the repair."""
+
+
+class IndexFormatError(HybridlabError, RuntimeError):
+    """The index was written in a format this version no longer reads; the message says how to rebuild it."""
 
 
 class IndexLockedError(HybridlabError, RuntimeError):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
-from hybridlab.errors import CorruptIndexError, StoreError
+from hybridlab.errors import CorruptIndexError, IndexFormatError, StoreError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
@@ -166,8 +166,7 @@ class Segment:
     times: np.ndarray
     tags: tuple[tuple[str, int], ...]  # (tag, local row), by tag then chunk id
     bm25_ids: np.ndarray  # row -> chunk id as BM25 recorded it
-    postings: Postings | None  # None for a legacy (bm25s) segment
-    legacy_sparse: SparseIndex | None
+    postings: Postings
     tokenizer: Tokenizer
     dense: Mapping[str, DenseIndex]
     pinned: store.PinnedFiles | None = None  # a Parquet segment's table files, held open
@@ -239,6 +238,10 @@ def read_generation(index_dir: str | Path, *, check: bool = True, cache: Segment
 def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
                      cache: SegmentCache | None) -> Generation:
     manifest = layout.read_manifest(index_dir)
+    if manifest.get("format") == 1 or "segments" not in manifest:
+        raise IndexFormatError(f"index {index_dir} was written before segments (manifest format 1), which hybridlab "
+                               f"no longer reads; rebuild it: `hybridlab index PATHS --index {index_dir} --force` "
+                               f"(or `hybridlab verify --repair --index {index_dir}`)")
     logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if "next_chunk_id" in manifest \
         else wal.WalContents(wal.wal_path(index_dir, manifest["generation"]))
     damaged = layout.open_problems(index_dir, manifest)
@@ -335,9 +338,11 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
     bm25 = folder / layout.BM25_DIR
     try:
         sparse = SparseIndex.load(bm25)
+    except IndexFormatError:
+        raise
     except Exception as error:  # noqa: BLE001 - whatever the parser raises, the folder is damaged
         raise _damaged(bm25, error, index_dir) from None
-    models = entry.get("models") if not entry.get("legacy") else manifest.get("models", {})
+    models = entry.get("models")
     ef_search = manifest["config"].get("hnsw_ef_search")
     dense: dict[str, DenseIndex] = {}
     for model, info in (models or {}).items():
@@ -374,14 +379,13 @@ def _segment(name: str, folder: Path, tables: tuple[list[tuple], list[tuple], li
     assigned: dict[str, list[int]] = {}
     for model, chunk_id in assigned_rows:
         assigned.setdefault(model, []).append(chunk_id)
-    legacy = sparse if sparse.is_legacy else None
     return Segment(
         name=name, folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
         sections=tuple(r[2] or "" for r in rows), chunk_types=tuple(r[3] for r in rows),
         collections=tuple(r[4] for r in rows), titles=tuple(r[5] or "" for r in rows),
         times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
-        tags=tags, bm25_ids=sparse.chunk_ids, postings=None if legacy is not None else sparse.parts[0],
-        legacy_sparse=legacy, tokenizer=sparse.tokenizer, dense=MappingProxyType(dict(dense)), pinned=pinned,
+        tags=tags, bm25_ids=sparse.chunk_ids, postings=sparse.parts[0],
+        tokenizer=sparse.tokenizer, dense=MappingProxyType(dict(dense)), pinned=pinned,
         tag_locals=MappingProxyType({t: _readonly(np.asarray(v, dtype=np.int64)) for t, v in tag_locals.items()}),
         assigned=MappingProxyType({m: _readonly(np.asarray(v, dtype=np.int64)) for m, v in assigned.items()}),
     )
@@ -486,15 +490,8 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
             by_tag.setdefault(tag, []).append(rows[rows >= 0])
     tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
     tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
-    legacy = [s.legacy_sparse for s in segments if s.legacy_sparse is not None]
-    if legacy:
-        if len(segments) != 1:
-            raise CorruptIndexError(f"{index_dir}: a pre-segment BM25 folder can only be the index's single "
-                                    f"segment; run `hybridlab verify --repair --index {index_dir}`")
-        sparse = legacy[0]
-    else:
-        sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer,
-                             groups=cache.postings if cache is not None else None)
+    sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer,
+                         groups=cache.postings if cache is not None else None)
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
     for model, info in manifest.get("models", {}).items():

@@ -15,9 +15,9 @@ a refresh rebuilds only the group a new segment joins (a write's small segment: 
 A segment folder (`bm25/`): `data.csc.index.npy` (term frequencies), `indices.csc.index.npy`
 (rows), `indptr.csc.index.npy`, `vocab.index.json` (term -> column), `params.index.json` (format,
 k1, b, method, rows), `lengths.npy`, `ids.npy` (row -> chunk_id), `tokenizer.json` (the settings
-and stop words it was built with, so queries are tokenised like the documents). No pickle. Indexes
-written before segments (bm25s score matrices, no `format` in `params.index.json`) are read as one
-legacy segment scored by bm25s; the next write rebuilds them.
+and stop words it was built with, so queries are tokenised like the documents). No pickle. A folder
+written before segments (a bm25s score matrix, no `format` in `params.index.json`) is refused with
+the command that rebuilds it (`IndexFormatError`).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridlab.config import Bm25Config
+from hybridlab.errors import IndexFormatError
 from hybridlab.index.tokenizer import Tokenizer
 
 POSTINGS_FORMAT = "hybridlab-tf-postings"
@@ -177,7 +178,7 @@ def is_legacy(folder: Path) -> bool:
     try:
         params = json.loads((folder / "params.index.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return False  # an empty legacy index has no params: read as an empty segment
+        return False  # an empty segment has no params
     return params.get("format") != POSTINGS_FORMAT
 
 
@@ -235,15 +236,14 @@ class SparseIndex:
     is segment i's boolean row mask (None = every row live)."""
 
     def __init__(self, parts: Sequence[Postings], live: Sequence[np.ndarray | None], chunk_ids: np.ndarray,
-                 tokenizer: Tokenizer, legacy=None, groups: GroupCache | None = None) -> None:
+                 tokenizer: Tokenizer, groups: GroupCache | None = None) -> None:
         self.parts = tuple(parts)
         self.chunk_ids = chunk_ids
         self.tokenizer = tokenizer
         config = tokenizer.config
-        if legacy is None and config.method not in IDF:
+        if config.method not in IDF:
             raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
                              f"choose from {sorted(IDF)}")
-        self._legacy = legacy  # a bm25s.BM25 (legacy single-segment index) or None
         self._matrix: _ScoreMatrix | None = None
         global_rows = []  # per part: global row of each local row, -1 = tombstoned
         lengths = []
@@ -257,7 +257,7 @@ class SparseIndex:
                 lengths.append(part.lengths[mask])
             offset += part.rows if mask is None else int(mask.sum())
         self.n_live = offset
-        if legacy is None and offset != len(chunk_ids):
+        if offset != len(chunk_ids):
             raise ValueError(f"{offset} live BM25 rows for {len(chunk_ids)} chunk ids")
         # the mean over the lengths in row order, as bm25s computes it over its corpus
         self.avgdl = float(np.concatenate(lengths).mean()) if offset else 0.0
@@ -267,7 +267,7 @@ class SparseIndex:
         # so a query term is looked up once per group instead of once per segment. Per group, the
         # global row of each of its rows (-1 = tombstoned), or None when its rows are the global rows.
         cache = groups if groups is not None else GroupCache()
-        plan = group_parts(self.parts) if legacy is None else []
+        plan = group_parts(self.parts)
         self._groups: list[Postings] = [cache.get(tuple(self.parts[i] for i in members)) for members in plan]
         self._group_rows: list[np.ndarray | None] = []
         for members in plan:
@@ -294,7 +294,7 @@ class SparseIndex:
 
     def save(self, folder: Path) -> None:
         """Write a one-segment index (a segment's `bm25/` folder)."""
-        if len(self.parts) != 1 or self._legacy is not None:
+        if len(self.parts) != 1:
             raise ValueError("only a freshly built one-segment BM25 index can be saved")
         folder.mkdir(parents=True, exist_ok=True)
         self.parts[0].save(folder, self.tokenizer.config)
@@ -309,13 +309,15 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> SparseIndex:
-        """One segment's `bm25/` folder (a legacy bm25s folder too), every row live."""
+        """One segment's `bm25/` folder, every row live (a pre-segment bm25s folder: IndexFormatError)."""
         tokenizer = cls.load_tokenizer(folder)
         chunk_ids = np.load(folder / "ids.npy", allow_pickle=False)
         if chunk_ids.dtype.kind not in "iu":
             raise ValueError(f"{folder / 'ids.npy'} does not hold integer chunk ids")
         if is_legacy(folder):
-            return cls.load_legacy(folder, tokenizer, chunk_ids)
+            raise IndexFormatError(f"{folder} holds a BM25 index written before segments (a bm25s score matrix), which "
+                                  "hybridlab no longer reads; rebuild the index: `hybridlab index PATHS --index DIR --force` "
+                                  "(or `hybridlab verify --repair --index DIR`)")
         if not len(chunk_ids) and not (folder / "params.index.json").exists():
             return cls([Postings({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
                                   np.zeros(0, np.int32))], [None], chunk_ids.astype(np.int64), tokenizer)
@@ -323,17 +325,6 @@ class SparseIndex:
         if postings.rows != len(chunk_ids):
             raise ValueError(f"{folder}: {postings.rows} BM25 rows for {len(chunk_ids)} chunk ids")
         return cls([postings], [None], chunk_ids.astype(np.int64), tokenizer)
-
-    @classmethod
-    def load_legacy(cls, folder: Path, tokenizer: Tokenizer, chunk_ids: np.ndarray) -> SparseIndex:
-        bm25s = _bm25s()
-        config = tokenizer.config
-        if len(chunk_ids):
-            retriever = bm25s.BM25.load(str(folder), mmap=False, load_vocab=True, show_progress=False)
-        else:
-            retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
-            retriever.vocab_dict = {}
-        return cls([], [], chunk_ids.astype(np.int64), tokenizer, legacy=retriever)
 
     # ------------------------------------------------------------------ statistics
     @property
@@ -353,28 +344,17 @@ class SparseIndex:
         return self.tokenizer.config.method
 
     @property
-    def is_legacy(self) -> bool:
-        """Whether this is a pre-segment index scored by bm25s's own score matrix."""
-        return self._legacy is not None
-
-    @property
     def retriever(self):
         """A bm25s-shaped view: `scores` (the CSC score matrix `data`/`indices`/`indptr`/`num_docs`,
         term ids of :attr:`vocab`, IDF folded in, global statistics), `vocab_dict` and
-        `get_scores_from_ids`; the bm25s index itself for a legacy index (built on first use)."""
-        if self._legacy is not None:
-            return self._legacy
+        `get_scores_from_ids` (built on first use)."""
         if self._matrix is None:
             self._matrix = _ScoreMatrix(self)
         return self._matrix
 
     def idf(self, term_ids: Sequence[int]) -> np.ndarray:
         """The IDF each term (ids of :attr:`vocab`) is scored with, over the live rows (float64)."""
-        terms = self._terms_of(list(term_ids)) if self._legacy is None else None
-        if terms is None:
-            indptr = np.asarray(self._legacy.scores["indptr"])
-            ids = np.asarray(term_ids, dtype=np.int64)
-            return lucene_idf(indptr[ids + 1] - indptr[ids], self.size)
+        terms = self._terms_of(list(term_ids))
         fn = IDF[self.method]
         frequencies = [self.document_frequency(term) for term in terms]
         return np.asarray([fn(df, self.n_live) if df else 0.0 for df in frequencies], dtype=np.float64)
@@ -386,23 +366,11 @@ class SparseIndex:
         evidence). All zeros for a query without terms."""
         rows = np.asarray(rows, dtype=np.int64)
         terms = self.tokenizer.query_terms(query)
-        if self._legacy is None:  # the groups' vocabularies: no global vocabulary built per generation
-            known_terms = [term for term in terms if any(term in group.vocab for group in self._groups)]
-        else:
-            known_terms = [term for term in terms if term in self.vocab]
+        # the groups' vocabularies: no global vocabulary built per generation
+        known_terms = [term for term in terms if any(term in group.vocab for group in self._groups)]
         if not terms or not self.size:
             return np.zeros(len(rows))
         unseen = (len(terms) - len(known_terms)) * float(lucene_idf(np.zeros(1), self.size)[0])
-        if self._legacy is not None:
-            known = [self.vocab[term] for term in known_terms]
-            weights = self.idf(known)
-            total = float(weights.sum()) + unseen
-            if not len(rows) or total <= 0:
-                return np.zeros(len(rows))
-            matched = np.zeros(len(rows))
-            for term_id, weight in zip(known, weights.tolist()):
-                matched += weight * contains(self._postings_rows(term_id), rows)
-            return matched / total
         # each distinct term's live postings read once (per group: ascending rows), for its IDF and matches
         columns = {term: [found for found, _, _ in self._live_column(term, lengths=False)]
                    for term in dict.fromkeys(known_terms)}
@@ -424,17 +392,12 @@ class SparseIndex:
 
     def _postings_rows(self, term_id: int) -> np.ndarray:
         """Live rows containing the term of vocabulary id `term_id`."""
-        if self._legacy is not None:
-            scores = self._legacy.scores
-            return np.asarray(scores["indices"][scores["indptr"][term_id]:scores["indptr"][term_id + 1]])
         parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0], lengths=False)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     @property
     def vocab(self) -> dict[str, int]:
         """Term -> id over every segment (first segment's order first; built on first use)."""
-        if self._legacy is not None:
-            return self._legacy.vocab_dict
         if self._vocab is None:
             if len(self._groups) == 1:  # one group: its vocabulary is built in the same order
                 vocab = self._groups[0].vocab
@@ -469,25 +432,11 @@ class SparseIndex:
 
     def term_idf(self, term: str) -> float:
         """The IDF BM25 gives `term` (method of the index; 0.0 for a term no live row contains)."""
-        if self._legacy is not None:
-            return self._legacy_idf(term)
         df = self.document_frequency(term)
         return float(np.float32(IDF[self.method](df, self.n_live))) if df else 0.0
 
-    def _legacy_idf(self, term: str) -> float:
-        column = self._legacy.vocab_dict.get(term)
-        if column is None:
-            return 0.0
-        indptr = self._legacy.scores["indptr"]
-        df = int(indptr[column + 1] - indptr[column])
-        fn = IDF.get(self.method)
-        return float(np.float32(fn(df, self.size))) if fn and df else 0.0
-
     def query_terms(self, query: str) -> list[str]:
         """The query's terms the index has (tokenised as the documents were; repeats kept)."""
-        if self._legacy is not None:
-            vocab = self._legacy.vocab_dict
-            return [t for t in self.tokenizer.query_terms(query) if t in vocab]
         return [t for t in self.tokenizer.query_terms(query) if any(t in group.vocab for group in self._groups)]
 
     def query_idf(self, query: str) -> dict[str, float]:
@@ -499,9 +448,6 @@ class SparseIndex:
     def score_terms(self, terms: Sequence[str]) -> np.ndarray:
         """BM25 score of every live row for the query terms (0 where none occurs): per term, in
         order, its float32 contributions are added, as bm25s does."""
-        if self._legacy is not None:
-            vocab = self._legacy.vocab_dict
-            return self._legacy_scores([vocab[t] for t in terms if t in vocab])
         scores = np.zeros(self.size, dtype=np.float32)
         if not terms or not self.size:
             return scores
@@ -558,11 +504,6 @@ class SparseIndex:
             return rows[0], tfs[0], lengths[0], term_of[0]
         return np.concatenate(rows), np.concatenate(tfs), np.concatenate(lengths), np.concatenate(term_of)
 
-    def _legacy_scores(self, term_ids: list[int]) -> np.ndarray:
-        if not term_ids or not self.size:
-            return np.zeros(self.size, dtype=np.float32)
-        return self._legacy.get_scores_from_ids(term_ids)
-
     def top_terms(self, terms: Sequence[str], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
         scores = self.score_terms(terms)
@@ -583,8 +524,6 @@ class SparseIndex:
 
     def scores(self, term_ids: list[int]) -> np.ndarray:
         """BM25 score of every row (0 where no query term occurs)."""
-        if self._legacy is not None:
-            return self._legacy_scores(list(term_ids))
         return self.score_terms(self._terms_of(term_ids))
 
     def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -597,8 +536,6 @@ class SparseIndex:
     def row_weights(self, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per live row, (term ids of :attr:`vocab`, BM25 weight of each term: IDF folded in, or
         not with `fold_idf=False`), for exporting the index to an engine with sparse vectors."""
-        if self._legacy is not None:
-            return self._legacy_row_weights(fold_idf)
         vocab = self.vocab
         all_rows, all_terms, all_values = [], [], []
         for term, term_id in vocab.items():
@@ -611,18 +548,6 @@ class SparseIndex:
                 all_terms.append(np.full(len(rows), term_id, dtype=np.int64))
                 all_values.append((idf * tfc if fold_idf else tfc).astype(np.float32))
         return _by_row(self.size, all_rows, all_terms, all_values)
-
-    def _legacy_row_weights(self, fold_idf: bool) -> list[tuple[np.ndarray, np.ndarray]]:
-        n = self.size
-        scores = getattr(self.retriever, "scores", None)
-        if not n or not scores:
-            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
-        data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
-        terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
-        if not fold_idf:
-            df = np.diff(indptr).astype(np.float64)
-            data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
-        return _by_row(n, [indices.astype(np.int64)], [terms], [data])
 
 
 def _by_row(n: int, rows: list[np.ndarray], terms: list[np.ndarray],

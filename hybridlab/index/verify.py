@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridlab.errors import HybridlabError
+from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.reader import consistency_problems, read_generation
 
@@ -130,7 +130,7 @@ def verify(index_dir: str | Path) -> list[str]:
         return problems
     try:
         generation = read_generation(index_dir, check=False)
-    except layout.CorruptIndexError as error:
+    except (layout.CorruptIndexError, IndexFormatError) as error:  # --repair rebuilds both
         return [str(error)]
     try:
         return consistency_problems(generation) + _duplicate_problems(generation)

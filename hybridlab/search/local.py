@@ -58,15 +58,8 @@ class Bm25Retriever:
 
 
 def document_frequencies(index: SparseIndex, query: str) -> dict[str, int]:
-    """The live document frequency of each distinct in-vocabulary term of `query` (a legacy
-    bm25s index: its score matrix's column lengths)."""
-    terms = dict.fromkeys(index.query_terms(query))
-    if not index.is_legacy:
-        return {term: index.document_frequency(term) for term in terms}
-    bm25 = index.retriever
-    indptr = bm25.scores["indptr"]
-    columns = {term: bm25.vocab_dict[term] for term in terms}
-    return {term: int(indptr[column + 1] - indptr[column]) for term, column in columns.items()}
+    """The live document frequency of each distinct in-vocabulary term of `query`."""
+    return {term: index.document_frequency(term) for term in dict.fromkeys(index.query_terms(query))}
 
 
 def term_rows(index: SparseIndex, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
