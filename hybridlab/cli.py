@@ -184,11 +184,11 @@ def index_config_from_args(args: argparse.Namespace):
 # ------------------------------------------------------------------ commands
 def _qdrant_client(args: argparse.Namespace):
     """The Qdrant client of `--backend qdrant` (a server by --qdrant-url, else the local mode at --qdrant-path)."""
-    from hybridlab.search import qdrant
+    from hybridlab.index import qdrant as qdrant_mirror
 
     if not (args.qdrant_url or args.qdrant_path):
         raise UsageError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
-    return qdrant.connect(url=args.qdrant_url, path=args.qdrant_path)
+    return qdrant_mirror.connect(url=args.qdrant_url, path=args.qdrant_path)
 
 
 def _open_search_index(args: argparse.Namespace):
@@ -221,11 +221,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     for path, reason in report.skipped:
         print(f"warning: skipped {path}: {reason}", file=sys.stderr)
     if args.backend == "qdrant":
-        from hybridlab.search import qdrant
+        from hybridlab.index import qdrant as qdrant_mirror
 
         client = _qdrant_client(args)
         try:  # only what changed since the generation the collection mirrors; a full export when new
-            synced = qdrant.sync_index(args.index_dir, client, args.qdrant_collection)
+            synced = qdrant_mirror.sync_index(args.index_dir, client, args.qdrant_collection)
         finally:
             client.close()
         print(synced.summary(), file=sys.stderr)

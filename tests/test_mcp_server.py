@@ -274,16 +274,17 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
     pytest.importorskip("qdrant_client")
     from mcp import Client
 
+    from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.search import qdrant
     from hybridlab.search.engine import open_index
     from hybridlab.server.mcp import create_server
 
-    client = qdrant.connect(path=tmp_path / "qdrant")
+    client = qdrant_mirror.connect(path=tmp_path / "qdrant")
     try:
         server = create_server(index_dir, backend=qdrant.qdrant_backend(client, "memories", sync=True),
                                backend_name="qdrant")
         assert isinstance(server.service.index.snapshot().sparse, qdrant.QdrantSparseRetriever)
-        assert qdrant.mirror_marker(client, "memories")["generation"] == 1  # exported when the server opened
+        assert qdrant_mirror.mirror_marker(client, "memories")["generation"] == 1  # exported when the server opened
 
         async def session() -> None:
             async with Client(server) as mcp_client:
@@ -299,7 +300,7 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
                 assert not stored.is_error, stored.content[0].text
                 memory_id = stored.structured_content["id"]
                 assert memory_id in _collection_doc_ids(client, "memories")  # before the tool returned
-                assert qdrant.mirror_marker(client, "memories")["generation"] == stored.structured_content["generation"]
+                assert qdrant_mirror.mirror_marker(client, "memories")["generation"] == stored.structured_content["generation"]
                 found = await call(mcp_client, "search", query="quarterly backup drill Postgres", limit=3)
                 assert doc_ids(found)[0] == memory_id
                 stats = (await call(mcp_client, "stats")).structured_content
@@ -331,7 +332,7 @@ def test_qdrant_backend_over_stdio(index_dir, tmp_path):
     pytest.importorskip("qdrant_client")
     from mcp import Client
 
-    from hybridlab.search import qdrant
+    from hybridlab.index import qdrant as qdrant_mirror
 
     backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "mem"]
 
@@ -346,10 +347,10 @@ def test_qdrant_backend_over_stdio(index_dir, tmp_path):
             return stored.structured_content["id"], stored.structured_content["generation"]
 
     memory_id, generation = asyncio.run(session())
-    client = qdrant.connect(path=tmp_path / "qdrant")  # the server has exited and released the folder
+    client = qdrant_mirror.connect(path=tmp_path / "qdrant")  # the server has exited and released the folder
     try:
         assert memory_id in _collection_doc_ids(client, "mem")
-        assert qdrant.mirror_marker(client, "mem")["generation"] == generation  # the log's generation
+        assert qdrant_mirror.mirror_marker(client, "mem")["generation"] == generation  # the log's generation
     finally:
         client.close()
 

@@ -107,7 +107,7 @@ def test_explore_notebook_shows_the_score_breakdown(tiny_env, tmp_path):  # noqa
 
 def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F811
     pytest.importorskip("qdrant_client")
-    from hybridlab.search import qdrant
+    from hybridlab.index import qdrant as qdrant_mirror
 
     store = tmp_path / "qdrant"
     out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2,
@@ -115,9 +115,9 @@ def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F8
                                              "qdrant_collection": "explore"}, html=False)
     text = _outputs(out)
     assert "backend qdrant" in text and "dense (rank)" in text and "m-docker-0" in text
-    client = qdrant.connect(path=store)  # the notebook's kernel has exited and released the folder
+    client = qdrant_mirror.connect(path=store)  # the notebook's kernel has exited and released the folder
     try:
-        assert qdrant.mirror_marker(client, "explore")["generation"] >= 1
+        assert qdrant_mirror.mirror_marker(client, "explore")["generation"] >= 1
     finally:
         client.close()
 

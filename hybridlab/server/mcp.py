@@ -408,10 +408,11 @@ def _backend(args: argparse.Namespace) -> tuple[Any, Callable[[Any], Any] | None
             if getattr(args, flag, None):
                 raise ValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
         return None, None, "local"
+    from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.search import qdrant
 
     if not (args.qdrant_url or args.qdrant_path):
         raise ValueError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
-    client = qdrant.connect(url=args.qdrant_url, path=args.qdrant_path)
+    client = qdrant_mirror.connect(url=args.qdrant_url, path=args.qdrant_path)
     where = args.qdrant_url or f"local mode at {args.qdrant_path}"
     return client, qdrant.qdrant_backend(client, args.qdrant_collection, sync=True), f"qdrant ({where})"
