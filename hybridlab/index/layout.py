@@ -34,6 +34,7 @@ from typing import Any, Self
 
 from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
 from hybridlab.filelock import exclusive_lock, shared_lock
+from hybridlab.index.lru import LruCache
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -108,6 +109,7 @@ def fsync_path(path: str | os.PathLike) -> None:
 #: system commits them together: a small segment's ~15 files cost about one fsync, not fifteen)
 FSYNC_THREADS = 16
 _FSYNC_POOL: Any = None
+_FSYNC_POOL_LOCK = threading.Lock()
 
 
 def fsync_tree(path: Path) -> None:
@@ -118,10 +120,11 @@ def fsync_tree(path: Path) -> None:
     for root, _dirs, names in os.walk(path):
         files += [os.path.join(root, name) for name in names]
         folders.append(root)
-    if _FSYNC_POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
+    with _FSYNC_POOL_LOCK:
+        if _FSYNC_POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _FSYNC_POOL = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hybridlab-fsync")
+            _FSYNC_POOL = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hybridlab-fsync")
     for level in (files, sorted(folders, key=lambda folder: -folder.count(os.sep))):
         if len(level) == 1:
             fsync_path(level[0])
@@ -171,7 +174,8 @@ def referenced_folders(index_dir: Path, manifest: dict[str, Any] | None) -> set[
     return {manifest["path"], *(segment["name"] for segment in segments(manifest))}
 
 
-_COPIES: dict[tuple[str, int, int, int], dict[str, Any]] = {}  # manifest copies read, by path and identity
+#: manifest copies read, by path and identity (written once, so never stale)
+_COPIES: LruCache[tuple[str, int, int, int], dict[str, Any]] = LruCache(8)
 
 
 def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
@@ -181,16 +185,15 @@ def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
     try:
         info = os.stat(path)
         key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
-        if key in _COPIES:
-            return _COPIES[key]
+        known = _COPIES.get(key)
+        if known is not None:
+            return known
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not (isinstance(manifest, dict) and manifest.get("format") in FORMATS):
         return None
-    while len(_COPIES) >= 8:
-        _COPIES.pop(next(iter(_COPIES)))
-    _COPIES[key] = manifest
+    _COPIES.put(key, manifest)
     return manifest
 
 
