@@ -329,3 +329,77 @@ def test_the_write_path_caches_hold_under_constant_thread_switches():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and len(cache) <= 16
+
+
+def test_writer_threads_storing_updating_and_folding_while_others_search(tmp_path, embedding_cache_path):
+    """Threads of one process store, replace and fold while others search (issue 29 item 2): nothing
+    lost, no exception, each replaced id one document holding its last version, and every search
+    equal to the same search run single-threaded afterwards on the generation it answered from."""
+    from datetime import UTC, datetime
+
+    from hybridlab.search import pipeline
+    from hybridlab.search.filters import Filters
+
+    index_dir = _base(tmp_path, embedding_cache_path, n=30)
+    now = datetime(2026, 11, 1, tzinfo=UTC)
+    errors: list[BaseException] = []
+    stored: dict[str, str] = {}
+    searched: list[tuple] = []
+    writing = threading.Event()
+    writing.set()
+
+    def ranked(index, snapshot, query: str) -> list[tuple[str, float]]:
+        retrieval = pipeline.retrieve(snapshot, query, {"limit": 10}, Filters(), None, now, index.config_file,
+                                      index.query_vector)
+        doc_ids = snapshot.generation.doc_ids
+        return [(doc_ids[hit.row], round(float(hit.score), 9)) for hit in retrieval.hits[:10]]
+
+    def store(t: int) -> None:
+        writer = MemoryWriter(index_dir, wal_records=4)
+        for i in range(12):
+            try:
+                doc_id = f"t{t}-{i % 6}"  # the second round replaces the first
+                text = f"thread {t} round {i // 6} memory {i % 6} zk{t}x{i % 6}"
+                writer.store_document(_memory(doc_id, text, 1 + i, ()))
+                stored[doc_id] = text
+            except BaseException as error:  # noqa: BLE001 - counted
+                errors.append(error)
+
+    def fold() -> None:
+        while writing.is_set():
+            try:
+                build.fold_log(index_dir)
+            except BaseException as error:  # noqa: BLE001 - counted
+                errors.append(error)
+            time.sleep(0.05)
+
+    def search(s: int) -> None:
+        with open_index(index_dir) as index:
+            rng = random.Random(s)
+            while writing.is_set():
+                try:
+                    snapshot = index.snapshot()
+                    query = f"thread {rng.randrange(3)} memory zk{rng.randrange(3)}x{rng.randrange(6)}"
+                    searched.append((snapshot, query, ranked(index, snapshot, query)))
+                except BaseException as error:  # noqa: BLE001 - counted
+                    errors.append(error)
+        checker.append(index)
+
+    checker: list = []
+    writers = [threading.Thread(target=store, args=(t,)) for t in range(3)]
+    others = [threading.Thread(target=fold)] + [threading.Thread(target=search, args=(s,)) for s in range(2)]
+    for thread in writers + others:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    writing.clear()
+    for thread in others:
+        thread.join()
+    assert errors == []
+    assert len(searched) >= 10 and len({snapshot.number for snapshot, _, _ in searched}) >= 2
+    index = checker[0]
+    for snapshot, query, found in searched:  # single-threaded now, on the generation each search used
+        assert ranked(index, snapshot, query) == found
+    for doc_id, text in stored.items():
+        assert _versions(index_dir, doc_id) == [text]
+    assert verify(index_dir) == []
