@@ -26,10 +26,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/hybridlab demo
 
-# the layer and no-cycle contracts in pyproject.toml (import-linter), then every test
+# the layer, no-cycle and no-bench contracts in pyproject.toml (import-linter), then every test (bench/tests too)
 test: setup
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests bench/tests -q
 
 test-fast: setup
 	$(BIN)/python -m pytest tests -q -m "not slow"
@@ -66,18 +66,18 @@ lab: setup
 
 bench: setup
 	$(BIN)/pip install -e '.[bench]'
-	$(BIN)/python -m hybridlab.bench
+	$(BIN)/python -m bench
 
 bench-quick: setup
 	$(BIN)/pip install -e '.[bench]'
-	$(BIN)/python -m hybridlab.bench --quick
+	$(BIN)/python -m bench --quick
 
 soak: setup
 	# every reliability test incl. the soak loops; figures land in reports/reliability.md
 	$(BIN)/python -m hybridlab.reports.reliability --soak
 
 lint: setup
-	$(BIN)/ruff check hybridlab tests
+	$(BIN)/ruff check hybridlab tests bench
 
 clean:
 	rm -rf .hybridlab .cache

@@ -1,4 +1,4 @@
-"""The embedding model registry and its encoders (behaviour only; speed lives in `hybridlab.bench.encoders`)."""
+"""The embedding model registry and its encoders (behaviour only; speed lives in `bench.encoders`)."""
 from __future__ import annotations
 
 import json

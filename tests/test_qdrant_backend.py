@@ -334,7 +334,7 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
     IDF modifier still counts deleted points (until the optimizer vacuums them, which it does only past
     its deleted-points threshold): why folded weights are the default."""
     pytest.importorskip("qdrant_edge")
-    from hybridlab.bench.qdrant_edge import EdgeClient
+    from bench.qdrant_edge import EdgeClient
     from hybridlab.index.build import index_paths
 
     source = write_memories(tmp_path / "memories.jsonl")

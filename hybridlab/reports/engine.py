@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.staged import PARALLEL, compare_staged
 from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
 from hybridlab.eval.evaluate import Run, compare, make_run
+from hybridlab.eval.staged import PARALLEL, compare_staged
 
 PROJECT_KIND = "project-generic"
 PROJECT_TOP = 5

@@ -3,7 +3,7 @@ from 4 concurrent streamable-HTTP clients against one real `hybridlab mcp` proce
 mid-run and restarted on the same index: 0 errors, every acknowledged memory there afterwards (exact
 text, found by search, first in BM25 for its unique token), every store in flight at the kill absent
 or whole, the index verifying after the kill and at the end. The scenario lives in
-`hybridlab.bench.mcp_load` (its docstring has the details), which also benchmarks it.
+`bench.mcp_load` (its docstring has the details), which also benchmarks it.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ CLIENTS = 4
 
 def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     pytest.importorskip("mcp")
-    from hybridlab.bench.mcp_load import LoadConfig, run_load
+    from bench.mcp_load import LoadConfig, run_load
 
     started = time.perf_counter()
     result = run_load(LoadConfig(calls=CALLS, clients=CLIENTS, kill_at=0.5, timeout=600), tmp_path)
@@ -46,7 +46,7 @@ def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
     server): 4 clients, two per server, every check crossing processes; 0 errors, nothing lost, one
     document per id (issue 28)."""
     pytest.importorskip("mcp")
-    from hybridlab.bench.mcp_load import LoadConfig, run_load
+    from bench.mcp_load import LoadConfig, run_load
 
     started = time.perf_counter()
     result = run_load(LoadConfig(calls=600, clients=CLIENTS, kill_at=None, servers=2, timeout=600), tmp_path)
@@ -63,7 +63,7 @@ def test_a_generation_retired_while_it_is_read_is_read_again(tmp_path, monkeypat
     removes N's corpus graph) failed with 'graph-….npy cannot be read' although nothing was damaged;
     `store_memory` reported a committed memory as an error. The read now starts over from the new
     manifest."""
-    from hybridlab.bench.mcp_load import build_index
+    from bench.mcp_load import build_index
     from hybridlab.index import reader
     from hybridlab.index.memory import MemoryWriter
 

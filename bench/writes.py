@@ -1,4 +1,4 @@
-"""Write cost before/after: `python -m hybridlab.bench.writes [--before SRC] [--parts ...]`.
+"""Write cost before/after: `python -m bench.writes [--before SRC] [--parts ...]`.
 
 Parts (each measurement runs in a fresh subprocess that imports `hybridlab` from the code under
 test: this checkout, "after", or with `--before SRC` a checkout of the code before, e.g. `git
@@ -64,7 +64,7 @@ PARTS = ("stores", "onnx", "reindex", "search", "disk")
 #: the search part's clock: memories carry dates and hybrid search weighs recency, so runs made
 #: minutes apart (one index, then the other) would differ by the decay between them
 SEARCH_NOW = "2026-12-01T00:00:00Z"
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # this checkout: bench/ beside hybridlab/
 
 
 def synthetic_memory(i: int, rng: random.Random) -> dict[str, Any]:
@@ -330,7 +330,9 @@ WORKERS = {"stores": _stores_worker, "reindex": _reindex_worker, "search": _sear
 
 
 def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 7200) -> Any:
-    """Run a worker of this file with `hybridlab` imported from `source`; its JSON result."""
+    """Run a worker of this file with `hybridlab` imported from `source`; its JSON result. The file runs
+    as a script, so the benchmark's code is this checkout's whatever the layout of `source` (with or
+    without `bench/`, or the older `hybridlab/bench/`); the workers import nothing from `bench`."""
     from hybridlab.eval.datasets import data_dir
 
     # both sides read the same datasets (a checkout elsewhere does not find ../shared/datasets)
@@ -352,7 +354,7 @@ def same_runs(first: dict[str, dict[str, float]], second: dict[str, dict[str, fl
 
 
 def _ms(values: list[float], q: float) -> float:
-    from hybridlab.bench.common import percentile
+    from bench.common import percentile
 
     return 1000 * percentile(values, q)
 
@@ -498,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--worker"]:
         sys.stdout.write("\n" + json.dumps(WORKERS[argv[1]](json.loads(argv[2]))) + "\n")
         return 0
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.writes", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.writes", description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="a checkout of the code before (its folder holding hybridlab/)")
     parser.add_argument("--after", type=Path, default=PACKAGE_ROOT,
                         help="the code after (default this checkout; e.g. a worktree of one commit, so that "
@@ -522,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = args.out or PACKAGE_ROOT / "reports" / "bench" / f"{date}-writes-2"
     out.mkdir(parents=True, exist_ok=True)
-    from hybridlab.bench.common import machine_info
+    from bench.common import machine_info
 
     machine = machine_info()
     results: dict[str, Any] = {"date": date, "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
@@ -531,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                                "reindex": {}, "search": {}, "disk": None}
     # the command as recorded: checkouts named by their commit, not by this machine's paths
     named = {str(args.before): "<before>", str(args.after): "<after>"} if args.before else {str(args.after): "<after>"}
-    command = "python -m hybridlab.bench.writes " + " ".join(named.get(arg, arg) for arg in argv)
+    command = "python -m bench.writes " + " ".join(named.get(arg, arg) for arg in argv)
     results["commands"] = []
     if args.update and (out / "writes.json").is_file():  # keep what this run does not measure again
         kept = json.loads((out / "writes.json").read_text(encoding="utf-8"))

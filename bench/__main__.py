@@ -1,4 +1,4 @@
-"""`python -m hybridlab.bench [--quick]`: run the benchmark parts and write reports/bench/<date>/."""
+"""`python -m bench [--quick]`: run the benchmark parts and write reports/bench/<date>/."""
 from __future__ import annotations
 
 import argparse
@@ -12,14 +12,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hybridlab.bench.common import find_rows, machine_info, validate_rows
+from bench.common import find_rows, machine_info, validate_rows
 from hybridlab.config import apply_offline_environment
 
 PARTS = ("latency", "staged", "indexing", "coldstart", "alternatives", "ann", "graph")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="10k synthetic chunks + SciFact, fewer queries and repeats (a few minutes)")
     parser.add_argument("--sizes", help="synthetic index sizes, comma-separated (default 10000 quick, "
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     apply_offline_environment()
-    from hybridlab.bench import alternatives, ann, coldstart, corpus, graph, indexing, latency, report, staged
+    from bench import alternatives, ann, coldstart, corpus, graph, indexing, latency, report, staged
     from hybridlab.eval.datasets import REPO_ROOT
     from hybridlab.eval.evalsets import get_evalset
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / (date + ("-quick" if quick else ""))
     machine = machine_info()
-    meta = {"date": date, "quick": quick, "command": "python -m hybridlab.bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+    meta = {"date": date, "quick": quick, "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
             "sizes": sizes, "queries": n_queries, "repeats": repeats, "parts": parts,
             "load_start": list(os.getloadavg()), "indexes": [], "build_seconds": {}}
     rows: list[dict] = []
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1_000_000 not in sizes:
         notes.append("1M chunks not run here: its build took 20 min and ≈8 GB RSS on this machine (2026-11-23, "
                      "no corpus graph); run "
-                     "`python -m hybridlab.bench --sizes 1000000 --parts latency` to add it.")
+                     "`python -m bench --sizes 1000000 --parts latency` to add it.")
     del source
 
     if "latency" in parts:

@@ -1,6 +1,6 @@
 """Benchmark the embeddings cache and the query encoder's cold start; writes a markdown report.
 
-    python -m hybridlab.bench.cache --source ground_truth/memories/memories.jsonl \
+    python -m bench.cache --source ground_truth/memories/memories.jsonl \
         --source ../shared/corpora/holoviz/geoviews --out reports/encoding/cache-2026-11-22.md
 
 Per source, into a fresh index with a fresh embeddings cache (default model): the first build,

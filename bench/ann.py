@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
+from bench.common import make_row, median_summary, peak_rss_mb, worker_main
 
 EF_SEARCH = (16, 64, 128, 256)
 
@@ -86,13 +86,13 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(flat_dir, ann_dir, queries, *, dense_index: str, filter_collection: str, repeats: int) -> dict[str, Any]:
-    from hybridlab.bench.common import run_worker
+    from bench.common import run_worker
 
-    return run_worker("hybridlab.bench.ann", {"flat_dir": str(flat_dir), "ann_dir": str(ann_dir),
+    return run_worker("bench.ann", {"flat_dir": str(flat_dir), "ann_dir": str(ann_dir),
                                               "queries": list(queries), "dense_index": dense_index,
                                               "filter_collection": filter_collection, "repeats": repeats})
 
 
 if __name__ == "__main__":
     if not worker_main(sys.argv[1:], measure_ann):
-        raise SystemExit("usage: python -m hybridlab.bench.ann --worker JSON (run `python -m hybridlab.bench`)")
+        raise SystemExit("usage: python -m bench.ann --worker JSON (run `python -m bench`)")

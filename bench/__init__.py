@@ -1,6 +1,6 @@
 """Performance benchmarks of hybridlab, side by side with the alternatives (issue 8).
 
-    python -m hybridlab.bench [--quick]        # or: make bench / make bench-quick
+    python -m bench [--quick]        # or: make bench / make bench-quick
 
 Parts, one module each: `latency` (query latency per mode, filtered or not, split into encoding
 and search, at 10k/100k/1M chunks and on SciFact), `staged` (candidates vs latency and agreement

@@ -1,4 +1,4 @@
-"""Read-your-write by rare words (issue 28, item 6): `python -m hybridlab.bench.rare_word [--memories N]
+"""Read-your-write by rare words (issue 28, item 6): `python -m bench.rare_word [--memories N]
 [--stores S] [--out DIR]`.
 
 A memory index of N synthetic memories (default 20,000), then S stores (default 500) through
@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import machine_info, percentile
+from bench.common import machine_info, percentile
 from hybridlab.config import REPO_ROOT, apply_offline_environment
 
 MEMORIES_FILE = REPO_ROOT / "ground_truth" / "memories" / "memories.jsonl"
@@ -200,7 +200,7 @@ token's rarest term at search time: {s['rare_term_df']}. Machine: {result['machi
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.rare_word", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.rare_word", description=__doc__.split("\n")[0])
     parser.add_argument("--memories", type=int, default=20_000, help="memories in the base index (default 20000)")
     parser.add_argument("--stores", type=int, default=500, help="stores, each searched right after (default 500)")
     parser.add_argument("--seed", type=int, default=0)
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_offline_environment()
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{date}-rare-word"
-    command = "python -m hybridlab.bench.rare_word " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.rare_word " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hybridlab-bench-rare-word-") as work:
         result = run(args.memories, args.stores, args.seed, Path(work))

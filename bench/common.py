@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmark: the one percentile, the results row schema, workers, machine facts.
+"""Shared pieces of the benchmark: the results row schema, workers, machine facts, and the one
+percentile of every benchmark and report (:mod:`hybridlab.eval.latency`, re-exported here).
 
 Everything here but `run_worker`, `peak_rss_mb` and `machine_info` is a pure function.
 """
@@ -8,16 +9,14 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hybridlab.config import offline_environment
+from hybridlab.eval.latency import PERCENTILE_LABEL, PERCENTILE_METHOD, median_summary, percentile, summarize  # noqa: F401
 
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")
@@ -30,34 +29,6 @@ OPTIONAL_FIELDS = ("encoder", "variant", "dataset", "queries", "repeats", "note"
 PACKAGES = ("hybridlab", "numpy", "faiss-cpu", "bm25s", "duckdb", "torch", "sentence-transformers",
             "onnxruntime", "wordllama", "chromadb", "lancedb", "pylance", "pyarrow", "rank-bm25", "psutil",
             "ranx", "matplotlib")
-
-
-#: The one percentile of every benchmark and report: numpy's "linear" method (its default; Hyndman &
-#: Fan type 7, linear interpolation between closest ranks). Reports name it as PERCENTILE_LABEL.
-PERCENTILE_METHOD = "linear"
-PERCENTILE_LABEL = f"numpy {PERCENTILE_METHOD}"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of `values`: `np.percentile(values, q, method=PERCENTILE_METHOD)`."""
-    if len(values) == 0:
-        raise ValueError("percentile of an empty sequence")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile q must be within [0, 100], got {q!r}")
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method=PERCENTILE_METHOD))
-
-
-def summarize(samples: Sequence[float]) -> dict[str, float]:
-    """P50/P95/P99 of one run's samples."""
-    return {"p50": percentile(samples, 50), "p95": percentile(samples, 95), "p99": percentile(samples, 99)}
-
-
-def median_summary(runs: Sequence[Sequence[float]]) -> dict[str, float]:
-    """Each percentile computed per repeated run, then the median over the runs."""
-    if not runs:
-        raise ValueError("no runs to summarise")
-    per_run = [summarize(run) for run in runs]
-    return {key: statistics.median(s[key] for s in per_run) for key in ("p50", "p95", "p99")}
 
 
 def ratio(value: float | None, reference: float | None) -> float | None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
+from bench.common import make_row, median_summary, peak_rss_mb, worker_main
 
 SYSTEMS = ("chromadb", "lancedb", "rank-bm25", "bm25s")
 DEPTH = 100  # results per query for nDCG
@@ -291,7 +291,7 @@ def measure_system(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def measure_hybridlab_quality(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: hybridlab's nDCG@10 per mode on the judged queries (no timing)."""
-    from hybridlab.bench.latency import mode_options
+    from bench.latency import mode_options
     from hybridlab.eval.evaluate import score
     from hybridlab.search.engine import open_index
 
@@ -345,29 +345,29 @@ def run(index_dir: Path, shared_dir: Path, *, latency_queries: Sequence[str], ju
         qrels: Mapping[str, Mapping[str, int]], filter_collection: str, repeats: int, encode_p50_ms: float | None,
         modes: Sequence[str], systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
     """Every alternative, then hybridlab's quality; rows plus notes for systems that could not run."""
-    from hybridlab.bench.common import run_worker
+    from bench.common import run_worker
 
     shared_dir.mkdir(parents=True, exist_ok=True)
     (shared_dir / "latency_queries.json").write_text(json.dumps(list(latency_queries)))
     (shared_dir / "judged_queries.json").write_text(json.dumps(dict(judged)))
     (shared_dir / "qrels.json").write_text(json.dumps({q: dict(d) for q, d in qrels.items()}))
     common = {"index_dir": str(index_dir), "shared_dir": str(shared_dir), "filter_collection": filter_collection}
-    run_worker("hybridlab.bench.alternatives", {**common, "task": "prepare"})
+    run_worker("bench.alternatives", {**common, "task": "prepare"})
     rows, notes = [], []
     for system in systems:
         if not available(system):
             notes.append(f"{system} not measured: its package is not installed (pip install -e '.[bench]')")
             continue
         try:
-            rows += run_worker("hybridlab.bench.alternatives", {**common, "task": "system", "system": system,
+            rows += run_worker("bench.alternatives", {**common, "task": "system", "system": system,
                                                                  "repeats": repeats,
                                                                  "encode_p50_ms": encode_p50_ms})["rows"]
         except Exception as error:  # noqa: BLE001 -- one library's failure must not stop the others
             notes.append(f"{system} failed: {str(error)[-400:]}")
-    quality = run_worker("hybridlab.bench.alternatives", {**common, "task": "quality", "modes": list(modes)})
+    quality = run_worker("bench.alternatives", {**common, "task": "quality", "modes": list(modes)})
     return {"rows": rows, "quality": quality, "notes": notes}
 
 
 if __name__ == "__main__":
     if not worker_main(sys.argv[1:], _dispatch):
-        raise SystemExit("usage: python -m hybridlab.bench.alternatives --worker JSON (run `python -m hybridlab.bench`)")
+        raise SystemExit("usage: python -m bench.alternatives --worker JSON (run `python -m bench`)")

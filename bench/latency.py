@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import make_row, median_summary, peak_rss_mb, worker_main
+from bench.common import make_row, median_summary, peak_rss_mb, worker_main
 
 MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "vector": {"mode": "vector"},
@@ -178,9 +178,9 @@ def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: s
         encode_runs: Mapping[str, list[list[float]]] | None = None) -> dict[str, Any]:
     """Measure one index in a fresh subprocess; `encode_runs` (from an earlier call's result, same
     queries) reuses its per-query encoding times instead of encoding every query again."""
-    from hybridlab.bench.common import run_worker
+    from bench.common import run_worker
 
-    return run_worker("hybridlab.bench.latency", {
+    return run_worker("bench.latency", {
         "index_dir": str(index_dir), "queries": list(queries), "dataset": dataset,
         "filter_collection": filter_collection, "repeats": repeats, "modes": list(modes), "encoders": list(encoders),
         "encode_runs": dict(encode_runs or {}),
@@ -189,4 +189,4 @@ def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: s
 
 if __name__ == "__main__":
     if not worker_main(sys.argv[1:], measure_index):
-        raise SystemExit("usage: python -m hybridlab.bench.latency --worker JSON (run `python -m hybridlab.bench`)")
+        raise SystemExit("usage: python -m bench.latency --worker JSON (run `python -m bench`)")

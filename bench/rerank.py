@@ -1,16 +1,16 @@
 """Issue 19, measured: stronger embedding models, and the cross-encoder rerank stage.
 
-    python -m hybridlab.bench.rerank grid [--dataset scifact] [--split test] [--depths 20,50,100]
+    python -m bench.rerank grid [--dataset scifact] [--split test] [--depths 20,50,100]
                                           [--weights 1.0,0.5] [--model all-MiniLM-L6-v2] [--untimed]
-    python -m hybridlab.bench.rerank models [--datasets scifact,memories,holoviz,cisi,cranfield,med]
+    python -m bench.rerank models [--datasets scifact,memories,holoviz,cisi,cranfield,med]
                                             [--models all-MiniLM-L6-v2,bge-small-en-v1.5,bge-small-en-v1.5-noinstruct]
-    python -m hybridlab.bench.rerank report
+    python -m bench.rerank report
 
 `grid`: the default hybrid against hybrid + rerank (`rerank_depth` x `rerank_weight`) over every
 judged query of a split: nDCG@10, MRR, recall@100, the paired randomisation test of nDCG@10
 against the hybrid (Holm over the grid), and the rerank step's cost per query
 (`RunResponse.timings["rerank_ms"]`: passages read + cross-encoder; median and P95, numpy linear,
-:func:`hybridlab.bench.common.percentile`). A pair's cross-encoder score does not depend on the
+:func:`bench.common.percentile`). A pair's cross-encoder score does not depend on the
 other pairs (one pair per ONNX run), so the first weight of each depth runs the cross-encoder
 (timed) and the other weights reuse its scores (same cost, not re-timed); `--untimed` also reuses
 scores across depths (deepest first) and reports no cost: for a tuning split, where only the
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.bench.common import PERCENTILE_LABEL, percentile
+from bench.common import PERCENTILE_LABEL, percentile
 from hybridlab.config import REPO_ROOT, ChunkConfig, IndexConfig, apply_offline_environment
 
 METRICS = ("ndcg@10", "mrr", "recall@100")
@@ -335,7 +335,7 @@ def update_results(out: Path, section: str, key: str, value: Any) -> dict[str, A
 
 # ------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.rerank", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.rerank", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=None, help="report folder (default reports/rerank/<date>)")
     sub = parser.add_subparsers(dest="part", required=True)
     grid = sub.add_parser("grid", help="hybrid vs hybrid + rerank over depth x weight")
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     apply_offline_environment()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    command = "python -m hybridlab.bench.rerank " + " ".join(argv)
+    command = "python -m bench.rerank " + " ".join(argv)
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "rerank" / datetime.now(UTC).strftime("%Y-%m-%d")
     if args.part == "report":
         path = out / "results.json"

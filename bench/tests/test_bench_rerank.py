@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridlab.bench.rerank import PairCache, condition_name, render
+from bench.rerank import PairCache, condition_name, render
 
 
 def test_pair_cache_scores_only_unseen_pairs_when_reading():

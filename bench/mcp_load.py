@@ -1,7 +1,7 @@
 """MCP load with a crash: mixed calls from concurrent clients against one `hybridlab mcp` process, a
 SIGKILL of that process mid-run, a restart on the same index, then a check of every acknowledged memory.
 
-    python -m hybridlab.bench.mcp_load [--calls 2000] [--clients 4] [--kill-at 0.5] [--runs 3]
+    python -m bench.mcp_load [--calls 2000] [--clients 4] [--kill-at 0.5] [--runs 3]
                                        [--out reports/bench/<date>-mcp-load]
 
 The scenario (issue 20's target; `tests/reliability/test_mcp_load.py` runs the same one):
@@ -527,7 +527,7 @@ def run_load(config: LoadConfig, folder: Path) -> LoadResult:
 # ------------------------------------------------------------------------------------ the benchmark
 def run_figures(result: LoadResult) -> dict[str, Any]:
     """The figures of one run: calls/s, P50/P95 ms per tool, errors, memories checked, the kill."""
-    from hybridlab.bench.common import percentile
+    from bench.common import percentile
 
     latency = {tool: {"calls": len(values), "p50_ms": round(1000 * percentile(values, 50), 1),
                       "p95_ms": round(1000 * percentile(values, 95), 1)}
@@ -557,7 +557,9 @@ def _tracebacks(log: str, limit: int = 3) -> list[str]:
 def code_version() -> str:
     """The commit of the checkout this package runs from (+ "-dirty" when the package has uncommitted
     changes)."""
-    folder = Path(__file__).resolve().parents[2]
+    import hybridlab
+
+    folder = Path(hybridlab.__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True, timeout=30).stdout.strip()
@@ -582,7 +584,7 @@ def _median(runs: Sequence[dict[str, Any]], *keys: str) -> float | None:
 
 
 def _markdown(record: dict[str, Any]) -> str:
-    from hybridlab.bench.common import PERCENTILE_LABEL
+    from bench.common import PERCENTILE_LABEL
 
     runs, config = record["runs"], record["config"]
     machine = record["machine"]
@@ -592,7 +594,7 @@ def _markdown(record: dict[str, Any]) -> str:
         f"Command: `{record['command']}` (code at {record['code']})", "",
         (f"Machine: {machine['cpu_model']}, {machine['cores']} cores, shared with other jobs (load average "
          f"{', '.join(f'{x:.1f}' for x in machine['load_average'])} at the start): absolute times vary."), "",
-        (f"Scenario (`hybridlab.bench.mcp_load`, the same as `tests/reliability/test_mcp_load.py`): a fresh "
+        (f"Scenario (`bench.mcp_load`, the same as `tests/reliability/test_mcp_load.py`): a fresh "
          f"wordllama index of {config['memories']} synthetic memories per run; one `hybridlab mcp --transport "
          f"streamable-http` process on loopback; {config['clients']} MCP SDK clients (a session each) share "
          f"{config['calls']:,} calls ({mix}); after {config['kill_at']:.0%} of them the server's process group "
@@ -628,7 +630,7 @@ def _markdown(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.mcp_load", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.mcp_load", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="completed tool calls per run, all clients together")
     parser.add_argument("--clients", type=int, default=4, help="concurrent MCP sessions")
     parser.add_argument("--kill-at", type=float, default=0.5, help="share of the calls after which the server is "
@@ -640,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs, each on a fresh index and server")
     parser.add_argument("--out", help="output folder (default reports/bench/<date>-mcp-load)")
     args = parser.parse_args(argv)
-    from hybridlab.bench.common import machine_info
+    from bench.common import machine_info
     from hybridlab.config import apply_offline_environment
     from hybridlab.eval.datasets import REPO_ROOT
 
@@ -660,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {n + 1}: {result.calls} calls, {result.calls_per_second:.1f} calls/s, {len(result.errors)} errors, "
               f"{result.acknowledged} memories acknowledged", file=sys.stderr, flush=True)
     given = sys.argv[1:] if argv is None else argv
-    record = {"date": date, "command": " ".join(["python -m hybridlab.bench.mcp_load", *given]),
+    record = {"date": date, "command": " ".join(["python -m bench.mcp_load", *given]),
               "code": code_version(), "config": asdict(config), "machine": machine, "runs": runs}
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{date}-mcp-load"
     out.mkdir(parents=True, exist_ok=True)

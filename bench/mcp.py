@@ -1,6 +1,6 @@
 """Benchmark of the MCP server over stdio: start-up to first answer, search and store latency.
 
-    python -m hybridlab.bench.mcp [--index DIR] [--runs 5] [--stores 20] [--out reports/mcp]
+    python -m bench.mcp [--index DIR] [--runs 5] [--stores 20] [--out reports/mcp]
 
 Spawns `hybridlab mcp` N times and times spawn -> initialized and spawn -> first `search` result
 (model loading included); then, in one session each, sequential `store_memory` calls (every one a new
@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import PERCENTILE_LABEL, percentile
+from bench.common import PERCENTILE_LABEL, percentile
 from hybridlab.config import apply_offline_environment, offline_environment
 from hybridlab.eval.datasets import REPO_ROOT
 
@@ -148,7 +148,7 @@ def _markdown(record: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.mcp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.mcp", description=__doc__.splitlines()[0])
     parser.add_argument("--index", help="index to benchmark, copied first (default: the ground-truth memories, "
                         "indexed into a temporary folder)")
     parser.add_argument("--runs", type=int, default=5, help="server spawns for the start-up timing")
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     today = datetime.now(UTC).date().isoformat()
     record = {
         "date": today,
-        "command": " ".join(["python -m hybridlab.bench.mcp", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m bench.mcp", *(argv if argv is not None else sys.argv[1:])]),
         "index": {"source": source, "documents": manifest["counts"]["documents"],
                   "chunks": manifest["counts"]["chunks"], "models": sorted(manifest.get("models", {}))},
         "machine": {"cpus": os.cpu_count(), "loadavg": load_at_start,

@@ -1,6 +1,6 @@
 """Parity of the Qdrant backend (client's local mode) with the local backend on SciFact.
 
-`python -m hybridlab.bench.qdrant [--dataset scifact] [--split test]` exports the evaluation set's
+`python -m bench.qdrant [--dataset scifact] [--split test]` exports the evaluation set's
 cached index (same MiniLM vectors: nothing is re-embedded) into an in-memory Qdrant collection,
 runs bm25, vector, the default hybrid and parallel hybrid (`staged=False`) on both backends, and
 writes `reports/bench/<date>-qdrant/results.json` and `report.md`: nDCG@10 of each, the difference,
@@ -8,7 +8,7 @@ and the search latency of both (P50/P95 of `RunResponse.timings["search_ms"]`, q
 encoded once up front). The local mode is brute force in pure Python: a correctness path, not a
 speed claim. A benchmark, not a test: nothing here asserts.
 
-`python -m hybridlab.bench.qdrant --upserts` measures BM25 under incremental writes instead
+`python -m bench.qdrant --upserts` measures BM25 under incremental writes instead
 (:func:`upsert_drift`): generation A = the corpus less a batch, exported; generation B = the whole
 corpus with some documents changed and some removed, mirrored by an incremental sync (changed and new
 documents upserted, removed ones deleted); BM25 on Qdrant is compared with bm25s over each generation
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import percentile
+from bench.common import percentile
 from hybridlab.config import REPO_ROOT
 from hybridlab.eval.evaluate import score
 
@@ -51,6 +51,7 @@ def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrel
     IDF-free weights: nDCG@10, queries whose top 10 equals bm25s's, largest score difference."""
     import numpy as np
 
+    from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.index.reader import read_generation
     from hybridlab.search import qdrant
     from hybridlab.search.filters import Filters
@@ -60,7 +61,7 @@ def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrel
     try:
         everything = local.snapshot().store.allowed(Filters())
         for name, modifier in (("folded", False), ("modifier", True)):
-            collection = qdrant.export_generation(generation, client, f"idf-{name}", idf_modifier=modifier)
+            collection = qdrant_mirror.export_generation(generation, client, f"idf-{name}", idf_modifier=modifier)
             retriever = qdrant.QdrantSparseRetriever(client, collection, generation)
             run, same_top, worst = {}, 0, 0.0
             for qid, text in queries.items():
@@ -127,10 +128,10 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
     import time
 
     from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
+    from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.index.build import index_paths
     from hybridlab.index.layout import read_manifest
     from hybridlab.index.reader import read_generation
-    from hybridlab.search import qdrant
 
     evalset = get_evalset(dataset_name)
     dataset = evalset.dataset(split)
@@ -160,9 +161,9 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
         _write_corpus(source, [doc for i, doc in enumerate(corpus) if i not in held_out])
         index_paths([source], index_dir, config, progress=False, cache_path=cache)
         generation_a = read_generation(index_dir)
-        clients: dict[str, Any] = {"local mode": qdrant.connect()}
+        clients: dict[str, Any] = {"local mode": qdrant_mirror.connect()}
         try:
-            from hybridlab.bench.qdrant_edge import EdgeClient
+            from bench.qdrant_edge import EdgeClient
 
             clients["Qdrant Edge"] = EdgeClient(work / "edge")
         except ImportError:
@@ -173,7 +174,7 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
             for mode in ("folded", "idf"):
                 name = f"{mode}-{ENGINE_SLUGS[engine]}"
                 started = time.perf_counter()
-                qdrant.export_generation(generation_a, client, name, idf_modifier=mode == "idf")
+                qdrant_mirror.export_generation(generation_a, client, name, idf_modifier=mode == "idf")
                 timings[name] = {"export_a_s": time.perf_counter() - started}
                 rows.append({"engine": engine, "sparse": mode, "state": "A exported",
                              **bm25_agreement(generation_a, client, name, queries, dataset.qrels)})
@@ -189,13 +190,13 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                 for mode in ("folded", "idf"):
                     name = f"{mode}-{ENGINE_SLUGS[engine]}"
                     started = time.perf_counter()
-                    report = qdrant.sync_generation(generation_b, client, name, reweight=False)
+                    report = qdrant_mirror.sync_generation(generation_b, client, name, reweight=False)
                     timings[name].update(sync_s=time.perf_counter() - started, upserted=report.points_upserted,
                                          deleted_documents=report.deleted_documents, action=report.action)
                     rows.append({"engine": engine, "sparse": mode, "state": "B synced, not re-weighted",
                                  **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
                     started = time.perf_counter()
-                    written = qdrant.reweight_rows(generation_b, client, name, kept_rows, mode)
+                    written = qdrant_mirror.reweight_rows(generation_b, client, name, kept_rows, mode)
                     timings[name].update(reweight_s=time.perf_counter() - started, reweighted=written)
                     rows.append({"engine": engine, "sparse": mode, "state": "B synced + re-weighted",
                                  **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
@@ -204,7 +205,7 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                         rows.append({"engine": engine, "sparse": mode, "state": "B synced + re-weighted + optimize()",
                                      **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
                     started = time.perf_counter()
-                    qdrant.export_generation(generation_b, client, name, idf_modifier=mode == "idf")
+                    qdrant_mirror.export_generation(generation_b, client, name, idf_modifier=mode == "idf")
                     timings[name]["export_b_s"] = time.perf_counter() - started
                     client.delete_collection(name)
             chunks = (generation_b.n_chunks, int(read_manifest(index_dir)["counts"]["chunks"]))
@@ -224,7 +225,7 @@ def upserts_report(results: dict[str, Any]) -> str:
     batch = results["batch"]
     lines = [f"# BM25 on Qdrant under upserts — {results['dataset']} {results['split']} ({results['queries']} queries)",
              "",
-             ("Command: `python -m hybridlab.bench.qdrant --upserts`. Generation A = the corpus less "
+             ("Command: `python -m bench.qdrant --upserts`. Generation A = the corpus less "
               f"{batch['added']} documents (seed {batch['seed']}), exported; generation B = all "
               f"{results['corpus']} documents less {batch['removed']} removed, {batch['changed']} changed (text "
               f"halved); B is mirrored by `sync_generation` (changed and new documents upserted, removed ones "
@@ -249,6 +250,7 @@ def upserts_report(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridlab.eval.evalsets import ensure_index, get_evalset
+    from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.index.reader import read_generation
     from hybridlab.search import qdrant
     from hybridlab.search.engine import Index, open_index
@@ -272,11 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     dataset = evalset.dataset(args.split)
     index_dir = ensure_index(evalset, progress=False)
     queries = {qid: dataset.queries[qid] for qid in dataset.qrels if qid in dataset.queries}
-    client = qdrant.connect()
+    client = qdrant_mirror.connect()
     generation = read_generation(index_dir)
     started = datetime.now(UTC)
     try:
-        qdrant.export_generation(generation, client, "parity")
+        qdrant_mirror.export_generation(generation, client, "parity")
     finally:
         generation.store.close()
     export_s = (datetime.now(UTC) - started).total_seconds()
@@ -311,7 +313,7 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         (f"# Qdrant backend parity — {results['dataset']} {results['split']} ({results['queries']} queries, "
         f"{results['chunks']} chunks, {results['model']})"), "",
-        ("Command: `python -m hybridlab.bench.qdrant`. Qdrant = qdrant-client's local mode (in memory, pure "
+        ("Command: `python -m bench.qdrant`. Qdrant = qdrant-client's local mode (in memory, pure "
         "Python, brute force): a correctness path, not a speed claim. Latency = search ms per query "
         "(query vectors encoded up front), P50/P95 (numpy linear)."), "",
         f"Export of the local generation into the collection: {results['export_seconds']:.1f} s.", "",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import PERCENTILE_LABEL, find_rows, ratio
+from bench.common import PERCENTILE_LABEL, find_rows, ratio
 
 SCIFACT_CHUNKS = 5183
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import bench_env, make_row
+from bench.common import bench_env, make_row
 
 
 def hybridlab_command() -> list[str]:

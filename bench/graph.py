@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.bench.common import make_row
+from bench.common import make_row
 
 
 def changed_vectors(vectors: np.ndarray, share: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

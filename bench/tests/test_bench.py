@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybridlab.bench.common import (
+from bench.common import (
     find_rows,
     make_row,
     median_summary,
@@ -12,8 +12,8 @@ from hybridlab.bench.common import (
     summarize,
     validate_rows,
 )
-from hybridlab.bench.indexing import overhead
-from hybridlab.bench.report import evaluate_targets, markdown
+from bench.indexing import overhead
+from bench.report import evaluate_targets, markdown
 from hybridlab.eval.evaluate import top_overlap
 
 
@@ -97,7 +97,7 @@ def test_find_rows_and_targets_from_hand_made_rows():
 def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     import shutil
 
-    from hybridlab.bench.latency import time_opening
+    from bench.latency import time_opening
     from hybridlab.index import layout
 
     index = tmp_path / "index"
@@ -116,7 +116,7 @@ def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
 def test_changed_vectors_deletes_and_adds_half_the_share_each():
     import numpy as np
 
-    from hybridlab.bench.graph import changed_vectors
+    from bench.graph import changed_vectors
 
     vectors = np.random.default_rng(0).normal(size=(1000, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -1,25 +1,17 @@
 """Staged against parallel hybrid search: the one staged benchmark.
 
-Parallel hybrid runs BM25 and the dense retriever over the whole index (`depth` each) and fuses
-them; staged takes the BM25 top `candidates`, grows that pool `expand_hops` times along the corpus
-graph (the neighbours of the `expand_seeds` best-scoring candidates; 0 hops = the BM25 pool alone)
-and scores only the pool with stored vectors (falling back to parallel when BM25 finds fewer than
-`fallback_threshold` hits). :func:`compare_staged` runs parallel hybrid and any number of staged
-conditions over the same queries and gives, per condition: the top-k overlap with parallel hybrid
-(:func:`hybridlab.eval.evaluate.top_overlap`), metrics where judgements exist, the search latency
-(`RunResponse.timings["search_ms"]`: retrieval, fusion, recency; query vectors are encoded once up
-front, so encoding is excluded; each percentile per pass, then the median over passes, numpy
-linear: :func:`hybridlab.bench.common.percentile`) and how many queries ran staged or fell back.
+Parallel hybrid against staged conditions over the same queries, measured with
+:func:`hybridlab.eval.staged.compare_staged` (the product's engine report uses it too; its docstring
+says what is compared and how latency is summarised).
 
 Its callers:
 
-- `python -m hybridlab.bench` (part `staged`): :func:`run` -> the worker :func:`measure_staged`,
+- `python -m bench` (part `staged`): :func:`run` -> the worker :func:`measure_staged`,
   one results row per candidates value;
-- `python -m hybridlab.bench.staged [--dataset scifact] [--split test] [--candidates 50,100,200,500]
+- `python -m bench.staged [--dataset scifact] [--split test] [--candidates 50,100,200,500]
   [--hops 0,1,2,3]`: the candidates x hops grid over an evaluation set (:func:`main`), written to
   `reports/staged/<date>/report.md`, `results.json` and `overlap_latency.png`;
-- `notebooks/staged.ipynb`: :func:`staged_tradeoff`;
-- the engine acceptance report (:mod:`hybridlab.reports.engine`).
+- `notebooks/staged.ipynb`: :func:`hybridlab.eval.staged.staged_tradeoff`.
 
 Benchmarks, not tests: nothing here asserts. Timings depend on the machine's load (2 shared cores).
 """
@@ -31,93 +23,25 @@ import platform
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hybridlab.bench.common import PERCENTILE_LABEL, make_row, median_summary, peak_rss_mb, worker_main
+from bench.common import PERCENTILE_LABEL, make_row, peak_rss_mb, worker_main
 from hybridlab.config import REPO_ROOT, resolve_auto
-from hybridlab.eval.evaluate import Run, score, top_overlap
+from hybridlab.eval.staged import PARALLEL, TOP, compare_staged, run_condition
 
-TOP = 10
 CANDIDATES = (50, 100, 200, 500)
-PARALLEL = "parallel"
 OVERLAP_TARGET = 0.95
 NDCG_TOLERANCE = 0.01  # relative
 
 
-# ------------------------------------------------------------------------------------------ measuring
-@dataclass(frozen=True)
-class ConditionRun:
-    """One condition's searches: the run of the last pass, the search milliseconds of every pass
-    (one list per pass, one value per query) and how many queries of the last pass ran in each mode."""
-
-    run: Run
-    search_ms: list[list[float]]
-    modes: dict[str, int]
-
-
-def run_condition(index, queries: Mapping[str, str], *, repeats: int = 1, **options: Any) -> ConditionRun:
-    """Search every query `repeats` times with `index.run_response(text, **options)` (document level,
-    `limit` 100 unless given); the query vectors are encoded once first, so no pass times encoding."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if options.get("mode", "hybrid") != "bm25" and options.get("alpha", 1) != 0 and index.dense:
-        index.encode_queries(index.choose_model(options.get("embedding_model"), options.get("language")),
-                             list(queries.values()))
-    run: Run = {}
-    passes: list[list[float]] = []
-    modes: dict[str, int] = {}
-    for _ in range(repeats):
-        samples: list[float] = []
-        modes = {}
-        for qid, text in queries.items():
-            response = index.run_response(text, **options)
-            run[qid] = response.run
-            samples.append(response.timings["search_ms"])
-            modes[response.mode] = modes.get(response.mode, 0) + 1
-        passes.append(samples)
-    return ConditionRun(run, passes, modes)
-
-
-def compare_staged(index, queries: Mapping[str, str], conditions: Mapping[str, Mapping[str, Any]], *,
-                   qrels: Mapping[str, Mapping[str, int]] | None = None, metrics: Sequence[str] = ("ndcg@10",),
-                   repeats: int = 1, top: int = TOP, **options: Any) -> dict[str, dict[str, Any]]:
-    """Parallel hybrid and each staged condition over the same `queries`.
-
-    `conditions` maps a name to its staged search options (e.g. `{"candidates": 100}`); `options`
-    apply to every condition, parallel included (`limit`, `now`, `fusion`, ...). Returns, under
-    :data:`PARALLEL` first and then each condition's name: `run` (last pass), `overlaps` (per query,
-    :func:`top_overlap` of the condition's top `top` with parallel's), `overlap@{top}` (their mean),
-    `min_overlap@{top}`, `search_ms` (p50/p95/p99: per pass, median over passes), `modes`, and
-    each of `metrics` when `qrels` are given.
-    """
-    if not queries:
-        raise ValueError("no queries to compare")
-    if PARALLEL in conditions:
-        raise ValueError(f"{PARALLEL!r} names the reference; choose another condition name")
-    outcomes = {PARALLEL: run_condition(index, queries, repeats=repeats, **{**options, "staged": False})}
-    for name, extra in conditions.items():
-        outcomes[name] = run_condition(index, queries, repeats=repeats, **{**options, "staged": True, **extra})
-    reference = outcomes[PARALLEL].run
-    results: dict[str, dict[str, Any]] = {}
-    for name, outcome in outcomes.items():
-        overlaps = [top_overlap(reference[qid], outcome.run[qid], top) for qid in queries]
-        results[name] = {
-            "run": outcome.run, "overlaps": overlaps,
-            f"overlap@{top}": statistics.fmean(overlaps), f"min_overlap@{top}": min(overlaps),
-            "search_ms": median_summary(outcome.search_ms), "modes": outcome.modes,
-            **(score(dict(qrels), outcome.run, list(metrics)) if qrels is not None else {}),
-        }
-    return results
-
-
 # ------------------------------------------------------------------------------------------ bench part
 def measure_staged(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Worker of `python -m hybridlab.bench`: one row per candidates value plus the parallel-hybrid
+    """Worker of `python -m bench`: one row per candidates value plus the parallel-hybrid
     reference row. Latency and overlap over `queries` at `limit` 10; nDCG@10 over `judged_queries`
     (document runs of 100) where `qrels` are given."""
     from hybridlab.search.engine import open_index
@@ -151,35 +75,18 @@ def measure_staged(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def run(index_dir, queries: Sequence[str], *, dataset: str, repeats: int, qrels: dict | None = None,
         judged_queries: dict | None = None, candidates: Sequence[int] = CANDIDATES) -> dict[str, Any]:
-    """The `staged` part of `python -m hybridlab.bench`, in a fresh worker process."""
-    from hybridlab.bench.common import run_worker
+    """The `staged` part of `python -m bench`, in a fresh worker process."""
+    from bench.common import run_worker
 
-    return run_worker("hybridlab.bench.staged", {
+    return run_worker("bench.staged", {
         "index_dir": str(index_dir), "queries": list(queries), "dataset": dataset, "repeats": repeats,
         "qrels": qrels, "judged_queries": judged_queries, "candidates": list(candidates),
     })
 
 
-# ------------------------------------------------------------------------------------------ notebook
-def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
-                    candidates: Sequence[int], *, now: str | None = None, k: int = 10,
-                    expand_hops: int | None = None) -> list[dict[str, Any]]:
-    """Rows of `notebooks/staged.ipynb`: parallel hybrid, then staged search per candidate count
-    (never falling back; `expand_hops` None = the engine's default), at `limit` = `k` (the engine
-    scores at least `limit` candidates): `median_ms` (search time), nDCG@k, recall@k, overlap@k."""
-    hops = {} if expand_hops is None else {"expand_hops": expand_hops}
-    conditions = {f"staged-{count}": {"candidates": count, "fallback_threshold": 0, **hops} for count in candidates}
-    metrics = (f"ndcg@{k}", f"recall@{k}")
-    results = compare_staged(index, queries, conditions, qrels=qrels, metrics=metrics, top=k, now=now, limit=k)
-    return [{"candidates": None if name == PARALLEL else conditions[name]["candidates"], "staged": name != PARALLEL,
-             "median_ms": outcome["search_ms"]["p50"], **{m: outcome[m] for m in metrics},
-             f"overlap@{k}": outcome[f"overlap@{k}"]}
-            for name, outcome in results.items()]
-
-
 # ------------------------------------------------------------------------------------------ the grid
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.staged",
+    parser = argparse.ArgumentParser(prog="python -m bench.staged",
                                      description="Staged vs parallel hybrid search over an evaluation set: "
                                      "agreement, quality and search latency per (candidates, hops).")
     parser.add_argument("--dataset", default="scifact", help="evaluation set with a cached index (default scifact)")
@@ -294,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def to_markdown(results: dict[str, Any], argv: list[str] | None) -> str:
-    command = "python -m hybridlab.bench.staged" + (" " + " ".join(argv) if argv else "")
+    command = "python -m bench.staged" + (" " + " ".join(argv) if argv else "")
     percentiles = results.get("percentile", PERCENTILE_LABEL)
     lines = [
         (f"# Staged vs parallel hybrid — {results['dataset']} ({results['split']}, {results['queries']} queries, "

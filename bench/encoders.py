@@ -1,6 +1,6 @@
 """Encoding benchmark: speed and retrieval quality of every installed embedding model/backend.
 
-    python -m hybridlab.bench.encoders [--dataset scifact] [--limit N] [--slow-limit 1000]
+    python -m bench.encoders [--dataset scifact] [--limit N] [--slow-limit 1000]
 
 For each installed model in `hybridlab.encoders.registry.MODELS`: encode the corpus (doc text = title + "\\n" +
 text) in chunks of 256 documents, build a FAISS `IndexFlatIP`, search every judged query top-100
@@ -35,7 +35,7 @@ from typing import Self
 
 import numpy as np
 
-from hybridlab.bench.common import PERCENTILE_LABEL, cpu_model, percentile
+from bench.common import PERCENTILE_LABEL, cpu_model, percentile
 from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
 from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
@@ -53,7 +53,7 @@ SORTING_MODELS = (REFERENCE, "all-MiniLM-L6-v2-onnx-int8")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.bench.encoders", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.encoders", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
     parser.add_argument("--limit", type=int, default=None, help="encode at most N documents for every model")
     parser.add_argument("--slow-limit", type=int, default=1000,
@@ -282,7 +282,7 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict:
         "n_docs": len(doc_ids),
         "subset_docs": len(subset),
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m hybridlab.bench.encoders " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.encoders " + " ".join(sys.argv[1:]),
         "machine": machine(),
         "settings": {"batch_size": args.batch_size, "chunk": CHUNK, "depth": DEPTH, "limit": args.limit,
                      "slow_limit": args.slow_limit, "latency_queries": len(latency_queries),

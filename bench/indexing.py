@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hybridlab.bench.common import make_row, peak_rss_mb, worker_main
+from bench.common import make_row, peak_rss_mb, worker_main
 
 
 def folder_mb(path: Path) -> float:
@@ -33,7 +33,7 @@ def overhead(end_to_end_s: float, encoder_s: float) -> float:
 
 def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Worker: raw encoder pass, first build, unchanged re-index, sizes, peak RSS."""
-    from hybridlab.bench.corpus import embed_texts_of
+    from bench.corpus import embed_texts_of
     from hybridlab.config import IndexConfig
     from hybridlab.encoders.registry import load_encoder
     from hybridlab.eval.evalsets import get_evalset
@@ -88,11 +88,11 @@ def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(model: str, documents: int) -> dict[str, Any]:
-    from hybridlab.bench.common import run_worker
+    from bench.common import run_worker
 
-    return run_worker("hybridlab.bench.indexing", {"model": model, "documents": documents})
+    return run_worker("bench.indexing", {"model": model, "documents": documents})
 
 
 if __name__ == "__main__":
     if not worker_main(sys.argv[1:], measure_indexing):
-        raise SystemExit("usage: python -m hybridlab.bench.indexing --worker JSON (run `python -m hybridlab.bench`)")
+        raise SystemExit("usage: python -m bench.indexing --worker JSON (run `python -m bench`)")
