@@ -23,15 +23,6 @@ def segment_models(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str,
     return (manifest.get("models") or {}) if entry.get("legacy") else (entry.get("models") or {})
 
 
-def _segment_files(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's checksums of one segment's files, by name relative to the segment folder."""
-    files = manifest.get("files") or {}
-    if entry.get("legacy"):
-        return dict(files)
-    prefix = f"{entry['name']}/"
-    return {name[len(prefix):]: value for name, value in files.items() if name.startswith(prefix)}
-
-
 def attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> list[str]:
     """Attach the segments' tables to `con` (read-only); their aliases, unique in this process."""
     aliases = []

@@ -390,11 +390,6 @@ class SparseIndex:
             matched += weight * has
         return matched / total
 
-    def _postings_rows(self, term_id: int) -> np.ndarray:
-        """Live rows containing the term of vocabulary id `term_id`."""
-        parts = [rows for rows, _, _ in self._live_column(self._terms_of([term_id])[0], lengths=False)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
     @property
     def vocab(self) -> dict[str, int]:
         """Term -> id over every segment (first segment's order first; built on first use)."""

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +149,6 @@ def counts(con) -> dict[str, Any]:
 
 def chunk_ids(con) -> list[int]:
     return [row[0] for row in con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchall()]
-
-
-def all_tags(con) -> list[str]:
-    return [row[0] for row in con.execute("SELECT DISTINCT tag FROM tags ORDER BY tag").fetchall()]
-
-
-def in_list(values: Iterable[Any]) -> list[Any]:
-    return list(values)
 
 
 TABLES = ("documents", "chunks", "tags", "chunk_vectors")

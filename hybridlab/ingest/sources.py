@@ -244,11 +244,6 @@ def read_folder(root: Path, report: IngestReport, recorded: dict[str, FileSignat
     return scan
 
 
-def iter_folder(root: Path, report: IngestReport) -> Iterator[Document]:
-    """Documents of a folder tree, every file read; bad files are warned about, counted and skipped."""
-    yield from read_folder(root, report).documents
-
-
 def iter_beir(folder: Path) -> Iterator[Document]:
     """Documents of a BEIR corpus (`_id`, `title`, `text`); collection = the dataset's folder name."""
     path = find_file(folder, "corpus.jsonl")

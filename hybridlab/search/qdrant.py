@@ -59,7 +59,7 @@ from hybridlab.index.qdrant import (
     sync_generation,
     term_index,
 )
-from hybridlab.index.reader import Generation, read_generation
+from hybridlab.index.reader import Generation
 from hybridlab.search.engine import Index
 from hybridlab.search.filters import Filters
 from hybridlab.search.local import document_frequencies, term_rows
@@ -290,16 +290,6 @@ def open_backend_index(index_dir: str | os.PathLike, config: Any = None, *, back
     if not (url or path):
         raise ValueError("backend 'qdrant' needs a qdrant_url or a qdrant_path")
     return Index(index_dir, config, backend=qdrant_backend(connect(url=url, path=path), collection, sync=sync))
-
-
-def open_qdrant_snapshot(index_dir: str | os.PathLike, client: Any, collection: str | None = None) -> Snapshot:
-    """Open the live generation of `index_dir` on the Qdrant `collection`."""
-    generation = read_generation(index_dir)
-    try:
-        return qdrant_snapshot(generation, client, collection)
-    except BaseException:
-        generation.store.close()
-        raise
 
 
 FUSIONS = ("dbsf", "rrf")
