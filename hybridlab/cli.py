@@ -338,6 +338,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from hybridlab.eval.datasets import load_qrels, load_queries
     from hybridlab.eval.evaluate import METRICS, make_run, score, write_trec_run
 
+    if args.runs:
+        return _eval_runs(args)
+    if not args.queries:
+        raise UsageError("eval needs --queries (to search the index) or --run FILE (to score run files)")
     index = _open_search_index(args)
     queries_path, qrels_path = Path(args.queries), Path(args.qrels)
     queries = load_queries(queries_path.parent if queries_path.is_file() else queries_path) if queries_path.is_dir() \
@@ -370,6 +374,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print("| metric | value |\n|---|---|")
         for name, value in metrics.items():
             print(f"| {name} | {value:.4f} |")
+    return 0
+
+
+def _eval_runs(args: argparse.Namespace) -> int:
+    """`eval --run FILE ...`: score run files (TREC or ranx JSON, any tool's) in one report."""
+    from hybridlab.eval.datasets import load_qrels, split_query_ids
+    from hybridlab.eval.run_report import score_runs
+    from hybridlab.eval.runs import read_run, run_name
+
+    if args.save_run:
+        raise UsageError("--save-run writes the index's run; with --run the runs are files already")
+    qrels = load_qrels(Path(args.qrels))
+    if args.split != "all":
+        qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
+    kinds = _query_kinds(Path(args.queries)) if args.queries else {}
+    if args.kinds:
+        if not kinds:
+            raise UsageError("--kind needs --queries (the kinds are the queries' metadata.kind)")
+        qrels = {q: docs for q, docs in qrels.items() if kinds.get(q) in args.kinds}
+    if not qrels:
+        raise UsageError(f"no query of {args.qrels} is left to score")
+    runs = {}
+    for path in args.runs:
+        name = run_name(path)
+        runs[path if name in runs else name] = read_run(path)
+    report = score_runs(qrels, runs, kinds=kinds, test=args.test)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_markdown())
     return 0
 
 
@@ -479,9 +510,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score an index against queries + qrels with ranx")
     index_arg(p)
-    p.add_argument("--queries", required=True, help="queries.jsonl[.gz] (BEIR) or a dataset folder")
+    p.add_argument("--queries", help="queries.jsonl[.gz] (BEIR) or a dataset folder (with --run: optional, "
+                   "for the per-kind table)")
     p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
+    p.add_argument("--run", action="append", dest="runs", metavar="FILE",
+                   help="score this run file (TREC or ranx JSON, gzipped or not) instead of searching the "
+                   "index; repeatable, the first is the baseline of the paired tests")
+    p.add_argument("--test", choices=["randomization", "t-test"], default="randomization",
+                   help="with --run: the paired test against the baseline (Holm-corrected; default randomization)")
     p.add_argument("--kind", action="append", dest="kinds", metavar="KIND",
                    help="only queries of this kind (their metadata.kind); repeatable")
     p.add_argument("--split", choices=["all", "dev", "test"], default="all",
