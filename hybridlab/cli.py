@@ -404,6 +404,59 @@ def _eval_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fuse(args: argparse.Namespace) -> int:
+    """`fuse RUN RUN ...`: fuse run files with the engine's fusion; --tune-on chooses the setting on a
+    tuning split, --report-on reports it on another (paired tests against each input run)."""
+    from hybridlab.eval.datasets import load_qrels
+    from hybridlab.eval.fuse_runs import FusionSetting, candidate_settings, fuse_runs, tune_fusion
+    from hybridlab.eval.run_report import score_runs
+    from hybridlab.eval.runs import read_run, run_name, write_run
+
+    runs = {}
+    for spec in args.runs:
+        name, path = spec.split("=", 1) if "=" in spec and not Path(spec).exists() else (run_name(spec), spec)
+        if name in runs:
+            raise UsageError(f"two runs are named {name!r}; name them apart as NAME=FILE")
+        runs[name] = read_run(path)
+    if len(runs) < 2:
+        raise UsageError("fuse needs at least two runs")
+    if args.weights is not None and len(args.weights) != len(runs):
+        raise UsageError(f"--weights needs one weight per run ({len(runs)}), got {len(args.weights)}")
+    weights = dict(zip(runs, args.weights)) if args.weights else None
+    record: dict[str, Any] = {"runs": dict(zip(runs, args.runs))}
+    if args.tune_on:
+        tune_qrels = load_qrels(Path(args.tune_on))
+        if args.report_on:
+            shared = sorted(set(tune_qrels) & set(load_qrels(Path(args.report_on))))
+            if shared:
+                raise UsageError(f"the tuning and report splits share {len(shared)} queries (e.g. {shared[:3]}); "
+                                 "tune on queries the report does not score")
+        grid = candidate_settings(list(runs), methods=[args.method] if args.method else None,
+                                  normalizations=[args.normalization] if args.normalization else None,
+                                  weights=[weights] if weights else None, rrf_k=args.rrf_k, step=args.grid_step)
+        setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
+        best = max(row[args.metric] for row in table)
+        record["tuning"] = {"qrels": args.tune_on, "queries": len(tune_qrels), "metric": args.metric,
+                            "value": best, "settings": len(table), "grid": table}
+    else:
+        setting = FusionSetting(args.method or "rrf", tuple((weights or dict.fromkeys(runs, 1.0)).items()),
+                                args.normalization or "min-max", args.rrf_k)
+    fused = fuse_runs(runs, setting, args.limit)
+    write_run(fused, args.out, name=f"hybridlab-fuse-{setting.method}")
+    record.update(setting=setting.to_dict(), out=args.out, queries=len(fused))
+    lines = [f"fused {len(runs)} runs ({setting.describe()}) over {len(fused)} queries into {args.out}"]
+    if args.tune_on:
+        t = record["tuning"]
+        lines.append(f"chosen on {t['qrels']} ({t['queries']} queries, {t['settings']} settings): "
+                     f"{args.metric} {t['value']:.4f}")
+    if args.report_on:
+        report = score_runs(load_qrels(Path(args.report_on)), {"fused": fused, **runs}, test=args.test)
+        record["report"] = {"qrels": args.report_on, **report.to_dict()}
+        lines += ["", f"Report on {args.report_on}:", "", report.to_markdown()]
+    print(json.dumps(record, indent=2) if args.json else "\n".join(lines))
+    return 0
+
+
 def _query_kinds(path: Path) -> dict[str, str]:
     """Query id -> its `metadata.kind` (queries without one are left out)."""
     from hybridlab.eval.datasets import iter_jsonl, load_query_metadata
@@ -528,6 +581,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_search_options(p)
     backend_args(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("fuse", help="fuse run files (TREC or ranx JSON, any tool's) with the engine's fusion; "
+                       "--tune-on chooses method and weights on one split, --report-on reports on another")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="a run file, or NAME=FILE to name it (the names "
+                   "dense / bm25 / tags give theoretical-min-max its floors)")
+    p.add_argument("--method", choices=["rrf", "convex", "dbsf"],
+                   help="default rrf; with --tune-on unset = choose among all")
+    p.add_argument("--normalization", choices=["min-max", "z-score", "theoretical-min-max", "none"],
+                   help="convex's normalisation (default min-max; with --tune-on unset = choose)")
+    p.add_argument("--weights", type=float, nargs="+", metavar="W",
+                   help="one weight per run, in order (default equal; with --tune-on unset = a grid)")
+    p.add_argument("--rrf-k", type=_positive_int, default=60, help="the RRF constant (default 60)")
+    p.add_argument("--limit", "-k", type=_positive_int, default=100, help="results per query kept (default 100)")
+    p.add_argument("--out", required=True, help="the fused run (.json: ranx JSON; .gz: gzipped; else TREC)")
+    p.add_argument("--tune-on", metavar="QRELS", help="choose the setting on these qrels' queries only")
+    p.add_argument("--report-on", metavar="QRELS", help="report the fused run and each input on these "
+                   "(queries disjoint from --tune-on)")
+    p.add_argument("--metric", default="ndcg@10", help="what --tune-on maximises (default ndcg@10)")
+    p.add_argument("--grid-step", type=float, default=0.1, help="weight grid step of --tune-on (default 0.1)")
+    p.add_argument("--test", choices=["randomization", "t-test"], default="randomization")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_fuse)
 
     p = sub.add_parser("verify", help="check an index's consistency; --repair rebuilds what is inconsistent")
     index_arg(p)
