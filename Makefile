@@ -29,10 +29,11 @@ demo: setup
 # the layer, no-cycle and no-bench contracts in pyproject.toml (import-linter), then every test (bench/tests too)
 test: setup
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests bench/tests -q
+	$(BIN)/python -m pytest tests bench/tests -q --durations=20
 
+# the edit loop: everything but the tests marked slow (real indexes, servers, > ~10 s); under 5 min here
 test-fast: setup
-	$(BIN)/python -m pytest tests -q -m "not slow"
+	$(BIN)/python -m pytest tests bench/tests -q -m "not slow" --durations=20
 
 eval: setup
 	$(BIN)/python -m pytest tests/eval -q

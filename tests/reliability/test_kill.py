@@ -121,6 +121,7 @@ def complete(scenario, index_dir: Path) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_kill_at_every_stage(scenario, tmp_path):
     """One kill after each STAGE line of an update run (≥ 20 points), plus one at start-up."""
     probe = tmp_path / "probe"
@@ -203,6 +204,7 @@ def segment_scenario(tmp_path_factory):
             "generation": _generation(base)}
 
 
+@pytest.mark.slow
 def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenario, tmp_path):
     """SIGKILL after each stage of a run that tombstones, writes a segment, merges it with its tier
     and commits: the index verifies clean and answers as before the run or as after it."""
@@ -251,6 +253,7 @@ for i in range(5):
 """
 
 
+@pytest.mark.slow
 def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, tmp_path):
     """SIGKILL a writer storing 5 memories through the write-ahead log (3 per log: one fold, with
     its commit and merge stages) after each stage it reports: the index verifies clean, every

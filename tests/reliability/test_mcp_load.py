@@ -17,6 +17,7 @@ CALLS = 2000
 CLIENTS = 4
 
 
+@pytest.mark.slow
 def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     pytest.importorskip("mcp")
     from bench.mcp_load import LoadConfig, run_load
@@ -41,6 +42,7 @@ def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     assert result.in_flight_stores_found <= result.in_flight_stores
 
 
+@pytest.mark.slow
 def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
     """Two `hybridlab mcp` processes on one memory folder (two desktop clients each spawning the
     server): 4 clients, two per server, every check crossing processes; 0 errors, nothing lost, one

@@ -57,6 +57,7 @@ def _run(small_index: Path, tmp_path: Path, seconds: float, wal_records: tuple[i
             "reader_searches": sum(summaries[f"r{n}"]["searches"] for n in range(2)), "errors": 0}
 
 
+@pytest.mark.slow
 def test_three_writer_and_two_reader_processes_on_one_index(small_index, tmp_path):
     """Short, and with two writers keeping a log of 8 records open beside one folding at every store:
     each writer must see the others' appends (a replacement of a shared id is then a replacement)."""

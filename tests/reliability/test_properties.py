@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) that complement tests/test_chunking.py and tests/test_fusion.py:
+"""Property-based tests (hypothesis) that complement tests/ingest/test_chunking.py and tests/search/test_fusion.py:
 the chunker on empty, huge and deeply nested input, the BM25 query tokeniser, tag extraction, fusion
 invariance under re-ordering and monotone rescaling, and whole searches on arbitrary query text."""
 from __future__ import annotations

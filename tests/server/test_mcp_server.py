@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 TOOLS = {"search", "get_document", "store_memory", "search_by_tag", "stats"}
@@ -82,6 +82,7 @@ BAD_CALLS = [
 ]
 
 
+@pytest.mark.slow
 def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(index_dir):
     from mcp import Client
 
@@ -327,6 +328,7 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
         client.close()
 
 
+@pytest.mark.slow
 def test_qdrant_backend_over_stdio(index_dir, tmp_path):
     """`hybridlab mcp --backend qdrant --qdrant-path DIR`: store then search through the real CLI."""
     pytest.importorskip("qdrant_client")

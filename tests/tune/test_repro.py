@@ -111,6 +111,7 @@ def test_every_recorded_command_is_a_valid_eval_sweep_or_grid_command():
         assert all(round(v, 4) == v for v in condition.metrics.values()), condition.name
 
 
+@pytest.mark.slow
 def test_the_cheap_conditions_reproduce(capsys):
     """The figures `make test` guards (memories, a few seconds each)."""
     cheap = select(load_conditions(DEFAULT_CONDITIONS), cheap=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_search import NOW, ids, index, memory_index_dir  # noqa: F401 - fixtures
 
 from hybridlab.config import SearchConfig, resolve_search_config
 from hybridlab.search.feedback import best_documents, rocchio
-from tests.test_search import NOW, ids, index, memory_index_dir  # noqa: F401 - fixtures
 
 
 def test_rocchio_moves_the_query_toward_the_mean_of_the_feedback_and_normalises():

@@ -342,6 +342,7 @@ def _cross_validated_record(tmp_path, good):
     return evaluator, cv, finalize(study, evaluator, cv=cv)
 
 
+@pytest.mark.slow
 def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it(tmp_path):
     evaluator, cv, record = _cross_validated_record(tmp_path, good=1.0)
     assert cv["k"] == 4 and sorted(q for fold in cv["folds"] for q in fold) == CV_QIDS

@@ -26,7 +26,7 @@ from hybridlab.server.http_auth import (
     is_loopback,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 TOKEN = secrets.token_urlsafe(32)
@@ -125,6 +125,7 @@ def bearer(token: str = TOKEN) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------ the options, no server
+@pytest.mark.slow
 def test_binding_beyond_loopback_without_a_token_refuses_to_start(index_dir):
     started = time.perf_counter()
     done = subprocess.run(mcp_command(index_dir, "--host", "0.0.0.0", "--port", str(free_port())),
@@ -192,6 +193,7 @@ def test_the_token_verifier_accepts_exactly_the_token():
 
 
 # ---------------------------------------------------------------------------------- a real server
+@pytest.mark.slow
 def test_requests_without_the_right_token_get_401(server):
     url, _port = server
     for headers in ({}, bearer(secrets.token_urlsafe(32)), bearer(TOKEN[:-1]), bearer(TOKEN + "A"),
@@ -204,6 +206,7 @@ def test_requests_without_the_right_token_get_401(server):
     assert post(url, INITIALIZE, **bearer())[0] == 200
 
 
+@pytest.mark.slow
 def test_foreign_origin_and_wrong_host_are_refused(server):
     url, port = server
     assert post(url, INITIALIZE, Origin="http://evil.example", **bearer())[0] == 403
@@ -216,6 +219,7 @@ def test_foreign_origin_and_wrong_host_are_refused(server):
     assert post(url, INITIALIZE, Host=f"localhost:{port}", **bearer())[0] == 200
 
 
+@pytest.mark.slow
 def test_oversized_bodies_get_413(server):
     url, _port = server
 
@@ -241,6 +245,7 @@ def test_oversized_bodies_get_413(server):
     assert post(url, padded(4 * CAP))[0] == 401  # without the token: 401 before the size matters
 
 
+@pytest.mark.slow
 def test_four_concurrent_clients_share_one_index(server):
     """4 SDK clients at once, each storing memories between searches; each then finds all 12."""
     from mcp import Client

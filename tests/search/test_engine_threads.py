@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from hybridlab.config import IndexConfig
 
 NOW = "2026-11-01T00:00:00Z"
@@ -79,6 +81,7 @@ def reference(index_dir: Path) -> tuple[int, list[object]]:
     return generations.pop(), [payload for _, payload in answers]
 
 
+@pytest.mark.slow
 def test_searches_under_refresh_match_single_threaded_results_of_their_generation(corpus_copy, tmp_path):
     from hybridlab.search.engine import open_index
 
