@@ -13,6 +13,7 @@ pytest.importorskip("qdrant_client")
 from test_search import NOW, write_memories
 
 from hybridlab.config import IndexConfig
+from hybridlab.index import qdrant as qdrant_mirror
 from hybridlab.index.reader import read_generation
 from hybridlab.search import qdrant
 from hybridlab.search.engine import Index, open_index
@@ -36,10 +37,10 @@ def index_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(index_dir):
-    client = qdrant.connect()  # in memory
+    client = qdrant_mirror.connect()  # in memory
     generation = read_generation(index_dir)
     try:
-        qdrant.export_generation(generation, client, "memories")
+        qdrant_mirror.export_generation(generation, client, "memories")
     finally:
         generation.store.close()
     yield client
@@ -137,18 +138,18 @@ def remote_now():
 def test_upsert_and_delete_by_document(index_dir, tmp_path):
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
-    client = qdrant.connect(path=tmp_path / "qdrant")
+    client = qdrant_mirror.connect(path=tmp_path / "qdrant")
     try:
         generation = read_generation(copy)
         try:
-            qdrant.export_generation(generation, client, "copy")
+            qdrant_mirror.export_generation(generation, client, "copy")
             target = "m10"  # the only memory about the axolotl tank
             doc_id = target
-            qdrant.delete_documents(client, "copy", [doc_id])
-            assert len(qdrant.point_ids(client, "copy")) == generation.n_chunks - generation.doc_ids.count(doc_id)
+            qdrant_mirror.delete_documents(client, "copy", [doc_id])
+            assert len(qdrant_mirror.point_ids(client, "copy")) == generation.n_chunks - generation.doc_ids.count(doc_id)
             with pytest.raises(ValueError, match="re-export"):
                 qdrant.qdrant_snapshot(generation, client, "copy")
-            assert qdrant.upsert_documents(generation, client, "copy", [doc_id]) == generation.doc_ids.count(doc_id)
+            assert qdrant_mirror.upsert_documents(generation, client, "copy", [doc_id]) == generation.doc_ids.count(doc_id)
             snapshot = qdrant.qdrant_snapshot(generation, client, "copy")
             rows, _ = snapshot.sparse.search("axolotl tank", 5, snapshot.store.allowed(Filters()))
             assert generation.doc_ids[rows[0]] == doc_id
@@ -193,9 +194,9 @@ def test_cli_eval_on_the_qdrant_backend(index_dir, tmp_path, capsys):
 
     from hybridlab import cli
 
-    client = qdrant.connect(path=tmp_path / "qdrant")
+    client = qdrant_mirror.connect(path=tmp_path / "qdrant")
     try:
-        qdrant.export_index(index_dir, client, "eval")
+        qdrant_mirror.export_index(index_dir, client, "eval")
     finally:
         client.close()
     (tmp_path / "queries.jsonl").write_text(
@@ -240,29 +241,29 @@ def test_sync_upserts_only_what_changed_and_stays_exact(tmp_path):
     config = IndexConfig(models=("wordllama",))
     cache = tmp_path / "embeddings.duckdb"
     index_paths([source], tmp_path / "index", config, progress=False, cache_path=cache)
-    client = qdrant.connect(path=tmp_path / "qdrant")
+    client = qdrant_mirror.connect(path=tmp_path / "qdrant")
     try:
-        first = qdrant.sync_index(tmp_path / "index", client, "mem")
+        first = qdrant_mirror.sync_index(tmp_path / "index", client, "mem")
         assert (first.action, first.reason) == ("full", "new collection")
-        assert qdrant.sync_index(tmp_path / "index", client, "mem").action == "unchanged"
+        assert qdrant_mirror.sync_index(tmp_path / "index", client, "mem").action == "unchanged"
         edit_memories(source)
         index_paths([source], tmp_path / "index", config, progress=False, cache_path=cache)
         generation = read_generation(tmp_path / "index")
         try:
-            report = qdrant.sync_generation(generation, client, "mem")
+            report = qdrant_mirror.sync_generation(generation, client, "mem")
             assert report.action == "incremental", report
             assert (report.upserted_documents, report.deleted_documents) == (2, 1)
             changed_rows = sum(generation.doc_ids.count(doc_id) for doc_id in ("m10", "m99"))
             assert report.points_upserted == changed_rows
             assert report.points_reweighted == generation.n_chunks - changed_rows
-            assert qdrant.mirror_marker(client, "mem")["generation"] == generation.number
-            assert np.array_equal(qdrant.point_ids(client, "mem"), generation.chunk_ids)
+            assert qdrant_mirror.mirror_marker(client, "mem")["generation"] == generation.number
+            assert np.array_equal(qdrant_mirror.point_ids(client, "mem"), generation.chunk_ids)
             bm25_matches(generation, client, "mem")  # new terms, shifted vocabulary ids, new IDF: exact
             snapshot = qdrant.qdrant_snapshot(generation, client, "mem")
             rows, _ = snapshot.sparse.search("sourdough starter garage", 3, snapshot.store.allowed(Filters()))
             assert generation.doc_ids[rows[0]] == "m99"
             # another sparse scheme cannot be synced in place: a full export, said why
-            other = qdrant.sync_generation(generation, client, "mem", idf_modifier=True)
+            other = qdrant_mirror.sync_generation(generation, client, "mem", idf_modifier=True)
             assert other.action == "full" and "sparse vectors are 'folded'" in other.reason
             bm25_matches(generation, client, "mem")
         finally:
@@ -278,14 +279,14 @@ def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
     source = write_memories(tmp_path / "memories.jsonl")
     config = IndexConfig(models=("wordllama",))
     index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
-    client = qdrant.connect()
+    client = qdrant_mirror.connect()
     try:
-        qdrant.sync_index(tmp_path / "index", client, "mem")
+        qdrant_mirror.sync_index(tmp_path / "index", client, "mem")
         edit_memories(source)
         index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
         generation = read_generation(tmp_path / "index")
         try:
-            assert qdrant.sync_generation(generation, client, "mem", reweight=False).points_reweighted == 0
+            assert qdrant_mirror.sync_generation(generation, client, "mem", reweight=False).points_reweighted == 0
             with pytest.raises(AssertionError):
                 bm25_matches(generation, client, "mem")
         finally:
@@ -297,13 +298,13 @@ def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
 def test_sparse_indices_are_term_hashes_shared_by_generations(index_dir):
     generation = read_generation(index_dir)
     try:
-        assert qdrant.term_index("tunnel") == qdrant.term_index("tunnel") != qdrant.term_index("tunnels")
-        assert 0 <= qdrant.term_index("tunnel") < 2**32
-        assert qdrant.term_collisions(generation.sparse) == 0
-        weights = qdrant.sparse_weights(generation)
-        indices = qdrant.term_indices(generation.sparse)
+        assert qdrant_mirror.term_index("tunnel") == qdrant_mirror.term_index("tunnel") != qdrant_mirror.term_index("tunnels")
+        assert 0 <= qdrant_mirror.term_index("tunnel") < 2**32
+        assert qdrant_mirror.term_collisions(generation.sparse) == 0
+        weights = qdrant_mirror.sparse_weights(generation)
+        indices = qdrant_mirror.term_indices(generation.sparse)
         assert set(np.concatenate([w[0] for w in weights.values()]).tolist()) <= set(indices.tolist())
-        assert qdrant.sparse_weights(generation, rows=[3])[3][0].tolist() == weights[3][0].tolist()
+        assert qdrant_mirror.sparse_weights(generation, rows=[3])[3][0].tolist() == weights[3][0].tolist()
     finally:
         generation.store.close()
 
@@ -342,8 +343,8 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
     index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
     client = EdgeClient(tmp_path / "edge")
     try:
-        assert qdrant.sync_index(tmp_path / "index", client, "folded").action == "full"
-        assert qdrant.sync_index(tmp_path / "index", client, "idf", idf_modifier=True).action == "full"
+        assert qdrant_mirror.sync_index(tmp_path / "index", client, "folded").action == "full"
+        assert qdrant_mirror.sync_index(tmp_path / "index", client, "idf", idf_modifier=True).action == "full"
         before = read_generation(tmp_path / "index")
         try:
             bm25_matches(before, client, "idf")
@@ -356,9 +357,9 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
         index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
         generation = read_generation(tmp_path / "index")
         try:
-            assert qdrant.sync_generation(generation, client, "folded").action == "incremental"
+            assert qdrant_mirror.sync_generation(generation, client, "folded").action == "incremental"
             bm25_matches(generation, client, "folded")
-            qdrant.delete_documents(client, "idf", ["m05", "m06", "m07"])  # IDF statistics should move...
+            qdrant_mirror.delete_documents(client, "idf", ["m05", "m06", "m07"])  # IDF statistics should move...
             scores_after = dict(zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)]))
             assert all(scores_after[row] == scores_before[row] for row in scores_after)  # ...but do not
         finally:

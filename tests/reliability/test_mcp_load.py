@@ -60,18 +60,19 @@ def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
     assert result.verify_at_end == [] and result.checked_at_end == result.acknowledged
 
 
-def test_a_generation_retired_while_it_is_read_is_read_again(tmp_path, monkeypatch):
+def test_a_generation_retired_while_it_is_read_stays_readable(tmp_path, monkeypatch):
     """Found by the load above: a reader opening generation N while two commits land (the second
-    removes N's corpus graph) failed with 'graph-….npy cannot be read' although nothing was damaged;
-    `store_memory` reported a committed memory as an error. The read now starts over from the new
-    manifest."""
+    removed N's corpus graph) failed with 'graph-….npy cannot be read' although nothing was damaged;
+    `store_memory` reported a committed memory as an error. Now the reader holds the files it opens
+    (issue 28): the writers leave N's files in place, the reader finishes opening N, and the next
+    read sees the new generation."""
     from bench.mcp_load import build_index
     from hybridlab.index import reader
     from hybridlab.index.memory import MemoryWriter
 
     index_dir = build_index(tmp_path, 20)
     writer = MemoryWriter(index_dir, wal_records=0)  # every store a commit: what retires generations
-    writer.store("The first memory holds zqfirstword.")
+    first = writer.store("The first memory holds zqfirstword.")
     load_graph = reader.load_graph
     commits = []
 
@@ -83,5 +84,10 @@ def test_a_generation_retired_while_it_is_read_is_read_again(tmp_path, monkeypat
     monkeypatch.setattr(reader, "load_graph", two_commits_first)
     generation = reader.read_generation(index_dir)
     assert len(commits) == 2
-    assert generation.number == commits[-1].generation
-    assert {commit.id for commit in commits} <= set(generation.doc_ids)
+    assert generation.number == first.generation  # opened whole, though two commits retired it meanwhile
+    generation.store.close()
+    monkeypatch.setattr(reader, "load_graph", load_graph)
+    newest = reader.read_generation(index_dir)
+    assert newest.number == commits[-1].generation
+    assert {commit.id for commit in commits} <= set(newest.doc_ids)
+    newest.store.close()
