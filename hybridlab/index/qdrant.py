@@ -221,7 +221,7 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
                       replication_factor: int | None = None) -> str:
     """Write a local generation into a fresh Qdrant collection (dropped first if present), marked as
     its mirror; its name. `idf_modifier=True` stores IDF-free weights and lets Qdrant apply its IDF
-    modifier (compared in :mod:`hybridlab.bench.qdrant`; the default folds bm25s's IDF into the
+    modifier (compared in :mod:`bench.qdrant`; the default folds bm25s's IDF into the
     weights); `shard_number` and `replication_factor` are passed to a server cluster's `create_collection`."""
     models = qdrant_models()
     mode = "idf" if idf_modifier else "folded"

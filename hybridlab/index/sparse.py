@@ -6,7 +6,7 @@ in terms. Nothing global is stored, so a write adds a segment without touching t
 statistics BM25 needs (live document count, document frequency of each query term over live
 chunks, average live length) are computed when a generation is opened or a query is scored, over
 the live (not tombstoned) rows of every segment. Scores are those of a bm25s index built over the
-same live chunks (same method, k1, b, float32 accumulation per term; `tests/test_segments.py`
+same live chunks (same method, k1, b, float32 accumulation per term; `tests/index/test_segments.py`
 asserts the equality), whatever the cut into segments. At open, the segments' postings are combined
 per size class into one CSC each (:func:`group_parts`, :meth:`Postings.concat`), so a query term is
 looked up once per class, not once per segment; a reader keeps the groups (:class:`GroupCache`) and
