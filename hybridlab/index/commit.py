@@ -54,7 +54,8 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
     models: dict[str, Any] = {}
     for model, dim in dims.items():
         info = {"dim": dim, "vectors": sum(entry["vectors"].get(model, 0) for entry in entries),
-                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries)}
+                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries),
+                "encoder": _encoder_record(model, old)}
         if model in graphs:
             info.update(graphs[model])
             for key in ("graph", "graph_reserve"):
@@ -70,6 +71,17 @@ def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]],
     return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
             "segments": entries, "models": models,
             "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}, **extra}
+
+
+def _encoder_record(model: str, old: dict[str, Any] | None) -> dict[str, Any]:
+    """The encoder record of `model`: the previous manifest's (the build checked it still matches,
+    `embed_missing`), else the model's own (`encoder_record`; a registry model's without loading it)."""
+    recorded = (((old or {}).get("models") or {}).get(model) or {}).get("encoder")
+    if recorded:
+        return recorded
+    from hybridlab.encoders.registry import encoder_record
+
+    return encoder_record(model)
 
 
 def _generation_wide(name: str) -> bool:

@@ -201,13 +201,14 @@ class Index:
     # ---------------------------------------------------------------- query encoding
     def encoder(self, model: str):
         """The QUERY encoder of `model`: for MiniLM its ONNX fp32 twin (same vectors, no torch
-        import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`."""
+        import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`. Refused
+        (ValueError) when the model's encoder no longer matches the one the manifest records."""
         encoder = self._encoders.get(model)
         if encoder is not None:
             return encoder
         with self._encoder_lock:
             if model not in self._encoders:
-                from hybridlab.encoders.registry import get_spec, load_query_encoder
+                from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder
 
                 dim = get_spec(model).dim
                 dense = self._snapshot.dense.get(model)
@@ -217,6 +218,9 @@ class Index:
                         f"{dense.dim}-d ones; re-embed: hybridlab reindex --drop-model {model} "
                         f"(then --model {model})"
                     )
+                recorded = ((self._snapshot.generation.manifest.get("models") or {}).get(model) or {}).get("encoder")
+                if recorded:
+                    check_query_encoder(model, recorded)
                 self._encoders[model] = load_query_encoder(model)
             return self._encoders[model]
 

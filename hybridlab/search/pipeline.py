@@ -139,9 +139,9 @@ def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_m
                  language: str | None) -> str:
     """embedding_model > language (via the index's language table) > the index's single model."""
     if embedding_model:
-        from hybridlab.encoders.registry import get_spec
+        from hybridlab.encoders.registry import canonical_name
 
-        name = get_spec(embedding_model).name
+        name = canonical_name(embedding_model)
         if name not in snapshot.dense:
             raise ValueError(f"the index has no vectors of {name!r}; it has {snapshot.models}")
         return name
