@@ -41,6 +41,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "optuna": ("optuna", "tune"),
     "sqlalchemy": ("sqlalchemy", "tune"),  # comes with Optuna
     "mcp": ("mcp", "mcp"),
+    "dateparser": ("dateparser", "mcp"),
     "qdrant_client": ("qdrant-client", "qdrant"),
     "qdrant_edge": ("qdrant-edge-py", "qdrant"),
     "psycopg": ("psycopg", "postgres"),

@@ -91,9 +91,11 @@ def last_versions(batches: Sequence[Batch]) -> list[Batch]:
 
 
 def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
-          report: IndexReport, unchanged: dict[str, Iterable[str]] | None = None) -> tuple[list[Document], list[str]]:
+          report: IndexReport, unchanged: dict[str, Iterable[str]] | None = None,
+          delete_ids: Sequence[str] = ()) -> tuple[list[Document], list[str]]:
     """Which documents to (re)insert and which doc ids to delete. `unchanged`: by source, the doc
-    ids of files not read because their signature is the recorded one (kept as they are)."""
+    ids of files not read because their signature is the recorded one (kept as they are);
+    `delete_ids`: documents to delete whatever their source (those not indexed are ignored)."""
     to_insert: list[Document] = []
     to_delete: list[str] = []
     seen: dict[str, str] = {}
@@ -127,6 +129,12 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
             gone = [doc_id for doc_id, (src, _) in existing.items() if src == source and doc_id not in ids_here]
             report.removed += len(gone)
             to_delete.extend(gone)
+    for doc_id in dict.fromkeys(delete_ids):
+        if doc_id in seen:
+            raise ValueError(f"document id {doc_id!r} is both written and deleted by one write")
+        if doc_id in existing:
+            report.removed += 1
+            to_delete.append(doc_id)
     report.documents = len(seen)
     return to_insert, to_delete
 
@@ -198,6 +206,7 @@ def apply_changes(
     use_cache: bool = True,
     scans: Sequence[FolderScan] = (),
     lock_wait: float | None = None,
+    delete_ids: Sequence[str] = (),
 ) -> IndexReport:
     """Apply (source, documents, remove_missing) batches as one new generation of the index.
 
@@ -214,7 +223,9 @@ def apply_changes(
 
     A document id brought twice (in one batch or two of one source) keeps its last version
     (:func:`last_versions`). `lock_wait`: seconds to wait for another writer (None:
-    `layout.lock_wait_seconds()`)."""
+    `layout.lock_wait_seconds()`). `delete_ids`: documents deleted by this write whatever their source
+    (tombstoned like removed ones, dropped from the write-ahead log; ids not indexed are ignored, an
+    id both written and deleted is a ValueError): the memory writer's `delete`."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -244,7 +255,7 @@ def apply_changes(
         logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if manifest else None
         batches = last_versions(batches)  # an id brought twice: its last version
         if logged is not None and logged.records:  # a document this write brings again: its version wins
-            incoming = {document.doc_id for _, documents, _ in batches for document in documents}
+            incoming = {document.doc_id for _, documents, _ in batches for document in documents} | set(delete_ids)
             batches = [*_logged_batches([r for r in logged.records if r.document.doc_id not in incoming]), *batches]
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
@@ -252,12 +263,13 @@ def apply_changes(
         cache = None
         con = None
         try:
-            existing = existing_documents(index_dir, manifest, entries, batches)
+            probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in delete_ids]  # looked up by id
+            existing = existing_documents(index_dir, manifest, entries, [*batches, ("", probes, False)])
             checkpoint("store-copied")
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
             to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report,
-                                         {scan.source: scan.unchanged for scan in scans})
+                                         {scan.source: scan.unchanged for scan in scans}, delete_ids)
             # a pre-segment (format 1) index is rewritten as one segment by its first change
             full = relayout or force or any(entry.get("legacy") for entry in entries)
             if not (to_insert or to_delete or relayout or force):

@@ -263,6 +263,8 @@ class DenseIndex:
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
         if allowed is None:
             want = min(depth, self.size)
+            if want <= 0:  # an empty index (a memory store before its first memory)
+                return np.zeros(0, np.int64), np.zeros(0, np.float32)
             distances, labels = self.index.search(query, want)
             keep = labels[0] >= 0
             if keep.sum() < want:  # an approximate graph walk came back short: answer exactly instead

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,11 +58,23 @@ class StoredMemory:
     batch_size: int
     seconds: float
     pending: bool = False
+    updated_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "generation": self.generation, "tags": list(self.tags),
-                "created_at": self.created_at, "batch_size": self.batch_size, "seconds": round(self.seconds, 3),
-                "pending": self.pending}
+                "created_at": self.created_at, "updated_at": self.updated_at or self.created_at,
+                "batch_size": self.batch_size, "seconds": round(self.seconds, 3), "pending": self.pending}
+
+
+@dataclass(frozen=True)
+class DeletedMemories:
+    """What :meth:`MemoryWriter.delete` removed: the ids asked for, how many were indexed (and are
+    gone now), the generation that no longer holds them."""
+
+    ids: tuple[str, ...]
+    removed: int
+    generation: int | None
+    seconds: float
 
 
 def new_memory_id() -> str:
@@ -71,8 +83,10 @@ def new_memory_id() -> str:
 
 
 def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
-                *, memory_id: str | None = None, source: str = MEMORY_SOURCE) -> Document:
-    """Validate a memory and build its Document (ValueError names the offending field)."""
+                *, memory_id: str | None = None, source: str = MEMORY_SOURCE, updated_at: str | None = None,
+                metadata: Mapping[str, Any] | None = None) -> Document:
+    """Validate a memory and build its Document (ValueError names the offending field);
+    `updated_at` defaults to `created_at`."""
     if not isinstance(content, str) or not content.strip():
         raise ValueError("content must be a non-empty string")
     if len(content) > MAX_CONTENT_CHARS:
@@ -90,8 +104,39 @@ def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note
         _check_unicode(field_name, value)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     obj = {"id": memory_id or new_memory_id(), "content": content, "tags": list(tags),
-           "created_at": when, "memory_type": memory_type.strip()}
+           "created_at": when, "updated_at": updated_at, "memory_type": memory_type.strip(),
+           "metadata": dict(metadata or {})}
     return memory_document(obj, "memory", source)
+
+
+def updated_memory(current: Mapping[str, Any], *, content: str | None = None, tags: Sequence[str] | None = None,
+                   memory_type: str | None = None, updated_at: str | None = None,
+                   source: str = MEMORY_SOURCE) -> Document:
+    """The next version of a memory (`current` as `Index.get_document` returns it): the fields given
+    replace its own; the id, `created_at` and other metadata stay; `updated_at` = the given time, else now."""
+    if current.get("doc_type") != "memory":
+        raise ValueError(f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory")
+    if content is None and tags is None and memory_type is None:
+        raise ValueError("nothing to update: give content, tags and/or memory_type")
+    metadata = {k: v for k, v in (current.get("metadata") or {}).items() if k != "memory_type"}
+    return make_memory(current["text"] if content is None else content,
+                       current.get("tags") or () if tags is None else tags,
+                       memory_type or (current.get("metadata") or {}).get("memory_type") or "note",
+                       current.get("created_at"), memory_id=current["doc_id"], source=source,
+                       updated_at=updated_at or _iso(datetime.now(UTC)), metadata=metadata)
+
+
+def create_memory_index(index_dir: str | os.PathLike, config: Any = None) -> bool:
+    """Create an empty index at `index_dir` when the folder is missing or empty (`config`: an
+    IndexConfig, default the default one; its models and settings are recorded in the manifest), so
+    memories can be stored at once; True when it did, False when the folder holds something already."""
+    from hybridlab.index.build import apply_changes
+
+    index_dir = Path(index_dir)
+    if index_dir.exists() and any(index_dir.iterdir()):
+        return False
+    report = apply_changes(index_dir, [], config, progress=False)
+    return report.committed
 
 
 def _check_unicode(field_name: str, value: str) -> None:
@@ -147,6 +192,35 @@ class MemoryWriter:
         """Validate and write one memory; returns when it is durable and searchable."""
         return self.store_document(make_memory(content, tags, memory_type, created_at, source=self.source), new_id=True)
 
+    def update(self, current: Mapping[str, Any], *, content: str | None = None, tags: Sequence[str] | None = None,
+               memory_type: str | None = None) -> StoredMemory:
+        """Replace a memory (`current` as `Index.get_document` returns it) by its next version
+        (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now), re-embedded; one commit."""
+        document = updated_memory(current, content=content, tags=tags, memory_type=memory_type, source=self.source)
+        return self.store_document(document)
+
+    def delete(self, ids: Sequence[str]) -> DeletedMemories:
+        """Delete memories by id in one commit (queued stores are written first); durable when it
+        returns: no reader of a later generation sees them, nor does a restarted server. Ids not
+        indexed are ignored (`removed` counts the others)."""
+        from hybridlab.index.build import apply_changes
+
+        if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
+            raise ValueError(f"ids must be a list of non-empty strings, got {ids!r}")
+        ids = tuple(dict.fromkeys(ids))
+        started = time.perf_counter()
+        with self._commit_lock:
+            self._commit()  # stores queued before this call stay ordered before it
+            report = self._waiting(
+                lambda: apply_changes(self.index_dir, [], progress=False, cache_path=_cache_path(self.index_dir),
+                                      use_cache=False, lock_wait=self.lock_wait, delete_ids=ids),
+                "nothing was deleted")
+        if report.committed:
+            self.commits += 1
+            logger.info("deleted %d memories in generation %s in %.2fs", report.removed, report.generation,
+                        report.seconds)
+        return DeletedMemories(ids, report.removed, report.generation, time.perf_counter() - started)
+
     def store_document(self, document: Document, *, new_id: bool = False) -> StoredMemory:
         """Write one document built by :func:`make_memory` (its id and dates as given); returns
         when it is durable and searchable. A document whose id is already indexed replaces it
@@ -171,7 +245,7 @@ class MemoryWriter:
                 self._commit()
         generation, batch_size = future.result()
         return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
-                            time.perf_counter() - started)
+                            time.perf_counter() - started, updated_at=_iso(document.updated_at))
 
     @property
     def writes(self) -> int:

@@ -24,7 +24,6 @@ timings and mode come back with its results (:meth:`Index.search_response`, :met
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -385,26 +384,31 @@ class Index:
             raise ValueError("doc_id must be a non-empty string")
         return _document(self.snapshot(), doc_id)
 
-    def search_by_tag(self, tags: Sequence[str], *, match: str = "all", limit: int = 10) -> list[dict[str, Any]]:
-        """Documents carrying all (or any) of the tags, newest first."""
+    def search_by_tag(self, tags: Sequence[str], *, match: str = "all", limit: int = 10,
+                      since: str | datetime | None = None, until: str | datetime | None = None) -> list[dict[str, Any]]:
+        """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`)."""
         if match not in {"all", "any"}:
             raise ValueError(f"unknown match {match!r}; choose from ['all', 'any']")
         if not tags or not all(isinstance(t, str) and t.strip() for t in tags):
             raise ValueError("tags must be a non-empty list of non-empty strings")
+        return self.list_documents(tags=tags, match=match, since=since, until=until, limit=limit)[0]
+
+    def list_documents(self, *, tags: Sequence[str] = (), match: str = "all", since: str | datetime | None = None,
+                       until: str | datetime | None = None, chunk_types: Sequence[str] = (),
+                       limit: int | None = None, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`);
+        an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
+        from hybridlab.search import listing
+
         snapshot = self.snapshot()
-        generation = snapshot.generation
-        wanted = resolve_tags(tags, snapshot.tag_vocabulary)
-        mask = snapshot.store.allowed(make_filters(tags=wanted, tags_any=match == "any")).mask
-        rows = np.arange(snapshot.n_chunks) if mask is None else np.flatnonzero(mask)
-        times, doc_ids = generation.times, generation.doc_ids
-        order = sorted(rows.tolist(), key=lambda r: (-(0 if math.isnan(times[r]) else times[r]), doc_ids[r]))
-        seen: dict[str, int] = {}
-        for row in order:
-            seen.setdefault(doc_ids[row], row)
-            if len(seen) >= limit:
-                break
-        return [{"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k not in {"source"}}}
-                for i, doc_id in enumerate(seen)]
+        if any(t not in snapshot.generation.known_chunk_types for t in chunk_types):
+            return [], None
+        wanted = resolve_tags(tags, snapshot.tag_vocabulary) if tags else ()
+        filters = make_filters(tags=wanted, tags_any=match == "any", chunk_types=chunk_types, since=since, until=until)
+        page = listing.newest_documents(snapshot, filters, limit=limit, cursor=cursor)
+        documents = [{"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k != "source"}}
+                     for i, doc_id in enumerate(page.doc_ids)]
+        return documents, page.next_cursor
 
     def stats(self) -> dict[str, Any]:
         """Counts per collection, chunk type and model, plus the manifest's build facts."""

@@ -1,7 +1,8 @@
-"""The MCP server: a thin adapter exposing an index to AI assistants as five typed tools.
+"""The MCP server: a thin adapter exposing an index to AI assistants as eight typed tools.
 
-`create_server(index_dir, config)` opens the index once and registers `search`, `get_document`,
-`store_memory`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
+`create_server(index_dir, config)` opens the index once (a missing or empty folder becomes an empty
+memory index first) and registers `search`, `get_document`, `store_memory`, `update_memory`,
+`delete_memory`, `list_memories`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
 :class:`hybridlab.index.memory.MemoryWriter`. With `backend=` (e.g.
 `qdrant.qdrant_backend(client, collection, sync=True)`, what `hybridlab mcp --backend qdrant` passes)
 BM25 and vectors are served from Qdrant, and every generation the index opens, a memory's commit
@@ -41,13 +42,24 @@ MAX_LIMIT = 100
 INSTRUCTIONS = (
     "Hybrid (semantic + keyword + tag + recency) search over a local index of documents and memories. "
     "Use `search` to find things, `get_document` to read one in full, `store_memory` to remember a fact "
-    "for later, `search_by_tag` for the newest items with given tags, and `stats` to see what the index holds."
+    "for later, `update_memory` / `delete_memory` to correct or forget one, `list_memories` and "
+    "`search_by_tag` for the newest items, and `stats` to see what the index holds. Searches and lists "
+    "take `time` in words (\"yesterday\", \"last week\") or ISO `since`/`until`."
 )
 
 WARM_QUERIES = ("warm up", "how is the project configured",
                 "which editor and terminal settings does the user prefer for python development on the laptop")
 
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return, 1..{MAX_LIMIT}")]
+MEMORY_CHUNK_TYPES = ("memory",)
+
+
+class TimeWindow(BaseModel):
+    """The time filter a call used: from `time` words (their `expression`) or ISO since/until."""
+
+    expression: str | None = None
+    since: str | None = None
+    until: str | None = None
 
 
 class SearchHit(BaseModel):
@@ -72,6 +84,7 @@ class SearchResponse(BaseModel):
     query: str
     count: int
     results: list[SearchHit]
+    time_range: TimeWindow | None = None
 
 
 class DocumentResponse(BaseModel):
@@ -109,6 +122,27 @@ class TagResponse(BaseModel):
     match: str
     count: int
     results: list[TaggedDocument]
+    time_range: TimeWindow | None = None
+
+
+class MemoryList(BaseModel):
+    """One page of `list_memories` (newest first); pass `next_cursor` back for the next page."""
+
+    count: int
+    results: list[TaggedDocument]
+    next_cursor: str | None = None
+    time_range: TimeWindow | None = None
+
+
+class DeletedResponse(BaseModel):
+    """What `delete_memory` deleted (or, with dry_run, would delete)."""
+
+    dry_run: bool
+    count: int
+    ids: list[str]
+    not_found: list[str] = Field(default_factory=list)
+    generation: int | None = None
+    time_range: TimeWindow | None = None
 
 
 class StoredMemoryResponse(BaseModel):
@@ -118,6 +152,7 @@ class StoredMemoryResponse(BaseModel):
     generation: int | None
     tags: list[str]
     created_at: str
+    updated_at: str | None = None
     batch_size: int = Field(description="memories committed together in this index generation")
     seconds: float
     pending: bool = Field(False, description="true when the commit is deferred (--commit-delay); it is "
@@ -140,16 +175,37 @@ class _Service:
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
                  lock_wait: float, commit_delay: float, backend: Callable[[Any], Any] | None = None,
                  backend_name: str = "local", wal_records: int | None = None) -> None:
-        from hybridlab.index.memory import MemoryWriter
+        from hybridlab.index.memory import MemoryWriter, create_memory_index
         from hybridlab.search.engine import Index
 
         self.index_dir = Path(index_dir)
+        if create_memory_index(self.index_dir):
+            logger.info("created an empty memory index at %s (default model and settings, in its manifest); "
+                        "store_memory works now", self.index_dir)
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.backend_name = backend_name
         self.index = Index(self.index_dir, config) if backend is None else Index(self.index_dir, config, backend=backend)
         self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay,
                                    wal_records=wal_records)
         self.warm_seconds: float | None = None
+        self.lifecycle = threading.Lock()  # an update or delete reads, then writes: one at a time
+
+    def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
+        """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
+        from hybridlab.search.engine import resolve_now
+        from hybridlab.search.time_range import resolve_time_range
+
+        try:
+            return resolve_time_range(time, since, until, resolve_now(None))
+        except ValueError as error:
+            raise _tool_error(error) from None
+
+    def refresh(self, what: str) -> None:
+        """Re-open the index after a write, so the next read sees it (a failure is retried by that read)."""
+        try:
+            self.index.refresh()
+        except Exception as error:  # noqa: BLE001 - committed and durable: an error would make a client retry it
+            logger.warning("%s is committed, but re-opening the index failed (the next read retries): %s", what, error)
 
     def warm(self) -> None:
         """Load the embedding model and encode a few queries, so the first real search is quick."""
@@ -223,6 +279,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         min_score: float | None = None,
         staged: bool | None = None,
         explain: bool = False,
+        time: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
     ) -> SearchResponse:
         """Search the index (semantic + keyword + tag + recency, fused) and return the best documents.
 
@@ -235,13 +294,17 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         min_score: drop results scoring below this.
         staged: force (true) or forbid (false) the staged BM25-then-rerank search; default automatic.
         explain: include each result's score breakdown (dense/BM25 ranks, matched tags, recency, alpha).
+        time: only documents updated then, in words, e.g. "yesterday", "last week", "in March", "since Monday";
+        or since/until: ISO-8601 dates, e.g. since="2026-03-01". The range used comes back as time_range.
         Each result has doc_id (pass it to `get_document` for the full text), title, section, score,
         snippet and tags."""
+        window = service.time_range(time, since, until)
         with service.reading() as index:
             results = index.search(query, limit=limit, tags=tags, chunk_types=chunk_types,
-                                   collection=collection, min_score=min_score, staged=staged, explain=explain)
+                                   collection=collection, min_score=min_score, staged=staged, explain=explain,
+                                   since=window and window.since, until=window and window.until)
         hits = [SearchHit(**r.to_dict()) for r in results]
-        return SearchResponse(query=query, count=len(hits), results=hits)
+        return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
     @server.tool()
     def get_document(doc_id: str) -> DocumentResponse:
@@ -269,25 +332,86 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             stored = service.writer.store(content, tags, memory_type, created_at)
         except (HybridlabError, ValueError, FileNotFoundError) as error:
             raise _tool_error(error) from None
-        try:
-            service.index.refresh()  # so the next search finds it
-        except Exception as error:  # noqa: BLE001 - committed and durable: an error would make a client store it twice
-            logger.warning("memory %s is committed, but re-opening the index failed (the next read retries): %s",
-                           stored.id, error)
+        service.refresh(f"memory {stored.id}")  # so the next search finds it
         return StoredMemoryResponse(**stored.to_dict())
 
     @server.tool()
-    def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10) -> TagResponse:
+    def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,
+                      memory_type: str | None = None) -> StoredMemoryResponse:
+        """Correct a stored memory: replace its content, tags and/or type; same id, created_at kept,
+        updated_at now. Fields left out stay as they are.
+        Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
+        with service.lifecycle:
+            with service.reading() as index:
+                current = index.get_document(memory_id)
+            try:
+                stored = service.writer.update(current, content=content, tags=tags, memory_type=memory_type)
+            except (HybridlabError, ValueError, FileNotFoundError) as error:
+                raise _tool_error(error) from None
+            service.refresh(f"memory {memory_id}")
+        return StoredMemoryResponse(**stored.to_dict())
+
+    @server.tool()
+    def delete_memory(ids: list[str] | None = None, tags: list[str] | None = None,
+                      match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
+                      until: str | None = None, dry_run: bool = False) -> DeletedResponse:
+        """Forget memories: by ids, or every memory with the tags (match "any"/"all") and/or updated in a
+        time range (time in words or ISO since/until). dry_run=true lists what would go and deletes nothing.
+        Deleted memories are never returned again. Examples: {"ids": ["mem-795dd95d27ad4622"]};
+        {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
+        window = service.time_range(time, since, until)
+        if bool(ids) == bool(tags or window):
+            raise _tool_error(ValueError("give ids, or tags and/or a time range (time, since, until): one of the two"))
+        with service.lifecycle:
+            with service.reading() as index:
+                if ids:
+                    found, not_found = _memories_by_id(index, ids)
+                else:
+                    found = [d["doc_id"] for d in index.list_documents(
+                        tags=tags or (), match=match, since=window and window.since, until=window and window.until,
+                        chunk_types=MEMORY_CHUNK_TYPES)[0]]
+                    not_found = []
+            if dry_run or not found:
+                return DeletedResponse(dry_run=dry_run, count=len(found), ids=found, not_found=not_found,
+                                       generation=service.index.generation, time_range=_window(window))
+            try:
+                deleted = service.writer.delete(found)
+            except (HybridlabError, ValueError, FileNotFoundError) as error:
+                raise _tool_error(error) from None
+            service.refresh(f"the deletion of {len(found)} memories")
+        return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
+                               generation=deleted.generation, time_range=_window(window))
+
+    @server.tool()
+    def list_memories(limit: Limit = 10, cursor: str | None = None, tags: list[str] | None = None,
+                      match: Literal["all", "any"] = "all", time: str | None = None, since: str | None = None,
+                      until: str | None = None) -> MemoryList:
+        """List stored memories, newest first, a page at a time (limit 1-100, default 10); optionally only
+        those with tags and/or updated in a time range. Pass next_cursor back as cursor for the next page.
+        Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
+        window = service.time_range(time, since, until)
+        with service.reading() as index:
+            found, next_cursor = index.list_documents(
+                tags=tags or (), match=match, since=window and window.since, until=window and window.until,
+                chunk_types=MEMORY_CHUNK_TYPES, limit=limit, cursor=cursor)
+        results = _tagged(found)
+        return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
+
+    @server.tool()
+    def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
+                      time: str | None = None, since: str | None = None, until: str | None = None) -> TagResponse:
         """List the newest documents carrying the given tags.
 
         tags: one or more tags, e.g. ["python", "testing"].
         match: "all" = documents with every tag (default), "any" = documents with at least one.
-        limit: how many documents to return (1-100, default 10)."""
+        limit: how many documents to return (1-100, default 10).
+        time: only documents updated then, e.g. "yesterday", "last week"; or ISO since/until."""
+        window = service.time_range(time, since, until)
         with service.reading() as index:
-            found = index.search_by_tag(tags, match=match, limit=limit)
-        fields = set(TaggedDocument.model_fields)
-        results = [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in found]
-        return TagResponse(tags=list(tags), match=match, count=len(results), results=results)
+            found = index.search_by_tag(tags, match=match, limit=limit, since=window and window.since,
+                                        until=window and window.until)
+        results = _tagged(found)
+        return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
 
     @server.tool()
     def stats() -> dict[str, Any]:
@@ -311,6 +435,30 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         return facts
 
     return server
+
+
+def _window(window: Any) -> TimeWindow | None:
+    return None if window is None else TimeWindow(**window.to_dict())
+
+
+def _tagged(documents: list[dict[str, Any]]) -> list[TaggedDocument]:
+    fields = set(TaggedDocument.model_fields)
+    return [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
+
+
+def _memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+    """(memories among `ids`, ids not in the index); ValueError for a document that is not a memory."""
+    found, missing = [], []
+    for doc_id in dict.fromkeys(ids):
+        try:
+            document = index.get_document(doc_id)
+        except KeyError:
+            missing.append(doc_id)
+            continue
+        if document["doc_type"] != "memory":
+            raise ValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted")
+        found.append(doc_id)
+    return found, missing
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -1,0 +1,65 @@
+"""Documents newest first under pushed-down filters, paged by an opaque cursor.
+
+What `search_by_tag`, `list_memories` and `delete_memory`'s selection share: the filters become the
+same DuckDB row mask a search uses, the rows are ordered by their document's update (else creation)
+time, newest first, ties by doc id, and each document comes once. A page ends with a cursor naming
+the last (time, doc id) it returned; the next page starts strictly after it in that order, so pages
+never repeat or skip a document that stays put while a client pages (keyset paging).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybridlab.search.filters import Filters
+from hybridlab.search.snapshot import Snapshot
+
+__all__ = ["Page", "newest_documents"]
+
+
+@dataclass(frozen=True)
+class Page:
+    """Doc ids newest first, and the cursor of the next page (None: this was the last)."""
+
+    doc_ids: list[str]
+    next_cursor: str | None
+
+
+def encode_cursor(time: float, doc_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([time, doc_id]).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """(time, doc id) of a cursor; ValueError for anything this module did not write."""
+    try:
+        time, doc_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return float(time), str(doc_id)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"invalid cursor {cursor[:40]!r}: pass the next_cursor of the previous page") from error
+
+
+def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None = None,
+                     cursor: str | None = None) -> Page:
+    """Up to `limit` (None: all) doc ids matching `filters`, newest first, after `cursor`."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    generation = snapshot.generation
+    mask = snapshot.store.allowed(filters).mask
+    rows = np.arange(snapshot.n_chunks) if mask is None else np.flatnonzero(mask)
+    times, doc_ids = generation.times, generation.doc_ids
+    newest: dict[str, float] = {}
+    for row in rows.tolist():
+        time = 0.0 if math.isnan(times[row]) else float(times[row])
+        newest.setdefault(doc_ids[row], time)
+    order = sorted(newest, key=lambda doc_id: (-newest[doc_id], doc_id))
+    if cursor:
+        after = decode_cursor(cursor)
+        order = [doc_id for doc_id in order if (-newest[doc_id], doc_id) > (-after[0], after[1])]
+    if limit is None or len(order) <= limit:
+        return Page(order, None)
+    page = order[:limit]
+    return Page(page, encode_cursor(newest[page[-1]], page[-1]))

@@ -1,0 +1,124 @@
+"""Time in words: "yesterday", "last week", "2 days ago", "in March", "since Monday" as a (since, until) range.
+
+An expression is read by dateparser (the `mcp` extra) relative to `now` (UTC), which gives a point in
+time and its granularity (day, week, month, year, or a time of day); the range is the whole period
+around that point:
+
+| expression | range (now = Wednesday 2026-11-25 15:30 UTC) |
+|---|---|
+| `yesterday`, `2 days ago`, `last friday`, `March 5`, `2026-03-05` | that calendar day |
+| `last week`, `3 weeks ago` | that calendar week, Monday to Sunday |
+| `in March`, `March 2025`, `last month` | that calendar month (a month name alone: the last March up to now) |
+| `last year` | that calendar year |
+| `today`, `this week`, `this month` | the period's start up to now |
+| `5 hours ago`, `an hour ago` | from that time up to now |
+| `last 3 days`, `past 2 weeks` | now minus that span, up to now |
+| `since X`, `after X` | the start of X's period up to now |
+| `until X` / `before X` | up to the end / the start of X's period |
+
+Both ends are inclusive (`until` is the last microsecond of the period), as `since`/`until` filters
+are. An expression that does not parse is a ValueError saying which forms are understood.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hybridlab.extras import require
+from hybridlab.search.filters import parse_when
+
+__all__ = ["TimeRange", "parse_time", "resolve_time_range"]
+
+EXAMPLES = '"yesterday", "last week", "2 days ago", "in March", "since Monday", "last 3 days", "2026-03-05"'
+TICK = timedelta(microseconds=1)
+_SPAN = re.compile(r"^(?:last|past)\s+(\d+)\s+(hour|day|week|month|year)s?$")
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """A time filter: both ends inclusive, aware UTC (None = open); `expression` = the words it came
+    from (None for ISO `since`/`until`)."""
+
+    since: datetime | None
+    until: datetime | None
+    expression: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"expression": self.expression, "since": _iso(self.since), "until": _iso(self.until)}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _period(point: datetime, period: str) -> tuple[datetime, datetime]:
+    """[start, end) of the calendar `period` ("day", "week", "month", "year") holding `point`."""
+    day = point.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    if period == "month":
+        start = day.replace(day=1)
+        return start, (start + timedelta(days=32)).replace(day=1)
+    if period == "year":
+        start = day.replace(month=1, day=1)
+        return start, start.replace(year=start.year + 1)
+    return day, day + timedelta(days=1)
+
+
+def _point(text: str, now: datetime, original: str) -> tuple[datetime, datetime]:
+    """[start, end) of the period `text` names, relative to `now` (aware UTC); ValueError if unparsed."""
+    require("dateparser")
+    from dateparser.date import DateDataParser
+
+    parser = DateDataParser(languages=["en"], settings={
+        "RELATIVE_BASE": now.astimezone(UTC).replace(tzinfo=None), "PREFER_DATES_FROM": "past",
+        "RETURN_TIME_AS_PERIOD": True, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True})
+    data = parser.get_date_data(text)
+    if data.date_obj is None:
+        raise ValueError(f"time: cannot read {original!r} as a time expression; try {EXAMPLES}, "
+                         f"or give since/until as ISO-8601 dates")
+    point = data.date_obj.astimezone(UTC)
+    if data.period == "time":  # "5 hours ago": from then on
+        return point, now + TICK
+    return _period(point, data.period or "day")
+
+
+def parse_time(expression: str, now: datetime) -> TimeRange:
+    """The range an English time expression names, relative to `now` (see the module docstring)."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise ValueError(f"time must be a non-empty expression such as {EXAMPLES}")
+    now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
+    text = " ".join(expression.lower().split())
+    text = text.removeprefix("in ")
+    span = _SPAN.match(text)
+    if span:
+        amount, unit = int(span.group(1)), span.group(2)
+        width = timedelta(hours=amount) if unit == "hour" else timedelta(days=amount * _UNIT_DAYS[unit])
+        return TimeRange(now - width, now, expression)
+    for prefix in ("since ", "after ", "from "):
+        if text.startswith(prefix):
+            start, _ = _point(text[len(prefix):], now, expression)
+            return TimeRange(start, now, expression)
+    if text.startswith("until "):
+        _, end = _point(text[len("until "):], now, expression)
+        return TimeRange(None, end - TICK, expression)
+    if text.startswith("before "):
+        start, _ = _point(text[len("before "):], now, expression)
+        return TimeRange(None, start - TICK, expression)
+    start, end = _point(text, now, expression)
+    return TimeRange(start, min(end - TICK, now) if start <= now < end else end - TICK, expression)
+
+
+def resolve_time_range(time: str | None, since: str | None, until: str | None, now: datetime) -> TimeRange | None:
+    """The filter of a call's `time` expression or ISO `since`/`until` (not both); None = no filter."""
+    if time is not None and (since or until):
+        raise ValueError("give either time (an expression) or since/until (ISO-8601 dates), not both")
+    if time is not None:
+        return parse_time(time, now)
+    if since or until:
+        return TimeRange(parse_when(since, "since"), parse_when(until, "until"))
+    return None
