@@ -1,61 +1,80 @@
-"""A small thread-safe least-recently-used map: the write path's process-wide caches of immutable
-things (committed segments' FAISS indexes, tombstoned chunk ids, document tables, file signatures),
-each one object with one lock, shared safely by every writer thread of the process."""
+"""A small thread-safe LRU cache: the process-wide caches of the write path (`index.caches`) and the
+readers' query vectors and filter masks (`search`) are each one of these, every operation under
+one lock, so threads share them safely."""
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+_MISSING = object()
 
 
 class LruCache(Generic[K, V]):
-    """At most `size` entries; `get` and `put` mark an entry most recently used."""
+    """About `size` entries, least recently used dropped first; every operation holds one lock.
+    Values are computed outside the lock (two threads missing the same key both compute it; the
+    values are equal, the second one stored wins)."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
-            raise ValueError(f"an LRU cache holds at least 1 entry, got size={size}")
+            raise ValueError(f"size must be >= 1, got {size}")
         self.size = size
-        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: K) -> V | None:
+    def get(self, key: K, default: V | None = None) -> V | None:
         with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
-                self._entries.move_to_end(key)
+            value = self._items.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._items.move_to_end(key)
             return value
 
     def put(self, key: K, value: V) -> None:
+        """Store `value`; drops the least recently used entry when over `size`."""
         with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._items[key] = value
+            self._items.move_to_end(key)
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def put_many(self, items: Iterable[tuple[K, V]]) -> None:
+        """Store a batch, all of it even beyond `size` (the caller is about to use every entry);
+        later single puts drop one old entry each."""
+        with self._lock:
+            for key, value in items:
+                self._items[key] = value
+                self._items.move_to_end(key)
+
+    def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
+        """The cached value of `key`, else `compute()` stored under it."""
+        value = self.get(key, _MISSING)  # type: ignore[arg-type]
+        if value is _MISSING:
+            value = compute()
+            self.put(key, value)
+        return value  # type: ignore[return-value]
+
+    def missing(self, keys: Iterable[K]) -> list[K]:
+        """The keys (in order, without repeats) that are not cached."""
+        with self._lock:
+            return [key for key in dict.fromkeys(keys) if key not in self._items]
 
     def pop(self, key: K) -> V | None:
+        """Remove `key`; its value, or None."""
         with self._lock:
-            return self._entries.pop(key, None)
-
-    def get_or_make(self, key: K, make: Callable[[], V]) -> V:
-        """The entry for `key`, made by `make()` (outside the lock) when absent."""
-        value = self.get(key)
-        if value is None:
-            value = make()
-            self.put(key, value)
-        return value
+            return self._items.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+            self._items.clear()
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
-            return key in self._entries
+            return key in self._items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)

@@ -255,7 +255,7 @@ def load_dense(path: Path, model: str):
         return DenseIndex.load(path, model)
     info = path.stat()
     key = (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns)
-    return WRITE_CACHES.dense.get_or_make(key, lambda: DenseIndex.load(path, model))
+    return WRITE_CACHES.dense.get_or_compute(key, lambda: DenseIndex.load(path, model))
 
 
 def segment_folder(index_dir: Path, entry: dict[str, Any]) -> Path:

@@ -35,9 +35,9 @@ import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file
 from hybridlab.index import layout, wal
+from hybridlab.index.lru import LruCache
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import pipeline
-from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters, parse_when
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of

@@ -16,9 +16,9 @@ import numpy as np
 from hybridlab.index import store
 from hybridlab.index.dense import DenseIndex, RowGather, SegmentedDense
 from hybridlab.index.graph import expand_by_graph
+from hybridlab.index.lru import LruCache
 from hybridlab.index.reader import Generation, segment_details
 from hybridlab.index.sparse import SparseIndex
-from hybridlab.search.cache import LruCache
 from hybridlab.search.filters import Filters
 from hybridlab.search.retrievers import RowFilter
 

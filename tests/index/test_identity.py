@@ -312,7 +312,7 @@ def test_the_write_path_caches_hold_under_constant_thread_switches():
             for i in range(5000):
                 cache.put((t, i), i)
                 cache.get((t, i - 3))
-                cache.get_or_make((t, -i), lambda i=i: i)
+                cache.get_or_compute((t, -i), lambda i=i: i)
                 if i % 50 == 0:
                     cache.pop((t, i - 1))
         except BaseException as error:  # noqa: BLE001 - counted
