@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["exclusive_lock", "flock_waiting", "shared_lock"]
+__all__ = ["exclusive_lock", "flock_waiting", "lock_if_possible"]
 
 
 def flock_waiting(fd: int, operation: int, timeout: float | None) -> None:
@@ -84,16 +84,21 @@ def exclusive_lock(path: str | os.PathLike, *, blocking: bool = True,
 
 
 @contextlib.contextmanager
-def shared_lock(path: str | os.PathLike, *, timeout: float | None = None) -> Iterator[bool]:
-    """Hold a shared flock on `path` for the block; yields whether it is held (False when the file
-    cannot be created, e.g. in a read-only folder: then nothing is locked)."""
+def lock_if_possible(path: str | os.PathLike, *, exclusive: bool, timeout: float | None) -> Iterator[bool | None]:
+    """Hold a flock on `path` for the block, waiting at most `timeout` seconds (0: not at all; None:
+    as long as it takes). Yields True when held, False when another holder kept it past `timeout`,
+    None when the file cannot be opened (e.g. in a read-only folder: nothing to lock there)."""
     try:
         handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError:
-        yield False
+        yield None
         return
     with handle:
-        flock_waiting(handle.fileno(), fcntl.LOCK_SH, timeout)
+        try:
+            flock_waiting(handle.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, timeout)
+        except BlockingIOError:
+            yield False
+            return
         try:
             yield True
         finally:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
-from hybridlab.filelock import exclusive_lock, shared_lock
+from hybridlab.filelock import exclusive_lock, lock_if_possible
 from hybridlab.index.lru import LruCache
 
 MANIFEST = "manifest.json"
@@ -564,27 +563,13 @@ def reading(index_dir: Path) -> Iterator[bool]:
     """Hold the index's files while a reader opens a generation: no retired generation folder,
     log or graph is removed meanwhile (a reader holds the files it opened; Linux keeps a removed
     open file readable). Yields False when the folder is read-only (nothing can be removed then)."""
-    with shared_lock(Path(index_dir) / READERS_FILE) as held:
-        yield held
+    with lock_if_possible(Path(index_dir) / READERS_FILE, exclusive=False, timeout=None) as held:
+        yield bool(held)
 
 
 @contextlib.contextmanager
 def no_readers_opening(index_dir: Path) -> Iterator[bool]:
     """Yields True while no reader is opening a generation (and none can start: the exclusive side
     of `reading`), False when one is: then retired files must stay."""
-    path = Path(index_dir) / READERS_FILE
-    try:
-        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError:
-        yield True
-        return
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with lock_if_possible(Path(index_dir) / READERS_FILE, exclusive=True, timeout=0) as held:
+        yield held is not False
