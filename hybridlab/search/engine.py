@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -395,20 +396,53 @@ class Index:
 
     def list_documents(self, *, tags: Sequence[str] = (), match: str = "all", since: str | datetime | None = None,
                        until: str | datetime | None = None, chunk_types: Sequence[str] = (),
+                       collection: str | None = None, prefix: str | None = None,
                        limit: int | None = None, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`);
-        an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
+        """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`),
+        only `collection`'s (ValueError when the index has no such collection) and those whose doc id
+        starts with `prefix`; an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
         from hybridlab.search import listing
 
         snapshot = self.snapshot()
         if any(t not in snapshot.generation.known_chunk_types for t in chunk_types):
             return [], None
         wanted = resolve_tags(tags, snapshot.tag_vocabulary) if tags else ()
-        filters = make_filters(tags=wanted, tags_any=match == "any", chunk_types=chunk_types, since=since, until=until)
-        page = listing.newest_documents(snapshot, filters, limit=limit, cursor=cursor)
+        filters = make_filters(tags=wanted, tags_any=match == "any", chunk_types=chunk_types, since=since, until=until,
+                               collection=collection)
+        page = listing.newest_documents(snapshot, filters, limit=limit, cursor=cursor, prefix=prefix)
         documents = [{"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k != "source"}}
                      for i, doc_id in enumerate(page.doc_ids)]
         return documents, page.next_cursor
+
+    def list_collections(self, top_tags: int = 20) -> list[dict[str, Any]]:
+        """Each collection (sorted by name): its documents and chunks, chunks per chunk type, and its
+        `top_tags` most common tags with their document counts (`tag_count`: all its distinct tags)."""
+        generation = self.snapshot().generation
+        doc_ids, collections, chunk_types = generation.doc_ids, generation.collections, generation.chunk_types
+        documents: dict[str, set[str]] = {name: set() for name in generation.known_collections}
+        chunks: dict[str, Counter[str]] = {name: Counter() for name in generation.known_collections}
+        for row in range(len(doc_ids)):
+            documents[collections[row]].add(doc_ids[row])
+            chunks[collections[row]][chunk_types[row]] += 1
+        tags: dict[str, Counter[str]] = {name: Counter() for name in generation.known_collections}
+        for tag, rows in generation.tag_rows.items():
+            for name, _doc in {(collections[row], doc_ids[row]) for row in rows.tolist()}:
+                tags[name][tag] += 1
+        return [{"name": name, "documents": len(documents[name]), "chunks": sum(chunks[name].values()),
+                 "chunk_types": dict(sorted(chunks[name].items())),
+                 "tags": dict(sorted(tags[name].items(), key=lambda item: (-item[1], item[0]))[:top_tags]),
+                 "tag_count": len(tags[name])}
+                for name in generation.known_collections]
+
+    def chunk_texts(self, chunk_ids: Sequence[int]) -> list[str | None]:
+        """The text of each chunk id in the current generation (None for one it no longer holds)."""
+        snapshot = self.snapshot()
+        known = snapshot.generation.chunk_ids
+        rows = np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64)) if len(chunk_ids) else np.zeros(0, np.int64)
+        present = [int(row) for row, chunk_id in zip(rows.tolist(), chunk_ids)
+                   if row < len(known) and int(known[row]) == int(chunk_id)]
+        texts = {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))} if present else {}
+        return [texts.get(int(row)) for row in rows.tolist()]
 
     def stats(self) -> dict[str, Any]:
         """Counts per collection, chunk type and model, plus the manifest's build facts."""

@@ -43,8 +43,8 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 
 
 def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None = None,
-                     cursor: str | None = None) -> Page:
-    """Up to `limit` (None: all) doc ids matching `filters`, newest first, after `cursor`."""
+                     cursor: str | None = None, prefix: str | None = None) -> Page:
+    """Up to `limit` (None: all) doc ids matching `filters` (and starting with `prefix`), newest first, after `cursor`."""
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     generation = snapshot.generation
@@ -55,6 +55,8 @@ def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None 
     for row in rows.tolist():
         time = 0.0 if math.isnan(times[row]) else float(times[row])
         newest.setdefault(doc_ids[row], time)
+    if prefix:
+        newest = {doc_id: time for doc_id, time in newest.items() if doc_id.startswith(prefix)}
     order = sorted(newest, key=lambda doc_id: (-newest[doc_id], doc_id))
     if cursor:
         after = decode_cursor(cursor)

@@ -1,8 +1,8 @@
-"""The MCP server: a thin adapter exposing an index to AI assistants as eight typed tools.
+"""The MCP server: a thin adapter exposing an index to AI assistants as ten typed tools.
 
 `create_server(index_dir, config)` opens the index once (a missing or empty folder becomes an empty
 memory index first) and registers `search`, `get_document`, `store_memory`, `update_memory`,
-`delete_memory`, `list_memories`, `search_by_tag` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
+`delete_memory`, `list_memories`, `search_by_tag`, `list_collections`, `list_documents` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
 :class:`hybridlab.index.memory.MemoryWriter`. With `backend=` (e.g.
 `qdrant.qdrant_backend(client, collection, sync=True)`, what `hybridlab mcp --backend qdrant` passes)
 BM25 and vectors are served from Qdrant, and every generation the index opens, a memory's commit
@@ -41,16 +41,24 @@ SERVER_NAME = "hybridlab"
 MAX_LIMIT = 100
 INSTRUCTIONS = (
     "Hybrid (semantic + keyword + tag + recency) search over a local index of documents and memories. "
-    "Use `search` to find things, `get_document` to read one in full, `store_memory` to remember a fact "
+    "Use `search` to find things, `get_document` to read one, `store_memory` to remember a fact "
     "for later, `update_memory` / `delete_memory` to correct or forget one, `list_memories` and "
-    "`search_by_tag` for the newest items, and `stats` to see what the index holds. Searches and lists "
-    "take `time` in words (\"yesterday\", \"last week\") or ISO `since`/`until`."
+    "`search_by_tag` for the newest items, `list_collections` / `list_documents` to browse, and `stats` to see "
+    "what the index holds. Long texts come in pages (`get_document` takes `offset`, `max_chars`). "
+    "Searches and lists take `time` in words (\"yesterday\", \"last week\") or ISO `since`/`until`."
 )
 
 WARM_QUERIES = ("warm up", "how is the project configured",
                 "which editor and terminal settings does the user prefer for python development on the laptop")
 
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return, 1..{MAX_LIMIT}")]
+#: the default budgets keep a response under ~10k characters: search's text fields (snippets or texts,
+#: shared by the results) and get_document's page of text
+SEARCH_MAX_CHARS = 5_000
+DOCUMENT_MAX_CHARS = 8_000
+MAX_CHARS_CAP = 200_000
+SearchChars = Annotated[int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")]
+PageChars = Annotated[int, Field(ge=1, le=MAX_CHARS_CAP, description="characters of text in this page")]
 MEMORY_CHUNK_TYPES = ("memory",)
 
 
@@ -75,6 +83,8 @@ class SearchHit(BaseModel):
     collection: str
     chunk_type: str
     updated_at: str | None = None
+    text: str | None = None
+    truncated: bool = False
     explain: dict[str, Any] | None = None
 
 
@@ -88,17 +98,61 @@ class SearchResponse(BaseModel):
 
 
 class DocumentResponse(BaseModel):
-    """One document, in full."""
+    """One document: `text` is its characters offset..offset+len(text) of total_chars; next_offset
+    (null on the last page) is the offset of the next page."""
 
     doc_id: str
     title: str
     collection: str
     doc_type: str
     text: str
+    offset: int = 0
+    total_chars: int
+    next_offset: int | None = None
     tags: list[str]
     created_at: str | None = None
     updated_at: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CollectionInfo(BaseModel):
+    """One collection: its documents and chunks, chunks per chunk type, its most common tags (tag ->
+    documents) and how many distinct tags it has."""
+
+    name: str
+    documents: int
+    chunks: int
+    chunk_types: dict[str, int]
+    tags: dict[str, int]
+    tag_count: int
+
+
+class CollectionList(BaseModel):
+    """The collections of the index, by name."""
+
+    count: int
+    collections: list[CollectionInfo]
+
+
+class DocumentEntry(BaseModel):
+    """A document listed by `list_documents` (no text: read it with `get_document`)."""
+
+    rank: int
+    doc_id: str
+    title: str
+    collection: str
+    doc_type: str
+    total_chars: int
+    tags: list[str]
+    updated_at: str | None = None
+
+
+class DocumentList(BaseModel):
+    """One page of `list_documents`; pass `next_cursor` back as cursor for the next page."""
+
+    count: int
+    results: list[DocumentEntry]
+    next_cursor: str | None = None
 
 
 class TaggedDocument(BaseModel):
@@ -282,6 +336,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         time: str | None = None,
         since: str | None = None,
         until: str | None = None,
+        content: Literal["snippet", "chunk", "full"] = "snippet",
+        max_chars: SearchChars = SEARCH_MAX_CHARS,
     ) -> SearchResponse:
         """Search the index (semantic + keyword + tag + recency, fused) and return the best documents.
 
@@ -296,6 +352,10 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         explain: include each result's score breakdown (dense/BM25 ranks, matched tags, recency, alpha).
         time: only documents updated then, in words, e.g. "yesterday", "last week", "in March", "since Monday";
         or since/until: ISO-8601 dates, e.g. since="2026-03-01". The range used comes back as time_range.
+        content: "snippet" (default), "chunk" (the matching chunk, in `text`) or "full" (the document, in `text`).
+        max_chars: characters of snippet/text in all results together (default 5000, so a response stays
+        under ~10k); a cut text has truncated=true: read on with get_document(doc_id, offset=len(text)).
+        Example: {"query": "release notes linked brushing", "content": "chunk", "max_chars": 8000}
         Each result has doc_id (pass it to `get_document` for the full text), title, section, score,
         snippet and tags."""
         window = service.time_range(time, since, until)
@@ -303,16 +363,32 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             results = index.search(query, limit=limit, tags=tags, chunk_types=chunk_types,
                                    collection=collection, min_score=min_score, staged=staged, explain=explain,
                                    since=window and window.since, until=window and window.until)
-        hits = [SearchHit(**r.to_dict()) for r in results]
+            hits = [SearchHit(**r.to_dict()) for r in results]
+            if content == "chunk":
+                for hit, result, text in zip(hits, results, index.chunk_texts([r.chunk_id for r in results])):
+                    hit.text, hit.snippet = (result.snippet if text is None else text), ""
+            elif content == "full":
+                for hit in hits:
+                    hit.text, hit.snippet = index.get_document(hit.doc_id)["text"], ""
+        _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
         return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
     @server.tool()
-    def get_document(doc_id: str) -> DocumentResponse:
-        """Return the full text and metadata of one document, by the doc_id a search returned."""
+    def get_document(doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
+                     max_chars: PageChars = DOCUMENT_MAX_CHARS) -> DocumentResponse:
+        """Read one document (text and metadata) by the doc_id a search returned, a page at a time:
+        at most max_chars characters (default 8000) of its text from offset (default 0). total_chars is
+        its length; next_offset (null at the end) is the offset of the next page.
+        Example: {"doc_id": "guide/release.md", "offset": 8000}"""
         with service.reading() as index:
             document = index.get_document(doc_id)
         document.pop("source", None)
-        return DocumentResponse(**document)
+        text = document.pop("text")
+        if offset > len(text):
+            raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} ({len(text)} characters)"))
+        end = min(offset + max_chars, len(text))
+        return DocumentResponse(**document, text=text[offset:end], offset=offset, total_chars=len(text),
+                                next_offset=end if end < len(text) else None)
 
     @server.tool()
     def store_memory(
@@ -414,6 +490,29 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
 
     @server.tool()
+    def list_collections() -> CollectionList:
+        """List the collections of the index to browse: each one's documents, chunks per chunk type
+        (e.g. "text", "code", "memory") and most common tags (tag -> documents). Then
+        list_documents(collection=...) or search(collection=...)."""
+        with service.reading() as index:
+            collections = [CollectionInfo(**c) for c in index.list_collections()]
+        return CollectionList(count=len(collections), collections=collections)
+
+    @server.tool()
+    def list_documents(collection: str | None = None, prefix: str | None = None, cursor: str | None = None,
+                       limit: Limit = 20) -> DocumentList:
+        """List documents (doc_id, title, total_chars, tags; no text), newest first, a page at a time
+        (limit 1-100, default 20): only those of a collection and/or whose doc_id starts with prefix.
+        Pass next_cursor back as cursor for the next page; read one with get_document.
+        Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
+        with service.reading() as index:
+            found, next_cursor = index.list_documents(collection=collection, prefix=prefix or None,
+                                                      limit=limit, cursor=cursor)
+        results = [DocumentEntry(**{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
+                                 total_chars=len(doc["text"])) for doc in found]
+        return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
+
+    @server.tool()
     def stats() -> dict[str, Any]:
         """Describe the index: documents and chunks per collection and chunk type, tags, embedding
         models, and the search settings in force with where each came from (argument, env, config,
@@ -435,6 +534,20 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         return facts
 
     return server
+
+
+def _fit_texts(hits: list[SearchHit], budget: int, field: str) -> None:
+    """Cut the hits' `field` texts to `budget` characters in all, fairly: each gets an equal share of
+    what is left, and a text shorter than its share leaves the rest to the longer ones."""
+    left, waiting = budget, len(hits)
+    for hit in sorted(hits, key=lambda h: len(getattr(h, field) or "")):
+        text = getattr(hit, field) or ""
+        share = left // waiting
+        if len(text) > share:
+            setattr(hit, field, text[:share])
+            hit.truncated = True
+        left -= min(len(text), share)
+        waiting -= 1
 
 
 def _window(window: Any) -> TimeWindow | None:

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 TOOLS = {"search", "get_document", "store_memory", "update_memory", "delete_memory", "list_memories", "search_by_tag",
-         "stats"}
+         "list_collections", "list_documents", "stats"}
 NEW_MEMORIES = [  # content, tags, created_at (None = now)
     ("The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.", ["backup", "drill"],
      "2026-05-01T09:00:00Z"),
