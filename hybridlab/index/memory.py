@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -124,6 +125,46 @@ def updated_memory(current: Mapping[str, Any], *, content: str | None = None, ta
                        memory_type or (current.get("metadata") or {}).get("memory_type") or "note",
                        current.get("created_at"), memory_id=current["doc_id"], source=source,
                        updated_at=updated_at or _iso(datetime.now(UTC)), metadata=metadata)
+
+
+#: the whitespace :func:`normalised_content` collapses, the same class in Python and in DuckDB's regex
+_WHITESPACE = r"[ \t\n\r\f\v]+"
+
+
+def normalised_content(content: str) -> str:
+    """The text two memories must share to be duplicates: whitespace runs collapsed to one space,
+    stripped, lowercased (Python's and DuckDB's `lower()` agree on it, so the store can compare)."""
+    return re.sub(_WHITESPACE, " ", content).strip(" ").lower()
+
+
+def find_duplicate(store: Any, content: str) -> str | None:
+    """The id of a memory (a `memory` document, stored over MCP or indexed from a JSONL file) whose
+    normalised content equals `content`'s, else None (the oldest when several do). `store`: a reader's
+    document store (`fetchall(sql, params)` over its `documents`: segments and write-ahead log alike).
+    One DuckDB scan of the memories' texts, each normalised in SQL; the match is checked in Python."""
+    wanted = normalised_content(content)
+    if not wanted:
+        return None
+    rows = store.fetchall(
+        "SELECT doc_id, text FROM documents WHERE doc_type = 'memory' AND length(text) >= ? "
+        f"AND lower(trim(regexp_replace(text, '{_WHITESPACE}', ' ', 'g'), ' ')) = ? "
+        "ORDER BY created_at NULLS LAST, doc_id", [len(wanted), wanted])
+    return next((doc_id for doc_id, text in rows if normalised_content(text) == wanted), None)
+
+
+def memory_record(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A memory (as `Index.get_document` returns it) as one line of a memories JSONL file, the fields
+    :func:`hybridlab.ingest.sources.memory_document` reads back to the same document."""
+    metadata = dict(document.get("metadata") or {})
+    record: dict[str, Any] = {"id": document["doc_id"], "content": document["text"], "tags": list(document.get("tags") or ())}
+    if document.get("created_at"):
+        record["created_at"] = document["created_at"]
+    if document.get("updated_at") and document.get("updated_at") != document.get("created_at"):
+        record["updated_at"] = document["updated_at"]
+    record["memory_type"] = metadata.pop("memory_type", None) or "note"
+    if metadata:
+        record["metadata"] = metadata
+    return record
 
 
 def create_memory_index(index_dir: str | os.PathLike, config: Any = None) -> bool:

@@ -211,6 +211,8 @@ class StoredMemoryResponse(BaseModel):
     seconds: float
     pending: bool = Field(False, description="true when the commit is deferred (--commit-delay); it is "
                                              "still found by the next search")
+    created: bool = Field(True, description="false when an equal memory existed: that one is returned, unchanged")
+    duplicate_of: str | None = Field(None, description="the existing memory's id when created is false")
 
 
 def _tool_error(error: BaseException):
@@ -243,6 +245,25 @@ class _Service:
                                    wal_records=wal_records)
         self.warm_seconds: float | None = None
         self.lifecycle = threading.Lock()  # an update or delete reads, then writes: one at a time
+        #: normalised content -> [its lock, calls holding or waiting for it]: equal stores one at a time
+        self._storing: dict[str, list[Any]] = {}
+        self._storing_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def storing(self, key: str) -> Iterator[None]:
+        """Held while one content is looked up and stored, so two equal stores cannot both miss the
+        other; stores of different contents still run side by side (and group-commit)."""
+        with self._storing_lock:
+            entry = self._storing.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._storing_lock:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._storing[key]
 
     def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
         """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
@@ -396,6 +417,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
         memory_type: str = "note",
         created_at: str | None = None,
+        allow_duplicate: bool = False,
     ) -> StoredMemoryResponse:
         """Remember something for later: store a short memory (a fact, preference, decision, note).
 
@@ -403,12 +425,29 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         tags: a few lowercase topic labels, e.g. ["python", "deployment"].
         memory_type: e.g. "note", "fact", "preference", "decision".
         created_at: ISO-8601 time the memory refers to; default now.
+        A memory with the same content (ignoring case and whitespace) is not stored twice: the existing
+        one is returned unchanged with created=false and duplicate_of; allow_duplicate=true stores a copy.
         The memory is searchable by the next `search` and survives restarts; returns its id."""
-        try:
-            stored = service.writer.store(content, tags, memory_type, created_at)
-        except (HybridlabError, ValueError, FileNotFoundError) as error:
-            raise _tool_error(error) from None
-        service.refresh(f"memory {stored.id}")  # so the next search finds it
+        from hybridlab.index.memory import find_duplicate, normalised_content
+
+        started = time.perf_counter()
+        key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
+        with service.storing(key) if key else contextlib.nullcontext():
+            if key:
+                with service.reading() as index:
+                    existing = find_duplicate(index.snapshot().generation.store, content)
+                    if existing is not None:
+                        document = index.get_document(existing)
+                        return StoredMemoryResponse(
+                            id=existing, generation=index.generation, tags=document["tags"],
+                            created_at=document["created_at"] or "", updated_at=document["updated_at"],
+                            batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
+                            duplicate_of=existing)
+            try:
+                stored = service.writer.store(content, tags, memory_type, created_at)
+            except (HybridlabError, ValueError, FileNotFoundError) as error:
+                raise _tool_error(error) from None
+            service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
         return StoredMemoryResponse(**stored.to_dict())
 
     @server.tool()

@@ -1,0 +1,80 @@
+"""No duplicate memories over MCP (issue 32 item 4), driven by the SDK's client: a store whose
+normalised content (whitespace collapsed, stripped, lowercased) equals a memory's returns that memory
+unchanged; allow_duplicate=true stores a copy; equal stores at the same time keep one."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+MEMORIES = [{"id": f"m{n}", "content": text, "tags": ["t"], "created_at": f"2024-01-0{n}T09:00:00Z"}
+            for n, text in [(1, "User's main editor is VS Code with the Vim extension."),
+                            (2, "The walrus project deploys on Fridays.")]]
+
+
+@pytest.fixture
+def index_dir(tmp_path):
+    from hybridlab.index.build import index_paths
+
+    source = tmp_path / "memories.jsonl"
+    source.write_text("".join(json.dumps(m) + "\n" for m in MEMORIES), encoding="utf-8")
+    index_paths([source], tmp_path / "index", progress=False)
+    return tmp_path / "index"
+
+
+def data(result) -> dict:
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+def test_normalised_content():
+    from hybridlab.index.memory import normalised_content
+
+    assert normalised_content("  The  Walrus\tproject\n\nDEPLOYS ") == "the walrus project deploys"
+
+
+def test_a_duplicate_returns_the_existing_memory(index_dir):
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    async def session(server) -> str:
+        async with Client(server) as client:
+            variant = "  user's MAIN editor is VS Code\n with the   vim extension. "
+            same = data(await client.call_tool("store_memory", {"content": variant, "tags": ["other"]}))
+            assert same["created"] is False and same["duplicate_of"] == same["id"] == "m1"
+            assert same["tags"] == ["t"] and same["created_at"] == "2024-01-01T09:00:00Z"  # unchanged
+            document = data(await client.call_tool("get_document", {"doc_id": "m1"}))
+            assert document["text"] == MEMORIES[0]["content"] and document["tags"] == ["t"]
+
+            new = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry."}))
+            assert new["created"] is True and new["duplicate_of"] is None
+            again = data(await client.call_tool("store_memory", {"content": "the heron project uses poetry."}))
+            assert again["created"] is False and again["id"] == new["id"]  # found in the write-ahead log
+            forced = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry.",
+                                                                  "allow_duplicate": True}))
+            assert forced["created"] is True and forced["id"] != new["id"]
+            different = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry!"}))
+            assert different["created"] is True
+
+            # equal stores at the same time: one memory, the others return it
+            results = await asyncio.gather(*(client.call_tool("store_memory", {"content": "Badger  notes, v2."})
+                                             for _ in range(4)))
+            stored = [data(r) for r in results]
+            assert len({s["id"] for s in stored}) == 1 and sum(s["created"] for s in stored) == 1
+            assert data(await client.call_tool("stats"))["documents"] == 2 + 4
+            return new["id"]
+
+    heron = asyncio.run(session(create_server(index_dir)))
+
+    async def restarted(server) -> None:
+        async with Client(server) as client:
+            same = data(await client.call_tool("store_memory", {"content": "THE HERON PROJECT USES POETRY."}))
+            assert same["created"] is False and same["id"] in {heron}  # the oldest copy
+            data(await client.call_tool("delete_memory", {"ids": ["m2"]}))
+            back = data(await client.call_tool("store_memory", {"content": MEMORIES[1]["content"]}))
+            assert back["created"] is True and back["id"] != "m2"  # a deleted memory is no duplicate
+
+    asyncio.run(restarted(create_server(index_dir)))
+
