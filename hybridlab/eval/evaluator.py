@@ -17,7 +17,7 @@ from hybridlab.config import IndexConfig, SearchConfig, config_hash
 from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset
 from hybridlab.eval.evaluate import METRICS, make_run, score
 from hybridlab.index.build import index_paths
-from hybridlab.index.embedding_cache import EmbeddingCache
+from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.layout import IndexLockedError
 from hybridlab.index.store import IndexError_
 from hybridlab.search.engine import open_index
@@ -120,9 +120,10 @@ class Evaluator:
                     "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
                 ).fetchall()
                 sha_of = dict(rows)
-                have = cache.get(model, list(sha_of.values()), dim=dense.dim)
+                key = cache_model(model)
+                have = cache.get(key, list(sha_of.values()), dim=dense.dim)
                 if len(have) < len(set(sha_of.values())):
-                    cache.put(model, [sha_of[int(i)] for i in dense.ids], dense.vectors)
+                    cache.put(key, [sha_of[int(i)] for i in dense.ids], dense.vectors)
         finally:
             cache.close()
         return path

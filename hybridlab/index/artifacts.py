@@ -16,7 +16,7 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.index import layout
-from hybridlab.index.embedding_cache import EmbeddingCache
+from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import (
@@ -55,7 +55,8 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         dims[model] = spec.dim
         hashes = [row[0] for row in con.execute(
             "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [model]).fetchall()]
-        todo = cache.missing(model, hashes, dim=spec.dim)
+        key = cache_model(model)  # the current weights' vectors only (a folder's revision)
+        todo = cache.missing(key, hashes, dim=spec.dim)
         report.cache_hits += len(hashes) - len(todo)
         del hashes
         if not todo:
@@ -71,7 +72,7 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
             vectors = encoder.encode_documents([text for _, text in batch], batch_size=config.embed_batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
-            cache.put(model, [sha for sha, _ in batch], vectors)
+            cache.put(key, [sha for sha, _ in batch], vectors)
             report.embedded += len(batch)
             bar.update(len(batch))
             checkpoint("embedded-batch")
@@ -117,10 +118,10 @@ VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
 
 
 def cache_vectors(cache: EmbeddingCache) -> VectorSource:
-    """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache."""
+    """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache (under `cache_model`'s key)."""
     def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
         try:
-            return cache.matrix(model, pairs["embed_sha256"].tolist(), dim)
+            return cache.matrix(cache_model(model), pairs["embed_sha256"].tolist(), dim)
         except KeyError as error:
             raise RuntimeError(str(error).strip("'\"")) from None
 

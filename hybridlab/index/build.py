@@ -20,7 +20,7 @@ from hybridlab.index import layout, store, wal
 from hybridlab.index.artifacts import build_artifacts, cache_vectors, embed_missing
 from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.commit import commit_generation, manifest_base
-from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer
+from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import (
@@ -310,7 +310,7 @@ def apply_changes(
                 cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
                 if logged is not None and logged.records:  # their vectors are in the log: not embedded again
                     for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
-                        cache.put(model, hashes, vectors)
+                        cache.put(cache_model(model), hashes, vectors)
                 dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = store_counts(con)

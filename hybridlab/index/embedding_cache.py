@@ -1,5 +1,9 @@
 """Embeddings cache: vectors keyed by (model, sha256 of the exact text embedded), in DuckDB.
 
+The model key of a registry preset is its name; that of any other model (a sentence-transformers
+folder or hub id) is `name@revision` (`cache_model`): vectors of a folder whose weights changed are
+never served for the new weights (issue 30).
+
 It lives beside the index generations (not inside one), so a failed or interrupted indexing run
 keeps the embeddings it computed and the next run embeds only what is new.
 """
@@ -16,6 +20,18 @@ from hybridlab.index.store import connect
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cache_model(model: str) -> str:
+    """The embeddings cache's key of model `model`: a registry preset's name as it is (existing
+    caches stay valid); any other model's name with its spec revision (sha256 of a folder's weight,
+    config and tokenizer files, or the hub commit) as `name@revision`, or its name when it has none."""
+    from hybridlab.encoders.registry import MODELS, get_spec
+
+    spec = get_spec(model)
+    if spec.name in MODELS or not spec.revision:
+        return model
+    return f"{model}@{spec.revision}"
 
 
 def _connect_patiently(path: Path, read_only: bool, wait_seconds: float = 120.0):

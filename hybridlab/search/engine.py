@@ -445,13 +445,15 @@ class Index:
         return [texts.get(int(row)) for row in rows.tolist()]
 
     def stats(self) -> dict[str, Any]:
-        """Counts per collection, chunk type and model, plus the manifest's build facts."""
+        """Counts per collection, chunk type and model (with the encoder spec the manifest records
+        of each model: source, revision, dim, pooling, prompts, ...), plus the manifest's build facts."""
         snapshot = self.snapshot()
         manifest = snapshot.generation.manifest
         return {
             "index": str(self.index_dir), "generation": manifest["generation"],
             "built_at": manifest["built_at"], **snapshot.store.counts(),
-            "models": {m: {"dim": info["dim"], "vectors": info["vectors"], "index": info.get("index")}
+            "models": {m: {"dim": info["dim"], "vectors": info["vectors"], "index": info.get("index"),
+                           "encoder": info.get("encoder")}  # the spec that built its vectors (None: older index)
                        for m, info in manifest.get("models", {}).items()},
             "bm25": manifest.get("bm25", {}), "chunking": manifest["config"]["chunk"],
             "segments": [{"name": s["name"], "chunks": s.get("chunks"), "tombstones": len(s.get("deleted") or ())}

@@ -154,6 +154,7 @@ def test_a_manifest_without_an_encoder_record_still_searches(tiny, tmp_path):
     (index / "manifest.json").write_text(json.dumps(data))
     with open_index(index) as opened:
         assert len(opened.search("vitamin", mode="vector", limit=3)) == 3
+        assert [info["encoder"] for info in opened.stats()["models"].values()] == [None]
 
 
 def test_hub_ids_load_through_sentence_transformers_only(monkeypatch):
