@@ -269,6 +269,92 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
+    """The memories under `args`' tag and date filters, newest first, a page of up to 500 at a time."""
+    cursor, left = None, limit
+    while True:
+        page, cursor = index.list_documents(tags=args.tags or (), match=args.match, since=args.since,
+                                            until=args.until, chunk_types=("memory",),
+                                            limit=500 if left is None else min(500, left), cursor=cursor)
+        yield from page
+        if left is not None:
+            left -= len(page)
+        if cursor is None or not page or (left is not None and left <= 0):
+            return
+
+
+def cmd_memories(args: argparse.Namespace) -> int:
+    """`hybridlab memories list|update|delete`: the MCP server's memory lifecycle on the command line."""
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.search.engine import open_index
+
+    index = open_index(args.index_dir)
+    if args.action == "list":
+        found = list(_memory_pages(index, args, args.limit))
+        if args.json:
+            print(json.dumps(found, indent=2, default=str))
+            return 0
+        for doc in found:
+            when = doc.get("updated_at") or doc.get("created_at") or ""
+            print(f"{doc['doc_id']}  {when}  [{', '.join(doc['tags'])}]  {doc['title']}")
+        print(f"{len(found)} memories", file=sys.stderr)
+        return 0
+    writer = MemoryWriter(args.index_dir)
+    if args.action == "update":
+        tags = None if args.tags is None else [t.strip() for t in args.tags.split(",") if t.strip()]
+        stored = writer.update(index.get_document(args.id), content=args.content, tags=tags, memory_type=args.type)
+        print(json.dumps(stored.to_dict()) if args.json else
+              f"updated {stored.id} (generation {stored.generation}, updated_at {stored.updated_at})")
+        return 0
+    if bool(args.ids) == bool(args.tags or args.since or args.until):
+        raise UsageError("give ids, or --tag and/or --since/--until: one of the two")
+    if args.ids:
+        ids, missing = [], []
+        for doc_id in dict.fromkeys(args.ids):
+            try:
+                document = index.get_document(doc_id)
+            except KeyError:
+                missing.append(doc_id)
+                continue
+            if document["doc_type"] != "memory":
+                raise UsageError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: nothing deleted")
+            ids.append(doc_id)
+    else:
+        ids, missing = [doc["doc_id"] for doc in _memory_pages(index, args)], []
+    for doc_id in missing:
+        print(f"not found: {doc_id}", file=sys.stderr)
+    if args.dry_run or not ids:
+        print("\n".join(ids) if ids else "no memory matches", file=sys.stdout if ids else sys.stderr)
+        print(f"{len(ids)} memories would be deleted (dry run)" if args.dry_run else "nothing deleted", file=sys.stderr)
+        return 0
+    deleted = writer.delete(ids)
+    print(json.dumps({"ids": ids, "removed": deleted.removed, "generation": deleted.generation,
+                      "not_found": missing}) if args.json else
+          f"deleted {deleted.removed} memories (generation {deleted.generation})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Every memory of the index as memories JSONL (oldest first), what `hybridlab index FILE` reads back."""
+    from hybridlab.index.memory import memory_record
+    from hybridlab.search.engine import open_index
+
+    index = open_index(args.index_dir)
+    args.tags, args.match, args.since, args.until = (), "all", None, None
+    records = [memory_record(doc) for doc in _memory_pages(index, args)][::-1]
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if args.output:
+            out.close()
+    others = index.stats()["documents"] - len(records)
+    print(f"exported {len(records)} memories" + (f" ({others} other documents are not memories: not exported)"
+                                                  if others else ""), file=sys.stderr)
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from hybridlab.search.engine import open_index
 
@@ -549,6 +635,39 @@ def build_parser() -> argparse.ArgumentParser:
     index_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("memories", help="list, update or delete the memories of an index (what the MCP tools do)")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def memory_filters(q: argparse.ArgumentParser) -> None:
+        index_arg(q)
+        q.add_argument("--tag", action="append", dest="tags", metavar="TAG", help="only memories with the tag (repeatable)")
+        q.add_argument("--match", choices=("all", "any"), default="all", help="with several --tag: all (default) or any")
+        q.add_argument("--since", help="only memories updated at or after this ISO-8601 time")
+        q.add_argument("--until", help="only memories updated at or before this ISO-8601 time")
+        q.add_argument("--json", action="store_true")
+        q.set_defaults(func=cmd_memories)
+
+    q = actions.add_parser("list", help="memories newest first (id, time, tags, title)")
+    memory_filters(q)
+    q.add_argument("--limit", type=_positive_int, help="at most this many (default all)")
+    q = actions.add_parser("delete", help="delete memories by id, or by --tag/--since/--until (durable on return)")
+    q.add_argument("ids", nargs="*", metavar="ID")
+    memory_filters(q)
+    q.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    q = actions.add_parser("update", help="replace a memory's content, tags and/or type (same id, re-embedded)")
+    q.add_argument("id", metavar="ID")
+    index_arg(q)
+    q.add_argument("--content")
+    q.add_argument("--tags", help="comma-separated; replaces the memory's tags ('' = none)")
+    q.add_argument("--type", help="memory type, e.g. note, fact, preference, decision")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_memories)
+
+    p = sub.add_parser("export", help="write an index's memories as JSONL (what `hybridlab index FILE` reads back)")
+    index_arg(p)
+    p.add_argument("-o", "--output", help="file to write (default stdout)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("models", help="the embedding model registry")
     p.add_argument("--json", action="store_true")

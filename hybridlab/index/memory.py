@@ -288,6 +288,13 @@ class MemoryWriter:
         return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
                             time.perf_counter() - started, updated_at=_iso(document.updated_at))
 
+    def queued_duplicate(self, content: str) -> Document | None:
+        """A memory queued by `commit_delay` (acknowledged, not yet written) whose normalised content
+        equals `content`'s, else None: a duplicate check that does not force the queue's commit."""
+        wanted = normalised_content(content)
+        with self._pending_lock:
+            return next((d for d, _ in self._pending if normalised_content(d.text) == wanted), None)
+
     @property
     def writes(self) -> int:
         """Durable writes of stores so far: log appends plus segment commits (group commits count once)."""

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict
+from datetime import UTC
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -433,8 +434,14 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         started = time.perf_counter()
         key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
         with service.storing(key) if key else contextlib.nullcontext():
+            queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
+            if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
+                return StoredMemoryResponse(
+                    id=queued.doc_id, generation=None, tags=list(queued.tags), created_at=_iso_z(queued.created_at),
+                    updated_at=_iso_z(queued.updated_at), batch_size=0, seconds=round(time.perf_counter() - started, 3),
+                    pending=True, created=False, duplicate_of=queued.doc_id)
             if key:
-                with service.reading() as index:
+                with service.reading(flush=False) as index:
                     existing = find_duplicate(index.snapshot().generation.store, content)
                     if existing is not None:
                         document = index.get_document(existing)
@@ -587,6 +594,10 @@ def _fit_texts(hits: list[SearchHit], budget: int, field: str) -> None:
             hit.truncated = True
         left -= min(len(text), share)
         waiting -= 1
+
+
+def _iso_z(value: Any) -> str:
+    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _window(window: Any) -> TimeWindow | None:

@@ -78,3 +78,23 @@ def test_a_duplicate_returns_the_existing_memory(index_dir):
 
     asyncio.run(restarted(create_server(index_dir)))
 
+
+
+def test_a_duplicate_of_a_deferred_memory_does_not_force_its_commit(index_dir):
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    server = create_server(index_dir, commit_delay=600)
+
+    async def session() -> None:
+        async with Client(server) as client:
+            first = data(await client.call_tool("store_memory", {"content": "Deferred okapi memory."}))
+            again = data(await client.call_tool("store_memory", {"content": "deferred  OKAPI memory."}))
+            assert first["pending"] and again["pending"] and again["created"] is False
+            assert again["id"] == first["id"] and server.service.writer.writes == 0
+            old = data(await client.call_tool("store_memory", {"content": MEMORIES[1]["content"].upper()}))
+            assert old["id"] == "m2" and server.service.writer.writes == 0  # found in the store, queue kept
+            assert data(await client.call_tool("stats"))["documents"] == 3
+
+    asyncio.run(session())
