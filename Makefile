@@ -75,7 +75,7 @@ bench-quick: setup
 
 soak: setup
 	# every reliability test incl. the soak loops; figures land in reports/reliability.md
-	$(BIN)/python -m hybridlab.reports.reliability --soak
+	$(BIN)/python tests/reliability/report.py --soak
 
 lint: setup
 	$(BIN)/ruff check hybridlab tests bench

@@ -60,7 +60,7 @@ def _record_path() -> Path | None:
 
 
 def record(name: str, value: object) -> None:
-    """Add a figure to the reliability record (read by `python -m hybridlab.reports.reliability`)."""
+    """Add a figure to the reliability record (read by `python tests/reliability/report.py`)."""
     path = _record_path()
     if path is None:
         return
