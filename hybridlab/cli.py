@@ -309,16 +309,12 @@ def cmd_memories(args: argparse.Namespace) -> int:
     if bool(args.ids) == bool(args.tags or args.since or args.until):
         raise UsageError("give ids, or --tag and/or --since/--until: one of the two")
     if args.ids:
-        ids, missing = [], []
-        for doc_id in dict.fromkeys(args.ids):
-            try:
-                document = index.get_document(doc_id)
-            except KeyError:
-                missing.append(doc_id)
-                continue
-            if document["doc_type"] != "memory":
-                raise UsageError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: nothing deleted")
-            ids.append(doc_id)
+        from hybridlab.search.listing import memories_by_id
+
+        try:
+            ids, missing = memories_by_id(index, args.ids)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     else:
         ids, missing = [doc["doc_id"] for doc in _memory_pages(index, args)], []
     for doc_id in missing:

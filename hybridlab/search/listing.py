@@ -12,6 +12,7 @@ import base64
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,3 +66,18 @@ def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None 
         return Page(order, None)
     page = order[:limit]
     return Page(page, encode_cursor(newest[page[-1]], page[-1]))
+
+
+def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
+    """(memories among `ids`, ids not in the index); ValueError for a document that is not a memory."""
+    found, missing = [], []
+    for doc_id in dict.fromkeys(ids):
+        try:
+            document = index.get_document(doc_id)
+        except KeyError:
+            missing.append(doc_id)
+            continue
+        if document["doc_type"] != "memory":
+            raise ValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted")
+        found.append(doc_id)
+    return found, missing

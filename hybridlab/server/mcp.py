@@ -487,7 +487,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         with service.lifecycle:
             with service.reading() as index:
                 if ids:
-                    found, not_found = _memories_by_id(index, ids)
+                    from hybridlab.search.listing import memories_by_id
+
+                    found, not_found = memories_by_id(index, ids)
                 else:
                     found = [d["doc_id"] for d in index.list_documents(
                         tags=tags or (), match=match, since=window and window.since, until=window and window.until,
@@ -607,21 +609,6 @@ def _window(window: Any) -> TimeWindow | None:
 def _tagged(documents: list[dict[str, Any]]) -> list[TaggedDocument]:
     fields = set(TaggedDocument.model_fields)
     return [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
-
-
-def _memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
-    """(memories among `ids`, ids not in the index); ValueError for a document that is not a memory."""
-    found, missing = [], []
-    for doc_id in dict.fromkeys(ids):
-        try:
-            document = index.get_document(doc_id)
-        except KeyError:
-            missing.append(doc_id)
-            continue
-        if document["doc_type"] != "memory":
-            raise ValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted")
-        found.append(doc_id)
-    return found, missing
 
 
 # ---------------------------------------------------------------------------------------------- CLI
