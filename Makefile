@@ -40,7 +40,7 @@ eval: setup
 
 # issue-3 acceptance figures (project-name queries, hybrid vs vector, staged vs parallel) -> reports/engine/<date>/
 engine-report: setup
-	$(BIN)/python -m hybridlab.reports.engine
+	$(BIN)/python -m bench.engine_report
 
 sweep-alpha: setup
 	$(BIN)/python -m hybridlab.tune.grid --dataset all

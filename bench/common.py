@@ -1,5 +1,5 @@
 """Shared pieces of the benchmark: the results row schema, workers, machine facts, and the one
-percentile of every benchmark and report (:mod:`hybridlab.eval.latency`, re-exported here).
+percentile of every benchmark and report (:mod:`bench.percentiles`, re-exported here).
 
 Everything here but `run_worker`, `peak_rss_mb` and `machine_info` is a pure function.
 """
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.percentiles import PERCENTILE_LABEL, PERCENTILE_METHOD, median_summary, percentile, summarize  # noqa: F401
 from hybridlab.config import offline_environment
-from hybridlab.eval.latency import PERCENTILE_LABEL, PERCENTILE_METHOD, median_summary, percentile, summarize  # noqa: F401
 
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")

@@ -1,7 +1,7 @@
 """Staged against parallel hybrid search: the one staged benchmark.
 
 Parallel hybrid against staged conditions over the same queries, measured with
-:func:`hybridlab.eval.staged.compare_staged` (the product's engine report uses it too; its docstring
+:func:`bench.staged_runs.compare_staged` (the product's engine report uses it too; its docstring
 says what is compared and how latency is summarised).
 
 Its callers:
@@ -11,7 +11,7 @@ Its callers:
 - `python -m bench.staged [--dataset scifact] [--split test] [--candidates 50,100,200,500]
   [--hops 0,1,2,3]`: the candidates x hops grid over an evaluation set (:func:`main`), written to
   `reports/staged/<date>/report.md`, `results.json` and `overlap_latency.png`;
-- `notebooks/staged.ipynb`: :func:`hybridlab.eval.staged.staged_tradeoff`.
+- `bench/staged.ipynb`: :func:`bench.staged_runs.staged_tradeoff`.
 
 Benchmarks, not tests: nothing here asserts. Timings depend on the machine's load (2 shared cores).
 """
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from bench.common import PERCENTILE_LABEL, make_row, peak_rss_mb, worker_main
+from bench.staged_runs import PARALLEL, TOP, compare_staged, run_condition
 from hybridlab.config import REPO_ROOT, resolve_auto
-from hybridlab.eval.staged import PARALLEL, TOP, compare_staged, run_condition
 
 CANDIDATES = (50, 100, 200, 500)
 OVERLAP_TARGET = 0.95

@@ -26,7 +26,6 @@ from hybridlab.tune.runs import (
     kinds_table,
     latest_sweeps,
     load_study,
-    metrics_table,
     new_run_dir,
     plot_study,
     stale_reason,
@@ -119,32 +118,6 @@ def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], met
     return Path(path)
 
 
-def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
-    """Staged search: latency and quality (nDCG@10, recall@10, overlap with parallel hybrid) per
-    candidate count; the parallel search is the dashed reference."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    staged = [r for r in rows if r["staged"]]
-    full = next(r for r in rows if not r["staged"])
-    xs = [r["candidates"] for r in staged]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot(xs, [r["median_ms"] for r in staged], marker="o", label="staged")
-    left.axhline(full["median_ms"], linestyle="--", color="grey", label="parallel hybrid")
-    left.set(xscale="log", xlabel="BM25 candidates", ylabel="median latency per query (ms)")
-    left.legend()
-    for key in ("ndcg@10", "recall@10", "overlap@10"):
-        line, = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
-        right.axhline(full[key], linestyle="--", color=line.get_color(), alpha=0.5)
-    right.set(xscale="log", xlabel="BM25 candidates", ylabel="value (dashed: parallel hybrid)")
-    right.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return Path(path)
 
 
 def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
@@ -305,20 +278,3 @@ def explain_table(results: Sequence[Any]) -> str:
                      f" ×{e.get('tag_boost', 1)} | {e.get('recency_factor', 1.0):.3f} | {e.get('fused_score', 0.0):.4f} | "
                      f"{e.get('final_score', r.score):.4f} |")
     return "\n".join(lines)
-
-
-def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """`summary.md` of a staged trade-off run (notebooks/staged.ipynb)."""
-    run_dir = Path(run_dir)
-    full = next(r for r in rows if not r["staged"])
-    named = {("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows}
-    close = [r["candidates"] for r in rows if r["staged"] and r["overlap@10"] >= 0.95]
-    verdict = (f"staged search keeps ≥95% of the parallel top-10 from {min(close)} candidates on"
-               if close else "staged search never keeps 95% of the parallel top-10 on")
-    lines = [f"# Staged trade-off {dataset} — {run_dir.name}", "",
-             f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).", "",
-             metrics_table(named, ("median_ms", "ndcg@10", "recall@10", "overlap@10")), "",
-             "![trade-off](staged.png)", ""]
-    path = run_dir / "summary.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path

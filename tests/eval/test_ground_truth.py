@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from ground_truth.validate import RULES, ground_truth_sets, main, validate_set
 from hybridlab.eval.evalsets import GROUND_TRUTH, corpora_dir
-from hybridlab.eval.ground_truth import RULES, ground_truth_sets, main, validate_set
 
 MEMORIES = [
     {"id": "m1", "content": "The tunnel listens on port 2333 for its control channel.",

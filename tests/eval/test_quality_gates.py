@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.engine_report import PROJECT_SYSTEMS, mean_shares, project_queries
 from hybridlab.eval.evaluate import top_overlap
 from hybridlab.eval.significance import PairedTest, holm, paired_test
-from hybridlab.reports.engine import PROJECT_SYSTEMS, mean_shares, project_queries
 
 pytestmark = pytest.mark.slow
 

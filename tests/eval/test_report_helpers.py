@@ -5,11 +5,11 @@ import json
 
 import pytest
 
+from bench.engine_report import PROJECT_SYSTEMS, named_collections, share_from
+from bench.engine_report import render_markdown as engine_render_markdown
+from bench.quality_report import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
 from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.eval.evaluate import top_overlap
-from hybridlab.reports.engine import PROJECT_SYSTEMS, named_collections, share_from
-from hybridlab.reports.engine import render_markdown as engine_render_markdown
-from hybridlab.reports.quality import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
 from hybridlab.tune import grid as sweep_alpha
 
 
@@ -55,7 +55,7 @@ def _record(name: str) -> dict:
 
 
 def test_quality_report_headline_marks_non_significant_systems():
-    text = render_markdown([_record("toy")], "2026-01-02", "python -m hybridlab.reports.quality")
+    text = render_markdown([_record("toy")], "2026-01-02", "python -m bench.quality_report")
     headline = next(line for line in text.splitlines() if line.startswith("| toy |"))
     cells = [cell.strip() for cell in headline.split("|")[1:-1]]
     expected = {DEFAULT_SYSTEM: "0.500", "bm25": "0.250"}  # bm25's p = 0.001: significant, no †

@@ -1,6 +1,6 @@
 """Acceptance figures of the hybrid engine, in one dated report.
 
-`python -m hybridlab.reports.engine` writes `reports/engine/<YYYY-MM-DD>/report.md`, `results.json`
+`python -m bench.engine_report` writes `reports/engine/<YYYY-MM-DD>/report.md`, `results.json`
 and `project_queries.png`:
 
 - project-name queries of the `memories` ground truth (kind `project-generic`, e.g. "rathole project
@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.staged_runs import PARALLEL, compare_staged
 from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
 from hybridlab.eval.evaluate import Run, compare, make_run
-from hybridlab.eval.staged import PARALLEL, compare_staged
 
 PROJECT_KIND = "project-generic"
 PROJECT_TOP = 5
@@ -104,7 +104,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     projects = results["project_queries"]
     systems = list(PROJECT_SYSTEMS)
     lines = [f"# Hybrid engine acceptance — {results['date']}", "",
-             (f"Command: `python -m hybridlab.reports.engine`. Model {results['model']}; memories evaluated at "
+             (f"Command: `python -m bench.engine_report`. Model {results['model']}; memories evaluated at "
              f"now = {results['memories_now']}."), "",
              f"## Project-name queries (memories, kind `{PROJECT_KIND}`, {len(projects)} queries)", "",
              (f"Share of the top {PROJECT_TOP} results that belong to the project the query names. The motivating "
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hybridlab.config import DEFAULT_MODEL
     from hybridlab.eval.systems import open_evalset
 
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.reports.engine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.engine_report", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "engine"), help="parent folder of the dated report")
     parser.add_argument("--date", default=datetime.now(UTC).strftime("%Y-%m-%d"))
     args = parser.parse_args(argv)

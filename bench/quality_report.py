@@ -1,6 +1,6 @@
 """The dated quality report: each evaluation set × each retrieval system, with significance marks.
 
-`python -m hybridlab.reports.quality [--datasets scifact,memories,holoviz] [--split all]` writes
+`python -m bench.quality_report [--datasets scifact,memories,holoviz] [--split all]` writes
 `reports/quality/<YYYY-MM-DD>.md` and `.json`: Hit Rate@10, MRR, nDCG@10 and Recall@100 at document
 level for BM25, dense, the default hybrid and every fusion method at the default alpha; `†` marks a
 difference from the default hybrid that a paired t-test does not find significant (p ≥ 0.05).
@@ -139,7 +139,7 @@ def write_report(records: Sequence[Mapping[str, Any]], folder: Path, date: str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.reports.quality", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.quality_report", description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=",".join(DATASETS),
                         help=f"comma-separated evaluation sets (default {','.join(DATASETS)}; "
                              f"also {','.join(OPTIONAL_DATASETS)}; 'all' = every one)")
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         records.append(dataset_report(name, args.split, progress=args.progress))
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    command = "python -m hybridlab.reports.quality " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.quality_report " + " ".join(argv if argv is not None else sys.argv[1:])
     markdown, data = write_report(records, Path(args.out), date, command.strip())
     print(markdown.read_text(encoding="utf-8"))
     print(f"wrote {markdown} and {data}", file=sys.stderr)

@@ -5,7 +5,7 @@ Each set is a folder with `queries.jsonl` (`{"_id", "text", "metadata": {"kind"}
 JSONL in the folder, named by its `eval.json` (`memories`), or a folder of files outside the
 repository whose relative paths are the document ids (`holoviz`: `$HYBRIDLAB_CORPORA/holoviz`).
 The files are edited by hand; :func:`validate_set` finds what an edit broke, as :class:`Problem` s
-naming the file, the line and the field. `python -m hybridlab.eval.ground_truth [SET ...]` checks
+naming the file, the line and the field. `python ground_truth/validate.py [SET ...]` checks
 every set (exit status 1 on a problem); `make test` runs the same checks (`tests/eval`).
 """
 from __future__ import annotations
