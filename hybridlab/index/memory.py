@@ -20,9 +20,9 @@ memories of the last `commit_delay` seconds although they were acknowledged.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from hybridlab.index import layout, wal
 from hybridlab.index.reader import manifest_stamp
+from hybridlab.index.rows import WHITESPACE, normalised_content
 from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
@@ -127,28 +128,27 @@ def updated_memory(current: Mapping[str, Any], *, content: str | None = None, ta
                        updated_at=updated_at or _iso(datetime.now(UTC)), metadata=metadata)
 
 
-#: the whitespace :func:`normalised_content` collapses, the same class in Python and in DuckDB's regex
-_WHITESPACE = r"[ \t\n\r\f\v]+"
-
-
-def normalised_content(content: str) -> str:
-    """The text two memories must share to be duplicates: whitespace runs collapsed to one space,
-    stripped, lowercased (Python's and DuckDB's `lower()` agree on it, so the store can compare)."""
-    return re.sub(_WHITESPACE, " ", content).strip(" ").lower()
-
-
 def find_duplicate(store: Any, content: str) -> str | None:
     """The id of a memory (a `memory` document, stored over MCP or indexed from a JSONL file) whose
     normalised content equals `content`'s, else None (the oldest when several do). `store`: a reader's
     document store (`fetchall(sql, params)` over its `documents`: segments and write-ahead log alike).
-    One DuckDB scan of the memories' texts, each normalised in SQL; the match is checked in Python."""
+    Looked up by equality on each memory's `content_key` (:func:`~hybridlab.index.rows.content_key`);
+    the rows of segments written before that column (NULL, or no column at all) are normalised in SQL.
+    The match is checked in Python."""
     wanted = normalised_content(content)
     if not wanted:
         return None
-    rows = store.fetchall(
-        "SELECT doc_id, text FROM documents WHERE doc_type = 'memory' AND length(text) >= ? "
-        f"AND lower(trim(regexp_replace(text, '{_WHITESPACE}', ' ', 'g'), ' ')) = ? "
-        "ORDER BY created_at NULLS LAST, doc_id", [len(wanted), wanted])
+    import duckdb
+
+    key = hashlib.sha256(wanted.encode("utf-8")).hexdigest()
+    scan = (f"doc_type = 'memory' AND length(text) >= ? "
+            f"AND lower(trim(regexp_replace(text, '{WHITESPACE}', ' ', 'g'), ' ')) = ?")
+    order = "ORDER BY created_at NULLS LAST, doc_id"
+    try:  # rows written before the column (NULL) are the only ones scanned
+        rows = store.fetchall(f"SELECT doc_id, text FROM documents WHERE content_key = ? "
+                              f"OR (content_key IS NULL AND {scan}) {order}", [key, len(wanted), wanted])
+    except duckdb.BinderException:  # an index whose every segment predates the column
+        rows = store.fetchall(f"SELECT doc_id, text FROM documents WHERE {scan} {order}", [len(wanted), wanted])
     return next((doc_id for doc_id, text in rows if normalised_content(text) == wanted), None)
 
 

@@ -3,6 +3,8 @@ put documents, chunks, tags and per-model vector assignments into a segment's Du
 Shared by the writer (`build`) and the write-ahead log's reader (`wal`), so both build the same rows."""
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -15,6 +17,24 @@ from hybridlab.ingest.sources import Document
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
 SMALL_INSERT = 16  # up to this many hashes are looked up with a list parameter, not a pandas frame
 VALUES_INSERT = 32  # up to this many documents are inserted by one multi-row INSERT (faster than pandas frames below ~30)
+
+
+#: the whitespace :func:`normalised_content` collapses, the same class in Python and in DuckDB's regex
+WHITESPACE = r"[ \t\n\r\f\v]+"
+
+
+def normalised_content(content: str) -> str:
+    """The text two memories must share to be duplicates: whitespace runs collapsed to one space,
+    stripped, lowercased (Python's and DuckDB's `lower()` agree on it, so the store can compare)."""
+    return re.sub(WHITESPACE, " ", content).strip(" ").lower()
+
+
+def content_key(document: Document) -> str | None:
+    """A memory's `content_key` column: sha256 of its normalised content (the duplicate check looks
+    it up by equality); None for other documents."""
+    if document.doc_type != "memory":
+        return None
+    return hashlib.sha256(normalised_content(document.text).encode("utf-8")).hexdigest()
 
 
 def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
@@ -51,7 +71,8 @@ def insert_documents(con, documents: Sequence[Document], config: IndexConfig, ne
 
 def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
     docs: dict[str, list] = {k: [] for k in ("doc_id", "source", "collection", "title", "text", "doc_type",
-                                               "created_at", "updated_at", "metadata", "language", "tags", "content_sha256")}
+                                               "created_at", "updated_at", "metadata", "language", "tags", "content_sha256",
+                                               "content_key")}
     chunks: dict[str, list] = {k: [] for k in ("chunk_id", "doc_id", "chunk_index", "section", "chunk_type", "text",
                                                  "start_char", "end_char", "language", "embed_text", "embed_sha256")}
     tags: dict[str, list] = {"chunk_id": [], "doc_id": [], "tag": []}
@@ -60,7 +81,8 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
                            ("title", document.title), ("text", document.text), ("doc_type", document.doc_type),
                            ("created_at", document.created_at), ("updated_at", document.updated_at),
                            ("metadata", store.metadata_json(document.metadata)), ("language", document.language),
-                           ("tags", list(document.tags)), ("content_sha256", document.content_sha256)):
+                           ("tags", list(document.tags)), ("content_sha256", document.content_sha256),
+                           ("content_key", content_key(document))):
             docs[key].append(value)
         for chunk in chunk_document(document, config):
             text = indexed_text(chunk, document, config.chunk)

@@ -57,7 +57,7 @@ def copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any]
     for i, alias in enumerate(aliases):
         gone = f"(SELECT doc_id FROM gone WHERE segment = {i})"
         con.execute("BEGIN TRANSACTION")
-        con.execute(f"INSERT INTO documents SELECT * FROM {alias}.documents WHERE doc_id NOT IN {gone}")
+        con.execute(f"INSERT INTO documents BY NAME SELECT * FROM {alias}.documents WHERE doc_id NOT IN {gone}")
         con.execute(f"INSERT INTO chunks SELECT * FROM {alias}.chunks WHERE doc_id NOT IN {gone}")
         con.execute(f"INSERT INTO tags SELECT * FROM {alias}.tags WHERE doc_id NOT IN {gone}")
         if vectors:
@@ -102,7 +102,8 @@ def copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[dict[str, 
     con.execute("CREATE OR REPLACE TEMP TABLE dead_chunks AS SELECT c.chunk_id FROM read_parquet(?, filename = true) c "
                 "JOIN gone_rows g ON g.chunks = c.filename AND g.doc_id = c.doc_id", [files["chunks"]])
     con.execute("BEGIN TRANSACTION")
-    con.execute("INSERT INTO documents SELECT * EXCLUDE (filename) FROM read_parquet(?, filename = true) d WHERE NOT "
+    con.execute("INSERT INTO documents BY NAME SELECT * EXCLUDE (filename) FROM read_parquet(?, filename = true, "
+                "union_by_name = true) d WHERE NOT "
                 "EXISTS (SELECT 1 FROM gone_rows g WHERE g.documents = d.filename AND g.doc_id = d.doc_id)",
                 [files["documents"]])
     for table in ("chunks", "tags", "chunk_vectors"):

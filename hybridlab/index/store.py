@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);
 CREATE TABLE IF NOT EXISTS documents (
     doc_id VARCHAR NOT NULL, source VARCHAR, collection VARCHAR, title VARCHAR, text VARCHAR,
     doc_type VARCHAR, created_at TIMESTAMP, updated_at TIMESTAMP, metadata JSON,
-    language VARCHAR, tags VARCHAR[], content_sha256 VARCHAR
+    language VARCHAR, tags VARCHAR[], content_sha256 VARCHAR, content_key VARCHAR
 );
 CREATE TABLE IF NOT EXISTS chunks (
     chunk_id BIGINT NOT NULL, doc_id VARCHAR NOT NULL, chunk_index INTEGER, section VARCHAR,
@@ -365,8 +365,8 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
         if inline_name is not None:
             for table in TABLES:
                 parts[table].append(f"SELECT * FROM {inline_name}.{table}")
-        for table, selects in parts.items():
-            con.execute(f"CREATE VIEW {table} AS {' UNION ALL '.join(selects)}")
+        for table, selects in parts.items():  # by name: segments written before `content_key` lack it (NULL)
+            con.execute(f"CREATE VIEW {table} AS {' UNION ALL BY NAME '.join(selects)}")
         meta = f"{con.database}_s{len(paths) - 1}" if paths else inline_name
         con.execute(f"CREATE VIEW meta AS SELECT * FROM {meta}.meta")
         return con

@@ -34,6 +34,39 @@ def test_normalised_content():
     assert normalised_content("  The  Walrus\tproject\n\nDEPLOYS ") == "the walrus project deploys"
 
 
+class _Store:
+    """A document store over one DuckDB connection (what `find_duplicate` reads)."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+
+    def fetchall(self, sql, params=()):
+        return self.con.execute(sql, list(params)).fetchall()
+
+
+@pytest.mark.parametrize("column", ["none", "null", "keyed"])
+def test_find_duplicate_by_content_key_and_in_stores_written_before_it(column):
+    """Memories written with `content_key` are found by it; rows of older segments (NULL, or no
+    column at all) are normalised in SQL, so an old index still finds its duplicates."""
+    import duckdb
+
+    from hybridlab.index.memory import find_duplicate, make_memory
+    from hybridlab.index.rows import content_key
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE documents (doc_id VARCHAR, text VARCHAR, doc_type VARCHAR, created_at TIMESTAMP"
+                + (", content_key VARCHAR)" if column != "none" else ")"))
+    for doc_id, text, doc_type in [("a", "The Walrus  project deploys.", "memory"), ("b", "Other text.", "memory"),
+                                   ("c", "the walrus project deploys.", "markdown")]:
+        key = content_key(make_memory(text)) if column == "keyed" and doc_type == "memory" else None
+        con.execute("INSERT INTO documents VALUES (?, ?, ?, NULL" + (", ?)" if column != "none" else ")"),
+                    [doc_id, text, doc_type] + ([key] if column != "none" else []))
+    store = _Store(con)
+    assert find_duplicate(store, "the walrus\nPROJECT deploys. ") == "a"
+    assert find_duplicate(store, "the walrus project") is None
+    assert content_key(make_memory(" X  y")) == content_key(make_memory("x y"))
+
+
 def test_a_duplicate_returns_the_existing_memory(index_dir):
     from mcp import Client
 
