@@ -203,15 +203,49 @@ def _open_search_index(args: argparse.Namespace):
                  backend=qdrant.qdrant_backend(_qdrant_client(args), args.qdrant_collection))
 
 
+def _vectors_hook(args: argparse.Namespace):
+    """The build step of `index --vectors FILE`: the file's vectors under the last --model. A model
+    that loads here (preset, folder, cached hub id) keeps its own spec (the file must have its
+    dimension); any other name gets an external spec: the file's dimension, the rest from the options
+    given (--query-prompt, --document-prompt, --max-seq-length), else "external"."""
+    from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
+    from hybridlab.index.layout import read_manifest
+    from hybridlab.index.vectors_import import import_hook, read_vectors
+
+    if not args.models:
+        raise UsageError("--vectors needs --model NAME: the model the vectors are of (the last --model)")
+    if (Path(args.index_dir) / "manifest.json").exists():
+        register_recorded(read_manifest(Path(args.index_dir)).get("models") or {})
+    ids, vectors = read_vectors(args.vectors)
+    name = args.models[-1]
+    try:
+        spec = get_spec(name)
+    except (ValueError, ImportError):  # not a model that loads here: vectors made elsewhere
+        given = {"query_prefix": getattr(args, "query_prompt", None), "document_prefix": getattr(args, "document_prompt", None),
+                 "max_seq_length": getattr(args, "max_seq_length", None)}
+        spec = external_spec(name, vectors.shape[1], **{k: v for k, v in given.items() if v is not None})
+        register_external(spec)
+    if spec.dim != vectors.shape[1]:
+        raise UsageError(f"{args.vectors} holds {vectors.shape[1]}-d vectors but model {name!r} gives {spec.dim}-d ones")
+    return import_hook(args.vectors, ids, vectors, spec.name, args.vectors_by)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from hybridlab.index.build import index_paths, optimize
 
-    if not args.paths and not args.optimize:
-        print("hybridlab index: give PATHS to index, or --optimize to merge the index's segments", file=sys.stderr)
+    if not args.paths and not args.optimize and not args.vectors:
+        print("hybridlab index: give PATHS to index, or --optimize to merge the index's segments, or --vectors "
+              "FILE to import", file=sys.stderr)
         return 2
+    imported = _vectors_hook(args) if args.vectors else None
     if args.paths:
         report = index_paths(args.paths, args.index_dir, index_config_from_args(args), progress=not args.quiet,
-                             force=args.force, check_content=args.check_content)
+                             force=args.force, check_content=args.check_content, imported=imported)
+    elif imported is not None:
+        from hybridlab.index.build import apply_changes
+
+        report = apply_changes(args.index_dir, [], index_config_from_args(args), progress=not args.quiet,
+                               imported=imported)
     if args.optimize:
         merged = optimize(args.index_dir, progress=not args.quiet)
         if not args.paths:
@@ -445,6 +479,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     kwargs = search_kwargs(args)
     kwargs.pop("chunk_types", None)
     kwargs.pop("group_by_document", None)  # evaluation is at document level (qrels judge documents)
+    if args.query_vectors:
+        _use_query_vectors(index, args, queries)
     run = make_run(index, queries, progress=not args.quiet, **kwargs)
     metrics = score({q: qrels[q] for q in queries}, run, METRICS)
     if args.save_run:
@@ -457,6 +493,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for name, value in metrics.items():
             print(f"| {name} | {value:.4f} |")
     return 0
+
+
+def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str]) -> None:
+    """`eval --query-vectors FILE`: every query's vector read from a file (query id -> vector), for
+    the model searched (a model that cannot encode here, or vectors made elsewhere)."""
+    from hybridlab.encoders.registry import register_recorded
+    from hybridlab.index.vectors_import import vectors_by_id
+
+    register_recorded(index.manifest.get("models") or {})
+    model = index.choose_model(args.embedding_model, args.language)
+    vectors = vectors_by_id(args.query_vectors, list(queries))
+    dim = len(next(iter(vectors.values())))
+    if dim != index.dense[model].dim:
+        raise UsageError(f"{args.query_vectors} holds {dim}-d vectors but the index's {model!r} vectors are "
+                         f"{index.dense[model].dim}-d")
+    index.put_query_vectors(model, {queries[qid]: vector for qid, vector in vectors.items()})
 
 
 def _eval_runs(args: argparse.Namespace) -> int:
@@ -609,6 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed "
                    "(every file read, the whole index rewritten as one segment)")
+    p.add_argument("--vectors", metavar="FILE", help="import vectors computed elsewhere for the last --model: "
+                   "Parquet (id, vector) or .npy with NAME.ids.txt/.ids.json beside it (docs/models.md)")
+    p.add_argument("--vectors-by", choices=("document", "chunk"), default="document",
+                   help="the ids of --vectors: document ids (each document one chunk; default) or chunk ids")
     p.add_argument("--check-content", action="store_true",
                    help="read every file of a folder and compare its content, not only those whose size, inode, "
                    "mtime or ctime differ from what the index recorded (writes only what changed)")
@@ -682,6 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "for the per-kind table)")
     p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
+    p.add_argument("--query-vectors", metavar="FILE", help="the queries' vectors from a file (Parquet id, vector; "
+                   "or .npy + ids), for a model that cannot encode here (docs/models.md)")
     p.add_argument("--run", action="append", dest="runs", metavar="FILE",
                    help="score this run file (TREC or ranx JSON, gzipped or not) instead of searching the "
                    "index; repeatable, the first is the baseline of the paired tests")

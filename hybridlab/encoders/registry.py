@@ -12,6 +12,11 @@ HF_HUB_OFFLINE=1 reads the cache only). Its spec is built from the loaded model
 (`sentence_transformers.load_custom`). `encoder_record(name)` is what the index manifest records
 per model, and what query encoders are checked against.
 
+Vectors imported from a file (`hybridlab.index.vectors_import`) under a name that does not load here
+get an `external_spec` (backend "external"): it is registered for the process (`register_external`,
+and `register_recorded` from a manifest's records) and cannot encode text: its query vectors come
+from a file too (`hybridlab eval --query-vectors`).
+
 Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
 are imported only when an encoder is built.
 """
@@ -22,7 +27,8 @@ import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +50,14 @@ __all__ = [
     "canonical_name",
     "check_query_encoder",
     "encoder_record",
+    "external_spec",
     "get_spec",
     "is_installed",
     "load_encoder",
     "load_query_encoder",
     "query_encoder_name",
+    "register_external",
+    "register_recorded",
 ]
 
 logger = logging.getLogger(__name__)
@@ -129,6 +138,44 @@ _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 
+EXTERNAL = "external"
+_EXTERNAL: dict[str, ModelSpec] = {}  # name -> spec of models whose vectors were imported, this process
+
+
+@dataclass(frozen=True)
+class _ExternalSpec(ModelSpec):
+    """The spec of vectors made elsewhere: backend "external", nothing to load."""
+
+    def __post_init__(self) -> None:
+        if self.dim <= 0 or self.max_seq_length < 0:
+            raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
+
+
+def external_spec(name: str, dim: int, **given: Any) -> ModelSpec:
+    """The spec of imported vectors of a model that does not run here: `dim` from the file, the rest
+    (ModelSpec fields: source, revision, pooling, dtype, query_prefix, document_prefix,
+    max_seq_length) as given, else "external" / "" / 0."""
+    fields = {"source": EXTERNAL, "pooling": EXTERNAL, "dtype": EXTERNAL, "max_seq_length": 0, **given}
+    return _ExternalSpec(name=name, package="", dim=int(dim), backend=EXTERNAL,
+                         description="vectors imported from a file (hybridlab index --vectors)", **fields)
+
+
+def register_external(spec: ModelSpec) -> None:
+    """Make an external model's spec known to `get_spec` / `canonical_name` in this process."""
+    _EXTERNAL[spec.name] = spec
+
+
+def register_recorded(models: Mapping[str, Any]) -> None:
+    """Register the external models of a manifest's `models` section from their encoder records
+    (a spec registered before, e.g. by an import in progress, is kept)."""
+    for name, info in models.items():
+        record = (info or {}).get("encoder") or {}
+        if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
+            keys = ("source", "revision", "pooling", "dtype", "normalize", "query_prefix", "document_prefix",
+                    "max_seq_length")
+            register_external(external_spec(name, record["dim"], **{k: record[k] for k in keys if k in record}))
+
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -149,6 +196,8 @@ def canonical_name(name: str) -> str:
     registered = _registry_name(name)
     if registered is not None:
         return registered
+    if name in _EXTERNAL:
+        return name
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())
@@ -164,6 +213,8 @@ def get_spec(name: str) -> ModelSpec:
     registered = _registry_name(name)
     if registered is not None:
         return MODELS[registered]
+    if name in _EXTERNAL:
+        return _EXTERNAL[name]
     return _custom(canonical_name(name)).spec
 
 
@@ -239,6 +290,10 @@ def load_encoder(name: str) -> Encoder:
     """The encoder of model `name` (registry name, alias, sentence-transformers folder or hub id),
     loaded once per process; later calls return the same object."""
     registered = _registry_name(name)
+    if name in _EXTERNAL and registered is None:
+        raise ValueError(f"model {name!r} is external: its vectors were imported from a file (hybridlab index "
+                         f"--vectors), it cannot encode text here; import vectors for new chunks the same way, "
+                         f"and give query vectors from a file: hybridlab eval --query-vectors FILE")
     if registered is None:
         return _custom(canonical_name(name))
     return _load(MODELS[registered])

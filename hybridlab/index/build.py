@@ -12,8 +12,9 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hybridlab.config import IndexConfig
 from hybridlab.index import layout, store, wal
@@ -207,6 +208,7 @@ def apply_changes(
     scans: Sequence[FolderScan] = (),
     lock_wait: float | None = None,
     delete_ids: Sequence[str] = (),
+    imported: Callable[[Any, Any], int] | None = None,
 ) -> IndexReport:
     """Apply (source, documents, remove_missing) batches as one new generation of the index.
 
@@ -225,7 +227,9 @@ def apply_changes(
     (:func:`last_versions`). `lock_wait`: seconds to wait for another writer (None:
     `layout.lock_wait_seconds()`). `delete_ids`: documents deleted by this write whatever their source
     (tombstoned like removed ones, dropped from the write-ahead log; ids not indexed are ignored, an
-    id both written and deleted is a ValueError): the memory writer's `delete`."""
+    id both written and deleted is a ValueError): the memory writer's `delete`. `imported(con, cache)`:
+    vectors from a file put into the cache before embedding (`vectors_import.import_hook`; the whole
+    index is rewritten as one segment, as with `force`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
@@ -241,6 +245,9 @@ def apply_changes(
             )
         old_config = IndexConfig.from_manifest(manifest["config"]) if manifest else None
         config = config or old_config or IndexConfig()
+        from hybridlab.encoders.registry import register_recorded
+
+        register_recorded((manifest or {}).get("models") or {})  # imported vectors' external models
         config = dataclasses.replace(
             config, models=canonical_models(config.models),
             model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
@@ -271,6 +278,7 @@ def apply_changes(
             to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report,
                                          {scan.source: scan.unchanged for scan in scans}, delete_ids)
             # a pre-segment (format 1) index is rewritten as one segment by its first change
+            force = force or imported is not None
             full = relayout or force or any(entry.get("legacy") for entry in entries)
             if not (to_insert or to_delete or relayout or force):
                 report.chunks = manifest["counts"]["chunks"] if manifest else 0
@@ -311,6 +319,8 @@ def apply_changes(
                 if logged is not None and logged.records:  # their vectors are in the log: not embedded again
                     for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
                         cache.put(cache_model(model), hashes, vectors)
+                if imported is not None:
+                    imported(con, cache)
                 dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = store_counts(con)
@@ -364,6 +374,7 @@ def index_paths(
     force: bool = False,
     check_content: bool = False,
     cache_path: str | os.PathLike | None = None,
+    imported: Callable[[Any, Any], int] | None = None,
 ) -> IndexReport:
     """Index (or update) folders, BEIR datasets and memories files into `index_dir`.
 
@@ -375,7 +386,7 @@ def index_paths(
     changed within `layout.SETTLED_NS` (2 s) before the scan (racy: a same-size edit in the same clock
     tick moves neither mtime nor ctime), which the next run reads again. `check_content` reads every
     file whatever its signature (`hybridlab index --check-content`); `force` does too and also
-    rewrites the whole index as one segment (`--force`)."""
+    rewrites the whole index as one segment (`--force`). `imported`: see `apply_changes`."""
     started = time.perf_counter()
     ingest = IngestReport()
     batches = []
@@ -394,6 +405,6 @@ def index_paths(
         batches.append((str(path.resolve()), documents, True))
     report = IndexReport(str(index_dir), skipped=ingest.skipped)
     report = apply_changes(index_dir, batches, config, progress=progress, force=force, report=report,
-                           cache_path=cache_path, scans=scans)
+                           cache_path=cache_path, scans=scans, imported=imported)
     report.seconds = time.perf_counter() - started
     return report

@@ -132,8 +132,9 @@ class EmbeddingCache:
             out[start:start + len(part)] = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(-1, dim)
         return out
 
-    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray) -> None:
-        """Add vectors (one transaction); hashes already present are skipped."""
+    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray, replace: bool = False) -> None:
+        """Add vectors (one transaction); hashes already present are skipped, or with `replace`
+        (imported vectors: the file wins) overwritten."""
         if not len(hashes):
             return
         import pandas as pd
@@ -147,6 +148,9 @@ class EmbeddingCache:
         }).drop_duplicates("sha256")
         self.con.register("incoming", frame)
         self.con.execute("BEGIN TRANSACTION")
+        if replace:
+            self.con.execute("DELETE FROM embeddings e WHERE e.model = ? AND e.sha256 IN (SELECT sha256 FROM incoming)",
+                             [model])
         self.con.execute(
             "INSERT INTO embeddings SELECT i.model, i.sha256, i.dim, i.vector FROM incoming i "
             "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)"
@@ -183,10 +187,13 @@ class VectorBuffer:
     def missing(self, model: str, hashes: Sequence[str], dim: int | None = None) -> list[str]:
         return [sha for sha in dict.fromkeys(hashes) if (model, sha) not in self._vectors]
 
-    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray) -> None:
+    def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray, replace: bool = False) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for sha, vector in zip(hashes, vectors, strict=True):
-            self._vectors.setdefault((model, sha), vector)
+            if replace:
+                self._vectors[(model, sha)] = vector
+            else:
+                self._vectors.setdefault((model, sha), vector)
 
     def matrix(self, model: str, hashes: Sequence[str], dim: int) -> np.ndarray:
         out = np.empty((len(hashes), dim), dtype=np.float32)

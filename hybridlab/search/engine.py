@@ -208,8 +208,14 @@ class Index:
             return encoder
         with self._encoder_lock:
             if model not in self._encoders:
-                from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder
+                from hybridlab.encoders.registry import (
+                    check_query_encoder,
+                    get_spec,
+                    load_query_encoder,
+                    register_recorded,
+                )
 
+                register_recorded(self._snapshot.generation.manifest.get("models") or {})  # imported vectors
                 dim = get_spec(model).dim
                 dense = self._snapshot.dense.get(model)
                 if dense is not None and dim != dense.dim:
@@ -238,6 +244,12 @@ class Index:
         todo = [query for _, query in self._query_vectors.missing((model, q) for q in queries)]
         if todo:
             self._query_vectors.put_many(zip(((model, q) for q in todo), self._encode(model, todo)))
+
+    def put_query_vectors(self, model: str, vectors: Mapping[str, np.ndarray]) -> None:
+        """Use these vectors (query text -> vector, e.g. read from a file) for `model`'s queries; all
+        are kept while they are used (`LruCache.put_many`)."""
+        self._query_vectors.put_many(((model, query), np.asarray(vector, dtype=np.float32))
+                                     for query, vector in vectors.items())
 
     def reranker(self, name: str):
         """The cross-encoder `name` of the rerank step, loaded on first use and kept (thread-safe:
