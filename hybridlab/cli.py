@@ -451,34 +451,38 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from hybridlab.eval.datasets import load_qrels, load_queries
+    from hybridlab.eval.datasets import load_qrels, load_queries, split_query_ids
     from hybridlab.eval.evaluate import METRICS, make_run, score, write_trec_run
 
     if args.runs:
         return _eval_runs(args)
-    if not args.queries:
-        raise UsageError("eval needs --queries (to search the index) or --run FILE (to score run files)")
-    index = _open_search_index(args)
-    queries_path, qrels_path = Path(args.queries), Path(args.qrels)
-    queries = load_queries(queries_path.parent if queries_path.is_file() else queries_path) if queries_path.is_dir() \
-        else _queries_file(queries_path)
-    qrels = load_qrels(qrels_path)
-    if args.split != "all":
-        from hybridlab.eval.datasets import split_query_ids
-
-        qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
-    queries = {q: t for q, t in queries.items() if q in qrels}
+    evalset, queries, qrels, kinds = _eval_topics(args)
+    if evalset is None:
+        queries_path = Path(args.queries)
+        queries = load_queries(queries_path)
+        qrels = load_qrels(Path(args.qrels))
+        if args.split not in (None, "all"):
+            qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
+        queries = {q: t for q, t in queries.items() if q in qrels}
+        kinds = _query_kinds(queries_path) if args.kinds else {}
     if args.kinds:
-        kinds = _query_kinds(queries_path)
         unknown = set(args.kinds) - set(kinds.values())
         if unknown:
-            raise UsageError(f"no query of {queries_path} has kind {sorted(unknown)}; kinds: {sorted(set(kinds.values()))}")
+            raise UsageError(f"no query has kind {sorted(unknown)}; kinds: {sorted(set(kinds.values()))}")
         queries = {q: t for q, t in queries.items() if kinds.get(q) in args.kinds}
     if not queries:
-        raise UsageError(f"no query of {queries_path} has judgements in {qrels_path}")
+        raise UsageError(f"no query of {args.dataset or args.queries} has judgements in {args.dataset or args.qrels}")
+    if args.index_dir is None:  # --dataset: the set's cached evaluation index unless --index is given
+        from hybridlab.eval.evalsets import ensure_index
+
+        args.index_dir = str(ensure_index(evalset, progress=not args.quiet)) if evalset \
+            else os.environ.get("HYBRIDLAB_INDEX", DEFAULT_INDEX)
+    index = _open_search_index(args)
     kwargs = search_kwargs(args)
     kwargs.pop("chunk_types", None)
     kwargs.pop("group_by_document", None)  # evaluation is at document level (qrels judge documents)
+    if evalset is not None and evalset.now:
+        kwargs.setdefault("now", evalset.now)
     if args.query_vectors:
         _use_query_vectors(index, args, queries)
     run = make_run(index, queries, progress=not args.quiet, **kwargs)
@@ -493,6 +497,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for name, value in metrics.items():
             print(f"| {name} | {value:.4f} |")
     return 0
+
+
+def _eval_topics(args: argparse.Namespace):
+    """With `--dataset` (a declared set, a folder or irds:ID): the set, and the queries, qrels and
+    query kinds of its split (`--split`, else its report split); without: (None, {}, {}, {})."""
+    if args.dataset is None:
+        if not args.runs and not (args.queries and args.qrels):
+            raise UsageError("eval needs --dataset NAME, or --queries and --qrels (to search the index), "
+                             "or --run FILE with --qrels (to score run files)")
+        return None, {}, {}, {}
+    from hybridlab.eval.datasets import load_query_metadata
+    from hybridlab.eval.evaluator import resolve_evalset
+
+    evalset = resolve_evalset(args.dataset)
+    dataset = evalset.dataset(args.split or evalset.report_split)
+    kinds = {q: str(m[evalset.kinds]) for q, m in load_query_metadata(evalset.queries_path).items() if evalset.kinds in m}
+    return evalset, dataset.queries, dataset.qrels, kinds
 
 
 def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str]) -> None:
@@ -519,16 +540,20 @@ def _eval_runs(args: argparse.Namespace) -> int:
 
     if args.save_run:
         raise UsageError("--save-run writes the index's run; with --run the runs are files already")
-    qrels = load_qrels(Path(args.qrels))
-    if args.split != "all":
-        qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
-    kinds = _query_kinds(Path(args.queries)) if args.queries else {}
+    _, _, qrels, kinds = _eval_topics(args)
+    if args.dataset is None:
+        if not args.qrels:
+            raise UsageError("eval --run needs --qrels FILE or --dataset NAME")
+        qrels = load_qrels(Path(args.qrels))
+        if args.split not in (None, "all"):
+            qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
+        kinds = _query_kinds(Path(args.queries)) if args.queries else {}
     if args.kinds:
         if not kinds:
             raise UsageError("--kind needs --queries (the kinds are the queries' metadata.kind)")
         qrels = {q: docs for q, docs in qrels.items() if kinds.get(q) in args.kinds}
     if not qrels:
-        raise UsageError(f"no query of {args.qrels} is left to score")
+        raise UsageError(f"no query of {args.dataset or args.qrels} is left to score")
     runs = {}
     for path in args.runs:
         name = run_name(path)
@@ -593,21 +618,10 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 def _query_kinds(path: Path) -> dict[str, str]:
     """Query id -> its `metadata.kind` (queries without one are left out)."""
-    from hybridlab.eval.datasets import iter_jsonl, load_query_metadata
+    from hybridlab.eval.datasets import load_query_metadata
 
-    if path.is_dir():
-        metadata = load_query_metadata(path)
-    else:
-        metadata = {str(o["_id"]): o.get("metadata") or {} for _, o in iter_jsonl(path)}
+    metadata = load_query_metadata(path)
     return {qid: str(meta["kind"]) for qid, meta in metadata.items() if isinstance(meta, dict) and "kind" in meta}
-
-
-def _queries_file(path: Path) -> dict[str, str]:
-    from hybridlab.eval.datasets import iter_jsonl
-
-    if not path.exists():
-        raise FileNotFoundError(f"queries file not found: {path}")
-    return {str(o["_id"]): str(o["text"]) for _, o in iter_jsonl(path)}
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -634,6 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
     def index_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--index", dest="index_dir", default=os.environ.get("HYBRIDLAB_INDEX", DEFAULT_INDEX),
                        help=f"index folder (default $HYBRIDLAB_INDEX or {DEFAULT_INDEX})")
+
+    def evalsets_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--evalsets", metavar="PATH", help="a TOML file declaring evaluation sets, besides the "
+                       "packaged ones (env HYBRIDLAB_EVALSETS; docs/evaluation.md)")
 
     def backend_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", choices=("local", "qdrant"), default="local",
@@ -734,9 +752,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score an index against queries + qrels with ranx")
     index_arg(p)
+    p.set_defaults(index_dir=None)  # default: with --dataset the set's evaluation index, else HYBRIDLAB_INDEX/.hybridlab
+    p.add_argument("--dataset", help="an evaluation set (declared, e.g. scifact; a BEIR folder; or irds:<ir_datasets "
+                   "id>, e.g. irds:beir/scifact/test): its queries and qrels, and its cached index unless --index")
+    evalsets_arg(p)
     p.add_argument("--queries", help="queries.jsonl[.gz] (BEIR) or a dataset folder (with --run: optional, "
                    "for the per-kind table)")
-    p.add_argument("--qrels", required=True, help="qrels .tsv (BEIR) or a dataset folder")
+    p.add_argument("--qrels", help="qrels file (BEIR .tsv or TREC) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
     p.add_argument("--query-vectors", metavar="FILE", help="the queries' vectors from a file (Parquet id, vector; "
                    "or .npy + ids), for a model that cannot encode here (docs/models.md)")
@@ -747,8 +769,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --run: the paired test against the baseline (Holm-corrected; default randomization)")
     p.add_argument("--kind", action="append", dest="kinds", metavar="KIND",
                    help="only queries of this kind (their metadata.kind); repeatable")
-    p.add_argument("--split", choices=["all", "dev", "test"], default="all",
-                   help="score the deterministic dev or test half of the queries (sha1 of the query id)")
+    p.add_argument("--split", choices=["all", "dev", "test", "train", "cv"], default=None,
+                   help="score the deterministic dev or test half of the queries (sha1 of the query id); with "
+                   "--dataset, a split of the set (default: its report split)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     add_search_options(p)
@@ -785,6 +808,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="run the sweep notebook (Optuna) through papermill into reports/")
     p.add_argument("--dataset", required=True)
+    evalsets_arg(p)
     p.add_argument("--trials", type=_positive_int, default=None)
     p.add_argument("--storage", help="Optuna storage: postgresql://user@host/db, sqlite:///PATH or journal:PATH "
                                      "(a file on shared storage); default SQLite in the run folder")
@@ -832,6 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every condition of the reproduction record")
     p.add_argument("--cheap", action="store_true", help="only the cheap conditions (seconds; what `make test` runs)")
     p.add_argument("--conditions", default=None, help="the conditions file (default repro/conditions.yaml)")
+    evalsets_arg(p)
     p.add_argument("--record", action="store_true",
                    help="write the measured values of the selected conditions that moved into the conditions "
                         "file (a deliberate re-record after an engine change; commit it with that change)")
@@ -895,6 +920,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     try:
+        if getattr(args, "evalsets", None):  # seen by every reader of the sets, subprocesses included
+            from hybridlab.eval.evalsets import use_evalsets
+
+            use_evalsets(args.evalsets)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted: the index is unchanged unless a new generation was committed", file=sys.stderr)

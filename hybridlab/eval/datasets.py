@@ -5,6 +5,9 @@ keeps it: `train` = those queries, `test` = every query of the test qrels (as pu
 report), and `dev` = `train` (the split a sweep tunes on is never a part of `test`). Any other
 collection has one set of judgements, split deterministically into `dev`/`test` halves by the sha1 of
 the query id. `all` is always every query of the test qrels.
+
+The queries and qrels may also be files (a qrels file with tab- or space-separated columns, a queries
+`.jsonl`) or an ir_datasets id (`irds:beir/scifact/test`): one set of judgements, split like that.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from hybridlab.config import REPO_ROOT
 from hybridlab.ingest.files import _open_text, find_file, iter_jsonl
+from hybridlab.ingest.sources import irds_dataset, is_irds
 
 Qrels = dict[str, dict[str, int]]
 
@@ -36,7 +40,7 @@ def data_dir() -> Path:
 def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
     """A dataset folder from a name (looked up in the data dir or `ground_truth/`) or a path."""
     path = Path(name_or_path)
-    if path.is_dir():
+    if path.is_dir() or path.is_file() or is_irds(name_or_path):
         return path
     for base in (data_dir(), REPO_ROOT / "ground_truth"):
         if (base / str(name_or_path)).is_dir():
@@ -49,7 +53,10 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
 
 def load_queries(folder: Path, split: str | None = None) -> dict[str, str]:
     """`{query_id: text}` from `queries-<split>.jsonl[.gz]` when `split` is given and that file
-    exists, else from `queries.jsonl[.gz]` (BEIR keeps every split's queries in one file)."""
+    exists, else from `queries.jsonl[.gz]` (BEIR keeps every split's queries in one file); or from
+    a queries file, or an ir_datasets id."""
+    if is_irds(folder):
+        return {str(q.query_id): q.default_text() for q in irds_dataset(folder).queries_iter()}
     path = _queries_file(folder, split)
     queries: dict[str, str] = {}
     for line_number, obj in iter_jsonl(path):
@@ -60,6 +67,9 @@ def load_queries(folder: Path, split: str | None = None) -> dict[str, str]:
 
 
 def _queries_file(folder: Path, split: str | None) -> Path:
+    folder = Path(folder)
+    if folder.is_file():
+        return folder
     if split is not None:
         try:
             return find_file(folder, f"queries-{split}.jsonl")
@@ -70,19 +80,27 @@ def _queries_file(folder: Path, split: str | None) -> Path:
 
 def load_query_metadata(folder: Path, split: str | None = None) -> dict[str, dict]:
     """`{query_id: metadata}` (e.g. the query's kind) from the queries file, where present."""
+    if is_irds(folder):
+        return {}
     path = _queries_file(folder, split)
     return {str(obj["_id"]): dict(obj.get("metadata") or {}) for _, obj in iter_jsonl(path)}
 
 
 def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
-    """`{query_id: {doc_id: relevance}}` from `qrels-<split>.tsv` or `qrels/<split>.tsv`."""
+    """`{query_id: {doc_id: relevance}}` from `qrels-<split>.tsv` or `qrels/<split>.tsv` of a folder, a
+    qrels file (3 or 4 columns, tab- or space-separated), or an ir_datasets id."""
     path = Path(folder_or_file)
+    if is_irds(path):
+        qrels: Qrels = {}
+        for qrel in irds_dataset(path).qrels_iter():
+            qrels.setdefault(str(qrel.query_id), {})[str(qrel.doc_id)] = int(qrel.relevance)
+        return qrels
     if path.is_dir():
         path = find_file(path, f"qrels-{split}.tsv", f"qrels/{split}.tsv")
     qrels: Qrels = {}
     with _open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
-            parts = line.rstrip("\n").split("\t")
+            parts = line.rstrip("\n").split("\t") if "\t" in line else line.split()
             if line_number == 1 and parts[0] in {"query-id", "query_id", "qid"}:
                 continue
             if not line.strip():
@@ -90,7 +108,7 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
             if len(parts) == 4:  # TREC qrels: qid 0 docid rel
                 parts = [parts[0], parts[2], parts[3]]
             if len(parts) != 3:
-                raise ValueError(f"{path}:{line_number}: expected 'query-id<TAB>corpus-id<TAB>score'")
+                raise ValueError(f"{path}:{line_number}: expected 'query-id corpus-id score' (or TREC's 4 columns)")
             qid, doc_id, score = parts
             try:
                 relevance = int(score)
@@ -127,6 +145,8 @@ class Dataset:
 
 def has_train_split(folder: Path) -> bool:
     """Whether a dataset folder has an official train split (`qrels-train.tsv` / `qrels/train.tsv`)."""
+    if not Path(folder).is_dir():
+        return False
     try:
         find_file(Path(folder), "qrels-train.tsv", "qrels/train.tsv")
     except FileNotFoundError:
@@ -139,17 +159,19 @@ def splits_of(folder: Path) -> list[str]:
     return ["all", "dev", "test", "train"] if has_train_split(folder) else ["all", "dev", "test"]
 
 
-def load_dataset(name_or_path: str | os.PathLike, split: str = "all") -> Dataset:
-    """Queries (only those with judgements) and qrels of one split of a BEIR-layout dataset (see the
-    module docstring for what each split means)."""
+def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: Path | None = None) -> Dataset:
+    """Queries (only those with judgements) and qrels of one split of a BEIR-layout dataset, a qrels
+    file or an ir_datasets id (see the module docstring for what each split means); `queries`: where
+    the queries are when not beside the qrels."""
     folder = resolve_dataset(name_or_path)
     official = has_train_split(folder)
     if split not in splits_of(folder):
         raise ValueError(f"unknown split {split!r}; choose from {splits_of(folder)}")
     file_split = "train" if official and split in {"train", "dev"} else "test"
     qrels = load_qrels(folder, file_split)
-    queries = {qid: text for qid, text in load_queries(folder, file_split).items() if qid in qrels}
-    dataset = Dataset(folder.name, folder, queries, {qid: qrels[qid] for qid in queries})
+    queries = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}
+    dataset = Dataset(str(folder) if is_irds(folder) else folder.name, folder, queries,
+                      {qid: qrels[qid] for qid in queries})
     return dataset if official else dataset.split(split)
 
 

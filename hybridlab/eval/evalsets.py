@@ -1,46 +1,42 @@
-"""Named evaluation sets: where each one's corpus, queries and judgements live, and cached indexes.
+"""Named evaluation sets, declared in TOML files: where each one's corpus, queries and judgements
+live, its fixed `now`, and where it may be tuned and where it is reported; and their cached indexes.
 
-`memories` and `holoviz` are our own ground truth (`ground_truth/`); `scifact`, `cisi`, `cranfield`
-and `med` are BEIR-layout collections read in place from the data dir (`HYBRIDLAB_DATA`).
-
-Every set declares where it may be tuned and where it is reported (:data:`SPLIT_RULES`): SciFact is
-tuned on its official train split and reported on all 300 test queries, as published results are;
-the small sets (memories, holoviz) are cross-validated, nested (each fold scored by a config tuned on
-the other folds, :mod:`hybridlab.eval.crossval`); CISI, Cranfield and MED are never tuned on, they
-are the out-of-domain check of every default.
+The sets hybridlab ships are the entries of `evalsets.toml` beside this module (its comments list the
+fields); a user's file of the same form adds sets or replaces one of the same name (`--evalsets PATH`
+of `eval`/`sweep`/`grid`/`repro`, which sets `HYBRIDLAB_EVALSETS` for the process and its children).
+A name not declared is looked up as a BEIR folder of the data dir (`HYBRIDLAB_DATA`, tuned on a sha1
+dev half, reported on the test half); `irds:<id>` is an ir_datasets dataset, reported on all its
+queries and never tuned on. Errors in a file name the file, the set and the field.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
+import re
+import string
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hybridlab.config import IndexConfig, config_hash
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
+from hybridlab.ingest.sources import IRDS, is_irds
 
 GROUND_TRUTH = REPO_ROOT / "ground_truth"
-
+PACKAGED_EVALSETS = Path(__file__).with_name("evalsets.toml")
+EVALSETS_ENV = "HYBRIDLAB_EVALSETS"
 
 #: `tuning_split`/`report_split` of a cross-validated set: k folds of all its judged queries.
 CROSS_VALIDATED = "cv"
-#: Sets that are never tuned on (`tuning_split=None`): the out-of-domain check of every default.
-NEVER_TUNED = ("cisi", "cranfield", "med")
-#: name -> (tuning_split, report_split, cv_folds); a set not listed keeps the sha1 dev/test halves.
-SPLIT_RULES: dict[str, tuple[str | None, str, int | None]] = {
-    "scifact": ("train", "test", None),
-    "memories": (CROSS_VALIDATED, CROSS_VALIDATED, 5),
-    "holoviz": (CROSS_VALIDATED, CROSS_VALIDATED, 5),
-    **{name: (None, "all", None) for name in NEVER_TUNED},
-}
 
 
 @dataclass(frozen=True)
 class EvalSet:
     """A corpus to index plus queries/qrels to score, the fixed `now` its recency needs, and its
     declared splits: tune on `tuning_split` (None = never tuned on), report on `report_split`;
-    `cv_folds` = k of the nested k-fold cross-validation when both are :data:`CROSS_VALIDATED`."""
+    `cv_folds` = k of the nested k-fold cross-validation when both are :data:`CROSS_VALIDATED`.
+    `judgements`: the qrels (a BEIR folder, a qrels file or `irds:<id>`); `queries`: where the
+    queries are when not there; `kinds`: the queries' metadata field holding each one's kind."""
 
     name: str
     sources: tuple[Path, ...]
@@ -49,6 +45,8 @@ class EvalSet:
     tuning_split: str | None = "dev"
     report_split: str = "test"
     cv_folds: int | None = None
+    queries: Path | None = None
+    kinds: str = "kind"
 
     def __post_init__(self) -> None:
         cross_validated = CROSS_VALIDATED in {self.tuning_split, self.report_split}
@@ -62,9 +60,20 @@ class EvalSet:
     def cross_validated(self) -> bool:
         return self.cv_folds is not None
 
+    @property
+    def queries_path(self) -> Path:
+        """Where the queries (and their metadata, e.g. kinds) are read from."""
+        return self.queries or self.judgements
+
+    @property
+    def folder_name(self) -> str:
+        """The name as a folder name (an irds id holds `:` and `/`)."""
+        return re.sub(r"[^\w.-]+", "-", self.name)
+
     def dataset(self, split: str = "all") -> Dataset:
         """The queries/qrels of `split`; :data:`CROSS_VALIDATED` = all judged queries (the folds' pool)."""
-        return load_dataset(self.judgements, split="all" if split == CROSS_VALIDATED else split)
+        return load_dataset(self.judgements, split="all" if split == CROSS_VALIDATED else split,
+                            queries=self.queries)
 
     def tuning_dataset(self) -> Dataset:
         """The queries a sweep may tune on; ValueError for a set that is never tuned on."""
@@ -78,17 +87,9 @@ class EvalSet:
 def check_tunable(evalset: EvalSet) -> str:
     """The set's tuning split; ValueError naming the rule when the set is never tuned on."""
     if evalset.tuning_split is None:
-        raise ValueError(f"{evalset.name} is never tuned on: {', '.join(NEVER_TUNED)} are the out-of-domain "
-                         "check of every default (issue 18); tune on scifact (train), memories or holoviz (cv)")
+        raise ValueError(f"{evalset.name} is never tuned on (tuning_split = false): it is an out-of-domain check "
+                         "of every default (issue 18); tune on scifact (train), memories or holoviz (cv)")
     return evalset.tuning_split
-
-
-def _with_rules(evalset: EvalSet) -> EvalSet:
-    """The set with the declared splits of its name (:data:`SPLIT_RULES`), if any."""
-    if evalset.name not in SPLIT_RULES:
-        return evalset
-    tuning, report, folds = SPLIT_RULES[evalset.name]
-    return dataclasses.replace(evalset, tuning_split=tuning, report_split=report, cv_folds=folds)
 
 
 def corpora_dir() -> Path:
@@ -97,25 +98,107 @@ def corpora_dir() -> Path:
     return Path(env) if env else data_dir().parent / "corpora"
 
 
+def use_evalsets(path: str | os.PathLike | None) -> None:
+    """`--evalsets PATH`: check the file and put it in `HYBRIDLAB_EVALSETS` (seen by subprocesses:
+    sweep workers, notebooks, repro commands); None leaves the environment as it is."""
+    if path is not None:
+        path = Path(path).resolve()
+        read_evalsets(path)
+        os.environ[EVALSETS_ENV] = str(path)
+
+
+def evalset_files() -> list[Path]:
+    """The packaged file, then the user's (`HYBRIDLAB_EVALSETS`), whose sets win."""
+    user = os.environ.get(EVALSETS_ENV)
+    return [PACKAGED_EVALSETS, *([Path(user)] if user else [])]
+
+
+def declared() -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Every declared set: name -> (its file, its fields)."""
+    return {name: (path, entry) for path in evalset_files() for name, entry in read_evalsets(path).items()}
+
+
+def read_evalsets(path: Path) -> dict[str, dict[str, Any]]:
+    """The sets of one TOML file (name -> fields), each field checked; ValueError names file, set and field."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"evaluation sets file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML: {error}") from None
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: {name!r} is not a set: declare it as a table, [{name}]")  # noqa: TRY004
+        _evalset(name, path, entry, check_paths=False)
+    return data
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "corpus": (str, list), "qrels": (str,), "queries": (str,), "now": (str,), "tuning_split": (str, bool),
+    "report_split": (str,), "cv_folds": (int,), "kinds": (str,)}
+
+
+def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = True) -> EvalSet:
+    """The EvalSet a file's entry declares; ValueError/FileNotFoundError naming file, set and field."""
+    where = f"{file}: set {name!r}"
+    unknown = sorted(set(entry) - set(_TYPES))
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r}; fields are {list(_TYPES)}")
+    if "corpus" not in entry:
+        raise ValueError(f"{where}: field 'corpus' is missing")
+    for key, value in entry.items():
+        if not isinstance(value, _TYPES[key]) or (key == "tuning_split" and value is True) \
+                or (key == "corpus" and isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+            raise ValueError(f"{where}: field {key!r} has the wrong type ({value!r})")
+    values = {"data": str(data_dir()), "corpora": str(corpora_dir()), "ground_truth": str(GROUND_TRUTH)}
+
+    def path(key: str, text: str) -> Path:
+        try:
+            text = string.Template(text).substitute(values)
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"{where}: field {key!r}: unknown placeholder in {text!r} ({error}); "
+                             f"placeholders are {['${' + v + '}' for v in values]}") from None
+        resolved = Path(text) if is_irds(text) else (Path(file).parent / text).resolve()
+        if check_paths and not is_irds(text) and not resolved.exists():
+            raise FileNotFoundError(f"{where}: field {key!r}: {resolved} does not exist")
+        return resolved
+
+    corpus = entry["corpus"] if isinstance(entry["corpus"], list) else [entry["corpus"]]
+    sources = tuple(path("corpus", c) for c in corpus)
+    judgements = path("qrels", entry["qrels"]) if "qrels" in entry else sources[0]
+    tuning = entry.get("tuning_split", "dev")
+    try:
+        return EvalSet(name, sources, judgements, entry.get("now"), tuning or None, entry.get("report_split", "test"),
+                       entry.get("cv_folds"), path("queries", entry["queries"]) if "queries" in entry else None,
+                       entry.get("kinds", "kind"))
+    except ValueError as error:
+        raise ValueError(f"{where}: {str(error).removeprefix(f'{name}: ')}") from None
+
+
 def get_evalset(name: str) -> EvalSet:
-    """The evaluation set called `name` (our ground truth or a BEIR dataset in the data dir)."""
-    if name == "memories":
-        folder = GROUND_TRUTH / "memories"
-        settings = json.loads((folder / "eval.json").read_text()) if (folder / "eval.json").exists() else {}
-        return _with_rules(EvalSet(name, (folder / settings.get("corpus", "memories.jsonl"),), folder,
-                                   settings.get("now")))
-    if name == "holoviz":
-        return _with_rules(EvalSet(name, (corpora_dir() / "holoviz",), GROUND_TRUTH / "holoviz", None))
+    """The evaluation set called `name`: a declared set, a BEIR folder of the data dir, or `irds:<id>`."""
+    if is_irds(name):
+        return EvalSet(name, (Path(name),), Path(name), tuning_split=None, report_split="all")
+    sets = declared()
+    if name in sets:
+        file, entry = sets[name]
+        return _evalset(name, file, entry)
     folder = data_dir() / name
     if folder.is_dir():
-        return _with_rules(EvalSet(name, (folder,), folder, None))
-    known = ["memories", "holoviz"] + sorted(p.name for p in data_dir().glob("*") if p.is_dir())
-    raise ValueError(f"unknown dataset {name!r}; choose from {known}")
+        return EvalSet(name, (folder,), folder)
+    known = list(sets) + sorted(p.name for p in data_dir().glob("*") if p.is_dir() and p.name not in sets)
+    raise ValueError(f"unknown dataset {name!r}; choose from {known} (declared in "
+                     f"{', '.join(map(str, evalset_files()))}), a folder, or {IRDS}<ir_datasets id>")
 
 
 def cache_root() -> Path:
     """Where evaluation indexes and the shared embeddings cache live (`HYBRIDLAB_CACHE`)."""
     return Path(os.environ.get("HYBRIDLAB_CACHE", REPO_ROOT / ".cache"))
+
+
+def index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
+    """Where :func:`ensure_index` keeps this set's index of `config`."""
+    return cache_root() / "indexes" / f"{evalset.folder_name}-{config_hash(config.to_dict())}"
 
 
 def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progress: bool = True) -> Path:
@@ -124,7 +207,8 @@ def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progres
     from hybridlab.index.build import index_paths
 
     config = config or IndexConfig()
-    folder = cache_root() / "indexes" / f"{evalset.name}-{config_hash(config.to_dict())}"
+    folder = index_folder(evalset, config)
     index_paths(list(evalset.sources), folder, config, progress=progress,
                 cache_path=cache_root() / "embeddings.duckdb")
     return folder
+

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig, config_hash
-from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset
+from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset, index_folder
 from hybridlab.eval.evaluate import METRICS, make_run, score
 from hybridlab.index.build import index_paths
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
@@ -36,8 +36,9 @@ def full_search_config(search: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_evalset(name_or_path: str | os.PathLike) -> EvalSet:
-    """A named evaluation set, or a folder holding `queries.jsonl` + `qrels-test.tsv` and either a
-    BEIR `corpus.jsonl` or a memories `memories.jsonl` (with an optional `eval.json` giving `now`)."""
+    """A named evaluation set (or `irds:<id>`), or a folder holding `queries.jsonl` + `qrels-test.tsv`
+    and either a BEIR `corpus.jsonl` or a memories `memories.jsonl` (with an optional `eval.json`
+    giving `now`)."""
     path = Path(name_or_path)
     if not path.is_dir():
         return get_evalset(str(name_or_path))
@@ -79,7 +80,7 @@ class Evaluator:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                folder = _index_folder(self.evalset, config)
+                folder = index_folder(self.evalset, config)
                 if not (folder / "manifest.json").exists() and not _shared_cache_free():
                     seeded = self._seeded_cache(config)
                     if seeded is not None:
@@ -109,7 +110,7 @@ class Evaluator:
         base = dataclasses.replace(IndexConfig(), models=config.models,
                                    model_by_collection=config.model_by_collection,
                                    model_by_language=config.model_by_language)
-        if not (_index_folder(self.evalset, base) / "manifest.json").exists():
+        if not (index_folder(self.evalset, base) / "manifest.json").exists():
             return None
         path = cache_root() / f"sweep-embeddings-{self.evalset.name}.duckdb"
         index = self.index(base)
@@ -127,11 +128,6 @@ class Evaluator:
         finally:
             cache.close()
         return path
-
-
-def _index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
-    """Where ensure_index keeps this set's index of `config`."""
-    return cache_root() / "indexes" / f"{evalset.name}-{index_key(config)}"
 
 
 def _shared_cache_free() -> bool:

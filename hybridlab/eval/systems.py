@@ -75,9 +75,9 @@ def default_settings(opened: OpenedSet) -> dict[str, Any]:
             "decay": config.decay, "recency_weight": config.recency_weight, "tag_weight": config.tag_weight}
 
 
-def per_kind(qrels_folder: Path, per_query: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """Mean of one metric per query kind (`metadata.kind` in queries.jsonl), with the count."""
-    kinds = {qid: meta.get("kind", "-") for qid, meta in load_query_metadata(qrels_folder).items()}
+def per_kind(queries: Path, per_query: Mapping[str, float], field: str = "kind") -> dict[str, dict[str, float]]:
+    """Mean of one metric per query kind (`metadata.<field>` in the queries file), with the count."""
+    kinds = {qid: meta.get(field, "-") for qid, meta in load_query_metadata(queries).items()}
     groups: dict[str, list[float]] = {}
     for qid, value in per_query.items():
         groups.setdefault(kinds.get(qid, "-"), []).append(value)

@@ -48,6 +48,7 @@ from hybridlab.ingest.sources import (
     IngestReport,
     read_folder,
     read_source,
+    source_id,
     source_kind,
 )
 
@@ -402,7 +403,7 @@ def index_paths(
             batches.append((scan.source, scan.documents, True))
             continue
         documents = read_source(path, ingest)
-        batches.append((str(path.resolve()), documents, True))
+        batches.append((source_id(path), documents, True))
     report = IndexReport(str(index_dir), skipped=ingest.skipped)
     report = apply_changes(index_dir, batches, config, progress=progress, force=force, report=report,
                            cache_path=cache_path, scans=scans, imported=imported)

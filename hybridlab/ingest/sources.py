@@ -1,4 +1,5 @@
-"""Read sources into documents: folders of markdown/reST/text/notebooks, BEIR corpora, memories JSONL.
+"""Read sources into documents: folders of markdown/reST/text/notebooks, BEIR corpora (a folder or its
+`corpus.jsonl`), memories JSONL, and ir_datasets datasets by id (`irds:beir/scifact`, extra `irds`).
 
 Bad files inside a folder are skipped with a warning (counted); a malformed memories line or a
 missing path is an error naming the file, line and field.
@@ -24,6 +25,8 @@ TEXT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".tx
 SKIP_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", "node_modules", "_build", ".hybridlab"}
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_MEMORY_CHARS = 100_000
+#: the prefix of an ir_datasets id given as a source or dataset (`irds:beir/scifact/test`)
+IRDS = "irds:"
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,56 @@ def parse_datetime(value: Any, where: str) -> datetime:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
+def is_irds(source: str | os.PathLike) -> bool:
+    """Whether a source or dataset names an ir_datasets id (`irds:<id>`)."""
+    return str(source).startswith(IRDS)
+
+
+def irds_dataset(source: str | os.PathLike):
+    """The ir_datasets dataset of `irds:<id>` (online, ir_datasets downloads it into its own cache);
+    MissingExtraError without the `irds` extra, ValueError for an id ir_datasets does not know."""
+    from hybridlab.extras import require
+
+    require("ir_datasets", extra="irds")
+    import ir_datasets
+
+    dataset_id = str(source).removeprefix(IRDS)
+    try:
+        return ir_datasets.load(dataset_id)
+    except KeyError:
+        raise ValueError(f"{source}: ir_datasets has no dataset {dataset_id!r} (see ir-datasets.com)") from None
+
+
+def iter_irds(source: str | os.PathLike) -> Iterator[Document]:
+    """Documents of an ir_datasets dataset (`title` where its documents have one, `text` or their
+    default text); collection = the dataset id."""
+    dataset = irds_dataset(source)
+    if not dataset.has_docs():
+        raise ValueError(f"{source}: the dataset has no documents")
+    dataset_id = str(source).removeprefix(IRDS)
+    for doc in dataset.docs_iter():
+        text = doc.text if isinstance(getattr(doc, "text", None), str) else doc.default_text()
+        yield Document(str(doc.doc_id), str(source), dataset_id, str(getattr(doc, "title", "") or ""), text,
+                       "beir", None, None, {}, (), "text")
+
+
+def source_id(path: Path) -> str:
+    """The key an index records a source under: its absolute path, or `irds:<id>`."""
+    return str(path) if is_irds(path) else str(path.resolve())
+
+
+def _is_beir_file(path: Path) -> bool:
+    """A BEIR `corpus.jsonl[.gz]` given as a file: by its name, or a first object with `_id` and no `id`."""
+    if path.name in {"corpus.jsonl", "corpus.jsonl.gz"}:
+        return True
+    first = next(iter_jsonl(path), (0, {}))[1]
+    return "_id" in first and "id" not in first
+
+
 def source_kind(path: Path) -> str:
-    """`beir`, `memories` or `folder` for a path; FileNotFoundError/ValueError otherwise."""
+    """`beir`, `memories`, `folder`, `file` or `irds` for a path; FileNotFoundError/ValueError otherwise."""
+    if is_irds(path):
+        return "irds"
     if not path.exists():
         raise FileNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
@@ -81,7 +132,7 @@ def source_kind(path: Path) -> str:
             return "beir"
         return "folder"
     if path.name.endswith((".jsonl", ".jsonl.gz")):
-        return "memories"
+        return "beir" if _is_beir_file(path) else "memories"
     if path.suffix.lower() in TEXT_SUFFIXES:
         return "file"
     raise ValueError(f"{path}: not a folder, BEIR dataset or memories .jsonl file")
@@ -245,9 +296,11 @@ def read_folder(root: Path, report: IngestReport, recorded: dict[str, FileSignat
 
 
 def iter_beir(folder: Path) -> Iterator[Document]:
-    """Documents of a BEIR corpus (`_id`, `title`, `text`); collection = the dataset's folder name."""
-    path = find_file(folder, "corpus.jsonl")
+    """Documents of a BEIR corpus (`_id`, `title`, `text`), a folder or its corpus file; collection =
+    the dataset's folder name."""
+    path = find_file(folder, "corpus.jsonl") if folder.is_dir() else folder
     source = str(folder.resolve())
+    folder = folder if folder.is_dir() else folder.parent
     for line_number, obj in iter_jsonl(path):
         if "_id" not in obj:
             raise ValueError(f"{path}:{line_number}: field '_id' is missing")
@@ -304,6 +357,8 @@ def read_source(path: Path, report: IngestReport) -> list[Document]:
     kind = source_kind(path)
     if kind == "beir":
         documents = list(iter_beir(path))
+    elif kind == "irds":
+        documents = list(iter_irds(path))
     elif kind == "memories":
         documents = list(iter_memories(path))
     elif kind == "folder":

@@ -32,6 +32,7 @@ from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig
 from hybridlab.errors import MissingExtraError
 from hybridlab.eval.crossval import nested_cv
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
+from hybridlab.eval.evalsets import use_evalsets
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
 from hybridlab.eval.significance import paired_test
 from hybridlab.eval.systems import DATASETS, DEFAULT_SYSTEM, FUSION_SYSTEMS, open_evalset, system_runs
@@ -66,9 +67,10 @@ def parse_values(param: str, text: str) -> list[Any]:
     return [None if item.lower() == "none" else item for item in items]
 
 
-def index_config_for(param: str, value: Any) -> IndexConfig:
-    """The default IndexConfig with one chunking or BM25 field changed (search params: the default)."""
-    base = IndexConfig()
+def index_config_for(param: str, value: Any, models: tuple[str, ...] = ()) -> IndexConfig:
+    """The default IndexConfig (with `models` when given) with one chunking or BM25 field changed
+    (search params: the default)."""
+    base = IndexConfig(models=models) if models else IndexConfig()
     if param in CHUNK_FIELDS:
         return dataclasses.replace(base, chunk=dataclasses.replace(base.chunk, **{param: value}))
     if param in BM25_FIELDS:
@@ -94,7 +96,7 @@ def cross_validated_choice(per_query: dict[str, dict[str, float]], k: int) -> di
 
 
 def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = False, cv: int = 0,
-                  metric: str = "ndcg@10") -> dict[str, Any]:
+                  metric: str = "ndcg@10", models: tuple[str, ...] = ()) -> dict[str, Any]:
     """`{fusion: {value: {split: {metric: mean}}}}` for one dataset, plus timings; with `cv` the
     default hybrid too and the cross-validated choice of its value (:func:`cross_validated_choice`)."""
     fusions = {DEFAULT_SYSTEM: {}, **FUSION_SYSTEMS} if cv else FUSION_SYSTEMS
@@ -103,7 +105,7 @@ def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = Fal
     started = time.perf_counter()
     opened = None
     for value in values:
-        config = index_config_for(param, value)
+        config = index_config_for(param, value, models)
         if opened is None or param not in SEARCH_FIELDS:
             opened = open_evalset(name, config, progress=progress)
         dataset = opened.evalset.dataset("all")
@@ -203,6 +205,10 @@ def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --cv: print the first set's cross-validated choice as {queries, metrics} JSON "
                              "(what a reproduction-record condition reads)")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--evalsets", metavar="PATH", help="a TOML file declaring evaluation sets, besides the "
+                        "packaged ones (env HYBRIDLAB_EVALSETS)")
+    parser.add_argument("--model", action="append", dest="models", metavar="NAME",
+                        help="embedding model of the indexes (repeatable; default all-MiniLM-L6-v2)")
 
 
 def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -216,10 +222,12 @@ def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         values = DEFAULT_VALUES[args.param]
     else:
         raise ValueError(f"--values is required for --param {args.param}")
+    use_evalsets(args.evalsets)
     names = list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
-    results = [sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric) for name in names]
+    results = [sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric, tuple(args.models or ()))
+               for name in names]
     out.mkdir(parents=True, exist_ok=True)
     command = "hybridlab grid " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),

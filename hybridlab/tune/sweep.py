@@ -653,7 +653,7 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
 def query_kinds(evalset: EvalSet, per_query: Mapping[str, Mapping[str, float]]) -> dict[str, dict] | None:
     """{system: {kind: {n, mean}}} of one metric's per-query values, or None when the set's queries
     carry no `metadata.kind` (the BEIR sets)."""
-    kinds = {system: per_kind(evalset.judgements, values) for system, values in per_query.items()}
+    kinds = {system: per_kind(evalset.queries_path, values, evalset.kinds) for system, values in per_query.items()}
     if all(set(by_kind) <= {"-"} for by_kind in kinds.values()):
         return None
     return kinds
