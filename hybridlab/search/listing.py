@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +82,21 @@ def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
             raise ValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted")
         found.append(doc_id)
     return found, missing
+
+
+def nearest_memory(index: Any, content: str, tags: Sequence[str] = (), *,
+                   exclude: str | None = None) -> tuple[str, float] | None:
+    """(doc id, cosine) of the memory whose vector is nearest to that of a memory with this content
+    and tags (embedded as the index embeds memories, by its default model), `exclude` left out; None
+    when there is none. A vector search over the memories alone, without recency or tag signals."""
+    from hybridlab.ingest.chunking import embedding_text, single_chunk
+
+    if not content.strip() or "memory" not in index.known_chunk_types:
+        return None
+    index_tags = ((index.manifest.get("config") or {}).get("chunk") or {}).get("index_tags", True)
+    text = embedding_text(single_chunk(content, chunk_type="memory")[0], "", tags if index_tags else ())
+    results = index.search(text, limit=3, mode="vector", tags=[], chunk_types=["memory"], recency_weight=0.0,
+                           explain=True)
+    scored = [(r.doc_id, float(r.explain["dense_score"])) for r in results
+              if r.doc_id != exclude and r.explain and r.explain.get("dense_score") is not None]
+    return max(scored, key=lambda item: item[1], default=None)

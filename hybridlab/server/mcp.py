@@ -61,6 +61,9 @@ MAX_CHARS_CAP = 200_000
 SearchChars = Annotated[int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")]
 PageChars = Annotated[int, Field(ge=1, le=MAX_CHARS_CAP, description="characters of text in this page")]
 MEMORY_CHUNK_TYPES = ("memory",)
+#: store_memory reports the nearest memory at this cosine or above: 0 of the 274 distinct demo memories
+#: reach it, 95% of one-word edits do (reports/bench/2026-11-27-near-duplicate)
+NEAR_THRESHOLD = 0.95
 
 
 class TimeWindow(BaseModel):
@@ -214,6 +217,8 @@ class StoredMemoryResponse(BaseModel):
                                              "still found by the next search")
     created: bool = Field(True, description="false when an equal memory existed: that one is returned, unchanged")
     duplicate_of: str | None = Field(None, description="the existing memory's id when created is false")
+    near_duplicate_of: str | None = Field(None, description="the most similar memory when its cosine >= near_threshold")
+    similarity: float | None = Field(None, description="cosine of near_duplicate_of")
 
 
 def _tool_error(error: BaseException):
@@ -419,6 +424,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         memory_type: str = "note",
         created_at: str | None = None,
         allow_duplicate: bool = False,
+        near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
+        skip_near_duplicate: bool = False,
     ) -> StoredMemoryResponse:
         """Remember something for later: store a short memory (a fact, preference, decision, note).
 
@@ -428,8 +435,12 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         created_at: ISO-8601 time the memory refers to; default now.
         A memory with the same content (ignoring case and whitespace) is not stored twice: the existing
         one is returned unchanged with created=false and duplicate_of; allow_duplicate=true stores a copy.
+        near_threshold: the most similar memory at this cosine or above (default 0.95; null: no check) is
+        reported as near_duplicate_of with its similarity; the memory is still stored unless
+        skip_near_duplicate=true (then that one is returned, created=false).
         The memory is searchable by the next `search` and survives restarts; returns its id."""
-        from hybridlab.index.memory import find_duplicate, normalised_content
+        from hybridlab.index.memory import MAX_CONTENT_CHARS, find_duplicate, normalised_content
+        from hybridlab.search.listing import nearest_memory
 
         started = time.perf_counter()
         key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
@@ -450,12 +461,25 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                             created_at=document["created_at"] or "", updated_at=document["updated_at"],
                             batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
                             duplicate_of=existing)
+            near = None
+            if key and near_threshold is not None and len(content) <= MAX_CONTENT_CHARS:
+                with service.reading(flush=False) as index:
+                    near = nearest_memory(index, content, tags if isinstance(tags, list) else ())
+                    near = near if near and near[1] >= near_threshold else None
+                    if near and skip_near_duplicate:
+                        document = index.get_document(near[0])
+                        return StoredMemoryResponse(
+                            id=near[0], generation=index.generation, tags=document["tags"],
+                            created_at=document["created_at"] or "", updated_at=document["updated_at"],
+                            batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
+                            duplicate_of=near[0], near_duplicate_of=near[0], similarity=round(near[1], 4))
             try:
                 stored = service.writer.store(content, tags, memory_type, created_at)
             except (HybridlabError, ValueError, FileNotFoundError) as error:
                 raise _tool_error(error) from None
             service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
-        return StoredMemoryResponse(**stored.to_dict())
+        return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near[0],
+                                    similarity=near and round(near[1], 4))
 
     @server.tool()
     def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,

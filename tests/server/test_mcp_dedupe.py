@@ -131,3 +131,30 @@ def test_a_duplicate_of_a_deferred_memory_does_not_force_its_commit(index_dir):
             assert data(await client.call_tool("stats"))["documents"] == 3
 
     asyncio.run(session())
+
+
+def test_a_near_duplicate_is_reported_and_stored_unless_asked(index_dir):
+    """A light edit of a memory (cosine >= 0.95, the default near_threshold) is stored and its near
+    neighbour reported; skip_near_duplicate returns that one instead; near_threshold=null turns the
+    check off; an unrelated memory reports nothing."""
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    edit = {"content": "The walrus project deploys on Fridays only.", "tags": ["t"]}
+
+    async def session(server) -> None:
+        async with Client(server) as client:
+            near = data(await client.call_tool("store_memory", edit))
+            assert near["created"] is True and near["near_duplicate_of"] == "m2" and near["similarity"] >= 0.95
+            other = data(await client.call_tool("store_memory", {"content": "Lunch is at noon in the atrium."}))
+            assert other["created"] is True and other["near_duplicate_of"] is None and other["similarity"] is None
+            skipped = data(await client.call_tool("store_memory", {
+                **edit, "content": "The walrus project deploys on Fridays, only.", "skip_near_duplicate": True}))
+            assert skipped["created"] is False and skipped["duplicate_of"] in {"m2", near["id"]}
+            off = data(await client.call_tool("store_memory", {
+                **edit, "content": "The walrus project deploys on Fridays!", "near_threshold": None}))
+            assert off["created"] is True and off["near_duplicate_of"] is None
+            assert data(await client.call_tool("stats"))["documents"] == 2 + 3
+
+    asyncio.run(session(create_server(index_dir)))
