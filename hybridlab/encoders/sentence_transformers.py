@@ -2,7 +2,7 @@
 MiniLM, or any model given by local folder or hub id (`load_custom`).
 
 The device is chosen by `resolve_device`: the argument, else env `HYBRIDLAB_DEVICE`, else "auto"
-(cuda, then mps, then cpu).
+(cuda, then mps, then cpu). A spec's dtype float16 / bfloat16 loads the weights in it, on a GPU only.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ __all__ = ["DEVICE_ENV", "SentenceTransformerEncoder", "folder_sha256", "load_cu
 logger = logging.getLogger(__name__)
 
 DEVICE_ENV = "HYBRIDLAB_DEVICE"
+HALF_DTYPES = ("float16", "bfloat16")  # GPU only (`hybridlab.config.DTYPES`)
 # the files whose bytes make a model folder's vectors: weights, configs, tokenizer (not READMEs)
 _HASHED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".txt", ".model")
 # alternative backends' exports inside a folder: not read by the torch backend
@@ -52,9 +53,17 @@ class SentenceTransformerEncoder(Encoder):
             from sentence_transformers import SentenceTransformer
 
             source = spec.source or str(package_model_path(spec.package))
-            model = SentenceTransformer(source, device=resolve_device(device))
+            device = resolve_device(device)
+            if spec.dtype in HALF_DTYPES and device.split(":")[0] == "cpu":
+                raise ValueError(f"dtype {spec.dtype} of {spec.name!r} needs a GPU (device is {device}): use fp32 on "
+                                 "the CPU (fp16 vectors made on a GPU meet fp32 queries; bf16 ones do not)")
+            model = SentenceTransformer(source, device=device)
             if spec.max_seq_length:
                 model.max_seq_length = spec.max_seq_length
+            if spec.dtype in HALF_DTYPES:
+                import torch
+
+                model = model.to(dtype=getattr(torch, spec.dtype))
         self.model = model
 
     def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:

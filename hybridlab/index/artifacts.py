@@ -34,9 +34,14 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
                    known_encoders: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
     """Embed every assigned chunk text not yet in the cache; returns each model's dimension.
     `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
-    matches its record (`spec_mismatch`) is refused, as a changed dimension is."""
-    from hybridlab.encoders.base import spec_mismatch
-    from hybridlab.encoders.registry import encoder_record, get_spec, load_encoder
+    matches its record (`encoder_mismatch`) is refused, as a changed dimension is."""
+    from hybridlab.encoders.registry import (
+        encoder_mismatch,
+        encoder_record,
+        encoder_settings,
+        get_spec,
+        load_encoder,
+    )
 
     dims: dict[str, int] = {}
     for model in models:
@@ -47,10 +52,12 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
                 f"drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         recorded = (known_encoders or {}).get(model)
-        if recorded and spec_mismatch(recorded, current := encoder_record(model)):
+        if recorded and encoder_mismatch(recorded, current := encoder_record(model)):
             raise ValueError(
                 f"model {model!r} was indexed with encoder {recorded} but is now {current} (differs in "
-                f"{spec_mismatch(recorded, current)}); drop its vectors first: hybridlab reindex --drop-model {model}"
+                f"{encoder_mismatch(recorded, current)}); give the encoder settings it was built with again "
+                f"(--query-prompt, --document-prompt, --max-seq-length, --dtype or HYBRIDLAB_*), or drop its "
+                f"vectors first: hybridlab reindex --drop-model {model}"
             )
         dims[model] = spec.dim
         hashes = [row[0] for row in con.execute(
@@ -69,7 +76,8 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
         for start in range(0, len(missing), step):
             batch = missing[start:start + step]
-            vectors = encoder.encode_documents([text for _, text in batch], batch_size=config.embed_batch_size)
+            vectors = encoder.encode_documents([text for _, text in batch],
+                                               batch_size=encoder_settings().batch_size or config.embed_batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
             cache.put(key, [sha for sha, _ in batch], vectors)

@@ -10,6 +10,7 @@ keeps the embeddings it computed and the next run embeds only what is new.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -25,13 +26,17 @@ def text_sha256(text: str) -> str:
 def cache_model(model: str) -> str:
     """The embeddings cache's key of model `model`: a registry preset's name as it is (existing
     caches stay valid); any other model's name with its spec revision (sha256 of a folder's weight,
-    config and tokenizer files, or the hub commit) as `name@revision`, or its name when it has none."""
-    from hybridlab.encoders.registry import MODELS, get_spec
+    config and tokenizer files, or the hub commit) as `name@revision`, or its name when it has none;
+    then `#` and a hash of the document prompt, max length and dtype when the encoder settings
+    change them (`hybridlab.config.EncoderSettings`): other vectors, kept apart."""
+    from hybridlab.encoders.registry import MODELS, get_spec, settings_changes
 
     spec = get_spec(model)
-    if spec.name in MODELS or not spec.revision:
-        return model
-    return f"{model}@{spec.revision}"
+    key = model if spec.name in MODELS or not spec.revision else f"{model}@{spec.revision}"
+    changed = {field: value for field, value in settings_changes(model).items() if field != "query_prefix"}
+    if not changed:
+        return key
+    return f"{key}#{hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:12]}"
 
 
 def _connect_patiently(path: Path, read_only: bool, wait_seconds: float = 120.0):

@@ -227,7 +227,7 @@ class Index:
                 recorded = ((self._snapshot.generation.manifest.get("models") or {}).get(model) or {}).get("encoder")
                 if recorded:
                     check_query_encoder(model, recorded)
-                self._encoders[model] = load_query_encoder(model)
+                self._encoders[model] = load_query_encoder(model, overrides=(recorded or {}).get("settings") or {})
             return self._encoders[model]
 
     def _encode(self, model: str, queries: list[str]) -> np.ndarray:
