@@ -12,6 +12,11 @@ A command may use these placeholders, filled in by `repro`:
 `${index}` = the set's evaluation index for the condition's `index` settings (built once and cached
 in `.cache/indexes`, like every evaluation index), `${data}` = the BEIR data dir (`HYBRIDLAB_DATA`),
 `${tmp}` = a fresh temporary folder, removed after the condition (a sweep's run folder and export).
+
+A command may also be a list of steps, run in order in the same `${tmp}` (e.g. save two runs, fuse
+them with `hybridlab fuse`, score the fused file); the last step prints the metrics. A run report
+(`hybridlab eval --run A --run B --json`) gives its baseline's (A's) metrics as plain names and every
+other run's as `<run>/<metric>`.
 """
 from __future__ import annotations
 
@@ -47,12 +52,17 @@ class Condition:
     name: str
     dataset: str
     split: str
-    command: str
+    command: str | list[str]
     metrics: dict[str, float]
     queries: int | None = None
     cheap: bool = False
     index: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+
+    @property
+    def steps(self) -> list[str]:
+        """The commands, in order; the last one prints the metrics."""
+        return [self.command] if isinstance(self.command, str) else list(self.command)
 
 
 @dataclass(frozen=True)
@@ -121,15 +131,17 @@ def command_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**{k: v for k, v in env.items() if k not in drop}, **offline_environment()}
 
 
-def expand(condition: Condition, index_dir: Path | None, tmp_dir: Path | None = None) -> list[str]:
-    """The condition's command as argv: placeholders filled, `hybridlab` run by this interpreter."""
+def expand(condition: Condition, index_dir: Path | None, tmp_dir: Path | None = None,
+           command: str | None = None) -> list[str]:
+    """The condition's command (or one of its steps) as argv: placeholders filled, `hybridlab` run by
+    this interpreter."""
     values = {"data": str(data_dir())}
     if index_dir is not None:
         values["index"] = _relative(index_dir)
     if tmp_dir is not None:
         values["tmp"] = str(tmp_dir)
     try:
-        text = string.Template(condition.command).substitute(values)
+        text = string.Template(condition.steps[-1] if command is None else command).substitute(values)
     except KeyError as error:
         raise ValueError(f"condition {condition.name!r}: unknown placeholder ${{{error.args[0]}}}") from None
     argv = shlex.split(text)
@@ -174,12 +186,19 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
 
     try:
         index_dir = None
-        if "${index}" in condition.command:
+        if any("${index}" in step for step in condition.steps):
             index_dir = _ensure_waiting(condition, progress, timeout)
-        argv = expand(condition, index_dir, tmp_dir)
+        *before, argv = [expand(condition, index_dir, tmp_dir, step) for step in condition.steps]
     except (ValueError, FileNotFoundError, HybridlabError) as error:
         return failed(str(error))
-    is_eval = shlex.split(condition.command)[:2] == ["hybridlab", "eval"]
+    for number, step in enumerate(before, 1):
+        done = subprocess.run(step, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return failed(f"step {number} exited {done.returncode}: {tail}")
+    last = shlex.split(condition.steps[-1])
+    is_eval = last[:2] == ["hybridlab", "eval"] and "--run" not in last
     first_run = tmp_dir / "first.trec"
     # an eval logs at INFO (which encoders it loads) and saves its run: kept only if the condition fails
     first_argv = [*argv[:3], "-v", *argv[3:], "--save-run", str(first_run)] if is_eval else argv
@@ -242,6 +261,11 @@ def _printed_metrics(stdout: str) -> dict[str, Any] | None:
             printed = json.loads("\n".join(lines[start:]))
         except ValueError:
             continue
+        if isinstance(printed, dict) and isinstance(printed.get("scores"), dict) and "baseline" in printed:
+            # a run report: {"baseline": run, "scores": {run: {metric: {"mean": ...}}}}
+            baseline = printed["baseline"]
+            printed["metrics"] = {(m if run == baseline else f"{run}/{m}"): interval["mean"]
+                                  for run, by_metric in printed["scores"].items() for m, interval in by_metric.items()}
         return printed if isinstance(printed, dict) and isinstance(printed.get("metrics"), dict) else None
     return None
 

@@ -157,3 +157,22 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["fuse", f"x={tmp_path / 'a.trec'}", f"y={tmp_path / 'a.trec'}", "--method", "convex",
                  "--normalization", "theoretical-min-max", "--out", out]) == 2
     assert "no theoretical minimum for retriever 'x'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_fused_files_equal_the_unstaged_engine(scifact, tmp_path):
+    """The repro condition scifact-test-fused-files, per query: a BM25 and a dense run through files,
+    fused at the fixed hybrid's weights, score exactly as the engine's hybrid without staging, dense
+    fill-in and adaptive fusion (the differences the files cannot carry; the session's cached index)."""
+    from hybridlab.eval.evaluate import score_per_query
+
+    files = {}
+    for name, options in {"bm25": {"mode": "bm25"}, "dense": {"mode": "vector"}}.items():
+        write_run(scifact.run(**options), tmp_path / f"{name}.trec")
+        files[name] = read_run(tmp_path / f"{name}.trec")
+    fused = fuse_runs(files, FusionSetting("convex", (("bm25", 0.4), ("dense", 0.6)), "min-max"), 100)
+    engine = scifact.run(adaptive_fusion=False, staged=False, fill_dense=False)
+    ours, theirs = score_per_query(scifact.dataset.qrels, fused), score_per_query(scifact.dataset.qrels, engine)
+    assert len(ours["ndcg@10"]) == 300
+    for metric, values in ours.items():
+        assert all(abs(values[q] - theirs[metric][q]) <= 1e-9 for q in values), metric

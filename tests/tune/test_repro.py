@@ -90,8 +90,15 @@ def test_every_recorded_command_is_a_valid_eval_sweep_or_grid_command():
     assert {c.dataset for c in conditions} >= {"memories", "holoviz", "scifact", "cisi", "cranfield", "med"}
     base = {"hit_rate@10", "mrr", "ndcg@10", "recall@100"}
     for condition in conditions:
-        argv = shlex.split(condition.command.replace("${index}", "IDX").replace("${data}", "DATA")
-                           .replace("${tmp}", "TMP"))
+        *before, argv = [shlex.split(step.replace("${index}", "IDX").replace("${data}", "DATA").replace("${tmp}", "TMP"))
+                         for step in condition.steps]
+        for step in before:  # steps that write files into ${tmp} (runs to fuse and score)
+            args = build_parser().parse_args(step[1:])
+            assert step[0] == "hybridlab" and (args.out if args.command == "fuse" else args.save_run).startswith("TMP")
+        if "--run" in argv:  # a report of run files: its baseline's metrics, and <run>/<metric> of the others
+            assert set(condition.metrics) >= base and all(m in base or m.split("/")[1] in base
+                                                          for m in condition.metrics), condition.name
+            continue
         assert argv[0] == "hybridlab", condition.name
         if argv[1] == "grid":  # a value chosen by cross-validation: its out-of-fold figures
             grid = argparse.ArgumentParser()
@@ -109,6 +116,20 @@ def test_every_recorded_command_is_a_valid_eval_sweep_or_grid_command():
             assert set(condition.metrics) >= base | {"defaults_ndcg@10", "p_value"}, condition.name
             assert args.export.startswith("TMP") and args.reports.startswith("TMP") and args.seed == 0, condition.name
         assert all(round(v, 4) == v for v in condition.metrics.values()), condition.name
+
+
+def test_steps_run_in_order_and_a_run_report_gives_its_baseline_metrics(tmp_path):
+    python = shlex.quote(sys.executable)
+    write_step = f"{python} -c " + shlex.quote("import sys; open(sys.argv[1], 'w').write('x')") + " ${tmp}/a"
+    report = {"baseline": "fused", "metrics": ["mrr"], "queries": 2,
+              "scores": {"fused": {"mrr": {"mean": 0.5}}, "engine": {"mrr": {"mean": 0.25}}}}
+    read_step = (f"{python} -c "
+                 + shlex.quote(f"import sys, json; open(sys.argv[1]).read(); print(json.dumps({report!r}))") + " ${tmp}/a")
+    outcome = run_condition(Condition("steps", "d", "all", [write_step, read_step], {"mrr": 0.5, "engine/mrr": 0.25}))
+    assert outcome.ok and outcome.queries == 2, outcome
+    failing = run_condition(Condition("steps", "d", "all", [f"{python} -c 'raise SystemExit(3)'",
+                                                            read_step], {"mrr": 0.5}))
+    assert failing.error == "step 1 exited 3: (no output)"
 
 
 @pytest.mark.slow
