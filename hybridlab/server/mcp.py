@@ -57,6 +57,7 @@ Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return
 #: shared by the results) and get_document's page of text
 SEARCH_MAX_CHARS = 5_000
 DOCUMENT_MAX_CHARS = 8_000
+TOC_CHARS = 1_000  # the section titles listed on a document's first page (JSON quoting included)
 MAX_CHARS_CAP = 200_000
 SearchChars = Annotated[int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")]
 PageChars = Annotated[int, Field(ge=1, le=MAX_CHARS_CAP, description="characters of text in this page")]
@@ -117,6 +118,11 @@ class DocumentResponse(BaseModel):
     created_at: str | None = None
     updated_at: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    remaining_chars: int = Field(0, description="characters of the document after this page")
+    section_count: int = Field(1, description="header sections of the document (section=0..section_count-1)")
+    section: str | None = Field(None, description="the section this page is in, when section= was given")
+    next_section: int | None = Field(None, description="with section=: the section after it (null: the last)")
+    sections: list[str] | None = Field(None, description="on a first page: the sections' titles, in order (cut short)")
 
 
 class CollectionInfo(BaseModel):
@@ -402,20 +408,35 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
 
     @server.tool()
     def get_document(doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
-                     max_chars: PageChars = DOCUMENT_MAX_CHARS) -> DocumentResponse:
-        """Read one document (text and metadata) by the doc_id a search returned, a page at a time:
-        at most max_chars characters (default 8000) of its text from offset (default 0). total_chars is
-        its length; next_offset (null at the end) is the offset of the next page.
-        Example: {"doc_id": "guide/release.md", "offset": 8000}"""
+                     max_chars: PageChars = DOCUMENT_MAX_CHARS, section: int | str | None = None) -> DocumentResponse:
+        """Read one document by the doc_id a search returned, a page at a time: at most max_chars
+        characters (default 8000) from offset. next_offset (null at the end) starts the next page;
+        remaining_chars is what follows. A first page lists the document's header sections;
+        section (a number or title) reads one section, offset counting from its start, next_section after it.
+        Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
+        from hybridlab.search.sections import document_sections, find_section
+
         with service.reading() as index:
             document = index.get_document(doc_id)
+            levels = ((index.manifest.get("config") or {}).get("chunk") or {}).get("header_levels") or (1, 2)
         document.pop("source", None)
         text = document.pop("text")
-        if offset > len(text):
-            raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} ({len(text)} characters)"))
-        end = min(offset + max_chars, len(text))
-        return DocumentResponse(**document, text=text[offset:end], offset=offset, total_chars=len(text),
-                                next_offset=end if end < len(text) else None)
+        sections = document_sections(text, document["doc_type"], levels)
+        try:
+            part = find_section(sections, section) if section is not None else None
+        except ValueError as error:
+            raise _tool_error(error) from None
+        start, stop = (part.start, part.end) if part else (0, len(text))
+        if start + offset > stop:
+            raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} "
+                                         f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"))
+        end = min(start + offset + max_chars, stop)
+        titles = _titles(sections, TOC_CHARS) if part is None and offset == 0 and len(sections) > 1 else None
+        return DocumentResponse(
+            **document, text=text[start + offset:end], offset=offset, total_chars=len(text),
+            next_offset=end - start if end < stop else None, remaining_chars=len(text) - end,
+            section_count=len(sections), section=part and part.title, sections=titles,
+            next_section=part.index + 1 if part and part.index + 1 < len(sections) else None)
 
     @server.tool()
     def store_memory(
@@ -620,6 +641,18 @@ def _fit_texts(hits: list[SearchHit], budget: int, field: str) -> None:
             hit.truncated = True
         left -= min(len(text), share)
         waiting -= 1
+
+
+def _titles(sections: list[Any], budget: int) -> list[str]:
+    """'number. title' of each section while they fit in `budget` characters, then '…' for the rest."""
+    titles: list[str] = []
+    for section in sections:
+        entry = f"{section.index}. {section.title}"
+        budget -= len(entry) + 8  # quotes, comma, indentation
+        if budget < 0:
+            return [*titles, f"… {len(sections) - len(titles)} more: read on with section={section.index}"]
+        titles.append(entry)
+    return titles
 
 
 def _iso_z(value: Any) -> str:
