@@ -603,7 +603,13 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     """`fuse RUN RUN ...`: fuse run files with the engine's fusion; --tune-on chooses the setting on a
     tuning split, --report-on reports it on another (paired tests against each input run)."""
     from hybridlab.eval.datasets import load_qrels
-    from hybridlab.eval.fuse_runs import FusionSetting, candidate_settings, fuse_runs, tune_fusion
+    from hybridlab.eval.fuse_runs import (
+        FusionSetting,
+        candidate_settings,
+        fuse_runs,
+        tune_fusion,
+        tune_fusion_optuna,
+    )
     from hybridlab.eval.run_report import score_runs
     from hybridlab.eval.runs import read_run, run_name, write_run
 
@@ -629,9 +635,13 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         grid = candidate_settings(list(runs), methods=[args.method] if args.method else None,
                                   normalizations=[args.normalization] if args.normalization else None,
                                   weights=[weights] if weights else None, rrf_k=args.rrf_k, step=args.grid_step)
-        setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
+        if args.search == "optuna":
+            setting, table = tune_fusion_optuna(runs, tune_qrels, grid, trials=args.trials, seed=args.seed,
+                                                metric=args.metric, limit=args.limit)
+        else:
+            setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
         best = max(row[args.metric] for row in table)
-        record["tuning"] = {"qrels": args.tune_on, "queries": len(tune_qrels), "metric": args.metric,
+        record["tuning"] = {"qrels": args.tune_on, "queries": len(tune_qrels), "metric": args.metric, "search": args.search,
                             "value": best, "settings": len(table), "grid": table}
     else:
         setting = FusionSetting(args.method or "rrf", tuple((weights or dict.fromkeys(runs, 1.0)).items()),
@@ -642,7 +652,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     lines = [f"fused {len(runs)} runs ({setting.describe()}) over {len(fused)} queries into {args.out}"]
     if args.tune_on:
         t = record["tuning"]
-        lines.append(f"chosen on {t['qrels']} ({t['queries']} queries, {t['settings']} settings): "
+        lines.append(f"chosen on {t['qrels']} ({t['queries']} queries, {t['settings']} settings, {args.search}): "
                      f"{args.metric} {t['value']:.4f}")
     if args.report_on:
         report = score_runs(load_qrels(Path(args.report_on)), {"fused": fused, **runs}, test=args.test)
@@ -838,6 +848,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "(queries disjoint from --tune-on)")
     p.add_argument("--metric", default="ndcg@10", help="what --tune-on maximises (default ndcg@10)")
     p.add_argument("--grid-step", type=float, default=0.1, help="weight grid step of --tune-on (default 0.1)")
+    p.add_argument("--search", choices=["grid", "optuna"], default="grid",
+                   help="how --tune-on searches: every grid setting, or --trials settings proposed by Optuna's TPE "
+                   "sampler (weights continuous; needs the tune extra)")
+    p.add_argument("--trials", type=_positive_int, default=50, help="--search optuna: settings tried (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="--search optuna: the sampler's seed (default 0)")
     p.add_argument("--test", choices=["randomization", "t-test"], default="randomization")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fuse)

@@ -6,7 +6,7 @@ Pure functions on plain runs (``{qid: {doc_id: score}}``); inputs are never muta
 the runs restricted to the queries of the tuning qrels and nothing of the report split; the two
 splits must not share a query. Fusion: Cormack et al. 2009 (RRF), Bruch et al. 2023 (convex
 combination), Qdrant 2024 (DBSF); tuning on train runs and applying to test runs as ranx's
-``optimize_fusion`` does.
+``optimize_fusion`` does, on a grid or with Optuna's TPE sampler (Bergstra et al. 2011).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 from hybridlab.eval.evaluate import Qrels, Run, score
 from hybridlab.search.fusion import FUSERS, NORMALIZERS, THEORETICAL_MIN, fuse, rank
 
-__all__ = ["FusionSetting", "candidate_settings", "fuse_runs", "tune_fusion", "weight_grid"]
+__all__ = ["FusionSetting", "candidate_settings", "fuse_runs", "tune_fusion", "tune_fusion_optuna", "weight_grid"]
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,62 @@ def tune_fusion(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Sequence[F
     cut to ``limit`` results, as the fused run that is written)."""
     if not settings:
         raise ValueError("no fusion setting to choose from")
+    tuning = _tuning_runs(runs, tune_qrels)
+    return _first_best(((s, _value(tuning, tune_qrels, s, metric, limit)) for s in settings), metric)
+
+
+def tune_fusion_optuna(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Sequence[FusionSetting], *,
+                       trials: int = 50, seed: int = 0, metric: str = "ndcg@10",
+                       limit: int | None = None) -> tuple[FusionSetting, list[dict[str, Any]]]:
+    """As :func:`tune_fusion`, with ``trials`` settings proposed by Optuna's TPE sampler (seeded, so
+    the same runs give the same choice): the method and normalisation among those of ``settings``, the
+    weights continuous on the simplex (or the one weighting of ``settings`` when it has only one)."""
+    from hybridlab.extras import require
+
+    require("optuna")
+    import optuna
+
+    if not settings:
+        raise ValueError("no fusion setting to choose from")
+    tuning = _tuning_runs(runs, tune_qrels)
+    fusions = list(dict.fromkeys(f"{s.method}/{s.normalization}" for s in settings))
+    weightings = list(dict.fromkeys(s.weights for s in settings))
+    names = [name for name, _ in settings[0].weights]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+
+    def proposed():
+        for _ in range(trials):
+            trial = study.ask()
+            method, normalization = trial.suggest_categorical("fusion", fusions).split("/")
+            weights = weightings[0]
+            if len(weightings) > 1:
+                raw = [trial.suggest_float(name, 0.0, 1.0) for name in names]
+                weights = tuple((n, r / sum(raw) if sum(raw) else 1 / len(raw)) for n, r in zip(names, raw))
+            setting = FusionSetting(method, weights, normalization, settings[0].rrf_k)
+            value = _value(tuning, tune_qrels, setting, metric, limit)
+            study.tell(trial, value)
+            yield setting, value
+
+    return _first_best(proposed(), metric)
+
+
+def _tuning_runs(runs: Mapping[str, Run], tune_qrels: Qrels) -> dict[str, Run]:
+    """The runs restricted to the tuning queries: nothing of another split reaches a tuning."""
     if not tune_qrels:
         raise ValueError("the tuning qrels judge no query")
-    tuning = {name: {q: run[q] for q in tune_qrels if q in run} for name, run in runs.items()}
-    table = []
-    best, best_value = settings[0], float("-inf")
-    for setting in settings:
-        value = score(tune_qrels, fuse_runs(tuning, setting, limit), [metric])[metric]
+    return {name: {q: run[q] for q in tune_qrels if q in run} for name, run in runs.items()}
+
+
+def _value(tuning: Mapping[str, Run], tune_qrels: Qrels, setting: FusionSetting, metric: str,
+           limit: int | None) -> float:
+    return score(tune_qrels, fuse_runs(tuning, setting, limit), [metric])[metric]
+
+
+def _first_best(scored, metric: str) -> tuple[FusionSetting, list[dict[str, Any]]]:
+    """The first setting of the best value among (setting, value) pairs, and the table of them all."""
+    table, best, best_value = [], None, float("-inf")
+    for setting, value in scored:
         table.append({**setting.to_dict(), metric: value})
         if value > best_value:
             best, best_value = setting, value

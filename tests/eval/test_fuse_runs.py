@@ -10,7 +10,14 @@ import pytest
 
 from hybridlab.cli import main
 from hybridlab.eval.evaluate import score
-from hybridlab.eval.fuse_runs import FusionSetting, candidate_settings, fuse_runs, tune_fusion, weight_grid
+from hybridlab.eval.fuse_runs import (
+    FusionSetting,
+    candidate_settings,
+    fuse_runs,
+    tune_fusion,
+    tune_fusion_optuna,
+    weight_grid,
+)
 from hybridlab.eval.runs import read_run, write_run
 
 
@@ -123,6 +130,24 @@ def test_tuning_never_sees_the_report_split():
     assert tune_fusion(scrambled, tune_qrels, settings) == (best, table)
 
 
+def test_optuna_tuning_never_sees_the_report_split():
+    """The same check with Optuna proposing the settings (weights continuous): seeded, so the choice
+    repeats; it keeps `lex` ahead as the tuning split says, and scrambling the report queries changes nothing."""
+    pytest.importorskip("optuna")
+    runs, tune_qrels, report_qrels = _split_runs_and_qrels()
+    settings = candidate_settings(list(runs), step=0.25)
+    best, table = tune_fusion_optuna(runs, tune_qrels, settings, trials=20)
+    assert len(table) == 20 and max(row["ndcg@10"] for row in table) == 1.0
+    assert dict(best.weights)["lex"] > 0.5  # a tuning that peeked would give `sem` the weight (as `union` does)
+    assert score(tune_qrels, fuse_runs(runs, best))["ndcg@10"] == 1.0
+    union, _ = tune_fusion_optuna(runs, {**tune_qrels, **report_qrels}, settings, trials=20)
+    assert dict(union.weights)["sem"] > 0.5
+    assert score(report_qrels, fuse_runs(runs, union))["ndcg@10"] > score(report_qrels, fuse_runs(runs, best))["ndcg@10"]
+    scrambled = {name: {q: ({d: -s for d, s in docs.items()} if q.startswith("r") else docs)
+                        for q, docs in run.items()} for name, run in runs.items()}
+    assert tune_fusion_optuna(scrambled, tune_qrels, settings, trials=20) == (best, table)
+
+
 def test_cli_tune_on_report_on(tmp_path, capsys):
     runs, tune_qrels, report_qrels = _split_runs_and_qrels()
     for name, run in runs.items():
@@ -142,6 +167,9 @@ def test_cli_tune_on_report_on(tmp_path, capsys):
     assert read_run(tmp_path / "f.trec").keys() == runs["lex"].keys()
     assert main([*args, "--report-on", str(tmp_path / "report.tsv")]) == 0
     assert "Paired tests against fused" in capsys.readouterr().out
+    assert main([*args, "--search", "optuna", "--trials", "8", "--report-on", str(tmp_path / "report.tsv"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tuning"]["search"] == "optuna" and data["tuning"]["settings"] == 8 and data["report"]["queries"] == 12
     assert main([*args, "--report-on", str(tmp_path / "tune.tsv")]) == 2
     assert "share 4 queries" in capsys.readouterr().err
 
