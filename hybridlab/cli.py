@@ -235,10 +235,10 @@ def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> 
     model's own or the index's recorded value; `hybridlab.config.resolve_encoder_settings`)."""
     g = parser.add_argument_group("encoder settings (unset ones come from env HYBRIDLAB_*, the model or the index)")
     g.add_argument("--device", help="cpu, cuda, cuda:1, mps or auto (default: env HYBRIDLAB_DEVICE, else auto)")
-    g.add_argument("--batch-size", type=_positive_int, help="texts per encoder batch (default 32)")
     g.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="weights' dtype; fp16/bf16 on a GPU only "
                    "(fp16 vectors meet fp32 queries, bf16 ones only bf16 queries)")
     if documents:
+        g.add_argument("--batch-size", type=_positive_int, help="texts per encoder batch (default 32)")
         g.add_argument("--max-seq-length", type=_positive_int, help="tokens read per text (recorded in the spec)")
         g.add_argument("--query-prompt", help="text put before each query (default: the model's query prompt)")
         g.add_argument("--document-prompt", help="text put before each document (default: the model's prompt)")
