@@ -118,11 +118,11 @@ class DocumentResponse(BaseModel):
     created_at: str | None = None
     updated_at: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    remaining_chars: int = Field(0, description="characters of the document after this page")
-    section_count: int = Field(1, description="header sections of the document (section=0..section_count-1)")
-    section: str | None = Field(None, description="the section this page is in, when section= was given")
-    next_section: int | None = Field(None, description="with section=: the section after it (null: the last)")
-    sections: list[str] | None = Field(None, description="on a first page: the sections' titles, in order (cut short)")
+    remaining_chars: int = 0
+    section_count: int = 1
+    section: str | None = None
+    next_section: int | None = None
+    sections: list[str] | None = Field(None, description="a first page's table of contents")
 
 
 class CollectionInfo(BaseModel):
@@ -177,6 +177,7 @@ class TaggedDocument(BaseModel):
     tags: list[str]
     created_at: str | None = None
     updated_at: str | None = None
+    truncated: bool = False
 
 
 class TagResponse(BaseModel):
@@ -217,14 +218,13 @@ class StoredMemoryResponse(BaseModel):
     tags: list[str]
     created_at: str
     updated_at: str | None = None
-    batch_size: int = Field(description="memories committed together in this index generation")
+    batch_size: int = Field(description="memories committed together")
     seconds: float
-    pending: bool = Field(False, description="true when the commit is deferred (--commit-delay); it is "
-                                             "still found by the next search")
-    created: bool = Field(True, description="false when an equal memory existed: that one is returned, unchanged")
-    duplicate_of: str | None = Field(None, description="the existing memory's id when created is false")
-    near_duplicate_of: str | None = Field(None, description="the most similar memory when its cosine >= near_threshold")
-    similarity: float | None = Field(None, description="cosine of near_duplicate_of")
+    pending: bool = Field(False, description="commit deferred (--commit-delay); still found by the next search")
+    created: bool = Field(True, description="false: an equal memory existed and is returned unchanged")
+    duplicate_of: str | None = None
+    near_duplicate_of: str | None = Field(None, description="most similar memory, cosine >= near_threshold")
+    similarity: float | None = None
 
 
 def _tool_error(error: BaseException):
@@ -372,31 +372,24 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         content: Literal["snippet", "chunk", "full"] = "snippet",
         max_chars: SearchChars = SEARCH_MAX_CHARS,
     ) -> SearchResponse:
-        """Search the index (semantic + keyword + tag + recency, fused) and return the best documents.
+        """Search the index (semantic + keyword + tag + recency) for the best documents.
 
-        query: what to look for, in natural language or keywords.
-        limit: how many documents to return (1-100, default 10).
-        tags: only documents carrying all these tags (they also boost the score); omit to let tags be
-        recognised in the query itself.
-        chunk_types: only chunks of these types (e.g. "text", "code"; see `stats` for this index's types).
-        collection: only this collection (see `stats`).
-        min_score: drop results scoring below this.
-        staged: force (true) or forbid (false) the staged BM25-then-rerank search; default automatic.
-        explain: include each result's score breakdown (dense/BM25 ranks, matched tags, recency, alpha).
-        time: only documents updated then, in words, e.g. "yesterday", "last week", "in March", "since Monday";
-        or since/until: ISO-8601 dates, e.g. since="2026-03-01". The range used comes back as time_range.
-        content: "snippet" (default), "chunk" (the matching chunk, in `text`) or "full" (the document, in `text`).
-        max_chars: characters of snippet/text in all results together (default 5000, so a response stays
-        under ~10k); a cut text has truncated=true: read on with get_document(doc_id, offset=len(text)).
-        Example: {"query": "release notes linked brushing", "content": "chunk", "max_chars": 8000}
-        Each result has doc_id (pass it to `get_document` for the full text), title, section, score,
-        snippet and tags."""
+        tags: only documents with all these tags (default: tags named in the query boost).
+        chunk_types, collection: see `stats`. staged: force/forbid BM25-then-rerank.
+        explain: each result's score breakdown (and the time range used).
+        time: words, e.g. "yesterday", "last week", "in March"; or ISO since/until.
+        content: "snippet" (default), "chunk" or "full" text; max_chars (default 5000) is shared by all
+        results, a cut one has truncated=true: read on with get_document.
+        Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
         window = service.time_range(time, since, until)
         with service.reading() as index:
             results = index.search(query, limit=limit, tags=tags, chunk_types=chunk_types,
                                    collection=collection, min_score=min_score, staged=staged, explain=explain,
                                    since=window and window.since, until=window and window.until)
             hits = [SearchHit(**r.to_dict()) for r in results]
+            if explain and window is not None:
+                for hit in hits:
+                    hit.explain = {**(hit.explain or {}), "time_range": window.to_dict()}
             if content == "chunk":
                 for hit, result, text in zip(hits, results, index.chunk_texts([r.chunk_id for r in results])):
                     hit.text, hit.snippet = (result.snippet if text is None else text), ""
@@ -448,18 +441,12 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
         skip_near_duplicate: bool = False,
     ) -> StoredMemoryResponse:
-        """Remember something for later: store a short memory (a fact, preference, decision, note).
-
-        content: the memory itself, self-contained (at most 20,000 characters).
-        tags: a few lowercase topic labels, e.g. ["python", "deployment"].
-        memory_type: e.g. "note", "fact", "preference", "decision".
-        created_at: ISO-8601 time the memory refers to; default now.
-        A memory with the same content (ignoring case and whitespace) is not stored twice: the existing
-        one is returned unchanged with created=false and duplicate_of; allow_duplicate=true stores a copy.
-        near_threshold: the most similar memory at this cosine or above (default 0.95; null: no check) is
-        reported as near_duplicate_of with its similarity; the memory is still stored unless
-        skip_near_duplicate=true (then that one is returned, created=false).
-        The memory is searchable by the next `search` and survives restarts; returns its id."""
+        """Remember a fact, preference, decision or note (at most 20,000 characters); found by the
+        next search. created_at: ISO, default now. The same content (ignoring case and whitespace) is not
+        stored twice: the existing memory comes back, created=false (allow_duplicate=true stores a copy).
+        A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
+        near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
+        Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
         from hybridlab.index.memory import MAX_CONTENT_CHARS, find_duplicate, normalised_content
         from hybridlab.search.listing import nearest_memory
 
@@ -505,8 +492,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     @server.tool()
     def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,
                       memory_type: str | None = None) -> StoredMemoryResponse:
-        """Correct a stored memory: replace its content, tags and/or type; same id, created_at kept,
-        updated_at now. Fields left out stay as they are.
+        """Correct a memory: the fields given replace its content, tags and/or type; same id and
+        created_at, updated_at now.
         Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
         with service.lifecycle:
             with service.reading() as index:
@@ -522,10 +509,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     def delete_memory(ids: list[str] | None = None, tags: list[str] | None = None,
                       match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
                       until: str | None = None, dry_run: bool = False) -> DeletedResponse:
-        """Forget memories: by ids, or every memory with the tags (match "any"/"all") and/or updated in a
-        time range (time in words or ISO since/until). dry_run=true lists what would go and deletes nothing.
-        Deleted memories are never returned again. Examples: {"ids": ["mem-795dd95d27ad4622"]};
-        {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
+        """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
+        range (as in `search`). dry_run=true only lists them.
+        Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
         window = service.time_range(time, since, until)
         if bool(ids) == bool(tags or window):
             raise _tool_error(ValueError("give ids, or tags and/or a time range (time, since, until): one of the two"))
@@ -554,39 +540,37 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     @server.tool()
     def list_memories(limit: Limit = 10, cursor: str | None = None, tags: list[str] | None = None,
                       match: Literal["all", "any"] = "all", time: str | None = None, since: str | None = None,
-                      until: str | None = None) -> MemoryList:
-        """List stored memories, newest first, a page at a time (limit 1-100, default 10); optionally only
-        those with tags and/or updated in a time range. Pass next_cursor back as cursor for the next page.
+                      until: str | None = None, max_chars: SearchChars = SEARCH_MAX_CHARS) -> MemoryList:
+        """List memories newest first, a page at a time (limit default 10); only those with tags and/or
+        in a time range if given. Pass next_cursor back as cursor. max_chars (default 5000) is shared by
+        the texts (a cut one has truncated=true).
         Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
         window = service.time_range(time, since, until)
         with service.reading() as index:
             found, next_cursor = index.list_documents(
                 tags=tags or (), match=match, since=window and window.since, until=window and window.until,
                 chunk_types=MEMORY_CHUNK_TYPES, limit=limit, cursor=cursor)
-        results = _tagged(found)
+        results = _tagged(found, max_chars)
         return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
 
     @server.tool()
     def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
-                      time: str | None = None, since: str | None = None, until: str | None = None) -> TagResponse:
-        """List the newest documents carrying the given tags.
-
-        tags: one or more tags, e.g. ["python", "testing"].
-        match: "all" = documents with every tag (default), "any" = documents with at least one.
-        limit: how many documents to return (1-100, default 10).
-        time: only documents updated then, e.g. "yesterday", "last week"; or ISO since/until."""
+                      time: str | None = None, since: str | None = None, until: str | None = None,
+                      max_chars: SearchChars = SEARCH_MAX_CHARS) -> TagResponse:
+        """The newest documents with all (match="all") or any of the tags; time as in `search`.
+        max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
+        Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
         window = service.time_range(time, since, until)
         with service.reading() as index:
             found = index.search_by_tag(tags, match=match, limit=limit, since=window and window.since,
                                         until=window and window.until)
-        results = _tagged(found)
+        results = _tagged(found, max_chars)
         return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
 
     @server.tool()
     def list_collections() -> CollectionList:
-        """List the collections of the index to browse: each one's documents, chunks per chunk type
-        (e.g. "text", "code", "memory") and most common tags (tag -> documents). Then
-        list_documents(collection=...) or search(collection=...)."""
+        """The collections to browse: documents, chunks per type, top tags. Then list_documents or
+        search with collection=. Example: {}"""
         with service.reading() as index:
             collections = [CollectionInfo(**c) for c in index.list_collections()]
         return CollectionList(count=len(collections), collections=collections)
@@ -594,9 +578,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     @server.tool()
     def list_documents(collection: str | None = None, prefix: str | None = None, cursor: str | None = None,
                        limit: Limit = 20) -> DocumentList:
-        """List documents (doc_id, title, total_chars, tags; no text), newest first, a page at a time
-        (limit 1-100, default 20): only those of a collection and/or whose doc_id starts with prefix.
-        Pass next_cursor back as cursor for the next page; read one with get_document.
+        """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
+        collection and/or doc_id prefix. Pass next_cursor back as cursor; read one with get_document.
         Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
         with service.reading() as index:
             found, next_cursor = index.list_documents(collection=collection, prefix=prefix or None,
@@ -607,9 +590,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
 
     @server.tool()
     def stats() -> dict[str, Any]:
-        """Describe the index: documents and chunks per collection and chunk type, tags, embedding
-        models, and the search settings in force with where each came from (argument, env, config,
-        default or adaptive)."""
+        """The index: documents and chunks per collection and type, tags, models, and the search
+        settings in force with their source. Example: {}"""
         from hybridlab.config import resolve_search_config
 
         with service.reading() as index:
@@ -626,10 +608,32 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                            "backend": service.backend_name}
         return facts
 
+    for tool in server._tool_manager.list_tools():  # the SDK has no public hook for this
+        _compact_schema(tool.parameters)
+        _compact_schema(tool.output_schema)
     return server
 
 
-def _fit_texts(hits: list[SearchHit], budget: int, field: str) -> None:
+def _compact_schema(schema: Any) -> None:
+    """Compact a tool's JSON schema in place, meaning unchanged: no titles (pydantic gives every
+    property one, "Doc Id" for doc_id) and `{"type": ["string", "null"]}` for a nullable simple type."""
+    if isinstance(schema, dict):
+        if isinstance(schema.get("title"), str):
+            del schema["title"]
+        options = schema.get("anyOf")
+        if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+            other = options[1 - options.index({"type": "null"})]
+            if set(other) == {"type"} and isinstance(other["type"], str):
+                del schema["anyOf"]
+                schema["type"] = [other["type"], "null"]
+        for value in schema.values():
+            _compact_schema(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _compact_schema(value)
+
+
+def _fit_texts(hits: list[Any], budget: int, field: str) -> None:
     """Cut the hits' `field` texts to `budget` characters in all, fairly: each gets an equal share of
     what is left, and a text shorter than its share leaves the rest to the longer ones."""
     left, waiting = budget, len(hits)
@@ -663,9 +667,12 @@ def _window(window: Any) -> TimeWindow | None:
     return None if window is None else TimeWindow(**window.to_dict())
 
 
-def _tagged(documents: list[dict[str, Any]]) -> list[TaggedDocument]:
+def _tagged(documents: list[dict[str, Any]], max_chars: int) -> list[TaggedDocument]:
+    """The documents' listing entries, their texts cut to `max_chars` in all (:func:`_fit_texts`)."""
     fields = set(TaggedDocument.model_fields)
-    return [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
+    results = [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
+    _fit_texts(results, max_chars, "text")
+    return results
 
 
 # ---------------------------------------------------------------------------------------------- CLI
