@@ -707,7 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--qdrant-collection", help="collection name (default: the index folder's name)")
 
     p = sub.add_parser("index", help="index folders, BEIR datasets or memories .jsonl (incremental)")
-    p.add_argument("paths", nargs="*", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder, or memories .jsonl")
+    p.add_argument("paths", nargs="*", help="folder of .md/.rst/.txt/.ipynb, BEIR dataset folder or corpus.jsonl, "
+                   "memories .jsonl, or irds:<ir_datasets id> (extra irds)")
     index_arg(p)
     p.add_argument("--optimize", action="store_true",
                    help="merge every segment into one (after indexing PATHS, if given), dropping deleted rows")

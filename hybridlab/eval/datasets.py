@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hybridlab.config import REPO_ROOT
 from hybridlab.ingest.files import _open_text, find_file, iter_jsonl
-from hybridlab.ingest.sources import irds_dataset, is_irds
+from hybridlab.ingest.sources import irds_items, is_irds
 
 Qrels = dict[str, dict[str, int]]
 
@@ -56,7 +56,7 @@ def load_queries(folder: Path, split: str | None = None) -> dict[str, str]:
     exists, else from `queries.jsonl[.gz]` (BEIR keeps every split's queries in one file); or from
     a queries file, or an ir_datasets id."""
     if is_irds(folder):
-        return {str(q.query_id): q.default_text() for q in irds_dataset(folder).queries_iter()}
+        return {str(q.query_id): q.default_text() for q in irds_items(folder, "queries")}
     path = _queries_file(folder, split)
     queries: dict[str, str] = {}
     for line_number, obj in iter_jsonl(path):
@@ -92,7 +92,7 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
     path = Path(folder_or_file)
     if is_irds(path):
         qrels: Qrels = {}
-        for qrel in irds_dataset(path).qrels_iter():
+        for qrel in irds_items(path, "qrels"):
             qrels.setdefault(str(qrel.query_id), {})[str(qrel.doc_id)] = int(qrel.relevance)
         return qrels
     if path.is_dir():

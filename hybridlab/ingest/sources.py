@@ -95,14 +95,24 @@ def irds_dataset(source: str | os.PathLike):
         raise ValueError(f"{source}: ir_datasets has no dataset {dataset_id!r} (see ir-datasets.com)") from None
 
 
+def irds_items(source: str | os.PathLike, kind: str) -> Iterator[Any]:
+    """The `docs`, `queries` or `qrels` of an ir_datasets dataset; ValueError when it has none or
+    they cannot be fetched (offline, ir_datasets reads only what its cache holds)."""
+    dataset = irds_dataset(source)
+    if not getattr(dataset, f"has_{kind}")():
+        raise ValueError(f"{source}: the dataset has no {kind}")
+    try:
+        yield from getattr(dataset, f"{kind}_iter")()
+    except OSError as error:  # requests' connection errors are OSErrors
+        raise ValueError(f"{source}: ir_datasets could not fetch its {kind} ({type(error).__name__}); offline it "
+                         "reads only what its cache holds (IR_DATASETS_HOME, default ~/.ir_datasets)") from None
+
+
 def iter_irds(source: str | os.PathLike) -> Iterator[Document]:
     """Documents of an ir_datasets dataset (`title` where its documents have one, `text` or their
     default text); collection = the dataset id."""
-    dataset = irds_dataset(source)
-    if not dataset.has_docs():
-        raise ValueError(f"{source}: the dataset has no documents")
     dataset_id = str(source).removeprefix(IRDS)
-    for doc in dataset.docs_iter():
+    for doc in irds_items(source, "docs"):
         text = doc.text if isinstance(getattr(doc, "text", None), str) else doc.default_text()
         yield Document(str(doc.doc_id), str(source), dataset_id, str(getattr(doc, "title", "") or ""), text,
                        "beir", None, None, {}, (), "text")

@@ -164,3 +164,13 @@ def test_a_dataset_by_ir_datasets_id_is_indexed_and_evaluated(local_irds, tmp_pa
     assert get_evalset(local_irds).report_dataset().qrels["q-docker"] == {"docker-0": 2, "docker-1": 1}
     assert main(["eval", "--dataset", "irds:no/such-dataset", "--index", str(index), "--json"]) == 2
     assert "ir_datasets has no dataset 'no/such-dataset'" in capsys.readouterr().err
+
+
+def test_without_ir_datasets_the_message_names_the_extra(monkeypatch):
+    import hybridlab.extras
+    from hybridlab.errors import MissingExtraError
+    from hybridlab.ingest.sources import irds_dataset
+
+    monkeypatch.setattr(hybridlab.extras, "is_available", lambda module: module != "ir_datasets")
+    with pytest.raises(MissingExtraError, match=r"pip install 'hybridlab\[irds\]'"):
+        irds_dataset("irds:beir/scifact")
