@@ -177,8 +177,12 @@ def register_external(spec: ModelSpec) -> None:
 
 
 def register_recorded(models: Mapping[str, Any]) -> None:
-    """Register the external models of a manifest's `models` section from their encoder records
-    (a spec registered before, e.g. by an import in progress, is kept)."""
+    """Use the encoder records of a manifest's `models` section (the index being written or read):
+    the prompts and max length they set (`settings`) for later writes that give none, and the
+    external models' specs (a spec registered before, e.g. by an import in progress, is kept)."""
+    _RECORDED.clear()
+    _RECORDED.update({name: dict(info["encoder"]["settings"]) for name, info in models.items()
+                      if ((info or {}).get("encoder") or {}).get("settings")})
     for name, info in models.items():
         record = (info or {}).get("encoder") or {}
         if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
@@ -188,6 +192,7 @@ def register_recorded(models: Mapping[str, Any]) -> None:
 
 
 _SETTINGS: EncoderSettings | None = None  # `configure`; None = env HYBRIDLAB_* each time
+_RECORDED: dict[str, dict[str, Any]] = {}  # model -> the settings its index recorded (`register_recorded`)
 #: EncoderSettings field -> the spec field it sets (these make other vectors: recorded per model)
 _SETTABLE = {"query_prompt": "query_prefix", "document_prompt": "document_prefix", "max_seq_length": "max_seq_length"}
 
@@ -205,10 +210,10 @@ def encoder_settings() -> EncoderSettings:
 
 def _changes(spec: ModelSpec, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The spec fields that `overrides` (a record's "settings"), else the settings' prompts and max
-    length, and the settings' dtype change in `spec`."""
+    length over those the index recorded (`register_recorded`), and the settings' dtype change in `spec`."""
     settings = encoder_settings()
-    changes = dict(overrides) if overrides is not None else {
-        field: getattr(settings, name) for name, field in _SETTABLE.items() if getattr(settings, name) is not None}
+    changes = dict(overrides) if overrides is not None else {**_RECORDED.get(spec.name, {}), **{
+        field: getattr(settings, name) for name, field in _SETTABLE.items() if getattr(settings, name) is not None}}
     if settings.dtype:
         changes["dtype"] = settings.dtype
     return {key: value for key, value in changes.items() if getattr(spec, key) != value}

@@ -75,16 +75,26 @@ def test_prompts_and_max_length_are_recorded_and_used_for_queries(corpus, tmp_pa
     capsys.readouterr()
     assert cli.main(["stats", "--index", str(index)]) == 0
     assert "'query_prefix': 'search: '" in capsys.readouterr().out
-    # a later write must give the same settings: without them it is another encoder, refused
+    # a later write without settings uses the recorded ones; another prompt is another encoder, refused
     (data / "corpus.jsonl").write_text((data / "corpus.jsonl").read_text() + json.dumps(
         {"_id": "d4", "title": "", "text": "Statins lower cholesterol."}) + "\n")
     before = (index / "manifest.json").read_text()
-    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 2
+    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--query-prompt", "q: "]) == 2
     assert "give the encoder settings it was built with again" in capsys.readouterr().err
     assert (index / "manifest.json").read_text() == before
+    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 0
+    assert json.loads((index / "manifest.json").read_text())["models"][model]["encoder"] == record
+    with open_index(index) as opened:
+        (chunk,) = opened._con.execute("SELECT chunk_id FROM chunks WHERE doc_id = 'd4'").fetchone()
+        dense = opened.dense[model]
+        plain.max_seq_length = 16
+        try:
+            expected = plain.encode(["doc: Statins lower cholesterol."], normalize_embeddings=True)[0]
+        finally:
+            plain.max_seq_length = plain_max
+        assert np.allclose(dense.take(dense.rows_of(np.array([chunk])))[0], expected, atol=1e-5)
     monkeypatch.setenv("HYBRIDLAB_QUERY_PROMPT", "search: ")  # env counts like the argument
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", *SETTINGS[2:]]) == 0
-    assert json.loads((index / "manifest.json").read_text())["counts"]["documents"] == 4
 
 
 def test_other_settings_are_cached_apart(corpus):
@@ -122,3 +132,30 @@ def test_half_precision_needs_a_gpu_and_bf16_indexes_need_bf16_queries(corpus, t
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with open_index(copy) as opened:
         assert len(opened.search("vitamin", mode="vector", limit=3)) == 3
+
+
+def test_memory_stores_use_the_recorded_settings(corpus, data_dir, tmp_path):
+    from hybridlab.index.build import fold_log
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.search.engine import open_index
+
+    model, _ = corpus
+    index = tmp_path / "index"
+    assert cli.main(["index", str(data_dir / "corpus" / "memories.jsonl"), "--index", str(index), "--model", model,
+                     "-q", *SETTINGS]) == 0
+    writer = MemoryWriter(index)  # this process has no encoder settings: the index's are used
+    stored = writer.store("Statins lower cholesterol in older adults.")
+    writer.close()
+    fold_log(index)
+    plain = load_encoder(model).model
+    with open_index(index) as opened:
+        (chunk, text) = opened._con.execute("SELECT chunk_id, embed_text FROM chunks WHERE doc_id = ?",
+                                            [stored.id]).fetchone()
+        dense = opened.dense[model]
+        vector = dense.take(dense.rows_of(np.array([chunk])))[0]
+    plain_max, plain.max_seq_length = plain.max_seq_length, 16
+    try:
+        expected = plain.encode(["doc: " + text], normalize_embeddings=True)[0]
+    finally:
+        plain.max_seq_length = plain_max
+    assert np.allclose(vector, expected, atol=1e-5)
