@@ -10,7 +10,7 @@ search latency (`RunResponse.timings["search_ms"]`: retrieval, fusion, recency; 
 encoded once up front, so encoding is excluded; each percentile per pass, then the median over
 passes: :func:`bench.percentiles.median_summary`) and how many queries ran staged or fell back.
 
-Used by the engine acceptance report (:mod:`bench.engine_report`), `bench/staged.ipynb`
+Used by the engine acceptance report (:mod:`bench.engine_report`), `notebooks/staged.ipynb`
 (:func:`staged_tradeoff`) and the staged benchmark of a checkout (`python -m bench.staged`).
 """
 from __future__ import annotations
@@ -99,7 +99,7 @@ def compare_staged(index, queries: Mapping[str, str], conditions: Mapping[str, M
 def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
                     candidates: Sequence[int], *, now: str | None = None, k: int = 10,
                     expand_hops: int | None = None) -> list[dict[str, Any]]:
-    """Rows of `bench/staged.ipynb`: parallel hybrid, then staged search per candidate count
+    """Rows of `notebooks/staged.ipynb`: parallel hybrid, then staged search per candidate count
     (never falling back; `expand_hops` None = the engine's default), at `limit` = `k` (the engine
     scores at least `limit` candidates): `median_ms` (search time), nDCG@k, recall@k, overlap@k."""
     hops = {} if expand_hops is None else {"expand_hops": expand_hops}
@@ -141,7 +141,7 @@ def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) ->
 
 
 def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """`summary.md` of a staged trade-off run (bench/staged.ipynb)."""
+    """`summary.md` of a staged trade-off run (notebooks/staged.ipynb)."""
     run_dir = Path(run_dir)
     full = next(r for r in rows if not r["staged"])
     named = {("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows}
