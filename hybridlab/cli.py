@@ -234,7 +234,8 @@ def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> 
     """Encoder settings (None = not set: env HYBRIDLAB_<NAME>, then --config's "encoder", then the
     model's own or the index's recorded value; `hybridlab.config.resolve_encoder_settings`)."""
     g = parser.add_argument_group("encoder settings (unset ones come from env HYBRIDLAB_*, the model or the index)")
-    g.add_argument("--device", help="cpu, cuda, cuda:1, mps or auto (default: env HYBRIDLAB_DEVICE, else auto)")
+    g.add_argument("--device", help="cpu, cuda, cuda:1, mps or auto; several comma-separated share the work "
+                   "(default: env HYBRIDLAB_DEVICE, else auto)")
     g.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="weights' dtype; fp16/bf16 on a GPU only "
                    "(fp16 vectors meet fp32 queries, bf16 ones only bf16 queries)")
     if documents:

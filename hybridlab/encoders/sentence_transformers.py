@@ -2,10 +2,13 @@
 MiniLM, or any model given by local folder or hub id (`load_custom`).
 
 The device is chosen by `resolve_device`: the argument, else env `HYBRIDLAB_DEVICE`, else "auto"
-(cuda, then mps, then cpu). A spec's dtype float16 / bfloat16 loads the weights in it, on a GPU only.
+(cuda, then mps, then cpu); several devices, comma-separated ("cuda:0,cuda:1"), share the documents
+through sentence-transformers' multi-process pool. A spec's dtype float16 / bfloat16 loads the
+weights in it, on a GPU only.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -44,16 +47,25 @@ def resolve_device(device: str | None = None) -> str:
     return "cpu"
 
 
+def _devices(device: str | None) -> list[str]:
+    """The devices of `device` (or env HYBRIDLAB_DEVICE), comma-separated, each resolved."""
+    return [resolve_device(d.strip()) for d in (device or os.environ.get(DEVICE_ENV) or "auto").split(",")]
+
+
 class SentenceTransformerEncoder(Encoder):
-    """A sentence-transformers model on `resolve_device(device)`; `model` = one already loaded."""
+    """A sentence-transformers model on `resolve_device(device)`; `model` = one already loaded. With
+    several devices the model loads on the first, and a multi-process pool over all of them (started
+    at the first batch, stopped at exit) encodes."""
 
     def __init__(self, spec: ModelSpec, model: Any = None, device: str | None = None):
         super().__init__(spec)
+        devices = _devices(device)
+        self.devices, self.pool = devices if len(devices) > 1 else [], None
         if model is None:
             from sentence_transformers import SentenceTransformer
 
             source = spec.source or str(package_model_path(spec.package))
-            device = resolve_device(device)
+            device = devices[0]
             if spec.dtype in HALF_DTYPES and device.split(":")[0] == "cpu":
                 raise ValueError(f"dtype {spec.dtype} of {spec.name!r} needs a GPU (device is {device}): use fp32 on "
                                  "the CPU (fp16 vectors made on a GPU meet fp32 queries; bf16 ones do not)")
@@ -68,10 +80,19 @@ class SentenceTransformerEncoder(Encoder):
 
     def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         prefix = self.prefix(is_query=is_query)
+        if self.devices and self.pool is None:
+            self.pool = self.model.start_multi_process_pool(self.devices)
+            atexit.register(self.close)
         return self.model.encode(
             [prefix + t for t in texts], batch_size=max(len(texts), 1), convert_to_numpy=True,
-            normalize_embeddings=False, show_progress_bar=False,
+            normalize_embeddings=False, show_progress_bar=False, **({"pool": self.pool} if self.pool else {}),
         )
+
+    def close(self) -> None:
+        """Stop the multi-process pool of several devices, if started (again at exit: a no-op)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            self.model.stop_multi_process_pool(pool)
 
 
 def folder_sha256(folder: Path) -> str:
@@ -116,7 +137,7 @@ def load_custom(name: str, source: str, *, is_folder: bool, device: str | None =
     """
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(source, device=resolve_device(device))
+    model = SentenceTransformer(source, device=_devices(device)[0])
     get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = get_dim()
     if not dim:
@@ -135,4 +156,4 @@ def load_custom(name: str, source: str, *, is_folder: bool, device: str | None =
         pooling=pooling, dtype=dtype,
     )
     logger.info("loaded sentence-transformers model %s (%d-d, %s, on %s)", source, spec.dim, pooling, model.device)
-    return SentenceTransformerEncoder(spec, model=model)
+    return SentenceTransformerEncoder(spec, model=model, device=device)

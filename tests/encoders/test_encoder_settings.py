@@ -159,3 +159,19 @@ def test_memory_stores_use_the_recorded_settings(corpus, data_dir, tmp_path):
     finally:
         plain.max_seq_length = plain_max
     assert np.allclose(vector, expected, atol=1e-5)
+
+
+@pytest.mark.slow  # starts two worker processes (~10-20 s)
+def test_several_devices_share_the_documents_through_a_pool(corpus):
+    from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder
+
+    model, _ = corpus
+    one = load_encoder(model)
+    texts = [f"{title} {text}" for title, text in DOCS.values()] * 4
+    pooled = SentenceTransformerEncoder(one.spec, device="cpu,cpu")
+    assert pooled.devices == ["cpu", "cpu"]
+    try:
+        assert np.allclose(pooled.encode_documents(texts), one.encode_documents(texts), atol=1e-5)
+    finally:
+        pooled.close()
+    assert pooled.pool is None
