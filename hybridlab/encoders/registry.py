@@ -180,9 +180,9 @@ def register_recorded(models: Mapping[str, Any]) -> None:
     """Use the encoder records of a manifest's `models` section (the index being written or read):
     the prompts and max length they set (`settings`) for later writes that give none, and the
     external models' specs (a spec registered before, e.g. by an import in progress, is kept)."""
-    _RECORDED.clear()
-    _RECORDED.update({name: dict(info["encoder"]["settings"]) for name, info in models.items()
-                      if ((info or {}).get("encoder") or {}).get("settings")})
+    global _RECORDED
+    _RECORDED = {name: dict(info["encoder"]["settings"]) for name, info in models.items()  # one rebinding:
+                 if ((info or {}).get("encoder") or {}).get("settings")}  # no reader sees it half set
     for name, info in models.items():
         record = (info or {}).get("encoder") or {}
         if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
