@@ -204,30 +204,14 @@ def _open_search_index(args: argparse.Namespace):
 
 
 def _vectors_hook(args: argparse.Namespace):
-    """The build step of `index --vectors FILE`: the file's vectors under the last --model. A model
-    that loads here (preset, folder, cached hub id) keeps its own spec (the file must have its
-    dimension); any other name gets an external spec: the file's dimension, the rest from the options
-    given (--query-prompt, --document-prompt, --max-seq-length), else "external"."""
-    from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
-    from hybridlab.index.layout import read_manifest
-    from hybridlab.index.vectors_import import import_hook, read_vectors
+    """The build step of `index --vectors FILE`: the file's vectors under the last --model (a name that
+    does not load here: an external spec with --query-prompt, --document-prompt, --max-seq-length)."""
+    from hybridlab.index.vectors_import import import_step
 
     if not args.models:
         raise UsageError("--vectors needs --model NAME: the model the vectors are of (the last --model)")
-    if (Path(args.index_dir) / "manifest.json").exists():
-        register_recorded(read_manifest(Path(args.index_dir)).get("models") or {})
-    ids, vectors = read_vectors(args.vectors)
-    name = args.models[-1]
-    try:
-        spec = get_spec(name)
-    except (ValueError, ImportError):  # not a model that loads here: vectors made elsewhere
-        given = {"query_prefix": getattr(args, "query_prompt", None), "document_prefix": getattr(args, "document_prompt", None),
-                 "max_seq_length": getattr(args, "max_seq_length", None)}
-        spec = external_spec(name, vectors.shape[1], **{k: v for k, v in given.items() if v is not None})
-        register_external(spec)
-    if spec.dim != vectors.shape[1]:
-        raise UsageError(f"{args.vectors} holds {vectors.shape[1]}-d vectors but model {name!r} gives {spec.dim}-d ones")
-    return import_hook(args.vectors, ids, vectors, spec.name, args.vectors_by)
+    return import_step(args.vectors, args.models[-1], args.index_dir, args.vectors_by, query_prefix=args.query_prompt,
+                       document_prefix=args.document_prompt, max_seq_length=args.max_seq_length)
 
 
 def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> None:

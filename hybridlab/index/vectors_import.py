@@ -10,7 +10,8 @@ chunk each (the vector is that chunk's); a document of several chunks is refused
 vectors, or a `--chunk-size` that keeps documents whole). Chunk vectors (`by="chunk"`) carry the
 index's chunk ids. Every chunk of the model must get a vector and every id must name one. The
 vectors enter the build as embeddings-cache entries of the chunks' texts (`import_hook`), so an
-import is one ordinary commit: a refused file leaves the previous index as it was.
+import is one ordinary commit: a refused file leaves the previous index as it was. From Python:
+`apply_changes(index_dir, batches, config, imported=import_step(path, model, index_dir))`.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from hybridlab.index.embedding_cache import cache_model
 
-__all__ = ["BY", "import_hook", "read_vectors", "vectors_by_id"]
+__all__ = ["BY", "import_hook", "import_step", "read_vectors", "vectors_by_id"]
 
 BY = ("document", "chunk")
 
@@ -122,3 +123,26 @@ def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: st
         return len(chunks)
 
     return put
+
+
+def import_step(path: str | Path, model: str, index_dir: str | Path, by: str = "document",
+                **given: Any) -> Callable[[Any, Any], int]:
+    """The build step importing vectors file `path` as model `model`'s (`import_hook`). A model that
+    loads here (preset, folder, cached hub id) keeps its own spec and the file must have its
+    dimension; any other name gets an external spec (`registry.external_spec`: the file's dimension,
+    the rest from `given` spec fields, e.g. query_prefix, else "external"), or the one `index_dir`
+    recorded for it."""
+    from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
+    from hybridlab.index import layout
+
+    if (Path(index_dir) / layout.MANIFEST).exists():
+        register_recorded(layout.read_manifest(Path(index_dir)).get("models") or {})
+    ids, vectors = read_vectors(path)
+    try:
+        spec = get_spec(model)
+    except (ValueError, ImportError):  # not a model that loads here: vectors made elsewhere
+        spec = external_spec(model, vectors.shape[1], **{k: v for k, v in given.items() if v is not None})
+        register_external(spec)
+    if spec.dim != vectors.shape[1]:
+        raise ValueError(f"{path} holds {vectors.shape[1]}-d vectors but model {model!r} gives {spec.dim}-d ones")
+    return import_hook(path, ids, vectors, spec.name, by)
