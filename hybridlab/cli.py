@@ -914,6 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback unless given)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--log-file", help="write logs here instead of stderr")
+    encoder_options(p, documents=False)  # the queries' (and stored memories') device and dtype
     p.add_argument("--lock-wait", type=float, default=10.0, metavar="SECONDS",
                    help="how long store_memory waits for another process's writer lock (default 10)")
     p.add_argument("--commit-delay", type=float, default=0.0, metavar="SECONDS",
