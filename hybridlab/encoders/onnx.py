@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 OPSET = 17
-INTRA_OP_THREADS = 2
+INTRA_OP_THREADS = min(len(os.sched_getaffinity(0)), 8)  # the machine's cores (onnxruntime's own default too)
 _BUILD_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")
 
 

@@ -40,7 +40,7 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         encoder_record,
         encoder_settings,
         get_spec,
-        load_encoder,
+        load_document_encoder,
     )
 
     dims: dict[str, int] = {}
@@ -69,7 +69,7 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         if not todo:
             continue
         missing = _texts_of(con, todo)
-        encoder = load_encoder(model)
+        encoder = load_document_encoder(model)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
         bar = _progress(total=len(missing), desc=f"embedding ({model})", enabled=progress, unit="chunk")

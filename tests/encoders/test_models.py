@@ -221,6 +221,21 @@ def test_onnx_query_twin_gives_the_torch_vectors(minilm):
 
 
 @needs("minilm-onnx")
+def test_documents_are_embedded_by_the_onnx_twin_on_a_cpu(minilm, monkeypatch):
+    """The default build's documents: the ONNX fp32 twin (issue 30's build speed), the same vectors."""
+    monkeypatch.delenv("HYBRIDLAB_DOCUMENT_BACKEND", raising=False)
+    monkeypatch.setenv("HYBRIDLAB_DEVICE", "cpu")
+    twin = models.load_document_encoder("minilm")
+    assert twin.spec.name == f"{MINILM}-onnx"
+    assert models.load_document_encoder("minilm", "torch").spec.name == MINILM
+    monkeypatch.setenv("HYBRIDLAB_DOCUMENT_BACKEND", "torch")
+    assert models.load_document_encoder("minilm").spec.name == MINILM
+    documents = [" ".join(SENTENCES) * k for k in (1, 3, 12)] + ["x", "statins and cholesterol"]
+    reference, fast = minilm.encode_documents(documents), twin.encode_documents(documents)
+    assert np.abs(reference - fast).max() < 1e-5
+
+
+@needs("minilm-onnx")
 def test_search_results_are_the_same_with_either_query_backend(tiny_index, monkeypatch):
     from hybridlab.search.engine import open_index
 

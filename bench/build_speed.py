@@ -1,0 +1,152 @@
+"""Index build speed of the default model per document backend (issue 30): torch (before) against
+the ONNX fp32 twin (after), the whole `apply_changes` build of SciFact documents in fresh processes
+with private, empty embeddings caches, alternating backends so both see the same machine load.
+
+    python -m bench.build_speed [--documents 1000] [--repeats 3] [--full]
+
+`--full` also builds all of SciFact with the ONNX documents and scores the default hybrid on
+SciFact test against the same evaluation of a torch-built index (the condition: within 0.002).
+Writes `reports/bench/<date>-build-speed/` (results.json, report.md, build_speed.png).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine_info, run_worker, worker_main
+from hybridlab.config import REPO_ROOT
+
+BACKENDS = ("torch", "onnx")
+
+
+def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Worker: one build of the first `documents` SciFact documents with documents embedded by `backend`."""
+    os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = arguments["backend"]
+    from hybridlab.config import IndexConfig
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.index.build import apply_changes
+    from hybridlab.ingest.sources import IngestReport, read_source
+
+    documents = read_source(get_evalset("scifact").sources[0], IngestReport())
+    documents = documents[: int(arguments["documents"])] if arguments["documents"] else documents
+    work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-build-"))
+    index_dir = Path(arguments.get("keep") or work / "index")
+    try:
+        started = time.perf_counter()
+        report = apply_changes(index_dir, [(documents[0].source, documents, True)], IndexConfig(), progress=False,
+                               cache_path=work / "embeddings.duckdb")
+        seconds = time.perf_counter() - started
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"backend": arguments["backend"], "documents": len(documents), "chunks": report.embedded,
+            "seconds": seconds, "embed_seconds": report.embed_seconds, "chunks_per_s": report.embedded / seconds}
+
+
+def same_vectors(sample: int = 300) -> dict[str, float]:
+    """Both backends' vectors of the first `sample` SciFact chunk texts: max |difference| and min cosine."""
+    import numpy as np
+
+    from hybridlab.encoders.registry import load_document_encoder
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.ingest.sources import IngestReport, read_source
+
+    documents = read_source(get_evalset("scifact").sources[0], IngestReport())[:sample]
+    texts = [f"{d.title}\n{d.text}" for d in documents]
+    torch_vectors = load_document_encoder("all-MiniLM-L6-v2", "torch").encode_documents(texts)
+    onnx_vectors = load_document_encoder("all-MiniLM-L6-v2", "onnx").encode_documents(texts)
+    return {"texts": len(texts), "max_abs_diff": float(np.abs(torch_vectors - onnx_vectors).max()),
+            "min_cosine": float((torch_vectors * onnx_vectors).sum(axis=1).min())}
+
+
+def ndcg_on_scifact_test(index_dir: Path) -> float:
+    """The default hybrid's nDCG@10 on SciFact test (`hybridlab eval --json`, queries encoded as always)."""
+    command = [sys.executable, "-m", "hybridlab.cli", "eval", "--index", str(index_dir), "--dataset", "scifact", "--json", "-q"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout)["metrics"]["ndcg@10"])
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for i, backend in enumerate(BACKENDS):
+        values = [r["chunks_per_s"] for r in rows if r["backend"] == backend]
+        axes.scatter([i] * len(values), values, alpha=0.6)
+        axes.hlines(statistics.median(values), i - 0.2, i + 0.2, color="black")
+    axes.set(xticks=range(len(BACKENDS)), xticklabels=[f"{b} (documents)" for b in BACKENDS],
+             ylabel="chunks/s, whole index build", title="SciFact build, all-MiniLM-L6-v2 (line: median)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.build_speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--full", action="store_true", help="also the SciFact test condition (full builds)")
+    parser.add_argument("--torch-index", type=Path, help="a torch-built SciFact index for --full (default: build one)")
+    args = parser.parse_args(argv)
+    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-build-speed"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for repeat in range(args.repeats):
+        for backend in BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]:
+            rows.append(run_worker("bench.build_speed", {"backend": backend, "documents": args.documents}))
+            print(f"  {backend}: {rows[-1]['chunks_per_s']:.1f} chunks/s", file=sys.stderr, flush=True)
+    medians = {b: statistics.median(r["chunks_per_s"] for r in rows if r["backend"] == b) for b in BACKENDS}
+    results: dict[str, Any] = {"command": "python -m bench.build_speed " + " ".join(argv or sys.argv[1:]),
+                               "machine": machine_info(), "rows": rows, "median_chunks_per_s": medians,
+                               "ratio": medians["onnx"] / medians["torch"], "vectors": same_vectors()}
+    if args.full:
+        work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-full-", dir=REPO_ROOT / ".cache"))
+        try:
+            full = {}
+            for backend in BACKENDS:
+                index_dir = args.torch_index if backend == "torch" and args.torch_index else work / backend
+                if index_dir == work / backend:
+                    full[backend] = run_worker("bench.build_speed", {"backend": backend, "documents": 0, "keep": str(index_dir)})
+                full.setdefault(backend, {})["ndcg@10"] = ndcg_on_scifact_test(index_dir)
+            results["scifact_test"] = full
+            results["ndcg_delta"] = full["onnx"]["ndcg@10"] - full["torch"]["ndcg@10"]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(rows, out / "build_speed.png")
+    lines = [f"# Index build speed by document backend — {out.name}", "", (f"Command: `{results['command']}`; "
+             f"{results['machine'].get('cpu_model')} ({results['machine'].get('cores')} cores), load at start "
+             f"{results['machine'].get('load_average')}. Fresh process and empty embeddings cache per build, backends alternating."),
+             "", "| backend (documents) | builds | median chunks/s | chunks/s each |", "|---|---|---|---|"]
+    for backend in BACKENDS:
+        each = [r["chunks_per_s"] for r in rows if r["backend"] == backend]
+        lines.append(f"| {backend} | {len(each)} | {medians[backend]:.1f} | {', '.join(f'{v:.1f}' for v in each)} |")
+    vectors = results["vectors"]
+    lines += ["", f"**Ratio (median onnx / median torch): {results['ratio']:.2f}×** on {rows[0]['chunks']} chunks.",
+              (f"Same vectors: over {vectors['texts']} SciFact texts max |difference| {vectors['max_abs_diff']:.2e}, "
+              f"min cosine {vectors['min_cosine']:.7f}.")]
+    if "scifact_test" in results:
+        full = results["scifact_test"]
+        lines += ["", "| SciFact test, default hybrid | nDCG@10 | build chunks/s |", "|---|---|---|"]
+        lines += [f"| {b} documents | {full[b]['ndcg@10']:.4f} | {full[b].get('chunks_per_s', float('nan')):.1f} |" for b in BACKENDS]
+        lines.append(f"\nDelta {results['ndcg_delta']:+.4f} (condition: within 0.002).")
+    lines += ["", "![build speed](build_speed.png)", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    if not worker_main(sys.argv[1:], measure_build):
+        raise SystemExit(main())
