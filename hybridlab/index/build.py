@@ -321,7 +321,7 @@ def apply_changes(
                     for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
                         cache.put(cache_model(model), hashes, vectors)
                 if imported is not None:
-                    imported(con, cache)
+                    report.imported = imported(con, cache)
                 dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
                 artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = store_counts(con)

@@ -21,6 +21,7 @@ class IndexReport:
     new_chunks: int = 0
     embedded: int = 0
     cache_hits: int = 0  # vectors not embedded: found in the cache, or kept in an earlier segment
+    imported: int = 0  # vectors read from a file (`index --vectors`), counted apart from the cache hits
     skipped: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -38,6 +39,7 @@ class IndexReport:
         return (
             f"{self.documents} documents: {self.added} added, {self.changed} changed, {self.removed} removed, "
             f"{self.unchanged} unchanged; {self.chunks} chunks ({self.new_chunks} new), {self.embedded} embedded, "
-            f"{self.cache_hits} from cache; {len(self.skipped)} files skipped; {self.seconds:.1f} s, "
+            + (f"{self.imported} imported, " if self.imported else "")
+            + f"{self.cache_hits - self.imported} from cache; {len(self.skipped)} files skipped; {self.seconds:.1f} s, "
             f"{self.chunks_per_second:.1f} chunks/s; {state}"
         )

@@ -91,7 +91,7 @@ def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: st
                 by: str = "document") -> Callable[[Any, Any], int]:
     """A build step (`apply_changes(imported=...)`) that matches the file's rows to the chunks of
     `model` in the segment being built (`con`) and puts their vectors into the embeddings cache under
-    the chunks' text hashes; returns the number of chunks given a vector. Raises ValueError (the
+    the chunks' text hashes; returns the number of vectors put (distinct texts). Raises ValueError (the
     build then commits nothing) at the first unknown id, a document of several chunks, or a chunk
     left without a vector."""
     if by not in BY:
@@ -120,7 +120,7 @@ def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: st
             raise ValueError(f"{path}: no vector for {by} {missing[0]!r} ({len(missing)} of the index's "
                              f"{len(sha_of)} {by}s of {model!r} lack one)")
         cache.put(cache_model(model), [sha_of[key] for key in ids], vectors, replace=True)
-        return len(chunks)
+        return len({sha_of[key] for key in ids})
 
     return put
 

@@ -94,8 +94,10 @@ def test_imported_vectors_give_the_in_process_run(made, baseline, name, tmp_path
 
     model = made["model"] if name == "model" else "elsewhere-bert"
     index = tmp_path / "imported"
+    capsys.readouterr()
     assert cli.main(["index", str(made["data"]), "--index", str(index), "--model", model,
                      "--vectors", str(made["root"] / "docs.parquet"), "-q"]) == 0
+    assert "0 embedded, 3 imported, 0 from cache" in capsys.readouterr().out
     record = json.loads((index / "manifest.json").read_text())["models"][model]
     assert record["dim"] == 32 and record["vectors"] == 3
     if name == "external":
