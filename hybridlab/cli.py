@@ -55,7 +55,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--config", help="exported config JSON (e.g. configs/best.json)")
     g.add_argument("--mode", choices=["hybrid", "vector", "bm25", "tags"])
     g.add_argument("--alpha", type=_unit_float, help="dense weight: 1.0 = pure vector, 0.0 = pure lexical/tag")
-    g.add_argument("--fusion", choices=["rrf", "convex", "dbsf"])
+    g.add_argument("--fusion", choices=["rrf", "convex", "dbsf", "learned"])
+    g.add_argument("--learned-model", help="--fusion learned: the model folder (default configs/fusion-learned)")
     g.add_argument("--normalization", choices=["min-max", "z-score", "theoretical-min-max", "none"])
     g.add_argument("--rrf-k", type=_positive_int, help="the RRF constant (default 60)")
     g.add_argument("--depth", type=_positive_int, help="candidates per retriever (default 100)")
@@ -116,7 +117,7 @@ SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "de
                         "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
                         "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
                         "rare_term_max_df", "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
-                        "feedback_weight", "feedback_docs", "chunk_decay")
+                        "feedback_weight", "feedback_docs", "chunk_decay", "learned_model")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -892,6 +893,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", choices=["randomization", "t-test"], default="randomization",
                    help="paired significance test against the defaults (default randomization)")
     p.set_defaults(func=_delegate("hybridlab.tune.export", "cli_export_config"))
+
+    p = sub.add_parser("learn-fusion", help="train the learned fusion on the evaluation sets (or its "
+                       "leave-one-collection-out table, --loco)")
+    p.add_argument("--sets", nargs="+", help="evaluation sets to use (default: all six)")
+    p.add_argument("--leave-out", help="a set left out of training")
+    p.add_argument("--model", choices=["lightgbm", "linear"], help="default linear (--loco: both)")
+    p.add_argument("--loco", action="store_true", help="train and score every leave-one-out fold into --out")
+    p.add_argument("--out", required=True, help="the model folder (--loco: the report folder)")
+    p.set_defaults(func=_delegate("hybridlab.tune.learn", "cli_learn_fusion"))
 
     p = sub.add_parser("repro", help="re-run the evaluation a config records, or every condition of the "
                        "reproduction record (--all); OK/FAIL per metric")

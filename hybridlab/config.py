@@ -18,7 +18,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (reports/, ground_truth/, .cache/)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-FUSION_METHODS = ("rrf", "convex", "dbsf")
+FUSION_METHODS = ("rrf", "convex", "dbsf", "learned")
 NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")
 SEARCH_MODES = ("hybrid", "vector", "bm25", "tags")
 
@@ -206,6 +206,7 @@ class SearchConfig:
     feedback_weight: float = 0.0
     feedback_docs: int = 1
     chunk_decay: float = 0.1
+    learned_model: str = ""  # fusion="learned": its model folder ("" = configs/fusion-learned)
 
     def __post_init__(self) -> None:
         if self.mode not in SEARCH_MODES:

@@ -45,6 +45,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "qdrant_client": ("qdrant-client", "qdrant"),
     "qdrant_edge": ("qdrant-edge-py", "qdrant"),
     "psycopg": ("psycopg", "postgres"),
+    "lightgbm": ("lightgbm", "learn"),
+    "sklearn": ("scikit-learn", "learn"),
 }
 
 

@@ -97,6 +97,7 @@ class Index:
         self._lock = threading.Lock()  # one re-open at a time
         self._encoders: dict[str, Any] = {}
         self._rerankers: dict[str, Any] = {}  # cross-encoders of the rerank step, loaded on first use
+        self._rankers: dict[str, Any] = {}  # learned fusion models (fusion="learned"), loaded on first use
         self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
         self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
         self._segments = SegmentCache()  # segments are immutable: a refresh reads only new ones
@@ -264,6 +265,15 @@ class Index:
                 self._rerankers[name] = load_reranker(name)
             return self._rerankers[name]
 
+    def learned_ranker(self, setting: str):
+        """The learned fusion model of a `learned_model` setting, loaded once per index object."""
+        with self._encoder_lock:
+            if setting not in self._rankers:
+                from hybridlab.search.learned import load_ranker, model_path
+
+                self._rankers[setting] = load_ranker(model_path(setting))
+            return self._rankers[setting]
+
     def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
         """Cross-encoder scores of (query, passage) pairs, one per passage."""
         return self.reranker(model).score(query, passages)
@@ -286,7 +296,7 @@ class Index:
                   boost_tags: Sequence[str] | None, now: datetime) -> pipeline.Retrieval:
         """Ranked hits with every retriever's run on the current snapshot (for tests and tools)."""
         return pipeline.retrieve(self._snapshot, query, options, filters, boost_tags, now, self.config_file,
-                                 self.query_vector)
+                                 self.query_vector, self.learned_ranker)
 
     def search(
         self,
@@ -362,7 +372,7 @@ class Index:
                                since=since, until=until, embedding_model=vectors_of)
         options = {**options, "embedding_model": embedding_model, "language": language}
         retrieval = pipeline.retrieve(snapshot, query, options, filters, tag_list, resolve_now(now), self.config_file,
-                                      self.query_vector)
+                                      self.query_vector, self.learned_ranker)
         retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
         hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits[: config.limit]
@@ -382,7 +392,7 @@ class Index:
         options.setdefault("limit", 100)
         retrieval = pipeline.retrieve(snapshot, query, options, filters or Filters(),
                                       None if tags is None else _tuple(tags), resolve_now(now), self.config_file,
-                                      self.query_vector)
+                                      self.query_vector, self.learned_ranker)
         retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
         hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits

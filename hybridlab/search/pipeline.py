@@ -45,9 +45,11 @@ from hybridlab.search.evidence import (
     weights_with_evidence,
     without_recency_cues,
 )
+from hybridlab.search.features import FEATURE_NAMES, QueryFacts, candidate_rows, features
 from hybridlab.search.feedback import best_documents, rocchio
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
+from hybridlab.search.learned import Ranker, load_ranker, model_path, squash
 from hybridlab.search.results import SearchResult, iso_utc, make_snippet
 from hybridlab.search.retrievers import RowFilter
 from hybridlab.search.snapshot import Snapshot
@@ -63,6 +65,7 @@ FULL_MATCH = 1.0 - 1e-9  # lexical evidence of a row holding every query term (a
 Encode = Callable[[str, str], np.ndarray]  # (model, query) -> query vector
 Rerank = Callable[[str, str, list[str]], np.ndarray]  # (rerank model, query, passages) -> one score each
 Run = dict[int, float]  # row -> score of one retriever
+Rankers = Callable[[str], Ranker]  # learned_model setting -> the loaded model (owned by the Index)
 
 
 class Hit(NamedTuple):
@@ -121,6 +124,8 @@ class Retrieval:
     evidence: QueryEvidence = field(default_factory=QueryEvidence)  # the query's signals (adaptive fusion)
     feedback_rows: tuple[int, ...] = ()  # dense feedback: the rows whose vectors moved the query
     query_dense: Run = field(default_factory=dict)  # dense feedback: the dense run of the query itself
+    facts: QueryFacts = field(default_factory=QueryFacts)  # what the learned fusion's features know of the query
+    now: datetime | None = None  # the reference time of recency
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -375,17 +380,41 @@ def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], h
 
 
 # ------------------------------------------------------------------------------------ fusion
+def candidate_features(snapshot: Snapshot, runs: Mapping[str, Run], evidence: QueryEvidence, facts: QueryFacts,
+                       now: datetime) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates (the union of the runs) and their feature matrix (search/features.py)."""
+    rows = candidate_rows(runs)
+    generation = snapshot.generation
+    doc_ids = [generation.doc_ids[row] for row in rows.tolist()]
+    first = np.fromiter((row == 0 or generation.doc_ids[row - 1] != doc for row, doc in zip(rows.tolist(), doc_ids)),
+                        bool, len(rows))
+    days = (now.timestamp() - generation.times[rows]) / 86400.0
+    return rows, features(runs, evidence, facts, rows, days, doc_ids, first)
+
+
+def learned_fusion(snapshot: Snapshot, runs: Mapping[str, Run], evidence: QueryEvidence, facts: QueryFacts,
+                   now: datetime, ranker: Ranker) -> Run:
+    """The learned model's score of every candidate, squashed to (0, 1)."""
+    rows, matrix = candidate_features(snapshot, runs, evidence, facts, now)
+    return dict(zip(rows.tolist(), squash(ranker.score(matrix)).tolist()))
+
+
 def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
-            now: datetime, evidence: QueryEvidence | None = None) -> tuple[list[Hit], int]:
+            now: datetime, evidence: QueryEvidence | None = None, facts: QueryFacts | None = None,
+            rankers: Rankers | None = None) -> tuple[list[Hit], int]:
     """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
     `min_score`; and how many rows were scored before that cut. `evidence` scales BM25's weight
-    and sets the recency weight (adaptive fusion)."""
+    and sets the recency weight (adaptive fusion). `fusion="learned"`: the model `rankers` gives
+    for `learned_model` scores the union of the candidates instead (weights unused)."""
     mode = config.mode
     evidence = evidence or QueryEvidence(recency_weight=config.recency_weight)
     weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
     weights = weights_with_evidence(weights, evidence.lexical_factor)
     active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
-    if len(active) > 1:
+    if mode == "hybrid" and config.fusion == "learned" and any(runs.values()):
+        ranker = (rankers or (lambda setting: load_ranker(model_path(setting))))(config.learned_model)
+        fused = learned_fusion(snapshot, runs, evidence, facts or QueryFacts(tag_factor=tag_factor), now, ranker)
+    elif len(active) > 1:
         fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
     elif mode == "hybrid":
         # one signal left (alpha 1.0 = dense only; alpha 0.0 without tags = BM25 only): its raw
@@ -468,7 +497,7 @@ def document_scores(hits: Sequence[Hit], doc_ids: Sequence[str], decay: float) -
 # ------------------------------------------------------------------------------------ the loop
 def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters: Filters,
              boost_tags: Sequence[str] | None, now: datetime, config_file: Mapping[str, Any],
-             encode: Encode) -> Retrieval:
+             encode: Encode, rankers: Rankers | None = None) -> Retrieval:
     """Run the retrievers and fuse, widening until `limit` results come back or nothing more is
     allowed: staged falls back to parallel, otherwise `depth` (and `candidates`) grow 4x."""
     query = clean_query(query)
@@ -486,10 +515,11 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     stage = "staged" if staged else "parallel"
     depth = min(max(config.depth, config.limit), max(n_allowed, 1))
     candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
+    facts = QueryFacts(len(query.split()), request.tags.boost * request.tags.coverage)
     while True:
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
         evidence = query_evidence(snapshot, request, runs)
-        hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now, evidence)
+        hits, n_scored = combine(snapshot, runs, config, facts.tag_factor, now, evidence, facts, rankers)
         # documents found: the count only, so no document scores here (group computes them once)
         found = len(best_chunks(hits, snapshot.generation.doc_ids, config.limit)) if config.group_by_document \
             else len(hits)
@@ -509,13 +539,13 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     if config.feedback_weight > 0 and config.mode == "hybrid" and model is not None and hits:
         runs, feedback_rows = dense_feedback(snapshot, request, runs, hits, stage, depth)
         if feedback_rows:
-            hits, n_scored = combine(snapshot, runs, config, request.tags.boost * request.tags.coverage, now, evidence)
+            hits, n_scored = combine(snapshot, runs, config, facts.tag_factor, now, evidence, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
     named = request.tags
     return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
                      model, named.tags, named.collections, named.boost, named.coverage, timings,
                      added if stage == "staged" else 0, evidence=evidence, feedback_rows=feedback_rows,
-                     query_dense=query_dense if feedback_rows else {})
+                     query_dense=query_dense if feedback_rows else {}, facts=facts, now=now)
 
 
 # ------------------------------------------------------------------------------------ rerank
@@ -578,6 +608,12 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         1 for other, s in retrieval.reranked.items() if s > rerank_score or (s == rerank_score and other < hit.row))
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
     config = retrieval.config
+    vector = None
+    if retrieval.now is not None and config.mode == "hybrid":  # the learned fusion's features of this hit
+        rows, matrix = candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now)
+        at = np.searchsorted(rows, hit.row)
+        if at < len(rows) and rows[at] == hit.row:
+            vector = dict(zip(FEATURE_NAMES, matrix[at].tolist()))
     return {
         "dense_score": dense_score, "dense_rank": dense_rank,
         "bm25_score": bm25_score, "bm25_rank": bm25_rank,
@@ -596,6 +632,8 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
         "rare_term_max_df": config.rare_term_max_df,
         **retrieval.evidence.to_dict(),
         "feedback_weight": config.feedback_weight, "chunk_decay": config.chunk_decay,
+        "learned_model": str(model_path(config.learned_model)) if config.fusion == "learned" else None,
+        "features": vector,
         "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],
         "query_dense_score": query_dense_score, "query_dense_rank": query_dense_rank,
         "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,

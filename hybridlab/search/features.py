@@ -1,0 +1,101 @@
+"""Features of (query, candidate) pairs for learned fusion: a pure, vectorised function.
+
+The candidates are the union of the retrievers' runs. Each gets, per retriever (dense, bm25, tags):
+its raw score (BM25 as log1p, it has no fixed scale), the score min-max normalised within the
+query, 1 / (60 + rank) (the RRF term, Cormack et al. 2009) and a presence flag; then agreement
+(in both retrievers' top 10), the query's signals of :class:`~hybridlab.search.evidence.QueryEvidence`
+(matched IDF share, retriever agreement, recency intent, rarest term's document frequency), the
+query's length, how strongly it names tags, and per row its recency, whether it is its
+document's first chunk and how many of its document's chunks are candidates. Learning-to-rank
+features in the sense of LETOR (Qin et al. 2010), restricted to what the engine already computes.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybridlab.search.evidence import EVIDENCE_DEPTH, QueryEvidence
+
+RETRIEVERS = ("dense", "bm25", "tags")
+RANK_K = 60  # the constant of the rank feature 1 / (RANK_K + rank)
+PER_RETRIEVER = ("score", "norm", "rank", "present")
+FEATURE_NAMES: tuple[str, ...] = (
+    *(f"{name}_{kind}" for name in RETRIEVERS for kind in PER_RETRIEVER),
+    "dense_gap", "bm25_ratio", "both_top10", "n_retrievers", "rare_row",
+    "lexical_evidence", "agreement", "recency_intent", "rare_term_df", "query_terms", "tag_factor",
+    "dense_top", "bm25_top", "recency_days", "first_chunk", "doc_candidates",
+)
+
+
+@dataclass(frozen=True)
+class QueryFacts:
+    """What the features need to know of the query beyond its runs and evidence."""
+
+    terms: int = 0  # words in the query
+    tag_factor: float = 1.0  # the tag run's strength (boost x coverage of the query's words)
+
+
+def candidate_rows(runs: Mapping[str, Mapping[int, float]]) -> np.ndarray:
+    """The union of the runs' rows, ascending (int64)."""
+    keys = [np.fromiter(run.keys(), np.int64, len(run)) for run in runs.values() if run]
+    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+
+def _columns(run: Mapping[int, float] | None, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(raw, min-max, 1/(k+rank), present) of one run over `rows`; zeros where a row is absent."""
+    n = len(rows)
+    raw, norm, rank, present = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    if run:
+        keys = np.fromiter(run.keys(), np.int64, len(run))
+        values = np.fromiter(run.values(), np.float64, len(run))
+        order = np.lexsort((keys, -values))  # best first, ties by row
+        ranks = np.empty(len(keys))
+        ranks[order] = np.arange(1, len(keys) + 1)
+        at = np.searchsorted(rows, keys)
+        low, high = values.min(), values.max()
+        raw[at], present[at], rank[at] = values, 1.0, 1.0 / (RANK_K + ranks)
+        norm[at] = 1.0 if high == low else (values - low) / (high - low)
+    return raw, norm, rank, present
+
+
+def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, query: QueryFacts,
+             rows: np.ndarray, days: np.ndarray, doc_ids: Sequence[str],
+             first_chunk: np.ndarray) -> np.ndarray:
+    """The float32 matrix (len(rows) x len(FEATURE_NAMES)) of the candidates `rows`; `days` = each
+    row's age in days (NaN: unknown), `doc_ids` / `first_chunk` = each row's document and whether
+    it is that document's first chunk."""
+    n = len(rows)
+    columns: list[np.ndarray] = []
+    per: dict[str, tuple[np.ndarray, ...]] = {}
+    for name in RETRIEVERS:
+        raw, norm, rank, present = per[name] = _columns(runs.get(name), rows)
+        columns += [np.log1p(np.maximum(raw, 0.0)) if name == "bm25" else raw, norm, rank, present]
+    dense, bm25 = per["dense"], per["bm25"]
+    dense_top = float(dense[0].max()) if dense[3].any() else 0.0
+    bm25_top = float(bm25[0].max()) if bm25[3].any() else 0.0
+    top = 1.0 / (RANK_K + EVIDENCE_DEPTH)
+    counts: dict[str, int] = {}
+    for doc in doc_ids:
+        counts[doc] = counts.get(doc, 0) + 1
+    query_level = [
+        evidence.lexical if evidence.lexical is not None else -1.0,
+        evidence.agreement if evidence.agreement is not None else -1.0,
+        float(evidence.recency_intent),
+        np.log1p(evidence.rare_term_df) if evidence.rare_term_df is not None else -1.0,
+        float(query.terms), query.tag_factor, dense_top, np.log1p(max(bm25_top, 0.0)),
+    ]
+    columns += [
+        np.where(dense[3] > 0, dense_top - dense[0], 2.0),
+        bm25[0] / bm25_top if bm25_top > 0 else np.zeros(n),
+        ((dense[2] >= top) & (bm25[2] >= top)).astype(np.float64),
+        dense[3] + bm25[3] + per["tags"][3],
+        np.fromiter((row in evidence.rare_rows for row in rows.tolist()), np.float64, n)
+        if evidence.rare_rows else np.zeros(n),
+        *(np.full(n, value, np.float64) for value in query_level),
+        np.where(np.isnan(days), -1.0, np.log1p(np.clip(np.nan_to_num(days), 0.0, None))),
+        np.asarray(first_chunk, np.float64),
+        np.fromiter((counts[doc] for doc in doc_ids), np.float64, n),
+    ]
+    return np.column_stack(columns).astype(np.float32) if n else np.zeros((0, len(FEATURE_NAMES)), np.float32)

@@ -1,0 +1,95 @@
+"""A learned fusion model (`fusion="learned"`): plain files, checked on load, scored over features.
+
+A model folder holds `model.json` (kind, feature names, engine version, training sets, when it was
+trained, and for the linear kind its standardisation and coefficients) and, for LightGBM, its text
+model `model.txt` (never pickle). The score of a candidate is the model's raw output squashed to
+(0, 1) by a logistic sigmoid, so the recency factor and the rare-term lift keep their meaning.
+LambdaRank: Burges (2010), "From RankNet to LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridlab import __version__
+from hybridlab.config import REPO_ROOT
+from hybridlab.extras import require
+from hybridlab.search.features import FEATURE_NAMES
+
+META = "model.json"
+LIGHTGBM_FILE = "model.txt"
+KINDS = ("lightgbm", "linear")
+#: The shipped model, beside the exported configs (`learned_model` unset).
+DEFAULT_MODEL = REPO_ROOT / "configs" / "fusion-learned"
+
+
+@dataclass(frozen=True, eq=False)
+class Ranker:
+    """A loaded model: `score(matrix)` gives one raw score per row of a feature matrix."""
+
+    meta: Mapping[str, Any]
+    booster: Any = None  # lightgbm.Booster (kind "lightgbm")
+
+    def score(self, matrix: np.ndarray) -> np.ndarray:
+        if not len(matrix):
+            return np.zeros(0)
+        if self.booster is not None:
+            return np.asarray(self.booster.predict(matrix, num_threads=1), dtype=np.float64)
+        linear = self.meta["linear"]
+        scaled = (matrix - np.asarray(linear["mean"])) / np.asarray(linear["scale"])
+        return scaled @ np.asarray(linear["coef"]) + float(linear["intercept"])
+
+
+def squash(raw: np.ndarray) -> np.ndarray:
+    """The logistic sigmoid 1 / (1 + exp(-raw)), in (0, 1)."""
+    return 1.0 / (1.0 + np.exp(-np.clip(raw, -50.0, 50.0)))
+
+
+def model_path(setting: str | None) -> Path:
+    """The model folder a `learned_model` setting names ('' or None: the shipped one)."""
+    return Path(setting) if setting else DEFAULT_MODEL
+
+
+def metadata(kind: str, training_sets: Sequence[str], trained_at: str, **extra: Any) -> dict[str, Any]:
+    """The `model.json` record of a model trained now on `training_sets`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
+    return {"kind": kind, "feature_names": list(FEATURE_NAMES), "engine_version": __version__,
+            "training_sets": list(training_sets), "trained_at": trained_at, **extra}
+
+
+def save_model(folder: str | Path, meta: Mapping[str, Any], booster: Any = None) -> Path:
+    """Write a model folder (`model.json`, and `model.txt` for LightGBM); the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if meta["kind"] == "lightgbm":
+        booster.save_model(str(folder / LIGHTGBM_FILE))
+    (folder / META).write_text(json.dumps(dict(meta), indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def load_ranker(folder: str | Path) -> Ranker:
+    """The model of a folder; ValueError when its feature names are not this engine's."""
+    folder = Path(folder)
+    if not (folder / META).is_file():
+        raise FileNotFoundError(f"no learned fusion model at {folder} (train one: hybridlab learn-fusion --out DIR)")
+    meta = json.loads((folder / META).read_text(encoding="utf-8"))
+    names = list(meta.get("feature_names") or [])
+    if names != list(FEATURE_NAMES):
+        missing, extra = sorted(set(FEATURE_NAMES) - set(names)), sorted(set(names) - set(FEATURE_NAMES))
+        raise ValueError(f"the learned model at {folder} was trained on other features (engine "
+                         f"{meta.get('engine_version')}): missing {missing}, unknown {extra}; "
+                         f"order must be {list(FEATURE_NAMES)}; retrain with hybridlab learn-fusion")
+    if meta.get("kind") not in KINDS:
+        raise ValueError(f"unknown model kind {meta.get('kind')!r} in {folder / META}; choose from {list(KINDS)}")
+    if meta["kind"] == "linear":
+        return Ranker(meta)
+    require("lightgbm", extra="learn")
+    import lightgbm as lgb
+
+    return Ranker(meta, lgb.Booster(model_file=str(folder / LIGHTGBM_FILE)))

@@ -1,0 +1,222 @@
+"""Learning the fusion across collections: candidates, features and labels from the engine's own
+retrieval, a LightGBM LambdaRank ranker (or a logistic-regression baseline), leave-one-collection-out.
+
+    hybridlab learn-fusion --out configs/fusion-learned                  # every set's training queries
+    hybridlab learn-fusion --leave-out cisi --out DIR                    # a LOCO fold's model
+    hybridlab learn-fusion --loco --out reports/learned-fusion/DATE      # the whole LOCO table
+
+Training queries per set: SciFact's train split (never its test queries); every judged query of the
+others. A candidate's label is its document's grade (qrels are per document). Each set weighs the
+same in training, whatever its number of queries, so no collection's style dominates.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridlab.extras import require
+from hybridlab.search.features import FEATURE_NAMES
+from hybridlab.search.learned import KINDS, load_ranker, metadata, save_model
+
+SETS = ("scifact", "cisi", "cranfield", "med", "memories", "holoviz")
+TRAIN_SPLIT = {"scifact": "train"}  # others: "all"
+REPORT_SPLIT = {"scifact": "test"}
+EVAL_LIMIT = 100
+LIGHTGBM_PARAMS: dict[str, Any] = {
+    "objective": "lambdarank", "learning_rate": 0.05, "num_leaves": 7, "min_data_in_leaf": 200,
+    "feature_fraction": 0.8, "lambdarank_truncation_level": 20, "eval_at": [10], "verbosity": -1,
+    "deterministic": True, "force_row_wise": True, "num_threads": 1, "seed": 0,
+}
+ROUNDS = 150
+METRICS = ("ndcg@10", "mrr", "hit_rate@10")
+
+
+@dataclass(frozen=True)
+class Examples:
+    """Candidates of one set's queries: features, graded labels, the query of each row."""
+
+    name: str
+    matrix: np.ndarray
+    labels: np.ndarray
+    groups: np.ndarray  # rows per query, in order
+
+    @staticmethod
+    def concat(parts: Sequence[Examples]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(matrix, labels, groups, weights): each part weighs the same in total (weights per row)."""
+        mean_queries = np.mean([len(p.groups) for p in parts])
+        weights = [np.full(len(p.labels), mean_queries / len(p.groups)) for p in parts]
+        return (np.concatenate([p.matrix for p in parts]), np.concatenate([p.labels for p in parts]),
+                np.concatenate([p.groups for p in parts]), np.concatenate(weights))
+
+
+def examples(name: str, index: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
+             now: str | None) -> Examples:
+    """Features and labels of every judged query's candidates, from the engine's own retrieval
+    (the default settings, `limit` as in evaluation); queries without a relevant candidate are left out."""
+    from hybridlab.search import pipeline
+    from hybridlab.search.engine import resolve_now
+    from hybridlab.search.filters import Filters
+
+    judged = {qid: text for qid, text in queries.items() if any(g > 0 for g in qrels.get(qid, {}).values())}
+    if index.dense:
+        index.encode_queries(index.choose_model(None, None), list(judged.values()))
+    snapshot, moment = index.snapshot(), resolve_now(now)
+    doc_ids = snapshot.generation.doc_ids
+    matrices, labels, groups = [], [], []
+    for qid, text in judged.items():
+        retrieval = index._retrieve(text, {"limit": EVAL_LIMIT}, Filters(), None, moment)
+        rows, matrix = pipeline.candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts,
+                                                   moment)
+        grades = qrels[qid]
+        label = np.fromiter((max(0, min(int(grades.get(doc_ids[row], 0)), 30)) for row in rows.tolist()),
+                            np.int32, len(rows))
+        if label.any():
+            matrices.append(matrix)
+            labels.append(label)
+            groups.append(len(rows))
+    if not groups:
+        raise ValueError(f"{name}: no judged query has a relevant document among its candidates")
+    return Examples(name, np.concatenate(matrices), np.concatenate(labels), np.asarray(groups))
+
+
+def set_examples(name: str, split: str | None = None) -> Examples:
+    """The examples of an evaluation set's training split (SciFact: train; others: all queries)."""
+    from hybridlab.eval.systems import open_evalset
+
+    opened = open_evalset(name)
+    dataset = opened.evalset.dataset(split or TRAIN_SPLIT.get(name, "all"))
+    return examples(name, opened.index, dataset.queries, dataset.qrels, opened.evalset.now)
+
+
+def train(parts: Sequence[Examples], kind: str = "linear", rounds: int = ROUNDS) -> tuple[dict[str, Any], Any]:
+    """A model trained on the parts: (metadata, booster or None)."""
+    matrix, labels, groups, weights = Examples.concat(parts)
+    trained_at = datetime.now(UTC).isoformat(timespec="seconds")
+    names = [p.name for p in parts]
+    if kind == "lightgbm":
+        require("lightgbm", extra="learn")
+        import lightgbm as lgb
+
+        data = lgb.Dataset(matrix, labels, group=groups, weight=weights, feature_name=list(FEATURE_NAMES))
+        booster = lgb.train(LIGHTGBM_PARAMS, data, num_boost_round=rounds)
+        return metadata(kind, names, trained_at, params={**LIGHTGBM_PARAMS, "rounds": rounds}), booster
+    if kind != "linear":
+        raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
+    require("sklearn", extra="learn")
+    from sklearn.linear_model import LogisticRegression
+
+    mean, scale = matrix.mean(axis=0), matrix.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    model = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced")
+    model.fit((matrix - mean) / scale, (labels > 0).astype(int), sample_weight=weights)
+    linear = {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+              "intercept": float(model.intercept_[0])}
+    return metadata(kind, names, trained_at, linear=linear, params={"C": 1.0, "class_weight": "balanced"}), None
+
+
+def learn(sets: Sequence[str], out: str | Path, kind: str = "linear",
+          cache: dict[str, Examples] | None = None) -> Path:
+    """Train on the sets' training queries and write the model folder `out`."""
+    cache = {} if cache is None else cache
+    for name in sets:
+        if name not in cache:
+            cache[name] = set_examples(name)
+    parts = [cache[name] for name in sets]
+    meta, booster = train(parts, kind)
+    folder = save_model(out, meta, booster)
+    load_ranker(folder)  # written as it will be read
+    return folder
+
+
+# ------------------------------------------------------------------------------------ leave one out
+def score_set(name: str, systems: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per system, the means and per-query values of METRICS on the set's report queries, and
+    per kind where the set's queries have kinds."""
+    from hybridlab.eval.evaluate import score_per_query
+    from hybridlab.eval.systems import open_evalset, per_kind, system_runs
+
+    opened = open_evalset(name)
+    dataset = opened.evalset.dataset(REPORT_SPLIT.get(name, "all"))
+    runs = system_runs(opened, dataset.queries, {label: {"limit": EVAL_LIMIT, **options}
+                                                  for label, options in systems.items()})
+    result: dict[str, Any] = {}
+    for label, run in runs.items():
+        per_query = score_per_query(dataset.qrels, run, METRICS)
+        kinds = per_kind(opened.evalset.queries_path, per_query["mrr"], opened.evalset.kinds)
+        result[label] = {"means": {m: float(np.mean(list(v.values()))) for m, v in per_query.items()},
+                         "per_query": per_query, "mrr_per_kind": kinds if len(kinds) > 1 else {}}
+    return result
+
+
+def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KINDS) -> dict[str, Any]:
+    """Leave each set out: train on the others (each kind), score it against the default and the
+    single retrievers, paired randomisation tests; writes results.json and report.md under `out`."""
+    from hybridlab.eval.significance import paired_test
+
+    out = Path(out)
+    cache = {name: set_examples(name) for name in sets}
+    table: dict[str, Any] = {}
+    for left in sets:
+        systems: dict[str, dict[str, Any]] = {"default": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
+        for kind in kinds:
+            folder = learn([s for s in sets if s != left], out / "models" / f"{left}-{kind}", kind, cache)
+            systems[f"learned-{kind}"] = {"fusion": "learned", "learned_model": str(folder)}
+        scored = score_set(left, systems)
+        best = max(("bm25", "vector"), key=lambda s: scored[s]["means"]["ndcg@10"])
+        tests = {f"{system} vs {other}": {m: paired_test(scored[system]["per_query"][m], scored[other]["per_query"][m]).p
+                                          for m in METRICS}
+                 for system in systems if system.startswith("learned") for other in ("default", best)}
+        table[left] = {"best_single": best, "queries": len(scored["default"]["per_query"]["mrr"]),
+                       "means": {s: v["means"] for s, v in scored.items()},
+                       "mrr_per_kind": {s: v["mrr_per_kind"] for s, v in scored.items() if v["mrr_per_kind"]},
+                       "p_values": tests}
+        print(f"{left}: " + ", ".join(f"{s} {v['means']['ndcg@10']:.4f}" for s, v in scored.items()), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(loco_markdown(table, kinds), encoding="utf-8")
+    return table
+
+
+def loco_markdown(table: Mapping[str, Any], kinds: Sequence[str] = KINDS) -> str:
+    """The LOCO table: per left-out set and metric, default / learned / best single, delta, p."""
+    lines = ["| left out | metric | default | " + " | ".join(f"learned ({k})" for k in kinds)
+             + " | best single | Δ vs default | p vs default | p vs best single |",
+             "|---|---|---|" + "---|" * len(kinds) + "---|---|---|---|"]
+    for left, row in table.items():
+        means, best = row["means"], row["best_single"]
+        for metric in METRICS:
+            learned = [means[f"learned-{k}"][metric] for k in kinds]
+            first = f"learned-{kinds[0]}"
+            lines.append(
+                f"| {left} ({row['queries']}) | {metric} | {means['default'][metric]:.4f} | "
+                + " | ".join(f"{v:.4f}" for v in learned)
+                + f" | {means[best][metric]:.4f} ({best}) | {learned[0] - means['default'][metric]:+.4f} | "
+                f"{row['p_values'][f'{first} vs default'][metric]:.3g} | "
+                f"{row['p_values'][f'{first} vs {best}'][metric]:.3g} |")
+    lines.append("")
+    for left, row in table.items():
+        for system, groups in row["mrr_per_kind"].items():
+            lines.append(f"- {left} MRR per kind, {system}: "
+                         + ", ".join(f"{k} {v['mean']:.3f} (n={v['n']})" for k, v in groups.items()))
+    return "\n".join(lines) + "\n"
+
+
+def cli_learn_fusion(args: argparse.Namespace) -> int:
+    """`hybridlab learn-fusion`: train a fusion model (or the whole LOCO table with --loco)."""
+    sets = list(args.sets or SETS)
+    unknown = sorted(set(sets) - set(SETS))
+    if unknown or (args.leave_out and args.leave_out not in SETS):
+        raise ValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
+    if args.loco:
+        loco(args.out, sets, [args.model] if args.model else KINDS)
+        return 0
+    folder = learn([s for s in sets if s != args.leave_out], args.out, args.model or "linear")
+    print(f"wrote {folder} (trained on {', '.join(s for s in sets if s != args.leave_out)})")
+    return 0
