@@ -223,6 +223,9 @@ def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> 
                    "(default: env HYBRIDLAB_DEVICE, else auto)")
     g.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="weights' dtype; fp16/bf16 on a GPU only "
                    "(fp16 vectors meet fp32 queries, bf16 ones only bf16 queries)")
+    g.add_argument("--encoder-backend", choices=["auto", "torch", "onnx"], help="MiniLM's runtime: onnx = its ONNX fp32 twin "
+                   "(the same vectors, faster on a CPU); auto = onnx on a CPU when installed (env "
+                   "HYBRIDLAB_DOCUMENT_BACKEND / HYBRIDLAB_QUERY_BACKEND)")
     if documents:
         g.add_argument("--batch-size", type=_positive_int, help="texts per encoder batch (default 32)")
         g.add_argument("--max-seq-length", type=_positive_int, help="tokens read per text (recorded in the spec)")
@@ -235,6 +238,8 @@ def _configure_encoders(args: argparse.Namespace) -> None:
     from hybridlab.config import load_config_file, resolve_encoder_settings
     from hybridlab.encoders.registry import configure
 
+    if getattr(args, "encoder_backend", None):  # the argument over the env: the registry reads these
+        os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = os.environ["HYBRIDLAB_QUERY_BACKEND"] = args.encoder_backend
     names = ("device", "batch_size", "dtype", "max_seq_length", "query_prompt", "document_prompt")
     config = load_config_file(args.config).get("encoder") if getattr(args, "config", None) else None
     configure(resolve_encoder_settings({name: getattr(args, name, None) for name in names}, config))

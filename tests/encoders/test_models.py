@@ -349,3 +349,15 @@ def test_wordllama_is_256_dimensional():
     assert np.isfinite(empty).all()  # no tokens: a zero row, not NaN
     assert float(np.linalg.norm(empty[0])) == 0.0
     assert encoder.encode_queries([]).shape == (0, 256)
+
+
+def test_encoder_backend_option_sets_both_backends(monkeypatch):
+    from hybridlab.cli import _configure_encoders, build_parser
+
+    for name in ("HYBRIDLAB_DOCUMENT_BACKEND", "HYBRIDLAB_QUERY_BACKEND"):
+        monkeypatch.setenv(name, "auto")
+    try:
+        _configure_encoders(build_parser().parse_args(["index", "x", "--encoder-backend", "torch"]))
+    finally:
+        models.configure(None)
+    assert os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] == os.environ["HYBRIDLAB_QUERY_BACKEND"] == "torch"
