@@ -13,13 +13,17 @@ The scenario (issue 20's target; `tests/reliability/test_mcp_load.py` runs the s
    carries a unique made-up word, its token), `search` for the token of a memory acknowledged earlier
    (it must be in the results), `search_by_tag` for the client's own tag (its newest acknowledged
    memory must come first) and `get_document` of an acknowledged memory (the text must be exactly the
-   content stored). A failed call or a failed check is an error; nothing is retried.
+   content stored), `update_memory` and `delete_memory` of one of the client's own acknowledged memories
+   (never one another client is reading at that moment). A deleted memory must never be returned by a
+   search, `search_by_tag` or `get_document` that started after its deletion was acknowledged. A failed
+   call or a failed check is an error; nothing is retried.
 3. After `--kill-at` of the calls, the process group is SIGKILLed while calls are in flight; those
    calls are counted as interrupted, not as errors, and not towards `--calls`. The index is verified
    (`hybridlab.index.verify`), the server restarted on the same index and port, every memory
    acknowledged before the kill checked through it (get_document: the exact content; search: found by
-   its token), and every store that was in flight checked to be either absent or complete; then the
-   clients reconnect and finish the calls.
+   its token; a deleted one absent), every store that was in flight checked to be either absent or
+   complete, every update in flight the old or the new text, every delete in flight gone or whole;
+   then the clients reconnect and finish the calls.
 4. The server stops (SIGTERM); the index is verified again and every acknowledged memory of the run is
    checked in it, opened in this process.
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -52,8 +57,9 @@ from typing import Any
 
 from hybridlab.config import offline_environment
 
-TOOLS = ("store_memory", "search", "search_by_tag", "get_document")
-MIX = {"store_memory": 0.15, "search": 0.4, "search_by_tag": 0.15, "get_document": 0.3}
+TOOLS = ("store_memory", "search", "search_by_tag", "get_document", "update_memory", "delete_memory")
+MIX = {"store_memory": 0.15, "search": 0.35, "search_by_tag": 0.12, "get_document": 0.24, "update_memory": 0.08,
+       "delete_memory": 0.06}
 TOPICS = ("release", "deploy", "editor", "database", "testing", "travel", "budget", "music")
 WORDS = ("panel", "widget", "cluster", "runner", "cache", "queue", "schema", "backup", "plot", "layout",
          "kernel", "notebook", "session", "router", "metric", "invoice", "ticket", "branch", "shell", "vault")
@@ -99,6 +105,8 @@ class Memory:
     tag: str
     id: str | None = None
     acknowledged: bool = False
+    revision: int = 0  # acknowledged updates
+    deleted_at: float | None = None  # perf_counter when its deletion was acknowledged
 
 
 @dataclass
@@ -116,6 +124,9 @@ class LoadResult:
     checked_after_restart: int = 0
     in_flight_stores: int = 0
     in_flight_stores_found: int = 0
+    in_flight_changes: int = 0  # updates and deletes in flight at the kill
+    updates: int = 0
+    deletes: int = 0
     checked_at_end: int = 0
     killed: bool = False
     restart_seconds: float | None = None
@@ -257,6 +268,10 @@ class _Load:
         self.memories: list[Memory] = []  # acknowledged, in the order of their acknowledgement
         self.own: dict[int, list[Memory]] = {n: [] for n in range(config.clients)}
         self.in_flight: dict[int, Memory] = {}  # client -> the store it is waiting for
+        self.changing: dict[int, tuple[str, Memory, str | None]] = {}  # client -> (tool, memory, new text)
+        self.interrupted_changes: list[tuple[int, tuple[str, Memory, str | None]]] = []
+        self.reading: dict[str, int] = {}  # memory id -> calls checking it now (not updated or deleted meanwhile)
+        self.updates = self.deletes = 0
         self.current: dict[int, str] = {}  # client -> the tool it is calling
         self.interrupted_stores: list[tuple[int, Memory]] = []
         self.claimed = 0
@@ -277,6 +292,56 @@ class _Load:
 
     def error(self, message: str) -> None:
         self.result.errors.append(message)
+
+    def live(self, rng: random.Random, memories: Sequence[Memory]) -> Memory | None:
+        """A random acknowledged memory not deleted and not being changed."""
+        changing = {memory.id for _, memory, _ in self.changing.values()}
+        choices = [m for m in memories if m.deleted_at is None and m.id not in changing]
+        return rng.choice(choices) if choices else None
+
+    def deleted_returned(self, tool: str, started: float, ids: Sequence[str]) -> None:
+        """An error for each of `ids` whose deletion was acknowledged before the call started."""
+        gone = {m.id: m.deleted_at for m in self.memories if m.deleted_at is not None}
+        for doc_id in ids:
+            if doc_id in gone and gone[doc_id] < started:
+                self.error(f"{tool} returned {doc_id}, deleted before the call")
+
+    @contextlib.contextmanager
+    def checking(self, memory: Memory | None):
+        """Hold `memory` for a read and its check: its owner does not update or delete it meanwhile."""
+        if memory is not None:
+            self.reading[memory.id] = self.reading.get(memory.id, 0) + 1
+        try:
+            yield memory
+        finally:
+            if memory is not None:
+                self.reading[memory.id] -= 1
+
+    async def change(self, client: Any, n: int, rng: random.Random, tool: str) -> None:
+        """Update or delete one of client `n`'s own memories that nobody reads now."""
+        memory = self.live(rng, [m for m in self.own[n] if not self.reading.get(m.id)])
+        if memory is None:
+            await self.call(client, "search_by_tag", {"tags": [client_tag(n)], "limit": 1})
+            return
+        new = (f"The {memory.token} now goes with the {' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))} "
+               f"(revision {memory.revision + 1}).") if tool == "update_memory" else None
+        self.changing[n] = (tool, memory, new)
+        arguments = {"memory_id": memory.id, "content": new} if new else {"ids": [memory.id]}
+        found = await self.call(client, tool, arguments)
+        del self.changing[n]
+        if found is None:
+            return
+        if new is not None:
+            memory.content, memory.revision = new, memory.revision + 1
+            self.own[n].remove(memory)
+            self.own[n].append(memory)  # the newest by update time now
+            self.updates += 1
+        elif found["ids"] != [memory.id]:
+            self.error(f"delete_memory {memory.id}: deleted {found['ids']}")
+        else:
+            memory.deleted_at = time.perf_counter()
+            self.own[n].remove(memory)
+            self.deletes += 1
 
     # -- one call ---------------------------------------------------------------------------------
     async def call(self, client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
@@ -310,29 +375,42 @@ class _Load:
                 self.memories.append(memory)
                 self.own[n].append(memory)
             return
+        if tool in ("update_memory", "delete_memory"):
+            await self.change(client, n, rng, tool)
+            return
+        started = time.perf_counter()
         if tool == "search":
-            target = rng.choice(self.memories) if self.memories else None
-            query = target.content if target else " ".join(rng.sample(WORDS, 3))
-            found = await self.call(client, tool, {"query": query, "limit": SEARCH_LIMIT})
-            if found is not None and target is not None:
-                ids = [hit["doc_id"] for hit in found["results"]]
-                if target.id not in ids:
+            with self.checking(self.live(rng, self.memories)) as target:
+                query = target.content if target else " ".join(rng.sample(WORDS, 3))
+                found = await self.call(client, tool, {"query": query, "limit": SEARCH_LIMIT})
+                ids = [hit["doc_id"] for hit in found["results"]] if found is not None else []
+                self.deleted_returned(tool, started, ids)
+                if found is not None and target is not None and target.id not in ids:
                     self.error(f"search {target.token!r}: acknowledged memory {target.id} not in the top "
                                f"{SEARCH_LIMIT}: {ids}")
             return
         if tool == "search_by_tag":
             newest = self.own[n][-1] if self.own[n] else None
             found = await self.call(client, tool, {"tags": [client_tag(n)], "limit": 5})
+            if found is not None:
+                self.deleted_returned(tool, started, [hit["doc_id"] for hit in found["results"]])
             if found is not None and newest is not None:
                 first = found["results"][0]["doc_id"] if found["results"] else None
                 if first != newest.id:
                     self.error(f"search_by_tag {client_tag(n)}: newest acknowledged {newest.id}, first result {first}")
             return
-        target = rng.choice(self.memories) if self.memories else None
-        doc_id = target.id if target else f"mem-seed-{rng.randrange(self.config.memories):05d}"
-        found = await self.call(client, tool, {"doc_id": doc_id})
-        if found is not None and target is not None and found["text"] != target.content:
-            self.error(f"get_document {doc_id}: text {found['text'][:80]!r} != stored {target.content[:80]!r}")
+        deleted = [m for m in self.memories if m.deleted_at is not None]
+        if deleted and rng.random() < 0.2:  # a deleted memory: not found
+            result = await asyncio.wait_for(client.call_tool(tool, {"doc_id": rng.choice(deleted).id}), CALL_TIMEOUT)
+            self.result.latencies[tool].append(time.perf_counter() - started)
+            if not result.is_error:
+                self.error(f"get_document returned deleted {result.structured_content['doc_id']}")
+            return
+        with self.checking(self.live(rng, self.memories)) as target:
+            doc_id = target.id if target else f"mem-seed-{rng.randrange(self.config.memories):05d}"
+            found = await self.call(client, tool, {"doc_id": doc_id})
+            if found is not None and target is not None and found["text"] != target.content:
+                self.error(f"get_document {doc_id}: text {found['text'][:80]!r} != stored {target.content[:80]!r}")
 
     # -- the clients ----------------------------------------------------------------------------------
     def claim(self) -> bool:
@@ -377,6 +455,8 @@ class _Load:
                     self.result.interrupted += 1
                 if n in self.in_flight:
                     self.interrupted_stores.append((n, self.in_flight.pop(n)))
+                if n in self.changing:
+                    self.interrupted_changes.append((n, self.changing.pop(n)))
             self.parked += 1
             await self.resume.wait()
 
@@ -425,6 +505,14 @@ class _Load:
                 return result.structured_content
 
             async def check(memory: Memory) -> None:
+                if memory.deleted_at is not None:  # gone, for good
+                    if not (await client.call_tool("get_document", {"doc_id": memory.id})).is_error:
+                        self.error(f"after restart, deleted {memory.id} is back")
+                    found = await structured("search", {"query": memory.content, "limit": SEARCH_LIMIT})
+                    if found is not None and memory.id in [hit["doc_id"] for hit in found["results"]]:
+                        self.error(f"after restart, searching the content of deleted {memory.id} finds it")
+                    self.result.checked_after_restart += 1
+                    return
                 document = await structured("get_document", {"doc_id": memory.id})
                 if document is not None and document["text"] != memory.content:
                     self.error(f"after restart, {memory.id} reads {document['text'][:80]!r}, "
@@ -434,6 +522,19 @@ class _Load:
                     self.error(f"after restart, searching the content of acknowledged {memory.id} misses it")
                 self.result.checked_after_restart += 1
 
+            for n, (tool, memory, new) in self.interrupted_changes:  # each either done or not, whole
+                self.result.in_flight_changes += 1
+                result = await client.call_tool("get_document", {"doc_id": memory.id})
+                text = None if result.is_error else result.structured_content["text"]
+                if tool == "delete_memory" and text is None:
+                    memory.deleted_at = time.perf_counter()
+                    self.own[n].remove(memory)
+                elif text == new and new is not None:
+                    memory.content, memory.revision = new, memory.revision + 1
+                    self.own[n].remove(memory)
+                    self.own[n].append(memory)
+                elif text != memory.content:
+                    self.error(f"after restart, the {tool} in flight left {memory.id} reading {str(text)[:80]!r}")
             memories = list(self.memories)
             for start in range(0, len(memories), self.config.clients):  # as many calls at once as clients
                 await asyncio.gather(*(check(memory) for memory in memories[start:start + self.config.clients]))
@@ -480,6 +581,14 @@ def check_index(index_dir: Path, memories: Sequence[Memory], result: LoadResult)
     index = open_index(index_dir)
     try:
         for memory in memories:
+            if memory.deleted_at is not None:
+                with contextlib.suppress(KeyError):
+                    index.get_document(memory.id)
+                    result.errors.append(f"at the end, deleted memory {memory.id} is there")
+                if memory.id in [r.doc_id for r in index.search(memory.content, limit=SEARCH_LIMIT)]:
+                    result.errors.append(f"at the end, searching the content of deleted {memory.id} finds it")
+                result.checked_at_end += 1
+                continue
             try:
                 document = index.get_document(memory.id)
             except KeyError:
@@ -516,11 +625,13 @@ def run_load(config: LoadConfig, folder: Path) -> LoadResult:
         if code not in (0, -signal.SIGTERM):  # uvicorn re-raises the SIGTERM after its graceful shutdown
             result.errors.append(f"a server exited {code} on SIGTERM: {server.log()[-2000:]}")
     result.acknowledged = sum(memory.acknowledged for memory in load.memories)
+    result.updates, result.deletes = load.updates, load.deletes
     check_index(index_dir, load.memories, result)
-    expected = config.memories + len(load.memories)
+    deleted = sum(memory.deleted_at is not None for memory in load.memories)
+    expected = config.memories + len(load.memories) - deleted
     if result.documents_at_end != expected:
         result.errors.append(f"{result.documents_at_end} documents at the end, expected {expected} "
-                             f"({config.memories} seed + {len(load.memories)} stored)")
+                             f"({config.memories} seed + {len(load.memories)} stored - {deleted} deleted)")
     return result
 
 
@@ -539,6 +650,7 @@ def run_figures(result: LoadResult) -> dict[str, Any]:
             "checked_after_restart": result.checked_after_restart, "checked_at_end": result.checked_at_end,
             "interrupted_calls": result.interrupted, "in_flight_stores": result.in_flight_stores,
             "in_flight_stores_found": result.in_flight_stores_found, "killed": result.killed,
+            "updates": result.updates, "deletes": result.deletes, "in_flight_changes": result.in_flight_changes,
             "restart_seconds": None if result.restart_seconds is None else round(result.restart_seconds, 2),
             "verify_after_kill": result.verify_after_kill, "verify_at_end": result.verify_at_end,
             "documents_at_end": result.documents_at_end, "server_tracebacks": _tracebacks(result.server_log)}

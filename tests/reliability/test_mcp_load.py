@@ -1,8 +1,10 @@
-"""Issue 20's MCP load target: 2,000 mixed calls (store_memory, search, search_by_tag, get_document)
-from 4 concurrent streamable-HTTP clients against one real `hybridlab mcp` process, which is SIGKILLed
-mid-run and restarted on the same index: 0 errors, every acknowledged memory there afterwards (exact
-text, found by search, first in BM25 for its unique token), every store in flight at the kill absent
-or whole, the index verifying after the kill and at the end. The scenario lives in
+"""Issue 20's MCP load target, with issue 32's updates and deletes: 2,000 mixed calls (store_memory,
+search, search_by_tag, get_document, update_memory, delete_memory) from 4 concurrent streamable-HTTP
+clients against one real `hybridlab mcp` process, which is SIGKILLed mid-run and restarted on the same
+index: 0 errors, every acknowledged store and update there afterwards (exact text, found by search,
+first in BM25 for its unique token), every acknowledged delete gone (and no deleted memory returned
+by any call started after its deletion), every store, update or delete in flight at the kill either
+done whole or not at all, the index verifying after the kill and at the end. The scenario lives in
 `bench.mcp_load` (its docstring has the details), which also benchmarks it.
 """
 from __future__ import annotations
@@ -27,11 +29,14 @@ def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     seconds = time.perf_counter() - started
     record("mcp_load_kill", {"calls": result.calls, "clients": CLIENTS, "errors": len(result.errors),
                              "acknowledged": result.acknowledged, "interrupted": result.interrupted,
+                             "updates": result.updates, "deletes": result.deletes,
+                             "in_flight_changes": result.in_flight_changes,
                              "calls_per_second": round(result.calls_per_second, 1), "seconds": round(seconds, 1)})
 
     assert result.errors == [], f"{len(result.errors)} errors, the first: {result.errors[:5]}"
     assert result.calls == CALLS
     assert all(result.latencies[tool] for tool in result.latencies)  # every tool was called
+    assert result.updates >= 20 and result.deletes >= 20  # acknowledged, each checked after restart and at the end
     # the kill landed mid-run, with calls in flight, on an index holding acknowledged memories
     assert result.killed and result.interrupted >= 1
     assert 0 < result.acknowledged_before_kill < result.acknowledged
@@ -56,7 +61,7 @@ def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
                                     "errors": len(result.errors), "acknowledged": result.acknowledged,
                                     "seconds": round(time.perf_counter() - started, 1)})
     assert result.errors == [], f"{len(result.errors)} errors, the first: {result.errors[:5]}"
-    assert result.calls == 600 and result.acknowledged > 0
+    assert result.calls == 600 and result.acknowledged > 0 and result.updates > 0 and result.deletes > 0
     assert result.verify_at_end == [] and result.checked_at_end == result.acknowledged
 
 

@@ -198,3 +198,27 @@ def test_time_in_words_is_pushed_down_and_reported(index_dir, monkeypatch):
             assert bad_cursor.is_error and "invalid cursor" in bad_cursor.content[0].text
 
     asyncio.run(session())
+
+
+def test_deleting_the_only_memories_of_the_write_ahead_log_holds(tmp_path):
+    """Found by the MCP load test with deletes: a memory held only by the write-ahead log, with no
+    other record beside it, survived its delete (the commit found nothing else to write and left the
+    log alone). The writer folds such a log first; the delete holds after a reopen."""
+    from hybridlab.config import IndexConfig
+    from hybridlab.index.build import index_paths
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.search.engine import open_index
+
+    source = tmp_path / "memories.jsonl"
+    source.write_text(json.dumps({"id": "seed", "content": "A seed memory."}) + "\n", encoding="utf-8")
+    index_paths([source], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)
+    writer = MemoryWriter(tmp_path / "index", wal_records=64)
+    stored = [writer.store(f"Logged memory {n} zqlogged{n}.") for n in range(2)]
+    deleted = writer.delete([m.id for m in stored])
+    writer.close()
+    assert deleted.removed == 2
+    with open_index(tmp_path / "index") as index:
+        assert list(index.doc_ids) == ["seed"]
+        for memory in stored:
+            with pytest.raises(KeyError):
+                index.get_document(memory.id)
