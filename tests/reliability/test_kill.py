@@ -294,3 +294,98 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
         shutil.rmtree(index_dir)
     assert len(stages) >= 15 and max(states) >= 1
     record("kill_memory_store_points", len(stages))
+
+
+LIFECYCLE_SCRIPT = """
+import sys
+from hybridlab.index.memory import MemoryWriter
+from hybridlab.search.engine import open_index
+
+index_dir = sys.argv[1]
+writer = MemoryWriter(index_dir, wal_records=3)
+
+def current(doc_id):
+    with open_index(index_dir) as index:
+        return index.get_document(doc_id)
+
+ids = {}
+for op, key, new in [("store", "a", None), ("update", "mem-seed-00001", "zqkillseed the first seed memory, revised"),
+                     ("delete", "mem-seed-00002", None), ("update", "a", "zqkilla memory a, revised"),
+                     ("store", "b", None), ("delete", "b", None)]:
+    if op == "store":  # into the write-ahead log
+        ids[key] = writer.store(f"zqkill{key} memory {key} in the log", ["kill"]).id
+        print("ACK store", ids[key], key, flush=True)
+        continue
+    doc_id = ids.get(key, key)
+    print("BEGIN", op, doc_id, flush=True)
+    writer.update(current(doc_id), content=new) if new else writer.delete([doc_id])
+    print("ACK", op, doc_id, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
+    """SIGKILL a writer after each stage of: a store (write-ahead log), an update and a delete of
+    segment memories, an update of the logged one, a store and its delete (the only memory of the log:
+    the delete folds it first).
+    After each kill the index verifies clean; every acknowledged update reads its new text, every
+    acknowledged delete is gone; the operation in flight is whole or absent (old or new text; there
+    or gone), and nothing not yet begun has changed."""
+    from bench.mcp_load import build_index, memory_rows
+    from hybridlab.index.verify import verify
+    from hybridlab.search.engine import open_index
+
+    base = build_index(tmp_path / "base", 20)
+    seeds = {row["id"]: row["content"] for row in memory_rows(20)}
+
+    def start(index_dir: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", LIFECYCLE_SCRIPT, str(index_dir)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, env=env(HYBRIDLAB_TRACE_STAGES="1"))
+
+    def run(index_dir: Path, kill_at: int | None) -> list[list[str]]:
+        process = start(index_dir)
+        if kill_at is None:
+            lines = list(process.stdout)
+            process.wait(timeout=120)
+            process.stdout.close()
+        else:
+            lines = kill_at_stage(process, kill_at)
+        return [line.split() for line in lines]
+
+    probe = tmp_path / "probe"
+    shutil.copytree(base, probe)
+    lines = run(probe, None)
+    assert [line[:2] for line in lines if line[0] == "ACK"][-1] == ["ACK", "delete"], lines[-3:]
+    stages = [line[1] for line in lines if line[0] == "STAGE"]
+    states = []
+    for k in range(1, len(stages) + 1):
+        index_dir = tmp_path / f"k{k:02d}"
+        shutil.copytree(base, index_dir)
+        lines = run(index_dir, k)
+        assert verify(index_dir) == [], k
+        stored = {line[2]: f"zqkill{line[3]} memory {line[3]} in the log" for line in lines if line[:2] == ["ACK", "store"]}
+        olds = {**seeds, **stored}
+        acked = {(line[1], line[2]) for line in lines if line[0] == "ACK" and line[1] != "store"}
+        begun = [(line[1], line[2]) for line in lines if line[0] == "BEGIN"]
+        with open_index(index_dir) as index:
+            def text(doc_id: str) -> str | None:
+                try:
+                    return index.get_document(doc_id)["text"]
+                except KeyError:
+                    return None
+            assert all(text(doc_id) is not None or ("delete", doc_id) in begun for doc_id in stored), k
+            for op, doc_id in begun:
+                now = text(doc_id)
+                if (op, doc_id) in acked:
+                    assert now is None if op == "delete" else now is not None and now.endswith("revised"), (k, op, doc_id)
+                elif op == "delete":  # in flight at the kill: all or nothing
+                    assert now in {None, olds[doc_id]}, (k, op, doc_id, now)
+                    states.append(("in flight", op))
+                else:
+                    assert now == olds[doc_id] or (now or "").endswith("revised"), (k, op, doc_id, now)
+                    states.append(("in flight", op))
+            for doc_id in set(seeds) - {doc_id for _, doc_id in begun}:
+                assert text(doc_id) == seeds[doc_id], (k, doc_id)
+        shutil.rmtree(index_dir)
+    assert len(stages) >= 20 and {("in flight", "update"), ("in flight", "delete")} <= set(states)
+    record("kill_memory_lifecycle_points", len(stages))
