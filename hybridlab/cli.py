@@ -903,7 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "leave-one-collection-out table, --loco)")
     p.add_argument("--sets", nargs="+", help="evaluation sets to use (default: all six)")
     p.add_argument("--leave-out", help="a set left out of training")
-    p.add_argument("--model", choices=["lightgbm", "linear"], help="default linear (--loco: both)")
+    p.add_argument("--model", choices=["lightgbm", "linear"], help="default lightgbm (--loco: both)")
     p.add_argument("--loco", action="store_true", help="train and score every leave-one-out fold into --out")
     p.add_argument("--out", required=True, help="the model folder (--loco: the report folder)")
     p.set_defaults(func=_delegate("hybridlab.tune.learn", "cli_learn_fusion"))

@@ -5,8 +5,9 @@ its raw score (BM25 as log1p, it has no fixed scale), the score min-max normalis
 query, 1 / (60 + rank) (the RRF term, Cormack et al. 2009) and a presence flag; then agreement
 (in both retrievers' top 10), the query's signals of :class:`~hybridlab.search.evidence.QueryEvidence`
 (matched IDF share, retriever agreement, recency intent, rarest term's document frequency), the
-query's length, how strongly it names tags, and per row its recency, whether it is its
-document's first chunk and how many of its document's chunks are candidates. Learning-to-rank
+query's length, how strongly it names tags, and per row its recency among the candidates, whether
+it is its document's first chunk, how many of its document's chunks are candidates, and the score
+of the base fusion (today's convex combination, weights summing to 1), which the model corrects. Learning-to-rank
 features in the sense of LETOR (Qin et al. 2010), restricted to what the engine already computes.
 """
 from __future__ import annotations
@@ -25,8 +26,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"{name}_{kind}" for name in RETRIEVERS for kind in PER_RETRIEVER),
     "dense_gap", "bm25_ratio", "both_top10", "n_retrievers", "rare_row",
     "lexical_evidence", "agreement", "recency_intent", "rare_term_df", "query_terms", "tag_factor",
-    "dense_top", "bm25_top", "recency_days", "first_chunk", "doc_candidates",
+    "dense_top", "bm25_top", "newness", "first_chunk", "doc_candidates", "fused",
 )
+FUSED = FEATURE_NAMES.index("fused")  # the base fusion's score in [0, 1] (the model corrects it)
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,21 @@ def _columns(run: Mapping[int, float] | None, rows: np.ndarray) -> tuple[np.ndar
     return raw, norm, rank, present
 
 
+def _newness(days: np.ndarray) -> np.ndarray:
+    """1 for the newest candidate, 0 for the oldest or undated, linear in age between."""
+    known = ~np.isnan(days)
+    if not known.any() or np.ptp(days[known]) == 0:
+        return np.zeros(len(days))
+    low, high = days[known].min(), days[known].max()
+    return np.where(known, (high - np.nan_to_num(days, nan=high)) / (high - low), 0.0)
+
+
 def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, query: QueryFacts,
-             rows: np.ndarray, days: np.ndarray, doc_ids: Sequence[str],
+             rows: np.ndarray, fused: np.ndarray, days: np.ndarray, doc_ids: Sequence[str],
              first_chunk: np.ndarray) -> np.ndarray:
-    """The float32 matrix (len(rows) x len(FEATURE_NAMES)) of the candidates `rows`; `days` = each
-    row's age in days (NaN: unknown), `doc_ids` / `first_chunk` = each row's document and whether
-    it is that document's first chunk."""
+    """The float32 matrix (len(rows) x len(FEATURE_NAMES)) of the candidates `rows`; `fused` = the
+    base fusion's score of each row in [0, 1], `days` = each row's age in days (NaN: unknown),
+    `doc_ids` / `first_chunk` = each row's document and whether it is that document's first chunk."""
     n = len(rows)
     columns: list[np.ndarray] = []
     per: dict[str, tuple[np.ndarray, ...]] = {}
@@ -94,8 +105,9 @@ def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, q
         np.fromiter((row in evidence.rare_rows for row in rows.tolist()), np.float64, n)
         if evidence.rare_rows else np.zeros(n),
         *(np.full(n, value, np.float64) for value in query_level),
-        np.where(np.isnan(days), -1.0, np.log1p(np.clip(np.nan_to_num(days), 0.0, None))),
+        _newness(days),
         np.asarray(first_chunk, np.float64),
         np.fromiter((counts[doc] for doc in doc_ids), np.float64, n),
+        np.clip(fused, 0.0, 1.0),
     ]
     return np.column_stack(columns).astype(np.float32) if n else np.zeros((0, len(FEATURE_NAMES)), np.float32)

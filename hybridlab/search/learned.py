@@ -19,7 +19,7 @@ import numpy as np
 from hybridlab import __version__
 from hybridlab.config import REPO_ROOT
 from hybridlab.extras import require
-from hybridlab.search.features import FEATURE_NAMES
+from hybridlab.search.features import FEATURE_NAMES, FUSED
 
 META = "model.json"
 LIGHTGBM_FILE = "model.txt"
@@ -36,13 +36,23 @@ class Ranker:
     booster: Any = None  # lightgbm.Booster (kind "lightgbm")
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Raw scores: LightGBM's trees over logit(fused) (the base fusion they were boosted from),
+        or the linear model over the features clipped to their training range."""
         if not len(matrix):
             return np.zeros(0)
         if self.booster is not None:
-            return np.asarray(self.booster.predict(matrix, num_threads=1), dtype=np.float64)
+            return np.asarray(self.booster.predict(matrix, num_threads=1), dtype=np.float64) + base_logit(matrix)
         linear = self.meta["linear"]
-        scaled = (matrix - np.asarray(linear["mean"])) / np.asarray(linear["scale"])
+        clipped = np.clip(matrix, np.asarray(linear["low"]), np.asarray(linear["high"]))
+        scaled = (clipped - np.asarray(linear["mean"])) / np.asarray(linear["scale"])
         return scaled @ np.asarray(linear["coef"]) + float(linear["intercept"])
+
+
+def base_logit(matrix: np.ndarray, eps: float = 1e-4) -> np.ndarray:
+    """logit of the base fusion's score: a model whose trees add nothing ranks as the base does
+    (and squash() gives the base score back)."""
+    fused = np.clip(np.asarray(matrix[:, FUSED], dtype=np.float64), eps, 1.0 - eps)
+    return np.log(fused / (1.0 - fused))
 
 
 def squash(raw: np.ndarray) -> np.ndarray:

@@ -380,23 +380,42 @@ def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], h
 
 
 # ------------------------------------------------------------------------------------ fusion
+BASE_FUSION = "convex"  # the formula whose score the learned model corrects (today's default)
+
+
+def fixed_fusion(runs: Mapping[str, Run], config: SearchConfig, tag_factor: float, evidence: QueryEvidence) -> Run:
+    """Fused (hybrid) or single-run scores by the configured formula, weights from alpha, the tag
+    factor and the evidence. `fusion="learned"`: its base, the convex combination of every active
+    run divided by the sum of their weights, in [0, 1]."""
+    mode = config.mode
+    weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
+    weights = weights_with_evidence(weights, evidence.lexical_factor)
+    active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
+    if config.fusion == "learned" and active:
+        total = sum(weights[name] for name in active)
+        fused = fuse(BASE_FUSION, {name: runs[name] for name in active}, weights, normalization=config.normalization)
+        return {row: score / total for row, score in fused.items()}
+    if len(active) > 1:
+        return fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
+    if mode == "hybrid":
+        # one signal left (alpha 1.0 = dense only; alpha 0.0 without tags = BM25 only): its raw
+        # scores, so the ranking and scores are exactly those of mode="vector" / mode="bm25"
+        return dict(runs[active[0]]) if active else {}
+    return dict(next(iter(runs.values()), {}))
+
+
 def candidate_features(snapshot: Snapshot, runs: Mapping[str, Run], evidence: QueryEvidence, facts: QueryFacts,
-                       now: datetime) -> tuple[np.ndarray, np.ndarray]:
+                       now: datetime, config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
     """The candidates (the union of the runs) and their feature matrix (search/features.py)."""
     rows = candidate_rows(runs)
+    base = fixed_fusion(runs, dataclasses.replace(config, fusion="learned"), facts.tag_factor, evidence)
     generation = snapshot.generation
     doc_ids = [generation.doc_ids[row] for row in rows.tolist()]
     first = np.fromiter((row == 0 or generation.doc_ids[row - 1] != doc for row, doc in zip(rows.tolist(), doc_ids)),
                         bool, len(rows))
     days = (now.timestamp() - generation.times[rows]) / 86400.0
-    return rows, features(runs, evidence, facts, rows, days, doc_ids, first)
-
-
-def learned_fusion(snapshot: Snapshot, runs: Mapping[str, Run], evidence: QueryEvidence, facts: QueryFacts,
-                   now: datetime, ranker: Ranker) -> Run:
-    """The learned model's score of every candidate, squashed to (0, 1)."""
-    rows, matrix = candidate_features(snapshot, runs, evidence, facts, now)
-    return dict(zip(rows.tolist(), squash(ranker.score(matrix)).tolist()))
+    fused = np.fromiter((base.get(row, 0.0) for row in rows.tolist()), np.float64, len(rows))
+    return rows, features(runs, evidence, facts, rows, fused, days, doc_ids, first)
 
 
 def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
@@ -404,24 +423,16 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_
             rankers: Rankers | None = None) -> tuple[list[Hit], int]:
     """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
     `min_score`; and how many rows were scored before that cut. `evidence` scales BM25's weight
-    and sets the recency weight (adaptive fusion). `fusion="learned"`: the model `rankers` gives
-    for `learned_model` scores the union of the candidates instead (weights unused)."""
-    mode = config.mode
+    and sets the recency weight (adaptive fusion). `fusion="learned"` (hybrid mode): the model
+    `rankers` gives for `learned_model` scores the union of the candidates, squashed to (0, 1)."""
     evidence = evidence or QueryEvidence(recency_weight=config.recency_weight)
-    weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
-    weights = weights_with_evidence(weights, evidence.lexical_factor)
-    active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
-    if mode == "hybrid" and config.fusion == "learned" and any(runs.values()):
+    if config.mode == "hybrid" and config.fusion == "learned" and any(runs.values()):
         ranker = (rankers or (lambda setting: load_ranker(model_path(setting))))(config.learned_model)
-        fused = learned_fusion(snapshot, runs, evidence, facts or QueryFacts(tag_factor=tag_factor), now, ranker)
-    elif len(active) > 1:
-        fused = fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
-    elif mode == "hybrid":
-        # one signal left (alpha 1.0 = dense only; alpha 0.0 without tags = BM25 only): its raw
-        # scores, so the ranking and scores are exactly those of mode="vector" / mode="bm25"
-        fused = dict(runs[active[0]]) if active else {}
+        rows, matrix = candidate_features(snapshot, runs, evidence, facts or QueryFacts(tag_factor=tag_factor), now,
+                                          config)
+        fused = dict(zip(rows.tolist(), squash(ranker.score(matrix)).tolist()))
     else:
-        fused = dict(next(iter(runs.values()), {}))
+        fused = fixed_fusion(runs, config, tag_factor, evidence)
     if not fused:
         return [], 0
     rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
@@ -610,7 +621,8 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
     config = retrieval.config
     vector = None
     if retrieval.now is not None and config.mode == "hybrid":  # the learned fusion's features of this hit
-        rows, matrix = candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now)
+        rows, matrix = candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now,
+                                          config)
         at = np.searchsorted(rows, hit.row)
         if at < len(rows) and rows[at] == hit.row:
             vector = dict(zip(FEATURE_NAMES, matrix[at].tolist()))

@@ -23,7 +23,7 @@ import numpy as np
 
 from hybridlab.extras import require
 from hybridlab.search.features import FEATURE_NAMES
-from hybridlab.search.learned import KINDS, load_ranker, metadata, save_model
+from hybridlab.search.learned import KINDS, base_logit, load_ranker, metadata, save_model
 
 SETS = ("scifact", "cisi", "cranfield", "med", "memories", "holoviz")
 TRAIN_SPLIT = {"scifact": "train"}  # others: "all"
@@ -73,7 +73,7 @@ def examples(name: str, index: Any, queries: Mapping[str, str], qrels: Mapping[s
     for qid, text in judged.items():
         retrieval = index._retrieve(text, {"limit": EVAL_LIMIT}, Filters(), None, moment)
         rows, matrix = pipeline.candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts,
-                                                   moment)
+                                                   moment, retrieval.config)
         grades = qrels[qid]
         label = np.fromiter((max(0, min(int(grades.get(doc_ids[row], 0)), 30)) for row in rows.tolist()),
                             np.int32, len(rows))
@@ -95,7 +95,7 @@ def set_examples(name: str, split: str | None = None) -> Examples:
     return examples(name, opened.index, dataset.queries, dataset.qrels, opened.evalset.now)
 
 
-def train(parts: Sequence[Examples], kind: str = "linear", rounds: int = ROUNDS) -> tuple[dict[str, Any], Any]:
+def train(parts: Sequence[Examples], kind: str = "lightgbm", rounds: int = ROUNDS) -> tuple[dict[str, Any], Any]:
     """A model trained on the parts: (metadata, booster or None)."""
     matrix, labels, groups, weights = Examples.concat(parts)
     trained_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -104,7 +104,8 @@ def train(parts: Sequence[Examples], kind: str = "linear", rounds: int = ROUNDS)
         require("lightgbm", extra="learn")
         import lightgbm as lgb
 
-        data = lgb.Dataset(matrix, labels, group=groups, weight=weights, feature_name=list(FEATURE_NAMES))
+        data = lgb.Dataset(matrix, labels, group=groups, weight=weights, init_score=base_logit(matrix),
+                           feature_name=list(FEATURE_NAMES))
         booster = lgb.train(LIGHTGBM_PARAMS, data, num_boost_round=rounds)
         return metadata(kind, names, trained_at, params={**LIGHTGBM_PARAMS, "rounds": rounds}), booster
     if kind != "linear":
@@ -116,12 +117,13 @@ def train(parts: Sequence[Examples], kind: str = "linear", rounds: int = ROUNDS)
     scale = np.where(scale > 0, scale, 1.0)
     model = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced")
     model.fit((matrix - mean) / scale, (labels > 0).astype(int), sample_weight=weights)
-    linear = {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+    linear = {"low": matrix.min(axis=0).tolist(), "high": matrix.max(axis=0).tolist(),
+              "mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
               "intercept": float(model.intercept_[0])}
     return metadata(kind, names, trained_at, linear=linear, params={"C": 1.0, "class_weight": "balanced"}), None
 
 
-def learn(sets: Sequence[str], out: str | Path, kind: str = "linear",
+def learn(sets: Sequence[str], out: str | Path, kind: str = "lightgbm",
           cache: dict[str, Examples] | None = None) -> Path:
     """Train on the sets' training queries and write the model folder `out`."""
     cache = {} if cache is None else cache
@@ -155,13 +157,14 @@ def score_set(name: str, systems: Mapping[str, Mapping[str, Any]]) -> dict[str, 
     return result
 
 
-def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KINDS) -> dict[str, Any]:
+def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KINDS,
+         cache: dict[str, Examples] | None = None) -> dict[str, Any]:
     """Leave each set out: train on the others (each kind), score it against the default and the
     single retrievers, paired randomisation tests; writes results.json and report.md under `out`."""
     from hybridlab.eval.significance import paired_test
 
     out = Path(out)
-    cache = {name: set_examples(name) for name in sets}
+    cache = {} if cache is None else cache
     table: dict[str, Any] = {}
     for left in sets:
         systems: dict[str, dict[str, Any]] = {"default": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
@@ -170,7 +173,7 @@ def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KIN
             systems[f"learned-{kind}"] = {"fusion": "learned", "learned_model": str(folder)}
         scored = score_set(left, systems)
         best = max(("bm25", "vector"), key=lambda s: scored[s]["means"]["ndcg@10"])
-        tests = {f"{system} vs {other}": {m: paired_test(scored[system]["per_query"][m], scored[other]["per_query"][m]).p
+        tests = {f"{system} vs {other}": {m: paired_test(scored[system]["per_query"][m], scored[other]["per_query"][m]).p_value
                                           for m in METRICS}
                  for system in systems if system.startswith("learned") for other in ("default", best)}
         table[left] = {"best_single": best, "queries": len(scored["default"]["per_query"]["mrr"]),
@@ -217,6 +220,6 @@ def cli_learn_fusion(args: argparse.Namespace) -> int:
     if args.loco:
         loco(args.out, sets, [args.model] if args.model else KINDS)
         return 0
-    folder = learn([s for s in sets if s != args.leave_out], args.out, args.model or "linear")
+    folder = learn([s for s in sets if s != args.leave_out], args.out, args.model or "lightgbm")
     print(f"wrote {folder} (trained on {', '.join(s for s in sets if s != args.leave_out)})")
     return 0

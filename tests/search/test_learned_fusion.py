@@ -21,7 +21,8 @@ def matrix_of(runs=RUNS):
     rows = candidate_rows(runs)
     days = np.array([1.0, np.nan, 30.0, 400.0])[: len(rows)]
     docs = ["a", "a", "b", "c"][: len(rows)]
-    return rows, features(runs, EVIDENCE, QueryFacts(terms=4, tag_factor=1.0), rows, days, docs,
+    fused = np.array([0.9, 1.0, 0.2, 0.0])[: len(rows)]
+    return rows, features(runs, EVIDENCE, QueryFacts(terms=4, tag_factor=1.0), rows, fused, days, docs,
                           np.array([True, False, True, True])[: len(rows)])
 
 
@@ -39,7 +40,8 @@ def test_features_are_finite_named_and_deterministic():
     assert col["both_top10"].tolist() == [0, 1, 0, 0]
     assert col["rare_row"].tolist() == [0, 0, 1, 0]
     assert col["doc_candidates"].tolist() == [2, 2, 1, 1]
-    assert col["recency_days"][1] == -1.0 and col["query_terms"][0] == 4
+    assert col["newness"].tolist() == pytest.approx([1.0, 0.0, 370 / 399, 0.0]) and col["query_terms"][0] == 4
+    assert col["fused"].tolist() == pytest.approx([0.9, 1.0, 0.2, 0.0])
 
 
 def test_no_candidates_is_an_empty_matrix():

@@ -1,0 +1,89 @@
+"""What the learned fusion costs a SciFact search (issue 33): `python -m bench.learned_fusion
+[--queries N] [--rounds R] [--model DIR] [--out DIR]`.
+
+The SciFact evaluation index (default index config, cached in .cache/indexes), its test queries
+encoded once beforehand (so encoding is not timed), then each query searched with the default
+fusion and with `fusion="learned"` alternately, R rounds, in one process: the search time the
+engine reports (`search_ms`: retrieval, fusion, recency; not encoding, grouping or hydration) and
+the feature computation alone (`candidate_features` on the query's runs) and the model's scoring
+alone. Results: `reports/bench/<date>-learned-fusion/` (`learned_fusion.json`, `README.md`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.common import machine_info, percentile
+from hybridlab.config import REPO_ROOT, apply_offline_environment
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.learned_fusion", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", default="", help="the learned model folder (default: the shipped one)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    apply_offline_environment()
+    from hybridlab.eval.systems import open_evalset
+    from hybridlab.search import pipeline
+    from hybridlab.search.filters import Filters
+    from hybridlab.search.learned import model_path
+
+    opened = open_evalset("scifact")
+    index = opened.index
+    queries = list(opened.evalset.dataset("test").queries.values())[: args.queries]
+    index.encode_queries(index.choose_model(None, None), queries)
+    ranker = index.learned_ranker(args.model)
+    systems = {"default": {}, "learned": {"fusion": "learned", "learned_model": args.model}}
+    search_ms: dict[str, list[float]] = {name: [] for name in systems}
+    features_ms, model_ms = [], []
+    now = datetime.now(UTC)
+    for query in queries[:20]:  # warm-up
+        for options in systems.values():
+            index.run_response(query, **options)
+    for _ in range(args.rounds):
+        for query in queries:
+            for name, options in systems.items():
+                search_ms[name].append(index.run_response(query, **options).timings["search_ms"])
+            retrieval = index._retrieve(query, {}, Filters(), None, now)
+            started = time.perf_counter()
+            _, matrix = pipeline.candidate_features(index.snapshot(), retrieval.runs, retrieval.evidence,
+                                                    retrieval.facts, now, retrieval.config)
+            features_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            ranker.score(matrix)
+            model_ms.append((time.perf_counter() - started) * 1000)
+    p50 = {name: percentile(values, 50) for name, values in search_ms.items()}
+    result = {
+        "queries": len(queries), "rounds": args.rounds, "n_chunks": index.n_chunks,
+        "model": str(model_path(args.model)), "model_kind": ranker.meta["kind"],
+        "search_p50_ms": p50, "search_p95_ms": {n: percentile(v, 95) for n, v in search_ms.items()},
+        "added_p50_ms": p50["learned"] - p50["default"],
+        "features_p50_ms": percentile(features_ms, 50), "features_p95_ms": percentile(features_ms, 95),
+        "model_p50_ms": percentile(model_ms, 50), "machine": machine_info(),
+    }
+    out = Path(args.out or REPO_ROOT / "reports" / "bench" / f"{datetime.now(UTC):%Y-%m-%d}-learned-fusion")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learned_fusion.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(
+        "# Learned fusion: search latency on SciFact (issue 33)\n\n"
+        f"`python -m bench.learned_fusion --queries {args.queries} --rounds {args.rounds}`: {len(queries)} test "
+        f"queries x {args.rounds} rounds, default and learned alternately in one process; {index.n_chunks} "
+        f"chunks; model {result['model_kind']}. Times in ms (the engine's `search_ms`: retrieval + fusion, "
+        "no encoding).\n\n"
+        "| | P50 | P95 |\n|---|---|---|\n"
+        f"| search, default fusion | {p50['default']:.2f} | {result['search_p95_ms']['default']:.2f} |\n"
+        f"| search, learned fusion | {p50['learned']:.2f} | {result['search_p95_ms']['learned']:.2f} |\n"
+        f"| added by learned (P50 difference) | {result['added_p50_ms']:+.2f} | |\n"
+        f"| feature computation alone | {result['features_p50_ms']:.3f} | {result['features_p95_ms']:.3f} |\n"
+        f"| model scoring alone | {result['model_p50_ms']:.3f} | |\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
