@@ -20,6 +20,12 @@ from bench.common import machine_info, percentile
 from hybridlab.config import REPO_ROOT, apply_offline_environment
 
 
+def _relative(path: Path) -> str:
+    """`path` relative to the checkout where it lies inside it (no machine paths in reports)."""
+    path = path.resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else path.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.learned_fusion", description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=300)
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p50 = {name: percentile(values, 50) for name, values in search_ms.items()}
     result = {
         "queries": len(queries), "rounds": args.rounds, "n_chunks": index.n_chunks,
-        "model": str(model_path(args.model)), "model_kind": ranker.meta["kind"],
+        "model": _relative(model_path(args.model)), "model_kind": ranker.meta["kind"],
         "search_p50_ms": p50, "search_p95_ms": {n: percentile(v, 95) for n, v in search_ms.items()},
         "added_p50_ms": p50["learned"] - p50["default"],
         "features_p50_ms": percentile(features_ms, 50), "features_p95_ms": percentile(features_ms, 95),
