@@ -252,7 +252,7 @@ class MemoryWriter:
         started = time.perf_counter()
         with self._commit_lock:
             self._commit()  # stores queued before this call stay ordered before it
-            if self._logged(ids):  # apply_changes leaves a log alone when all it holds is deleted: fold it first
+            if self._log_holds_only(ids):  # apply_changes leaves a log alone when all it holds is deleted: fold first
                 self._waiting(lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
                               "nothing was deleted")
             report = self._waiting(
@@ -265,13 +265,14 @@ class MemoryWriter:
                         report.seconds)
         return DeletedMemories(ids, report.removed, report.generation, time.perf_counter() - started)
 
-    def _logged(self, ids: Sequence[str]) -> bool:
-        """Whether any of `ids` is in the live generation's write-ahead log."""
+    def _log_holds_only(self, ids: Sequence[str]) -> bool:
+        """Whether the live generation's write-ahead log holds memories, all of them among `ids`."""
         try:
             manifest = layout.read_manifest(self.index_dir)
         except FileNotFoundError:
             return False
-        return bool(wal.read_wal(wal.wal_path(self.index_dir, manifest["generation"])).doc_ids & set(ids))
+        logged = wal.read_wal(wal.wal_path(self.index_dir, manifest["generation"])).doc_ids
+        return bool(logged) and logged <= set(ids)
 
     def store_document(self, document: Document, *, new_id: bool = False) -> StoredMemory:
         """Write one document built by :func:`make_memory` (its id and dates as given); returns
