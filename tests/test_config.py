@@ -82,7 +82,7 @@ def test_unknown_argument_lists_the_choices():
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("fusion", "borda", r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'rrf'\]"),
+    ("fusion", "borda", r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"),
     ("mode", "magic", r"unknown mode 'magic'; choose from \['bm25', 'hybrid', 'tags', 'vector'\]"),
     ("normalization", "l2", r"unknown normalization 'l2'"),
     ("alpha", 1.5, r"alpha must be in \[0, 1\], got 1.5"),

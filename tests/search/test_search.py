@@ -129,7 +129,7 @@ def test_alpha_source_argument_config_adaptive(memory_index_dir):
 
 
 def test_unknown_fusion_lists_the_choices(index):
-    with pytest.raises(ValueError, match=r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'rrf'\]"):
+    with pytest.raises(ValueError, match=r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"):
         index.search("tunnel", fusion="borda")
 
 

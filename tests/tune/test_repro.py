@@ -94,7 +94,7 @@ def test_every_recorded_command_is_a_valid_eval_sweep_or_grid_command():
                          for step in condition.steps]
         for step in before:  # steps that write files into ${tmp} (runs to fuse and score)
             args = build_parser().parse_args(step[1:])
-            assert step[0] == "hybridlab" and (args.out if args.command == "fuse" else args.save_run).startswith("TMP")
+            assert step[0] == "hybridlab" and (args.out if args.command in {"fuse", "learn-fusion"} else args.save_run).startswith("TMP")
         if "--run" in argv:  # a report of run files: its baseline's metrics, and <run>/<metric> of the others
             assert set(condition.metrics) >= base and all(m in base or m.split("/")[1] in base
                                                           for m in condition.metrics), condition.name
