@@ -31,7 +31,8 @@ BACKENDS = ("torch", "onnx")
 
 def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
     """Worker: one build of the first `documents` SciFact documents with documents embedded by `backend`."""
-    os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = arguments["backend"]
+    os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = "torch" if arguments["backend"] == "cuda" else arguments["backend"]
+    os.environ["HYBRIDLAB_DEVICE"] = "cuda" if arguments["backend"] == "cuda" else "cpu"
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evalsets import get_evalset
     from hybridlab.index.build import apply_changes
@@ -66,6 +67,26 @@ def same_vectors(sample: int = 300) -> dict[str, float]:
     onnx_vectors = load_document_encoder("all-MiniLM-L6-v2", "onnx").encode_documents(texts)
     return {"texts": len(texts), "max_abs_diff": float(np.abs(torch_vectors - onnx_vectors).max()),
             "min_cosine": float((torch_vectors * onnx_vectors).sum(axis=1).min())}
+
+
+def gpu_rows(documents: int) -> list[dict[str, Any]]:
+    """One `--device cuda` build and the cosine of its vectors against the CPU's, where a GPU is at hand."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    row = run_worker("bench.build_speed", {"backend": "cuda", "documents": documents})
+
+    from hybridlab.encoders.registry import load_document_encoder
+    from hybridlab.eval.evalsets import get_evalset
+    from hybridlab.ingest.sources import IngestReport, read_source
+
+    texts = [f"{d.title}\n{d.text}" for d in read_source(get_evalset("scifact").sources[0], IngestReport())[:1000]]
+    cpu = load_document_encoder("all-MiniLM-L6-v2", "onnx").encode_documents(texts)
+    os.environ["HYBRIDLAB_DEVICE"] = "cuda"
+    gpu = load_document_encoder("all-MiniLM-L6-v2", "torch").encode_documents(texts)
+    row["min_cosine_vs_cpu"] = float((cpu * gpu).sum(axis=1).min())
+    return [row]
 
 
 def ndcg_on_scifact_test(index_dir: Path) -> float:
@@ -109,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     medians = {b: statistics.median(r["chunks_per_s"] for r in rows if r["backend"] == b) for b in BACKENDS}
     results: dict[str, Any] = {"command": "python -m bench.build_speed " + " ".join(argv or sys.argv[1:]),
                                "machine": machine_info(), "rows": rows, "median_chunks_per_s": medians,
-                               "ratio": medians["onnx"] / medians["torch"], "vectors": same_vectors()}
+                               "ratio": medians["onnx"] / medians["torch"], "vectors": same_vectors(),
+                               "gpu": gpu_rows(args.documents)}
     if args.full:
         work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-full-", dir=REPO_ROOT / ".cache"))
         try:
@@ -136,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"**Ratio (median onnx / median torch): {results['ratio']:.2f}×** on {rows[0]['chunks']} chunks.",
               (f"Same vectors: over {vectors['texts']} SciFact texts max |difference| {vectors['max_abs_diff']:.2e}, "
               f"min cosine {vectors['min_cosine']:.7f}.")]
+    lines += [f"GPU: `--device cuda` {r['chunks_per_s']:.1f} chunks/s, min cosine to the CPU vectors "
+              f"{r['min_cosine_vs_cpu']:.5f}." for r in results["gpu"]] or [
+        "GPU: not run (no GPU on this machine; this session was not lent a device machine)."]
     if "scifact_test" in results:
         full = results["scifact_test"]
         lines += ["", "| SciFact test, default hybrid | nDCG@10 | build chunks/s |", "|---|---|---|"]
