@@ -46,7 +46,6 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "qdrant_edge": ("qdrant-edge-py", "qdrant"),
     "psycopg": ("psycopg", "postgres"),
     "lightgbm": ("lightgbm", "learn"),
-    "sklearn": ("scikit-learn", "learn"),
 }
 
 

@@ -36,8 +36,8 @@ class Ranker:
     booster: Any = None  # lightgbm.Booster (kind "lightgbm")
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
-        """Raw scores: LightGBM's trees over logit(fused) (the base fusion they were boosted from),
-        or the linear model over the features clipped to their training range."""
+        """Raw scores: logit(fused) (the base fusion both kinds start from) plus LightGBM's trees, or
+        plus the linear model over the features clipped to their training range."""
         if not len(matrix):
             return np.zeros(0)
         if self.booster is not None:
@@ -45,7 +45,8 @@ class Ranker:
         linear = self.meta["linear"]
         clipped = np.clip(matrix, np.asarray(linear["low"]), np.asarray(linear["high"]))
         scaled = (clipped - np.asarray(linear["mean"])) / np.asarray(linear["scale"])
-        return scaled @ np.asarray(linear["coef"]) + float(linear["intercept"])
+        offset = base_logit(matrix) if linear.get("offset") == "logit_fused" else 0.0
+        return scaled @ np.asarray(linear["coef"]) + float(linear["intercept"]) + offset
 
 
 def base_logit(matrix: np.ndarray, eps: float = 1e-4) -> np.ndarray:
