@@ -58,8 +58,9 @@ def test_lists_fit_by_default_and_explain_shows_the_time_range(server, monkeypat
                 assert many["count"] == 30 and sum(len(r["text"]) for r in many["results"]) <= 5_000
             wide = (await client.call_tool("list_memories", {"limit": 2, "max_chars": 20_000})).structured_content
             assert not any(r["truncated"] for r in wide["results"]) and len(wide["results"][0]["text"]) > 2_000
-            found = fits(await client.call_tool("search", {"query": "otter project", "time": "last week",
-                                                           "explain": True, "limit": 3}))
+            found = (await client.call_tool("search", {"query": "otter project", "time": "last week",
+                                                       "explain": True, "limit": 3})).structured_content  # not a default
+            assert fits(await client.call_tool("search", {"query": "otter project", "content": "full"}))["count"] == 10
             assert found["count"] == 3 and found["time_range"]["expression"] == "last week"
             assert all(r["explain"]["time_range"] == found["time_range"] for r in found["results"])
 
