@@ -158,3 +158,48 @@ def test_a_near_duplicate_is_reported_and_stored_unless_asked(index_dir):
             assert data(await client.call_tool("stats"))["documents"] == 2 + 3
 
     asyncio.run(session(create_server(index_dir)))
+
+
+def test_an_index_written_before_content_key_reads_merges_and_finds_duplicates(tmp_path):
+    """A segment without the `content_key` column (its store rewritten without it, the manifest's
+    checksums updated) beside new segments: the views and merges union by name, and duplicates are
+    found in old and new rows alike, before and after `optimize`."""
+    import hashlib
+
+    import duckdb
+
+    from hybridlab.config import IndexConfig
+    from hybridlab.index.build import index_paths, optimize
+    from hybridlab.index.memory import MemoryWriter, find_duplicate
+    from hybridlab.search.engine import open_index
+
+    source = tmp_path / "m.jsonl"
+    source.write_text("".join(json.dumps({"id": f"m{i}", "content": f"Memory {i} about walruses."}) + "\n"
+                              for i in range(5)), encoding="utf-8")
+    index_dir = tmp_path / "index"
+    index_paths([source], index_dir, IndexConfig(models=("wordllama",)), progress=False)
+    for store in index_dir.rglob("store.duckdb"):
+        con = duckdb.connect(str(store))
+        con.execute("ALTER TABLE documents DROP COLUMN content_key")
+        con.close()
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    for name, info in manifest["files"].items():
+        data = (index_dir / name).read_bytes()
+        info.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+
+    def check() -> None:
+        with open_index(index_dir) as index:
+            store = index.snapshot().generation.store
+            assert find_duplicate(store, "memory 3 ABOUT walruses.") == "m3"
+            assert find_duplicate(store, "new  memory 4") == stored[4]
+            assert find_duplicate(store, "memory 9 about walruses.") is None
+
+    with open_index(index_dir) as index:
+        assert find_duplicate(index.snapshot().generation.store, "memory 3 about walruses.") == "m3"
+    writer = MemoryWriter(index_dir, wal_records=2)  # two folds (Parquet segments) and one logged memory
+    stored = [writer.store(f"New memory {i}").id for i in range(5)]
+    writer.close()
+    check()
+    optimize(index_dir)
+    check()
