@@ -273,6 +273,9 @@ def apply_changes(
         try:
             probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in delete_ids]  # looked up by id
             existing = existing_documents(index_dir, manifest, entries, [*batches, ("", probes, False)])
+            # ids deleted while only in the log: dropped from `batches` above, so a change of their own
+            only_logged = (logged.doc_ids & set(delete_ids)) - set(existing) if logged is not None else set()
+            report.removed += len(only_logged)
             checkpoint("store-copied")
             rechunk = old_config is not None and (old_config.chunk != config.chunk)
             relayout = old_config is None or rechunk or old_config != config
@@ -281,7 +284,7 @@ def apply_changes(
             # a pre-segment (format 1) index is rewritten as one segment by its first change
             force = force or imported is not None
             full = relayout or force or any(entry.get("legacy") for entry in entries)
-            if not (to_insert or to_delete or relayout or force):
+            if not (to_insert or to_delete or relayout or force or only_logged):
                 report.chunks = manifest["counts"]["chunks"] if manifest else 0
                 report.generation = manifest["generation"] if manifest else None
                 report.seconds = time.perf_counter() - started

@@ -244,7 +244,7 @@ class MemoryWriter:
         """Delete memories by id in one commit (queued stores are written first); durable when it
         returns: no reader of a later generation sees them, nor does a restarted server. Ids not
         indexed are ignored (`removed` counts the others)."""
-        from hybridlab.index.build import apply_changes, fold_log
+        from hybridlab.index.build import apply_changes
 
         if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
             raise ValueError(f"ids must be a list of non-empty strings, got {ids!r}")
@@ -252,9 +252,6 @@ class MemoryWriter:
         started = time.perf_counter()
         with self._commit_lock:
             self._commit()  # stores queued before this call stay ordered before it
-            if self._log_holds_only(ids):  # apply_changes leaves a log alone when all it holds is deleted: fold first
-                self._waiting(lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
-                              "nothing was deleted")
             report = self._waiting(
                 lambda: apply_changes(self.index_dir, [], progress=False, cache_path=_cache_path(self.index_dir),
                                       use_cache=False, lock_wait=self.lock_wait, delete_ids=ids),
@@ -264,15 +261,6 @@ class MemoryWriter:
             logger.info("deleted %d memories in generation %s in %.2fs", report.removed, report.generation,
                         report.seconds)
         return DeletedMemories(ids, report.removed, report.generation, time.perf_counter() - started)
-
-    def _log_holds_only(self, ids: Sequence[str]) -> bool:
-        """Whether the live generation's write-ahead log holds memories, all of them among `ids`."""
-        try:
-            manifest = layout.read_manifest(self.index_dir)
-        except FileNotFoundError:
-            return False
-        logged = wal.read_wal(wal.wal_path(self.index_dir, manifest["generation"])).doc_ids
-        return bool(logged) and logged <= set(ids)
 
     def store_document(self, document: Document, *, new_id: bool = False) -> StoredMemory:
         """Write one document built by :func:`make_memory` (its id and dates as given); returns

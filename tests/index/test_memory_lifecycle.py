@@ -65,7 +65,7 @@ def test_delete_drops_a_memory_still_in_the_log(index_dir):
     writer = MemoryWriter(index_dir)
     logged = writer.store("A logged memory about the otter project.", ["t"])
     kept = writer.store("Another logged memory about the lynx project.", ["t"])
-    assert writer.delete([logged.id]).removed == 0  # never in a segment: dropped from the log's fold
+    assert writer.delete([logged.id]).removed == 1  # only in the log: dropped from it, and counted
     with open_index(index_dir) as index:
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == sorted(["m1", "m2", "m3", kept.id])
         assert index.stats()["write_ahead_log"]["memories"] == 0
