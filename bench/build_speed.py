@@ -115,12 +115,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.build_speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--documents", type=int, default=1000)
+    parser.add_argument("--documents", type=int, default=1000, help="the first N SciFact documents (0 = all 5,183)")
+    parser.add_argument("--name", default="build-speed", help="the report folder: reports/bench/<date>-NAME")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="also the SciFact test condition (full builds)")
     parser.add_argument("--torch-index", type=Path, help="a torch-built SciFact index for --full (default: build one)")
     args = parser.parse_args(argv)
-    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-build-speed"
+    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-{args.name}"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for repeat in range(args.repeats):
