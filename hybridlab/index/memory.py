@@ -459,10 +459,10 @@ class _OpenLog:
     manifest: dict[str, Any]
 
     def encode(self, model: str, texts: list[str]) -> Any:
-        from hybridlab.encoders.registry import load_encoder, register_recorded
+        from hybridlab.encoders.registry import load_document_encoder, register_recorded
 
         register_recorded(self.manifest.get("models") or {})  # the prompts and length the index recorded
-        vectors = load_encoder(model).encode_documents(texts, batch_size=self.config.embed_batch_size)
+        vectors = load_document_encoder(model).encode_documents(texts, batch_size=self.config.embed_batch_size)
         if model in self.dims and vectors.shape[1] != self.dims[model]:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors

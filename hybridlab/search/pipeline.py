@@ -602,8 +602,18 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
 
 
 # ------------------------------------------------------------------------------------ results
-def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
-    """Where a hit's score came from: each retriever's rank and score, tags, recency, settings."""
+def feature_table(snapshot: Snapshot, retrieval: Retrieval) -> tuple[np.ndarray, np.ndarray] | None:
+    """The learned fusion's candidates and feature matrix of a hybrid retrieval (for `explain`), else None."""
+    if retrieval.now is None or retrieval.config.mode != "hybrid":
+        return None
+    return candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now,
+                              retrieval.config)
+
+
+def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
+            table: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """Where a hit's score came from: each retriever's rank and score, tags, recency, settings.
+    `table`: the retrieval's `feature_table`, computed once for all its hits (else here)."""
     def rank_and_score(run: Mapping[int, float]) -> tuple[int | None, float | None]:
         if hit.row not in run:
             return None, None
@@ -620,9 +630,9 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval) -> dict[str, Any
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
     config = retrieval.config
     vector = None
-    if retrieval.now is not None and config.mode == "hybrid":  # the learned fusion's features of this hit
-        rows, matrix = candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now,
-                                          config)
+    table = table if table is not None else feature_table(snapshot, retrieval)
+    if table is not None:  # the learned fusion's features of this hit
+        rows, matrix = table
         at = np.searchsorted(rows, hit.row)
         if at < len(rows) and rows[at] == hit.row:
             vector = dict(zip(FEATURE_NAMES, matrix[at].tolist()))
@@ -665,6 +675,7 @@ def hydrate(snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: st
         return []
     generation = snapshot.generation
     details = snapshot.store.details([hit.row for hit in hits])
+    table = feature_table(snapshot, retrieval) if with_explain else None  # once, not per hit
     results = []
     for rank, (hit, (text, doc_tags, when)) in enumerate(zip(hits, details), start=1):
         row = hit.row
@@ -674,6 +685,6 @@ def hydrate(snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: st
             snippet=make_snippet(text, query, retrieval.config.snippet_chars),
             collection=generation.collections[row], chunk_type=generation.chunk_types[row],
             tags=tuple(doc_tags or ()), updated_at=iso_utc(when),
-            explain=explain(snapshot, hit, retrieval) if with_explain else None,
+            explain=explain(snapshot, hit, retrieval, table) if with_explain else None,
         ))
     return results
