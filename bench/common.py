@@ -11,12 +11,13 @@ import platform
 import resource
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.percentiles import PERCENTILE_LABEL, PERCENTILE_METHOD, median_summary, percentile, summarize  # noqa: F401
 from hybridlab.config import offline_environment
+from hybridlab.ingest.files import find_file, iter_jsonl
 
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")
@@ -153,3 +154,18 @@ def machine_info() -> dict[str, Any]:
         "faiss_threads": os.environ.get("HYBRIDLAB_FAISS_THREADS", "1"),
         "shared_machine": True,
     }
+
+
+def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = 10) -> float:
+    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| of two {doc: score} results (ties by
+    doc id); 1.0 when the reference is empty."""
+    def best(results: Mapping[str, float]) -> set[str]:
+        return set(sorted(results, key=lambda doc: (-results[doc], doc))[:top])
+
+    ref = best(reference)
+    return len(ref & best(other)) / len(ref) if ref else 1.0
+
+
+def iter_corpus(folder: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, `{_id, title, text, metadata?}`) of `corpus.jsonl[.gz]`."""
+    yield from iter_jsonl(find_file(folder, "corpus.jsonl"))

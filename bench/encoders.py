@@ -35,10 +35,10 @@ from typing import Self
 
 import numpy as np
 
-from bench.common import PERCENTILE_LABEL, cpu_model, percentile
+from bench.common import PERCENTILE_LABEL, cpu_model, iter_corpus, percentile
 from hybridlab.config import apply_offline_environment
 from hybridlab.encoders.registry import DEFAULT_MODEL, MODELS, get_spec, is_installed, load_encoder
-from hybridlab.eval.datasets import REPO_ROOT, iter_corpus, load_dataset, resolve_dataset
+from hybridlab.eval.datasets import REPO_ROOT, load_dataset, resolve_dataset
 from hybridlab.eval.evaluate import score
 
 logger = logging.getLogger(__name__)

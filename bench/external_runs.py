@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridlab.eval.datasets import data_dir, iter_corpus, load_dataset
+from bench.common import iter_corpus
+from hybridlab.eval.datasets import data_dir, load_dataset
 from hybridlab.eval.runs import read_run, write_run
 
 

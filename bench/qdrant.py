@@ -87,7 +87,7 @@ def bm25_agreement(generation, client, collection: str, queries: dict[str, str],
     """BM25 served by the collection against bm25s over `generation`: queries with the same top 10
     (chunk rows, in order), mean top-10 overlap of the document runs, nDCG@10 of both, and the largest
     score difference of a chunk both top-100 lists hold."""
-    from hybridlab.eval.evaluate import top_overlap
+    from bench.common import top_overlap
     from hybridlab.search import qdrant
     from hybridlab.search.filters import Filters
     from hybridlab.search.retrievers import RowFilter

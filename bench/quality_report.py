@@ -17,19 +17,38 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config
 from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
 from hybridlab.eval.evaluate import METRICS, Comparison, compare, wins_losses
 from hybridlab.eval.systems import (
     DATASETS,
     DEFAULT_SYSTEM,
-    EXTRA_SYSTEMS,
-    OPTIONAL_DATASETS,
     SYSTEMS,
-    default_settings,
+    WHOLE_DOCUMENTS,
+    OpenedSet,
     open_evalset,
     per_kind,
     system_runs,
 )
+
+# Systems that need another index of the same corpus: name -> (index config, search options).
+EXTRA_SYSTEMS: dict[str, dict[str, tuple[IndexConfig, dict[str, Any]]]] = {
+    "holoviz": {
+        "dense, whole documents": (WHOLE_DOCUMENTS, {"mode": "vector"}),
+        "hybrid (default), whole documents": (WHOLE_DOCUMENTS, {}),
+    },
+}
+OPTIONAL_DATASETS = ("cisi", "cranfield", "med")
+
+
+def default_settings(opened: OpenedSet) -> dict[str, Any]:
+    """The search settings the default hybrid resolves to on this index (adaptive alpha etc.)."""
+    config, sources = resolve_search_config({}, config_file=opened.index.config_file, n_chunks=opened.index.n_chunks)
+    config = resolve_auto(config, opened.index.n_chunks)
+    return {"fusion": config.fusion, "alpha": config.alpha, "alpha_source": sources["alpha"], "rrf_k": config.rrf_k,
+            "normalization": config.normalization, "depth": config.depth, "staged": config.staged,
+            "expand_hops": config.expand_hops, "fill_dense": config.fill_dense,
+            "decay": config.decay, "recency_weight": config.recency_weight, "tag_weight": config.tag_weight}
 
 
 def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> dict[str, Any]:

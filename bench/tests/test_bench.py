@@ -10,11 +10,11 @@ from bench.common import (
     percentile,
     ratio,
     summarize,
+    top_overlap,
     validate_rows,
 )
 from bench.indexing import overhead
 from bench.report import evaluate_targets, markdown
-from hybridlab.eval.evaluate import top_overlap
 
 
 def test_percentile_interpolates_between_closest_ranks():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +21,6 @@ from hybridlab.ingest.files import _open_text, find_file, iter_jsonl
 from hybridlab.ingest.sources import irds_items, is_irds
 
 Qrels = dict[str, dict[str, int]]
-
-DEFAULT_DATA_DIRS = ("../shared/datasets",)
 
 
 def data_dir() -> Path:
@@ -185,7 +182,3 @@ def split_query_ids(qrels: Qrels, split: str, dev_fraction: float = 0.5) -> list
 
     return sorted(qid for qid in qrels if (bucket(qid) < dev_fraction) == (split == "dev"))
 
-
-def iter_corpus(folder: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, `{_id, title, text, metadata?}`) of `corpus.jsonl[.gz]`."""
-    yield from iter_jsonl(find_file(folder, "corpus.jsonl"))

@@ -174,12 +174,3 @@ def wins_losses(per_query_a: Mapping[str, float], per_query_b: Mapping[str, floa
         result[key].append(qid)
     return result
 
-
-def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = 10) -> float:
-    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| of two {doc: score} results (ties by
-    doc id); 1.0 when the reference is empty."""
-    def best(results: Mapping[str, float]) -> set[str]:
-        return set(sorted(results, key=lambda doc: (-results[doc], doc))[:top])
-
-    ref = best(reference)
-    return len(ref & best(other)) / len(ref) if ref else 1.0

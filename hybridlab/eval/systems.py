@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import ChunkConfig, IndexConfig, resolve_auto, resolve_search_config
+from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.eval.datasets import load_query_metadata
 from hybridlab.eval.evalsets import EvalSet, ensure_index, get_evalset
 from hybridlab.eval.evaluate import Run, make_run
@@ -30,15 +30,7 @@ SYSTEMS: dict[str, dict[str, Any]] = {
 }
 # The fusion methods on their own (the alpha sweep's columns).
 FUSION_SYSTEMS = {name: options for name, options in SYSTEMS.items() if options.get("mode") == "hybrid"}
-# Systems that need another index of the same corpus: name -> (index config, search options).
-EXTRA_SYSTEMS: dict[str, dict[str, tuple[IndexConfig, dict[str, Any]]]] = {
-    "holoviz": {
-        "dense, whole documents": (WHOLE_DOCUMENTS, {"mode": "vector"}),
-        "hybrid (default), whole documents": (WHOLE_DOCUMENTS, {}),
-    },
-}
 DATASETS = ("scifact", "memories", "holoviz")
-OPTIONAL_DATASETS = ("cisi", "cranfield", "med")
 
 
 @dataclass
@@ -63,16 +55,6 @@ def system_runs(opened: OpenedSet, queries: Mapping[str, str], systems: Mapping[
     """One run per system over `queries`, with the set's fixed `now` (recency) when it has one."""
     return {name: make_run(opened.index, queries, now=opened.evalset.now, **options)
             for name, options in systems.items()}
-
-
-def default_settings(opened: OpenedSet) -> dict[str, Any]:
-    """The search settings the default hybrid resolves to on this index (adaptive alpha etc.)."""
-    config, sources = resolve_search_config({}, config_file=opened.index.config_file, n_chunks=opened.index.n_chunks)
-    config = resolve_auto(config, opened.index.n_chunks)
-    return {"fusion": config.fusion, "alpha": config.alpha, "alpha_source": sources["alpha"], "rrf_k": config.rrf_k,
-            "normalization": config.normalization, "depth": config.depth, "staged": config.staged,
-            "expand_hops": config.expand_hops, "fill_dense": config.fill_dense,
-            "decay": config.decay, "recency_weight": config.recency_weight, "tag_weight": config.tag_weight}
 
 
 def per_kind(queries: Path, per_query: Mapping[str, float], field: str = "kind") -> dict[str, dict[str, float]]:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from bench.common import iter_corpus
 from hybridlab.eval.datasets import (
     data_dir,
     find_file,
-    iter_corpus,
     load_dataset,
     load_qrels,
     load_queries,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench.common import top_overlap
 from bench.engine_report import PROJECT_SYSTEMS, mean_shares, project_queries
-from hybridlab.eval.evaluate import top_overlap
 from hybridlab.eval.significance import PairedTest, holm, paired_test
 
 pytestmark = pytest.mark.slow

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
+from bench.common import top_overlap
 from bench.engine_report import PROJECT_SYSTEMS, named_collections, share_from
 from bench.engine_report import render_markdown as engine_render_markdown
 from bench.quality_report import DEFAULT_SYSTEM, SYSTEMS, render_markdown, write_report
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.eval.evaluate import top_overlap
 from hybridlab.tune import grid as sweep_alpha
 
 
