@@ -29,11 +29,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config, with_added_settings
+from hybridlab.config import (
+    SEARCH_FIELDS,
+    IndexConfig,
+    resolve_auto,
+    resolve_search_config,
+    with_added_settings,
+)
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
-from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, full_search_config, resolve_evalset
+from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, resolve_evalset
 from hybridlab.eval.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, holm, mean_ci, paired_test
 from hybridlab.index.graph import graph_size
 
@@ -80,34 +86,6 @@ def read_record(run_dir: str | os.PathLike) -> dict[str, Any]:
     return json.loads(record_path.read_text(encoding="utf-8"))
 
 
-def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The sweep's winner as the sweep recorded it (settings, index, its test metrics), not checked
-    against the defaults and not pinned: what a run found, not a config to serve (see
-    :func:`export_config`)."""
-    from hybridlab.config import SEARCH_FIELDS
-
-    run_dir = Path(run_dir)
-    record = read_record(run_dir)
-    best = record["best"]
-    search = full_search_config({k: v for k, v in best["search"].items() if k in SEARCH_FIELDS})
-    return {
-        "search": search,
-        "index": best["index"],
-        "provenance": {
-            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"),
-            "split": record.get("split", "test"), "tuned_on": record.get("tuned_on", "dev"), "metric": record["metric"],
-            "dev_value": best["dev_value"], "test_value": best["test_metrics"][record["metric"]],
-            "trial": best["trial"], "study": record.get("study"), "run": run_dir.name,
-            "now": record.get("now"), "eval_limit": record.get("eval_limit", 100),
-            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
-            "test_metrics": best["test_metrics"],
-            "defaults_test_metrics": record["baselines"]["defaults"],
-            "beats_defaults": record["beats_defaults"],
-            "verdict": record.get("verdict"),
-        },
-    }
-
-
 # ------------------------------------------------------------------ pinning
 def pinned_search(search: Mapping[str, Any], n_chunks: int) -> dict[str, Any]:
     """Every SearchConfig field as the engine resolves it today on an index of `n_chunks`: unset ones
@@ -137,7 +115,9 @@ class Pinned:
 
 def pin(evaluator: Evaluator, name: str, trial: int | None, search: Mapping[str, Any],
         index: IndexConfig) -> Pinned:
+    """`search` (its SearchConfig fields) and `index` pinned for the index they build."""
     n_chunks = evaluator.index(index).n_chunks
+    search = {k: v for k, v in search.items() if k in SEARCH_FIELDS}
     return Pinned(name, trial, pinned_search(search, n_chunks), pinned_index(index, n_chunks))
 
 
@@ -232,8 +212,6 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
 
     Candidates are the record's `candidates` (`[{trial, search, index}]`) when it lists several,
     else its best trial; their p-values are Holm-corrected together."""
-    from hybridlab.config import SEARCH_FIELDS
-
     run_dir = Path(run_dir)
     record = read_record(run_dir)
     evaluator = evaluator or Evaluator(record_evalset(record))
@@ -246,8 +224,7 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
     best = record["best"]
     defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
     listed = record.get("candidates") or [best]
-    candidates = [pin(evaluator, f"trial {c.get('trial')}", c.get("trial"),
-                      {k: v for k, v in c["search"].items() if k in SEARCH_FIELDS}, IndexConfig.from_dict(c["index"]))
+    candidates = [pin(evaluator, f"trial {c.get('trial')}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
                   for c in listed]
 
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
@@ -272,20 +249,33 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
                f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
                f"({describe_test(test)} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
                f"threshold {max_p})")
+    return _document(run_dir, record, evaluator, exported, chosen is not None, split, query_ids,
+                     record.get("tuned_on", "dev"), exported_metrics, defaults_metrics, verdict, rows,
+                     {"test": test, "max_p": max_p, "correction": "holm", "permutations": permutations})
+
+
+def _document(run_dir: Path, record: Mapping[str, Any], evaluator: Evaluator, exported: Pinned, beats: bool,
+              split: str, query_ids: Sequence[str], tuned_on: str, exported_metrics: Mapping[str, float],
+              defaults_metrics: Mapping[str, float], verdict: str, candidates: list[dict[str, Any]],
+              significance: Mapping[str, Any], scope: str | None = None,
+              cross_validation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The exported config document: `exported`'s settings and the provenance of the verdict."""
+    metric, best = record["metric"], record["best"]
     return {
         "search": exported.search,
         "index": exported.index.to_dict(),
         "provenance": {
-            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"), "now": evalset.now,
-            "split": split, "query_ids": query_ids, "queries": len(query_ids),
-            "tuned_on": record.get("tuned_on", "dev"), "metric": metric,
-            "exported": "tuned" if chosen is not None else "defaults", "trial": exported.trial,
+            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"), "now": evaluator.evalset.now,
+            "split": split, "query_ids": list(query_ids), "queries": len(query_ids),
+            "tuned_on": tuned_on, "metric": metric,
+            "exported": "tuned" if beats else "defaults", "trial": exported.trial,
             "test_metrics": exported_metrics, "test_value": exported_metrics[metric],
+            **({"test_metrics_scope": scope} if scope else {}),
             "defaults_test_metrics": defaults_metrics,
-            "beats_defaults": chosen is not None, "verdict": verdict,
-            "significance": {"test": test, "max_p": max_p, "correction": "holm", "permutations": permutations,
-                             "seed": DEFAULT_SEED},
-            "candidates": rows,
+            "beats_defaults": beats, "verdict": verdict,
+            "significance": {**significance, "seed": DEFAULT_SEED},
+            "candidates": candidates,
+            **({"cross_validation": cross_validation} if cross_validation else {}),
             "sweep": {"run": run_dir.name, "study": record.get("study"), "best_trial": best["trial"],
                       "dev_value": best.get("dev_value"), "test_metrics": best.get("test_metrics"),
                       "verdict": record.get("verdict")},
@@ -322,8 +312,6 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
     higher mean); otherwise the defaults, with the verdict. `test_metrics` is what `repro` re-runs:
     the exported config on every query (in sample for a tuned config; its out-of-sample estimate is
     `cross_validation.tuned`)."""
-    from hybridlab.config import SEARCH_FIELDS
-
     cv = record["cross_validation"]
     metric, split = record["metric"], CROSS_VALIDATED
     query_ids = sorted(evaluator.dataset(split).queries)
@@ -332,10 +320,7 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
         raise ValueError(f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
                          f"{record['dataset']}: re-run the sweep")
 
-    def pinned(name: str, trial: int | None, search: Mapping[str, Any], index: IndexConfig) -> Pinned:
-        return pin(evaluator, name, trial, {k: v for k, v in search.items() if k in SEARCH_FIELDS}, index)
-
-    fold_configs = [pinned(f"fold {i + 1}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
+    fold_configs = [pin(evaluator, f"fold {i + 1}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
                     for i, c in enumerate(cv["configs"])]
     run = out_of_fold_run(evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs],
                           split)
@@ -348,7 +333,7 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
     defaults_ci = mean_ci([defaults_per_query[q] for q in query_ids])
 
     best = record["best"]
-    final = pinned(f"trial {best['trial']}", best["trial"], best["search"], IndexConfig.from_dict(best["index"]))
+    final = pin(evaluator, f"trial {best['trial']}", best["trial"], best["search"], IndexConfig.from_dict(best["index"]))
     exported = final if significant else defaults
     exported_metrics = measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
     k = len(folds)
@@ -363,37 +348,16 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
         verdict += f"; {DEFAULTS_FITTED_ON[record['dataset']]}"
     row = {"name": f"nested {k}-fold CV", "trial": best["trial"], "test_metrics": tuned_metrics, **outcome.to_dict(),
            "p_holm": outcome.p_value, "significant": significant}
-    return {
-        "search": exported.search,
-        "index": exported.index.to_dict(),
-        "provenance": {
-            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"), "now": evaluator.evalset.now,
-            "split": split, "query_ids": query_ids, "queries": len(query_ids),
-            "tuned_on": CROSS_VALIDATED, "metric": metric,
-            "exported": "tuned" if significant else "defaults", "trial": exported.trial,
-            "test_metrics": exported_metrics, "test_value": exported_metrics[metric],
-            "test_metrics_scope": ("in sample (the exported config was tuned on these queries; its out-of-sample "
-                                   "estimate is cross_validation.tuned)" if significant else
-                                   "the defaults on every query (untuned by this sweep)"),
-            "defaults_test_metrics": defaults_metrics,
-            "beats_defaults": significant, "verdict": verdict,
-            "significance": {"test": test, "max_p": max_p, "correction": "none (one comparison)",
-                             "permutations": permutations, "seed": DEFAULT_SEED},
-            "candidates": [row],
-            "cross_validation": {
-                "k": k, "trials_per_fold": cv.get("trials_per_fold"), "folds": folds,
-                "fold_trials": [c.trial for c in fold_configs],
-                "tuned": {"metrics": tuned_metrics, **tuned_ci.to_dict()},
-                "defaults": {"metrics": defaults_metrics, **defaults_ci.to_dict()},
-                "test": outcome.to_dict(),
-            },
-            "sweep": {"run": run_dir.name, "study": record.get("study"), "best_trial": best["trial"],
-                      "dev_value": best.get("dev_value"), "test_metrics": best.get("test_metrics"),
-                      "verdict": record.get("verdict")},
-            "eval_limit": record.get("eval_limit", EVAL_LIMIT),
-            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
-        },
-    }
+    scope = ("in sample (the exported config was tuned on these queries; its out-of-sample estimate is "
+             "cross_validation.tuned)" if significant else "the defaults on every query (untuned by this sweep)")
+    return _document(run_dir, record, evaluator, exported, significant, split, query_ids, CROSS_VALIDATED,
+                     exported_metrics, defaults_metrics, verdict, [row],
+                     {"test": test, "max_p": max_p, "correction": "none (one comparison)", "permutations": permutations},
+                     scope, {"k": k, "trials_per_fold": cv.get("trials_per_fold"), "folds": folds,
+                             "fold_trials": [c.trial for c in fold_configs],
+                             "tuned": {"metrics": tuned_metrics, **tuned_ci.to_dict()},
+                             "defaults": {"metrics": defaults_metrics, **defaults_ci.to_dict()},
+                             "test": outcome.to_dict()})
 
 
 def write_config(config: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 from tiny_evalset import MODELS, tiny_env, tiny_index  # noqa: F401  (fixtures)
@@ -9,9 +12,43 @@ from tiny_evalset import MODELS, tiny_env, tiny_index  # noqa: F401  (fixtures)
 from hybridlab.cli import main
 from hybridlab.config import SEARCH_FIELDS, IndexConfig, load_config_file, resolve_search_config
 from hybridlab.eval.evaluator import Evaluator, full_search_config, resolve_evalset
-from hybridlab.tune.export import export_config, repro, sweep_winner, write_config
+from hybridlab.tune.export import (
+    _now_utc,
+    export_config,
+    git_commit,
+    package_version,
+    read_record,
+    repro,
+    write_config,
+)
 
 METRIC_NAMES = ("hit_rate@10", "mrr", "ndcg@10", "recall@100")
+
+
+def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The sweep's winner as the sweep recorded it (settings, index, its test metrics), not checked
+    against the defaults and not pinned: what a run found, not a config to serve (see
+    :func:`export_config`); a helper of these tests."""
+    run_dir = Path(run_dir)
+    record = read_record(run_dir)
+    best = record["best"]
+    search = full_search_config({k: v for k, v in best["search"].items() if k in SEARCH_FIELDS})
+    return {
+        "search": search,
+        "index": best["index"],
+        "provenance": {
+            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"),
+            "split": record.get("split", "test"), "tuned_on": record.get("tuned_on", "dev"), "metric": record["metric"],
+            "dev_value": best["dev_value"], "test_value": best["test_metrics"][record["metric"]],
+            "trial": best["trial"], "study": record.get("study"), "run": run_dir.name,
+            "now": record.get("now"), "eval_limit": record.get("eval_limit", 100),
+            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
+            "test_metrics": best["test_metrics"],
+            "defaults_test_metrics": record["baselines"]["defaults"],
+            "beats_defaults": record["beats_defaults"],
+            "verdict": record.get("verdict"),
+        },
+    }
 
 
 def fake_record(search: dict, index: IndexConfig, test_metrics: dict, dataset: str = "tiny",
