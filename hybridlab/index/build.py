@@ -142,10 +142,12 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
 
 
 def _logged_batches(records: Sequence[wal.WalRecord]) -> list[tuple[str, list[Document], bool]]:
-    """The write-ahead log's documents (each id's last record) as write batches, one per source (nothing removed)."""
+    """The write-ahead log's documents (each id's last record, tombstoned ids left out) as write
+    batches, one per source (nothing removed)."""
     by_source: dict[str, list[Document]] = {}
     for record in wal.latest_records(records):
-        by_source.setdefault(record.document.source, []).append(record.document)
+        if record.document is not None:
+            by_source.setdefault(record.document.source, []).append(record.document)
     return [(source, documents, False) for source, documents in by_source.items()]
 
 
@@ -228,7 +230,8 @@ def apply_changes(
     (:func:`last_versions`). `lock_wait`: seconds to wait for another writer (None:
     `layout.lock_wait_seconds()`). `delete_ids`: documents deleted by this write whatever their source
     (tombstoned like removed ones, dropped from the write-ahead log; ids not indexed are ignored, an
-    id both written and deleted is a ValueError): the memory writer's `delete`. `imported(con, cache)`:
+    id both written and deleted is a ValueError): the memory writer's `delete` without a log. The
+    log's tombstones are deleted the same way, its puts of indexed ids replace them (the fold). `imported(con, cache)`:
     vectors from a file put into the cache before embedding (`vectors_import.import_hook`; the whole
     index is rewritten as one segment, as with `force`)."""
     index_dir = Path(index_dir)
@@ -264,7 +267,11 @@ def apply_changes(
         batches = last_versions(batches)  # an id brought twice: its last version
         if logged is not None and logged.records:  # a document this write brings again: its version wins
             incoming = {document.doc_id for _, documents, _ in batches for document in documents} | set(delete_ids)
-            batches = [*_logged_batches([r for r in logged.records if r.document.doc_id not in incoming]), *batches]
+            whole = {source for source, _, remove_missing in batches if remove_missing}  # brought whole: log's dropped
+            dropped = {r.doc_id for r in logged.records if r.document is not None and r.document.source in whole}
+            kept = [r for r in logged.records if r.doc_id not in incoming and r.doc_id not in dropped]
+            batches = [*_logged_batches(kept), *batches]
+            delete_ids = (*delete_ids, *sorted(logged.deleted - incoming - dropped))  # the log's tombstones
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
         tmp.mkdir(parents=True)
@@ -274,7 +281,8 @@ def apply_changes(
             probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in delete_ids]  # looked up by id
             existing = existing_documents(index_dir, manifest, entries, [*batches, ("", probes, False)])
             # ids deleted while only in the log: dropped from `batches` above, so a change of their own
-            only_logged = (logged.doc_ids & set(delete_ids)) - set(existing) if logged is not None else set()
+            only_logged = ((logged.doc_ids & set(delete_ids)) | (dropped - incoming)) - set(existing) \
+                if logged is not None and logged.records else set()
             report.removed += len(only_logged)
             checkpoint("store-copied")
             rechunk = old_config is not None and (old_config.chunk != config.chunk)

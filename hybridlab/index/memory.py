@@ -6,8 +6,11 @@ in-memory segment after the index's segments. When the log holds `wal_records` m
 default, `HYBRIDLAB_WAL_RECORDS`), the store that filled it folds it: one commit writes them as a
 segment (its Parquet tables, BM25 postings and FAISS files, the corpus graph updated, the tiered
 merge policy run) and the next generation's log starts empty. So a store costs an append most of
-the time and a small segment's commit once per `wal_records` stores. `wal_records=0` commits every
-store as a segment of its own (as before the log existed). :class:`MemoryWriter` also
+the time and a small segment's commit once per `wal_records` stores. An update is a store of the
+same id (the log's version hides the segment's), a delete one append of a tombstone per memory
+(`{"delete": id}`: readers hide the id everywhere); both count as records and are folded the same
+way (the old version or the deleted memory tombstoned in its segment). `wal_records=0` commits
+every store, update and delete as a generation of its own (as before the log existed). :class:`MemoryWriter` also
 group-commits: stores that arrive while a write is running are appended (or committed) together.
 Each :meth:`MemoryWriter.store` returns only once its memory is durable (the log's fsync, or the
 segment's commit), so there is no window in which an acknowledged memory can be lost.
@@ -71,7 +74,7 @@ class StoredMemory:
 @dataclass(frozen=True)
 class DeletedMemories:
     """What :meth:`MemoryWriter.delete` removed: the ids asked for, how many were indexed (and are
-    gone now), the generation that no longer holds them."""
+    gone now), the generation that no longer holds them (whose log holds their tombstones)."""
 
     ids: tuple[str, ...]
     removed: int
@@ -223,27 +226,28 @@ class MemoryWriter:
         self._pending_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._log: _OpenLog | None = None
-        self._fresh_ids: set[str] = set()  # ids of pending stores known to be new (random): no look-up
-        self.commits = 0  # stores committed as a segment of their own (no log)
-        self.appends = 0  # stores appended to the log (each append: one or more memories)
+        self.commits = 0  # stores and deletes committed as a generation of their own (no log)
+        self.appends = 0  # stores, updates and deletes appended to the log (each append: one or more records)
         self.folds = 0  # logs folded into a segment
 
     def store(self, content: str, tags: Sequence[str] = (), memory_type: str = "note",
               created_at: str | None = None) -> StoredMemory:
         """Validate and write one memory; returns when it is durable and searchable."""
-        return self.store_document(make_memory(content, tags, memory_type, created_at, source=self.source), new_id=True)
+        return self.store_document(make_memory(content, tags, memory_type, created_at, source=self.source))
 
     def update(self, current: Mapping[str, Any], *, content: str | None = None, tags: Sequence[str] | None = None,
                memory_type: str | None = None) -> StoredMemory:
         """Replace a memory (`current` as `Index.get_document` returns it) by its next version
-        (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now), re-embedded; one commit."""
+        (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now), re-embedded; one log
+        append (a commit without a log)."""
         document = updated_memory(current, content=content, tags=tags, memory_type=memory_type, source=self.source)
         return self.store_document(document)
 
     def delete(self, ids: Sequence[str]) -> DeletedMemories:
-        """Delete memories by id in one commit (queued stores are written first); durable when it
-        returns: no reader of a later generation sees them, nor does a restarted server. Ids not
-        indexed are ignored (`removed` counts the others)."""
+        """Delete memories by id (queued stores are written first); durable when it returns: no
+        reader sees them again, nor does a restarted server. One append of a tombstone per live id
+        (in a segment, or put in the log), or one commit without a log. Ids not indexed are ignored
+        (`removed` counts the others)."""
         from hybridlab.index.build import apply_changes
 
         if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
@@ -252,27 +256,26 @@ class MemoryWriter:
         started = time.perf_counter()
         with self._commit_lock:
             self._commit()  # stores queued before this call stay ordered before it
-            report = self._waiting(
-                lambda: apply_changes(self.index_dir, [], progress=False, cache_path=_cache_path(self.index_dir),
-                                      use_cache=False, lock_wait=self.lock_wait, delete_ids=ids),
-                "nothing was deleted")
-        if report.committed:
-            self.commits += 1
-            logger.info("deleted %d memories in generation %s in %.2fs", report.removed, report.generation,
-                        report.seconds)
-        return DeletedMemories(ids, report.removed, report.generation, time.perf_counter() - started)
+            logged = self._append_tombstones(ids) if self.wal_records else None
+            if logged is None:
+                report = self._waiting(
+                    lambda: apply_changes(self.index_dir, [], progress=False, cache_path=_cache_path(self.index_dir),
+                                          use_cache=False, lock_wait=self.lock_wait, delete_ids=ids),
+                    "nothing was deleted")
+                logged = (report.removed, report.generation)
+                if report.committed:
+                    self.commits += 1
+                    logger.info("deleted %d memories in generation %s in %.2fs", report.removed, report.generation,
+                                report.seconds)
+            self._fold_if_full()
+        return DeletedMemories(ids, *logged, time.perf_counter() - started)
 
-    def store_document(self, document: Document, *, new_id: bool = False) -> StoredMemory:
+    def store_document(self, document: Document) -> StoredMemory:
         """Write one document built by :func:`make_memory` (its id and dates as given); returns
-        when it is durable and searchable. A document whose id is already indexed replaces it
-        (a commit, not a log append); `new_id`: the caller vouches the id is fresh (a random one)."""
+        when it is durable and searchable. A document whose id is already indexed replaces it."""
         started = time.perf_counter()
         future: Future = Future()
         with self._pending_lock:
-            if new_id:
-                self._fresh_ids.add(document.doc_id)
-            else:
-                self._fresh_ids.discard(document.doc_id)
             self._pending.append((document, future))
             if self.commit_delay > 0:
                 if self._timer is None:
@@ -348,40 +351,63 @@ class MemoryWriter:
             return
         for _, future in batch:
             future.set_result((generation, len(batch)))
+        self._fold_if_full()
+
+    def _fold_if_full(self) -> None:
         if self._log is not None and self._log.writer.records >= self.wal_records:
             self._fold()
 
     def _append(self, documents: list[Document]) -> int | None:
-        """Append the memories to the live generation's log (durable on return); returns its
-        generation number, or None when there is no index yet (the first write commits one)."""
-        from hybridlab.index.faults import checkpoint
+        """Append the memories to the live generation's log (durable on return; a memory whose id
+        is indexed already is replaced: readers hide the old version); returns its generation
+        number, or None when there is no log (no index yet: the first write commits one)."""
+        with self._locked():
+            log = self._current_log()
+            if log is None:
+                return None
+            self._write(log, wal.embed_documents(documents, log.config, log.encode))
+            return log.generation
+
+    def _append_tombstones(self, ids: Sequence[str]) -> tuple[int, int] | None:
+        """Append a tombstone for each of `ids` that is live (put in the log and not deleted since,
+        or in a segment and untouched by the log): (how many, the log's generation); None: no log."""
         from hybridlab.index.segments import indexed_doc_ids
 
         with self._locked():
-            stamp = manifest_stamp(self.index_dir)
-            if stamp is None:
+            log = self._current_log()
+            if log is None:
                 return None
-            if self._log is None or self._log.stamp != stamp or \
-                    wal.log_size(self._log.writer.path) != self._log.writer.size:  # another writer appended
-                self._open_log(stamp)
-                if self._log is None:
-                    return None
-            log = self._log
-            with self._pending_lock:
-                unknown = [d.doc_id for d in documents if d.doc_id not in self._fresh_ids]
-                self._fresh_ids.difference_update(d.doc_id for d in documents)
-            if unknown and (set(unknown) & log.writer.doc_ids or indexed_doc_ids(self.index_dir, log.manifest, unknown)
-                            or len(set(unknown)) < len(unknown)):
-                return None  # replaces an indexed memory: a commit (which folds the log first)
-            records = wal.embed_documents(documents, log.config, log.encode)
-            try:
-                log.writer.append(records, checkpoint=checkpoint)
-            except BaseException:
-                log.writer.close()
-                self._log = None  # reopened (its tail checked) by the next store
-                raise
-            self.appends += 1
-            return log.generation
+            writer = log.writer
+            untouched = [doc_id for doc_id in ids if doc_id not in writer.doc_ids]
+            indexed = indexed_doc_ids(self.index_dir, log.manifest, untouched) if untouched else set()
+            live = [doc_id for doc_id in ids if doc_id in indexed or (doc_id in writer.doc_ids
+                                                                     and doc_id not in writer.deleted)]
+            if live:
+                self._write(log, [wal.tombstone(doc_id) for doc_id in live])
+            return len(live), log.generation
+
+    def _current_log(self) -> _OpenLog | None:
+        """The live generation's log (the writer lock held), reopened when a commit or another
+        writer's append changed it; None when there is no index or its manifest reads no log."""
+        stamp = manifest_stamp(self.index_dir)
+        if stamp is None:
+            return None
+        if self._log is None or self._log.stamp != stamp or \
+                wal.log_size(self._log.writer.path) != self._log.writer.size:  # another writer appended
+            self._open_log(stamp)
+        return self._log
+
+    def _write(self, log: _OpenLog, records: list[wal.WalRecord]) -> None:
+        """Append `records` to `log` and fsync (durable on return); a failure closes the log."""
+        from hybridlab.index.faults import checkpoint
+
+        try:
+            log.writer.append(records, checkpoint=checkpoint)
+        except BaseException:
+            log.writer.close()
+            self._log = None  # reopened (its tail checked) by the next write
+            raise
+        self.appends += 1
 
     def _open_log(self, stamp: tuple[int, int]) -> None:
         from hybridlab.config import IndexConfig

@@ -119,6 +119,8 @@ class Generation:
     live: Sequence[np.ndarray | None] = ()  # per segment: its live rows (None = all)
     logged_records: int = 0  # memories from the write-ahead log (the last segment, in memory)
     logged_chunks: int = 0
+    logged_deletes: int = 0  # ids the log's tombstones delete
+    masked_chunks: int = 0  # segment chunks the log hides (deleted or updated there)
 
     @property
     def number(self) -> int:
@@ -260,8 +262,12 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
     if cache is not None:
         cache.keep(set(keys))
     rows = None
-    if logged.records:
-        rows = wal.logged_rows(logged.latest, IndexConfig.from_manifest(manifest["config"]),
+    touched = logged.doc_ids  # deleted or put again by the log: the segments' versions are hidden
+    if touched:
+        entries = [_mask_logged(entry, segment, touched) for entry, segment in zip(entries, segments)]
+    puts = logged.puts
+    if puts:
+        rows = wal.logged_rows(puts, IndexConfig.from_manifest(manifest["config"]),
                                int(manifest["next_chunk_id"]), logged.path)
         try:
             segments.append(_logged_segment(index_dir, rows, manifest, segments))
@@ -272,7 +278,7 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
     reader = _open_store(index_dir, segments, entries, rows)
     try:
         generation = _combine(index_dir, manifest, (stamp, logged.size), reader, segments, entries, cache,
-                              logged=(len(logged.latest), rows.chunks if rows else 0))
+                              logged=(len(puts), rows.chunks if rows else 0, len(logged.deleted)))
         if check:
             problems = consistency_problems(generation)
             if problems:
@@ -285,6 +291,24 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         reader.close()
         raise
     return generation
+
+
+def _mask_logged(entry: Mapping[str, Any], segment: Segment, touched: set[str]) -> Mapping[str, Any]:
+    """`entry` with the ids the log touches that `segment` holds added to its tombstones (and
+    listed under "masked"); the entry itself when there are none. The segment's id set is kept
+    with it (segments never change), the masks are not: they belong to this generation."""
+    held = segment.details.get("ids")
+    if held is None:
+        held = segment.details["ids"] = frozenset(segment.doc_ids)
+    hit = sorted((touched & held) - set(entry.get("deleted") or ()))
+    return {**entry, "deleted": [*(entry.get("deleted") or ()), *hit], "masked": hit} if hit else entry
+
+
+def _cut_graph(graph: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The corpus graph without the rows `keep` leaves out: rows renumbered, edges to them -1."""
+    renumbered = np.where(keep, np.cumsum(keep) - 1, -1).astype(graph.dtype)
+    kept = graph[keep]
+    return np.where(kept >= 0, renumbered[np.maximum(kept, 0)], -1).astype(graph.dtype)
 
 
 def _segment_key(manifest: Mapping[str, Any], name: str) -> tuple[str, str]:
@@ -454,10 +478,12 @@ class RowTags(Mapping):
 
 def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], reader: StoreReader,
              segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
-             cache: SegmentCache | None = None, logged: tuple[int, int] = (0, 0)) -> Generation:
+             cache: SegmentCache | None = None, logged: tuple[int, int, int] = (0, 0, 0)) -> Generation:
     """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
-    chunks) of the write-ahead log, whose segment is the last."""
+    chunks, tombstones) of the write-ahead log, whose segment is the last; an entry's "masked" ids:
+    those the log hides (see `_mask_logged`)."""
     live: list[np.ndarray | None] = []
+    hidden = []  # chunk ids live in the committed generation that the log hides
     for segment, entry in zip(segments, entries):
         deleted = entry.get("deleted") or ()
         if deleted:
@@ -465,6 +491,10 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
             live.append(_readonly(np.asarray([d not in gone for d in segment.doc_ids], dtype=bool)))
         else:
             live.append(None)
+        if entry.get("masked"):
+            masked = set(entry["masked"])
+            hidden.append(segment.chunk_ids[np.asarray([d in masked for d in segment.doc_ids], dtype=bool)])
+    hidden_ids = np.concatenate(hidden) if hidden else np.zeros(0, np.int64)
     offsets, global_rows = [], []  # per segment: first global row; global row of each local row (-1 = dead)
     offset = 0
     for segment, mask in zip(segments, live):
@@ -504,10 +534,15 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
         if info.get("graph"):  # one graph over the generation's live vectors, in its dense rows
             path = index_dir / (info.get("graph_dir") or manifest["path"]) / info["graph"]
             unlinked = len(segments[-1].dense[model].ids) if logged[0] and model in segments[-1].dense else 0
+            committed = dense[model].ids[:dense[model].size - unlinked]  # the graph's rows when it was built
+            cut = hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))] \
+                if len(hidden_ids) else hidden_ids
             try:
-                graph = load_graph(path, dense[model].size - unlinked)
+                graph = load_graph(path, len(committed) + len(cut))
             except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
                 raise _damaged(path, error, index_dir) from None
+            if len(cut):  # rows the log hides: out of the graph, edges to them cut
+                graph = _cut_graph(graph, ~np.isin(np.union1d(committed, cut), cut))
             if unlinked:  # the log's rows are in no neighbour list and have none (-1: nothing to expand)
                 graph = np.concatenate([graph, np.full((unlinked, graph.shape[1]), -1, dtype=graph.dtype)])
             graphs[model] = graph
@@ -523,7 +558,7 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
         tag_rows=MappingProxyType(tag_rows), row_tags=RowTags(tag_rows),
         sparse=sparse, dense=MappingProxyType(dense), graphs=MappingProxyType(graphs),
         dense_rows_to_index=MappingProxyType(dense_rows_to_index), segments=tuple(segments), live=tuple(live),
-        logged_records=logged[0], logged_chunks=logged[1],
+        logged_records=logged[0], logged_chunks=logged[1], logged_deletes=logged[2], masked_chunks=len(hidden_ids),
     )
 
 
@@ -550,8 +585,9 @@ def consistency_problems(generation: Generation) -> list[str]:
     problems = []
     manifest, folder = generation.manifest, generation.folder
     counts = manifest.get("counts", {})
-    if (counts.get("chunks") or 0) + generation.logged_chunks != generation.n_chunks:
+    if (counts.get("chunks") or 0) + generation.logged_chunks - generation.masked_chunks != generation.n_chunks:
         logged = f" plus {generation.logged_chunks} logged" if generation.logged_chunks else ""
+        logged += f" less {generation.masked_chunks} hidden by the log" if generation.masked_chunks else ""
         problems.append(f"manifest says {counts.get('chunks')} chunks{logged}, {folder / layout.STORE_FILE} has "
                         f"{generation.n_chunks}")
     for segment in generation.segments:

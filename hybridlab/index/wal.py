@@ -12,7 +12,11 @@ beside it (the fallback `verify --repair` uses) and older ones are removed with 
 
 File: an 8-byte magic, then records, each `<payload length: u32><crc32 of the payload: u32>` and
 the payload: JSON with the document (its fields as the index stores them) and, per model, the
-vectors of its chunks that the model embeds, in chunk order (float32, base64). A record that is
+vectors of its chunks that the model embeds, in chunk order (float32, base64); or a tombstone,
+`{"delete": doc_id}` (a deleted memory). An id's last record wins: a put after a tombstone
+brings it back, a tombstone after a put (or over a segment's document) deletes it. Readers mask
+every id the log touches in every segment (its old version, or the deleted document), so an
+update or a delete is one append too; the fold turns tombstones into deletes. A record that is
 cut short or fails its checksum ends the log: it was never acknowledged (the append's fsync had
 not returned), so readers stop before it and the next writer truncates it away. JSON and base64,
 never pickle; a log holds at most a few hundred records before it is folded.
@@ -57,10 +61,21 @@ def fold_records() -> int:
 
 @dataclass(frozen=True)
 class WalRecord:
-    """One logged document and, per model, the vectors of its chunks that model embeds (chunk order)."""
+    """One logged document and, per model, the vectors of its chunks that model embeds (chunk order);
+    or a tombstone: no document, `deleted` = the id deleted."""
 
-    document: Document
+    document: Document | None
     vectors: Mapping[str, np.ndarray] = field(default_factory=dict)
+    deleted: str | None = None
+
+    @property
+    def doc_id(self) -> str:
+        return self.deleted if self.document is None else self.document.doc_id
+
+
+def tombstone(doc_id: str) -> WalRecord:
+    """The record that deletes `doc_id`."""
+    return WalRecord(None, deleted=doc_id)
 
 
 # ---------------------------------------------------------------------------------------- encoding
@@ -89,13 +104,16 @@ def encode_record(record: WalRecord) -> bytes:
     for model, matrix in record.vectors.items():
         matrix = np.ascontiguousarray(matrix, dtype="<f4")
         vectors[model] = {"shape": list(matrix.shape), "f32": base64.b64encode(matrix.tobytes()).decode("ascii")}
-    payload = json.dumps({"document": document_json(record.document), "vectors": vectors},
-                         ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    value = {"delete": record.deleted} if record.document is None else \
+        {"document": document_json(record.document), "vectors": vectors}
+    payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def _decode(payload: bytes) -> WalRecord:
     value = json.loads(payload.decode("utf-8"))
+    if "delete" in value:
+        return tombstone(str(value["delete"]))
     vectors = {}
     for model, item in value.get("vectors", {}).items():
         shape = tuple(int(n) for n in item["shape"])
@@ -117,21 +135,32 @@ class WalContents:
 
     @property
     def doc_ids(self) -> set[str]:
-        return {record.document.doc_id for record in self.records}
+        """Every id the log touches (put or deleted): masked in every segment."""
+        return {record.doc_id for record in self.records}
 
     @property
     def latest(self) -> tuple[WalRecord, ...]:
         """The records that count: each document id's last one (see :func:`latest_records`)."""
         return latest_records(self.records)
 
+    @property
+    def puts(self) -> tuple[WalRecord, ...]:
+        """The documents the log holds: each id's last record, tombstones left out."""
+        return tuple(record for record in self.latest if record.document is not None)
+
+    @property
+    def deleted(self) -> set[str]:
+        """The ids whose last record is a tombstone."""
+        return {record.deleted for record in self.latest if record.document is None}
+
 
 def latest_records(records: Sequence[WalRecord]) -> tuple[WalRecord, ...]:
     """Each document id's last record, in log order: a later record of an id replaces an earlier
     one, as a later write does (one id, one document, whatever wrote the log)."""
-    last = {record.document.doc_id: position for position, record in enumerate(records)}
+    last = {record.doc_id: position for position, record in enumerate(records)}
     if len(last) == len(records):
         return tuple(records)
-    return tuple(record for position, record in enumerate(records) if last[record.document.doc_id] == position)
+    return tuple(record for position, record in enumerate(records) if last[record.doc_id] == position)
 
 
 def read_wal(path: str | os.PathLike) -> WalContents:
@@ -207,6 +236,8 @@ def record_vectors(records: Sequence[WalRecord], config: IndexConfig) -> dict[st
     found: dict[str, tuple[list[str], list[np.ndarray]]] = {}
     for record in records:
         document = record.document
+        if document is None:
+            continue
         seen: dict[str, int] = {}
         for chunk in chunk_document(document, config):
             text = indexed_text(chunk, document, config.chunk)
@@ -225,7 +256,8 @@ def record_vectors(records: Sequence[WalRecord], config: IndexConfig) -> dict[st
 class WalWriter:
     """Appends records to one generation's log; the caller holds the index's writer lock. Opening
     a log left by a crashed append cuts its unacknowledged tail first. `size` is the log's size as
-    this writer last left it: another size on disk means another writer appended since (reopen)."""
+    this writer last left it: another size on disk means another writer appended since (reopen).
+    `doc_ids`: every id the log touches; `deleted`: those whose last record is a tombstone."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -249,6 +281,7 @@ class WalWriter:
             raise
         self.records = len(contents.records)
         self.doc_ids = contents.doc_ids
+        self.deleted = contents.deleted
 
     def append(self, records: Sequence[WalRecord], checkpoint: Callable[[str], None] | None = None) -> None:
         """Append `records` and fsync: durable on return. A failure leaves at most a torn tail,
@@ -272,7 +305,9 @@ class WalWriter:
             raise
         self.records += len(records)
         self.size = start + len(data)
-        self.doc_ids.update(record.document.doc_id for record in records)
+        for record in records:
+            self.doc_ids.add(record.doc_id)
+            (self.deleted.add if record.document is None else self.deleted.discard)(record.doc_id)
         if checkpoint is not None:
             checkpoint("wal-synced")
 
@@ -310,7 +345,8 @@ class LoggedRows:
 
 def logged_rows(records: Sequence[WalRecord], config: IndexConfig, next_chunk_id: int, path: Path) -> LoggedRows:
     """Build the rows of a log's records exactly as a write would (same chunking, inserts and
-    vector assignment), their chunk ids following `next_chunk_id`."""
+    vector assignment), their chunk ids following `next_chunk_id` (tombstones make no rows)."""
+    records = [record for record in records if record.document is not None]
     con = store.ScratchConnection()
     try:
         store.create_schema(con)

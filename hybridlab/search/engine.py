@@ -480,11 +480,13 @@ class Index:
             "bm25": manifest.get("bm25", {}), "chunking": manifest["config"]["chunk"],
             "segments": [{"name": s["name"], "chunks": s.get("chunks"), "tombstones": len(s.get("deleted") or ())}
                          for s in layout.segments(dict(manifest))],
-            "tombstones": sum(len(s.get("deleted") or ()) for s in layout.segments(dict(manifest))),
+            "tombstones": sum(len(s.get("deleted") or ()) for s in layout.segments(dict(manifest)))
+            + snapshot.generation.logged_deletes,  # the segments' and the log's (not folded yet)
             "last_merge": manifest.get("last_merge"),
             "write_ahead_log": {"file": wal.wal_path(self.index_dir, manifest["generation"]).name,
                                 "memories": snapshot.generation.logged_records,
-                                "chunks": snapshot.generation.logged_chunks},
+                                "chunks": snapshot.generation.logged_chunks,
+                                "tombstones": snapshot.generation.logged_deletes},
         }
 
 

@@ -1,5 +1,6 @@
-"""MemoryWriter's lifecycle below the server: an empty start, update and delete (`apply_changes`'s
-`delete_ids`) of memories in a segment and in the write-ahead log."""
+"""MemoryWriter's lifecycle below the server: an empty start, update and delete of memories in a
+segment and in the write-ahead log (tombstones and re-puts in the log; `apply_changes`'s
+`delete_ids` without one), before and after a restart and the fold."""
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def test_update_and_delete_in_segments_and_the_log(index_dir):
         assert index.stats()["documents"] == 4
         assert index.get_document("m2")["text"] == "Memory two now about the crane project."
         deleted = writer.delete(["m1", logged.id, "nowhere"])
-        assert (deleted.removed, deleted.ids) == (2, ("m1", logged.id, "nowhere"))  # the update folded the log
+        assert (deleted.removed, deleted.ids) == (2, ("m1", logged.id, "nowhere"))  # a segment's and a logged one
         index.refresh()
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == ["m2", "m3"]
         assert {r.doc_id for r in index.search("otter walrus project", limit=5, mode="bm25")} == {"m2", "m3"}
@@ -65,7 +66,76 @@ def test_delete_drops_a_memory_still_in_the_log(index_dir):
     writer = MemoryWriter(index_dir)
     logged = writer.store("A logged memory about the otter project.", ["t"])
     kept = writer.store("Another logged memory about the lynx project.", ["t"])
-    assert writer.delete([logged.id]).removed == 1  # only in the log: dropped from it, and counted
+    assert writer.delete([logged.id]).removed == 1  # only in the log: a tombstone, and counted
+    assert writer.delete([logged.id]).removed == 0 and writer.appends == 3  # deleted already: nothing appended
     with open_index(index_dir) as index:
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == sorted(["m1", "m2", "m3", kept.id])
-        assert index.stats()["write_ahead_log"]["memories"] == 0
+        assert index.stats()["write_ahead_log"] | {"file": ""} == {"file": "", "memories": 1, "chunks": 1,
+                                                                    "tombstones": 1}
+
+
+def _visible(index_dir, capsys) -> dict:
+    """What every read path shows: documents listed, exported, searched (bm25 and vector), got, and
+    the duplicate look-up of each memory's text."""
+    from hybridlab import cli
+    from hybridlab.index.memory import find_duplicate
+    from hybridlab.search.engine import open_index
+
+    capsys.readouterr()
+    assert cli.main(["export", "--index", str(index_dir)]) == 0
+    exported = {json.loads(line)["id"]: json.loads(line)["content"] for line in capsys.readouterr().out.splitlines()}
+    with open_index(index_dir) as index:
+        listed = {d["doc_id"]: d["text"] for d in index.list_documents()[0]}
+        assert listed == exported == {doc_id: index.get_document(doc_id)["text"] for doc_id in listed}
+        found = {r.doc_id for mode in ("bm25", "vector", "hybrid") for text in listed.values()
+                 for r in index.search(text, limit=10, mode=mode)}
+        assert found <= set(listed)
+        dedupe = {text: find_duplicate(index.snapshot().generation.store, text) for text in
+                  [m["content"] for m in MEMORIES] + list(listed.values())}
+        return {"listed": listed, "tagged": {d["doc_id"] for d in index.search_by_tag(["t"])},
+                "dedupe": {text: doc_id for text, doc_id in dedupe.items() if doc_id},
+                "tombstones": index.stats()["tombstones"], "m2": index.get_document("m2")}
+
+
+def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_fold(index_dir, capsys):
+    """A delete (a segment's memory and a logged one) and an update (of a segment's memory) are each
+    one append to the log, no commit: every read path stops returning the deleted memories and the
+    old version at once, after a restart and after the fold; a deleted memory's content stored again
+    is a new memory; stats count the tombstones."""
+    from hybridlab.index import layout
+    from hybridlab.index.build import fold_log
+    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.verify import verify
+    from hybridlab.search.engine import open_index
+
+    generation = layout.read_manifest(index_dir)["generation"]
+    writer = MemoryWriter(index_dir, wal_records=100)
+    logged = writer.store("A logged memory about the otter project.", ["t"])
+    with open_index(index_dir) as index:
+        current = index.get_document("m2")
+    updated = writer.update(current, content="Memory two now about the crane project.")
+    assert writer.delete(["m1", logged.id]).removed == 2
+    assert (writer.appends, writer.commits, writer.folds) == (3, 0, 0)  # one append each
+    assert layout.read_manifest(index_dir)["generation"] == generation == updated.generation
+    expected = {"m2": "Memory two now about the crane project.", "m3": MEMORIES[2]["content"]}
+    seen = _visible(index_dir, capsys)
+    assert seen["listed"] == expected and seen["tagged"] == set(expected)
+    assert seen["dedupe"] == {text: doc_id for doc_id, text in expected.items()}  # no deleted or old version
+    assert seen["tombstones"] == 2 and seen["m2"]["created_at"] == current["created_at"]
+    assert verify(index_dir) == []
+    writer.close()
+    restarted = MemoryWriter(index_dir, wal_records=100)  # a new process: the log read back
+    assert restarted.delete(["m1", logged.id]).removed == 0 and restarted.appends == 0
+    assert _visible(index_dir, capsys) == seen
+    again = restarted.store(MEMORIES[0]["content"], ["t"])  # the deleted memory's content: a new memory
+    expected[again.id] = MEMORIES[0]["content"]
+    assert _visible(index_dir, capsys)["listed"] == expected
+    report = fold_log(index_dir)
+    assert report.committed and report.generation == generation + 1
+    seen = _visible(index_dir, capsys)
+    assert seen["listed"] == expected and seen["tombstones"] == 2  # m1 and m2's old version, in their segment
+    assert seen["m2"]["created_at"] == current["created_at"] and seen["m2"]["updated_at"] == updated.updated_at
+    with open_index(index_dir) as index:
+        assert index.stats()["write_ahead_log"] | {"file": ""} == {"file": "", "memories": 0, "chunks": 0,
+                                                                    "tombstones": 0}
+    assert verify(index_dir) == []
