@@ -29,24 +29,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _number(cast: type, low: float, high: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: `cast` of the text within [low, high] (no upper bound when `high` is None)."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if cast is int else 'a number'}: {text!r}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be within [{low}, {high}], got {value}")
+        return value
+    return parse
 
 
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {value}")
-    return value
+_positive_int = _number(int, 1)
+_unit_float = _number(float, 0, 1)
 
 
 def add_search_options(parser: argparse.ArgumentParser) -> None:
@@ -478,20 +477,11 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from hybridlab.eval.datasets import load_qrels, load_queries, split_query_ids
     from hybridlab.eval.evaluate import METRICS, make_run, score, write_trec_run
 
     if args.runs:
         return _eval_runs(args)
     evalset, queries, qrels, kinds = _eval_topics(args)
-    if evalset is None:
-        queries_path = Path(args.queries)
-        queries = load_queries(queries_path)
-        qrels = load_qrels(Path(args.qrels))
-        if args.split not in (None, "all"):
-            qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
-        queries = {q: t for q, t in queries.items() if q in qrels}
-        kinds = _query_kinds(queries_path) if args.kinds else {}
     if args.kinds:
         unknown = set(args.kinds) - set(kinds.values())
         if unknown:
@@ -527,14 +517,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_topics(args: argparse.Namespace):
-    """With `--dataset` (a declared set, a folder or irds:ID): the set, and the queries, qrels and
-    query kinds of its split (`--split`, else its report split); without: (None, {}, {}, {})."""
+    """The evaluation set (None without `--dataset`: a declared set, a folder or irds:ID), and the
+    queries, qrels and query kinds of its split (`--split`, else its report split), or of the
+    `--queries` and `--qrels` files (`--split`: their sha1 half)."""
+    from hybridlab.eval.datasets import load_qrels, load_queries, load_query_metadata, split_query_ids
+
     if args.dataset is None:
         if not args.runs and not (args.queries and args.qrels):
             raise UsageError("eval needs --dataset NAME, or --queries and --qrels (to search the index), "
                              "or --run FILE with --qrels (to score run files)")
-        return None, {}, {}, {}
-    from hybridlab.eval.datasets import load_query_metadata
+        if not args.qrels:
+            raise UsageError("eval --run needs --qrels FILE or --dataset NAME")
+        qrels = load_qrels(Path(args.qrels))
+        if args.split not in (None, "all"):
+            qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
+        if not args.queries:
+            return None, {}, qrels, {}
+        queries = {q: t for q, t in load_queries(Path(args.queries)).items() if q in qrels}
+        metadata = load_query_metadata(Path(args.queries))
+        return None, queries, qrels, {q: str(m["kind"]) for q, m in metadata.items() if "kind" in m}
     from hybridlab.eval.evaluator import resolve_evalset
 
     evalset = resolve_evalset(args.dataset)
@@ -561,20 +562,12 @@ def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str])
 
 def _eval_runs(args: argparse.Namespace) -> int:
     """`eval --run FILE ...`: score run files (TREC or ranx JSON, any tool's) in one report."""
-    from hybridlab.eval.datasets import load_qrels, split_query_ids
     from hybridlab.eval.run_report import score_runs
     from hybridlab.eval.runs import read_run, run_name
 
     if args.save_run:
         raise UsageError("--save-run writes the index's run; with --run the runs are files already")
     _, _, qrels, kinds = _eval_topics(args)
-    if args.dataset is None:
-        if not args.qrels:
-            raise UsageError("eval --run needs --qrels FILE or --dataset NAME")
-        qrels = load_qrels(Path(args.qrels))
-        if args.split not in (None, "all"):
-            qrels = {q: qrels[q] for q in split_query_ids(qrels, args.split)}
-        kinds = _query_kinds(Path(args.queries)) if args.queries else {}
     if args.kinds:
         if not kinds:
             raise UsageError("--kind needs --queries (the kinds are the queries' metadata.kind)")
@@ -651,14 +644,6 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         lines += ["", f"Report on {args.report_on}:", "", report.to_markdown()]
     print(json.dumps(record, indent=2) if args.json else "\n".join(lines))
     return 0
-
-
-def _query_kinds(path: Path) -> dict[str, str]:
-    """Query id -> its `metadata.kind` (queries without one are left out)."""
-    from hybridlab.eval.datasets import load_query_metadata
-
-    metadata = load_query_metadata(path)
-    return {qid: str(meta["kind"]) for qid, meta in metadata.items() if isinstance(meta, dict) and "kind" in meta}
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
