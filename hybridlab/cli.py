@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -386,13 +387,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     index = open_index(args.index_dir)
     args.tags, args.match, args.since, args.until = (), "all", None, None
     records = [memory_record(doc) for doc in _memory_pages(index, args)][::-1]
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    try:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    finally:
-        if args.output:
-            out.close()
+    with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
+        out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     others = index.stats()["documents"] - len(records)
     print(f"exported {len(records)} memories" + (f" ({others} other documents are not memories: not exported)"
                                                   if others else ""), file=sys.stderr)
@@ -652,12 +648,6 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
 
         return importlib.import_module(module).__getattribute__(function)(args)
     return run
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from hybridlab.demo import run_demo
-
-    return run_demo(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -941,7 +931,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")
     p.add_argument("--index", dest="index_dir", default=".hybridlab/demo")
     p.add_argument("--quick", action="store_true", help="skip the evaluation table")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=_delegate("hybridlab.demo", "run_demo"))
     return parser
 
 
