@@ -93,31 +93,36 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
     return "\n".join(lines)
 
 
-def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
-                    path: str | os.PathLike) -> Path:
-    """Grouped bars: `metric` per dataset (groups) and system (bars)."""
+def grouped_bars(heights: Mapping[str, Sequence[float]], labels: Sequence[str], path: str | os.PathLike, *,
+                 ylabel: str, group_width: float, legend_y: float, title: str = "") -> Path:
+    """A bar chart: one group per label, one bar per series (`heights[name]`, in label order)."""
     require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = list(scores)
-    systems = list(next(iter(scores.values()))) if scores else []
-    width = 0.8 / max(1, len(systems))
-    figure, axes = plt.subplots(figsize=(max(6, 2.5 * len(datasets)), 4))
-    for i, system in enumerate(systems):
-        values = [scores[d][system][metric] for d in datasets]
-        axes.bar([x + i * width for x in range(len(datasets))], values, width, label=system)
-    axes.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(datasets))], datasets)
-    axes.set_ylabel(f"{metric} (test)")
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=max(1, len(systems)))
+    width = 0.8 / max(1, len(heights))
+    figure, axes = plt.subplots(figsize=(max(6, group_width * len(labels)), 4))
+    for i, (name, values) in enumerate(heights.items()):
+        axes.bar([x + i * width for x in range(len(labels))], values, width, label=name)
+    axes.set_xticks([x + width * (len(heights) - 1) / 2 for x in range(len(labels))], labels)
+    axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, legend_y), ncol=max(1, len(heights)))
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return Path(path)
 
 
+def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
+                    path: str | os.PathLike) -> Path:
+    """Grouped bars: `metric` per dataset (groups) and system (bars)."""
+    systems = list(next(iter(scores.values()))) if scores else []
+    return grouped_bars({system: [scores[d][system][metric] for d in scores] for system in systems}, list(scores),
+                        path, ylabel=f"{metric} (test)", group_width=2.5, legend_y=-0.1)
 
 
 def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
@@ -201,29 +206,10 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
 def plot_kinds(per_kind: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
                path: str | os.PathLike, title: str = "") -> Path:
     """Grouped bars: `metric` per query kind (groups) and system (bars)."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    systems = list(per_kind)
-    kinds = list(per_kind[systems[0]])
-    width = 0.8 / max(1, len(systems))
-    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(kinds)), 4))
-    for i, system in enumerate(systems):
-        values = [per_kind[system].get(kind, {}).get("mean", 0.0) for kind in kinds]
-        axes.bar([x + i * width for x in range(len(kinds))], values, width, label=system)
-    counts = per_kind[systems[0]]
-    axes.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(kinds))],
-                    [f"{kind}\n(n={counts[kind]['n']})" for kind in kinds])
-    axes.set_ylabel(metric)
-    axes.set_title(f"{title} — {metric} per query kind".strip(" —"))
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=max(1, len(systems)))
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return Path(path)
+    counts = next(iter(per_kind.values()))
+    heights = {system: [by_kind.get(kind, {}).get("mean", 0.0) for kind in counts] for system, by_kind in per_kind.items()}
+    return grouped_bars(heights, [f"{kind}\n(n={counts[kind]['n']})" for kind in counts], path, ylabel=metric,
+                        group_width=1.6, legend_y=-0.18, title=f"{title} — {metric} per query kind".strip(" —"))
 
 
 def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
