@@ -3,6 +3,7 @@ answer exactly like the same memories in a segment (and like a fresh build), and
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -220,3 +221,40 @@ def test_result_details_are_read_once_per_segment_and_kept_across_refreshes(tmp_
         assert hit.doc_id == stored.id and "zqdetails" in hit.snippet and tuple(hit.tags) == ("blue",)
         for result in [*first, *index.search("panel widget", limit=5)]:  # each row's own text, before and after
             assert result.snippet.strip("…").strip()[:20] in documents[result.doc_id].text
+
+
+def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_repair_fallback(tmp_path,
+                                                                                            embedding_cache_path):
+    """A log holding tombstones (of a segment's and a logged memory) and a replacement verifies
+    clean; when the fold's new store is damaged, `--repair` falls back to the previous generation,
+    whose log (kept beside it) still deletes and replaces."""
+    from hybridlab.index import store
+
+    index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(17))
+    writer = MemoryWriter(index_dir, wal_records=100)
+    kept = writer.store("zqkept a memory that stays", ["red"])
+    gone = writer.store("zqgone a memory deleted from the log", ["red"])
+    writer.store_document(_memory("m000", "zqnew the replaced memory", 4, ("blue",)))
+    assert writer.delete(["m001", gone.id]).removed == 2 and writer.appends == 4
+    assert verify(index_dir) == []
+
+    def check() -> None:
+        with open_index(index_dir) as index:
+            assert sorted(index.snapshot().generation.doc_ids) == sorted({*documents, kept.id} - {"m001"})
+            assert index.get_document("m000")["text"] == "zqnew the replaced memory"
+            assert [r.doc_id for r in index.search("zqgone zqkept", mode="bm25", limit=5)] == [kept.id]
+
+    check()
+    logged_generation = layout.read_manifest(index_dir)["generation"]
+    assert fold_log(index_dir).committed
+    check()
+    manifest = layout.read_manifest(index_dir)
+    base = layout.file_base(index_dir, manifest)
+    name = next(name for name in manifest["files"] if name.startswith(manifest["segments"][-1]["name"])
+                and Path(name).name in store.STORE_FILES)
+    (base / name).write_bytes(b"\0" * (base / name).stat().st_size)  # the fold's new store damaged
+    assert verify(index_dir)
+    actions = repair(index_dir)
+    assert any("intact generation" in action for action in actions), actions
+    assert layout.read_manifest(index_dir)["generation"] == logged_generation and verify(index_dir) == []
+    check()

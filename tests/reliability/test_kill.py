@@ -326,8 +326,8 @@ for op, key, new in [("store", "a", None), ("update", "mem-seed-00001", "zqkills
 @pytest.mark.slow
 def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
     """SIGKILL a writer after each stage of: a store (write-ahead log), an update and a delete of
-    segment memories, an update of the logged one, a store and its delete (the only memory of the log:
-    the delete folds it first).
+    segment memories (a re-put and a tombstone appended to the log; the third record folds it), an
+    update of the stored one (in a segment now), a store and its delete (a tombstone; the fold again).
     After each kill the index verifies clean; every acknowledged update reads its new text, every
     acknowledged delete is gone; the operation in flight is whole or absent (old or new text; there
     or gone), and nothing not yet begun has changed."""
@@ -380,12 +380,14 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
                     assert now is None if op == "delete" else now is not None and now.endswith("revised"), (k, op, doc_id)
                 elif op == "delete":  # in flight at the kill: all or nothing
                     assert now in {None, olds[doc_id]}, (k, op, doc_id, now)
-                    states.append(("in flight", op))
+                    states.append(("in flight", op, stages[k - 1]))
                 else:
                     assert now == olds[doc_id] or (now or "").endswith("revised"), (k, op, doc_id, now)
-                    states.append(("in flight", op))
+                    states.append(("in flight", op, stages[k - 1]))
             for doc_id in set(seeds) - {doc_id for _, doc_id in begun}:
                 assert text(doc_id) == seeds[doc_id], (k, doc_id)
         shutil.rmtree(index_dir)
-    assert len(stages) >= 20 and {("in flight", "update"), ("in flight", "delete")} <= set(states)
+    # killed in the log append of an update and of a delete (written, not yet synced; synced, not acknowledged)
+    assert len(stages) >= 20 and {("in flight", op, stage) for op in ("update", "delete")
+                                  for stage in ("wal-written", "wal-synced")} <= set(states), sorted(set(states))
     record("kill_memory_lifecycle_points", len(stages))
