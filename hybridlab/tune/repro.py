@@ -184,6 +184,13 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     def failed(message: str) -> Outcome:
         return Outcome(condition, [], None, time.perf_counter() - started, message)
 
+    def run(argv: Sequence[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def last_line(done: subprocess.CompletedProcess) -> str:
+        return (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+
     try:
         index_dir = None
         if any("${index}" in step for step in condition.steps):
@@ -192,21 +199,19 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     except (ValueError, FileNotFoundError, HybridlabError) as error:
         return failed(str(error))
     for number, step in enumerate(before, 1):
-        done = subprocess.run(step, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = run(step)
         if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return failed(f"step {number} exited {done.returncode}: {tail}")
+            return failed(f"step {number} exited {done.returncode}: {last_line(done)}")
     last = shlex.split(condition.steps[-1])
     is_eval = last[:2] == ["hybridlab", "eval"] and "--run" not in last
     first_run = tmp_dir / "first.trec"
-    # an eval logs at INFO (which encoders it loads) and saves its run: kept only if the condition fails
-    first_argv = [*argv[:3], "-v", *argv[3:], "--save-run", str(first_run)] if is_eval else argv
-    done = subprocess.run(first_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+
+    def saving(run_file: Path) -> list[str]:  # an eval logs at INFO (which encoders it loads) and saves its run
+        return [*argv[:3], "-v", *argv[3:], "--save-run", str(run_file)] if is_eval else argv
+
+    done = run(saving(first_run))  # the run is kept only if the condition fails
     if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return failed(f"the command exited {done.returncode}: {tail}")
+        return failed(f"the command exited {done.returncode}: {last_line(done)}")
     printed = _printed_metrics(done.stdout)
     if printed is None:
         return failed("the command printed no JSON metrics (does it pass --json?)")
@@ -219,9 +224,7 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     rerun = None
     if not all(ok for *_, ok in rows):
         evidence = failure_folder(condition)
-        again_argv = [*argv[:3], "-v", *argv[3:], "--save-run", str(evidence / "rerun.trec")] if is_eval else argv
-        again = subprocess.run(again_argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
-                               timeout=timeout, check=False)
+        again = run(saving(evidence / "rerun.trec"))
         rerun = (_printed_metrics(again.stdout) or {}).get("metrics") if again.returncode == 0 else None
         if first_run.exists():
             shutil.copyfile(first_run, evidence / "first.trec")
