@@ -880,6 +880,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leave-out", help="a set left out of training")
     p.add_argument("--model", choices=["lightgbm", "linear"], help="default lightgbm (--loco: both)")
     p.add_argument("--loco", action="store_true", help="train and score every leave-one-out fold into --out")
+    p.add_argument("--recipe", help="LightGBM recipe: transferable (the default) or full (every feature)")
     p.add_argument("--out", required=True, help="the model folder (--loco: the report folder)")
     p.set_defaults(func=_delegate("hybridlab.tune.learn", "cli_learn_fusion"))
 

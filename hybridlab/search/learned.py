@@ -2,7 +2,8 @@
 
 A model folder holds `model.json` (kind, feature names, engine version, training sets, when it was
 trained, and for the linear kind its standardisation and coefficients) and, for LightGBM, its text
-model `model.txt` (never pickle). The score of a candidate is the model's raw output squashed to
+model `model.txt` (never pickle), and `used_features` (the trees' inputs, a subset of the feature
+names: the rest are not read). The score of a candidate is the model's raw output squashed to
 (0, 1) by a logistic sigmoid, so the recency factor and the rare-term lift keep their meaning.
 LambdaRank: Burges (2010), "From RankNet to LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82.
 """
@@ -36,12 +37,13 @@ class Ranker:
     booster: Any = None  # lightgbm.Booster (kind "lightgbm")
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
-        """Raw scores: logit(fused) (the base fusion both kinds start from) plus LightGBM's trees, or
-        plus the linear model over the features clipped to their training range."""
+        """Raw scores: logit(fused) (the base fusion both kinds start from) plus LightGBM's trees over
+        the used features, or plus the linear model over the features clipped to their training range."""
         if not len(matrix):
             return np.zeros(0)
         if self.booster is not None:
-            return np.asarray(self.booster.predict(matrix, num_threads=1), dtype=np.float64) + base_logit(matrix)
+            trees = self.booster.predict(matrix[:, used_columns(self.meta)], num_threads=1)
+            return np.asarray(trees, dtype=np.float64) + base_logit(matrix)
         linear = self.meta["linear"]
         clipped = np.clip(matrix, np.asarray(linear["low"]), np.asarray(linear["high"]))
         scaled = (clipped - np.asarray(linear["mean"])) / np.asarray(linear["scale"])
@@ -54,6 +56,11 @@ def base_logit(matrix: np.ndarray, eps: float = 1e-4) -> np.ndarray:
     (and squash() gives the base score back)."""
     fused = np.clip(np.asarray(matrix[:, FUSED], dtype=np.float64), eps, 1.0 - eps)
     return np.log(fused / (1.0 - fused))
+
+
+def used_columns(meta: Mapping[str, Any]) -> list[int]:
+    """The feature columns a model's trees read (`used_features`; all when absent)."""
+    return [FEATURE_NAMES.index(name) for name in meta.get("used_features") or FEATURE_NAMES]
 
 
 def squash(raw: np.ndarray) -> np.ndarray:
@@ -96,6 +103,8 @@ def load_ranker(folder: str | Path) -> Ranker:
         raise ValueError(f"the learned model at {folder} was trained on other features (engine "
                          f"{meta.get('engine_version')}): missing {missing}, unknown {extra}; "
                          f"order must be {list(FEATURE_NAMES)}; retrain with hybridlab learn-fusion")
+    if set(meta.get("used_features") or ()) - set(FEATURE_NAMES):
+        raise ValueError(f"unknown used_features in {folder / META}: {sorted(set(meta['used_features']) - set(FEATURE_NAMES))}")
     if meta.get("kind") not in KINDS:
         raise ValueError(f"unknown model kind {meta.get('kind')!r} in {folder / META}; choose from {list(KINDS)}")
     if meta["kind"] == "linear":

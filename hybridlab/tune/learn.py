@@ -13,18 +13,21 @@ same in training, whatever its number of queries, so no collection's style domin
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hybridlab.config import REPO_ROOT
 from hybridlab.extras import require
 from hybridlab.search.features import FEATURE_NAMES
-from hybridlab.search.learned import KINDS, base_logit, load_ranker, metadata, save_model
+from hybridlab.search.learned import KINDS, base_logit, load_ranker, metadata, save_model, used_columns
 
 SETS = ("scifact", "cisi", "cranfield", "med", "memories", "holoviz")
 TRAIN_SPLIT = {"scifact": "train"}  # others: "all"
@@ -36,8 +39,37 @@ LIGHTGBM_PARAMS: dict[str, Any] = {
     "deterministic": True, "force_row_wise": True, "num_threads": 1, "seed": 0,
 }
 ROUNDS = 150
+#: Features whose scale depends on the collection (raw scores, the query's top scores, document
+#: frequency, chunks per document) or that mark a collection (newness: 0 wherever documents are
+#: undated; recency still applies after fusion): what a model that must transfer should not read.
+COLLECTION_SPECIFIC = ("dense_score", "bm25_score", "tags_score", "dense_top", "bm25_top", "rare_term_df",
+                       "doc_candidates", "newness")
+CACHE = REPO_ROOT / ".cache" / "learned-fusion"  # extracted examples (.npz, no pickle)
 L2 = 0.1  # the linear model's L2 penalty (per unit of the weighted mean loss; 1e-3 did worse left out)
 METRICS = ("ndcg@10", "mrr", "hit_rate@10")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a LightGBM model is trained: the features it leaves out, its parameters and rounds."""
+
+    drop: tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=lambda: dict(LIGHTGBM_PARAMS))
+    rounds: int = ROUNDS
+
+    def used(self) -> list[str]:
+        """The features the trees read."""
+        return [name for name in FEATURE_NAMES if name not in self.drop]
+
+
+RECIPES = {
+    "full": Recipe(),
+    # (a): within-query evidence only (normalised scores, ranks, agreement, lexical shares, query form),
+    # smaller and more regularised trees
+    "transferable": Recipe(COLLECTION_SPECIFIC, {**LIGHTGBM_PARAMS, "num_leaves": 5, "min_data_in_leaf": 400,
+                                                 "lambda_l2": 10.0}, rounds=100),
+}
+RECIPE = "transferable"  # what `learn-fusion` trains unless told (it beat "full" left out: reports/learned-fusion)
 
 
 @dataclass(frozen=True)
@@ -91,13 +123,25 @@ def examples(name: str, index: Any, queries: Mapping[str, str], qrels: Mapping[s
 def set_examples(name: str, split: str | None = None) -> Examples:
     """The examples of an evaluation set's training split (SciFact: train; others: all queries)."""
     from hybridlab.eval.systems import open_evalset
+    from hybridlab.search import evidence, features, pipeline
 
     opened = open_evalset(name)
-    dataset = opened.evalset.dataset(split or TRAIN_SPLIT.get(name, "all"))
-    return examples(name, opened.index, dataset.queries, dataset.qrels, opened.evalset.now)
+    split = split or TRAIN_SPLIT.get(name, "all")
+    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (evidence, features, pipeline))
+    key = hashlib.sha256(f"{opened.index_dir.name}/{split}/{sources}".encode()).hexdigest()[:12]
+    path = CACHE / f"{name}-{split}-{key}.npz"  # a new index or feature code: extracted again
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as saved:
+            return Examples(name, saved["matrix"], saved["labels"], saved["groups"])
+    dataset = opened.evalset.dataset(split)
+    found = examples(name, opened.index, dataset.queries, dataset.qrels, opened.evalset.now)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.savez(path, matrix=found.matrix, labels=found.labels, groups=found.groups)
+    return found
 
 
-def train(parts: Sequence[Examples], kind: str = "lightgbm", rounds: int = ROUNDS) -> tuple[dict[str, Any], Any]:
+def train(parts: Sequence[Examples], kind: str = "lightgbm", rounds: int | None = None,
+          recipe: Recipe | None = None) -> tuple[dict[str, Any], Any]:
     """A model trained on the parts: (metadata, booster or None)."""
     matrix, labels, groups, weights = Examples.concat(parts)
     trained_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -106,10 +150,13 @@ def train(parts: Sequence[Examples], kind: str = "lightgbm", rounds: int = ROUND
         require("lightgbm", extra="learn")
         import lightgbm as lgb
 
-        data = lgb.Dataset(matrix, labels, group=groups, weight=weights, init_score=base_logit(matrix),
-                           feature_name=list(FEATURE_NAMES))
-        booster = lgb.train(LIGHTGBM_PARAMS, data, num_boost_round=rounds)
-        return metadata(kind, names, trained_at, params={**LIGHTGBM_PARAMS, "rounds": rounds}), booster
+        recipe = recipe or RECIPES[RECIPE]
+        rounds, used = rounds or recipe.rounds, recipe.used()
+        columns = used_columns({"used_features": used})
+        data = lgb.Dataset(matrix[:, columns], labels, group=groups, weight=weights, init_score=base_logit(matrix),
+                           feature_name=used)
+        booster = lgb.train(dict(recipe.params), data, num_boost_round=rounds)
+        return metadata(kind, names, trained_at, params={**recipe.params, "rounds": rounds}, used_features=used), booster
     if kind != "linear":
         raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
     mean, scale = matrix.mean(axis=0), matrix.std(axis=0)
@@ -142,15 +189,23 @@ def logistic_with_offset(x: np.ndarray, y: np.ndarray, offset: np.ndarray, weigh
     return theta[:-1], float(theta[-1])
 
 
-def learn(sets: Sequence[str], out: str | Path, kind: str = "lightgbm",
-          cache: dict[str, Examples] | None = None) -> Path:
+def importance(booster: Any) -> dict[str, float]:
+    """LightGBM's total gain per feature, normalised to sum 1, largest first."""
+    gain = np.asarray(booster.feature_importance("gain"), dtype=np.float64)
+    shares = gain / gain.sum() if gain.sum() > 0 else gain
+    return dict(sorted(zip(booster.feature_name(), shares.round(4).tolist()), key=lambda kv: -kv[1]))
+
+
+def learn(sets: Sequence[str], out: str | Path, kind: str = "lightgbm", cache: dict[str, Examples] | None = None,
+          recipe: str = RECIPE) -> Path:
     """Train on the sets' training queries and write the model folder `out`."""
     cache = {} if cache is None else cache
     for name in sets:
         if name not in cache:
             cache[name] = set_examples(name)
-    parts = [cache[name] for name in sets]
-    meta, booster = train(parts, kind)
+    meta, booster = train([cache[name] for name in sets], kind, recipe=RECIPES[recipe])
+    if kind == "lightgbm":
+        meta.update(recipe=recipe, importance=importance(booster))
     folder = save_model(out, meta, booster)
     load_ranker(folder)  # written as it will be read
     return folder
@@ -177,19 +232,22 @@ def score_set(name: str, systems: Mapping[str, Mapping[str, Any]]) -> dict[str, 
 
 
 def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KINDS,
-         cache: dict[str, Examples] | None = None) -> dict[str, Any]:
-    """Leave each set out: train on the others (each kind), score it against the default and the
-    single retrievers, paired randomisation tests; writes results.json and report.md under `out`."""
+         cache: dict[str, Examples] | None = None, recipe: str = RECIPE) -> dict[str, Any]:
+    """Leave each set out: train on the others (each kind; LightGBM by `recipe`), score it against the
+    default and the single retrievers, paired randomisation tests; writes results.json and report.md
+    under `out` (with each fold's feature importance and the seconds the run took)."""
     from hybridlab.eval.significance import paired_test
 
-    out = Path(out)
+    out, started = Path(out), time.perf_counter()
     cache = {} if cache is None else cache
     table: dict[str, Any] = {}
     for left in sets:
         systems: dict[str, dict[str, Any]] = {"default": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
+        models = {}
         for kind in kinds:
-            folder = learn([s for s in sets if s != left], out / "models" / f"{left}-{kind}", kind, cache)
+            folder = learn([s for s in sets if s != left], out / "models" / f"{left}-{kind}", kind, cache, recipe)
             systems[f"learned-{kind}"] = {"fusion": "learned", "learned_model": str(folder)}
+            models[kind] = json.loads((folder / "model.json").read_text(encoding="utf-8"))
         scored = score_set(left, systems)
         best = max(("bm25", "vector"), key=lambda s: scored[s]["means"]["ndcg@10"])
         tests = {f"{system} vs {other}": {m: paired_test(scored[system]["per_query"][m], scored[other]["per_query"][m]).p_value
@@ -198,8 +256,10 @@ def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KIN
         table[left] = {"best_single": best, "queries": len(scored["default"]["per_query"]["mrr"]),
                        "means": {s: v["means"] for s, v in scored.items()},
                        "mrr_per_kind": {s: v["mrr_per_kind"] for s, v in scored.items() if v["mrr_per_kind"]},
-                       "p_values": tests}
+                       "p_values": tests, "recipe": recipe,
+                       "importance": models.get("lightgbm", {}).get("importance", {})}
         print(f"{left}: " + ", ".join(f"{s} {v['means']['ndcg@10']:.4f}" for s, v in scored.items()), flush=True)
+    table["_run"] = {"recipe": recipe, "seconds": round(time.perf_counter() - started, 1)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(loco_markdown(table, kinds), encoding="utf-8")
@@ -211,6 +271,7 @@ def loco_markdown(table: Mapping[str, Any], kinds: Sequence[str] = KINDS) -> str
     lines = ["| left out | metric | default | " + " | ".join(f"learned ({k})" for k in kinds)
              + " | best single | Δ vs default | p vs default | p vs best single |",
              "|---|---|---|" + "---|" * len(kinds) + "---|---|---|---|"]
+    table = {left: row for left, row in table.items() if not left.startswith("_")}
     for left, row in table.items():
         means, best = row["means"], row["best_single"]
         for metric in METRICS:
@@ -227,7 +288,37 @@ def loco_markdown(table: Mapping[str, Any], kinds: Sequence[str] = KINDS) -> str
         for system, groups in row["mrr_per_kind"].items():
             lines.append(f"- {left} MRR per kind, {system}: "
                          + ", ".join(f"{k} {v['mean']:.3f} (n={v['n']})" for k, v in groups.items()))
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *no_regret_markdown(table, f"learned-{kinds[0]}"), "",
+                      *importance_markdown({left: row["importance"] for left, row in table.items()
+                                            if row.get("importance")})]) + "\n"
+
+
+def no_regret_markdown(table: Mapping[str, Any], learned: str = "learned-lightgbm", floor: float = 0.95) -> list[str]:
+    """Per query kind: MRR of the default, the learned model and the best single retriever of that
+    kind, the ratio learned / best single, flagged under `floor`."""
+    lines = ["| set | kind (n) | default | learned | best single | learned / best single |", "|---|---|---|---|---|---|"]
+    for left, row in table.items():
+        kinds = row.get("mrr_per_kind", {})
+        if learned not in kinds:
+            continue
+        for kind, value in kinds[learned].items():
+            best = max(("bm25", "vector"), key=lambda s: kinds[s][kind]["mean"])
+            ratio = value["mean"] / kinds[best][kind]["mean"] if kinds[best][kind]["mean"] else float("inf")
+            lines.append(f"| {left} | {kind} ({value['n']}) | {kinds['default'][kind]['mean']:.3f} | {value['mean']:.3f} "
+                         f"| {kinds[best][kind]['mean']:.3f} ({best}) | {ratio:.2f}{' **< 0.95**' if ratio < floor else ''} |")
+    return lines
+
+
+def importance_markdown(importances: Mapping[str, Mapping[str, float]], top: int = 10) -> list[str]:
+    """Each model's top features by normalised gain (share of the total), one column per model."""
+    if not importances:
+        return []
+    ranked = {name: list(shares.items())[:top] for name, shares in importances.items()}
+    lines = ["| # | " + " | ".join(ranked) + " |", "|---|" + "---|" * len(ranked)]
+    for i in range(top):
+        lines.append(f"| {i + 1} | " + " | ".join(f"{r[i][0]} {r[i][1]:.2f}" if i < len(r) else "" for r in ranked.values())
+                     + " |")
+    return lines
 
 
 def cli_learn_fusion(args: argparse.Namespace) -> int:
@@ -236,9 +327,12 @@ def cli_learn_fusion(args: argparse.Namespace) -> int:
     unknown = sorted(set(sets) - set(SETS))
     if unknown or (args.leave_out and args.leave_out not in SETS):
         raise ValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
+    recipe = getattr(args, "recipe", None) or RECIPE
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; choose from {sorted(RECIPES)}")
     if args.loco:
-        loco(args.out, sets, [args.model] if args.model else KINDS)
+        loco(args.out, sets, [args.model] if args.model else KINDS, recipe=recipe)
         return 0
-    folder = learn([s for s in sets if s != args.leave_out], args.out, args.model or "lightgbm")
+    folder = learn([s for s in sets if s != args.leave_out], args.out, args.model or "lightgbm", recipe=recipe)
     print(f"wrote {folder} (trained on {', '.join(s for s in sets if s != args.leave_out)})")
     return 0

@@ -10,7 +10,7 @@ from hybridlab.errors import MissingExtraError
 from hybridlab.search.evidence import QueryEvidence
 from hybridlab.search.features import FEATURE_NAMES, QueryFacts, candidate_rows, features
 from hybridlab.search.learned import load_ranker, save_model, squash
-from hybridlab.tune.learn import Examples, train
+from hybridlab.tune.learn import RECIPES, Examples, train
 
 RUNS = {"dense": {3: 0.8, 5: 0.6, 9: 0.1}, "bm25": {5: 12.0, 7: 3.0}, "tags": {}}
 EVIDENCE = QueryEvidence(lexical=0.7, agreement=0.5, recency_intent=True, rare_term="x", rare_term_df=2,
@@ -59,7 +59,8 @@ def synthetic(name: str, queries: int = 30, seed: int = 0) -> Examples:
 
 @pytest.mark.parametrize("kind", ["linear", "lightgbm"])
 def test_model_round_trips_and_ranks(tmp_path, kind):
-    meta, booster = train([synthetic("a"), synthetic("b", seed=1)], kind, rounds=20)
+    # every feature, leaves of 200 rows (the transferable recipe's 400-row leaves barely split 600 rows)
+    meta, booster = train([synthetic("a"), synthetic("b", seed=1)], kind, rounds=20, recipe=RECIPES["full"])
     folder = save_model(tmp_path / kind, meta, booster)
     ranker = load_ranker(folder)
     probe = synthetic("c", seed=2).matrix
@@ -122,3 +123,31 @@ def test_training_on_examples_of_the_tiny_index(opened_tiny_index, tmp_path):
     assert part.matrix.shape[1] == len(FEATURE_NAMES) and part.labels.sum() >= 1
     meta, booster = train([part], "lightgbm", rounds=3)
     assert load_ranker(save_model(tmp_path, meta, booster)).score(part.matrix).shape == (len(part.labels),)
+
+
+def test_recipe_reads_only_its_features(tmp_path):
+    from hybridlab.search.learned import base_logit
+    from hybridlab.tune.learn import COLLECTION_SPECIFIC, Recipe, importance
+
+    recipe = Recipe(drop=COLLECTION_SPECIFIC, rounds=10)
+    meta, booster = train([synthetic("a"), synthetic("b", seed=1)], recipe=recipe)
+    assert meta["used_features"] == recipe.used() and not set(COLLECTION_SPECIFIC) & set(meta["used_features"])
+    shares = importance(booster)
+    assert set(shares) == set(recipe.used()) and sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    probe = synthetic("c", seed=2).matrix
+    ranker = load_ranker(save_model(tmp_path, meta, booster))
+    changed = probe.copy()
+    changed[:, [FEATURE_NAMES.index(name) for name in COLLECTION_SPECIFIC]] = 7.0  # unread: same score
+    assert np.allclose(ranker.score(probe), ranker.score(changed))
+    trees = booster.predict(probe[:, [FEATURE_NAMES.index(name) for name in recipe.used()]])
+    assert np.allclose(ranker.score(probe), base_logit(probe) + trees)
+
+
+def test_no_regret_flags_kinds_under_the_floor():
+    from hybridlab.tune.learn import no_regret_markdown
+
+    kinds = {s: {"a": {"n": 3, "mean": m}, "b": {"n": 2, "mean": 1.0}} for s, m in
+             (("default", 0.8), ("bm25", 0.5), ("vector", 0.9), ("learned-lightgbm", 0.84))}
+    lines = no_regret_markdown({"memories": {"mrr_per_kind": kinds}})
+    assert "| memories | a (3) | 0.800 | 0.840 | 0.900 (vector) | 0.93 **< 0.95** |" in lines
+    assert "| memories | b (2) | 1.000 | 1.000 | 1.000 (bm25) | 1.00 |" in lines
