@@ -365,14 +365,10 @@ def iter_memories(path: Path) -> Iterator[Document]:
 def read_source(path: Path, report: IngestReport) -> list[Document]:
     """All documents of one source path (folder, single file, BEIR dataset or memories JSONL)."""
     kind = source_kind(path)
-    if kind == "beir":
-        documents = list(iter_beir(path))
-    elif kind == "irds":
-        documents = list(iter_irds(path))
-    elif kind == "memories":
-        documents = list(iter_memories(path))
-    elif kind == "folder":
-        documents = read_folder(path, report).documents
+    readers = {"beir": iter_beir, "irds": iter_irds, "memories": iter_memories,
+               "folder": lambda folder: read_folder(folder, report).documents}
+    if kind in readers:
+        documents = list(readers[kind](path))
     else:
         try:
             documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
