@@ -3,10 +3,17 @@ the ONNX fp32 twin (after), the whole `apply_changes` build of SciFact documents
 with private, empty embeddings caches, alternating backends so both see the same machine load.
 
     python -m bench.build_speed [--documents 1000] [--repeats 3] [--full]
+    python -m bench.build_speed --command --before 0668538 [--documents 1500] [--repeats 3]
 
 `--full` also builds all of SciFact with the ONNX documents and scores the default hybrid on
 SciFact test against the same evaluation of a torch-built index (the condition: within 0.002).
 Writes `reports/bench/<date>-build-speed/` (results.json, report.md, build_speed.png).
+
+`--command` times the whole `hybridlab index` command instead (a fresh interpreter each: imports,
+model load, reading, embedding, writing -- what a user waits for, and how issue 30 measured
+"today"): the package at `--before REV` (its files extracted from git, run with this venv), this
+checkout with torch documents, and this checkout's default, alternating, on the first N SciFact
+documents written as a BEIR folder. Writes `reports/bench/<date>-NAME/` (default NAME build-command).
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -23,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_info, run_worker, worker_main
+from bench.common import bench_env, machine_info, run_worker, worker_main
 from hybridlab.config import REPO_ROOT
 
 BACKENDS = ("torch", "onnx")
@@ -51,6 +59,85 @@ def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     return {"backend": arguments["backend"], "documents": len(documents), "chunks": report.embedded,
             "seconds": seconds, "embed_seconds": report.embed_seconds, "chunks_per_s": report.embedded / seconds}
+
+
+def before_checkout(revision: str) -> Path:
+    """The package files of `revision` (extracted from git once into .cache/), to run with this venv."""
+    folder = REPO_ROOT / ".cache" / f"bench-before-{revision}"
+    if not (folder / "hybridlab" / "__init__.py").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision, "hybridlab", "configs", "pyproject.toml"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def time_command(arm: str, corpus: Path, work: Path, before: Path | None) -> dict[str, Any]:
+    """Wall seconds of one whole `hybridlab index CORPUS --index NEW` in a fresh interpreter."""
+    index_dir = work / f"index-{arm}-{time.monotonic_ns()}"
+    env = {**bench_env(), "HYBRIDLAB_DOCUMENT_BACKEND": "torch" if arm == "torch" else "auto"}
+    cwd = before if arm == "before" else REPO_ROOT  # the interpreter imports `hybridlab` from its cwd first
+    script = "import sys; from hybridlab.cli import main; sys.exit(main(sys.argv[1:]))"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", script, "index", str(corpus), "--index", str(index_dir), "-q"],
+                          cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    chunks = int(re.search(r"(\d+) embedded", done.stdout + done.stderr).group(1))  # the command's summary line
+    shutil.rmtree(index_dir, ignore_errors=True)
+    return {"arm": arm, "seconds": seconds, "chunks": chunks}
+
+
+def command_main(args: argparse.Namespace) -> int:
+    """The `--command` mode: whole `hybridlab index` commands, before/torch/default, alternating."""
+    from hybridlab.eval.evalsets import get_evalset
+
+    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-{args.name or 'build-command'}"
+    out.mkdir(parents=True, exist_ok=True)
+    before = before_checkout(args.before) if args.before else None
+    arms = ["before", "torch", "default"] if before else ["torch", "default"]
+    work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-command-", dir=REPO_ROOT / ".cache"))
+    try:
+        corpus = work / "scifact-subset"
+        corpus.mkdir()
+        source = Path(get_evalset("scifact").sources[0])
+        source = next(p for p in (source / "corpus.jsonl", source / "corpus.jsonl.gz", source) if p.is_file())
+        import gzip
+
+        with (gzip.open(source, "rt") if source.suffix == ".gz" else source.open()) as lines:
+            (corpus / "corpus.jsonl").write_text("".join(line for _, line in zip(range(args.documents), lines)))
+        for arm in arms:  # warm-up (not timed): the ONNX twin's one-time export, the OS file cache
+            time_command(arm, corpus, work, before)
+        rows = []
+        for repeat in range(args.repeats):
+            for arm in arms if repeat % 2 == 0 else arms[::-1]:
+                rows.append(time_command(arm, corpus, work, before))
+                print(f"  {arm}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for row in rows:
+        row["chunks_per_s"] = row["chunks"] / row["seconds"]
+    medians = {arm: statistics.median(r["seconds"] for r in rows if r["arm"] == arm) for arm in arms}
+    reference = "before" if before else "torch"
+    results = {"command": "python -m bench.build_speed " + " ".join(sys.argv[1:]), "machine": machine_info(),
+               "before": args.before, "documents": args.documents, "rows": rows, "median_seconds": medians,
+               "ratio_default_vs_" + reference: medians[reference] / medians["default"]}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    names = {"before": f"before ({args.before}, torch)", "torch": "now, torch documents", "default": "now, default (ONNX documents)"}
+    lines = [f"# Whole `hybridlab index` command, before and after — {out.name}", "",
+             (f"Command: `{results['command']}`; {results['machine'].get('cpu_model')} "
+             f"({results['machine'].get('cores')} cores), load at start {results['machine'].get('load_average')}. "
+             f"The first {args.documents} SciFact documents as a BEIR folder; each arm a fresh interpreter, a new "
+             "index folder (so an empty embeddings cache), arms alternating after one untimed warm-up each."), "",
+             "| arm | runs | median s | chunks/s | seconds each |", "|---|---|---|---|---|"]
+    for arm in arms:
+        each = [r["seconds"] for r in rows if r["arm"] == arm]
+        chunks = rows[[r["arm"] for r in rows].index(arm)]["chunks"]
+        lines.append(f"| {names[arm]} | {len(each)} | {medians[arm]:.1f} | {chunks / medians[arm]:.1f} | "
+                     f"{', '.join(f'{v:.1f}' for v in each)} |")
+    lines += ["", f"**Ratio (median {reference} / median default): {medians[reference] / medians['default']:.2f}×.**", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
 
 
 def same_vectors(sample: int = 300) -> dict[str, float]:
@@ -116,12 +203,16 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.build_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=1000, help="the first N SciFact documents (0 = all 5,183)")
-    parser.add_argument("--name", default="build-speed", help="the report folder: reports/bench/<date>-NAME")
+    parser.add_argument("--name", help="the report folder: reports/bench/<date>-NAME (default build-speed, build-command)")
+    parser.add_argument("--command", action="store_true", help="time whole `hybridlab index` commands (see above)")
+    parser.add_argument("--before", metavar="REV", help="with --command: also the package at git revision REV")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="also the SciFact test condition (full builds)")
     parser.add_argument("--torch-index", type=Path, help="a torch-built SciFact index for --full (default: build one)")
     args = parser.parse_args(argv)
-    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-{args.name}"
+    if args.command:
+        return command_main(args)
+    out = REPO_ROOT / "reports" / "bench" / f"{dt.date.today().isoformat()}-{args.name or 'build-speed'}"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for repeat in range(args.repeats):

@@ -12,6 +12,7 @@ import atexit
 import hashlib
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ HALF_DTYPES = ("float16", "bfloat16")  # GPU only (`hybridlab.config.DTYPES`)
 _HASHED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".txt", ".model")
 # alternative backends' exports inside a folder: not read by the torch backend
 _SKIPPED_DIRS = ("onnx", "openvino", ".git", ".cache")
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 
 
 def resolve_device(device: str | None = None) -> str:
@@ -37,6 +39,8 @@ def resolve_device(device: str | None = None) -> str:
     device = device or os.environ.get(DEVICE_ENV) or "auto"
     if device != "auto":
         return device
+    if "torch" not in sys.modules and not _gpu_driver_present():
+        return "cpu"  # no GPU driver: torch (~1 s to import) could find none
     import torch
 
     if torch.cuda.is_available():
@@ -45,6 +49,12 @@ def resolve_device(device: str | None = None) -> str:
     if mps is not None and mps.is_available():
         return "mps"
     return "cpu"
+
+
+def _gpu_driver_present() -> bool:
+    """Whether torch could find a GPU here (an NVIDIA, ROCm or WSL GPU driver, or macOS's mps),
+    told without importing torch."""
+    return sys.platform == "darwin" or any(os.path.exists(path) for path in _GPU_DRIVER_PATHS)
 
 
 def _devices(device: str | None) -> list[str]:

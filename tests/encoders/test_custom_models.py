@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,15 @@ def test_device_auto_detection(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu"
+
+
+def test_device_auto_without_a_gpu_driver_does_not_import_torch(monkeypatch):
+    """No GPU driver on the machine: "auto" is the CPU, told without importing torch (~1 s)."""
+    from hybridlab.encoders import sentence_transformers as st
+
+    monkeypatch.delenv("HYBRIDLAB_DEVICE", raising=False)
+    monkeypatch.setattr(st, "_GPU_DRIVER_PATHS", ("/nonexistent/nvidia",))
+    monkeypatch.setattr(st.sys, "platform", "linux")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert resolve_device() == "cpu"
+    assert "torch" not in sys.modules
