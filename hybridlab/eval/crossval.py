@@ -18,13 +18,9 @@ DEFAULT_FOLDS = 5
 Config = TypeVar("Config")
 
 
-def _sha1(qid: str) -> str:
-    return hashlib.sha1(qid.encode()).hexdigest()
-
-
 def k_folds(query_ids: Iterable[str], k: int = DEFAULT_FOLDS) -> list[list[str]]:
     """`k` disjoint folds covering `query_ids` (each fold sorted by id)."""
-    ids = sorted(set(query_ids), key=lambda q: (_sha1(q), q))
+    ids = sorted(set(query_ids), key=lambda q: (hashlib.sha1(q.encode()).hexdigest(), q))
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
     if len(ids) < k:

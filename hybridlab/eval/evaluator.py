@@ -103,7 +103,6 @@ class Evaluator:
               metrics: Sequence[str] | None = None) -> dict[str, float]:
         return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
 
-
     def _seeded_cache(self, config: IndexConfig) -> Path | None:
         """A per-set private embeddings cache holding the vectors of the built index that shares
         `config`'s models (the base one); None when no such index is built yet."""

@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,12 +477,10 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
 
 def progress_line(study, trials: int) -> str:
     """`<complete>/<trials> complete, <n> running, <n> pruned, <n> failed; best <value> (#<trial>)`."""
-    counts: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False):
-        counts[t.state.name] = counts.get(t.state.name, 0) + 1
-    line = (f"{counts.get('COMPLETE', 0)}/{trials} complete, {counts.get('RUNNING', 0)} running, "
-            f"{counts.get('PRUNED', 0)} pruned, {counts.get('FAIL', 0)} failed")
-    if counts.get("COMPLETE"):
+    counts = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    line = (f"{counts['COMPLETE']}/{trials} complete, {counts['RUNNING']} running, "
+            f"{counts['PRUNED']} pruned, {counts['FAIL']} failed")
+    if counts["COMPLETE"]:
         best = study.best_trial
         line += f"; best {best.value:.4f} (#{best.number})"
     return line
