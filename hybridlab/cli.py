@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import apply_offline_environment
+from hybridlab.config import SEARCH_FIELDS, apply_offline_environment
 from hybridlab.errors import HybridlabError
 from hybridlab.server.stderr import StderrHandler
 
@@ -113,16 +113,9 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
 
 
-SEARCH_OPTION_FIELDS = ("mode", "alpha", "fusion", "normalization", "rrf_k", "depth", "tag_weight", "min_score",
-                        "staged", "candidates", "expand_hops", "expand_seeds", "fill_dense", "fallback_threshold",
-                        "decay", "recency_weight", "adaptive_fusion", "lexical_floor", "lexical_ceiling",
-                        "rare_term_max_df", "recency_intent_weight", "rerank_depth", "rerank_weight", "rerank_model",
-                        "feedback_weight", "feedback_docs", "chunk_decay", "learned_model")
-
-
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for `Index.search` from parsed options (unset ones left out)."""
-    kwargs: dict[str, Any] = {f: getattr(args, f) for f in SEARCH_OPTION_FIELDS if getattr(args, f, None) is not None}
+    kwargs: dict[str, Any] = {f: getattr(args, f) for f in SEARCH_FIELDS if getattr(args, f, None) is not None}
     if getattr(args, "chunks", False):
         kwargs["group_by_document"] = False
     if args.no_tags:
@@ -310,9 +303,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise UsageError("empty query: give some words to search for")
     index = _open_search_index(args)
-    kwargs = search_kwargs(args)
-    if args.limit is not None:
-        kwargs["limit"] = args.limit
+    kwargs = search_kwargs(args)  # with --limit, a SearchConfig field
     results = index.search(args.query, explain=args.explain, **kwargs)
     _print_results(results, args.json)
     return 0
