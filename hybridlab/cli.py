@@ -66,7 +66,7 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tags-any", action="store_true", help="with --tag: any of the tags may match")
     g.add_argument("--tag-weight", type=float)
     g.add_argument("--chunk-type", action="append", dest="chunk_types", metavar="TYPE")
-    g.add_argument("--collection", action="append", dest="collections", metavar="NAME")
+    g.add_argument("--collection", action="append", metavar="NAME")
     g.add_argument("--since", help="only documents updated at/after this ISO date")
     g.add_argument("--until", help="only documents updated at/before this ISO date")
     g.add_argument("--min-score", type=float, help="drop results whose final fused score is lower")
@@ -115,7 +115,8 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for `Index.search` from parsed options (unset ones left out)."""
-    kwargs: dict[str, Any] = {f: getattr(args, f) for f in SEARCH_FIELDS if getattr(args, f, None) is not None}
+    names = (*SEARCH_FIELDS, "chunk_types", "collection", "since", "until", "now", "embedding_model", "language")
+    kwargs: dict[str, Any] = {f: getattr(args, f) for f in names if getattr(args, f, None) is not None}
     if getattr(args, "chunks", False):
         kwargs["group_by_document"] = False
     if args.no_tags:
@@ -123,12 +124,6 @@ def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     elif args.tags:
         kwargs["tags"] = args.tags
         kwargs["tags_any"] = args.tags_any
-    for name, key in (("chunk_types", "chunk_types"), ("collections", "collection"), ("since", "since"),
-                      ("until", "until"), ("now", "now"), ("embedding_model", "embedding_model"),
-                      ("language", "language")):
-        value = getattr(args, name, None)
-        if value is not None:
-            kwargs[key] = value
     return kwargs
 
 
