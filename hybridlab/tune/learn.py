@@ -8,7 +8,9 @@ retrieval, a LightGBM LambdaRank ranker (or a logistic-regression baseline), lea
 Training queries per set: SciFact's train split (never its test queries); every judged query of the
 others. A candidate's label is its document's grade (qrels are per document). Both models start
 from the default convex fusion (logit of its score as an offset) and learn corrections to it. Each set weighs the
-same in training, whatever its number of queries, so no collection's style dominates.
+same in training, whatever its number of queries, so no collection's style dominates. LightGBM's
+recipe (`--recipe`): `transferable` (the default) reads only within-query evidence, `full` every
+feature. Each set's examples are extracted once and cached in .cache/learned-fusion (.npz).
 """
 from __future__ import annotations
 

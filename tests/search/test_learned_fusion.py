@@ -151,3 +151,11 @@ def test_no_regret_flags_kinds_under_the_floor():
     lines = no_regret_markdown({"memories": {"mrr_per_kind": kinds}})
     assert "| memories | a (3) | 0.800 | 0.840 | 0.900 (vector) | 0.93 **< 0.95** |" in lines
     assert "| memories | b (2) | 1.000 | 1.000 | 1.000 (bm25) | 1.00 |" in lines
+
+
+def test_importance_table_lists_each_models_top_features():
+    from hybridlab.tune.learn import importance_markdown
+
+    lines = importance_markdown({"cisi": {"bm25_rank": 0.6, "fused": 0.4}, "med": {"fused": 1.0}}, top=2)
+    assert lines[0] == "| # | cisi | med |" and lines[2:] == ["| 1 | bm25_rank 0.60 | fused 1.00 |", "| 2 | fused 0.40 |  |"]
+    assert importance_markdown({}) == []
