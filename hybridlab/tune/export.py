@@ -24,7 +24,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from hybridlab.eval.evaluate import METRICS, score, score_per_query
 from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, resolve_evalset
 from hybridlab.eval.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, holm, mean_ci, paired_test
 from hybridlab.index.graph import graph_size
+from hybridlab.tune.runs import git
 
 DEFAULT_TOLERANCE = 0.0005
 MAX_P = 0.05  # significance level of the export gate, after Holm's correction
@@ -64,14 +64,9 @@ def package_version() -> str:
 
 def git_commit(repo: Path = REPO_ROOT) -> str | None:
     """HEAD's commit (with `+dirty` when the tree has changes), or None outside git."""
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               check=False, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return commit + ("+dirty" if dirty else "")
+    commit = git("rev-parse", "HEAD", repo=repo)
+    dirty = (git("status", "--porcelain", "--untracked-files=no", repo=repo) or "").strip()
+    return None if commit is None else commit.strip() + ("+dirty" if dirty else "")
 
 
 def _now_utc() -> str:

@@ -62,6 +62,15 @@ ENGINE_PATHS = ("hybridlab/config.py", "hybridlab/encoders", "hybridlab/eval/eva
                 "hybridlab/ingest", "hybridlab/search")
 
 
+def git(*args: str, repo: Path = REPO_ROOT) -> str | None:
+    """The stdout of `git -C repo args...`, or None outside git (or when git fails)."""
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                              timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def engine_files(root: Path = REPO_ROOT) -> list[Path]:
     """The engine's source files (:data:`ENGINE_PATHS`), sorted by path."""
     files: list[Path] = []
@@ -79,14 +88,9 @@ def engine_state(root: Path = REPO_ROOT) -> dict[str, Any]:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     state: dict[str, Any] = {"source_sha256": digest.hexdigest(), "commit": None, "date": None, "dirty": None,
                              "paths": list(ENGINE_PATHS)}
-    try:
-        log = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%H %cI", "--", *ENGINE_PATHS],
-                             capture_output=True, text=True, check=True, timeout=10).stdout.split()
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                 *ENGINE_PATHS], capture_output=True, text=True, check=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return state
-    if len(log) == 2:
+    log = (git("log", "-1", "--format=%H %cI", "--", *ENGINE_PATHS, repo=root) or "").split()
+    status = git("status", "--porcelain", "--untracked-files=no", "--", *ENGINE_PATHS, repo=root)
+    if len(log) == 2 and status is not None:
         state.update(commit=log[0], date=log[1], dirty=bool(status.strip()))
     return state
 
