@@ -17,20 +17,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, resolve_auto, resolve_search_config
+from hybridlab.config import ChunkConfig, IndexConfig, resolve_auto, resolve_search_config
 from hybridlab.eval.datasets import REPO_ROOT, load_query_metadata
 from hybridlab.eval.evaluate import METRICS, Comparison, compare, wins_losses
 from hybridlab.eval.systems import (
     DATASETS,
     DEFAULT_SYSTEM,
     SYSTEMS,
-    WHOLE_DOCUMENTS,
     OpenedSet,
     open_evalset,
     per_kind,
     system_runs,
 )
 
+WHOLE_DOCUMENTS = IndexConfig(chunk=ChunkConfig(strategy="whole"))
 # Systems that need another index of the same corpus: name -> (index config, search options).
 EXTRA_SYSTEMS: dict[str, dict[str, tuple[IndexConfig, dict[str, Any]]]] = {
     "holoviz": {

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import ChunkConfig, IndexConfig
+from hybridlab.config import IndexConfig
 from hybridlab.eval.datasets import load_query_metadata
 from hybridlab.eval.evalsets import EvalSet, ensure_index, get_evalset
 from hybridlab.eval.evaluate import Run, make_run
 from hybridlab.search.engine import open_index
 
 DEFAULT_SYSTEM = "hybrid (default)"
-WHOLE_DOCUMENTS = IndexConfig(chunk=ChunkConfig(strategy="whole"))
 
 # name -> search options; every one runs on the default index of the set.
 SYSTEMS: dict[str, dict[str, Any]] = {

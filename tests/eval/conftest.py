@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.quality_report import WHOLE_DOCUMENTS
 from hybridlab.eval.datasets import data_dir
 from hybridlab.eval.evalsets import corpora_dir
 from hybridlab.eval.evaluate import score, score_per_query
-from hybridlab.eval.systems import WHOLE_DOCUMENTS, open_evalset, system_runs
+from hybridlab.eval.systems import open_evalset, system_runs
 
 
 class Gate:
