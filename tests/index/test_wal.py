@@ -49,6 +49,24 @@ def test_records_round_trip_and_a_torn_tail_is_ignored_then_cut(tmp_path):
     assert len(damaged.records) == 3 and "checksum" in damaged.problem
 
 
+def test_tombstones_round_trip_and_an_ids_last_record_wins(tmp_path):
+    """A tombstone is `{"delete": id}`; put, delete, put again: present; put then delete: gone."""
+    path = tmp_path / "wal-000001.log"
+    writer = wal.WalWriter(path)
+    writer.append([_record("a"), _record("b"), wal.tombstone("a"), wal.tombstone("c")])
+    assert (writer.doc_ids, writer.deleted) == ({"a", "b", "c"}, {"a", "c"})
+    writer.append([_record("a", 2)])
+    assert writer.deleted == {"c"} and writer.records == 5
+    writer.close()
+    contents = wal.read_wal(path)
+    assert [(r.doc_id, r.document is None) for r in contents.records] == \
+        [("a", False), ("b", False), ("a", True), ("c", True), ("a", False)]
+    assert [r.doc_id for r in contents.puts] == ["b", "a"] and contents.deleted == {"c"}
+    assert len(contents.puts[1].vectors["m"]) == 2  # the last put's version
+    assert wal.WalWriter(path).deleted == {"c"}  # read back by the next writer
+    assert wal.encode_record(wal.tombstone("c"))[wal.HEADER.size:] == b'{"delete":"c"}'
+
+
 def _base(tmp_path, embedding_cache_path, rng: random.Random) -> tuple:
     documents = {f"m{i:03d}": _memory(f"m{i:03d}", _text(rng), rng.randint(1, 28),
                                       tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))) for i in range(12)}
