@@ -898,8 +898,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="defer memory commits up to this long and batch them (default 0: each store_memory "
                         "returns once committed); reads commit the queue first")
     p.add_argument("--wal-records", type=int, default=None, metavar="N",
-                   help="memories the write-ahead log holds before it is folded into a segment (default "
-                        "HYBRIDLAB_WAL_RECORDS or 64; 0: each store_memory commits a segment of its own)")
+                   help="records (stores, updates, deletes) the write-ahead log holds before it is folded into "
+                        "a segment (default HYBRIDLAB_WAL_RECORDS or 64; 0: each one commits a generation)")
     http = p.add_argument_group("streamable-http security (docs/mcp.md#the-http-transport-as-a-shared-service)")
     http.add_argument("--auth-token-file", metavar="PATH",
                       help="a file holding the bearer token every request must carry (or env HYBRIDLAB_MCP_TOKEN); "
