@@ -8,7 +8,9 @@ normalisation). Importing this module imports nothing heavy (numpy only when enc
 from __future__ import annotations
 
 import abc
+import contextlib
 import importlib
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,30 +125,39 @@ def encode_in_batches(
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    texts = check_texts(texts)
+    n = len(texts)
+    out = np.zeros((n, dim), dtype=np.float32)
+    order = sorted(range(n), key=lambda i: -len(texts[i])) if sort_by_length else list(range(n))
+    with progress_bar(n, show_progress, desc) as progress:
+        for start in range(0, n, batch_size):
+            rows = order[start : start + batch_size]
+            out[rows] = encode_batch([texts[i] for i in rows])
+            progress.update(len(rows))
+    return l2_normalize(out)
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """`texts` as a list, each a str (else a TypeError naming the first that is not)."""
     if isinstance(texts, str):
         raise TypeError("expected a sequence of texts, got one str; a single text is a batch of one: [text]")
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
-    n = len(texts)
-    out = np.zeros((n, dim), dtype=np.float32)
-    order = sorted(range(n), key=lambda i: -len(texts[i])) if sort_by_length else list(range(n))
-    progress = None
-    if show_progress:
-        from tqdm.auto import tqdm
+    return texts
 
-        progress = tqdm(total=n, desc=desc, unit="doc")
-    try:
-        for start in range(0, n, batch_size):
-            rows = order[start : start + batch_size]
-            out[rows] = encode_batch([texts[i] for i in rows])
-            if progress is not None:
-                progress.update(len(rows))
-    finally:
-        if progress is not None:
-            progress.close()
-    return l2_normalize(out)
+
+@contextlib.contextmanager
+def progress_bar(total: int, show: bool, desc: str):
+    """A tqdm bar of `total` documents when `show`, else one whose `update` does nothing."""
+    if not show:
+        yield types.SimpleNamespace(update=lambda n: None)
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc=desc, unit="doc") as bar:
+        yield bar
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

@@ -6,8 +6,10 @@ else `~/.cache/hybridlab/models/<name>/`. The manifest records the recipe, versi
 model's sha256, and is verified on open; a stale or damaged folder is rebuilt.
 
 Recipe: `torch.onnx.export(..., dynamo=False)` of the transformer with mean pooling and L2
-normalisation inside the graph (dynamic batch and sequence axes, opset 17). A name ending in
-`-int8` is then quantised by onnxruntime: `quant_pre_process(skip_symbolic_shape=True)`, then
+normalisation inside the graph (dynamic batch and sequence axes, opset 17). The fp32 model's
+attention, layer norms and GELUs are then fused by onnxruntime's BERT optimizer (its `Attention`
+op skips the padding; ~4% faster here, the same vectors to 2e-7). A name ending in
+`-int8` is instead quantised by onnxruntime: `quant_pre_process(skip_symbolic_shape=True)`, then
 dynamic int8 quantisation of MatMul weights only, per channel (quantising every op type costs
 far more quality; see ENVIRONMENT.md). Building needs torch, transformers, onnx and onnxscript;
 running needs only onnxruntime and tokenizers.
@@ -30,7 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
+from hybridlab.encoders.base import (
+    Encoder,
+    ModelSpec,
+    check_texts,
+    l2_normalize,
+    package_model_path,
+    progress_bar,
+)
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 from hybridlab.filelock import exclusive_lock
@@ -39,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 OPSET = 17
+#: texts tokenized at once by `encode_documents`, then batched by their token counts
+TOKENIZE_WINDOW = 4096
 INTRA_OP_THREADS = min(len(os.sched_getaffinity(0)), 8)  # the machine's cores (onnxruntime's own default too)
 _BUILD_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")
 
@@ -60,6 +71,8 @@ def recipe(spec: ModelSpec) -> dict:
         "dim": spec.dim,
         "opset": OPSET,
         "pooling": "mean, L2-normalised, in graph",
+        "fusion": None if quantize else {"method": "onnxruntime.transformers optimize_model", "model_type": "bert",
+                                          "opt_level": 1},
         "quantization": (
             {"method": "onnxruntime quantize_dynamic", "op_types": ["MatMul"], "per_channel": True,
              "weight_type": "QInt8", "pre_process": "quant_pre_process(skip_symbolic_shape=True)"}
@@ -149,7 +162,13 @@ def build(spec: ModelSpec, folder: Path) -> None:
         )
     model = folder / "model.onnx"
     if recipe(spec)["quantization"] is None:
-        os.replace(fp32, model)
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        config = transformer.config
+        fused = optimize_model(str(fp32), model_type="bert", num_heads=config.num_attention_heads,
+                               hidden_size=config.hidden_size, opt_level=1)
+        fused.save_model_to_file(str(model))
+        fp32.unlink()
     else:
         from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -179,10 +198,16 @@ def _tokenizer(folder: Path, spec: ModelSpec):
 
 
 def _tokenize(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    encodings = tokenizer.encode_batch(list(texts))
-    ids = np.array([e.ids for e in encodings], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-    types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+    return _padded(tokenizer.encode_batch(list(texts)))
+
+
+def _padded(encodings: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, attention mask and type ids of `encodings`, right-padded with 0 to the longest."""
+    width = max(len(e.ids) for e in encodings)
+    ids, mask, types = (np.zeros((len(encodings), width), dtype=np.int64) for _ in range(3))
+    for row, encoding in enumerate(encodings):
+        n = len(encoding.ids)
+        ids[row, :n], mask[row, :n], types[row, :n] = encoding.ids, encoding.attention_mask, encoding.type_ids
     return ids, mask, types
 
 
@@ -195,6 +220,8 @@ class OnnxEncoder(Encoder):
         super().__init__(spec)
         self.folder = ensure_model(spec)
         self.tokenizer = _tokenizer(self.folder, spec)
+        self._unpadded = _tokenizer(self.folder, spec)
+        self._unpadded.no_padding()
         options = ort.SessionOptions()
         options.intra_op_num_threads = INTRA_OP_THREADS
         options.inter_op_num_threads = 1
@@ -205,6 +232,31 @@ class OnnxEncoder(Encoder):
 
     def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         prefix = self.prefix(is_query=is_query)
-        ids, mask, types = _tokenize(self.tokenizer, [prefix + t for t in texts])
+        return self._run(_tokenize(self.tokenizer, [prefix + t for t in texts]))
+
+    def _run(self, tokens: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        ids, mask, types = tokens
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         return self.session.run(["sentence_embedding"], feeds)[0]
+
+    def encode_documents(self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False,
+                         sort_by_length: bool = True) -> np.ndarray:
+        """As :meth:`Encoder.encode_documents`, with batches formed by token count: each window of
+        `TOKENIZE_WINDOW` texts is tokenized once (unpadded), sorted longest first and cut into
+        batches that pad only to their own longest (~2% padding on SciFact, 5% sorted by characters)."""
+        texts = check_texts(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        prefix = self.prefix(is_query=False)
+        out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
+        with progress_bar(len(texts), show_progress, self.spec.name) as progress:
+            for start in range(0, len(texts), TOKENIZE_WINDOW):
+                encodings = self._unpadded.encode_batch([prefix + t for t in texts[start:start + TOKENIZE_WINDOW]])
+                order = list(range(len(encodings)))
+                if sort_by_length:
+                    order.sort(key=lambda i: -len(encodings[i].ids))
+                for first in range(0, len(order), batch_size):
+                    rows = order[first:first + batch_size]
+                    out[[start + i for i in rows]] = self._run(_padded([encodings[i] for i in rows]))
+                    progress.update(len(rows))
+        return l2_normalize(out)

@@ -416,8 +416,8 @@ class MemoryWriter:
             self._log.writer.close()
             self._log = None
         manifest = layout.read_manifest(self.index_dir)
-        if manifest.get("format", 0) < 4 or "next_chunk_id" not in manifest:
-            return  # written by code that reads no log: the first store commits (a format-4 manifest)
+        if manifest.get("format", 0) < layout.LOG_DELETES_FORMAT or "next_chunk_id" not in manifest:
+            return  # written by code that reads no deletes in a log: the first write commits (format 5)
         config = IndexConfig.from_manifest(manifest["config"])
         dims = {model: int(info["dim"]) for model, info in (manifest.get("models") or {}).items()}
         writer = wal.WalWriter(wal.wal_path(self.index_dir, manifest["generation"]))

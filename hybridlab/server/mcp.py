@@ -330,8 +330,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
-    commits and `wal_records` = memories the write-ahead log holds before it is folded into a segment
-    (None: `HYBRIDLAB_WAL_RECORDS` or 64; 0: a segment per store; see :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
+    commits and `wal_records` = records (stores, updates, deletes) the write-ahead log holds before it
+    is folded into a segment (None: `HYBRIDLAB_WAL_RECORDS` or 64; 0: a segment per write; see
+    :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
     carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
     retrievers), described as `backend_name` in `stats`."""

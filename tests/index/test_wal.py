@@ -276,3 +276,23 @@ def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_rep
     assert any("intact generation" in action for action in actions), actions
     assert layout.read_manifest(index_dir)["generation"] == logged_generation and verify(index_dir) == []
     check()
+
+
+def test_a_format_4_index_is_committed_to_before_the_first_logged_delete(tmp_path, embedding_cache_path):
+    """Code that reads only puts would cut a log at its first delete record: the writer appends to no
+    log of a format-4 manifest; its first write commits (a format-5 manifest), later ones append."""
+    index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(3))
+    manifest = layout.read_manifest(index_dir)
+    assert manifest["format"] == layout.FORMAT_VERSION == layout.LOG_DELETES_FORMAT
+    path = index_dir / layout.MANIFEST
+    path.write_text(path.read_text().replace('"format": 5', '"format": 4'))
+    assert layout.read_manifest(index_dir)["format"] == 4
+    writer = MemoryWriter(index_dir, wal_records=100)
+    first, second = sorted(documents)[:2]
+    assert writer.delete([first]).removed == 1
+    assert (writer.commits, writer.appends) == (1, 0)
+    assert layout.read_manifest(index_dir)["format"] == 5
+    assert writer.delete([second]).removed == 1
+    assert (writer.commits, writer.appends) == (1, 1)
+    with open_index(index_dir) as index:
+        assert not {first, second} & set(index.snapshot().generation.doc_ids)
