@@ -72,7 +72,8 @@ class IndexConfig:
     model_by_language: tuple[tuple[str, str], ...] = ()
     dense_index: str = "Flat"  # FAISS factory string: "Flat" (exact) or e.g. "HNSW32" (approximate)
     hnsw_ef_search: int = 128  # HNSW candidate list per unfiltered query (filtered searches stay exact)
-    embed_batch_size: int = 32
+    #: texts per encoder call; None = the encoder's own (`Encoder.batch_size`: 4 for ONNX on a CPU, else 32)
+    embed_batch_size: int | None = None
     #: neighbours per chunk in the corpus graph staged search can follow (`expand_hops`); None = 16
     #: up to `graph.AUTO_GRAPH_MAX` vectors and no graph above (its build cost grows as n²); 0 = none
     graph_k: int | None = None

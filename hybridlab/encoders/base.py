@@ -79,6 +79,9 @@ class Encoder(abc.ABC):
     `encode_batch`; the two public methods below are the same for every backend.
     """
 
+    #: texts per call of `encode_batch` when the caller names none
+    batch_size: int = 32
+
     def __init__(self, spec: ModelSpec):
         self.spec = spec
 
@@ -91,14 +94,15 @@ class Encoder(abc.ABC):
         return self.spec.query_prefix if is_query else self.spec.document_prefix
 
     def encode_documents(
-        self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False,
+        self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
         sort_by_length: bool = True,
     ) -> np.ndarray:
-        """Document vectors in input order; batches are formed longest-first unless `sort_by_length=False`."""
+        """Document vectors in input order; batches (of `batch_size`, default the encoder's own) are
+        formed longest-first unless `sort_by_length=False`."""
         return encode_in_batches(
             texts, lambda batch: self.encode_batch(batch, is_query=False), self.spec.dim,
-            batch_size=batch_size, show_progress=show_progress, sort_by_length=sort_by_length,
-            desc=self.spec.name,
+            batch_size=self.batch_size if batch_size is None else batch_size, show_progress=show_progress,
+            sort_by_length=sort_by_length, desc=self.spec.name,
         )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:

@@ -77,7 +77,8 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         for start in range(0, len(missing), step):
             batch = missing[start:start + step]
             vectors = encoder.encode_documents([text for _, text in batch],
-                                               batch_size=encoder_settings().batch_size or config.embed_batch_size)
+                                               batch_size=encoder_settings().batch_size or config.embed_batch_size
+                                               or encoder.batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
             cache.put(key, [sha for sha, _ in batch], vectors)

@@ -488,7 +488,8 @@ class _OpenLog:
         from hybridlab.encoders.registry import load_document_encoder, register_recorded
 
         register_recorded(self.manifest.get("models") or {})  # the prompts and length the index recorded
-        vectors = load_document_encoder(model).encode_documents(texts, batch_size=self.config.embed_batch_size)
+        encoder = load_document_encoder(model)
+        vectors = encoder.encode_documents(texts, batch_size=self.config.embed_batch_size or encoder.batch_size)
         if model in self.dims and vectors.shape[1] != self.dims[model]:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors
