@@ -142,6 +142,7 @@ def _shared_cache_free() -> bool:
 
 
 def index_key(config: IndexConfig) -> str:
-    return config_hash(config.to_dict())
+    """The name of `config`'s cached index: its settings but the encoder's batch size (speed only)."""
+    return config_hash({k: v for k, v in config.to_dict().items() if k != "embed_batch_size"})
 
 
