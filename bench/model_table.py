@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Embedding models on SciFact test — {out.name}", "",
              (f"Command: `{results['command']}`. Whole `hybridlab index` of SciFact (5,183 documents) per model, fresh "
              "process, empty embeddings cache; nDCG@10 on the 300 test queries by `hybridlab eval` (dense = "
-             "`--mode vector`, hybrid = the defaults). Machine shared with other work (load after each build shown): "
-             "compare chunks/s within a row's conditions only."), "",
+             "`--mode vector`, hybrid = the defaults). The load after each build is shown: on these 2 cores ~1.5 "
+             "means this job alone, 3 and more that other work shared them."), "",
              "| model | dense nDCG@10 | default hybrid nDCG@10 | build chunks/s | load after build |", "|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['ndcg@10 dense']:.4f} | {r['ndcg@10 hybrid']:.4f} | {r['chunks_per_s']:.1f} | "
               f"{r['load_average_after']:.1f} |" for r in rows]
