@@ -198,7 +198,13 @@ def cache_root() -> Path:
 
 def index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
     """Where :func:`ensure_index` keeps this set's index of `config`."""
-    return cache_root() / "indexes" / f"{evalset.folder_name}-{config_hash(config.to_dict())}"
+    return cache_root() / "indexes" / f"{evalset.folder_name}-{index_key(config)}"
+
+
+def index_key(config: IndexConfig) -> str:
+    """The name of `config`'s cached index: a hash of its settings but the encoder's batch size
+    (speed only: the same vectors to ~1e-7)."""
+    return config_hash({k: v for k, v in config.to_dict().items() if k != "embed_batch_size"})
 
 
 def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progress: bool = True) -> Path:

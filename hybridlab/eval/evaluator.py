@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, SearchConfig, config_hash
-from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset, index_folder
+from hybridlab.config import IndexConfig, SearchConfig
+from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset, index_folder, index_key
 from hybridlab.eval.evaluate import METRICS, make_run, score
 from hybridlab.index.build import index_paths
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
@@ -139,10 +139,3 @@ def _shared_cache_free() -> bool:
     except duckdb.IOException:
         return False
     return True
-
-
-def index_key(config: IndexConfig) -> str:
-    """The name of `config`'s cached index: its settings but the encoder's batch size (speed only)."""
-    return config_hash({k: v for k, v in config.to_dict().items() if k != "embed_batch_size"})
-
-
