@@ -35,6 +35,7 @@ class Ranker:
 
     meta: Mapping[str, Any]
     booster: Any = None  # lightgbm.Booster (kind "lightgbm")
+    columns: tuple[int, ...] = ()  # the feature columns its trees read (`used_columns`, once per load)
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Raw scores: logit(fused) (the base fusion both kinds start from) plus LightGBM's trees over
@@ -42,7 +43,7 @@ class Ranker:
         if not len(matrix):
             return np.zeros(0)
         if self.booster is not None:
-            trees = self.booster.predict(matrix[:, used_columns(self.meta)], num_threads=1)
+            trees = self.booster.predict(matrix[:, self.columns], num_threads=1)
             return np.asarray(trees, dtype=np.float64) + base_logit(matrix)
         linear = self.meta["linear"]
         clipped = np.clip(matrix, np.asarray(linear["low"]), np.asarray(linear["high"]))
@@ -112,4 +113,4 @@ def load_ranker(folder: str | Path) -> Ranker:
     require("lightgbm", extra="learn")
     import lightgbm as lgb
 
-    return Ranker(meta, lgb.Booster(model_file=str(folder / LIGHTGBM_FILE)))
+    return Ranker(meta, lgb.Booster(model_file=str(folder / LIGHTGBM_FILE)), tuple(used_columns(meta)))
