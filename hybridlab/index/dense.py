@@ -1,17 +1,5 @@
 """The dense retriever: one FAISS index per embedding model, ids = chunk_id.
-
-Inner product on L2-normalised vectors (= cosine). Filters are pushed in and stay exact-to-limit
-whatever the index type. A filter's allowed rows are scored by the cheaper exact plan
-(:func:`scan_plan`): a few rows are gathered and scored; more are scanned with a row bitmap
-(`faiss.IDSelectorBitmap`, no copy; indexes without flat storage score all vectors instead). The
-per-filter state is kept for the next call with the same filter, and on that reuse the allowed
-vectors are copied into one contiguous matrix (while it fits `SUBSET_CACHE_BYTES`), which makes a
-repeated filter cost about its share of an unfiltered search. A DenseIndex may be searched from
-several threads at once: the lazily built state (vectors, the filter state) is guarded by a lock,
-and a filter state is never changed once another search may hold it. Approximate indexes
-(`IndexConfig.dense_index`, e.g. "HNSW32") answer unfiltered searches only; `ef_search` sets the
-HNSW candidate list, and a graph walk that comes back short of `depth` is answered exactly.
-"""
+See docs/internals/index.md#dense."""
 from __future__ import annotations
 
 import hashlib
@@ -21,10 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-# Cost rule, measured at 100k x 384-d on 2 busy EPYC cores (CPU time per query; unfiltered flat
-# 12-15 ms): gathering costs ~0.13 us an allowed row while the copy stays in cache, ~0.6-0.9 us
-# beyond; a bitmap scan ~3.5 ns a row plus ~0.4 us an allowed row (0.9-1.0x unfiltered at half the
-# index); a contiguous cached subset ~0.15-0.2 us an allowed row.
+# the cost rule these bounds follow, as measured: docs/internals/index.md#dense
 GATHER_SHARE = 1 / 32  # at most this share of the vectors allowed: gather them and score exactly
 GATHER_MIN = 256  # this many allowed rows or fewer: always gather
 FULL_SCAN_SHARE = 0.4  # no flat storage (IVF, PQ): score every vector from this share up, else gather

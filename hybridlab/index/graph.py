@@ -1,13 +1,5 @@
 """The corpus graph: each chunk's nearest neighbours by embedding, for staged search.
-
-Staged search scores only the BM25 candidates with their stored vectors. A chunk that the dense
-retriever ranks high but BM25 does not rank at all (different words, same meaning) can never
-reach that pool. Following the corpus graph from the best-scoring candidates to their nearest
-neighbours brings such chunks in at the price of a few hundred dot products, with no scan of the
-index (adaptive re-ranking with a corpus graph, MacAvaney et al., CIKM 2022).
-
-Rows are positions in the dense index of one model (its vectors in ascending chunk-id order).
-"""
+See docs/internals/index.md#graph."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -20,10 +12,8 @@ import numpy as np
 #: Above this many vectors the graph is built with an HNSW index (approximate neighbours): the
 #: exact all-pairs search costs n² dot products.
 EXACT_GRAPH_MAX = 200_000
-#: `IndexConfig.graph_k=None` builds a graph of `DEFAULT_GRAPH_K` up to this many vectors only:
-#: the first build grows as n² (measured here 0.8 s at 5k, 6.8 s at 20k, ~3 min at 100k); later
-#: generations update the previous graph (`update_corpus_graph`) in a fraction of that. An
-#: HNSW-built graph of 1M vectors would take 40-50 minutes.
+#: `IndexConfig.graph_k=None` builds a graph of `DEFAULT_GRAPH_K` up to this many vectors only
+#: (build times as measured: docs/internals/index.md#graph)
 AUTO_GRAPH_MAX = 100_000
 DEFAULT_GRAPH_K = 16
 #: neighbours kept beyond `k` per vector (the next nearest, in the index's `graph-*.reserve.npy`): a
@@ -48,9 +38,7 @@ _MERGE_CELLS = 1 << 18  # floats of the vectors gathered at a time to score pair
 _SCORE_CELLS = 1 << 18
 #: fresh rows scored together (the vectors are read once per this many)
 _QUERY_ROWS = 256
-#: an update's products of fewer multiply-adds than this run on one BLAS thread: on a busy machine
-#: (2 shared cores here) OpenBLAS's threads cost more than they bring (191 fresh rows x 15k vectors
-#: x 256 dims: 13 ms on one thread, 20-28 ms median on two, up to 150 ms)
+#: an update's products of fewer multiply-adds than this run on one BLAS thread (docs/internals/index.md#graph)
 SINGLE_THREAD_WORK = 2e9
 _BLAS: list[Any] = []  # a threadpoolctl controller, made on first use (numpy's BLAS is loaded by then)
 

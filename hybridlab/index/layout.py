@@ -1,21 +1,5 @@
 """The on-disk layout of an index folder, its manifest (the commit point) and its writer lock.
-
-    INDEX/
-      manifest.json          names the live generation; replaced atomically (the commit point)
-      embeddings.duckdb      embeddings cache, shared by generations
-      .lock                  held by the one writing process (flock), holds its PID
-      .verified.json         size/inode/mtime/ctime of the live files when they last hashed clean
-      gen-000007/            one complete generation:
-        store.duckdb         documents, chunks, tags, vector assignments
-        dense-<model>.faiss  one FAISS index per embedding model, ids = chunk_id
-        graph-<model>.npy    its corpus graph: each vector's nearest neighbours (rows), for staged search
-        bm25/                bm25s index files + ids.npy + tokenizer.json
-
-A writer builds `gen-N+1.tmp-PID/` aside (with a copy of its manifest), fsyncs it, renames it,
-then replaces the manifest, which records each file's size and sha256. A crash at any point leaves
-the previous manifest and generation intact and searchable. The generation before the live one is
-kept as a fallback for `hybridlab verify --repair`; older ones and crashed builds are removed.
-"""
+See docs/internals/index.md#layout."""
 from __future__ import annotations
 
 import collections

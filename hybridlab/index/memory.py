@@ -1,25 +1,5 @@
 """Add memories to an index: validate, make durable, searchable at once.
-
-A store is appended to the live generation's write-ahead log (`index.wal`: one record holding the
-memory and its vectors, one fsync) and returns; readers see it at their next search, as an
-in-memory segment after the index's segments. When the log holds `wal_records` memories (64 by
-default, `HYBRIDLAB_WAL_RECORDS`), the store that filled it folds it: one commit writes them as a
-segment (its Parquet tables, BM25 postings and FAISS files, the corpus graph updated, the tiered
-merge policy run) and the next generation's log starts empty. So a store costs an append most of
-the time and a small segment's commit once per `wal_records` stores. An update is a store of the
-same id (the log's version hides the segment's), a delete one append of a tombstone per memory
-(`{"delete": id}`: readers hide the id everywhere); both count as records and are folded the same
-way (the old version or the deleted memory tombstoned in its segment). `wal_records=0` commits
-every store, update and delete as a generation of its own (as before the log existed). :class:`MemoryWriter` also
-group-commits: stores that arrive while a write is running are appended (or committed) together.
-Each :meth:`MemoryWriter.store` returns only once its memory is durable (the log's fsync, or the
-segment's commit), so there is no window in which an acknowledged memory can be lost.
-
-With `commit_delay > 0` (opt-in, for write-heavy loads) a store returns at once and its memory waits
-up to that long in a queue; :meth:`MemoryWriter.flush` (which the MCP server calls before every read)
-writes the queue, so a memory is still found by the next search. The price: a crash loses the
-memories of the last `commit_delay` seconds although they were acknowledged.
-"""
+See docs/internals/index.md#memory."""
 from __future__ import annotations
 
 import contextlib
@@ -206,7 +186,7 @@ class MemoryWriter:
     """Writes memories to one index folder: appended to its write-ahead log (`wal_records` > 0,
     default `HYBRIDLAB_WAL_RECORDS` or 64) and folded into a segment when the log is full, or each
     committed as a segment (`wal_records=0`); concurrent stores share one append or commit.
-    `commit_delay` > 0 defers writes (see the module docstring); call :meth:`flush` before reading."""
+    `commit_delay` > 0 defers writes (see docs/internals/index.md#memory); call :meth:`flush` before reading."""
 
     def __init__(self, index_dir: str | os.PathLike, *, source: str = MEMORY_SOURCE,
                  lock_wait: float = LOCK_WAIT_SECONDS, commit_delay: float = 0.0,

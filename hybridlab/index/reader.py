@@ -1,15 +1,5 @@
 """Reading one index generation: its segments' stores, BM25 and FAISS files, checked, as one immutable object.
-
-:func:`read_generation` opens the live generation that the manifest names (files checked against
-their recorded checksums first) and returns a :class:`Generation`: the row table of its live chunks
-(row = position in ascending chunk-id order over every segment, tombstoned chunks left out), its
-tags, its retrievers over the segments (BM25 with global statistics, one FAISS index per segment
-and model), and its DuckDB store behind a lock (one segment: its file read-only; several: a view
-over them). Segments are immutable, so a :class:`SegmentCache` passed from one open to the next
-lets a reader open only the segments a commit added. :func:`consistency_problems` checks that
-DuckDB, BM25 and FAISS agree. The search engine wraps a Generation into its snapshot; `hybridlab
-verify` uses the two functions directly.
-"""
+See docs/internals/index.md#reader."""
 from __future__ import annotations
 
 import itertools

@@ -1,24 +1,5 @@
 """The lexical retriever: BM25 over one or more segments, scored at query time with global statistics.
-
-Each segment stores term-frequency postings (a CSC matrix: one column per term of its own
-vocabulary, rows = the segment's chunks in ascending chunk-id order) and the length of each chunk
-in terms. Nothing global is stored, so a write adds a segment without touching the others: the
-statistics BM25 needs (live document count, document frequency of each query term over live
-chunks, average live length) are computed when a generation is opened or a query is scored, over
-the live (not tombstoned) rows of every segment. Scores are those of a bm25s index built over the
-same live chunks (same method, k1, b, float32 accumulation per term; `tests/index/test_segments.py`
-asserts the equality), whatever the cut into segments. At open, the segments' postings are combined
-per size class into one CSC each (:func:`group_parts`, :meth:`Postings.concat`), so a query term is
-looked up once per class, not once per segment; a reader keeps the groups (:class:`GroupCache`) and
-a refresh rebuilds only the group a new segment joins (a write's small segment: the smallest class).
-
-A segment folder (`bm25/`): `data.csc.index.npy` (term frequencies), `indices.csc.index.npy`
-(rows), `indptr.csc.index.npy`, `vocab.index.json` (term -> column), `params.index.json` (format,
-k1, b, method, rows), `lengths.npy`, `ids.npy` (row -> chunk_id), `tokenizer.json` (the settings
-and stop words it was built with, so queries are tokenised like the documents). No pickle. A folder
-written before segments (a bm25s score matrix, no `format` in `params.index.json`) is refused with
-the command that rebuilds it (`IndexFormatError`).
-"""
+See docs/internals/index.md#sparse."""
 from __future__ import annotations
 
 import json

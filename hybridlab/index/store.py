@@ -42,10 +42,8 @@ CREATE TABLE IF NOT EXISTS chunk_vectors (chunk_id BIGINT NOT NULL, model VARCHA
 IndexError_ = StoreError
 
 
-# DuckDB's buffer pool for writing connections (its own default is 80% of RAM, which it fills with a
-# big build's rows before writing them out: ~2.5 KB a chunk). 256MB cut the peak RSS of a 100k-chunk
-# build from 1.7 to 1.4 GB at the same speed, but one sort of 1M chunk texts overran it: 512MB leaves
-# room; `HYBRIDLAB_DUCKDB_MEMORY` overrides, e.g. "4GB".
+# DuckDB's buffer pool for writing connections (`HYBRIDLAB_DUCKDB_MEMORY` overrides, e.g. "4GB");
+# why 512MB, as measured: docs/internals/index.md#store
 WRITER_MEMORY_LIMIT = "512MB"
 
 

@@ -1,18 +1,5 @@
 """Vectors computed elsewhere (issue 30): a vectors file read, checked and handed to a build.
-
-A vectors file is Parquet with columns `id` and `vector` (list<float>), or a `.npy` matrix `(n, dim)`
-with its ids beside it: one per line in `<name>.ids.txt`, or a JSON list in `<name>.ids.json`. The
-vectors are L2-normalised when read; a row with a wrong dimension, a non-finite or an all-zero value,
-or an id seen before is refused with its row number (0-based, in file order).
-
-Document vectors (`by="document"`, ids = document ids) are accepted for documents indexed as one
-chunk each (the vector is that chunk's); a document of several chunks is refused (give chunk
-vectors, or a `--chunk-size` that keeps documents whole). Chunk vectors (`by="chunk"`) carry the
-index's chunk ids. Every chunk of the model must get a vector and every id must name one. The
-vectors enter the build as embeddings-cache entries of the chunks' texts (`import_hook`), so an
-import is one ordinary commit: a refused file leaves the previous index as it was. From Python:
-`apply_changes(index_dir, batches, config, imported=import_step(path, model, index_dir))`.
-"""
+See docs/internals/index.md#vectors_import."""
 from __future__ import annotations
 
 import json

@@ -1,28 +1,5 @@
 """Check an index folder and repair what can be rebuilt: `hybridlab verify --index DIR [--repair]`.
-
-What is checked: the manifest parses and names a generation folder and its segments; every file of
-those segments has the size and sha256 the manifest recorded; every segment's DuckDB store opens; every chunk id in DuckDB is
-in BM25 and in each model's FAISS index and vice versa, counts and dimensions match the manifest;
-the embeddings cache opens.
-
-What is repairable (DuckDB is the source of truth, the embeddings cache the source of vectors):
-
-- a missing or corrupt manifest: rewritten from the copy inside the newest intact generation;
-- a corrupt DuckDB store of a live segment: the index falls back to the newest previous generation
-  whose segments are all intact (the previous one is kept by every write); the later writes are
-  lost and the next `hybridlab index` of the same sources re-applies them;
-- corrupt, missing or inconsistent FAISS/BM25 files: every segment rebuilt from the stores and the
-  embeddings cache into one new segment (vectors missing from the cache are re-embedded);
-- a document id held more than once (two segments, or twice in one: written by code before one id
-  meant one document): every segment rebuilt into one, keeping each id's newest version;
-- a write-ahead log ending in a torn or damaged record (an append that never returned): cut back
-  to its intact records;
-- a corrupt index-local embeddings cache: moved aside as `embeddings.duckdb.corrupt-<time>` and
-  refilled by the rebuild (re-embedding everything).
-
-Not repairable: a corrupt store with no intact previous generation, or generations without a
-manifest copy (built before checksums existed): rebuild the index from its sources.
-"""
+See docs/internals/index.md#verify."""
 from __future__ import annotations
 
 import argparse

@@ -1,28 +1,5 @@
 """The write-ahead log: a stored memory is durable after one append and one fsync, searchable at
-once, and folded into a segment later.
-
-    INDEX/wal-000012.log     memories added on top of generation 12 (the one the manifest names)
-
-A log belongs to one generation: readers of generation N read `wal-N.log` after its segments, as
-one more (in-memory) segment whose chunk ids follow the manifest's `next_chunk_id`. The writer
-appends under the index's writer lock; any write that commits a new generation (`apply_changes`:
-a fold, an `index` run, `--optimize`) first takes the log's documents and their vectors into its
-new segment, so the next generation's log starts empty. The log of the previous generation stays
-beside it (the fallback `verify --repair` uses) and older ones are removed with their generations.
-
-File: an 8-byte magic, then records, each `<payload length: u32><crc32 of the payload: u32>` and
-the payload: JSON with the document (its fields as the index stores them) and, per model, the
-vectors of its chunks that the model embeds, in chunk order (float32, base64); or a tombstone,
-`{"delete": doc_id}` (a deleted memory). An id's last record wins: a put after a tombstone
-brings it back, a tombstone after a put (or over a segment's document) deletes it. Readers mask
-every id the log touches in every segment (its old version, or the deleted document), so an
-update or a delete is one append too; the fold turns tombstones into deletes. A record that is
-cut short or fails its checksum ends the log: it was never acknowledged (the append's fsync had
-not returned), so readers stop before it and the next writer truncates it away. JSON and base64,
-never pickle; a log holds at most a few hundred records before it is folded.
-
-As Lucene's translog and Qdrant's WAL: the log makes a write durable, segments make it fast to search.
-"""
+once, and folded into a segment later. See docs/internals/index.md#wal."""
 from __future__ import annotations
 
 import base64
