@@ -126,53 +126,8 @@ class IndexConfig:
 class SearchConfig:
     """Every knob of one search. `alpha` is the weight of the dense signal: 1.0 = pure vector,
     0.0 = pure lexical/tag. `limit` = results returned, `depth` = candidates per retriever,
-    `rrf_k` = the RRF constant.
-
-    Defaults tuned on the `memories` ground truth (2026-11-22, its only qrels, so no held-out split;
-    before: rrf, tag_weight 1.0, decay 0.01, recency_weight 0.3 gave Hit@10 0.873 / MRR 0.664; now
-    Hit@10 0.975 / MRR 0.760; pure vector 0.962 / 0.714): convex fusion of min-max-normalised runs,
-    `tag_weight` 4.0 (the tag run's weight is `(1 - alpha) * tag_weight * coverage`, coverage = share
-    of the query's words that named tags, times `tag_boost` when `tag_boost_min_terms`+ query words
-    match tags), recency `decay` 0.003/day (half-life ~230 days; 0.01 flattened every memory older
-    than a year to the same factor) and `recency_weight` 0.2. `staged=None` turns staged
-    retrieval on above `staged_threshold` chunks.
-
-    Staged search scores the BM25 top `candidates` with their stored vectors and grows that pool
-    `expand_hops` (3) times along the corpus graph (the neighbours of the `expand_seeds` best-scoring
-    candidates per hop; a graph is built for indexes up to 100k chunks), which brings in the chunks
-    BM25 missed and makes staged agree with parallel hybrid (SciFact: top-10 overlap 0.72 with the
-    BM25 pool alone, 0.98 with 3 hops; reports/staged/). `fill_dense` gives BM25 candidates the dense
-    retriever did not rank their exact cosine instead of none; `None` (auto) turns it on where
-    staged search turns on, above `staged_threshold` chunks. Measured (2026-11-23, nDCG@10 of the
-    parallel hybrid without -> with it): SciFact 0.681 -> 0.711, HoloViz 0.775 -> 0.795, both
-    above 5000 chunks; memories (274 chunks) MRR 0.755 -> 0.744, its paraphrase queries lose.
-
-    Rerank (off by default, `rerank_depth=0`): the top `rerank_depth` chunks of the fused list
-    (after recency, before grouping by document) are scored by the cross-encoder `rerank_model`
-    on (query, chunk text); their new order is by `rerank_weight * ce' + (1 - rerank_weight) *
-    hybrid'`, primes = min-max over those chunks, so 1.0 = the cross-encoder's order alone. They
-    keep the top places, the other hits follow in fused order (reports/rerank/).
-
-    Adaptive fusion (`adaptive_fusion`, on by default; :mod:`hybridlab.search.evidence`): BM25's
-    weight is scaled per query by its lexical evidence, the share of the query's IDF mass the best
-    of BM25's top 10 rows contains: 0 at or below `lexical_floor`, full at or above
-    `lexical_ceiling`, linear between; a query that asks for the latest state ("current", "still",
-    ...) weighs recency `recency_intent_weight` instead of `recency_weight`. Off = fixed weights.
-    Rare terms (`rare_term_max_df`, part of adaptive fusion): when the query's rarest term is in at
-    most that many chunks (an identifier, a unique token), the chunks holding it that hold every
-    query term are lifted above every chunk BM25 did not return (dense-only hits); 0 = off.
-
-    Dense feedback (`feedback_weight` > 0, :mod:`hybridlab.search.feedback`): after fusion, the
-    query vector moves toward the stored vectors of the fused list's best `feedback_docs`
-    documents (Rocchio: `q + feedback_weight * mean`, re-normalised), the dense retriever runs
-    again with it (staged: over the same candidates, grown along the graph) and the runs are
-    fused again. Hybrid mode only; 0 = off.
-
-    Document scores (`chunk_decay`, hybrid mode, grouped results): a document scores
-    `s_1 + chunk_decay * s_2 + chunk_decay^2 * s_3 + ...` over its chunks' final scores, best first;
-    0 = its best chunk alone. 0.1 was chosen by 5-fold cross-validation on HoloViz (the only
-    judged set whose documents have several chunks; 4 of 5 folds chose 0.1): out of fold nDCG@10
-    0.830 vs 0.817 for the best chunk alone (reports/documents/2026-11-26)."""
+    `rrf_k` = the RRF constant. The defaults and what each feature does, with their measurements:
+    docs/internals/tune-eval.md#search-settings."""
 
     mode: str = "hybrid"
     fusion: str = "convex"

@@ -1,15 +1,6 @@
 """hybridlab's optional dependencies: the extra that installs each, and the guard that names it.
 
-The core (index, search, eval with ranx, the CLI) needs only the `[project] dependencies` of
-pyproject.toml; everything else comes in extras by use (`models`, `onnx`, `lab`, `tune`, `mcp`,
-`qdrant`, `postgres`, `dev`; what each enables: the README's install section). `EXTRAS` says which
-extra installs each optional library hybridlab imports.
-
-`require("optuna")` checks that a library is installed, without importing it, and otherwise raises
-`MissingExtraError`: "optuna is not installed: pip install 'hybridlab[tune]'". Call it inside the
-function that needs the library, just before importing it there (or at the top of a module that
-exists only to adapt one, as `hybridlab.server.mcp`); no module of the core imports an optional
-library at import time, so `import hybridlab` and `hybridlab --help` never need one.
+See docs/internals/tune-eval.md#optional-dependencies.
 """
 from __future__ import annotations
 

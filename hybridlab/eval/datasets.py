@@ -1,13 +1,6 @@
 """BEIR-layout test collections: corpus, queries, qrels, and their query splits.
 
-A collection with an official train split (`qrels-train.tsv` or `qrels/train.tsv`, e.g. SciFact)
-keeps it: `train` = those queries, `test` = every query of the test qrels (as published results
-report), and `dev` = `train` (the split a sweep tunes on is never a part of `test`). Any other
-collection has one set of judgements, split deterministically into `dev`/`test` halves by the sha1 of
-the query id. `all` is always every query of the test qrels.
-
-The queries and qrels may also be files (a qrels file with tab- or space-separated columns, a queries
-`.jsonl`) or an ir_datasets id (`irds:beir/scifact/test`): one set of judgements, split like that.
+What each split means: docs/internals/tune-eval.md#datasets-and-splits.
 """
 from __future__ import annotations
 
@@ -158,7 +151,7 @@ def splits_of(folder: Path) -> list[str]:
 
 def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: Path | None = None) -> Dataset:
     """Queries (only those with judgements) and qrels of one split of a BEIR-layout dataset, a qrels
-    file or an ir_datasets id (see the module docstring for what each split means); `queries`: where
+    file or an ir_datasets id (docs/internals/tune-eval.md#datasets-and-splits); `queries`: where
     the queries are when not beside the qrels."""
     folder = resolve_dataset(name_or_path)
     official = has_train_split(folder)

@@ -1,12 +1,6 @@
 """Named evaluation sets, declared in TOML files: where each one's corpus, queries and judgements
 live, its fixed `now`, and where it may be tuned and where it is reported; and their cached indexes.
-
-The sets hybridlab ships are the entries of `evalsets.toml` beside this module (its comments list the
-fields); a user's file of the same form adds sets or replaces one of the same name (`--evalsets PATH`
-of `eval`/`sweep`/`grid`/`repro`, which sets `HYBRIDLAB_EVALSETS` for the process and its children).
-A name not declared is looked up as a BEIR folder of the data dir (`HYBRIDLAB_DATA`, tuned on a sha1
-dev half, reported on the test half); `irds:<id>` is an ir_datasets dataset, reported on all its
-queries and never tuned on. Errors in a file name the file, the set and the field.
+See docs/internals/tune-eval.md#evaluation-sets.
 """
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Fusion of whole runs, query by query, with the engine's own fusion functions
-(:mod:`hybridlab.search.fusion`: one implementation for a live search and for files), and the choice
-of the fusion method and weights on a tuning split, reported on another.
-
-Pure functions on plain runs (``{qid: {doc_id: score}}``); inputs are never mutated. Tuning sees
-the runs restricted to the queries of the tuning qrels and nothing of the report split; the two
-splits must not share a query. Fusion: Cormack et al. 2009 (RRF), Bruch et al. 2023 (convex
-combination), Qdrant 2024 (DBSF); tuning on train runs and applying to test runs as ranx's
-``optimize_fusion`` does, on a grid or with Optuna's TPE sampler (Bergstra et al. 2011).
+"""Fusion of whole runs with the engine's own fusion functions, and the choice of method and weights
+on a tuning split, reported on another (Cormack et al. 2009; Bruch et al. 2023; Qdrant 2024).
+See docs/internals/tune-eval.md#fusing-run-files.
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Runs as files: read TREC and ranx-JSON runs (gzipped or not) written by any tool, write TREC runs.
 
-A run is plain data, ``{qid: {doc_id: score}}`` (higher = better). The TREC format is
-``qid Q0 doc_id rank score tag``, whitespace-separated, as trec_eval, Pyserini, PyTerrier, ranx and
-``hybridlab eval --save-run`` write it; like trec_eval, the reader ranks by score and ignores the rank
-column. A ranx JSON run is ``{"qid": {"doc_id": score}}`` (``ranx.Run.save(path, kind="json")``).
-The reader is ours rather than ``ranx.Run.from_file`` so that a malformed file is refused with its
-path and line, and so that gzip and a duplicate document are handled alike for both formats.
+See docs/internals/tune-eval.md#run-files.
 """
 from __future__ import annotations
 

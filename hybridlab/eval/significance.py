@@ -1,14 +1,6 @@
 """Paired significance tests over per-query scores, Holm's correction and confidence intervals.
 
-Pure functions on plain data: a system's per-query scores are `{qid: value}` (one metric), two
-systems are compared on the queries they share — the same queries, or a ValueError.
-
-- Randomisation (sign-flip permutation) test of the mean difference: Fisher 1935; for IR,
-  Smucker, Allan & Carterette, "A comparison of statistical significance tests for information
-  retrieval evaluation", CIKM 2007. Exact over all 2^n sign patterns when there are at most
-  `permutations` of them, else Monte Carlo with a fixed seed, p = (hits + 1) / (permutations + 1).
-- Paired t-test (Student 1908), scipy's `ttest_rel`.
-- Holm, "A simple sequentially rejective multiple test procedure", Scand. J. Statistics 1979.
+Fisher 1935, Smucker et al. 2007, Holm 1979: see docs/internals/tune-eval.md#significance-tests.
 """
 from __future__ import annotations
 

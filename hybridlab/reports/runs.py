@@ -1,11 +1,6 @@
 """Run folders under `reports/`, their summaries and figures, and `reports/index.md`.
 
-A run folder is `reports/<YYYY-MM-DD>-<name>/` holding the executed notebooks and their HTML copies,
-PNG figures, `metrics.json` and `summary.md`. `hybridlab report` runs ``notebooks/report.ipynb`` over
-the latest sweep of each dataset; it holds a lock so two scheduled runs never collide. A sweep whose
-engine sources are not today's (:func:`hybridlab.tune.runs.stale_reason`: the engine changed since)
-is reported anyway, but loudly: a warning on stderr, a STALE banner at the top of the summary and
-in `reports/index.md`. `make sweep` re-runs the sweeps, then the report.
+See docs/internals/tune-eval.md#report-runs.
 """
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """Configurations you can serve, exported from a sweep only when they beat the defaults out of sample.
 
-`export_config(run_dir)` re-evaluates a finished sweep's winner (or several candidates) and the
-defaults on the set's report split, leaving out every query the sweep was tuned on, and compares
-them per query with a paired test (randomisation by default; Holm-corrected over the candidates).
-The winner is written only when it is significantly better (corrected p < 0.05) with a higher mean;
-otherwise the document holds the defaults and the verdict. A cross-validated sweep (memories,
-holoviz) is judged by its nested cross-validation instead (:func:`export_cross_validated`): the
-config tuned on all queries is served only when the tuning procedure, scored out of fold, beats the
-defaults significantly. Either way every knob is pinned as
-resolved for that index (adaptive `alpha`, auto `staged`/`fill_dense`, the corpus graph's `graph_k`),
-with the full index config and the package version, so `repro` keeps passing until someone re-records
-it on purpose:
-
-``{"search": {every SearchConfig field}, "index": {IndexConfig}, "provenance": {dataset, split,
-query_ids, metric, test_metrics, defaults_test_metrics, candidates, verdict, version, commit, date}}``
-— the file `hybridlab search|eval|mcp --config` read. `hybridlab repro CONFIG` re-runs the evaluation
-it records and prints OK/FAIL per metric.
+See docs/internals/tune-eval.md#exported-configs (the gate and the document's fields).
 """
 from __future__ import annotations
 
@@ -203,7 +188,7 @@ def out_of_fold_run(evaluator: Evaluator, folds: Sequence[Sequence[str]], config
 def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p: float = MAX_P,
                   permutations: int = DEFAULT_PERMUTATIONS, evaluator: Evaluator | None = None) -> dict[str, Any]:
     """The config document to serve from a finished sweep run: its winner when it beats the
-    defaults out of sample and significantly, else the defaults with the verdict (module docstring).
+    defaults out of sample and significantly, else the defaults with the verdict (docs/internals/tune-eval.md).
 
     Candidates are the record's `candidates` (`[{trial, search, index}]`) when it lists several,
     else its best trial; their p-values are Holm-corrected together."""

@@ -1,21 +1,6 @@
 """Sweep one parameter over a list of values for each fusion method on each evaluation set.
 
-    python -m hybridlab.tune.grid [--dataset NAME|all]                       # alpha (make sweep-alpha)
-    python -m hybridlab.tune.grid --dataset memories --param decay --values 0,0.001,0.01,0.1
-    python -m hybridlab.tune.grid --dataset holoviz --param chunk_size --values 500,1000,1500,3000
-    hybridlab grid --dataset holoviz --param chunk_decay --values 0,0.1,0.2 --cv 5   (the same, from the CLI)
-
-A search parameter (any SearchConfig field: alpha, rrf_k, decay, candidates, depth, ...) is passed
-per search; an index parameter (ChunkConfig: chunk_size, chunk_overlap, min_chunk_size, strategy;
-Bm25Config: k1, b, ...) selects another cached index via `ensure_index` (the shared embeddings cache
-makes a variant cost only its new chunk texts). Writes `reports/sweeps/<param>-<date>/` with
-`sweep.md` (one table per dataset: values × fusion methods), `sweep.json` (every metric, on the
-dev and test splits and on all queries) and `sweep.png` (the chosen metric against the value).
-
-`--cv K` also chooses the value for the default hybrid honestly: K-fold cross-validation over the
-judged queries (:func:`hybridlab.eval.crossval.nested_cv`), each fold scored at the value that is
-best on the other folds (ties: the earlier value), against the first value on the same queries
-(paired randomisation test). That out-of-fold figure is the one to quote for a chosen default.
+See docs/internals/tune-eval.md#parameter-grids (commands, outputs, `--cv`).
 """
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """Learning the fusion across collections: candidates, features and labels from the engine's own
 retrieval, a LightGBM LambdaRank ranker (or a logistic-regression baseline), leave-one-collection-out.
-
-    hybridlab learn-fusion --out configs/fusion-learned                  # every set's training queries
-    hybridlab learn-fusion --leave-out cisi --out DIR                    # a LOCO fold's model
-    hybridlab learn-fusion --loco --out reports/learned-fusion/DATE      # the whole LOCO table
-
-Training queries per set: SciFact's train split (never its test queries); every judged query of the
-others. A candidate's label is its document's grade (qrels are per document). Both models start
-from the default convex fusion (logit of its score as an offset) and learn corrections to it. Each set weighs the
-same in training, whatever its number of queries, so no collection's style dominates. LightGBM's
-recipe (`--recipe`): `transferable` (the default) reads only within-query evidence, `full` every
-feature. Each set's examples are extracted once and cached in .cache/learned-fusion (.npz).
+See docs/internals/tune-eval.md#learned-fusion-training.
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Run the project's notebooks with papermill and keep an HTML copy (nbconvert).
 
-The notebooks in ``notebooks/`` are views: a cell tagged ``parameters`` holds parameters only,
-every computation is a call into the package. The kernel is the project's own (`make setup`
-registers ``hybridlab`` into the venv); without it, ``python3`` of the running interpreter.
-Executed notebooks carry no machine paths: :func:`relative_paths` rewrites them (the run folder
-becomes ``.``, the checkout's files relative to its root, the home folder ``~``) before the HTML
-copy is made, so run folders can be committed.
+See docs/internals/tune-eval.md#notebooks.
 """
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """The reproduction record (pyserini's `2cr/*.yaml` style): every quoted figure as a condition.
 
-`repro/conditions.yaml` lists conditions, each a name, the evaluation set and split, the exact
-command and the expected metrics (4 decimals). `hybridlab repro --all [--cheap]` runs each command
-(as a subprocess, from the repository root, with every `HYBRIDLAB_<search setting>` and
-`HYBRIDLAB_NOW` removed from its environment so only the command decides), compares the metrics it
-prints with the expected ones (±0.0005) and prints OK/FAIL per metric; exit 1 on any FAIL. The
-record is changed on purpose only: when an engine change moves a figure, update the expected value
-in the file (the FAIL line prints the measured one) in the same commit.
-
-A command may use these placeholders, filled in by `repro`:
-`${index}` = the set's evaluation index for the condition's `index` settings (built once and cached
-in `.cache/indexes`, like every evaluation index), `${data}` = the BEIR data dir (`HYBRIDLAB_DATA`),
-`${tmp}` = a fresh temporary folder, removed after the condition (a sweep's run folder and export).
-
-A command may also be a list of steps, run in order in the same `${tmp}` (e.g. save two runs, fuse
-them with `hybridlab fuse`, score the fused file); the last step prints the metrics. A run report
-(`hybridlab eval --run A --run B --json`) gives its baseline's (A's) metrics as plain names and every
-other run's as `<run>/<metric>`.
+See docs/internals/tune-eval.md#reproduction-record (the file's fields and placeholders).
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """Hyper-parameter search with Optuna: search spaces per dataset, the tuning-split objective, studies.
 
-Every evaluation set declares where it is tuned and where it is reported
-(:mod:`hybridlab.eval.evalsets`): SciFact is tuned on its train split (809 queries) and reported on
-all 300 test queries; memories and HoloViz are cross-validated, nested (:func:`cross_validate`:
-each fold's queries scored by a config tuned on the other folds only, mean with a 95% confidence
-interval and a paired test against the defaults on the same queries); CISI, Cranfield and MED are
-never tuned on (ValueError). A set without declared splits tunes on `dev` and reports on `test`.
-
-A trial suggests search-time knobs
-(alpha, fusion, rrf_k, normalization, recency, tag weight, staged candidates) and index-build knobs
-(BM25 k1/b, chunk size/overlap). Each distinct index config is built once by
-:func:`hybridlab.eval.evalsets.ensure_index` (chunk variants embed only their new chunk texts through the
-shared embeddings cache); a study holds at most ``max_index_configs`` of them — a trial asking for
-one more is pruned before it costs anything.
-
-`hybridlab sweep` runs ``notebooks/sweep.ipynb`` through papermill; the notebook calls
-:func:`run_study` and :func:`finalize`. With ``workers`` > 1 :func:`run_study` creates the study
-(and its schema) once, enqueues the defaults, then starts that many worker processes
-(``python -m hybridlab.tune.sweep``, :func:`worker_main`) on the same storage and waits for them;
-the same command on other machines joins the study (docs/scale-out.md).
+See docs/internals/tune-eval.md#sweeps.
 """
 from __future__ import annotations
 
