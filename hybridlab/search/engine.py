@@ -1,26 +1,5 @@
 """The hybrid search engine: dense + BM25 + tag signals, fused, with recency and pushed-down filters.
-
-`Index` opens one index folder (read-only) and answers searches. Every knob of
-:class:`~hybridlab.config.SearchConfig` can be passed per call; precedence and adaptive defaults are
-resolved by :func:`~hybridlab.config.resolve_search_config`.
-
-One search: filters -> a DuckDB row mask pushed into BM25 (score mask) and FAISS (exact: a row
-bitmap scan, or gathered-subset scoring for small filters); runs `bm25` and `dense` (`depth` each)
-and `tags`; fused by name (:func:`~hybridlab.search.fusion.fuse`, weights from
-:func:`~hybridlab.search.fusion.alpha_weights`); recency scales the fused score; an optional rerank step (`rerank_depth` > 0) re-orders the top chunks with a
-cross-encoder (:func:`~hybridlab.search.pipeline.rerank`). Staged mode scores only the BM25 top `candidates` (plus tagged rows, plus
-`expand_hops` rounds of their corpus-graph neighbours: :mod:`hybridlab.index.graph`) with their stored
-vectors; `fill_dense` gives BM25 candidates outside the dense top `depth` their exact cosine (both
-auto settings turn on above `staged_threshold` chunks). Staged search falls back to parallel hybrid
-when BM25 has fewer than `fallback_threshold` hits or cannot fill `limit`. If fewer than `limit`
-results come back while more chunks are allowed, `depth` grows 4x and the search repeats, so rare
-filters still fill `limit`.
-
-`Index` is thin and thread-safe: what one index generation holds is an immutable
-:class:`~hybridlab.search.snapshot.Snapshot`, replaced by one assignment when a writer commits; a
-search takes the snapshot once and runs the steps of :mod:`hybridlab.search.pipeline` on it. Its
-timings and mode come back with its results (:meth:`Index.search_response`, :meth:`Index.run_response`).
-"""
+See docs/internals/search.md#engine."""
 from __future__ import annotations
 
 import json

@@ -1,40 +1,5 @@
 """What a query itself says about how to fuse it: pure functions over signals known at query time.
-
-Fusion with fixed weights trusts BM25 as much on a query whose words the corpus lacks as on one it
-matches exactly; min-max normalisation then stretches a list of one-common-word matches to [0, 1]
-(Bruch, Gai & Ingber 2023 show normalisation decides what a convex combination can do). The signals
-here are cheap query-performance predictors in the sense of the QPP literature:
-
-- ``lexical``: the share of the query's IDF mass that the best of BM25's top rows contains (the
-  pre-retrieval IDF predictors of He & Ounis 2004, taken over the retrieved rows as a
-  post-retrieval check, cf. the weighted information gain of Zhou & Croft 2007). Terms the index
-  never saw count at the IDF of an unseen term, so a query worded unlike the corpus (a
-  paraphrase) has little lexical evidence. It scales BM25's weight (:func:`lexical_factor`): a
-  per-query alpha, as dynamic alpha tuning does with an LLM judge (Hsu & Tzeng 2025), from a
-  signal that costs a set lookup per query term.
-- ``rare_term``: the query's rarest term and its document frequency (``rare_term_df``). A term
-  only a few chunks contain (an identifier, a unique token a memory was stored with) is the most
-  specific evidence a query can carry (its IDF is the largest: Sparck Jones 1972), yet min-max
-  fusion gives BM25's best row the same 1.0 whether it is the only chunk holding such a term or
-  one of hundreds sharing a common word, and a dense model has no vector for a token it never
-  saw. When that frequency is at most :attr:`SearchConfig.rare_term_max_df`, the chunks holding the
-  term that match the query fully (lexical evidence 1: they hold every query term) are lifted
-  above every chunk BM25 did not return (:func:`rare_term_lift`): a dense-only hit never
-  outranks them; among themselves and against other lexical matches fusion decides.
-- ``agreement``: how many of the two retrievers' top rows are the same (shown in ``explain``).
-- ``recency_intent``: the query asks for the latest state ("current", "now", "latest", "still",
-  "anymore", ...): recency then weighs :attr:`SearchConfig.recency_intent_weight` instead of
-  :attr:`SearchConfig.recency_weight`.
-
-References:
-    Sparck Jones (1972), "A statistical interpretation of term specificity and its application in
-    retrieval", Journal of Documentation.
-    He & Ounis (2004), "Inferring query performance using pre-retrieval predictors", SPIRE.
-    Zhou & Croft (2007), "Query performance prediction in web search environments", SIGIR.
-    Bruch, Gai & Ingber (2023), "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS.
-    Hsu & Tzeng (2025), "DAT: Dynamic Alpha Tuning for Hybrid Retrieval in Retrieval-Augmented
-    Generation", arXiv:2503.23013.
-"""
+See docs/internals/search.md#evidence."""
 from __future__ import annotations
 
 import re
@@ -57,7 +22,7 @@ _RECENCY = re.compile(r"\b(?:" + "|".join(re.escape(cue) for cue in RECENCY_CUES
 
 @dataclass(frozen=True)
 class QueryEvidence:
-    """The signals of one query (see the module docstring) and what they made of the weights."""
+    """The signals of one query (docs/internals/search.md#evidence) and what they made of the weights."""
 
     lexical: float | None = None  # None: no BM25 run to read it from
     agreement: float | None = None  # None: not both runs

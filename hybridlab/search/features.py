@@ -1,15 +1,5 @@
 """Features of (query, candidate) pairs for learned fusion: a pure, vectorised function.
-
-The candidates are the union of the retrievers' runs. Each gets, per retriever (dense, bm25, tags):
-its raw score (BM25 as log1p, it has no fixed scale), the score min-max normalised within the
-query, 1 / (60 + rank) (the RRF term, Cormack et al. 2009) and a presence flag; then agreement
-(in both retrievers' top 10), the query's signals of :class:`~hybridlab.search.evidence.QueryEvidence`
-(matched IDF share, retriever agreement, recency intent, rarest term's document frequency), the
-query's length, how strongly it names tags, and per row its recency among the candidates, whether
-it is its document's first chunk, how many of its document's chunks are candidates, and the score
-of the base fusion (today's convex combination, weights summing to 1), which the model corrects. Learning-to-rank
-features in the sense of LETOR (Qin et al. 2010), restricted to what the engine already computes.
-"""
+See docs/internals/search.md#features."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

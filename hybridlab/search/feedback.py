@@ -1,21 +1,5 @@
 """Pseudo-relevance feedback for the dense side of a hybrid search: pure functions.
-
-The fused ranking is better than either retriever alone, so its best documents are good evidence of
-what the query is about. Rocchio's (1971) update moves the query vector toward their vectors,
-`q' = normalise(q + weight * mean(v_1..v_k))`, and the dense retriever runs again with `q'`; the
-new dense run is fused with the same BM25 and tag runs. Vector Rocchio is the simplest dense PRF
-that works without training (Li et al. 2023, who also find it helps most with few feedback
-documents); ANCE-PRF (Yu et al. 2021) learns the same update. Seeding it from the *fused* list is
-what makes it a hybrid step: a lexical match BM25 put first pulls the dense query toward it, so
-the dense side learns the query's vocabulary (a paraphrase's answer, a claim's topic).
-
-References:
-    Rocchio (1971), "Relevance feedback in information retrieval", The SMART Retrieval System.
-    Yu, Xiong & Callan (2021), "Improving Query Representations for Dense Retrieval with Pseudo
-    Relevance Feedback", CIKM.
-    Li, Mourad, Zhuang, Koopman & Zuccon (2023), "Pseudo Relevance Feedback with Deep Language
-    Models and Dense Retrievers: Successes and Pitfalls", ACM TOIS.
-"""
+See docs/internals/search.md#feedback."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

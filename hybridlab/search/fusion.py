@@ -1,16 +1,5 @@
 """Score normalisation and rank fusion for ONE query, as pure functions.
-
-A run of one retriever for one query is a mapping ``{item_id: score}`` (higher = better); item ids
-must be hashable and mutually orderable (ties are broken by ascending id). Functions never mutate
-their inputs and return new dicts. ``alpha`` is the weight of the dense signal everywhere:
-1.0 = pure vector, 0.0 = pure lexical/tag (see :func:`alpha_weights`).
-
-References:
-    Cormack, Clarke & Büttcher (2009), "Reciprocal Rank Fusion outperforms Condorcet and individual
-    rank learning methods", SIGIR.
-    Bruch, Gai & Ingber (2023), "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS.
-    Qdrant (v1.11, 2024), Distribution-Based Score Fusion (after M. Mazzeschi, 2023).
-"""
+See docs/internals/search.md#fusion."""
 from __future__ import annotations
 
 import math

@@ -1,12 +1,5 @@
 """A learned fusion model (`fusion="learned"`): plain files, checked on load, scored over features.
-
-A model folder holds `model.json` (kind, feature names, engine version, training sets, when it was
-trained, and for the linear kind its standardisation and coefficients) and, for LightGBM, its text
-model `model.txt` (never pickle), and `used_features` (the trees' inputs, a subset of the feature
-names: the rest are not read). The score of a candidate is the model's raw output squashed to
-(0, 1) by a logistic sigmoid, so the recency factor and the rare-term lift keep their meaning.
-LambdaRank: Burges (2010), "From RankNet to LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82.
-"""
+See docs/internals/search.md#learned."""
 from __future__ import annotations
 
 import json

@@ -1,25 +1,5 @@
 """One search over one snapshot, as a pipeline of small steps.
-
-    settings   query checks, settings (precedence, adaptive), filters -> allowed rows, dense model
-    encode     the query vector (timed as `encode_ms`); query_tags: tags and collections it names
-    attempt    retrievers: BM25 (`depth`, staged: `candidates`), tags, dense (parallel: `depth`;
-               staged: the BM25 + tag pool scored with stored vectors, grown along the corpus graph)
-    evidence   the query's signals: lexical evidence, rarest term, retriever agreement, recency
-               intent (search/evidence.py); they scale BM25's weight, pick the chunks a rare
-               query term lifts and set the recency weight
-    combine    fusion (by name, weights from alpha and evidence) -> recency -> rare-term lift
-               -> min_score
-    feedback   optional (`feedback_weight` > 0): the query vector moved toward the fused list's best
-               documents (search/feedback.py), dense retrieval again, combine again
-    retrieve   attempts until `limit` results: staged falls back to parallel when BM25 finds fewer
-               than `fallback_threshold` hits or cannot fill `limit`; otherwise `depth` grows 4x
-    rerank     optional (`rerank_depth` > 0): the top chunks re-ordered by a cross-encoder
-               (timed as `rerank_ms`)
-    group      best chunk per document (`chunk_decay` > 0: scored by all its chunks)
-    hydrate    texts, tags, dates, snippets, explain -> SearchResult
-
-Every step reads the snapshot it is given and nothing else: a search never sees two generations.
-"""
+See docs/internals/search.md#pipeline."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,41 +1,5 @@
 """The Qdrant backend behind the retriever seam: BM25 and dense retrieval served by a Qdrant collection.
-
-One collection per index. Point id = chunk id; a named dense vector per embedding model (vectors of
-two models are never compared) and a sparse vector `bm25`; payload = doc id, collection, chunk type,
-tags and the document's update (else creation) time as epoch seconds, with payload indexes on each.
-
-**BM25 equal to ours.** The sparse vector of a chunk holds, for each of its terms (hybridlab's own
-tokenizer), the weight bm25s precomputed for that (term, chunk): the term's BM25 saturation times its
-IDF. A query vector holds each query term once per occurrence, so Qdrant's dot product is exactly the
-sum bm25s computes (`get_scores_from_ids`). A term's sparse index is a 32-bit hash of the term itself
-(:func:`term_index`, as Qdrant's own BM25 does), not bm25s's vocabulary position, which shifts from one
-generation to the next: points written from different generations stay comparable. Two terms of one
-vocabulary sharing a hash would add up; :func:`term_collisions` counts them (none on any evaluation set).
-
-**Incremental sync.** :func:`sync_generation` mirrors a generation into its collection: a full export
-when the collection is new or was exported with another index configuration, model set or sparse
-scheme (the collection's metadata records which, and which generation it mirrors); otherwise only the
-documents whose content hash (payload `doc_sha256`) differs are re-upserted and the removed ones are
-deleted by doc id. Any change moves BM25's collection statistics (N, document frequencies, average
-length) under every other chunk, so the sync then rewrites the sparse vectors of the unchanged chunks
-too (sparse only, `update_vectors`): after a sync the collection scores exactly like bm25s over the new
-generation. Measured in :mod:`bench.qdrant` (`--upserts`), with the figures in
-docs/scale-out.md: without that re-weighting neither folded IDF nor Qdrant's IDF modifier stays exact,
-and with it only folded weights are exact on Qdrant's own engine, whose IDF statistics keep counting
-deleted points (and replaced point versions) until its optimizer vacuums them, which it does only past
-a deleted-points threshold. Hence folded weights are the default and the modifier an option
-(`idf_modifier=True`, lucene IDF only).
-
-Searching: :func:`qdrant_snapshot` keeps the local generation's row table and metadata store and
-swaps in :class:`QdrantSparseRetriever` and one :class:`QdrantDenseRetriever` per model (staged
-search walks the index's corpus graph, scoring with vectors fetched from Qdrant), so the
-pipeline's fusion, tag signal, recency and explain run unchanged over Qdrant's candidates; filters
-are pushed into each Qdrant query as a payload filter. :func:`server_fusion` is the server-side
-alternative for RRF/DBSF (one prefetch per retriever plus a fusion query).
-
-Needs the `qdrant` extra (`pip install 'hybridlab[qdrant]'`). Tests and the parity bench use the
-client's local mode (`QdrantClient(path=...)` or `":memory:"`: pure Python, brute force).
-"""
+See docs/internals/search.md#qdrant."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,29 +1,5 @@
 """The seam between the search pipeline and what stores an index: three small protocols.
-
-The pipeline (:mod:`hybridlab.search.pipeline`) asks a :class:`SparseRetriever` and one
-:class:`DenseRetriever` per embedding model for candidates, and a :class:`MetadataStore` for the
-rows a filter allows and for the documents it returns. Today's implementation is one generation
-on local disk (bm25s, FAISS, DuckDB: :mod:`hybridlab.search.local`); a segment store (several
-immutable segments plus tombstones) or a distributed engine (Qdrant) plugs in here.
-
-Conventions every implementation follows:
-
-- **Rows.** Candidates are *rows* of the snapshot: row `r` is the chunk `chunk_ids[r]` of the
-  snapshot's ascending chunk-id table, so a row is a chunk id in local form and every run the
-  pipeline fuses is `{row: score}`. An engine that speaks chunk ids (Qdrant point ids) maps them
-  with that table (`np.searchsorted`); a segment store numbers its segments' chunks into one row
-  space and hides tombstoned rows through the filter.
-- **Filters are pushed down.** A search gets a :class:`RowFilter`: the declarative
-  :class:`~hybridlab.search.filters.Filters` (what a remote engine turns into a payload filter) and
-  the boolean row mask the metadata store resolved them to (what a local retriever applies). A
-  filtered search still returns up to `depth` allowed rows: filtering happens inside the retriever,
-  never by dropping results afterwards.
-- **Ranking order.** Results come best first, ties by ascending row; scores are the retriever's
-  own (BM25, cosine), comparable only within one retriever.
-- **Statistics are the retriever's business.** BM25 over several segments must use global
-  statistics (document frequencies, average length over all live chunks), so its scores do not
-  depend on how the index is cut into segments.
-"""
+See docs/internals/search.md#retrievers."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,12 +1,5 @@
 """An immutable snapshot of one index generation, as a search sees it.
-
-A :class:`Snapshot` holds everything one generation answers with: its row table
-(:class:`~hybridlab.index.reader.Generation`), its retrievers and metadata store behind the
-protocols of :mod:`hybridlab.search.retrievers`, and the tag vocabulary derived from it. It is never
-changed after :func:`open_snapshot` built it; the caches it carries (filter masks, chunk details,
-FAISS filter state) belong to that generation alone. `Index` swaps in a new snapshot when a writer
-commits, and a search takes the snapshot once and uses only it.
-"""
+See docs/internals/search.md#snapshot."""
 from __future__ import annotations
 
 import os

@@ -1,24 +1,5 @@
 """Time in words: "yesterday", "last week", "2 days ago", "in March", "since Monday" as a (since, until) range.
-
-An expression is read by dateparser (the `mcp` extra) relative to `now` (UTC), which gives a point in
-time and its granularity (day, week, month, year, or a time of day); the range is the whole period
-around that point:
-
-| expression | range (now = Wednesday 2026-11-25 15:30 UTC) |
-|---|---|
-| `yesterday`, `2 days ago`, `last friday`, `March 5`, `2026-03-05` | that calendar day |
-| `last week`, `3 weeks ago` | that calendar week, Monday to Sunday |
-| `in March`, `March 2025`, `last month` | that calendar month (a month name alone: the last March up to now) |
-| `last year` | that calendar year |
-| `today`, `this week`, `this month` | the period's start up to now |
-| `5 hours ago`, `an hour ago` | from that time up to now |
-| `last 3 days`, `past 2 weeks` | now minus that span, up to now |
-| `since X`, `after X` | the start of X's period up to now |
-| `until X` / `before X` | up to the end / the start of X's period |
-
-Both ends are inclusive (`until` is the last microsecond of the period), as `since`/`until` filters
-are. An expression that does not parse is a ValueError saying which forms are understood.
-"""
+See docs/internals/search.md#time-range."""
 from __future__ import annotations
 
 import re
@@ -88,7 +69,7 @@ def _point(text: str, now: datetime, original: str) -> tuple[datetime, datetime]
 
 
 def parse_time(expression: str, now: datetime) -> TimeRange:
-    """The range an English time expression names, relative to `now` (see the module docstring)."""
+    """The range an English time expression names, relative to `now` (docs/internals/search.md#time-range)."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValueError(f"time must be a non-empty expression such as {EXAMPLES}")
     now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)

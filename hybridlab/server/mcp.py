@@ -1,15 +1,5 @@
 """The MCP server: a thin adapter exposing an index to AI assistants as ten typed tools.
-
-`create_server(index_dir, config)` opens the index once (a missing or empty folder becomes an empty
-memory index first) and registers `search`, `get_document`, `store_memory`, `update_memory`,
-`delete_memory`, `list_memories`, `search_by_tag`, `list_collections`, `list_documents` and `stats`; each delegates to :class:`hybridlab.search.engine.Index` or
-:class:`hybridlab.index.memory.MemoryWriter`. With `backend=` (e.g.
-`qdrant.qdrant_backend(client, collection, sync=True)`, what `hybridlab mcp --backend qdrant` passes)
-BM25 and vectors are served from Qdrant, and every generation the index opens, a memory's commit
-included, is mirrored into the collection first, so a stored memory is found by the next search. Bad input becomes a tool error with a clear message and the
-server keeps serving. Over stdio nothing but protocol messages reaches stdout: the SDK diverts fd 1
-to stderr while it serves, and `cli_mcp` diverts it while the index opens.
-"""
+See docs/internals/search.md#mcp-server."""
 from __future__ import annotations
 
 import argparse
