@@ -65,7 +65,6 @@ class Index:
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None,
                  *, check: bool = True, backend: Callable[[Generation], Snapshot] = snapshot_of) -> None:
         self.index_dir = Path(index_dir)
-        self._manifest_path = self.index_dir / layout.MANIFEST
         if isinstance(config, Mapping):
             self.config_file = dict(config)
         else:
@@ -231,18 +230,6 @@ class Index:
         self._query_vectors.put_many(((model, query), np.asarray(vector, dtype=np.float32))
                                      for query, vector in vectors.items())
 
-    def reranker(self, name: str):
-        """The cross-encoder `name` of the rerank step, loaded on first use and kept (thread-safe:
-        the encoder lock guards the load, the cross-encoder serialises its own scoring)."""
-        reranker = self._rerankers.get(name)
-        if reranker is not None:
-            return reranker
-        with self._encoder_lock:
-            if name not in self._rerankers:
-                from hybridlab.encoders.cross_encoder import load_reranker
-
-                self._rerankers[name] = load_reranker(name)
-            return self._rerankers[name]
 
     def learned_ranker(self, setting: str):
         """The learned fusion model of a `learned_model` setting, loaded once per index object."""
@@ -254,8 +241,15 @@ class Index:
             return self._rankers[setting]
 
     def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
-        """Cross-encoder scores of (query, passage) pairs, one per passage."""
-        return self.reranker(model).score(query, passages)
+        """Cross-encoder scores of (query, passage) pairs, one per passage. The cross-encoder `model` is
+        loaded on first use and kept (thread-safe: the encoder lock guards the load, the cross-encoder
+        serialises its own scoring)."""
+        with self._encoder_lock:
+            if model not in self._rerankers:
+                from hybridlab.encoders.cross_encoder import load_reranker
+
+                self._rerankers[model] = load_reranker(model)
+        return self._rerankers[model].score(query, passages)
 
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
@@ -263,10 +257,6 @@ class Index:
 
     # ---------------------------------------------------------------- search
     make_filters = staticmethod(make_filters)
-
-    def filter_rows(self, filters: Filters) -> np.ndarray | None:
-        """Boolean row mask of the chunks the filters allow (None = all), resolved in DuckDB."""
-        return self._snapshot.store.allowed(filters).mask
 
     def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
         return pipeline.resolve_config(self._snapshot, self.config_file, options)

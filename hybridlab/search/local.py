@@ -35,18 +35,6 @@ class Bm25Retriever:
     def search(self, query: str, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
         return self.index.top_terms(self.index.query_terms(query), depth, allowed.mask)
 
-    def query_idf(self, query: str) -> dict[str, float]:
-        """The IDF of each of the query's in-vocabulary terms (global over the live segments)."""
-        return self.index.query_idf(query)
-
-    @property
-    def k1(self) -> float:
-        return self.index.k1
-
-    @property
-    def b(self) -> float:
-        return self.index.b
-
     def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
         return self.index.matched_idf_share(query, rows)
 
@@ -124,7 +112,6 @@ class DuckDBStore:
         self._generation = generation
         self._everything = RowFilter(Filters(), None, generation.n_chunks)
         self._filters: LruCache[Filters, RowFilter] = LruCache(filter_cache_size)
-        self._details: tuple[list[str], list[tuple[str, ...]], list[datetime | None]] | None = None
         self._details_lock = threading.Lock()
         self._locations: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -154,10 +141,8 @@ class DuckDBStore:
         """Chunk text, document tags and date of each row. Read per segment on first need and kept
         with the segment (segments are immutable), so a refresh after a write reads only the new
         segment's rows, not every chunk's text again."""
-        generation = self._generation
-        if not generation.segments:  # a generation built by hand (tests): one query over the store
-            texts, tags, when = self._all_details()
-            return [(texts[row], tags[row], when[row]) for row in rows]
+        if not len(rows):  # a generation without segments has no rows
+            return []
         segment_of, local_of = self._row_locations()
         found = []
         for row in rows:
@@ -190,20 +175,6 @@ class DuckDBStore:
                     with store.connection() as con:
                         details = segment_details(con, store.prefixes[i])
                     segment.details["rows"] = details
-        return details
-
-    def _all_details(self) -> tuple[list[str], list[tuple[str, ...]], list[datetime | None]]:
-        """Chunk texts, document tags and dates by row, read from DuckDB once and kept."""
-        details = self._details
-        if details is None:
-            with self._details_lock:
-                if self._details is None:
-                    rows = self._generation.store.fetchall(
-                        "SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM chunks c "
-                        "JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
-                    )
-                    self._details = ([r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows])
-                details = self._details
         return details
 
     def passages(self, rows: Sequence[int]) -> list[str]:
