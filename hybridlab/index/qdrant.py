@@ -92,21 +92,19 @@ def term_collisions(sparse: Any) -> int:
 
 def sparse_weights(generation: Generation, *, fold_idf: bool = True,
                    rows: Sequence[int] | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per row (all, or `rows`), (sparse indices, BM25 weights with the IDF folded in) from bm25s's
-    precomputed score matrix; `fold_idf=False` divides the IDF back out (bm25s "lucene":
+    """Per row (all, or `rows`), (sparse indices, BM25 weights with the IDF folded in) from the
+    index's weights (:meth:`SparseIndex.weights`); `fold_idf=False` divides the IDF back out (bm25s "lucene":
     ln(1 + (N - df + 0.5) / (df + 0.5)), Qdrant's IDF modifier formula) for a collection that applies
     Qdrant's own IDF at query time. Rows without terms map to empty arrays."""
     sparse = generation.sparse
     n = generation.n_chunks
     wanted = np.arange(n) if rows is None else np.asarray(sorted({int(r) for r in rows}), dtype=np.int64)
     empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-    if not n or not getattr(sparse.retriever, "scores", None):
+    if not n:
         return {int(r): empty for r in wanted}
-    scores = sparse.retriever.scores
-    data, indices, indptr = (np.asarray(scores[k]) for k in ("data", "indices", "indptr"))
-    terms = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))  # column = term
+    indices, terms, data = sparse.weights()  # rows, term ids, weights
     if not fold_idf:
-        df = np.diff(indptr).astype(np.float64)
+        df = np.bincount(terms, minlength=len(sparse.vocab)).astype(np.float64)
         data = (data / np.log(1.0 + (n - df + 0.5) / (df + 0.5))[terms]).astype(np.float32)
     if rows is not None:
         keep = np.isin(indices, wanted)

@@ -32,20 +32,11 @@ def _bm25s():
 
 
 # bm25s's IDF of each method (bm25s/scoring.py, after Kamphuis et al. ECIR 2020)
-def _idf_lucene(df: int, n: int) -> float:
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
-def _idf_robertson(df: int, n: int) -> float:
-    return math.log(max((n - df + 0.5) / (df + 0.5), 1))
-
-
-def _idf_atire(df: int, n: int) -> float:
-    return math.log(n / df)
-
-
-IDF: dict[str, Callable[[int, int], float]] = {"lucene": _idf_lucene, "robertson": _idf_robertson,
-                                               "atire": _idf_atire}
+IDF: dict[str, Callable[[int, int], float]] = {
+    "lucene": lambda df, n: math.log(1 + (n - df + 0.5) / (df + 0.5)),
+    "robertson": lambda df, n: math.log(max((n - df + 0.5) / (df + 0.5), 1)),
+    "atire": lambda df, n: math.log(n / df),
+}
 
 
 def _tfc(method: str, tf: np.ndarray, lengths: np.ndarray, avgdl: float, k1: float, b: float) -> np.ndarray:
@@ -154,15 +145,6 @@ class Postings:
         return postings
 
 
-def is_legacy(folder: Path) -> bool:
-    """Whether a bm25 folder holds a pre-segment bm25s index (score matrix, no term frequencies)."""
-    try:
-        params = json.loads((folder / "params.index.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return False  # an empty segment has no params
-    return params.get("format") != POSTINGS_FORMAT
-
-
 GROUP_BASE = 16  # parts of 16^k to 16^(k+1) - 1 rows are combined into one group
 
 
@@ -225,7 +207,6 @@ class SparseIndex:
         if config.method not in IDF:
             raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
                              f"choose from {sorted(IDF)}")
-        self._matrix: _ScoreMatrix | None = None
         global_rows = []  # per part: global row of each local row, -1 = tombstoned
         lengths = []
         offset = 0
@@ -295,7 +276,8 @@ class SparseIndex:
         chunk_ids = np.load(folder / "ids.npy", allow_pickle=False)
         if chunk_ids.dtype.kind not in "iu":
             raise ValueError(f"{folder / 'ids.npy'} does not hold integer chunk ids")
-        if is_legacy(folder):
+        params = folder / "params.index.json"  # an empty segment has none
+        if params.exists() and json.loads(params.read_text(encoding="utf-8")).get("format") != POSTINGS_FORMAT:
             raise IndexFormatError(f"{folder} holds a BM25 index written before segments (a bm25s score matrix), which "
                                   "hybridlab no longer reads; rebuild the index: `hybridlab index PATHS --index DIR --force` "
                                   "(or `hybridlab verify --repair --index DIR`)")
@@ -323,15 +305,6 @@ class SparseIndex:
     @property
     def method(self) -> str:
         return self.tokenizer.config.method
-
-    @property
-    def retriever(self):
-        """A bm25s-shaped view: `scores` (the CSC score matrix `data`/`indices`/`indptr`/`num_docs`,
-        term ids of :attr:`vocab`, IDF folded in, global statistics), `vocab_dict` and
-        `get_scores_from_ids` (built on first use)."""
-        if self._matrix is None:
-            self._matrix = _ScoreMatrix(self)
-        return self._matrix
 
     def idf(self, term_ids: Sequence[int]) -> np.ndarray:
         """The IDF each term (ids of :attr:`vocab`) is scored with, over the live rows (float64)."""
@@ -494,9 +467,8 @@ class SparseIndex:
         return [vocab[t] for t in self.tokenizer.query_terms(query) if t in vocab]
 
     def _terms_of(self, term_ids: Sequence[int]) -> list[str]:
-        if self.vocab is not None and self._terms is not None:
-            return [self._terms[i] for i in term_ids]
-        return []
+        _ = self.vocab  # builds `_terms`
+        return [self._terms[i] for i in term_ids]
 
     def scores(self, term_ids: list[int]) -> np.ndarray:
         """BM25 score of every row (0 where no query term occurs)."""
@@ -504,68 +476,21 @@ class SparseIndex:
 
     def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
-        scores = self.scores(term_ids)
-        if mask is not None:
-            scores = np.where(mask, scores, 0.0)
-        return top_positive(scores, depth)
+        return self.top_terms(self._terms_of(term_ids), depth, mask)
 
-    def row_weights(self, fold_idf: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per live row, (term ids of :attr:`vocab`, BM25 weight of each term: IDF folded in, or
-        not with `fold_idf=False`), for exporting the index to an engine with sparse vectors."""
-        vocab = self.vocab
-        all_rows, all_terms, all_values = [], [], []
-        for term, term_id in vocab.items():
+    def weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every live posting as (row, term id of :attr:`vocab`, BM25 weight: IDF folded in, global
+        statistics), term by term in id order: the index as sparse vectors (the Qdrant export)."""
+        rows, terms, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+        for term, term_id in sorted(self.vocab.items(), key=lambda item: item[1]):
             column = self._live_column(term)
-            df = sum(len(rows) for rows, _, _ in column)
+            df = sum(len(found) for found, _, _ in column)
             idf = np.float32(IDF[self.method](df, self.n_live)) if df else np.float32(0)
-            for rows, tf, lengths in column:
-                tfc = _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)
-                all_rows.append(rows)
-                all_terms.append(np.full(len(rows), term_id, dtype=np.int64))
-                all_values.append((idf * tfc if fold_idf else tfc).astype(np.float32))
-        return _by_row(self.size, all_rows, all_terms, all_values)
-
-
-def _by_row(n: int, rows: list[np.ndarray], terms: list[np.ndarray],
-            values: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
-    if not rows:
-        return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(n)]
-    rows_a, terms_a, values_a = np.concatenate(rows), np.concatenate(terms), np.concatenate(values)
-    order = np.lexsort((terms_a, rows_a))  # by row (chunk), then term
-    rows_a, terms_a, values_a = rows_a[order], terms_a[order], values_a[order]
-    bounds = np.searchsorted(rows_a, np.arange(n + 1))
-    return [(terms_a[bounds[r]:bounds[r + 1]], values_a[bounds[r]:bounds[r + 1]]) for r in range(n)]
-
-
-class _ScoreMatrix:
-    """bm25s's score-matrix shape over a segmented index (for tools reading bm25s internals, e.g. the
-    Qdrant export): column `t` = term `t` of the index's vocabulary, rows = live rows, values = that
-    term's BM25 contribution (IDF folded in, global statistics), as bm25s would store them."""
-
-    def __init__(self, index: SparseIndex) -> None:
-        vocab = index.vocab
-        columns = []
-        for term, _ in sorted(vocab.items(), key=lambda item: item[1]):  # in id order
-            column = index._live_column(term)
-            df = sum(len(rows) for rows, _, _ in column)
-            idf = np.float32(IDF[index.method](df, index.n_live)) if df else np.float32(0)
-            rows = np.concatenate([c[0] for c in column]) if column else np.zeros(0, np.int64)
-            values = (np.concatenate([(idf * _tfc(index.method, tf, lengths, index.avgdl, index.k1, index.b))
-                                      .astype(np.float32) for _, tf, lengths in column])
-                      if column else np.zeros(0, np.float32))
-            columns.append((rows, values))
-        indptr = np.zeros(len(columns) + 1, dtype=np.int64)
-        np.cumsum([len(rows) for rows, _ in columns], out=indptr[1:])
-        self.scores = {
-            "data": np.concatenate([v for _, v in columns]) if columns else np.zeros(0, np.float32),
-            "indices": (np.concatenate([r for r, _ in columns]) if columns else np.zeros(0)).astype(np.int32),
-            "indptr": indptr, "num_docs": index.size,
-        }
-        self.vocab_dict = vocab
-        self._index = index
-
-    def get_scores_from_ids(self, term_ids: Sequence[int]) -> np.ndarray:
-        return self._index.scores(list(term_ids))
+            for found, tf, lengths in column:
+                rows.append(found)
+                terms.append(np.full(len(found), term_id, dtype=np.int64))
+                values.append((idf * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32))
+        return np.concatenate(rows), np.concatenate(terms), np.concatenate(values)
 
 
 def contains(postings: np.ndarray, rows: np.ndarray) -> np.ndarray:
