@@ -13,7 +13,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from hybridlab.config import SearchConfig, load_config_file
+from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
 from hybridlab.index import layout, wal
 from hybridlab.index.lru import LruCache
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
@@ -244,11 +244,12 @@ class Index:
         """Cross-encoder scores of (query, passage) pairs, one per passage. The cross-encoder `model` is
         loaded on first use and kept (thread-safe: the encoder lock guards the load, the cross-encoder
         serialises its own scoring)."""
-        with self._encoder_lock:
-            if model not in self._rerankers:
-                from hybridlab.encoders.cross_encoder import load_reranker
+        if model not in self._rerankers:
+            with self._encoder_lock:
+                if model not in self._rerankers:
+                    from hybridlab.encoders.cross_encoder import load_reranker
 
-                self._rerankers[model] = load_reranker(model)
+                    self._rerankers[model] = load_reranker(model)
         return self._rerankers[model].score(query, passages)
 
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
@@ -259,7 +260,7 @@ class Index:
     make_filters = staticmethod(make_filters)
 
     def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
-        return pipeline.resolve_config(self._snapshot, self.config_file, options)
+        return resolve_search_config(options, config_file=self.config_file, n_chunks=self._snapshot.n_chunks)
 
     def _retrieve(self, query: str, options: Mapping[str, Any], filters: Filters,
                   boost_tags: Sequence[str] | None, now: datetime) -> pipeline.Retrieval:
@@ -340,13 +341,18 @@ class Index:
                                tags_any=tags_any, chunk_types=chunk_types, collection=collection,
                                since=since, until=until, embedding_model=vectors_of)
         options = {**options, "embedding_model": embedding_model, "language": language}
-        retrieval = pipeline.retrieve(snapshot, query, options, filters, tag_list, resolve_now(now), self.config_file,
+        retrieval, hits = self._ranked(snapshot, query, options, filters, tag_list, now)
+        results = pipeline.hydrate(snapshot, hits[: retrieval.config.limit], retrieval, query, explain)
+        return SearchResponse(results, retrieval.timings, retrieval.mode, snapshot.number)
+
+    def _ranked(self, snapshot: Snapshot, query: str, options: Mapping[str, Any], filters: Filters,
+                tags: Sequence[str] | None, now: str | datetime | None) -> tuple[pipeline.Retrieval, list[pipeline.Hit]]:
+        """The retrieval, reranked, and its hits grouped by document when `group_by_document`."""
+        retrieval = pipeline.retrieve(snapshot, query, options, filters, tags, resolve_now(now), self.config_file,
                                       self.query_vector, self.learned_ranker)
         retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
-        hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits[: config.limit]
-        results = pipeline.hydrate(snapshot, hits, retrieval, query, explain)
-        return SearchResponse(results, retrieval.timings, retrieval.mode, snapshot.number)
+        return retrieval, pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits
 
     def run(self, query: str, *, now: str | datetime | None = None, filters: Filters | None = None,
             tags: Sequence[str] | None = None, **options: Any) -> dict[str, float]:
@@ -359,12 +365,8 @@ class Index:
         (the current one: `run` does not look for a newer generation, call `refresh`)."""
         snapshot = self._snapshot
         options.setdefault("limit", 100)
-        retrieval = pipeline.retrieve(snapshot, query, options, filters or Filters(),
-                                      None if tags is None else _tuple(tags), resolve_now(now), self.config_file,
-                                      self.query_vector, self.learned_ranker)
-        retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
-        config = retrieval.config
-        hits = pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits
+        retrieval, hits = self._ranked(snapshot, query, options, filters or Filters(),
+                                       None if tags is None else _tuple(tags), now)
         doc_ids = snapshot.generation.doc_ids
         return RunResponse({doc_ids[hit.row]: hit.score for hit in hits}, retrieval.timings, retrieval.mode,
                            snapshot.number)

@@ -70,11 +70,7 @@ def top_agreement(a: Mapping[int, float], b: Mapping[int, float], depth: int = E
     (ties by ascending row); None when either run is empty."""
     if not a or not b:
         return None
-    return len(_top(a, depth) & _top(b, depth)) / min(depth, len(a), len(b))
-
-
-def _top(run: Mapping[int, float], depth: int) -> set[int]:
-    return set(sorted(run, key=lambda row: (-run[row], row))[:depth])
+    return len(set(best_rows(a, depth)) & set(best_rows(b, depth))) / min(depth, len(a), len(b))
 
 
 def best_rows(run: Mapping[int, float], depth: int = EVIDENCE_DEPTH) -> list[int]:
@@ -85,7 +81,6 @@ def best_rows(run: Mapping[int, float], depth: int = EVIDENCE_DEPTH) -> list[int
 def weights_with_evidence(weights: Mapping[str, float], factor: float) -> dict[str, float]:
     """The fusion weights with BM25's scaled by `factor` (the other signals keep theirs)."""
     return {name: weight * factor if name == "bm25" else weight for name, weight in weights.items()}
-
 
 
 def rarest_term(frequencies: Mapping[str, int]) -> tuple[str | None, int | None]:

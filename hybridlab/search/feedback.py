@@ -21,13 +21,9 @@ def rocchio(query: np.ndarray, feedback: np.ndarray, weight: float) -> np.ndarra
 
 def best_documents(rows: Iterable[int], doc_ids: Sequence[str], count: int) -> list[int]:
     """The first row of each of the first `count` distinct documents, in the given (ranked) order."""
-    seen: set[str] = set()
-    chosen = []
+    chosen: dict[str, int] = {}
     for row in rows:
         if len(chosen) >= count:
             break
-        doc_id = doc_ids[row]
-        if doc_id not in seen:
-            seen.add(doc_id)
-            chosen.append(row)
-    return chosen
+        chosen.setdefault(doc_ids[row], row)
+    return list(chosen.values())

@@ -147,12 +147,6 @@ def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_m
     )
 
 
-def resolve_config(snapshot: Snapshot, config_file: Mapping[str, Any],
-                   options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
-    """The search settings (argument > env > config file > adaptive default) and their sources."""
-    return resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks)
-
-
 def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
              config_file: Mapping[str, Any]) -> tuple[SearchConfig, str, RowFilter, str | None]:
     """The search settings (auto values resolved) and where alpha came from, the rows the filters
@@ -160,7 +154,7 @@ def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
     options = dict(options)
     embedding_model = options.pop("embedding_model", None)
     language = options.pop("language", None)
-    config, sources = resolve_config(snapshot, config_file, options)
+    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks)
     config = resolve_auto(config, snapshot.n_chunks)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)
@@ -454,16 +448,12 @@ def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit
 def best_chunks(hits: Sequence[Hit], doc_ids: Sequence[str], limit: int) -> list[Hit]:
     """The first hit of each document, in the given order, at most `limit` (as many documents as
     :func:`group` returns, whatever `chunk_decay`)."""
-    seen: set[str] = set()
-    grouped = []
+    first: dict[str, Hit] = {}
     for hit in hits:
-        doc_id = doc_ids[hit.row]
-        if doc_id not in seen:
-            seen.add(doc_id)
-            grouped.append(hit)
-            if len(grouped) >= limit:
-                break
-    return grouped
+        first.setdefault(doc_ids[hit.row], hit)
+        if len(first) >= limit:
+            break
+    return list(first.values())
 
 
 def document_scores(hits: Sequence[Hit], doc_ids: Sequence[str], decay: float) -> list[Hit]:
@@ -604,9 +594,7 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
     bm25_rank, bm25_score = rank_and_score(retrieval.runs.get("bm25") or {})
     # with dense feedback, dense_* is the moved query's run and query_dense_* the query's own
     query_dense_rank, query_dense_score = rank_and_score(retrieval.query_dense)
-    rerank_score = retrieval.reranked.get(hit.row)
-    rerank_rank = None if rerank_score is None else 1 + sum(
-        1 for other, s in retrieval.reranked.items() if s > rerank_score or (s == rerank_score and other < hit.row))
+    rerank_rank, rerank_score = rank_and_score(retrieval.reranked)
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
     config = retrieval.config
     vector = None
