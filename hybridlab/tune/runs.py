@@ -71,20 +71,15 @@ def git(*args: str, repo: Path = REPO_ROOT) -> str | None:
         return None
 
 
-def engine_files(root: Path = REPO_ROOT) -> list[Path]:
-    """The engine's source files (:data:`ENGINE_PATHS`), sorted by path."""
-    files: list[Path] = []
-    for name in ENGINE_PATHS:
-        path = root / name
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
-    return sorted(files, key=lambda f: f.relative_to(root).as_posix())
-
-
 def engine_state(root: Path = REPO_ROOT) -> dict[str, Any]:
-    """`{"source_sha256", "commit", "date", "dirty", "paths"}`: the hash of the engine's sources and
-    the newest commit touching them (commit/date None outside git; dirty = uncommitted changes there)."""
+    """`{"source_sha256", "commit", "date", "dirty", "paths"}`: the hash of the engine's sources
+    (:data:`ENGINE_PATHS`, *.py sorted by path) and the newest commit touching them (commit/date None
+    outside git; dirty = uncommitted changes there)."""
+    files: list[Path] = []
+    for path in (root / name for name in ENGINE_PATHS):
+        files += path.rglob("*.py") if path.is_dir() else [path] if path.is_file() else []
     digest = hashlib.sha256()
-    for path in engine_files(root):
+    for path in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     state: dict[str, Any] = {"source_sha256": digest.hexdigest(), "commit": None, "date": None, "dirty": None,
                              "paths": list(ENGINE_PATHS)}
@@ -113,13 +108,9 @@ def stale_reason(record: Mapping[str, Any], current: Mapping[str, Any] | None = 
     return f"the engine changed since the sweep ({swept}; {now})"
 
 
-def today() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-
-
 def new_run_dir(reports: str | os.PathLike, name: str, date: str | None = None) -> Path:
-    """A fresh `reports/<date>-<name>[-N]/` (never reuses an existing folder)."""
-    base = Path(reports) / f"{date or today()}-{name}"
+    """A fresh `reports/<date>-<name>[-N]/` (never reuses an existing folder; date: today, UTC)."""
+    base = Path(reports) / f"{date or dt.datetime.now(dt.UTC).strftime('%Y-%m-%d')}-{name}"
     folder, n = base, 1
     while folder.exists():
         n += 1
@@ -140,16 +131,11 @@ def scratch_dir(run_dir: str | os.PathLike | None) -> Path:
     return path
 
 
-def sweep_runs(reports: str | os.PathLike) -> list[Path]:
-    """Finished sweep run folders (those with a metrics.json), oldest first."""
-    folders = [p.parent for p in Path(reports).glob(f"*-{SWEEP_PREFIX}*/metrics.json")]
-    return sorted(folders, key=lambda p: (p.stat().st_mtime, p.name))
-
-
 def latest_sweeps(reports: str | os.PathLike) -> list[Path]:
-    """The newest finished sweep run of each dataset."""
+    """The newest finished sweep run (a folder with a metrics.json) of each dataset."""
+    folders = [p.parent for p in Path(reports).glob(f"*-{SWEEP_PREFIX}*/metrics.json")]
     latest: dict[str, Path] = {}
-    for folder in sweep_runs(reports):
+    for folder in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name)):  # oldest first
         latest[json.loads((folder / "metrics.json").read_text())["dataset"]] = folder
     return [latest[name] for name in sorted(latest)]
 

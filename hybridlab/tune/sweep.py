@@ -560,11 +560,6 @@ def fold_trials(trials: int, k: int) -> int:
     return max(MIN_FOLD_TRIALS, trials // k)
 
 
-def fold_study_name(name: str, fold: int, k: int) -> str:
-    """The study of fold `fold` (0-based) of `k`: `<name>-fold<fold+1>of<k>`."""
-    return f"{name}-fold{fold + 1}of{k}"
-
-
 def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: int, storage: str | None = None,
                    study_name: str | None = None, run_dir: str | os.PathLike | None = None,
                    metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
@@ -576,7 +571,7 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
     config it chose. Returns the folds, each fold's chosen config, the out-of-fold per-query values,
     fold means and mean with a 95% t interval, the same for the defaults on the same queries, and a
     paired `test` of tuned-out-of-fold against the defaults (`significant`: p < MAX_P, higher mean).
-    Fold studies live beside the main one, named :func:`fold_study_name`."""
+    Fold studies live beside the main one, named `<name>-fold<i>of<k>` (i from 1)."""
     evalset = evaluator.evalset
     if not evalset.cross_validated:
         raise ValueError(f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
@@ -590,7 +585,7 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
     def tune(train: list[str]) -> dict[str, Any]:
         held_out = set(ids) - set(train)
         fold = next(i for i, members in enumerate(folds) if set(members) == held_out)
-        study = run_study(dataset, trials=trials, storage=storage, study_name=fold_study_name(name, fold, k),
+        study = run_study(dataset, trials=trials, storage=storage, study_name=f"{name}-fold{fold + 1}of{k}",
                           run_dir=run_dir, metric=metric, seed=seed, max_index_configs=max_index_configs,
                           base_index=base_index, space=space, evaluator=evaluator, workers=workers,
                           split=split, query_ids=train)
