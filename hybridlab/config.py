@@ -211,15 +211,10 @@ class SearchConfig:
             raise ValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
 
 
-def large_corpus(config: SearchConfig, n_chunks: int) -> bool:
-    """Whether an index of `n_chunks` is above the size where the auto settings (`staged`,
-    `fill_dense`) turn on."""
-    return n_chunks > config.staged_threshold
-
-
 def resolve_auto(config: SearchConfig, n_chunks: int) -> SearchConfig:
-    """`config` with its auto settings (`staged`, `fill_dense` = None) decided for `n_chunks`."""
-    large = large_corpus(config, n_chunks)
+    """`config` with its auto settings (`staged`, `fill_dense` = None) decided for `n_chunks`: on
+    above `staged_threshold` chunks."""
+    large = n_chunks > config.staged_threshold
     return replace(config, staged=large if config.staged is None else config.staged,
                    fill_dense=large if config.fill_dense is None else config.fill_dense)
 

@@ -144,19 +144,15 @@ def has_train_split(folder: Path) -> bool:
     return True
 
 
-def splits_of(folder: Path) -> list[str]:
-    """The split names `load_dataset` accepts for this folder."""
-    return ["all", "dev", "test", "train"] if has_train_split(folder) else ["all", "dev", "test"]
-
-
 def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: Path | None = None) -> Dataset:
     """Queries (only those with judgements) and qrels of one split of a BEIR-layout dataset, a qrels
     file or an ir_datasets id (docs/internals/tune-eval.md#datasets-and-splits); `queries`: where
     the queries are when not beside the qrels."""
     folder = resolve_dataset(name_or_path)
     official = has_train_split(folder)
-    if split not in splits_of(folder):
-        raise ValueError(f"unknown split {split!r}; choose from {splits_of(folder)}")
+    splits = ["all", "dev", "test", "train"] if official else ["all", "dev", "test"]
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r}; choose from {splits}")
     file_split = "train" if official and split in {"train", "dev"} else "test"
     qrels = load_qrels(folder, file_split)
     queries = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}

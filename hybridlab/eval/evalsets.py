@@ -69,10 +69,6 @@ class EvalSet:
         return load_dataset(self.judgements, split="all" if split == CROSS_VALIDATED else split,
                             queries=self.queries)
 
-    def tuning_dataset(self) -> Dataset:
-        """The queries a sweep may tune on; ValueError for a set that is never tuned on."""
-        return self.dataset(check_tunable(self))
-
     def report_dataset(self) -> Dataset:
         """The queries results are reported on."""
         return self.dataset(self.report_split)

@@ -133,11 +133,8 @@ def compare(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METR
     if len(runs) < 2:
         raise ValueError(f"compare needs at least two runs, got {len(runs)}")
 
-    ranx_qrels = None
-    ranx_runs = []
-    for name, run in runs.items():
-        ranx_qrels, ranx_run = _ranx(qrels, run, name=name)
-        ranx_runs.append(ranx_run)
+    pairs = [_ranx(qrels, run, name=name) for name, run in runs.items()]
+    ranx_qrels, ranx_runs = pairs[-1][0], [ranx_run for _, ranx_run in pairs]
     report = ranx_compare(ranx_qrels, ranx_runs, list(metrics), stat_test=stat_test, max_p=max_p,
                           make_comparable=True)
     data = report.to_dict()

@@ -17,28 +17,22 @@ __all__ = ["Run", "read_run", "run_name", "write_run"]
 _SUFFIXES = (".gz", ".json", ".trec", ".run", ".txt", ".tsv")
 
 
-def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise FileNotFoundError(f"run file not found: {path}")
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":  # gzip magic, whatever the suffix
-        data = gzip.decompress(data)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
 def read_run(path: str | Path) -> Run:
     """The run in a TREC or ranx-JSON file (told apart by a leading ``{``), gzipped or not.
 
     ValueError, naming the file and line, for a line without six fields, a score that is not a finite
     number, or a document listed twice for one query."""
     path = Path(path)
-    text = _read_text(path)
-    if text.lstrip().startswith("{"):
-        return _parse_json(path, text)
-    return _parse_trec(path, text)
+    if not path.is_file():
+        raise FileNotFoundError(f"run file not found: {path}")
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip magic, whatever the suffix
+        data = gzip.decompress(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    return _parse_json(path, text) if text.lstrip().startswith("{") else _parse_trec(path, text)
 
 
 def _parse_trec(path: Path, text: str) -> Run:

@@ -7,6 +7,11 @@ from hybridlab.eval.datasets import data_dir, has_train_split, load_dataset, spl
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, check_tunable, get_evalset
 
 
+def tuning_dataset(evalset: EvalSet):
+    """The queries a sweep may tune on; ValueError for a set that is never tuned on."""
+    return evalset.dataset(check_tunable(evalset))
+
+
 @pytest.fixture
 def official(tmp_path):
     """A BEIR folder with an official train split (its own queries file) and a test split."""
@@ -45,7 +50,7 @@ def test_named_sets_declare_their_splits():
     memories = get_evalset("memories")
     assert (memories.tuning_split, memories.report_split, memories.cv_folds) == (CROSS_VALIDATED, CROSS_VALIDATED, 5)
     assert memories.cross_validated and len(memories.report_dataset().queries) == 79
-    assert memories.tuning_dataset().queries == memories.dataset("all").queries
+    assert tuning_dataset(memories).queries == memories.dataset("all").queries
 
 
 @pytest.mark.parametrize("name", ["cisi", "cranfield", "med"])
@@ -55,7 +60,7 @@ def test_out_of_domain_sets_are_never_tuned_on(name):
     evalset = get_evalset(name)
     assert evalset.tuning_split is None and evalset.report_split == "all"
     with pytest.raises(ValueError, match=rf"{name} is never tuned on \(tuning_split = false\): it is an out-of-domain check"):
-        evalset.tuning_dataset()
+        tuning_dataset(evalset)
     with pytest.raises(ValueError, match="never tuned on"):
         check_tunable(evalset)
 
@@ -71,7 +76,7 @@ def test_cv_folds_go_with_the_cross_validated_split(tmp_path):
 def test_scifact_is_tuned_on_train_and_reported_on_all_300_test_queries():
     evalset = get_evalset("scifact")
     assert (evalset.tuning_split, evalset.report_split, evalset.cv_folds) == ("train", "test", None)
-    train, test = evalset.tuning_dataset(), evalset.report_dataset()
+    train, test = tuning_dataset(evalset), evalset.report_dataset()
     assert (len(train.queries), sum(len(d) for d in train.qrels.values())) == (809, 919)
     assert (len(test.queries), sum(len(d) for d in test.qrels.values())) == (300, 339)
     assert not set(train.queries) & set(test.queries)
