@@ -152,13 +152,10 @@ def index_config_from_args(args: argparse.Namespace):
         index_tags=chunk.index_tags if getattr(args, "index_tags", None) is None else args.index_tags,
     )
     def pairs(values):
-        out = []
         for value in values or ():
             if "=" not in value:
                 raise UsageError(f"expected KEY=MODEL, got {value!r}")
-            key, model = value.split("=", 1)
-            out.append((key, model))
-        return tuple(out)
+        return tuple(tuple(value.split("=", 1)) for value in values or ())
     return replace(
         base, chunk=chunk, bm25=Bm25Config(**vars(base.bm25)),
         models=tuple(args.models) if args.models else base.models,
@@ -442,10 +439,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from hybridlab.index.layout import read_manifest
 
     config = IndexConfig.from_manifest(read_manifest(Path(args.index_dir))["config"])
-    models = list(config.models)
-    for name in canonical_models(args.models or ()):
-        if name not in models:
-            models.append(name)
+    models = list(dict.fromkeys([*config.models, *canonical_models(args.models or ())]))
     for name in canonical_models(args.drop_models or ()):
         if name not in models:
             raise UsageError(f"the index has no model {name!r}; it has {models}")

@@ -195,27 +195,17 @@ def _chunk_kind(piece: str, default_language: str | None) -> tuple[str, str | No
     return "text", default_language
 
 
-def chunk_text(
-    text: str,
-    config: ChunkConfig | None = None,
-    *,
-    fmt: str = "markdown",
-    title: str = "",
-    language: str | None = None,
-) -> list[Chunk]:
+def chunk_text(text: str, config: ChunkConfig | None = None, *, fmt: str = "markdown", title: str = "",
+               language: str | None = None) -> list[Chunk]:
     """Chunk one document (default config: `ChunkConfig()`). `fmt` is `markdown`, `rst` or `text`;
     empty text gives no chunks."""
     config = config or ChunkConfig()
     if not text.strip():
         return []
-    if fmt == "markdown":
-        headings = markdown_headings(text)
-    elif fmt == "rst":
-        headings = rst_headings(text)
-    elif fmt == "text":
-        headings = []
-    else:
+    parsers = {"markdown": markdown_headings, "rst": rst_headings, "text": lambda _: []}
+    if fmt not in parsers:
         raise ValueError(f"unknown chunk format {fmt!r}; choose from ['markdown', 'rst', 'text']")
+    headings = parsers[fmt](text)
     sections = _merge_tiny(_sections(text, headings, config.header_levels), config.min_chunk_size)
     # Without an H1 the headings lack the document's name: the title heads the path
     # ("Tabulator › Editors" for a notebook whose headings start at "## Editors").

@@ -178,9 +178,8 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
     except Exception as error:  # noqa: BLE001 (nbformat raises several types for bad JSON / schema)
         raise ValueError(f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})") from None
     metadata = notebook.get("metadata", {})
-    language = (metadata.get("kernelspec", {}) or {}).get("language") or (
-        metadata.get("language_info", {}) or {}
-    ).get("name") or "python"
+    language = ((metadata.get("kernelspec", {}) or {}).get("language")
+                or (metadata.get("language_info", {}) or {}).get("name") or "python")
     parts: list[str] = []
     for cell in notebook.get("cells", []):
         source = cell.get("source", "")
@@ -214,10 +213,7 @@ def read_document_file(path: Path, doc_id: str, source: str, collection: str,
     fmt = TEXT_SUFFIXES[path.suffix.lower()]
     info = info or path.stat()
     raw = read_text_file(path, info.st_size)
-    language = {"markdown": "markdown", "rst": "rst", "text": "text"}.get(fmt)
-    text = raw
-    if fmt == "notebook":
-        text, language = notebook_text(raw)
+    text, language = notebook_text(raw) if fmt == "notebook" else (raw, fmt)  # its format names its language
     title = first_heading(text, fmt) or path.stem
     updated = datetime.fromtimestamp(info.st_mtime, tz=UTC)
     return Document(doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language)
