@@ -95,7 +95,26 @@ class _Subset:
     uses: int = field(default=0)
 
 
-class DenseIndex:
+class _ById:
+    """Rows and exact scores by chunk id, for an index with ascending `ids` and `take(rows)`."""
+
+    ids: np.ndarray
+
+    def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Rows of the given chunk ids that this model has vectors for (others are dropped)."""
+        chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
+        if not len(self.ids):
+            return np.zeros(0, np.int64)
+        rows = np.minimum(np.searchsorted(self.ids, chunk_ids), len(self.ids) - 1)
+        return rows[self.ids[rows] == chunk_ids]
+
+    def score_ids(self, query: np.ndarray, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact scores of the given chunk ids (those this model has vectors for)."""
+        rows = self.rows_of(chunk_ids)
+        return self.ids[rows], self.take(rows) @ np.asarray(query, dtype=np.float32).reshape(-1)
+
+
+class DenseIndex(_ById):
     """Vectors of one model: a FAISS index plus the id -> row table for scoring subsets."""
 
     def __init__(self, index, model: str, ef_search: int | None = None) -> None:
@@ -197,19 +216,6 @@ class DenseIndex:
         """The vectors of the given rows (a copy)."""
         return self.vectors[np.asarray(rows, dtype=np.int64)]
 
-    def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
-        """Rows of the given chunk ids that this model has vectors for (others are dropped)."""
-        chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
-        if not len(self.ids):
-            return np.zeros(0, np.int64)
-        rows = np.minimum(np.searchsorted(self.ids, chunk_ids), len(self.ids) - 1)
-        return rows[self.ids[rows] == chunk_ids]
-
-    def score_ids(self, query: np.ndarray, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact scores of the given chunk ids (those this model has vectors for)."""
-        rows = self.rows_of(chunk_ids)
-        return self.ids[rows], self.vectors[rows] @ np.asarray(query, dtype=np.float32).reshape(-1)
-
     def _exact_all(self, query: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact top `depth` over every stored vector (flat storage scan, else reconstructed vectors)."""
         if self._flat is not None:
@@ -284,7 +290,7 @@ class RowGather:
         return self._index.take(rows)
 
 
-class SegmentedDense:
+class SegmentedDense(_ById):
     """One model's vectors over several segments, each its own FAISS index, as one DenseIndex.
 
     Rows run over the live vectors of the segments in order (chunk ids ascending across segments).
@@ -378,17 +384,6 @@ class SegmentedDense:
                 ) if self.size else np.zeros((0, self.dim), np.float32)
                 self._vectors.flags.writeable = False
             return self._vectors
-
-    def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
-        chunk_ids = np.asarray(chunk_ids, dtype=np.int64)
-        if not len(self.ids):
-            return np.zeros(0, np.int64)
-        rows = np.minimum(np.searchsorted(self.ids, chunk_ids), len(self.ids) - 1)
-        return rows[self.ids[rows] == chunk_ids]
-
-    def score_ids(self, query: np.ndarray, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.rows_of(chunk_ids)
-        return self.ids[rows], self.take(rows) @ np.asarray(query, dtype=np.float32).reshape(-1)
 
     def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ids, scores) of the `depth` nearest live vectors, restricted to `allowed` chunk ids."""

@@ -3,7 +3,7 @@ See docs/internals/index.md#graph."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -259,13 +259,7 @@ def _blas_threads(work: float) -> Any:
             _BLAS.append(None)
         else:
             _BLAS.append(ThreadpoolController())
-    return _one_thread(_BLAS[0]) if _BLAS[0] is not None else nullcontext()
-
-
-@contextmanager
-def _one_thread(controller: Any) -> Iterator[None]:
-    with controller.limit(limits=1, user_api="blas"):
-        yield
+    return _BLAS[0].limit(limits=1, user_api="blas") if _BLAS[0] is not None else nullcontext()
 
 
 def _search_and_merge(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
@@ -421,15 +415,19 @@ def _add_rows(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added:
         _search_and_merge(vectors, graph, fresh, added, rows)
 
 
+def _load_rows(path: Path, n_vectors: int, what: str, lowest: int) -> np.ndarray:
+    """Read (n_vectors, width) int32 rows written by `save_graph`: entries below `n_vectors`, >= `lowest`."""
+    rows = np.load(path, allow_pickle=False)
+    if rows.ndim != 2 or rows.shape[0] != n_vectors or rows.dtype != np.int32:
+        raise ValueError(f"{path}: {what} of shape {rows.shape} ({rows.dtype}) does not fit {n_vectors} vectors")
+    if rows.size and (rows.max() >= n_vectors or rows.min() < lowest):
+        raise ValueError(f"{path}: {what} points outside the index's {n_vectors} vectors")
+    return rows
+
+
 def load_reserve(path: Path, n_vectors: int) -> np.ndarray:
     """Read reserve columns written by `save_graph`, checking they fit an index of `n_vectors`."""
-    reserve = np.load(path, allow_pickle=False)
-    if reserve.ndim != 2 or reserve.shape[0] != n_vectors or reserve.dtype != np.int32:
-        raise ValueError(f"{path}: graph reserve of shape {reserve.shape} ({reserve.dtype}) does not fit "
-                         f"{n_vectors} vectors")
-    if reserve.size and (reserve.max() >= n_vectors or reserve.min() < UNKNOWN):
-        raise ValueError(f"{path}: graph reserve points outside the index's {n_vectors} vectors")
-    return reserve
+    return _load_rows(path, n_vectors, "graph reserve", UNKNOWN)
 
 
 def save_graph(graph: np.ndarray, path: Path) -> None:
@@ -440,13 +438,7 @@ def save_graph(graph: np.ndarray, path: Path) -> None:
 
 def load_graph(path: Path, n_vectors: int) -> np.ndarray:
     """Read a graph written by `save_graph`, checking it fits an index of `n_vectors`."""
-    graph = np.load(path, allow_pickle=False)
-    if graph.ndim != 2 or graph.shape[0] != n_vectors or graph.dtype != np.int32:
-        raise ValueError(f"{path}: corpus graph of shape {graph.shape} ({graph.dtype}) does not fit "
-                         f"{n_vectors} vectors")
-    if graph.size and (graph.max() >= n_vectors or graph.min() < -1):
-        raise ValueError(f"{path}: corpus graph points outside the index's {n_vectors} vectors")
-    return graph
+    return _load_rows(path, n_vectors, "corpus graph", -1)
 
 
 def expand_by_graph(vectors: np.ndarray, graph: np.ndarray, query: np.ndarray, rows: np.ndarray,

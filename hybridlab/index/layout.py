@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from hybridlab.errors import CorruptIndexError, HybridlabError, IndexLockedError, IndexNotFoundError
+from hybridlab.errors import CorruptIndexError, IndexLockedError, IndexNotFoundError
 from hybridlab.filelock import exclusive_lock, lock_if_possible
 from hybridlab.index.lru import LruCache
 
@@ -279,16 +279,12 @@ def read_manifest(index_dir: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CorruptIndexError(
-            f"{path} is corrupt ({error}); run `hybridlab verify --repair --index {index_dir}`"
-        ) from None
+        raise CorruptIndexError(f"{path} is corrupt ({error}); {repair_hint(index_dir)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS or "generation" not in manifest:
-        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION}; "
-                                f"run `hybridlab verify --repair --index {index_dir}`")
+        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION}; {repair_hint(index_dir)}")
     for name in sorted(referenced_folders(index_dir, manifest)):
         if not (Path(index_dir) / name).is_dir():
-            raise CorruptIndexError(f"{Path(index_dir) / name} named by {path} is missing; "
-                                    f"run `hybridlab verify --repair --index {index_dir}`")
+            raise CorruptIndexError(f"{Path(index_dir) / name} named by {path} is missing; {repair_hint(index_dir)}")
     return manifest
 
 
@@ -307,19 +303,7 @@ def write_manifest(index_dir: Path, manifest: dict[str, Any], text: str | None =
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, index_dir / MANIFEST)
-    fd = os.open(index_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def live_generation(index_dir: Path) -> Path | None:
-    try:
-        manifest = read_manifest(index_dir)
-    except HybridlabError:
-        return None
-    return Path(index_dir) / manifest["path"]
+    fsync_path(index_dir)
 
 
 def next_generation_number(index_dir: Path) -> int:

@@ -7,6 +7,7 @@ Needs the `qdrant` extra (`pip install 'hybridlab[qdrant]'`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -15,7 +16,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,10 +48,9 @@ def qdrant_models():
 
 def connect(url: str | None = None, path: str | os.PathLike | None = None) -> Any:
     """A QdrantClient for a server (`url`) or the local mode (`path`, or in memory when both are None)."""
-    try:
-        from qdrant_client import QdrantClient
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("the Qdrant backend needs qdrant-client: pip install 'hybridlab[qdrant]'") from None
+    qdrant_models()  # the extra's message when qdrant-client is missing
+    from qdrant_client import QdrantClient
+
     if url and path:
         raise ValueError("give either a Qdrant url or a local path, not both")
     if url:
@@ -245,14 +245,20 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
     return collection
 
 
+@contextlib.contextmanager
+def _live_generation(index_dir: str | os.PathLike) -> Iterator[Generation]:
+    generation = read_generation(index_dir)
+    try:
+        yield generation
+    finally:
+        generation.store.close()
+
+
 def export_index(index_dir: str | os.PathLike, client: Any, collection: str | None = None, *,
                  idf_modifier: bool = False) -> str:
     """Export the live generation of `index_dir` (see :func:`export_generation`); the collection's name."""
-    generation = read_generation(index_dir)
-    try:
+    with _live_generation(index_dir) as generation:
         return export_generation(generation, client, collection, idf_modifier=idf_modifier)
-    finally:
-        generation.store.close()
 
 
 def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int], mode: str) -> int:
@@ -314,33 +320,31 @@ def upsert_documents(generation: Generation, client: Any, collection: str, doc_i
                         _collection_mode(client, collection))
 
 
-def point_ids(client: Any, collection: str) -> np.ndarray:
-    """Every point id of the collection, ascending (a scroll)."""
-    ids: list[int] = []
+def _scroll(client: Any, collection: str, with_payload: Any) -> Iterator[Any]:
+    """Every point of the collection (`with_payload` as `client.scroll` takes it; no vectors)."""
     offset = None
     while True:
-        points, offset = client.scroll(collection, limit=1024, offset=offset, with_payload=False, with_vectors=False)
-        ids.extend(int(p.id) for p in points)
+        points, offset = client.scroll(collection, limit=1024, offset=offset, with_payload=with_payload,
+                                       with_vectors=False)
+        yield from points
         if offset is None:
-            break
-    return np.sort(np.asarray(ids, dtype=np.int64))
+            return
+
+
+def point_ids(client: Any, collection: str) -> np.ndarray:
+    """Every point id of the collection, ascending (a scroll)."""
+    return np.sort(np.asarray([int(p.id) for p in _scroll(client, collection, False)], dtype=np.int64))
 
 
 def _collection_documents(client: Any, collection: str) -> tuple[dict[str, str], dict[str, list[int]]]:
     """`{doc_id: doc_sha256}` and `{doc_id: [point ids]}` of what the collection holds (a payload scroll)."""
     hashes: dict[str, str] = {}
     points_of: dict[str, list[int]] = {}
-    offset = None
-    while True:
-        points, offset = client.scroll(collection, limit=1024, offset=offset, with_payload=["doc_id", "doc_sha256"],
-                                       with_vectors=False)
-        for point in points:
-            payload = point.payload or {}
-            doc_id = str(payload.get("doc_id"))
-            hashes[doc_id] = str(payload.get("doc_sha256", ""))
-            points_of.setdefault(doc_id, []).append(int(point.id))
-        if offset is None:
-            break
+    for point in _scroll(client, collection, ["doc_id", "doc_sha256"]):
+        payload = point.payload or {}
+        doc_id = str(payload.get("doc_id"))
+        hashes[doc_id] = str(payload.get("doc_sha256", ""))
+        points_of.setdefault(doc_id, []).append(int(point.id))
     return hashes, points_of
 
 
@@ -433,11 +437,8 @@ def sync_generation(generation: Generation, client: Any, collection: str | None 
 
 def sync_index(index_dir: str | os.PathLike, client: Any, collection: str | None = None, **options: Any) -> SyncReport:
     """:func:`sync_generation` of the live generation of `index_dir`."""
-    generation = read_generation(index_dir)
-    try:
+    with _live_generation(index_dir) as generation:
         return sync_generation(generation, client, collection, **options)
-    finally:
-        generation.store.close()
 
 
 # ------------------------------------------------------------------ filters

@@ -21,7 +21,7 @@ from hybridlab.errors import CorruptIndexError, IndexFormatError, StoreError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
-from hybridlab.index.sparse import GroupCache, Postings, SparseIndex
+from hybridlab.index.sparse import GroupCache, Postings, SparseIndex, global_rows
 from hybridlab.index.tokenizer import Tokenizer
 
 
@@ -63,22 +63,17 @@ class StoreReader:
 
 def manifest_stamp(index_dir: Path) -> tuple[int, int] | None:
     """(mtime, inode) of the manifest: a writer's commit replaces it, so the stamp changes."""
-    return file_stamp(Path(index_dir) / layout.MANIFEST)
+    try:
+        stat = os.stat(Path(index_dir) / layout.MANIFEST)
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_ino)
 
 
 def index_stamp(index_dir: Path, generation: int) -> tuple[Any, int]:
     """What a reader of generation `generation` compares to know whether to refresh: the manifest's
     stamp and the size of that generation's write-ahead log (two stats)."""
     return manifest_stamp(index_dir), wal.log_size(wal.wal_path(index_dir, generation))
-
-
-def file_stamp(path: Path) -> tuple[int, int] | None:
-    """(mtime, inode) of a file, None when it does not exist."""
-    try:
-        stat = os.stat(path)
-        return (stat.st_mtime_ns, stat.st_ino)
-    except FileNotFoundError:
-        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -428,12 +423,6 @@ def segment_details(con: Any, prefix: str = "") -> tuple[list[str], list[tuple[s
     return [r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows]
 
 
-def _pick(values: Sequence[Any], mask: np.ndarray | None) -> Sequence[Any]:
-    if mask is None:
-        return values
-    return list(itertools.compress(values, mask))
-
-
 class RowTags(Mapping):
     """row -> its tags (sorted), the inverse of `tag_rows`, as one CSR table built in numpy (no
     dict of every tagged row: building that was most of a 100k-chunk generation's refresh)."""
@@ -485,18 +474,9 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
             masked = set(entry["masked"])
             hidden.append(segment.chunk_ids[np.asarray([d in masked for d in segment.doc_ids], dtype=bool)])
     hidden_ids = np.concatenate(hidden) if hidden else np.zeros(0, np.int64)
-    offsets, global_rows = [], []  # per segment: first global row; global row of each local row (-1 = dead)
-    offset = 0
-    for segment, mask in zip(segments, live):
-        offsets.append(offset)
-        if mask is None:
-            global_rows.append(np.arange(offset, offset + segment.rows, dtype=np.int64))
-            offset += segment.rows
-        else:
-            global_rows.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
-            offset += int(mask.sum())
-    pick = lambda attribute: tuple(itertools.chain.from_iterable(_pick(getattr(s, attribute), m)
-                                                                 for s, m in zip(segments, live)))
+    pick = lambda attribute: tuple(itertools.chain.from_iterable(
+        getattr(s, attribute) if m is None else itertools.compress(getattr(s, attribute), m)
+        for s, m in zip(segments, live)))
     chunk_ids = _readonly(np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
                           if segments else np.zeros(0, np.int64))
     if len(chunk_ids) > 1 and not np.all(chunk_ids[1:] > chunk_ids[:-1]):
@@ -504,7 +484,7 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
                                 f"run `hybridlab verify --repair --index {index_dir}`")
     chunk_types, collections = pick("chunk_types"), pick("collections")
     by_tag: dict[str, list[np.ndarray]] = {}
-    for segment, rows_of in zip(segments, global_rows):  # per segment and tag: one numpy step
+    for segment, rows_of in zip(segments, global_rows([s.rows for s in segments], live)):  # one numpy step a tag
         for tag, local in segment.tag_locals.items():
             rows = rows_of[local]
             by_tag.setdefault(tag, []).append(rows[rows >= 0])

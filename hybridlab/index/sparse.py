@@ -160,6 +160,20 @@ def group_parts(parts: Sequence[Postings]) -> list[list[int]]:
     return [classes[k] for k in sorted(classes, reverse=True)]
 
 
+def global_rows(sizes: Sequence[int], live: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Per part of `sizes[i]` rows (`live[i]`: its live-row mask, None = all live), the global row of
+    each of its rows, numbered over the live rows of every part in order (-1 = tombstoned)."""
+    found, offset = [], 0
+    for size, mask in zip(sizes, live):
+        if mask is None:
+            found.append(np.arange(offset, offset + size, dtype=np.int64))
+            offset += size
+        else:
+            found.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
+            offset += int(mask.sum())
+    return found
+
+
 def _global_rows(local: np.ndarray, to_global: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
     """The global rows of a group's `local` rows, and the mask of the live ones (None: all live)."""
     if to_global is None:
@@ -207,18 +221,9 @@ class SparseIndex:
         if config.method not in IDF:
             raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
                              f"choose from {sorted(IDF)}")
-        global_rows = []  # per part: global row of each local row, -1 = tombstoned
-        lengths = []
-        offset = 0
-        for part, mask in zip(self.parts, live):
-            if mask is None:
-                global_rows.append(np.arange(offset, offset + part.rows, dtype=np.int64))
-                lengths.append(part.lengths)
-            else:
-                global_rows.append(np.where(mask, np.cumsum(mask) - 1 + offset, -1).astype(np.int64))
-                lengths.append(part.lengths[mask])
-            offset += part.rows if mask is None else int(mask.sum())
-        self.n_live = offset
+        rows_of = global_rows([part.rows for part in self.parts], live)
+        lengths = [part.lengths if mask is None else part.lengths[mask] for part, mask in zip(self.parts, live)]
+        self.n_live = offset = sum(len(part_lengths) for part_lengths in lengths)
         if offset != len(chunk_ids):
             raise ValueError(f"{offset} live BM25 rows for {len(chunk_ids)} chunk ids")
         # the mean over the lengths in row order, as bm25s computes it over its corpus
@@ -236,7 +241,7 @@ class SparseIndex:
             if members == list(range(len(members))) and all(live[i] is None for i in members):
                 self._group_rows.append(None)
             else:
-                self._group_rows.append(np.concatenate([global_rows[i] for i in members]))
+                self._group_rows.append(np.concatenate([rows_of[i] for i in members]))
         if groups is not None:
             groups.keep({tuple(self.parts[i] for i in members) for members in plan})
 
