@@ -155,9 +155,6 @@ def _value(tuning: Mapping[str, Run], tune_qrels: Qrels, setting: FusionSetting,
 
 def _first_best(scored, metric: str) -> tuple[FusionSetting, list[dict[str, Any]]]:
     """The first setting of the best value among (setting, value) pairs, and the table of them all."""
-    table, best, best_value = [], None, float("-inf")
-    for setting, value in scored:
-        table.append({**setting.to_dict(), metric: value})
-        if value > best_value:
-            best, best_value = setting, value
-    return best, table
+    pairs = list(scored)
+    table = [{**setting.to_dict(), metric: value} for setting, value in pairs]
+    return max(pairs, key=lambda pair: pair[1])[0], table  # max keeps the first of equals

@@ -40,16 +40,10 @@ def parse_values(param: str, text: str) -> list[Any]:
     if field is None:
         choices = sorted(set(SEARCH_FIELDS) | set(CHUNK_FIELDS) | set(BM25_FIELDS))
         raise ValueError(f"unknown parameter {param!r}; choose from {choices}")
-    default = field.default
-    if isinstance(default, bool):
-        return [item.lower() in {"1", "true", "yes", "on"} for item in items]
-    if isinstance(default, int):
-        return [int(item) for item in items]
-    if isinstance(default, float):
-        return [float(item) for item in items]
-    if isinstance(default, tuple):
-        return [tuple(int(level) for level in item.split("+")) for item in items]  # header_levels: 1+2+3
-    return [None if item.lower() == "none" else item for item in items]
+    parsers: dict[type, Any] = {bool: lambda item: item.lower() in {"1", "true", "yes", "on"}, int: int, float: float,
+                                tuple: lambda item: tuple(int(level) for level in item.split("+"))}  # header_levels: 1+2+3
+    parse = parsers.get(type(field.default), lambda item: None if item.lower() == "none" else item)
+    return [parse(item) for item in items]
 
 
 def index_config_for(param: str, value: Any, models: tuple[str, ...] = ()) -> IndexConfig:
