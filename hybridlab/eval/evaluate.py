@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridlab.eval.runs import trec_text
+
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
@@ -154,12 +156,8 @@ def _p_value(value: float) -> float:
 
 
 def write_trec_run(run: Run, path: str | Path, name: str = "hybridlab") -> None:
-    """A TREC run file: `qid Q0 doc_id rank score name`."""
-    lines = []
-    for qid, docs in run.items():
-        ranked = sorted(docs.items(), key=lambda item: (-item[1], item[0]))
-        lines.extend(f"{qid} Q0 {doc} {rank} {score:.6f} {name}" for rank, (doc, score) in enumerate(ranked, 1))
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    """A TREC run file: `qid Q0 doc_id rank score name` (scores to 6 decimals)."""
+    Path(path).write_text(trec_text(run, name, "{:.6f}"), encoding="utf-8")
 
 
 def wins_losses(per_query_a: Mapping[str, float], per_query_b: Mapping[str, float], eps: float = 1e-9) -> dict[str, list[str]]:

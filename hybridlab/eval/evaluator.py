@@ -116,10 +116,9 @@ class Evaluator:
         cache = EmbeddingCache(path)
         try:
             for model, dense in index.dense.items():
-                rows = index._con.execute(
+                sha_of = dict(index._con.execute(
                     "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
-                ).fetchall()
-                sha_of = dict(rows)
+                ).fetchall())
                 key = cache_model(model)
                 have = cache.get(key, list(sha_of.values()), dim=dense.dim)
                 if len(have) < len(set(sha_of.values())):

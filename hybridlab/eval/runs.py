@@ -85,6 +85,14 @@ def run_name(path: str | Path) -> str:
     return name or Path(path).name
 
 
+def trec_text(run: Mapping[str, Mapping[str, float]], name: str, score_format: str) -> str:
+    """TREC lines `qid Q0 doc_id rank score name`, each query ranked by score then doc id; the score
+    written by `score_format` (`"{!r}"` in full, `"{:.6f}"`)."""
+    lines = [f"{qid} Q0 {doc} {rank} {score_format.format(score)} {name}" for qid, docs in run.items()
+             for rank, (doc, score) in enumerate(sorted(docs.items(), key=lambda item: (-item[1], item[0])), 1)]
+    return "\n".join(lines) + "\n"
+
+
 def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, name: str = "hybridlab") -> None:
     """A TREC run file (``.json``: a ranx JSON run; ``.gz``: gzipped), ranked by score then doc id.
 
@@ -94,10 +102,6 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, name: st
     if path.name.removesuffix(".gz").endswith(".json"):
         text = json.dumps({qid: dict(docs) for qid, docs in run.items()}, allow_nan=False) + "\n"
     else:
-        lines = []
-        for qid, docs in run.items():
-            ranked = sorted(docs.items(), key=lambda item: (-item[1], item[0]))
-            lines.extend(f"{qid} Q0 {doc} {rank} {score!r} {name}" for rank, (doc, score) in enumerate(ranked, 1))
-        text = "\n".join(lines) + "\n"
+        text = trec_text(run, name, "{!r}")
     data = text.encode("utf-8")
     path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
