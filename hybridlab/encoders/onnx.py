@@ -12,6 +12,7 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,11 +66,8 @@ def recipe(spec: ModelSpec) -> dict:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _is_valid(folder: Path, spec: ModelSpec) -> bool:
@@ -130,7 +128,8 @@ def build(spec: ModelSpec, folder: Path) -> None:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
-    ids, mask, types = (torch.from_numpy(a) for a in _tokenize(_tokenizer(folder, spec), ["a b c", "d"]))
+    tokenizer = load_tokenizer(folder / "tokenizer.json", spec.max_seq_length)
+    ids, mask, types = (torch.from_numpy(a) for a in feeds(tokenizer.encode_batch(["a b c", "d"])).values())
     fp32 = folder / "model_fp32.onnx"
     axes = {0: "batch", 1: "sequence"}
     with torch.no_grad(), warnings.catch_warnings():
@@ -170,28 +169,37 @@ def build(spec: ModelSpec, folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def _tokenizer(folder: Path, spec: ModelSpec):
+def load_tokenizer(path: Path, max_length: int) -> Any:
+    """A `tokenizers.Tokenizer` cutting at `max_length` tokens and padding to the batch's longest
+    (whatever fixed padding the file asks for: MiniLM's tokenizer.json pads to 128)."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    # MiniLM's tokenizer.json truncates and pads to a fixed 128; use the model's 256, pad to longest.
-    tokenizer.enable_truncation(max_length=spec.max_seq_length)
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length=max_length)
     tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")
     return tokenizer
 
 
-def _tokenize(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return _padded(tokenizer.encode_batch(list(texts)))
-
-
-def _padded(encodings: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Token ids, attention mask and type ids of `encodings`, right-padded with 0 to the longest."""
+def feeds(encodings: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The BERT inputs (`input_ids`, `attention_mask`, `token_type_ids`) of `encodings`, right-padded
+    with 0 to the longest."""
     width = max(len(e.ids) for e in encodings)
     ids, mask, types = (np.zeros((len(encodings), width), dtype=np.int64) for _ in range(3))
     for row, encoding in enumerate(encodings):
         n = len(encoding.ids)
         ids[row, :n], mask[row, :n], types[row, :n] = encoding.ids, encoding.attention_mask, encoding.type_ids
-    return ids, mask, types
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def cpu_session(model: Path) -> Any:
+    """An onnxruntime CPU session with the project's thread settings (the machine's cores, no spinning)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = INTRA_OP_THREADS
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
 class OnnxEncoder(Encoder):
@@ -202,29 +210,19 @@ class OnnxEncoder(Encoder):
     batch_size = 4
 
     def __init__(self, spec: ModelSpec):
-        import onnxruntime as ort
-
         super().__init__(spec)
         self.folder = ensure_model(spec)
-        self.tokenizer = _tokenizer(self.folder, spec)
-        self._unpadded = _tokenizer(self.folder, spec)
+        self.tokenizer = load_tokenizer(self.folder / "tokenizer.json", spec.max_seq_length)
+        self._unpadded = load_tokenizer(self.folder / "tokenizer.json", spec.max_seq_length)
         self._unpadded.no_padding()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = INTRA_OP_THREADS
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(
-            str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = cpu_session(self.folder / "model.onnx")
 
     def encode_batch(self, texts: list[str], *, is_query: bool) -> np.ndarray:
         prefix = self.prefix(is_query=is_query)
-        return self._run(_tokenize(self.tokenizer, [prefix + t for t in texts]))
+        return self._run(self.tokenizer.encode_batch([prefix + t for t in texts]))
 
-    def _run(self, tokens: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-        ids, mask, types = tokens
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        return self.session.run(["sentence_embedding"], feeds)[0]
+    def _run(self, encodings: Sequence[Any]) -> np.ndarray:
+        return self.session.run(["sentence_embedding"], feeds(encodings))[0]
 
     def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
                          sort_by_length: bool = True) -> np.ndarray:
@@ -245,6 +243,6 @@ class OnnxEncoder(Encoder):
                     order.sort(key=lambda i: -len(encodings[i].ids))
                 for first in range(0, len(order), batch_size):
                     rows = order[first:first + batch_size]
-                    out[[start + i for i in rows]] = self._run(_padded([encodings[i] for i in rows]))
+                    out[[start + i for i in rows]] = self._run([encodings[i] for i in rows])
                     progress.update(len(rows))
         return l2_normalize(out)
