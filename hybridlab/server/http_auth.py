@@ -78,25 +78,12 @@ def default_allowed_hosts(host: str, port: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def default_allowed_origins(host: str, port: int) -> tuple[str, ...]:
-    """`http://` + each default allowed host: pages served by this very server and its loopback names."""
-    return tuple(f"http://{name}" for name in default_allowed_hosts(host, port))
-
-
-def _check_host_value(value: str) -> str:
-    name = value.strip().lower()
-    if not _HOST_VALUE.fullmatch(name):
-        raise ValueError(f"--allowed-host {value!r} is not a Host header value; give 'name:port' (e.g. "
-                         "'mcp.example.org:8765'), 'name' for the default port of a proxy, or 'name:*' for any port")
-    return name
-
-
-def _check_origin(value: str) -> str:
-    origin = value.strip().lower()
-    if not _ORIGIN.fullmatch(origin):
-        raise ValueError(f"--allowed-origin {value!r} is not an origin; give 'scheme://name[:port]' with no path "
-                         "(e.g. 'https://mcp.example.org' or 'http://localhost:*')")
-    return origin
+def _checked(option: str, value: str, pattern: re.Pattern[str], problem: str) -> str:
+    """`value` lower-cased when `pattern` matches all of it, else ValueError: `option`, `value`, `problem`."""
+    normal = value.strip().lower()
+    if not pattern.fullmatch(normal):
+        raise ValueError(f"{option} {value!r} {problem}")
+    return normal
 
 
 def check_token(token: str, source: str) -> str:
@@ -145,8 +132,15 @@ def http_security(host: str, port: int, *, token_file: str | os.PathLike | None 
     if token is None and not is_loopback(host):
         raise ValueError(f"refusing to serve on {host_with_port(host, port)} without a bearer token: anyone who "
                          f"can reach the port could search and write the index; {_TOKEN_HINT}")
-    hosts = default_allowed_hosts(host, port) + tuple(_check_host_value(h) for h in allowed_hosts)
-    origins = default_allowed_origins(host, port) + tuple(_check_origin(o) for o in allowed_origins)
+    hosts = default_allowed_hosts(host, port) + tuple(
+        _checked("--allowed-host", h, _HOST_VALUE, "is not a Host header value; give 'name:port' (e.g. "
+                 "'mcp.example.org:8765'), 'name' for the default port of a proxy, or 'name:*' for any port")
+        for h in allowed_hosts)
+    # pages served by this very server and its loopback names, and those given
+    origins = tuple(f"http://{name}" for name in default_allowed_hosts(host, port)) + tuple(
+        _checked("--allowed-origin", o, _ORIGIN, "is not an origin; give 'scheme://name[:port]' with no path "
+                 "(e.g. 'https://mcp.example.org' or 'http://localhost:*')")
+        for o in allowed_origins)
     return HttpSecurity(token=token, token_source=source, allowed_hosts=tuple(dict.fromkeys(hosts)),
                         allowed_origins=tuple(dict.fromkeys(origins)), max_request_bytes=max_request_bytes)
 

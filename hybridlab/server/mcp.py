@@ -225,6 +225,19 @@ def _tool_error(error: BaseException):
     return ToolError(str(message))
 
 
+#: what the library raises on bad input or a failed write (reading an index adds KeyError)
+LIBRARY_ERRORS = (HybridlabError, ValueError, FileNotFoundError)
+
+
+@contextlib.contextmanager
+def _tool_errors(*kinds: type[BaseException]) -> Iterator[None]:
+    """Errors of `kinds` raised inside become tool errors with a readable message."""
+    try:
+        yield
+    except kinds as error:
+        raise _tool_error(error) from None
+
+
 class _Service:
     """The index and its writer. The SDK runs sync tools in worker threads; Index is thread-safe, so
     reads run side by side, each on the generation it started with; after a memory commit the index
@@ -272,10 +285,8 @@ class _Service:
         from hybridlab.search.engine import resolve_now
         from hybridlab.search.time_range import resolve_time_range
 
-        try:
+        with _tool_errors(ValueError):
             return resolve_time_range(time, since, until, resolve_now(None))
-        except ValueError as error:
-            raise _tool_error(error) from None
 
     def refresh(self, what: str) -> None:
         """Re-open the index after a write, so the next read sees it (a failure is retried by that read)."""
@@ -306,10 +317,8 @@ class _Service:
                 self.writer.flush()
         except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
             logger.warning("could not commit %d queued memories before reading: %s", self.writer.pending, error)
-        try:
+        with _tool_errors(*LIBRARY_ERRORS, KeyError):
             yield self.index
-        except (HybridlabError, ValueError, KeyError, FileNotFoundError) as error:
-            raise _tool_error(error) from None
 
 
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
@@ -406,10 +415,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         document.pop("source", None)
         text = document.pop("text")
         sections = document_sections(text, document["doc_type"], levels)
-        try:
+        with _tool_errors(ValueError):
             part = find_section(sections, section) if section is not None else None
-        except ValueError as error:
-            raise _tool_error(error) from None
         start, stop = (part.start, part.end) if part else (0, len(text))
         if start + offset > stop:
             raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} "
@@ -454,28 +461,17 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                 with service.reading(flush=False) as index:
                     existing = find_duplicate(index.snapshot().generation.store, content)
                     if existing is not None:
-                        document = index.get_document(existing)
-                        return StoredMemoryResponse(
-                            id=existing, generation=index.generation, tags=document["tags"],
-                            created_at=document["created_at"] or "", updated_at=document["updated_at"],
-                            batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
-                            duplicate_of=existing)
+                        return _existing(index, existing, started)
             near = None
             if key and near_threshold is not None and len(content) <= MAX_CONTENT_CHARS:
                 with service.reading(flush=False) as index:
                     near = nearest_memory(index, content, tags if isinstance(tags, list) else ())
                     near = near if near and near[1] >= near_threshold else None
                     if near and skip_near_duplicate:
-                        document = index.get_document(near[0])
-                        return StoredMemoryResponse(
-                            id=near[0], generation=index.generation, tags=document["tags"],
-                            created_at=document["created_at"] or "", updated_at=document["updated_at"],
-                            batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
-                            duplicate_of=near[0], near_duplicate_of=near[0], similarity=round(near[1], 4))
-            try:
+                        return _existing(index, near[0], started, near_duplicate_of=near[0],
+                                         similarity=round(near[1], 4))
+            with _tool_errors(*LIBRARY_ERRORS):
                 stored = service.writer.store(content, tags, memory_type, created_at)
-            except (HybridlabError, ValueError, FileNotFoundError) as error:
-                raise _tool_error(error) from None
             service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
         return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near[0],
                                     similarity=near and round(near[1], 4))
@@ -489,10 +485,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         with service.lifecycle:
             with service.reading() as index:
                 current = index.get_document(memory_id)
-            try:
+            with _tool_errors(*LIBRARY_ERRORS):
                 stored = service.writer.update(current, content=content, tags=tags, memory_type=memory_type)
-            except (HybridlabError, ValueError, FileNotFoundError) as error:
-                raise _tool_error(error) from None
             service.refresh(f"memory {memory_id}")
         return StoredMemoryResponse(**stored.to_dict())
 
@@ -520,10 +514,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             if dry_run or not found:
                 return DeletedResponse(dry_run=dry_run, count=len(found), ids=found, not_found=not_found,
                                        generation=service.index.generation, time_range=_window(window))
-            try:
+            with _tool_errors(*LIBRARY_ERRORS):
                 deleted = service.writer.delete(found)
-            except (HybridlabError, ValueError, FileNotFoundError) as error:
-                raise _tool_error(error) from None
             service.refresh(f"the deletion of {len(found)} memories")
         return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
                                generation=deleted.generation, time_range=_window(window))
@@ -648,6 +640,15 @@ def _titles(sections: list[Any], budget: int) -> list[str]:
             return [*titles, f"… {len(sections) - len(titles)} more: read on with section={section.index}"]
         titles.append(entry)
     return titles
+
+
+def _existing(index: Any, doc_id: str, started: float, **near: Any) -> StoredMemoryResponse:
+    """The response of a store that returns the stored memory `doc_id` instead of a new one."""
+    document = index.get_document(doc_id)
+    return StoredMemoryResponse(id=doc_id, generation=index.generation, tags=document["tags"],
+                                created_at=document["created_at"] or "", updated_at=document["updated_at"],
+                                batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
+                                duplicate_of=doc_id, **near)
 
 
 def _iso_z(value: Any) -> str:
