@@ -93,33 +93,22 @@ class Encoder(abc.ABC):
         """The text the model expects in front of a query or a document."""
         return self.spec.query_prefix if is_query else self.spec.document_prefix
 
-    def encode_documents(
-        self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
-        sort_by_length: bool = True,
-    ) -> np.ndarray:
+    def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
+                         sort_by_length: bool = True) -> np.ndarray:
         """Document vectors in input order; batches (of `batch_size`, default the encoder's own) are
         formed longest-first unless `sort_by_length=False`."""
-        return encode_in_batches(
-            texts, lambda batch: self.encode_batch(batch, is_query=False), self.spec.dim,
-            batch_size=self.batch_size if batch_size is None else batch_size, show_progress=show_progress,
-            sort_by_length=sort_by_length, desc=self.spec.name,
-        )
+        return encode_in_batches(texts, lambda batch: self.encode_batch(batch, is_query=False), self.spec.dim,
+                                 batch_size=self.batch_size if batch_size is None else batch_size,
+                                 show_progress=show_progress, sort_by_length=sort_by_length, desc=self.spec.name)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors in input order (a single query is a batch of one)."""
         return encode_in_batches(texts, lambda batch: self.encode_batch(batch, is_query=True), self.spec.dim)
 
 
-def encode_in_batches(
-    texts: Sequence[str],
-    encode_batch: Callable[[list[str]], np.ndarray],
-    dim: int,
-    *,
-    batch_size: int = 32,
-    show_progress: bool = False,
-    sort_by_length: bool = True,
-    desc: str = "encoding",
-) -> np.ndarray:
+def encode_in_batches(texts: Sequence[str], encode_batch: Callable[[list[str]], np.ndarray], dim: int, *,
+                      batch_size: int = 32, show_progress: bool = False, sort_by_length: bool = True,
+                      desc: str = "encoding") -> np.ndarray:
     """Apply `encode_batch` to batches of `texts` and return normalised vectors in input order.
 
     With `sort_by_length`, batches are formed from the texts sorted longest-first (by characters),

@@ -23,29 +23,10 @@ from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "MODELS",
-    "Encoder",
-    "ModelNotInstalledError",
-    "ModelSpec",
-    "canonical_name",
-    "check_query_encoder",
-    "configure",
-    "encoder_mismatch",
-    "encoder_record",
-    "encoder_settings",
-    "external_spec",
-    "get_spec",
-    "is_installed",
-    "load_document_encoder",
-    "load_encoder",
-    "load_query_encoder",
-    "query_encoder_name",
-    "register_external",
-    "register_recorded",
-    "settings_changes",
-]
+__all__ = ["DEFAULT_MODEL", "MODELS", "Encoder", "ModelNotInstalledError", "ModelSpec", "canonical_name",
+           "check_query_encoder", "configure", "encoder_mismatch", "encoder_record", "encoder_settings", "external_spec",
+           "get_spec", "is_installed", "load_document_encoder", "load_encoder", "load_query_encoder",
+           "query_encoder_name", "register_external", "register_recorded", "settings_changes"]
 
 logger = logging.getLogger(__name__)
 
