@@ -19,9 +19,8 @@ from hybridlab.index import layout
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.report import IndexReport
-from hybridlab.index.rows import (
-    SMALL_INSERT,
-)
+from hybridlab.index.rows import SMALL_INSERT
+from hybridlab.index.store import registered
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +34,8 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
     """Embed every assigned chunk text not yet in the cache; returns each model's dimension.
     `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
     matches its record (`encoder_mismatch`) is refused, as a changed dimension is."""
+    from tqdm.auto import tqdm
+
     from hybridlab.encoders.registry import (
         encoder_mismatch,
         encoder_record,
@@ -72,7 +73,8 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         encoder = load_document_encoder(model)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
-        bar = _progress(total=len(missing), desc=f"embedding ({model})", enabled=progress, unit="chunk")
+        bar = tqdm(total=len(missing), desc=f"embedding ({model})", unit="chunk", disable=not progress,
+                   leave=False)
         step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
         for start in range(0, len(missing), step):
             batch = missing[start:start + step]
@@ -95,14 +97,9 @@ def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
     if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no pandas frame
         return con.execute("SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
                            "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1", [list(hashes)]).fetchall()
-    import pandas as pd
-
-    con.register("wanted_sha", pd.DataFrame({"sha": list(hashes)}))
-    try:
+    with registered(con, "wanted_sha", {"sha": list(hashes)}):
         return con.execute("SELECT w.sha, any_value(c.embed_text) FROM wanted_sha w "
                            "JOIN chunks c ON c.embed_sha256 = w.sha GROUP BY w.sha ORDER BY w.sha").fetchall()
-    finally:
-        con.unregister("wanted_sha")
 
 
 def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
@@ -115,12 +112,6 @@ def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
                            [low, high]).fetchall()
         for (text,) in rows:
             yield text
-
-
-def _progress(total: int, desc: str, enabled: bool, unit: str = "it"):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
 VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]

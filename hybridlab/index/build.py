@@ -24,10 +24,7 @@ from hybridlab.index.commit import commit_generation, manifest_base
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.report import IndexReport
-from hybridlab.index.rows import (
-    assign_vectors,
-    insert_documents,
-)
+from hybridlab.index.rows import assign_vectors, insert_documents
 from hybridlab.index.segments import (
     attach,
     copy_live_rows,
@@ -66,7 +63,6 @@ def _documents_from_store(con) -> list[Document]:
         "SELECT doc_id, source, collection, title, text, doc_type, created_at, updated_at, metadata, language, tags "
         "FROM documents ORDER BY doc_id"
     ).fetchall()
-
     return [
         Document(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]) if r[8] else {}, tuple(r[10] or ()), r[9])
         for r in rows

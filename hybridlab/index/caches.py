@@ -31,11 +31,8 @@ class SegmentStores:
     def connection(self, folder: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> Iterator[Any]:
         """A read-only connection to the store of the segment `entry`, whose files are in `folder`."""
         if store.is_parquet_segment(folder):  # views over its Parquet files on the scratch instance
-            con = store.open_segment(folder)
-            try:
+            with contextlib.closing(store.open_segment(folder)) as con:
                 yield con
-            finally:
-                con.close()
             return
         path = folder / layout.STORE_FILE
         files = manifest.get("files") or {}

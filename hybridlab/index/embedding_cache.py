@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridlab.index.store import connect
+from hybridlab.index.store import connect, registered
 
 
 def text_sha256(text: str) -> str:
@@ -80,14 +80,9 @@ class EmbeddingCache:
         """Cached vectors of the given hashes (missing ones are absent from the result)."""
         if self.con is None or not hashes:
             return {}
-        import pandas as pd
-
-        self.con.register("wanted", pd.DataFrame({"sha256": list(dict.fromkeys(hashes))}))
-        rows = self.con.execute(
-            "SELECT e.sha256, e.dim, e.vector FROM embeddings e JOIN wanted w USING (sha256) WHERE e.model = ?",
-            [model],
-        ).fetchall()
-        self.con.unregister("wanted")
+        with registered(self.con, "wanted", {"sha256": list(dict.fromkeys(hashes))}):
+            rows = self.con.execute("SELECT e.sha256, e.dim, e.vector FROM embeddings e JOIN wanted w "
+                                    "USING (sha256) WHERE e.model = ?", [model]).fetchall()
         found = {}
         for sha, row_dim, blob in rows:
             if dim is not None and row_dim != dim:
@@ -100,16 +95,11 @@ class EmbeddingCache:
         wanted = list(dict.fromkeys(hashes))
         if self.con is None or not wanted:
             return wanted
-        import pandas as pd
-
-        self.con.register("wanted", pd.DataFrame({"sha256": wanted, "pos": np.arange(len(wanted))}))
-        try:
+        with registered(self.con, "wanted", {"sha256": wanted, "pos": np.arange(len(wanted))}):
             rows = self.con.execute(
                 "SELECT w.sha256 FROM wanted w WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = ? "
                 "AND e.sha256 = w.sha256 AND (? IS NULL OR e.dim = ?)) ORDER BY w.pos", [model, dim, dim],
             ).fetchall()
-        finally:
-            self.con.unregister("wanted")
         return [row[0] for row in rows]
 
     def matrix(self, model: str, hashes: Sequence[str], dim: int, batch: int = 50_000) -> np.ndarray:
@@ -120,18 +110,13 @@ class EmbeddingCache:
             return out
         if self.con is None:
             raise KeyError(f"{len(hashes)} vectors of {model!r} are missing from the embeddings cache")
-        import pandas as pd
-
         for start in range(0, len(hashes), batch):
             part = list(hashes[start:start + batch])
-            self.con.register("wanted", pd.DataFrame({"sha256": part, "pos": np.arange(len(part))}))
-            try:
+            with registered(self.con, "wanted", {"sha256": part, "pos": np.arange(len(part))}):
                 rows = self.con.execute(
                     "SELECT w.pos, any_value(e.vector) FROM wanted w JOIN embeddings e USING (sha256) "
                     "WHERE e.model = ? AND e.dim = ? GROUP BY w.pos ORDER BY w.pos", [model, dim],
                 ).fetchall()
-            finally:
-                self.con.unregister("wanted")
             if len(rows) != len(part):
                 raise KeyError(f"{len(part) - len(rows)} vectors of {model!r} are missing from the embeddings cache")
             out[start:start + len(part)] = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(-1, dim)
@@ -151,17 +136,15 @@ class EmbeddingCache:
             "dim": vectors.shape[1],
             "vector": [row.tobytes() for row in vectors],
         }).drop_duplicates("sha256")
-        self.con.register("incoming", frame)
-        self.con.execute("BEGIN TRANSACTION")
-        if replace:
-            self.con.execute("DELETE FROM embeddings e WHERE e.model = ? AND e.sha256 IN (SELECT sha256 FROM incoming)",
-                             [model])
-        self.con.execute(
-            "INSERT INTO embeddings SELECT i.model, i.sha256, i.dim, i.vector FROM incoming i "
-            "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)"
-        )
-        self.con.execute("COMMIT")
-        self.con.unregister("incoming")
+        with registered(self.con, "incoming", frame):
+            self.con.execute("BEGIN TRANSACTION")
+            if replace:
+                self.con.execute("DELETE FROM embeddings e WHERE e.model = ? AND e.sha256 IN "
+                                 "(SELECT sha256 FROM incoming)", [model])
+            self.con.execute(
+                "INSERT INTO embeddings SELECT i.model, i.sha256, i.dim, i.vector FROM incoming i "
+                "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)")
+            self.con.execute("COMMIT")
 
     def count(self, model: str | None = None) -> int:
         if self.con is None:

@@ -317,7 +317,11 @@ class MemoryWriter:
         try:
             generation = self._append(documents) if self.wal_records else None
             if generation is None:
-                report = self._apply(apply_changes, documents)
+                report = self._waiting(
+                    lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
+                                          cache_path=_cache_path(self.index_dir), use_cache=False,
+                                          lock_wait=self.lock_wait),
+                    "the memory was not stored")
                 generation = report.generation
                 self.commits += 1
                 logger.info("committed %d memories as generation %s in %.2fs", len(batch), generation, report.seconds)
@@ -434,13 +438,6 @@ class MemoryWriter:
             if self._log is not None:
                 self._log.writer.close()
                 self._log = None
-
-    def _apply(self, apply_changes, documents: list[Document]):
-        """apply_changes, waiting up to `lock_wait` seconds while another process holds the writer lock."""
-        return self._waiting(lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
-                                                   cache_path=_cache_path(self.index_dir), use_cache=False,
-                                                   lock_wait=self.lock_wait),
-                             "the memory was not stored")
 
     def _waiting(self, call: Callable[[], T], consequence: str) -> T:
         """`call()`, which waits up to `lock_wait` seconds for the index's writer lock (queued behind

@@ -112,9 +112,9 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
         frame = pd.DataFrame(docs)
         for column in ("created_at", "updated_at"):
             frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
-        con.register("incoming_docs", frame)
-        con.execute(f"INSERT INTO documents ({', '.join(docs)}) SELECT {', '.join(docs)} FROM incoming_docs")
-        con.unregister("incoming_docs")
+        with store.registered(con, "incoming_docs", frame):
+            columns = ", ".join(docs)
+            con.execute(f"INSERT INTO documents ({columns}) SELECT {columns} FROM incoming_docs")
     store.insert_rows(con, "chunks", chunks)
     store.insert_rows(con, "tags", tags)
     return next_id, len(chunks["chunk_id"])

@@ -2,6 +2,7 @@
 rows copied between stores, tombstoned chunk ids, FAISS files, and a new segment persisted."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,9 +12,7 @@ import numpy as np
 
 from hybridlab.index import layout, store
 from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.ingest.sources import (
-    Document,
-)
+from hybridlab.ingest.sources import Document
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +38,13 @@ def detach(con, aliases: Sequence[str]) -> None:
 
 def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> None:
     """Table `gone (segment, doc_id)`: each segment's tombstones, plus `extra` doc ids in every segment."""
-    import pandas as pd
-
     rows = [(i, doc_id) for i, entry in enumerate(entries) for doc_id in (entry.get("deleted") or ())]
     rows += [(i, doc_id) for i in range(len(entries)) for doc_id in extra]
     con.execute("CREATE OR REPLACE TEMP TABLE gone (segment INTEGER, doc_id VARCHAR)")
     if rows:
-        con.register("gone_frame", pd.DataFrame(rows, columns=["segment", "doc_id"]))
-        con.execute("INSERT INTO gone SELECT * FROM gone_frame")
-        con.unregister("gone_frame")
+        columns = {"segment": [i for i, _ in rows], "doc_id": [doc_id for _, doc_id in rows]}
+        with store.registered(con, "gone_frame", columns):
+            con.execute("INSERT INTO gone SELECT * FROM gone_frame")
 
 
 def copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any]],
@@ -152,8 +149,6 @@ def indexed_doc_ids(index_dir: Path, manifest: dict[str, Any], doc_ids: Sequence
     return set(existing_documents(Path(index_dir), manifest, entries, [("", probe, False)]))
 
 
-
-
 def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
                              entry: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
     """`{doc_id: (source, content_sha256)}` of a Parquet segment (None for a DuckDB one), read once
@@ -165,12 +160,9 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
     key = (str(folder), str(recorded.get("sha256", "")))
     documents = WRITE_CACHES.small_documents.get(key)
     if documents is None:
-        con = store.open_segment(folder)
-        try:
+        with contextlib.closing(store.open_segment(folder)) as con:
             documents = {doc_id: (source, sha) for doc_id, source, sha in con.execute(
                 "SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
-        finally:
-            con.close()
         WRITE_CACHES.small_documents.put(key, documents)
     return documents
 
@@ -194,11 +186,9 @@ def next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
         return 0
     if "next_chunk_id" in manifest:
         return int(manifest["next_chunk_id"])
-    con = store.connect(index_dir / manifest["path"] / layout.STORE_FILE, read_only=True)  # a legacy index
-    try:
+    legacy = index_dir / manifest["path"] / layout.STORE_FILE  # a legacy index
+    with contextlib.closing(store.connect(legacy, read_only=True)) as con:
         return int(store.get_meta(con, "next_chunk_id", "0"))
-    finally:
-        con.close()
 
 
 def segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
@@ -216,8 +206,6 @@ def store_counts(con) -> dict[str, Any]:
     return {"documents": documents, "chunks": chunks, "first_chunk_id": first, "last_chunk_id": last}
 
 
-
-
 def dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
     """Chunk ids of a segment's tombstoned documents. A committed segment's are kept for the next
     write of this process (keyed by the folder's path, inode and mtime and the tombstones: segment
@@ -232,19 +220,14 @@ def dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
         known = WRITE_CACHES.dead.get(key)
         if known is not None:
             return known
-    con = store.open_segment(folder)
-    try:
+    with contextlib.closing(store.open_segment(folder)) as con:
         rows = con.execute("SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], doc_id)",
                            [list(deleted)]).fetchall()
-    finally:
-        con.close()
     ids = np.asarray([r[0] for r in rows], dtype=np.int64)
     if key is not None:
         ids.flags.writeable = False  # shared by later calls
         WRITE_CACHES.dead.put(key, ids)
     return ids
-
-
 
 
 def load_dense(path: Path, model: str):

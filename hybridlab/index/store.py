@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,31 +98,36 @@ def document_hashes(con) -> dict[str, tuple[str, str]]:
     return {row[0]: (row[1], row[2]) for row in con.execute("SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
 
 
+@contextlib.contextmanager
+def registered(con, name: str, frame: Any) -> Iterator[None]:
+    """`frame` (a pandas DataFrame, or its columns) readable in `con` as table `name` for the block."""
+    import pandas as pd
+
+    con.register(name, frame if isinstance(frame, pd.DataFrame) else pd.DataFrame(frame))
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
 def delete_documents(con, doc_ids: Sequence[str]) -> None:
     """Remove documents with their chunks, tags and vector assignments."""
     if not doc_ids:
         return
-    import pandas as pd
-
-    con.register("doomed", pd.DataFrame({"doc_id": list(doc_ids)}))
-    con.execute("DELETE FROM chunk_vectors WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed))")
-    con.execute("DELETE FROM tags WHERE doc_id IN (SELECT doc_id FROM doomed)")
-    con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed)")
-    con.execute("DELETE FROM documents WHERE doc_id IN (SELECT doc_id FROM doomed)")
-    con.unregister("doomed")
+    with registered(con, "doomed", {"doc_id": list(doc_ids)}):
+        con.execute("DELETE FROM chunk_vectors WHERE chunk_id IN "
+                    "(SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed))")
+        for table in ("tags", "chunks", "documents"):
+            con.execute(f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM doomed)")
 
 
 def insert_rows(con, table: str, rows: dict[str, list]) -> None:
     """Bulk insert column lists (through a pandas frame: far faster than executemany)."""
     if not rows or not next(iter(rows.values())):
         return
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    con.register("incoming", frame)
     columns = ", ".join(rows)
-    con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM incoming")
-    con.unregister("incoming")
+    with registered(con, "incoming", rows):
+        con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM incoming")
 
 
 def metadata_json(metadata: dict) -> str:

@@ -64,13 +64,10 @@ def cache_path(index_dir: Path, manifest: dict[str, Any]) -> Path:
     return layout.recorded_cache(index_dir, manifest) or Path(index_dir) / layout.CACHE_FILE
 
 
-def _segment_folders(index_dir: Path, manifest: dict[str, Any]) -> list[Path]:
-    return [Path(index_dir) / entry["name"] for entry in layout.segments(manifest)]
-
-
 def _stores_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
     """Problems opening or reading the DuckDB store of any segment of the manifest."""
-    return [problem for folder in _segment_folders(index_dir, manifest) for problem in _store_problems(folder)]
+    return [problem for entry in layout.segments(manifest)
+            for problem in _store_problems(Path(index_dir) / entry["name"])]
 
 
 def _intact(index_dir: Path, folder: Path) -> dict[str, Any] | None:
@@ -186,12 +183,8 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
 
 def _damaged_files(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
     generation = layout.file_base(index_dir, manifest)
-    damaged = []
-    for problem in layout.file_problems(index_dir, manifest, hash_all=True):
-        for name in manifest.get("files", {}):
-            if problem.startswith(f"{generation / name} "):
-                damaged.append(name)
-    return damaged
+    return [name for problem in layout.file_problems(index_dir, manifest, hash_all=True)
+            for name in manifest.get("files", {}) if problem.startswith(f"{generation / name} ")]
 
 
 def _restore_manifest(index_dir: Path, live: dict[str, Any] | None, actions: list[str], reason: str) -> dict[str, Any]:
