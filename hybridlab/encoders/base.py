@@ -54,7 +54,7 @@ class ModelSpec:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
+        if self.backend not in BACKENDS and self.backend != "external":  # external: imported vectors, no encoder
             raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
         if self.dim <= 0 or self.max_seq_length < 0:
             raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")

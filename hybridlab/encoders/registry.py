@@ -9,7 +9,6 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,21 +109,12 @@ EXTERNAL = "external"
 _EXTERNAL: dict[str, ModelSpec] = {}  # name -> spec of models whose vectors were imported, this process
 
 
-@dataclass(frozen=True)
-class _ExternalSpec(ModelSpec):
-    """The spec of vectors made elsewhere: backend "external", nothing to load."""
-
-    def __post_init__(self) -> None:
-        if self.dim <= 0 or self.max_seq_length < 0:
-            raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
-
-
 def external_spec(name: str, dim: int, **given: Any) -> ModelSpec:
     """The spec of imported vectors of a model that does not run here: `dim` from the file, the rest
     (ModelSpec fields: source, revision, pooling, dtype, query_prefix, document_prefix,
     max_seq_length) as given, else "external" / "" / 0."""
     fields = {"source": EXTERNAL, "pooling": EXTERNAL, "dtype": EXTERNAL, "max_seq_length": 0, **given}
-    return _ExternalSpec(name=name, package="", dim=int(dim), backend=EXTERNAL,
+    return ModelSpec(name=name, package="", dim=int(dim), backend=EXTERNAL,
                          description="vectors imported from a file (hybridlab index --vectors)", **fields)
 
 

@@ -2,6 +2,7 @@
 See docs/internals/search.md#features."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,9 +78,7 @@ def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, q
     dense_top = float(dense[0].max()) if dense[3].any() else 0.0
     bm25_top = float(bm25[0].max()) if bm25[3].any() else 0.0
     top = 1.0 / (RANK_K + EVIDENCE_DEPTH)
-    counts: dict[str, int] = {}
-    for doc in doc_ids:
-        counts[doc] = counts.get(doc, 0) + 1
+    counts = Counter(doc_ids)
     query_level = [
         evidence.lexical if evidence.lexical is not None else -1.0,
         evidence.agreement if evidence.agreement is not None else -1.0,

@@ -37,13 +37,9 @@ def payload_filter(filters: Filters) -> Any:
     if filters.empty:
         return None
     models = qdrant_models()
-    must: list[Any] = []
-    if filters.chunk_types:
-        must.append(models.FieldCondition(key="chunk_type", match=models.MatchAny(any=list(filters.chunk_types))))
-    if filters.collections:
-        must.append(models.FieldCondition(key="collection", match=models.MatchAny(any=list(filters.collections))))
-    if filters.doc_ids:
-        must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(filters.doc_ids))))
+    any_of = (("chunk_type", filters.chunk_types), ("collection", filters.collections), ("doc_id", filters.doc_ids))
+    must: list[Any] = [models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
+                       for key, values in any_of if values]
     if filters.since is not None or filters.until is not None:
         must.append(models.FieldCondition(key="time", range=models.Range(
             gte=None if filters.since is None else filters.since.timestamp(),
@@ -181,13 +177,6 @@ class QdrantDenseRetriever:
                                         hops=hops, seeds=seeds, keep=keep)
         return np.searchsorted(chunk_ids, graph_ids[grown]), scores, len(grown) - len(nodes)
 
-    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
-        """The stored vectors of the chunks `ids` (each must have one), in that order."""
-        points = self.client.retrieve(self.collection, ids=[int(i) for i in ids], with_payload=False,
-                                      with_vectors=[self.model])
-        found = {int(p.id): p.vector[self.model] for p in points}
-        return np.asarray([found[int(i)] for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
-
 
 class _FetchedVectors:
     """`vectors[nodes]` for :func:`~hybridlab.index.graph.expand_by_graph`: fetched from Qdrant by chunk id."""
@@ -196,7 +185,8 @@ class _FetchedVectors:
         self._retriever, self._graph_ids = retriever, graph_ids
 
     def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
-        return self._retriever.vectors_of(self._graph_ids[np.asarray(nodes, dtype=np.int64)])
+        ids = self._graph_ids[np.asarray(nodes, dtype=np.int64)]  # chunk ids of the model's vectors: each has one
+        return self._retriever.vectors(np.searchsorted(self._retriever._chunk_ids, ids))[1]
 
 
 # ------------------------------------------------------------------ snapshots and server-side fusion
