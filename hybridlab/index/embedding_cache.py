@@ -1,12 +1,5 @@
 """Embeddings cache: vectors keyed by (model, sha256 of the exact text embedded), in DuckDB.
-
-The model key of a registry preset is its name; that of any other model (a sentence-transformers
-folder or hub id) is `name@revision` (`cache_model`): vectors of a folder whose weights changed are
-never served for the new weights (issue 30).
-
-It lives beside the index generations (not inside one), so a failed or interrupted indexing run
-keeps the embeddings it computed and the next run embeds only what is new.
-"""
+See docs/internals/index.md#embedding_cache."""
 from __future__ import annotations
 
 import hashlib

@@ -28,12 +28,7 @@ SETTLED_NS = 2_000_000_000
 STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
 FORMAT_VERSION = 5  # written: segments + tombstones, small segments as Parquet, a write-ahead log beside
-#: read: 1 = one generation folder holding everything (before segments); 2 = segments, each with a
-#: `store.duckdb` (3 adds segments whose rows are Parquet files; code reading only 2 refuses a 3);
-#: 4 = the live generation may have a write-ahead log of stored memories (`wal-N.log`): code that
-#: does not read logs refuses a 4 instead of missing the memories (or dropping them by a commit);
-#: 5 = the log may also hold deletes (`{"delete": id}`) and new versions of indexed ids: code that
-#: reads only puts refuses a 5 instead of cutting the log at its first delete (losing what follows)
+#: the manifest formats read (what each one adds: docs/internals/index.md#layout)
 FORMATS = (1, 2, 3, 4, 5)
 #: the first format whose log may hold deletes and replacements: a writer appends to no older log
 LOG_DELETES_FORMAT = 5
