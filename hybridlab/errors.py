@@ -8,17 +8,8 @@ This module imports nothing from hybridlab; the classes are re-exported where th
 """
 from __future__ import annotations
 
-__all__ = [
-    "CorruptIndexError",
-    "HybridlabError",
-    "IndexFormatError",
-    "IndexLockedError",
-    "IndexNotFoundError",
-    "MissingExtraError",
-    "ModelNotInstalledError",
-    "StoreError",
-    "StoreLockedError",
-]
+__all__ = ["CorruptIndexError", "HybridlabError", "IndexFormatError", "IndexLockedError", "IndexNotFoundError",
+           "MissingExtraError", "ModelNotInstalledError", "StoreError", "StoreLockedError"]
 
 
 class HybridlabError(Exception):
