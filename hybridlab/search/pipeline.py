@@ -94,10 +94,7 @@ class Retrieval:
     alpha_source: str
     config: SearchConfig
     model: str | None
-    query_tags: tuple[str, ...]
-    query_collections: tuple[str, ...]
-    tag_boost: float
-    tag_coverage: float
+    tags: QueryTags  # what the query names, and the tag weight's boost and coverage
     timings: dict[str, float]
     graph_added: int = 0  # staged: candidates the corpus graph added to the BM25 pool
     reranked: Mapping[int, float] = field(default_factory=dict)  # row -> cross-encoder score (rerank step)
@@ -522,9 +519,8 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         if feedback_rows:
             hits, n_scored = combine(snapshot, runs, config, facts.tag_factor, now, evidence, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
-    named = request.tags
     return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
-                     model, named.tags, named.collections, named.boost, named.coverage, timings,
+                     model, request.tags, timings,
                      added if stage == "staged" else 0, evidence=evidence, feedback_rows=feedback_rows,
                      query_dense=query_dense if feedback_rows else {}, facts=facts, now=now)
 
@@ -596,7 +592,7 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
     query_dense_rank, query_dense_score = rank_and_score(retrieval.query_dense)
     rerank_rank, rerank_score = rank_and_score(retrieval.reranked)
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
-    config = retrieval.config
+    config, named = retrieval.config, retrieval.tags
     vector = None
     table = table if table is not None else feature_table(snapshot, retrieval)
     if table is not None:  # the learned fusion's features of this hit
@@ -607,11 +603,11 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
     return {
         "dense_score": dense_score, "dense_rank": dense_rank,
         "bm25_score": bm25_score, "bm25_rank": bm25_rank,
-        "matched_tags": sorted(chunk_tags & set(retrieval.query_tags)),
-        "query_tags": list(retrieval.query_tags), "query_collections": list(retrieval.query_collections),
-        "matched_collection": snapshot.generation.collections[hit.row] in retrieval.query_collections,
-        "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": retrieval.tag_boost,
-        "tag_coverage": retrieval.tag_coverage,
+        "matched_tags": sorted(chunk_tags & set(named.tags)),
+        "query_tags": list(named.tags), "query_collections": list(named.collections),
+        "matched_collection": snapshot.generation.collections[hit.row] in named.collections,
+        "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": named.boost,
+        "tag_coverage": named.coverage,
         "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
         "rare_term_lift": hit.lift,
         "fusion": config.fusion, "rrf_k": config.rrf_k,
