@@ -1,10 +1,5 @@
 """What every encoder shares: the model spec, the `Encoder` base class, batching and normalisation.
-
-A backend subclasses `Encoder` and implements one method, `encode_batch(texts, is_query=...)`,
-which returns the raw vectors of one batch; `encode_documents` / `encode_queries` are written
-once here on top of it (input checks, length-sorted batches, rows back in input order, L2
-normalisation). Importing this module imports nothing heavy (numpy only when encoding).
-"""
+See docs/internals/search.md#encoder-base."""
 from __future__ import annotations
 
 import abc

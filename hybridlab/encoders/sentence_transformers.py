@@ -1,11 +1,5 @@
 """A sentence-transformers model (torch, imported only when the encoder is built): the registry's
-MiniLM, or any model given by local folder or hub id (`load_custom`).
-
-The device is chosen by `resolve_device`: the argument, else env `HYBRIDLAB_DEVICE`, else "auto"
-(cuda, then mps, then cpu); several devices, comma-separated ("cuda:0,cuda:1"), share the documents
-through sentence-transformers' multi-process pool. A spec's dtype float16 / bfloat16 loads the
-weights in it, on a GPU only.
-"""
+MiniLM, or any model given by local folder or hub id (`load_custom`). See docs/internals/search.md#sentence-transformers."""
 from __future__ import annotations
 
 import atexit

@@ -1,11 +1,5 @@
 """Documents newest first under pushed-down filters, paged by an opaque cursor.
-
-What `search_by_tag`, `list_memories` and `delete_memory`'s selection share: the filters become the
-same DuckDB row mask a search uses, the rows are ordered by their document's update (else creation)
-time, newest first, ties by doc id, and each document comes once. A page ends with a cursor naming
-the last (time, doc id) it returned; the next page starts strictly after it in that order, so pages
-never repeat or skip a document that stays put while a client pages (keyset paging).
-"""
+See docs/internals/search.md#listing."""
 from __future__ import annotations
 
 import base64

@@ -1,11 +1,5 @@
 """Securing the streamable-HTTP transport: a bearer token, Host/Origin allow-lists, a request size cap.
-
-`http_security(...)` turns the CLI options into a frozen :class:`HttpSecurity` and refuses a bind beyond
-loopback without a token. The checks themselves are the MCP SDK's: `StaticTokenVerifier` plugs into its
-bearer middleware (401 + `WWW-Authenticate: Bearer`), `transport_security_settings` feeds its DNS-rebinding
-check (wrong Host → 421, foreign Origin → 403) and `max_request_bytes` its body limit (413, on
-Content-Length and on the streamed body).
-"""
+See docs/internals/search.md#http-auth."""
 from __future__ import annotations
 
 import hashlib
