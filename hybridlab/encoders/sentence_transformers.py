@@ -1,5 +1,6 @@
 """A sentence-transformers model (torch, imported only when the encoder is built): the registry's
-MiniLM, or any model given by local folder or hub id (`load_custom`). See docs/internals/search.md#sentence-transformers."""
+MiniLM, or any model given by local folder or hub id (`load_custom`).
+See docs/internals/search.md#sentence-transformers."""
 from __future__ import annotations
 
 import atexit
