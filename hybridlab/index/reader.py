@@ -3,11 +3,12 @@ See docs/internals/index.md#reader."""
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,21 +178,20 @@ class SegmentCache:
         self._lock = threading.Lock()
         self.postings = GroupCache()  # the segments' postings combined per size class, for the next open
 
-    def get(self, key: tuple[str, str]) -> Segment | None:
+    def get_or_load(self, key: tuple[str, str], load: Callable[[], Segment]) -> Segment:
+        """The segment cached under `key`, else `load()` (outside the lock) cached under it."""
         with self._lock:
-            return self._segments.get(key)
-
-    def put(self, key: tuple[str, str], segment: Segment) -> None:
-        with self._lock:
-            self._segments[key] = segment
+            segment = self._segments.get(key)
+        if segment is None:
+            segment = load()
+            with self._lock:
+                self._segments[key] = segment
+        return segment
 
     def keep(self, keys: set[tuple[str, str]]) -> None:
         with self._lock:
             for key in [k for k in self._segments if k not in keys]:
                 del self._segments[key]
-
-    def __len__(self) -> int:
-        return len(self._segments)
 
 
 #: how long a reader keeps starting over while commits retire the generation it is opening
@@ -236,16 +236,10 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         raise CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(index_dir)}")
     entries = layout.segments(manifest)
     keys = [_segment_key(manifest, entry["name"]) for entry in entries]
-    segments = []
-    for entry, key in zip(entries, keys):
-        segment = cache.get(key) if cache is not None else None
-        if segment is None:
-            segment = _load_segment(index_dir, manifest, entry)
-            if cache is not None:
-                cache.put(key, segment)
-        segments.append(segment)
-    if cache is not None:
-        cache.keep(set(keys))
+    cache = SegmentCache() if cache is None else cache  # a fresh one: every segment loaded
+    segments = [cache.get_or_load(key, lambda entry=entry: _load_segment(index_dir, manifest, entry))
+                for entry, key in zip(entries, keys)]
+    cache.keep(set(keys))
     rows = None
     touched = logged.doc_ids  # deleted or put again by the log: the segments' versions are hidden
     if touched:
@@ -382,12 +376,6 @@ def _segment(name: str, folder: Path, tables: tuple[list[tuple], list[tuple], li
     rows, tag_rows, assigned_rows = tables
     chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
     tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
-    tag_locals: dict[str, list[int]] = {}
-    for tag, local in tags:
-        tag_locals.setdefault(tag, []).append(local)
-    assigned: dict[str, list[int]] = {}
-    for model, chunk_id in assigned_rows:
-        assigned.setdefault(model, []).append(chunk_id)
     return Segment(
         name=name, folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
         sections=tuple(r[2] or "" for r in rows), chunk_types=tuple(r[3] for r in rows),
@@ -395,9 +383,14 @@ def _segment(name: str, folder: Path, tables: tuple[list[tuple], list[tuple], li
         times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
         tags=tags, bm25_ids=sparse.chunk_ids, postings=sparse.parts[0],
         tokenizer=sparse.tokenizer, dense=MappingProxyType(dict(dense)), pinned=pinned,
-        tag_locals=MappingProxyType({t: _readonly(np.asarray(v, dtype=np.int64)) for t, v in tag_locals.items()}),
-        assigned=MappingProxyType({m: _readonly(np.asarray(v, dtype=np.int64)) for m, v in assigned.items()}),
+        tag_locals=MappingProxyType(_grouped(tags)), assigned=MappingProxyType(_grouped(assigned_rows)),
     )
+
+
+def _grouped(pairs: Iterable[tuple[str, int]]) -> dict[str, np.ndarray]:
+    """`{key: its values as a read-only int64 array}` of (key, value) pairs ordered by key."""
+    return {key: _readonly(np.asarray([value for _, value in group], dtype=np.int64))
+            for key, group in itertools.groupby(pairs, key=operator.itemgetter(0))}
 
 
 def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Mapping[str, Any],
@@ -491,7 +484,7 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
     tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
     tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
     sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer,
-                         groups=cache.postings if cache is not None else None)
+                         groups=cache.postings)
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
     for model, info in manifest.get("models", {}).items():
@@ -536,11 +529,8 @@ def _assigned_ids(generation: Generation) -> dict[str, np.ndarray]:
     """model -> the live chunk ids DuckDB assigns it, ascending (from each segment's assignments,
     read once when the segment was loaded; tombstoned chunks left out)."""
     if not generation.segments:  # a generation built by hand (tests): ask the store
-        rows = generation.store.fetchall("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id")
-        found: dict[str, list[int]] = {}
-        for model, chunk_id in rows:
-            found.setdefault(model, []).append(chunk_id)
-        return {model: np.asarray(ids, dtype=np.int64) for model, ids in found.items()}
+        return _grouped(generation.store.fetchall("SELECT model, chunk_id FROM chunk_vectors "
+                                                  "ORDER BY model, chunk_id"))
     parts: dict[str, list[np.ndarray]] = {}
     for segment, mask in zip(generation.segments, generation.live or [None] * len(generation.segments)):
         dead = segment.chunk_ids[~mask] if mask is not None else None
