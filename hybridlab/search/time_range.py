@@ -28,10 +28,11 @@ class TimeRange:
     expression: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"expression": self.expression, "since": _iso(self.since), "until": _iso(self.until)}
+        return {"expression": self.expression, "since": iso_z(self.since), "until": iso_z(self.until)}
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_z(value: datetime | None) -> str | None:
+    """An aware time as ISO-8601 UTC with a Z."""
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from datetime import UTC
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -447,6 +446,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
         from hybridlab.index.memory import MAX_CONTENT_CHARS, find_duplicate, normalised_content
         from hybridlab.search.listing import nearest_memory
+        from hybridlab.search.time_range import iso_z
 
         started = time.perf_counter()
         key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
@@ -454,8 +454,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
             if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
                 return StoredMemoryResponse(
-                    id=queued.doc_id, generation=None, tags=list(queued.tags), created_at=_iso_z(queued.created_at),
-                    updated_at=_iso_z(queued.updated_at), batch_size=0, seconds=round(time.perf_counter() - started, 3),
+                    id=queued.doc_id, generation=None, tags=list(queued.tags),
+                    created_at=iso_z(queued.created_at) or "", updated_at=iso_z(queued.updated_at) or "",
+                    batch_size=0, seconds=round(time.perf_counter() - started, 3),
                     pending=True, created=False, duplicate_of=queued.doc_id)
             if key:
                 with service.reading(flush=False) as index:
@@ -649,10 +650,6 @@ def _existing(index: Any, doc_id: str, started: float, **near: Any) -> StoredMem
                                 created_at=document["created_at"] or "", updated_at=document["updated_at"],
                                 batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
                                 duplicate_of=doc_id, **near)
-
-
-def _iso_z(value: Any) -> str:
-    return "" if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _window(window: Any) -> TimeWindow | None:
