@@ -39,21 +39,13 @@ class Bm25Retriever:
         return self.index.matched_idf_share(query, rows)
 
     def document_frequencies(self, query: str) -> dict[str, int]:
-        return document_frequencies(self.index, query)
+        """The live document frequency of each distinct in-vocabulary term of `query`."""
+        return {term: self.index.document_frequency(term) for term in dict.fromkeys(self.index.query_terms(query))}
 
     def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
-        return term_rows(self.index, term, depth, allowed)
-
-
-def document_frequencies(index: SparseIndex, query: str) -> dict[str, int]:
-    """The live document frequency of each distinct in-vocabulary term of `query`."""
-    return {term: index.document_frequency(term) for term in dict.fromkeys(index.query_terms(query))}
-
-
-def term_rows(index: SparseIndex, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
-    """Up to `depth` allowed rows holding `term`, ascending (its BM25 score is positive exactly there)."""
-    rows, _ = index.top_terms([term], depth, allowed.mask)
-    return np.sort(rows)
+        """Up to `depth` allowed rows holding `term`, ascending (its BM25 score is positive exactly there)."""
+        rows, _ = self.index.top_terms([term], depth, allowed.mask)
+        return np.sort(rows)
 
 
 class FaissRetriever:

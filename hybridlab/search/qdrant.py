@@ -26,11 +26,12 @@ from hybridlab.index.qdrant import (
 from hybridlab.index.reader import Generation
 from hybridlab.search.engine import Index
 from hybridlab.search.filters import Filters
-from hybridlab.search.local import document_frequencies, term_rows
+from hybridlab.search.local import Bm25Retriever
 from hybridlab.search.retrievers import RowFilter
 from hybridlab.search.snapshot import Snapshot, snapshot_of
 
 logger = logging.getLogger(__name__)
+
 
 def payload_filter(filters: Filters) -> Any:
     """The Qdrant filter of `filters` (None when they allow everything)."""
@@ -74,20 +75,22 @@ def _ranked(chunk_ids: np.ndarray, points: Sequence[Any], depth: int) -> tuple[n
 
 
 # ------------------------------------------------------------------ retrievers
-class QdrantSparseRetriever:
+class QdrantSparseRetriever(Bm25Retriever):
     """:class:`~hybridlab.search.retrievers.SparseRetriever`: a sparse-vector query on `bm25`, the
-    query tokenised by the generation's tokenizer into its bm25s vocabulary ids."""
+    query tokenised by the generation's tokenizer into its bm25s vocabulary ids. Lexical evidence,
+    document frequencies and term rows come from the generation's postings (`Bm25Retriever`'s), which
+    the collection's sparse vectors were made of."""
 
     def __init__(self, client: Any, collection: str, generation: Generation) -> None:
+        super().__init__(generation.sparse)
         self.client, self.collection = client, collection
-        self._sparse = generation.sparse
         self._chunk_ids = generation.chunk_ids
 
     def query_vector(self, query: str) -> Any | None:
         """The query's sparse vector (a term's value = its occurrences; terms outside the generation's
         vocabulary left out), None without known terms."""
-        vocab = self._sparse.vocab
-        indices = [term_index(term) for term in self._sparse.tokenizer.query_terms(query) if term in vocab]
+        vocab = self.index.vocab
+        indices = [term_index(term) for term in self.index.tokenizer.query_terms(query) if term in vocab]
         if not indices:
             return None
         terms, counts = np.unique(np.asarray(indices, dtype=np.int64), return_counts=True)
@@ -99,20 +102,7 @@ class QdrantSparseRetriever:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         points = self.client.query_points(self.collection, query=vector, using=SPARSE, limit=depth,
                                           query_filter=_query_filter(allowed), with_payload=False).points
-        rows, scores = _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
-        return rows, scores
-
-    def lexical_evidence(self, query: str, rows: np.ndarray) -> np.ndarray:
-        """From the generation's postings, which the collection's sparse vectors were made of."""
-        return self._sparse.matched_idf_share(query, rows)
-
-    def document_frequencies(self, query: str) -> dict[str, int]:
-        """From the generation's postings, as :meth:`lexical_evidence`."""
-        return document_frequencies(self._sparse, query)
-
-    def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
-        """From the generation's postings, as :meth:`lexical_evidence`."""
-        return term_rows(self._sparse, term, depth, allowed)
+        return _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
 
 
 class QdrantDenseRetriever:
