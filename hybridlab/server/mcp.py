@@ -681,10 +681,8 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def _configure_logging(log_file: str | None, verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    level = min(level, logging.INFO)  # the server logs its start and commits
-    handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file \
-        else StderrHandler()
+    level = logging.INFO if verbose <= 1 else logging.DEBUG  # INFO at least: the server logs its start and commits
+    handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # Our own records from `level` up, the libraries' (bm25s logs at DEBUG on its own) from WARNING up.
     handler.addFilter(lambda record: record.levelno >= (level if record.name.startswith("hybridlab")
@@ -693,7 +691,7 @@ def _configure_logging(log_file: str | None, verbose: int) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(min(level, logging.WARNING))
+    root.setLevel(level)
 
 
 HTTP_ONLY_OPTIONS = {"auth_token_file": "--auth-token-file", "allowed_hosts": "--allowed-host",
