@@ -91,9 +91,7 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
     with _open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             parts = line.rstrip("\n").split("\t") if "\t" in line else line.split()
-            if line_number == 1 and parts[0] in {"query-id", "query_id", "qid"}:
-                continue
-            if not line.strip():
+            if not line.strip() or (line_number == 1 and parts[0] in {"query-id", "query_id", "qid"}):
                 continue
             if len(parts) == 4:  # TREC qrels: qid 0 docid rel
                 parts = [parts[0], parts[2], parts[3]]

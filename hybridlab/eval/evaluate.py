@@ -102,8 +102,7 @@ class Comparison:
     def to_markdown(self) -> str:
         """Systems × metrics; best value per metric in bold; `†` = not significantly different
         from the baseline (first row) at p < max_p."""
-        header = "| system | " + " | ".join(self.metrics) + " |"
-        lines = [header, "|" + "---|" * (len(self.metrics) + 1)]
+        lines = ["| system | " + " | ".join(self.metrics) + " |", "|" + "---|" * (len(self.metrics) + 1)]
         best = {m: max(self.scores[s][m] for s in self.systems) for m in self.metrics}
         for i, system in enumerate(self.systems):
             cells = []
@@ -116,8 +115,7 @@ class Comparison:
                     cell += " †"
                 cells.append(cell)
             lines.append(f"| {system}{' (baseline)' if i == 0 else ''} | " + " | ".join(cells) + " |")
-        lines.append("")
-        lines.append(f"† not significantly different from the baseline ({self.stat_test} paired test, p ≥ {self.max_p}).")
+        lines += ["", f"† not significantly different from the baseline ({self.stat_test} paired test, p ≥ {self.max_p})."]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
