@@ -117,11 +117,8 @@ def fsync_tree(path: Path) -> None:
 def file_sha256(path: Path) -> str:
     import hashlib
 
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def generation_files(folder: Path, prefix: str = "") -> dict[str, dict[str, Any]]:
