@@ -310,9 +310,9 @@ class SegmentedDense(_ById):
         self.dim = parts[0].dim
         self.ef_search = parts[0].ef_search
         self._live_ids = [None if mask is None else part.ids[mask] for part, mask in zip(parts, live)]
-        self._local_rows = []  # per part: its local row of each of its live rows
-        for part, mask in zip(parts, live):
-            self._local_rows.append(np.arange(part.size, dtype=np.int64) if mask is None else np.flatnonzero(mask))
+        # per part: its local row of each of its live rows
+        self._local_rows = [np.arange(part.size, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+                            for part, mask in zip(parts, live)]
         sizes = [len(rows) for rows in self._local_rows]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         ids = np.concatenate([part.ids if ids is None else ids for part, ids in zip(parts, self._live_ids)])

@@ -252,9 +252,8 @@ class SparseIndex:
         _bm25s()  # its logger follows the application's logging from the first build on
         tokenizer = Tokenizer(config)
         vocab: dict[str, int] = {}
-        ids: list[array] = []  # int32 arrays: half the memory of lists of ints
-        for text in texts:
-            ids.append(array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)]))
+        ids = [array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)])
+               for text in texts]  # int32 arrays: half the memory of lists of ints
         if len(ids) != len(chunk_ids):
             raise ValueError(f"{len(ids)} texts for {len(chunk_ids)} chunk ids")
         return cls([Postings.from_token_ids(ids, vocab)], [None], np.asarray(chunk_ids, dtype=np.int64), tokenizer)

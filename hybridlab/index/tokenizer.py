@@ -79,10 +79,7 @@ class Tokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """The BM25 terms of one text, in order (repeats kept: they are term frequencies)."""
-        terms: list[str] = []
-        for word in WORD.findall(text):
-            terms.extend(self._terms_of_word(word))
-        return terms
+        return [term for word in WORD.findall(text) for term in self._terms_of_word(word)]
 
     def query_terms(self, text: str) -> list[str]:
         """Terms of a query, each once (BM25 sums over distinct query terms here)."""
