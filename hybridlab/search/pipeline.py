@@ -389,21 +389,18 @@ def candidate_features(snapshot: Snapshot, runs: Mapping[str, Run], evidence: Qu
     return rows, features(runs, evidence, facts, rows, fused, days, doc_ids, first)
 
 
-def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, tag_factor: float,
-            now: datetime, evidence: QueryEvidence | None = None, facts: QueryFacts | None = None,
-            rankers: Rankers | None = None) -> tuple[list[Hit], int]:
+def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, now: datetime, evidence: QueryEvidence,
+            facts: QueryFacts, rankers: Rankers | None) -> tuple[list[Hit], int]:
     """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
     `min_score`; and how many rows were scored before that cut. `evidence` scales BM25's weight
     and sets the recency weight (adaptive fusion). `fusion="learned"` (hybrid mode): the model
     `rankers` gives for `learned_model` scores the union of the candidates, squashed to (0, 1)."""
-    evidence = evidence or QueryEvidence(recency_weight=config.recency_weight)
     if config.mode == "hybrid" and config.fusion == "learned" and any(runs.values()):
         ranker = (rankers or (lambda setting: load_ranker(model_path(setting))))(config.learned_model)
-        rows, matrix = candidate_features(snapshot, runs, evidence, facts or QueryFacts(tag_factor=tag_factor), now,
-                                          config)
+        rows, matrix = candidate_features(snapshot, runs, evidence, facts, now, config)
         fused = dict(zip(rows.tolist(), squash(ranker.score(matrix)).tolist()))
     else:
-        fused = fixed_fusion(runs, config, tag_factor, evidence)
+        fused = fixed_fusion(runs, config, facts.tag_factor, evidence)
     if not fused:
         return [], 0
     rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
@@ -497,7 +494,7 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     while True:
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
         evidence = query_evidence(snapshot, request, runs)
-        hits, n_scored = combine(snapshot, runs, config, facts.tag_factor, now, evidence, facts, rankers)
+        hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
         # documents found: the count only, so no document scores here (group computes them once)
         found = len(best_chunks(hits, snapshot.generation.doc_ids, config.limit)) if config.group_by_document \
             else len(hits)
@@ -517,7 +514,7 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     if config.feedback_weight > 0 and config.mode == "hybrid" and model is not None and hits:
         runs, feedback_rows = dense_feedback(snapshot, request, runs, hits, stage, depth)
         if feedback_rows:
-            hits, n_scored = combine(snapshot, runs, config, facts.tag_factor, now, evidence, facts, rankers)
+            hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
     return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
                      model, request.tags, timings,
