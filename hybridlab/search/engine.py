@@ -421,10 +421,10 @@ class Index:
         snapshot = self.snapshot()
         known = snapshot.generation.chunk_ids
         rows = np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64)) if len(chunk_ids) else np.zeros(0, np.int64)
-        present = [int(row) for row, chunk_id in zip(rows.tolist(), chunk_ids)
-                   if row < len(known) and int(known[row]) == int(chunk_id)]
+        held = [row < len(known) and int(known[row]) == int(chunk_id) for row, chunk_id in zip(rows.tolist(), chunk_ids)]
+        present = [int(row) for row, ok in zip(rows.tolist(), held) if ok]
         texts = {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))} if present else {}
-        return [texts.get(int(row)) for row in rows.tolist()]
+        return [texts[int(row)] if ok else None for row, ok in zip(rows.tolist(), held)]
 
     def stats(self) -> dict[str, Any]:
         """Counts per collection, chunk type and model (with the encoder spec the manifest records

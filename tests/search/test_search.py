@@ -448,3 +448,12 @@ def test_adaptive_fusion_changes_nothing_outside_hybrid_mode(index):
         query = "what is the current tunnel endpoint"
         assert ids(index.search(query, mode=mode, now=NOW)) == ids(index.search(query, mode=mode, now=NOW,
                                                                                   adaptive_fusion=False))
+
+
+def test_chunk_texts_answer_none_for_an_id_the_generation_does_not_hold(index):
+    """A missing id next to a held one gets None, not its neighbour's text."""
+    held = sorted(int(c) for c in index.snapshot().generation.chunk_ids)
+    missing = held[0] - 1  # sorts just before the first held id
+    texts = index.chunk_texts([missing, held[0], held[0]])
+    assert texts[0] is None
+    assert texts[1] == texts[2] and texts[1] is not None
