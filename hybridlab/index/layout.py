@@ -445,12 +445,6 @@ _PROCESS_LOCKS: dict[str, FairLock] = {}
 _PROCESS_LOCKS_GUARD = threading.Lock()
 
 
-def _process_lock(index_dir: Path) -> FairLock:
-    key = os.path.realpath(index_dir)
-    with _PROCESS_LOCKS_GUARD:
-        return _PROCESS_LOCKS.setdefault(key, FairLock())
-
-
 def _process_command(pid: str) -> str:
     """The command line of process `pid` (best effort, for messages)."""
     try:
@@ -476,7 +470,8 @@ class WriterLock:
     def __enter__(self) -> Self:
         timeout = lock_wait_seconds() if self.timeout is None else self.timeout
         deadline = time.monotonic() + timeout
-        local = _process_lock(Path(self.index_dir))
+        with _PROCESS_LOCKS_GUARD:
+            local = _PROCESS_LOCKS.setdefault(os.path.realpath(self.index_dir), FairLock())
         owner = local.owner
         if owner is not None and owner[0] == threading.get_ident():
             raise IndexLockedError(f"index {self.index_dir} is locked by PID {os.getpid()} (this process: this "

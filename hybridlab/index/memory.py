@@ -62,11 +62,6 @@ class DeletedMemories:
     seconds: float
 
 
-def new_memory_id() -> str:
-    """A fresh memory id (`mem-` + 16 hex digits of a random UUID)."""
-    return f"mem-{uuid.uuid4().hex[:16]}"
-
-
 def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
                 *, memory_id: str | None = None, source: str = MEMORY_SOURCE, updated_at: str | None = None,
                 metadata: Mapping[str, Any] | None = None) -> Document:
@@ -88,7 +83,7 @@ def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note
     for field_name, value in (("content", content), ("memory_type", memory_type), *(("tags", tag) for tag in tags)):
         _check_unicode(field_name, value)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    obj = {"id": memory_id or new_memory_id(), "content": content, "tags": list(tags),
+    obj = {"id": memory_id or f"mem-{uuid.uuid4().hex[:16]}", "content": content, "tags": list(tags),
            "created_at": when, "updated_at": updated_at, "memory_type": memory_type.strip(),
            "metadata": dict(metadata or {})}
     return memory_document(obj, "memory", source)

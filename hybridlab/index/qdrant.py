@@ -207,13 +207,6 @@ def _check_mode(generation: Generation, mode: str) -> None:
                          "with the IDF folded in (idf_modifier=False)")
 
 
-def _warn_collisions(generation: Generation) -> None:
-    collisions = term_collisions(generation.sparse)
-    if collisions:
-        logger.warning("%d terms of %s share a 32-bit sparse index with another term: their BM25 weights add up "
-                       "in Qdrant", collisions, generation.index_dir)
-
-
 def export_generation(generation: Generation, client: Any, collection: str | None = None, *,
                       idf_modifier: bool = False, shard_number: int | None = None,
                       replication_factor: int | None = None) -> str:
@@ -224,7 +217,10 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
     models = qdrant_models()
     mode = "idf" if idf_modifier else "folded"
     _check_mode(generation, mode)
-    _warn_collisions(generation)
+    collisions = term_collisions(generation.sparse)
+    if collisions:
+        logger.warning("%d terms of %s share a 32-bit sparse index with another term: their BM25 weights add up "
+                       "in Qdrant", collisions, generation.index_dir)
     collection = collection or collection_name(generation)
     if client.collection_exists(collection):
         client.delete_collection(collection)
@@ -296,17 +292,13 @@ def _collection_mode(client: Any, collection: str) -> str:
     return "idf" if modifier == qdrant_models().Modifier.IDF else "folded"
 
 
-def _doc_filter(doc_ids: Sequence[str]) -> Any:
-    models = qdrant_models()
-    return models.Filter(must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))])
-
-
 def delete_documents(client: Any, collection: str, doc_ids: Sequence[str]) -> None:
     """Delete every chunk of the documents `doc_ids` (a payload filter on `doc_id`)."""
-    doc_ids = list(doc_ids)
+    models, doc_ids = qdrant_models(), list(doc_ids)
     for start in range(0, len(doc_ids), BATCH):
-        client.delete(collection, points_selector=qdrant_models().FilterSelector(filter=_doc_filter(doc_ids[start:start + BATCH])),
-                      wait=True)
+        batch = models.FieldCondition(key="doc_id", match=models.MatchAny(any=doc_ids[start:start + BATCH]))
+        points = models.FilterSelector(filter=models.Filter(must=[batch]))
+        client.delete(collection, points_selector=points, wait=True)
 
 
 def upsert_documents(generation: Generation, client: Any, collection: str, doc_ids: Sequence[str]) -> int:
