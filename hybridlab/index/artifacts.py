@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import platform
 import time
@@ -21,9 +20,6 @@ from hybridlab.index.faults import checkpoint
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import SMALL_INSERT
 from hybridlab.index.store import registered
-
-logger = logging.getLogger(__name__)
-
 
 EMBED_BATCH = 256
 READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB

@@ -1,7 +1,6 @@
 """The tiered merge policy and the merge of adjacent segments into one."""
 from __future__ import annotations
 
-import logging
 import math
 import os
 import shutil
@@ -28,9 +27,6 @@ from hybridlab.index.segments import (
     segment_models,
     store_counts,
 )
-
-logger = logging.getLogger(__name__)
-
 
 # ---------------------------------------------------------------------------------------------- segments
 #: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import logging
 import os
 import re
 import threading
@@ -18,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.errors import StoreError, StoreLockedError
-
-logger = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);

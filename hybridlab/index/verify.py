@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -13,8 +12,6 @@ from typing import Any
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.reader import consistency_problems, read_generation
-
-logger = logging.getLogger(__name__)
 
 
 def _store_problems(folder: Path) -> list[str]:
