@@ -129,21 +129,6 @@ def _document_hashes(generation: Generation) -> dict[str, str]:
         return {doc_id: sha for doc_id, (_, sha) in index_store.document_hashes(con).items()}
 
 
-def _payloads(generation: Generation, rows: Sequence[int], hashes: Mapping[str, str]) -> list[dict[str, Any]]:
-    payloads = []
-    for row in rows:
-        doc_id = generation.doc_ids[row]
-        payload: dict[str, Any] = {"doc_id": doc_id, "doc_sha256": hashes.get(doc_id, ""),
-                                   "collection": generation.collections[row],
-                                   "chunk_type": generation.chunk_types[row],
-                                   "tags": list(generation.row_tags.get(row, ()))}
-        time_ = float(generation.times[row])
-        if not math.isnan(time_):
-            payload["time"] = time_
-        payloads.append(payload)
-    return payloads
-
-
 def _sparse_vector(weights: tuple[np.ndarray, np.ndarray], mode: str) -> Any | None:
     """The point's `bm25` vector; under the IDF modifier every point carries one (an empty one for a
     chunk without terms), since Qdrant's N counts the points that have the vector and bm25s's N is
@@ -163,7 +148,15 @@ def _points(generation: Generation, rows: Sequence[int], weights: Mapping[int, t
         positions[generation.dense_rows_to_index[model]] = np.arange(len(generation.dense_rows_to_index[model]))
         vectors_of[model] = (positions, dense.vectors)
     points = []
-    for row, payload in zip(rows, _payloads(generation, rows, hashes)):
+    for row in rows:
+        doc_id = generation.doc_ids[row]
+        payload: dict[str, Any] = {"doc_id": doc_id, "doc_sha256": hashes.get(doc_id, ""),
+                                   "collection": generation.collections[row],
+                                   "chunk_type": generation.chunk_types[row],
+                                   "tags": list(generation.row_tags.get(row, ()))}
+        time_ = float(generation.times[row])
+        if not math.isnan(time_):
+            payload["time"] = time_
         vector: dict[str, Any] = {}
         sparse_vector = _sparse_vector(weights[row], mode)
         if sparse_vector is not None:
@@ -275,11 +268,9 @@ def reweight_rows(generation: Generation, client: Any, collection: str, rows: It
     weights = sparse_weights(generation, fold_idf=mode == "folded", rows=rows)
     written = 0
     for start in range(0, len(rows), BATCH):
-        points = []
-        for row in rows[start:start + BATCH]:
-            vector = _sparse_vector(weights[row], mode)
-            if vector is not None:
-                points.append(models.PointVectors(id=int(generation.chunk_ids[row]), vector={SPARSE: vector}))
+        points = [models.PointVectors(id=int(generation.chunk_ids[row]), vector={SPARSE: vector})
+                  for row in rows[start:start + BATCH]
+                  if (vector := _sparse_vector(weights[row], mode)) is not None]
         if points:
             client.update_vectors(collection, points=points, wait=True)
             written += len(points)
