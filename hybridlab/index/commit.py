@@ -20,12 +20,7 @@ from hybridlab.index.artifacts import versions
 from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.merge import build_merged, merge_plan
-from hybridlab.index.segments import (
-    dead_chunk_ids,
-    load_dense,
-    segment_folder,
-    segment_models,
-)
+from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder, segment_models
 from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
 
 logger = logging.getLogger(__name__)

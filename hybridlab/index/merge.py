@@ -11,22 +11,9 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import layout, store
+from hybridlab.index import layout, segments, store
 from hybridlab.index.artifacts import build_artifacts
 from hybridlab.index.faults import checkpoint
-from hybridlab.index.segments import (
-    attach,
-    copy_live_parquet,
-    copy_live_rows,
-    detach,
-    load_dense,
-    next_chunk_id,
-    persist,
-    segment_entry,
-    segment_folder,
-    segment_models,
-    store_counts,
-)
 
 # ---------------------------------------------------------------------------------------------- segments
 #: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are
@@ -83,23 +70,25 @@ def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[di
         small = sum(int(entry.get("chunks", 0)) for entry in entries) < store.SMALL_SEGMENT_ROWS
         con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
-        folders = [segment_folder(index_dir, entry) for entry in entries]
+        folders = [segments.segment_folder(index_dir, entry) for entry in entries]
         if all(store.is_parquet_segment(folder) for folder in folders):
-            copy_live_parquet(con, folders, entries)
+            segments.copy_live_parquet(con, folders, entries)
         else:
-            aliases = attach(con, index_dir, entries)
-            copy_live_rows(con, aliases, entries)
-            detach(con, aliases)
+            aliases = segments.attach(con, index_dir, entries)
+            segments.copy_live_rows(con, aliases, entries)
+            segments.detach(con, aliases)
         highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
-        store.set_meta(con, {"next_chunk_id": max(next_chunk_id(index_dir, manifest),
+        store.set_meta(con, {"next_chunk_id": max(segments.next_chunk_id(index_dir, manifest),
                                                   -1 if highest is None else highest + 1), "generation": number})
         checkpoint("merge-store-written")
         loaded: dict[str, list[Any]] = {}
 
         def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
             if model not in loaded:
-                loaded[model] = [load_dense(segment_folder(index_dir, entry) / segment_models(manifest, entry)[model]["file"],
-                                             model) for entry in entries if model in segment_models(manifest, entry)]
+                held = [(segments.segment_folder(index_dir, entry), segments.segment_models(manifest, entry))
+                        for entry in entries]
+                loaded[model] = [segments.load_dense(folder / models[model]["file"], model)
+                                 for folder, models in held if model in models]
             wanted = pairs["chunk_id"].astype(np.int64)
             parts = []
             for dense in loaded[model]:
@@ -111,14 +100,14 @@ def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[di
                 raise RuntimeError(f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors")
             return matrix
 
-        counts = store_counts(con)
+        counts = segments.store_counts(con)
         artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
-        persist(con, tmp)
+        segments.persist(con, tmp)
         con.close()
         con = None
         if not counts["chunks"] and not counts["documents"]:
             return None, tmp
-        return {**segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
+        return {**segments.segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
     except BaseException:
         if con is not None:
             con.close()

@@ -12,12 +12,7 @@ from typing import Any
 from hybridlab.errors import HybridlabError
 from hybridlab.index import layout
 from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.ingest.sources import (
-    READER_VERSION,
-    Document,
-    FileSignature,
-    FolderScan,
-)
+from hybridlab.ingest.sources import READER_VERSION, Document, FileSignature, FolderScan
 
 logger = logging.getLogger(__name__)
 
