@@ -39,15 +39,8 @@ from hybridlab.index.segments import (
     store_counts,
 )
 from hybridlab.index.signatures import next_signatures, recorded_signatures
-from hybridlab.ingest.sources import (
-    Document,
-    FolderScan,
-    IngestReport,
-    read_folder,
-    read_source,
-    source_id,
-    source_kind,
-)
+from hybridlab.ingest import sources
+from hybridlab.ingest.sources import Document, FolderScan
 
 logger = logging.getLogger(__name__)
 
@@ -396,21 +389,21 @@ def index_paths(
     file whatever its signature (`hybridlab index --check-content`); `force` does too and also
     rewrites the whole index as one segment (`--force`). `imported`: see `apply_changes`."""
     started = time.perf_counter()
-    ingest = IngestReport()
+    ingest = sources.IngestReport()
     batches = []
     scans = []
     recorded = {} if force or check_content else recorded_signatures(index_dir)
     for raw in paths:
         path = Path(raw)
-        if source_kind(path) == "folder":
-            scan = read_folder(path, ingest, None if force or check_content else recorded.get(str(path.resolve()), {}),
-                               settled_ns=layout.SETTLED_NS)
+        if sources.source_kind(path) == "folder":
+            known = None if force or check_content else recorded.get(str(path.resolve()), {})
+            scan = sources.read_folder(path, ingest, known, settled_ns=layout.SETTLED_NS)
             ingest.documents += len(scan.documents)
             scans.append(scan)
             batches.append((scan.source, scan.documents, True))
             continue
-        documents = read_source(path, ingest)
-        batches.append((source_id(path), documents, True))
+        documents = sources.read_source(path, ingest)
+        batches.append((sources.source_id(path), documents, True))
     report = IndexReport(str(index_dir), skipped=ingest.skipped)
     report = apply_changes(index_dir, batches, config, progress=progress, force=force, report=report,
                            cache_path=cache_path, scans=scans, imported=imported)
