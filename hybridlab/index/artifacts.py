@@ -32,29 +32,23 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
     matches its record (`encoder_mismatch`) is refused, as a changed dimension is."""
     from tqdm.auto import tqdm
 
-    from hybridlab.encoders.registry import (
-        encoder_mismatch,
-        encoder_record,
-        encoder_settings,
-        get_spec,
-        load_document_encoder,
-    )
+    from hybridlab.encoders import registry
 
     dims: dict[str, int] = {}
     for model in models:
-        spec = get_spec(model)
+        spec = registry.get_spec(model)
         if model in known_dims and known_dims[model] != spec.dim:
             raise ValueError(
                 f"model {model!r} was indexed with dimension {known_dims[model]} but now has {spec.dim}; "
                 f"drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         recorded = (known_encoders or {}).get(model)
-        if recorded and encoder_mismatch(recorded, current := encoder_record(model)):
+        if recorded and registry.encoder_mismatch(recorded, current := registry.encoder_record(model)):
             raise ValueError(
                 f"model {model!r} was indexed with encoder {recorded} but is now {current} (differs in "
-                f"{encoder_mismatch(recorded, current)}); give the encoder settings it was built with again "
-                f"(--query-prompt, --document-prompt, --max-seq-length, --dtype or HYBRIDLAB_*), or drop its "
-                f"vectors first: hybridlab reindex --drop-model {model}"
+                f"{registry.encoder_mismatch(recorded, current)}); give the encoder settings it was built "
+                f"with again (--query-prompt, --document-prompt, --max-seq-length, --dtype or HYBRIDLAB_*), "
+                f"or drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         dims[model] = spec.dim
         hashes = [row[0] for row in con.execute(
@@ -66,7 +60,7 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         if not todo:
             continue
         missing = _texts_of(con, todo)
-        encoder = load_document_encoder(model)
+        encoder = registry.load_document_encoder(model)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
         bar = tqdm(total=len(missing), desc=f"embedding ({model})", unit="chunk", disable=not progress,
@@ -74,9 +68,9 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
         for start in range(0, len(missing), step):
             batch = missing[start:start + step]
-            vectors = encoder.encode_documents([text for _, text in batch],
-                                               batch_size=encoder_settings().batch_size or config.embed_batch_size
-                                               or encoder.batch_size)
+            batch_size = (registry.encoder_settings().batch_size or config.embed_batch_size
+                          or encoder.batch_size)
+            vectors = encoder.encode_documents([text for _, text in batch], batch_size=batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
             cache.put(key, [sha for sha, _ in batch], vectors)
