@@ -248,7 +248,8 @@ def apply_changes(
         )
         old_generation = index_dir / manifest["path"] if manifest else None
         layout.remove_stale(index_dir, keep=old_generation,
-                            previous=layout.previous_generation(index_dir, old_generation))
+                            previous=layout.previous_generation(index_dir, old_generation),
+                            copies=WRITE_CACHES.manifest_copies)
         checkpoint("start")
         entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
         # memories in the live generation's write-ahead log go into this write's segment first

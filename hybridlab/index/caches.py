@@ -71,6 +71,8 @@ class WriteCaches:
     uncommitted_documents: LruCache[str, dict[str, tuple[str, str]]] = field(default_factory=lambda: LruCache(64))
     #: the last file-signature table read, by (path, sha256)
     signatures: LruCache[tuple[str, str], Any] = field(default_factory=lambda: LruCache(1))
+    #: generation folders' manifest copies, by (path, inode, size, mtime) (written once, never stale)
+    manifest_copies: LruCache[tuple[str, int, int, int], dict[str, Any]] = field(default_factory=lambda: LruCache(8))
     #: open read-only connections to committed segment stores
     stores: SegmentStores = field(default_factory=SegmentStores)
 

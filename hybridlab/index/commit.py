@@ -276,7 +276,8 @@ def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list
         if documents is not None and name in names and recorded:
             WRITE_CACHES.small_documents.put((str(index_dir / name), str(recorded["sha256"])), documents)
     previous = index_dir / old["path"] if old else None
-    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous)
+    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous,
+                        copies=WRITE_CACHES.manifest_copies)
     return manifest
 
 

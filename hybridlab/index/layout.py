@@ -153,18 +153,15 @@ def referenced_folders(index_dir: Path, manifest: dict[str, Any] | None) -> set[
     return {manifest["path"], *(segment["name"] for segment in segments(manifest))}
 
 
-#: manifest copies read, by path and identity (written once, so never stale)
-_COPIES: LruCache[tuple[str, int, int, int], dict[str, Any]] = LruCache(8)
-
-
-def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
-    """The manifest copy inside a generation folder (None when absent or unreadable); a copy is
-    written once, so one read before is reused while its inode, size and mtime are the same."""
+def read_generation_manifest(folder: Path, copies: LruCache | None = None) -> dict[str, Any] | None:
+    """The manifest copy inside a generation folder (None when absent or unreadable). A copy is
+    written once, so with `copies` (the writer's cache) one read before is reused while its inode,
+    size and mtime are the same."""
     path = Path(folder) / MANIFEST
     try:
         info = os.stat(path)
         key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
-        known = _COPIES.get(key)
+        known = copies.get(key) if copies is not None else None
         if known is not None:
             return known
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -172,7 +169,8 @@ def read_generation_manifest(folder: Path) -> dict[str, Any] | None:
         return None
     if not (isinstance(manifest, dict) and manifest.get("format") in FORMATS):
         return None
-    _COPIES.put(key, manifest)
+    if copies is not None:
+        copies.put(key, manifest)
     return manifest
 
 
@@ -317,18 +315,20 @@ def previous_generation(index_dir: Path, live: Path | None) -> Path | None:
     return older[-1] if older else None
 
 
-def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None) -> list[str]:
+def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None,
+                 copies: LruCache | None = None) -> list[str]:
     """Delete generation folders other than `keep` and `previous` and the segments their manifest
     copies name (crashed builds, older generations, merged-away segments). Folders are compared by
     name (all are children of `index_dir`); the removed ones are renamed aside at once and deleted
     by a background thread. While a reader is opening a generation (`reading`), retired folders,
-    logs and graphs stay where they are: the next commit removes them."""
+    logs and graphs stay where they are: the next commit removes them. `copies`: the writer's cache
+    of manifest copies read (`read_generation_manifest`)."""
     index_dir = Path(index_dir)
     commits = {p.name for p in (keep, previous) if p is not None}
     kept = set(commits)
     for folder in (keep, previous):
         if folder is not None:
-            kept |= referenced_folders(index_dir, read_generation_manifest(folder))
+            kept |= referenced_folders(index_dir, read_generation_manifest(folder, copies))
     removed, trash = [], []
     with os.scandir(index_dir) as entries:
         names = [entry.name for entry in entries if entry.name.startswith("gen-")]

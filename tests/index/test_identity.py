@@ -403,3 +403,34 @@ def test_writer_threads_storing_updating_and_folding_while_others_search(tmp_pat
     for doc_id, text in stored.items():
         assert _versions(index_dir, doc_id) == [text]
     assert verify(index_dir) == []
+
+
+def test_no_module_of_the_index_layer_keeps_a_cache_of_its_own():
+    """Caches of the write path live in `WRITE_CACHES` alone: no module of `hybridlab/index/` holds an
+    `LruCache`, a dict/OrderedDict or a `functools` cache at module level (locks, pools and the lock
+    registry `layout._PROCESS_LOCKS` are state a process must share, not caches; two memoised
+    functions of process constants are too: the installed versions and the stopword lists)."""
+    import ast
+    from pathlib import Path
+
+    import hybridlab.index as index_package
+
+    shared_state = {("layout.py", "_PROCESS_LOCKS"), ("caches.py", "WRITE_CACHES"),
+                    ("artifacts.py", "_versions"), ("tokenizer.py", "_stopwords")}
+    found = []
+    for path in sorted(Path(index_package.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                target = ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target)
+                value = node.value
+                is_cache = isinstance(value, ast.Dict) and not target.isupper() or (
+                    isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1]
+                    in {"LruCache", "OrderedDict", "dict", "defaultdict", "WeakValueDictionary"})
+                if is_cache and (path.name, target) not in shared_state:
+                    found.append(f"{path.name}: {target}")
+            if isinstance(node, ast.FunctionDef):
+                decorators = {ast.unparse(d).split("(")[0].split(".")[-1] for d in node.decorator_list}
+                if decorators & {"lru_cache", "cache"} and (path.name, node.name) not in shared_state:
+                    found.append(f"{path.name}: {node.name} (@{min(decorators & {'lru_cache', 'cache'})})")
+    assert found == []
