@@ -24,6 +24,15 @@ from hybridlab.index.store import registered
 EMBED_BATCH = 256
 READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB
 
+
+def document_batch_size(config: IndexConfig, encoder: Any) -> int:
+    """Texts per encoder call: the encoder settings' (`--batch-size`, `HYBRIDLAB_BATCH_SIZE`), else the
+    index config's `embed_batch_size`, else the encoder's own."""
+    from hybridlab.encoders import registry
+
+    return registry.encoder_settings().batch_size or config.embed_batch_size or encoder.batch_size
+
+
 def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: IndexReport, config: IndexConfig,
                    known_dims: dict[str, int], progress: bool,
                    known_encoders: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
@@ -61,6 +70,7 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
             continue
         missing = _texts_of(con, todo)
         encoder = registry.load_document_encoder(model)
+        batch_size = document_batch_size(config, encoder)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
         bar = tqdm(total=len(missing), desc=f"embedding ({model})", unit="chunk", disable=not progress,
@@ -68,8 +78,6 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
         for start in range(0, len(missing), step):
             batch = missing[start:start + step]
-            batch_size = (registry.encoder_settings().batch_size or config.embed_batch_size
-                          or encoder.batch_size)
             vectors = encoder.encode_documents([text for _, text in batch], batch_size=batch_size)
             if vectors.shape[1] != spec.dim:
                 raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")

@@ -458,10 +458,11 @@ class _OpenLog:
 
     def encode(self, model: str, texts: list[str]) -> Any:
         from hybridlab.encoders.registry import load_document_encoder, register_recorded
+        from hybridlab.index.artifacts import document_batch_size
 
         register_recorded(self.manifest.get("models") or {})  # the prompts and length the index recorded
         encoder = load_document_encoder(model)
-        vectors = encoder.encode_documents(texts, batch_size=self.config.embed_batch_size or encoder.batch_size)
+        vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
         if model in self.dims and vectors.shape[1] != self.dims[model]:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors
