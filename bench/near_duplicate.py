@@ -4,12 +4,17 @@
 The 274 hand-written demo memories (`ground_truth/memories/memories.jsonl`) are all distinct: a
 threshold that flags one of them as the near duplicate of another is a false alarm. Each memory's
 content and tags are looked up as `store_memory` looks a new memory up
-(:func:`hybridlab.search.listing.nearest_memory`: the cosine of the nearest memory's vector, embedded
-as the index embeds memories, tags included, by the default model) in the index of the others (its own
-document excluded), and in the full index as two light edits that are near duplicates by intent:
+(:func:`hybridlab.search.listing.nearest_memory` over the vectors of
+:meth:`hybridlab.index.memory.MemoryWriter.embed`: the cosine of the nearest memory's vector, the new
+one embedded as the index embeds memories, as a document, tags included) in the index of the others (its
+own document excluded), and in the full index as two light edits that are near duplicates by intent:
 `dropped` (one word from the middle removed) and `extended` (" This still holds." appended).
 Counts at 0.90/0.95/0.97/0.99 and the timing of the look-up go to
 `reports/bench/<date>-near-duplicate/` (`--out`): `near_duplicate.json` and `README.md`.
+
+`same_decision` (issue 40) checks that embedding the text once, as a document (the vectors the log
+then records), decides as the look-up before it did, which embedded the same text as a query: each
+look-up is made both ways, and the decisions (nearest memory, at or above each threshold) compared.
 """
 from __future__ import annotations
 
@@ -37,21 +42,40 @@ def dropped(text: str) -> str:
 
 def run(work: Path) -> dict[str, Any]:
     from hybridlab.index.build import index_paths
+    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.index.rows import chunk_document, indexed_text
     from hybridlab.search.engine import open_index
     from hybridlab.search.listing import nearest_memory
 
     memories = [json.loads(line) for line in MEMORIES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
     index_paths([MEMORIES_FILE], work / "index", progress=False)
     index = open_index(work / "index")
-    distinct, variants, seconds = [], {"dropped": [], "extended": []}, []
-    for memory in memories:
+    writer = MemoryWriter(work / "index")
+    pairs: list[tuple[Any, Any]] = []  # (as a document, as a query) of every look-up
+    seconds: list[float] = []  # of the look-ups of distinct memories, as store_memory makes them
+
+    def lookup(text: str, tags: list[str], exclude: str | None = None) -> Any:
         started = time.perf_counter()
-        found = nearest_memory(index, memory["content"], memory.get("tags") or (), exclude=memory["id"])
-        seconds.append(time.perf_counter() - started)
-        distinct.append({"id": memory["id"], "nearest": found and found[0], "cosine": found and round(found[1], 4)})
+        memory = writer.embed(make_memory(text, tags))
+        found = nearest_memory(index.snapshot(), memory.vectors, exclude=exclude)
+        if exclude is not None:
+            seconds.append(time.perf_counter() - started)
+        model = next(iter(memory.vectors))  # before issue 40: the same text embedded as a query
+        chunk = chunk_document(memory.document, memory.config)[0]
+        query = index.query_vector(model, indexed_text(chunk, memory.document, memory.config.chunk))
+        pairs.append((found, nearest_memory(index.snapshot(), {model: query}, exclude=exclude)))
+        return found
+
+    distinct, variants = [], {"dropped": [], "extended": []}
+    for memory in memories:
+        tags = memory.get("tags") or []
+        found = lookup(memory["content"], tags, exclude=memory["id"])
+        distinct.append({"id": memory["id"], "nearest": found and found.doc_id,
+                         "cosine": found and round(found.similarity, 4)})
         for kind, text in (("dropped", dropped(memory["content"])), ("extended", memory["content"] + " This still holds.")):
-            found = nearest_memory(index, text, memory.get("tags") or ())
-            variants[kind].append(found[1] if found and found[0] == memory["id"] else 0.0)
+            found = lookup(text, tags)
+            variants[kind].append(found.similarity if found and found.doc_id == memory["id"] else 0.0)
+    writer.close()
     index.close()
     cosines = [d["cosine"] or 0.0 for d in distinct]
     return {
@@ -62,7 +86,19 @@ def run(work: Path) -> dict[str, Any]:
         "variant_cosine_p50": {kind: round(percentile(values, 50), 4) for kind, values in variants.items()},
         "lookup_ms": {"p50": round(1000 * percentile(seconds, 50), 2), "p95": round(1000 * percentile(seconds, 95), 2)},
         "closest_pairs": sorted(distinct, key=lambda d: -(d["cosine"] or 0))[:5],
+        "same_decision": same_decision(pairs),
     }
+
+
+def same_decision(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """Look-ups whose decision (the nearest memory, and whether it reaches each threshold) is the
+    same with the text embedded as a document and as a query; the largest cosine difference."""
+    def decision(found: Any, threshold: float) -> tuple[str | None, bool]:
+        return (found and found.doc_id, bool(found and found.similarity >= threshold))
+
+    return {"lookups": len(pairs),
+            "same": {f"{t:.2f}": sum(decision(d, t) == decision(q, t) for d, q in pairs) for t in THRESHOLDS},
+            "max_cosine_difference": max((abs(d.similarity - q.similarity) for d, q in pairs if d and q), default=0.0)}
 
 
 def readme(result: dict[str, Any]) -> str:
@@ -81,7 +117,12 @@ edit's nearest memory is its original at or above the threshold).
 
 Nearest other memory's cosine: max {result['nearest_cosine']['max']}, p99 {result['nearest_cosine']['p99']},
 p50 {result['nearest_cosine']['p50']}. Edits' cosine to their original, p50: {result['variant_cosine_p50']}.
-Look-up (query embedding + vector search): p50 {result['lookup_ms']['p50']} ms, p95 {result['lookup_ms']['p95']} ms.
+Look-up (document embedding + vector search): p50 {result['lookup_ms']['p50']} ms, p95 {result['lookup_ms']['p95']} ms.
+
+The text embedded once, as a document (the vectors the write-ahead log records), against the same
+text embedded as a query (the look-up before issue 40): of {result['same_decision']['lookups']} look-ups,
+the same decision at each threshold: {result['same_decision']['same']}; largest cosine difference
+{result['same_decision']['max_cosine_difference']:.2e}.
 
 Closest distinct pairs:
 {pairs}

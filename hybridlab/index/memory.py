@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from hybridlab.index import layout, wal
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
@@ -60,6 +62,27 @@ class DeletedMemories:
     removed: int
     generation: int | None
     seconds: float
+
+
+@dataclass(frozen=True)
+class EmbeddedMemory:
+    """A memory embedded as the index's log embeds it (:meth:`MemoryWriter.embed`): its one chunk's
+    text (tags included when the index indexes tags) by the document encoder of each model the index
+    config assigns it. Stored with :meth:`MemoryWriter.store_embedded`, the log records these very
+    vectors, so the near-duplicate look-up and the write embed the text once. The text is embedded
+    again only when the write cannot use them: the index's config or a model's dimension changed
+    since (a reindex), or the write commits a segment instead of appending to a log (`wal_records=0`,
+    an index of a format before 5): `apply_changes` embeds the new texts of a commit itself."""
+
+    document: Document
+    record: wal.WalRecord  # what the log appends: the document and model -> its chunk's vector (1 row)
+    config: Any  # the IndexConfig it was embedded under
+    dims: Mapping[str, int]  # the index's model dimensions then
+
+    @property
+    def vectors(self) -> dict[str, np.ndarray]:
+        """Model -> the memory's unit vector, in the order the config assigns the models."""
+        return {model: matrix[0] for model, matrix in self.record.vectors.items()}
 
 
 def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
@@ -197,7 +220,7 @@ class MemoryWriter:
         self.commit_delay = commit_delay
         self.wal_records = wal_records
         self._timer: threading.Timer | None = None
-        self._pending: list[tuple[Document, Future]] = []
+        self._pending: list[tuple[Document, Future, EmbeddedMemory | None]] = []
         self._pending_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._log: _OpenLog | None = None
@@ -248,10 +271,30 @@ class MemoryWriter:
     def store_document(self, document: Document) -> StoredMemory:
         """Write one document built by :func:`make_memory` (its id and dates as given); returns
         when it is durable and searchable. A document whose id is already indexed replaces it."""
+        return self._store(document, None)
+
+    def embed(self, document: Document) -> EmbeddedMemory | None:
+        """`document` (built by :func:`make_memory`) embedded as the live generation's log would
+        embed it, without taking the writer lock; None when there is no index yet (its first write
+        commits one). Hand the result to :meth:`store_embedded` to store it without embedding again."""
+        try:
+            manifest = layout.read_manifest(self.index_dir)
+        except FileNotFoundError:
+            return None
+        encoding = _Encoding.of(manifest)
+        record = wal.embed_documents([document], encoding.config, encoding.encode)[0]
+        return EmbeddedMemory(document, record, encoding.config, encoding.dims)
+
+    def store_embedded(self, memory: EmbeddedMemory) -> StoredMemory:
+        """:meth:`store_document` of a memory :meth:`embed` embedded: the log appends its vectors
+        (see :class:`EmbeddedMemory` for when the text is embedded again)."""
+        return self._store(memory.document, memory)
+
+    def _store(self, document: Document, embedded: EmbeddedMemory | None) -> StoredMemory:
         started = time.perf_counter()
         future: Future = Future()
         with self._pending_lock:
-            self._pending.append((document, future))
+            self._pending.append((document, future, embedded))
             if self.commit_delay > 0:
                 if self._timer is None:
                     self._timer = threading.Timer(self.commit_delay, self._flush_quietly)
@@ -271,7 +314,7 @@ class MemoryWriter:
         equals `content`'s, else None: a duplicate check that does not force the queue's commit."""
         wanted = normalised_content(content)
         with self._pending_lock:
-            return next((d for d, _ in self._pending if normalised_content(d.text) == wanted), None)
+            return next((d for d, _, _ in self._pending if normalised_content(d.text) == wanted), None)
 
     @property
     def writes(self) -> int:
@@ -308,9 +351,10 @@ class MemoryWriter:
         if not batch:
             return
         # one id stored twice in a group commit: its last version, as two commits in a row would leave
-        documents = list({document.doc_id: document for document, _ in batch}.values())
+        latest = list({document.doc_id: (document, embedded) for document, _, embedded in batch}.values())
+        documents = [document for document, _ in latest]
         try:
-            generation = self._append(documents) if self.wal_records else None
+            generation = self._append(latest) if self.wal_records else None
             if generation is None:
                 report = self._waiting(
                     lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
@@ -325,10 +369,10 @@ class MemoryWriter:
                 with self._pending_lock:
                     self._pending[:0] = batch
                 raise
-            for _, future in batch:
+            for _, future, _ in batch:
                 future.set_exception(error)
             return
-        for _, future in batch:
+        for _, future, _ in batch:
             future.set_result((generation, len(batch)))
         self._fold_if_full()
 
@@ -336,15 +380,16 @@ class MemoryWriter:
         if self._log is not None and self._log.writer.records >= self.wal_records:
             self._fold()
 
-    def _append(self, documents: list[Document]) -> int | None:
+    def _append(self, entries: list[tuple[Document, EmbeddedMemory | None]]) -> int | None:
         """Append the memories to the live generation's log (durable on return; a memory whose id
-        is indexed already is replaced: readers hide the old version); returns its generation
-        number, or None when there is no log (no index yet: the first write commits one)."""
+        is indexed already is replaced: readers hide the old version), with the vectors of those
+        embedded already under the log's config; returns its generation number, or None when there
+        is no log (no index yet: the first write commits one)."""
         with self._locked():
             log = self._current_log()
             if log is None:
                 return None
-            self._write(log, wal.embed_documents(documents, log.config, log.encode))
+            self._write(log, log.encoding.records(entries))
             return log.generation
 
     def _append_tombstones(self, ids: Sequence[str]) -> tuple[int, int] | None:
@@ -389,18 +434,14 @@ class MemoryWriter:
         self.appends += 1
 
     def _open_log(self, stamp: tuple[int, int]) -> None:
-        from hybridlab.config import IndexConfig
-
         if self._log is not None:
             self._log.writer.close()
             self._log = None
         manifest = layout.read_manifest(self.index_dir)
         if manifest.get("format", 0) < layout.LOG_DELETES_FORMAT or "next_chunk_id" not in manifest:
             return  # written by code that reads no deletes in a log: the first write commits (format 5)
-        config = IndexConfig.from_manifest(manifest["config"])
-        dims = {model: int(info["dim"]) for model, info in (manifest.get("models") or {}).items()}
         writer = wal.WalWriter(wal.wal_path(self.index_dir, manifest["generation"]))
-        self._log = _OpenLog(stamp, int(manifest["generation"]), config, dims, writer, manifest)
+        self._log = _OpenLog(stamp, int(manifest["generation"]), _Encoding.of(manifest), writer, manifest)
 
     def _fold(self) -> None:
         """Commit the full log as a segment. The memories are durable in the log already, so a
@@ -444,28 +485,54 @@ class MemoryWriter:
             raise layout.IndexLockedError(f"{error}; {consequence}") from None
 
 
-@dataclass
-class _OpenLog:
-    """The log a writer appends to: the generation it extends (as of the manifest `stamp`), that
-    generation's config and model dimensions, and the open file."""
+@dataclass(frozen=True)
+class _Encoding:
+    """How a generation embeds the memories its log records: its config, its models' dimensions
+    and encoder records (the manifest's `models` section)."""
 
-    stamp: tuple[int, int]
-    generation: int
     config: Any
     dims: dict[str, int]
-    writer: wal.WalWriter
-    manifest: dict[str, Any]
+    models: Mapping[str, Any]
 
-    def encode(self, model: str, texts: list[str]) -> Any:
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> _Encoding:
+        from hybridlab.config import IndexConfig
+
+        models = manifest.get("models") or {}
+        return cls(IndexConfig.from_manifest(manifest["config"]),
+                   {model: int(info["dim"]) for model, info in models.items()}, models)
+
+    def encode(self, model: str, texts: list[str]) -> np.ndarray:
         from hybridlab.encoders.registry import load_document_encoder, register_recorded
         from hybridlab.index.artifacts import document_batch_size
 
-        register_recorded(self.manifest.get("models") or {})  # the prompts and length the index recorded
+        register_recorded(self.models)  # the prompts and length the index recorded
         encoder = load_document_encoder(model)
         vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
         if model in self.dims and vectors.shape[1] != self.dims[model]:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors
+
+    def records(self, entries: Sequence[tuple[Document, EmbeddedMemory | None]]) -> list[wal.WalRecord]:
+        """Each document's log record: the one :meth:`MemoryWriter.embed` made when it was embedded
+        under this config and these dimensions, else embedded now (one encoder call per model)."""
+        reused = {position: embedded.record for position, (_, embedded) in enumerate(entries)
+                  if embedded is not None and embedded.config == self.config and embedded.dims == self.dims}
+        todo = [document for position, (document, _) in enumerate(entries) if position not in reused]
+        fresh = iter(wal.embed_documents(todo, self.config, self.encode) if todo else ())
+        return [reused[position] if position in reused else next(fresh) for position in range(len(entries))]
+
+
+@dataclass
+class _OpenLog:
+    """The log a writer appends to: the generation it extends (as of the manifest `stamp`), how that
+    generation embeds, and the open file."""
+
+    stamp: tuple[int, int]
+    generation: int
+    encoding: _Encoding
+    writer: wal.WalWriter
+    manifest: dict[str, Any]
 
 
 def _iso(value: datetime | None) -> str:

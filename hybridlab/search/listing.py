@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,19 +78,30 @@ def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
     return found, missing
 
 
-def nearest_memory(index: Any, content: str, tags: Sequence[str] = (), *,
-                   exclude: str | None = None) -> tuple[str, float] | None:
-    """(doc id, cosine) of the memory whose vector is nearest to that of a memory with this content
-    and tags (embedded as the index embeds memories, by its default model), `exclude` left out; None
-    when there is none. A vector search over the memories alone, without recency or tag signals."""
-    from hybridlab.ingest.chunking import embedding_text, single_chunk
+@dataclass(frozen=True)
+class NearestMemory:
+    """The memory nearest to another's vector: its doc id and their cosine similarity (the inner
+    product of the two unit vectors, as the dense retriever scores it)."""
 
-    if not content.strip() or "memory" not in index.known_chunk_types:
+    doc_id: str
+    similarity: float
+
+
+def nearest_memory(snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *,
+                   exclude: str | None = None) -> NearestMemory | None:
+    """The memory of `snapshot` whose vector is nearest to a memory's `vectors` (model -> its unit
+    vector, as :meth:`hybridlab.index.memory.MemoryWriter.embed` gives them: embedded as a document,
+    like the memories it is compared with), `exclude` left out; None when there is none. Compared by
+    the first of `vectors`' models the snapshot has vectors of: a vector search over the memories
+    alone, without recency or tag signals, on this one snapshot."""
+    if "memory" not in snapshot.generation.known_chunk_types:
         return None
-    index_tags = ((index.manifest.get("config") or {}).get("chunk") or {}).get("index_tags", True)
-    text = embedding_text(single_chunk(content, chunk_type="memory")[0], "", tags if index_tags else ())
-    results = index.search(text, limit=3, mode="vector", tags=[], chunk_types=["memory"], recency_weight=0.0,
-                           explain=True)
-    scored = [(r.doc_id, float(r.explain["dense_score"])) for r in results
-              if r.doc_id != exclude and r.explain and r.explain.get("dense_score") is not None]
-    return max(scored, key=lambda item: item[1], default=None)
+    model = next((model for model in vectors if model in snapshot.dense), None)
+    if model is None:
+        return None
+    allowed = snapshot.store.allowed(Filters(chunk_types=("memory",)))
+    rows, scores = snapshot.dense[model].search(np.asarray(vectors[model], dtype=np.float32), 3, allowed)
+    doc_ids = snapshot.generation.doc_ids
+    found = [NearestMemory(doc_ids[row], float(score)) for row, score in zip(rows.tolist(), scores.tolist(), strict=True)
+             if doc_ids[row] != exclude]
+    return max(found, key=lambda near: near.similarity, default=None)

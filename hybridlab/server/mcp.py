@@ -444,7 +444,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
         near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
         Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-        from hybridlab.index.memory import MAX_CONTENT_CHARS, find_duplicate, normalised_content
+        from hybridlab.index.memory import find_duplicate, make_memory, normalised_content
         from hybridlab.search.listing import nearest_memory
         from hybridlab.search.time_range import iso_z
 
@@ -463,19 +463,24 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                     existing = find_duplicate(index.snapshot().generation.store, content)
                     if existing is not None:
                         return _existing(index, existing, started)
-            near = None
-            if key and near_threshold is not None and len(content) <= MAX_CONTENT_CHARS:
-                with service.reading(flush=False) as index:
-                    near = nearest_memory(index, content, tags if isinstance(tags, list) else ())
-                    near = near if near and near[1] >= near_threshold else None
-                    if near and skip_near_duplicate:
-                        return _existing(index, near[0], started, near_duplicate_of=near[0],
-                                         similarity=round(near[1], 4))
             with _tool_errors(*LIBRARY_ERRORS):
-                stored = service.writer.store(content, tags, memory_type, created_at)
+                document = make_memory(content, tags, memory_type, created_at, source=service.writer.source)
+                # embedded once, as a document: the near-duplicate look-up compares it with the stored
+                # memories' vectors, and the log records the same vectors
+                memory = service.writer.embed(document) if key and near_threshold is not None else None
+            near = None
+            if memory is not None:
+                with service.reading(flush=False) as index:
+                    near = nearest_memory(index.snapshot(), memory.vectors)
+                    near = near if near and near.similarity >= near_threshold else None
+                    if near and skip_near_duplicate:
+                        return _existing(index, near.doc_id, started, near_duplicate_of=near.doc_id,
+                                         similarity=round(near.similarity, 4))
+            with _tool_errors(*LIBRARY_ERRORS):
+                stored = service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
             service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
-        return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near[0],
-                                    similarity=near and round(near[1], 4))
+        return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near.doc_id,
+                                    similarity=near and round(near.similarity, 4))
 
     @server.tool()
     def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,
