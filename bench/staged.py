@@ -11,7 +11,7 @@ Its callers:
 - `python -m bench.staged [--dataset scifact] [--split test] [--candidates 50,100,200,500]
   [--hops 0,1,2,3]`: the candidates x hops grid over an evaluation set (:func:`main`), written to
   `reports/staged/<date>/report.md`, `results.json` and `overlap_latency.png`;
-- `notebooks/staged.ipynb`: :func:`bench.staged_runs.staged_tradeoff`.
+- `notebooks/staged.ipynb`: :func:`hybridlab.reports.staged.staged_tradeoff`.
 
 Benchmarks, not tests: nothing here asserts. Timings depend on the machine's load (2 shared cores).
 """

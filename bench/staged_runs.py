@@ -10,23 +10,20 @@ search latency (`RunResponse.timings["search_ms"]`: retrieval, fusion, recency; 
 encoded once up front, so encoding is excluded; each percentile per pass, then the median over
 passes: :func:`bench.percentiles.median_summary`) and how many queries ran staged or fell back.
 
-Used by the engine acceptance report (:mod:`bench.engine_report`), `notebooks/staged.ipynb`
-(:func:`staged_tradeoff`) and the staged benchmark of a checkout (`python -m bench.staged`).
+Used by the engine acceptance report (:mod:`bench.engine_report`) and the staged benchmark of a
+checkout (`python -m bench.staged`); `notebooks/staged.ipynb` draws its trade-off with the package's
+:mod:`hybridlab.reports.staged` (it runs from an installed package, without this checkout's bench/).
 """
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bench.common import top_overlap
 from bench.percentiles import median_summary
 from hybridlab.eval.evaluate import Run, score
-from hybridlab.extras import require
-from hybridlab.tune.runs import metrics_table
 
 TOP = 10
 PARALLEL = "parallel"
@@ -95,64 +92,3 @@ def compare_staged(index, queries: Mapping[str, str], conditions: Mapping[str, M
             **(score(dict(qrels), outcome.run, list(metrics)) if qrels is not None else {}),
         }
     return results
-
-
-def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]],
-                    candidates: Sequence[int], *, now: str | None = None, k: int = 10,
-                    expand_hops: int | None = None) -> list[dict[str, Any]]:
-    """Rows of `notebooks/staged.ipynb`: parallel hybrid, then staged search per candidate count
-    (never falling back; `expand_hops` None = the engine's default), at `limit` = `k` (the engine
-    scores at least `limit` candidates): `median_ms` (search time), nDCG@k, recall@k, overlap@k."""
-    hops = {} if expand_hops is None else {"expand_hops": expand_hops}
-    conditions = {f"staged-{count}": {"candidates": count, "fallback_threshold": 0, **hops} for count in candidates}
-    metrics = (f"ndcg@{k}", f"recall@{k}")
-    results = compare_staged(index, queries, conditions, qrels=qrels, metrics=metrics, top=k, now=now, limit=k)
-    return [{"candidates": None if name == PARALLEL else conditions[name]["candidates"], "staged": name != PARALLEL,
-             "median_ms": outcome["search_ms"]["p50"], **{m: outcome[m] for m in metrics},
-             f"overlap@{k}": outcome[f"overlap@{k}"]}
-            for name, outcome in results.items()]
-
-
-def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> Path:
-    """Staged search: latency and quality (nDCG@10, recall@10, overlap with parallel hybrid) per
-    candidate count; the parallel search is the dashed reference."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    staged = [r for r in rows if r["staged"]]
-    full = next(r for r in rows if not r["staged"])
-    xs = [r["candidates"] for r in staged]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot(xs, [r["median_ms"] for r in staged], marker="o", label="staged")
-    left.axhline(full["median_ms"], linestyle="--", color="grey", label="parallel hybrid")
-    left.set(xscale="log", xlabel="BM25 candidates", ylabel="median latency per query (ms)")
-    left.legend()
-    for key in ("ndcg@10", "recall@10", "overlap@10"):
-        line, = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
-        right.axhline(full[key], linestyle="--", color=line.get_color(), alpha=0.5)
-    right.set(xscale="log", xlabel="BM25 candidates", ylabel="value (dashed: parallel hybrid)")
-    right.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return Path(path)
-
-
-def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """`summary.md` of a staged trade-off run (notebooks/staged.ipynb)."""
-    run_dir = Path(run_dir)
-    full = next(r for r in rows if not r["staged"])
-    named = {("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows}
-    close = [r["candidates"] for r in rows if r["staged"] and r["overlap@10"] >= 0.95]
-    verdict = (f"staged search keeps ≥95% of the parallel top-10 from {min(close)} candidates on"
-               if close else "staged search never keeps 95% of the parallel top-10 on")
-    lines = [f"# Staged trade-off {dataset} — {run_dir.name}", "",
-             f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).", "",
-             metrics_table(named, ("median_ms", "ndcg@10", "recall@10", "overlap@10")), "",
-             "![trade-off](staged.png)", ""]
-    path = run_dir / "summary.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path

@@ -22,6 +22,7 @@ from hybridlab.tune.runs import (
     latest_sweeps,
     load_study,
     new_run_dir,
+    params_table,
     plot_study,
     stale_reason,
     update_index,
@@ -75,8 +76,11 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
 
     per_a, per_b = comparison.per_query[a][metric], comparison.per_query[b][metric]
     outcome = wins_losses(per_a, per_b)
-    lines = [(f"{a} vs {b} on {metric}: {len(outcome['wins'])} wins, {len(outcome['ties'])} ties, "
-             f"{len(outcome['losses'])} losses"), "", "| query | text | " + a + " | " + b + " | Δ |", "|---|---|---|---|---|"]
+    counts = (f"{a} vs {b} on {metric}: {len(outcome['wins'])} wins, {len(outcome['ties'])} ties, "
+              f"{len(outcome['losses'])} losses")
+    if not outcome["wins"] and not outcome["losses"]:
+        return f"{counts} — all ties: {a} ranks every query as well as {b}, so there is no difference to list."
+    lines = [counts, "", "| query | text | " + a + " | " + b + " | Δ |", "|---|---|---|---|---|"]
     ranked = sorted(per_a, key=lambda q: per_a[q] - per_b.get(q, 0.0))
     picks = ranked[-show:][::-1] + [q for q in ranked[:show] if q not in ranked[-show:]]
     for qid in picks:
@@ -112,12 +116,49 @@ def grouped_bars(heights: Mapping[str, Sequence[float]], labels: Sequence[str], 
     return Path(path)
 
 
-def plot_comparison(scores: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
-                    path: str | os.PathLike) -> Path:
-    """Grouped bars: `metric` per dataset (groups) and system (bars)."""
-    systems = list(next(iter(scores.values()))) if scores else []
-    return grouped_bars({system: [scores[d][system][metric] for d in scores] for system in systems}, list(scores),
-                        path, ylabel=f"{metric} (test)", group_width=2.5, legend_y=-0.1)
+def split_label(record: Mapping[str, Any]) -> str:
+    """How a sweep's report figures were obtained, in a few words: `out of fold, 79 queries` for a
+    cross-validated set, else `test split, 300 queries`."""
+    split = record.get("split", "test")
+    n = (record.get("queries") or {}).get(split)
+    scope = "out of fold" if record.get("cross_validation") else f"{split} split"
+    return f"{scope}, {n} queries" if n else scope
+
+
+def plot_comparison(per_query: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
+                    path: str | os.PathLike, labels: Mapping[str, str] | None = None) -> Path:
+    """One panel per dataset: each system's mean `metric` with its 95% t interval over the queries
+    (`per_query[dataset][system]` = `{qid: value}`), on an axis zoomed to the intervals so close
+    systems can be told apart; `labels[dataset]` names the split (:func:`split_label`)."""
+    require("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hybridlab.eval.significance import mean_ci
+
+    datasets = list(per_query)
+    figure, axes = plt.subplots(1, max(1, len(datasets)), figsize=(3.6 * max(1, len(datasets)), 3.4), squeeze=False)
+    for axis, dataset in zip(axes[0], datasets):
+        systems = list(per_query[dataset])
+        intervals = [mean_ci(list(per_query[dataset][s].values())) for s in systems]
+        for x, ci in enumerate(intervals):
+            axis.errorbar([x], [ci.mean], yerr=[[ci.mean - ci.low], [ci.high - ci.mean]], fmt="o", capsize=4,
+                          color="#2563eb" if x else "#111827")
+            axis.annotate(f"{ci.mean:.3f}", (x, ci.mean), textcoords="offset points", xytext=(6, -3), fontsize=8)
+        low, high = min(ci.low for ci in intervals), max(ci.high for ci in intervals)
+        margin = max(0.01, 0.08 * (high - low))
+        axis.set_ylim(max(0.0, low - margin), high + margin)
+        axis.set_xticks(range(len(systems)), systems, rotation=20, ha="right", fontsize=9)
+        axis.set_xlim(-0.5, len(systems) - 0.5)
+        axis.set_title(f"{dataset}\n{(labels or {}).get(dataset, '')}".strip(), fontsize=10)
+        axis.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"{metric} (mean, 95% CI)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
 
 
 def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
@@ -211,9 +252,10 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
     """`metrics.json`, the comparison figure and `summary.md` of a report run."""
     run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
     metric = sections[0]["record"]["metric"] if sections else "ndcg@10"
-    scores = {s["dataset"]: s["comparison"].scores for s in sections}
     if sections:
-        plot_comparison(scores, metric, run_dir / "comparison.png")
+        plot_comparison({s["dataset"]: {system: values[metric] for system, values in s["comparison"].per_query.items()}
+                         for s in sections}, metric, run_dir / "comparison.png",
+                        {s["dataset"]: split_label(s["record"]) for s in sections})
     verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
     stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
     (run_dir / "metrics.json").write_text(json.dumps({
@@ -228,14 +270,15 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
     lines = [f"# Report — {run_dir.name}", "", f"**Verdict:** {banner}{verdicts or 'no sweeps'}.", "",
              ("Each sweep's report split (SciFact: all 300 test queries, tuned on train; memories and HoloViz: "
               "nested cross-validation, the tuned row = out-of-fold scores). `defaults` (first row) is the "
-              "baseline of the paired t-tests."), "", "![comparison](comparison.png)", ""]
+              "baseline of the paired tests. The figure: each system's mean with its 95% interval over the "
+              "queries, on an axis zoomed to the intervals."), "", "![comparison](comparison.png)", ""]
     for s in sections:
         lines += [f"## {s['dataset']} (sweep {s['run']})", ""]
         if s.get("stale"):
             lines += [f"> **STALE:** {s['stale']}.", ""]
         lines += [describe_splits(s["record"]), "", s["comparison"].to_markdown(), "",
-                  "Parameter importances: " + (", ".join(f"{k} {v:.2f}" for k, v in s["importances"].items()) or "n/a"),
-                  "", s["wins_losses"], ""]
+                  "Best trial's parameters, most important first:", "",
+                  params_table(s["record"]["best"]["params"], s["importances"]), "", s["wins_losses"], ""]
         if s.get("per_kind"):
             lines += [kinds_table(s["per_kind"], metric), ""]
         else:
@@ -244,18 +287,3 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def explain_table(results: Sequence[Any]) -> str:
-    """Markdown of search results with their score breakdown (results searched with explain=True)."""
-    lines = ["| # | doc | dense (rank) | bm25 (rank) | tags | recency | fused | final |", "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        e = r.explain or {}
-
-        def cell(score: float | None, rank: int | None) -> str:
-            return "—" if score is None else f"{score:.3f} (#{rank})"
-        lines.append(f"| {r.rank} | {r.doc_id} | {cell(e.get('dense_score'), e.get('dense_rank'))} | "
-                     f"{cell(e.get('bm25_score'), e.get('bm25_rank'))} | {', '.join(e.get('matched_tags', [])) or '—'}"
-                     f" ×{e.get('tag_boost', 1)} | {e.get('recency_factor', 1.0):.3f} | {e.get('fused_score', 0.0):.4f} | "
-                     f"{e.get('final_score', r.score):.4f} |")
-    return "\n".join(lines)

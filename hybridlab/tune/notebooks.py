@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,10 +37,33 @@ def kernel_name() -> str:
     return PROJECT_KERNEL if spec.is_file() else "python3"
 
 
+def quiet_libraries() -> None:
+    """Keep the libraries' own noise out of a notebook's rendered output (the setup cell of each
+    notebook calls it): ranx's Numba type-safety casts and Optuna's experimental-API notices say
+    nothing about the figures, and a library that calls `logging.basicConfig(level=INFO)` when
+    imported (wordllama does) would print every INFO line of every logger. The root logger gets a
+    WARNING-level stderr handler first, which makes such a call a no-op; our own warnings and errors
+    still show."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", module=r"ranx(\.|$)")
+    warnings.filterwarnings("ignore", message=r".*unsafe cast from", category=Warning)
+    warnings.filterwarnings("ignore", category=Warning, module=r"optuna(\.|$)")
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+
+
 def run_notebook(name: str, out_dir: str | os.PathLike, parameters: Mapping[str, Any], *,
                  html: bool = True, timeout: int | None = None) -> Path:
     """Execute `notebooks/<name>.ipynb` with `parameters` into `out_dir/<name>.ipynb` (and `.html`).
-    A failing cell raises papermill's PapermillExecutionError after the partial notebook is saved."""
+    A batch run is quiet: every notebook's `progress` parameter (progress bars, on when a person runs
+    the notebook) is False unless `parameters` says otherwise. A failing cell raises papermill's
+    PapermillExecutionError after the partial notebook is saved."""
     require("papermill")
     import papermill
 
@@ -48,7 +72,7 @@ def run_notebook(name: str, out_dir: str | os.PathLike, parameters: Mapping[str,
     output = out_dir / f"{name}.ipynb"
     try:
         papermill.execute_notebook(
-            str(notebook_path(name)), str(output), parameters=dict(parameters), kernel_name=kernel_name(),
+            str(notebook_path(name)), str(output), parameters={"progress": False, **parameters}, kernel_name=kernel_name(),
             cwd=str(out_dir), progress_bar=False, execution_timeout=timeout,
         )
     finally:
@@ -71,8 +95,6 @@ def path_replacements(out_dir: str | os.PathLike) -> list[tuple[str, str]]:
 def shorten_paths(text: str, replacements: list[tuple[str, str]]) -> str:
     """`text` with every absolute folder of `replacements` shortened: `<folder>/x` -> `x` for `.`,
     `../x`, `~/x`; the folder alone -> its short name; a sibling such as `<checkout>x` is left alone."""
-    import re
-
     for folder, short in replacements:
         def repl(match: re.Match, short: str = short) -> str:
             if match.group(1) == "/":
@@ -101,14 +123,37 @@ def relative_paths(notebook: str | os.PathLike, out_dir: str | os.PathLike) -> P
     return notebook
 
 
+#: what an exported page would fetch from the network (require.js, MathJax from a CDN): removed
+EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.IGNORECASE)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = "(an interactive widget: open the notebook in JupyterLab to use it)"
+
+
+def static_copy(book):
+    """A copy of a notebook node for a static page: widget views become a one-line note and the
+    saved widget state goes (rendering them would load the widget manager from a CDN)."""
+    import copy
+
+    book = copy.deepcopy(book)
+    book.metadata.pop("widgets", None)
+    for cell in book.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                del data[WIDGET_VIEW]
+                data["text/plain"] = WIDGET_NOTE
+    return book
+
+
 def to_html(notebook: str | os.PathLike) -> Path:
-    """An HTML copy next to the executed notebook."""
+    """A self-contained HTML copy next to the executed notebook: images inline, no widget views, and
+    no script fetched from the network (the page has no math and no widgets to render)."""
     require("nbconvert")
     import nbformat
     from nbconvert import HTMLExporter
 
     notebook = Path(notebook)
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(notebook, as_version=4))
+    body, _ = HTMLExporter().from_notebook_node(static_copy(nbformat.read(notebook, as_version=4)))
     target = notebook.with_suffix(".html")
-    target.write_text(body, encoding="utf-8")
+    target.write_text(EXTERNAL_SCRIPT.sub("", body), encoding="utf-8")
     return target

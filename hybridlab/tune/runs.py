@@ -10,7 +10,7 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.eval.evaluate import METRICS
@@ -150,9 +150,12 @@ def load_study(run_dir: str | os.PathLike):
     return optuna.load_study(study_name=record["study"], storage=storage_for(record.get("storage"), run_dir))
 
 
-def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path]:
-    """Optuna's own matplotlib figures as PNGs: optimisation history, parameter importances (when
-    at least two trials completed) and slice plots."""
+def plot_study(study, out_dir: str | os.PathLike, prefix: str = "", top: int = 4) -> list[Path]:
+    """The study's figures as PNGs: Optuna's optimisation history, its parameter importances (when
+    at least two trials completed with different values), and one small panel per important
+    parameter (:func:`plot_params`: the `top` most important, readable at page width) in place of
+    Optuna's slice plot over every parameter. Optuna's warnings (few trials per regime, experimental
+    APIs) are kept out of the output."""
     import warnings
 
     require("matplotlib", "optuna")
@@ -164,7 +167,7 @@ def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path
 
     out_dir = Path(out_dir)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    plots = {"history": ovm.plot_optimization_history, "slice": ovm.plot_slice}
+    plots = {"history": ovm.plot_optimization_history}
     if len(complete) >= 2 and len({t.value for t in complete}) > 1:
         plots["importances"] = ovm.plot_param_importances
     written = []
@@ -173,23 +176,159 @@ def plot_study(study, out_dir: str | os.PathLike, prefix: str = "") -> list[Path
             warnings.simplefilter("ignore")
             axes = plot(study)
         figure = (axes.flat[0] if hasattr(axes, "flat") else axes).get_figure()
-        figure.set_size_inches(max(8, figure.get_size_inches()[0]), max(4, figure.get_size_inches()[1]))
+        figure.set_size_inches(8, 4)
         path = out_dir / f"{prefix}{name}.png"
         figure.savefig(path, dpi=90, bbox_inches="tight")
         plt.close(figure)
         written.append(path)
-    return written
+    panels = plot_params(study, out_dir / f"{prefix}params.png", top=top)
+    return written + ([panels] if panels else [])
+
+
+def top_params(study, top: int = 4) -> list[str]:
+    """The `top` most important parameters (:func:`importances`); without importances (one completed
+    trial, or every trial scoring the same), the parameters whose values varied most across trials."""
+    ranked = list(importances(study))
+    if not ranked:
+        complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+        names = {name for t in complete for name in t.params}
+        ranked = sorted(names, key=lambda n: (-len({repr(t.params.get(n)) for t in complete}), n))
+    return ranked[:top]
+
+
+def plot_params(study, path: str | os.PathLike, top: int = 4) -> Path | None:
+    """One small panel per important parameter (:func:`top_params`): each completed trial's objective
+    value against the parameter's value (categories side by side), darker = later trial, the best
+    trial as a red star. None when no trial completed."""
+    require("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    names = top_params(study, top) if complete else []
+    if not names:
+        return None
+    best = study.best_trial
+    figure, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.9), sharey=True, squeeze=False)
+    for axis, name in zip(axes[0], names):
+        trials = [t for t in complete if name in t.params]
+        values = [t.params[name] for t in trials]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numeric:
+            xs = [float(v) for v in values]
+        else:
+            categories = sorted({str(v) for v in values})
+            xs = [categories.index(str(v)) for v in values]
+            axis.set_xticks(range(len(categories)), categories, rotation=30, ha="right", fontsize=8)
+        axis.scatter(xs, [t.value for t in trials], c=[t.number for t in trials], cmap="Blues", vmin=-len(complete) / 3,
+                     vmax=max(1, len(complete)), s=18, edgecolors="none")
+        if name in best.params:
+            x_best = float(best.params[name]) if numeric else categories.index(str(best.params[name]))
+            axis.scatter([x_best], [best.value], marker="*", s=140, color="#dc2626", zorder=3, label="best")
+        distribution = study.best_trial.distributions.get(name)
+        if numeric and getattr(distribution, "log", False):
+            axis.set_xscale("log")
+        axis.set_title(name, fontsize=10)
+        axis.tick_params(labelsize=8)
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("objective", fontsize=9)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"The {len(names)} most important parameters: each trial's value (darker = later)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
 
 
 def importances(study) -> dict[str, float]:
-    """fANOVA-style parameter importances (Optuna's default evaluator); empty if not computable."""
+    """fANOVA-style parameter importances (Optuna's default evaluator), most important first; empty
+    if not computable. Optuna's warnings (e.g. "some regimes have less than 2 trials") are silenced:
+    they would open a rendered report."""
+    import warnings
+
     require("optuna")
     import optuna
 
     try:
-        return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
     except (RuntimeError, ValueError):
         return {}
+
+
+def params_table(params: Mapping[str, Any], importance: Mapping[str, float] | None = None) -> str:
+    """Markdown parameter × value (and its importance, when given; most important first)."""
+    importance = importance or {}
+    names = sorted(params, key=lambda n: (-importance.get(n, -1.0), n))
+    def value(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else f"`{v}`"
+    if importance:
+        lines = ["| parameter | value | importance |", "|---|---:|---:|"]
+        lines += [f"| {n} | {value(params[n])} | {importance[n]:.3f} |" if n in importance
+                  else f"| {n} | {value(params[n])} | — |" for n in names]
+    else:
+        lines = ["| parameter | value |", "|---|---:|"] + [f"| {n} | {value(params[n])} |" for n in names]
+    return "\n".join(lines)
+
+
+def importances_table(importance: Mapping[str, float], top: int | None = None) -> str:
+    """Markdown parameter × importance, most important first (`top` rows at most; the rest summed)."""
+    if not importance:
+        return "No parameter importances (fewer than two completed trials with different values)."
+    ranked = sorted(importance.items(), key=lambda item: -item[1])
+    shown, rest = ranked[:top] if top else ranked, ranked[top:] if top else []
+    lines = ["| parameter | importance |", "|---|---:|"] + [f"| {n} | {v:.3f} |" for n, v in shown]
+    if rest:
+        lines.append(f"| {len(rest)} others | {sum(v for _, v in rest):.3f} |")
+    return "\n".join(lines)
+
+
+def space_table(space: Sequence[Any]) -> str:
+    """Markdown of a search space (:class:`hybridlab.tune.sweep.Param`s): each parameter's kind, its
+    range (log scale, step) or choices, and the condition under which it is sampled."""
+    lines = ["| parameter | kind | values | sampled when |", "|---|---|---|---|"]
+    for param in space:
+        if param.kind == "categorical":
+            values = ", ".join(f"`{choice}`" for choice in param.choices)
+        else:
+            values = (f"{param.low:g} – {param.high:g}" + (" (log)" if param.log else "")
+                      + (f", step {param.step:g}" if param.step else ""))
+        when = f"`{param.when[0]}` in {', '.join(f'`{v}`' for v in param.when[1])}" if param.when else "always"
+        lines.append(f"| {param.name} | {param.kind} | {values} | {when} |")
+    return "\n".join(lines)
+
+
+class TrialBar:
+    """An Optuna callback drawing a progress bar of completed trials with the best value so far
+    (tqdm.auto: an ipywidgets bar in a notebook, text in a terminal). One bar may span several
+    studies (the folds of a nested cross-validation): it counts completed trials of every study it
+    is given and shows the best value of the study that last completed one. Close it when done
+    (`with TrialBar(total) as bar: run_study(..., callbacks=[bar])`)."""
+
+    def __init__(self, total: int, description: str = "trials", disable: bool = False) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=description, unit="trial", disable=disable)
+
+    def __call__(self, study, trial) -> None:
+        if trial.state.name != "COMPLETE":
+            return
+        self.bar.update(1)
+        best = study.best_trial
+        self.bar.set_postfix_str(f"best {best.value:.4f} (#{best.number}"
+                                 + (f", {study.study_name})" if "-fold" in study.study_name else ")"))
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def metrics_table(systems: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = METRICS) -> str:

@@ -349,7 +349,8 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
               metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
               base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
               evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True,
-              workers: int = 1, split: str | None = None, query_ids: Sequence[str] | None = None):
+              workers: int = 1, split: str | None = None, query_ids: Sequence[str] | None = None,
+              callbacks: Sequence[Any] = ()):
     """Create or join a study and work until it holds `trials` completed trials (shared across all
     workers of the same storage + study; pruned trials — index-config cap, duplicate parameter sets,
     a full study — do not count). Trials are scored on `split` (default: the set's tuning split;
@@ -358,7 +359,8 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
     and enqueues the package defaults as the first trial (`enqueue_defaults`); a process joining an
     existing study never enqueues and seeds with :func:`derive_seed` (`seed`, :func:`worker_id`).
     `workers` > 1: this process only creates or joins the study, then runs that many worker
-    processes on it (:func:`spawn_workers`) and waits for them."""
+    processes on it (:func:`spawn_workers`) and waits for them. `callbacks`: more Optuna callbacks of
+    this process's trials (e.g. :class:`hybridlab.tune.runs.TrialBar`, the notebook's progress bar)."""
     require("optuna")
     import optuna
     from optuna.study import MaxTrialsCallback
@@ -397,7 +399,7 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
                           base_index=base_index, max_index_configs=max_index_configs, trials=trials,
                           seed=seed if created else join_seed)
     study.optimize(objective, n_trials=trials * 5,
-                   callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,))])
+                   callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,)), *callbacks])
     return study
 
 
@@ -564,14 +566,15 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
                    study_name: str | None = None, run_dir: str | os.PathLike | None = None,
                    metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
                    base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-                   workers: int = 1, test: str = DEFAULT_TEST) -> dict[str, Any]:
+                   workers: int = 1, test: str = DEFAULT_TEST, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Nested k-fold cross-validation of the tuning procedure on a cross-validated set (memories,
     holoviz; `k` = its `cv_folds`): for each fold a study of `trials` trials (defaults enqueued first,
     like every study) tunes on the other folds' queries, and the fold's queries are scored by the
     config it chose. Returns the folds, each fold's chosen config, the out-of-fold per-query values,
     fold means and mean with a 95% t interval, the same for the defaults on the same queries, and a
     paired `test` of tuned-out-of-fold against the defaults (`significant`: p < MAX_P, higher mean).
-    Fold studies live beside the main one, named `<name>-fold<i>of<k>` (i from 1)."""
+    Fold studies live beside the main one, named `<name>-fold<i>of<k>` (i from 1); `callbacks` go to
+    each fold study (:func:`run_study`)."""
     evalset = evaluator.evalset
     if not evalset.cross_validated:
         raise ValueError(f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
@@ -588,7 +591,7 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
         study = run_study(dataset, trials=trials, storage=storage, study_name=f"{name}-fold{fold + 1}of{k}",
                           run_dir=run_dir, metric=metric, seed=seed, max_index_configs=max_index_configs,
                           base_index=base_index, space=space, evaluator=evaluator, workers=workers,
-                          split=split, query_ids=train)
+                          split=split, query_ids=train, callbacks=callbacks)
         best = study.best_trial
         return {"fold": fold + 1, "study": study.study_name, "trial": best.number, "params": best.params,
                 "tuning_value": best.value, "defaults": bool(best.user_attrs.get("defaults")),

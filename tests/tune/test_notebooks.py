@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 
 import nbformat
 import pytest
@@ -94,15 +95,42 @@ def _outputs(notebook) -> str:
     for cell in book.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
-            texts.append(str(data.get("text/markdown", "")) + str(data.get("text/plain", "")) + output.get("text", ""))
+            texts.append(str(data.get("text/markdown", "")) + str(data.get("text/html", ""))
+                         + str(data.get("text/plain", "")) + output.get("text", ""))
     return "\n".join(texts)
 
 
-def test_explore_notebook_shows_the_score_breakdown(tiny_env, tmp_path):  # noqa: F811
+def _quiet(notebook) -> None:
+    """No error, no stderr block, no progress bar and no warning in an executed notebook's outputs."""
+    book = nbformat.read(notebook, as_version=4)
+    for cell in book.cells:
+        for output in cell.get("outputs", []):
+            assert output["output_type"] != "error", output
+            assert output.get("name") != "stderr", output.get("text")
+            assert "Warning" not in output.get("text", ""), output.get("text")
+    html = notebook.with_suffix(".html").read_text()
+    assert re.findall(r'<script[^>]*src="(?:https?:)?//', html) == []  # nothing fetched from the network
+
+
+def test_explore_notebook_shows_text_marks_and_the_score_breakdown(tiny_env, tmp_path):  # noqa: F811
     out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2})
     text = _outputs(out)
-    assert "dense (rank)" in text and "recency" in text and "m-docker-0" in text
-    assert out.with_suffix(".html").is_file()
+    assert "m-docker-0" in text and "how do I build the docker container image" in text  # the first judged queries
+    assert "<mark" in text and "✓ highly relevant" in text and "relevant documents in the top 5" in text
+    assert "dense " in text and "bm25 " in text and "recency " in text and "final " in text
+    _quiet(out)
+
+
+def test_explore_notebook_searches_an_index_folder_of_ones_own(tiny_env, tmp_path):  # noqa: F811
+    from hybridlab.config import IndexConfig
+    from hybridlab.eval.evalsets import index_folder
+    from hybridlab.eval.evaluator import resolve_evalset
+
+    folder = index_folder(resolve_evalset(tiny_env), IndexConfig(models=("wordllama",)))
+    out = run_notebook("explore", tmp_path, {"index_dir": str(folder), "queries": ["rust borrow checker"],
+                                             "box_query": "helm chart"}, html=False)
+    text = _outputs(out)
+    assert "no judgements" in text and "m-rust-0" in text and "<mark" in text and "✓" not in text
 
 
 def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F811
@@ -114,7 +142,7 @@ def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F8
                                              "backend": "qdrant", "qdrant_path": str(store),
                                              "qdrant_collection": "explore"}, html=False)
     text = _outputs(out)
-    assert "backend qdrant" in text and "dense (rank)" in text and "m-docker-0" in text
+    assert "backend qdrant" in text and "dense " in text and "m-docker-0" in text
     client = qdrant_mirror.connect(path=store)  # the notebook's kernel has exited and released the folder
     try:
         assert qdrant_mirror.mirror_marker(client, "explore")["generation"] >= 1
@@ -139,7 +167,7 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
                  "--model", "wordllama", "--max-index-configs", "2"]) == 0
     [run] = [p for p in reports.iterdir() if p.is_dir()]
     assert run.name.endswith("-sweep-tiny")
-    for name in ("sweep.ipynb", "sweep.html", "metrics.json", "summary.md", "study.db", "history.png", "slice.png"):
+    for name in ("sweep.ipynb", "sweep.html", "metrics.json", "summary.md", "study.db", "history.png", "params.png"):
         assert (run / name).is_file(), name
     record = json.loads((run / "metrics.json").read_text())
     assert record["trials"]["complete"] == 4 and record["queries"] == {"dev": 5, "test": 3}
@@ -152,6 +180,7 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
     assert run.name in (reports / "index.md").read_text()
     executed = (run / "sweep.ipynb").read_text()
     assert str(run.resolve()) not in executed and str(REPO_ROOT) not in executed
+    _quiet(run / "sweep.ipynb")
 
     record["engine"]["source_sha256"] = "0" * 64  # as if the engine had changed since the sweep
     (run / "metrics.json").write_text(json.dumps(record))
@@ -164,6 +193,8 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
     summary = (report / "summary.md").read_text()
     assert "defaults (baseline)" in summary and "tuned vs defaults on ndcg@10" in summary
     assert summary.startswith(f"# Report — {report.name}") and "**STALE:** 1 of 1 sweeps" in summary
+    assert "| parameter | value | importance |" in summary and "{" not in summary  # tables, no JSON blobs
+    _quiet(report / "report.ipynb")
     capsys.readouterr()
     assert main(["repro", str(best)]) == 0
     assert "all metrics reproduced" in capsys.readouterr().out
