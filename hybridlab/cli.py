@@ -211,6 +211,13 @@ def encoder_options(parser: argparse.ArgumentParser, documents: bool = True) -> 
     g.add_argument("--encoder-backend", choices=["auto", "torch", "onnx"], help="MiniLM's runtime: onnx = its ONNX fp32 twin "
                    "(the same vectors, faster on a CPU); auto = onnx on a CPU when installed (env "
                    "HYBRIDLAB_DOCUMENT_BACKEND / HYBRIDLAB_QUERY_BACKEND)")
+    g.add_argument("--model-path", action="append", dest="model_paths", metavar="NAME=PATH",
+                   help="where model folder NAME is on this machine (repeatable; default: env "
+                   "HYBRIDLAB_MODEL_PATHS=NAME=PATH[:NAME=PATH...], else the folder given by path, else where the "
+                   "index recorded it). An index records a folder model by its name (`--model /models/tiny-bert` "
+                   "is 'tiny-bert'; `--model-path NAME=PATH --model NAME` names it) and the sha256 of its files, "
+                   "never by its path: after the folder moves or the index is copied, point NAME at the folder; "
+                   "a folder with other files (another revision) is refused (docs/models.md)")
     if documents:
         g.add_argument("--batch-size", type=_positive_int, help="texts per encoder batch (default 32)")
         g.add_argument("--max-seq-length", type=_positive_int, help="tokens read per text (recorded in the spec)")
@@ -225,7 +232,7 @@ def _configure_encoders(args: argparse.Namespace) -> None:
 
     if getattr(args, "encoder_backend", None):  # the argument over the env: the registry reads these
         os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = os.environ["HYBRIDLAB_QUERY_BACKEND"] = args.encoder_backend
-    names = ("device", "batch_size", "dtype", "max_seq_length", "query_prompt", "document_prompt")
+    names = ("device", "batch_size", "dtype", "max_seq_length", "query_prompt", "document_prompt", "model_paths")
     config = load_config_file(args.config).get("encoder") if getattr(args, "config", None) else None
     configure(resolve_encoder_settings({name: getattr(args, name, None) for name in names}, config))
 

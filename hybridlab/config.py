@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from numbers import Integral
@@ -375,7 +376,11 @@ class EncoderSettings:
     """How this process runs its sentence-transformers encoders (issue 30). None = not set: the
     model's own value, or what the index recorded for it. `device`, `batch_size` and `dtype` do not
     change which vectors are comparable (dtype recorded all the same); `max_seq_length` and the
-    prompts make other vectors and are recorded in each model's encoder spec."""
+    prompts make other vectors and are recorded in each model's encoder spec. `model_paths`: where
+    model folders are on this machine, (name, absolute folder) pairs (issue 40): an index records a
+    folder model by its name (the folder's own name, or the NAME of a NAME=PATH pair) and revision,
+    never by its path, so a moved folder or a copied index finds it again here (the revision still
+    checked: other weights are refused)."""
 
     device: str | None = None
     batch_size: int | None = None
@@ -383,13 +388,36 @@ class EncoderSettings:
     max_seq_length: int | None = None
     query_prompt: str | None = None
     document_prompt: str | None = None
+    model_paths: tuple[tuple[str, str], ...] | None = None
+
+
+#: what a model folder is recorded as: a name without a path separator (`registry.canonical_name`)
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+def parse_model_paths(value: Any) -> tuple[tuple[str, str], ...]:
+    """(name, absolute folder) pairs of `--model-path NAME=PATH` arguments (a list of "NAME=PATH"),
+    of env HYBRIDLAB_MODEL_PATHS ("NAME=PATH" entries separated by os.pathsep, ":" here), or of a
+    config file's "encoder": {"model_paths": {NAME: PATH}}; ValueError names a malformed entry."""
+    if isinstance(value, Mapping):
+        entries = [f"{name}={path}" for name, path in value.items()]
+    else:
+        entries = value.split(os.pathsep) if isinstance(value, str) else list(value)
+    pairs: dict[str, str] = {}
+    for entry in (e for e in entries if e):
+        name, _, path = str(entry).partition("=")
+        if not MODEL_NAME.match(name) or not path:
+            raise ValueError(f"model path {entry!r} is not NAME=PATH (NAME: letters, digits, '.', '_', '-'; "
+                             f"no '/'), e.g. my-model=/models/my-model")
+        pairs[name] = str(Path(path).expanduser().resolve())
+    return tuple(pairs.items())
 
 
 def resolve_encoder_settings(arguments: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
                              env: Mapping[str, str] | None = None) -> EncoderSettings:
     """Argument > env `HYBRIDLAB_<FIELD>` (HYBRIDLAB_DEVICE, HYBRIDLAB_BATCH_SIZE, HYBRIDLAB_DTYPE,
-    HYBRIDLAB_MAX_SEQ_LENGTH, HYBRIDLAB_QUERY_PROMPT, HYBRIDLAB_DOCUMENT_PROMPT) > `config` (a config
-    file's "encoder" section) > None. ValueError names a bad value."""
+    HYBRIDLAB_MAX_SEQ_LENGTH, HYBRIDLAB_QUERY_PROMPT, HYBRIDLAB_DOCUMENT_PROMPT, HYBRIDLAB_MODEL_PATHS)
+    > `config` (a config file's "encoder" section) > None. ValueError names a bad value."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for f in fields(EncoderSettings):
@@ -409,5 +437,7 @@ def resolve_encoder_settings(arguments: Mapping[str, Any] | None = None, config:
             if str(value).lower() not in DTYPES:
                 raise ValueError(f"unknown dtype {value!r}; choose from {sorted(DTYPES)}")
             value = DTYPES[str(value).lower()]
+        if value is not None and f.name == "model_paths":
+            value = parse_model_paths(value) or None
         values[f.name] = value
     return EncoderSettings(**values)

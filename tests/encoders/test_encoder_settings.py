@@ -41,13 +41,17 @@ def test_bf16_vectors_do_not_meet_fp32_queries():
 
 
 @pytest.fixture
-def corpus(tmp_path):
+def corpus(tmp_path, monkeypatch):
+    """The tiny model's name (its folder found by HYBRIDLAB_MODEL_PATHS) and a 3-document corpus."""
     model = save_tiny_model(tmp_path / "tiny-bert")
+    monkeypatch.setenv("HYBRIDLAB_MODEL_PATHS", f"tiny-bert={model}")
+    registry.register_recorded({})  # no settings recorded by another test's index of a "tiny-bert"
+    assert registry.canonical_name(model) == "tiny-bert"  # also this folder under settings without model_paths
     data = tmp_path / "data"
     data.mkdir()
     (data / "corpus.jsonl").write_text("".join(
         json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
-    yield model, data
+    yield "tiny-bert", data
     registry.configure(None)
 
 

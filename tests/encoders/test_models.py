@@ -102,7 +102,8 @@ def test_unknown_model_lists_the_choices():
     with pytest.raises(ValueError) as error:
         get_spec("bert-large-nope")
     assert str(error.value) == (f"unknown embedding model 'bert-large-nope'; choose from {sorted(MODELS)}, or give a "
-                                "sentence-transformers model folder or hub id (owner/name)")
+                                "sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub id "
+                                "(owner/name)")
     with pytest.raises(ValueError):
         load_encoder("bert-large-nope")
     with pytest.raises(ValueError):
