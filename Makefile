@@ -63,7 +63,7 @@ report: setup
 	$(BIN)/hybridlab report
 
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=hybridlab $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=. --MappingKernelManager.default_kernel_name=hybridlab $(LAB_ARGS) notebooks/start.ipynb
 
 bench: setup
 	$(BIN)/pip install -e '.[bench]'

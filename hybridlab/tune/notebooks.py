@@ -19,7 +19,7 @@ from hybridlab.extras import require
 logger = logging.getLogger(__name__)
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-NOTEBOOKS = ("explore", "sweep", "staged", "report")
+NOTEBOOKS = ("start", "explore", "sweep", "staged", "report")
 PROJECT_KERNEL = "hybridlab"
 
 
@@ -28,6 +28,52 @@ def notebook_path(name: str) -> Path:
     if name not in NOTEBOOKS:
         raise ValueError(f"unknown notebook {name!r}; choose from {sorted(NOTEBOOKS)}")
     return NOTEBOOKS_DIR / f"{name}.ipynb"
+
+
+#: the landing notebook's table: each notebook, what it is for, and what a run of it costs here
+GUIDE = (
+    ("explore", ("read what a search returns: hits as text with the query's terms marked, relevance, the score "
+                "breakdown; a query box for your own queries, on an evaluation set or your own index"), "seconds"),
+    ("sweep", "tune the search settings with Optuna on an evaluation set; a bar per trial with the best value so far",
+              "1.5–3.5 min"),
+    ("staged", ("staged search (BM25 narrows, vectors re-score) against parallel hybrid: time and quality per "
+               "candidate count"), "~1 min on SciFact"),
+    ("report", ("the latest sweep of each set: verdicts, tuned vs defaults vs BM25 vs dense with intervals, "
+               "wins and losses, per query kind"), "~2 min"),
+)
+
+
+def landing_markdown(reports: str | os.PathLike = REPO_ROOT / "reports",
+                     here: str | os.PathLike = NOTEBOOKS_DIR) -> str:
+    """The landing notebook's body: a table linking each notebook (:data:`GUIDE`), then the newest
+    report run and the newest sweep of each set in `reports/`, linked relative to `here` (the
+    folder the landing notebook is in), with their executed notebooks and summaries."""
+    def link(path: Path) -> str:
+        return os.path.relpath(path, here).replace(os.sep, "/")
+
+    lines = ["| notebook | what for | a run here |", "|---|---|---|"]
+    lines += [f"| [{name}]({link(NOTEBOOKS_DIR / f'{name}.ipynb')}) | {what} | {cost} |" for name, what, cost in GUIDE]
+    reports = Path(reports)
+    runs = sorted((p.parent for p in reports.glob("*/summary.md")), key=lambda p: (p.name[:10], p.stat().st_mtime),
+                  reverse=True)
+    report = next((run for run in runs if run.name[11:].startswith("report")), None)
+    latest: dict[str, Path] = {}
+    for run in runs:
+        kind = run.name[11:].split("-")[1] if run.name[11:].startswith("sweep-") else None
+        if kind and kind not in latest:
+            latest[kind] = run
+
+    def files(run: Path, notebook: str) -> str:
+        executed = [f"[{name}]({link(run / name)})" for name in (f"{notebook}.ipynb", f"{notebook}.html")
+                    if (run / name).is_file()]
+        return ", ".join([f"[summary]({link(run / 'summary.md')})", *executed])
+    lines += ["", "**The latest report:** " + (f"`{report.name}` — {files(report, 'report')}" if report
+                                              else "none yet (`hybridlab report`)")]
+    if latest:
+        lines += ["", "**The latest sweep of each set:** " + "; ".join(
+            f"{kind} `{run.name}` ({files(run, 'sweep')})" for kind, run in sorted(latest.items()))]
+    lines += ["", f"Every run: [reports/index.md]({link(reports / 'index.md')})."]
+    return "\n".join(lines)
 
 
 def kernel_name() -> str:

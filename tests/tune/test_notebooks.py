@@ -112,6 +112,28 @@ def _quiet(notebook) -> None:
     assert re.findall(r'<script[^>]*src="(?:https?:)?//', html) == []  # nothing fetched from the network
 
 
+def test_the_landing_notebook_links_every_notebook_and_the_latest_runs(tmp_path):
+    reports = tmp_path / "reports"
+    for name in ("2026-11-20-report", "2026-11-22-report", "2026-11-21-sweep-memories", "2026-11-22-sweep-memories"):
+        (reports / name).mkdir(parents=True)
+        (reports / name / "summary.md").write_text(f"# {name}\n")
+    (reports / "2026-11-22-report" / "report.ipynb").write_text("{}")
+    out = run_notebook("start", tmp_path / "run", {"reports": str(reports)})
+    text = _outputs(out)
+    for name in ("explore", "sweep", "staged", "report"):
+        assert f"[{name}](" in text and f"notebooks/{name}.ipynb)" in text
+    assert "`2026-11-22-report` — [summary](../reports/2026-11-22-report/summary.md), " \
+           "[report.ipynb](../reports/2026-11-22-report/report.ipynb)" in text
+    assert "memories `2026-11-22-sweep-memories`" in text and "2026-11-21-sweep" not in text
+    _quiet(out)
+
+
+def test_make_lab_is_rooted_at_the_repository_and_opens_the_landing_notebook():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    lab = next(line for line in makefile.splitlines() if "jupyter lab" in line)
+    assert "--notebook-dir=. " in lab and lab.endswith("notebooks/start.ipynb")
+
+
 def test_explore_notebook_shows_text_marks_and_the_score_breakdown(tiny_env, tmp_path):  # noqa: F811
     out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2})
     text = _outputs(out)
