@@ -71,8 +71,12 @@ def hit_card(result: Any, query: str, *, relevance: int | None = None, judged: b
         colour, verdict = "#9ca3af", "not judged relevant"
     else:
         colour, verdict = "#60a5fa", ""
-    heading = " › ".join(html.escape(part) for part in (result.title, result.section) if part) or html.escape(result.doc_id)
-    meta = [f"<code>{html.escape(result.doc_id)}</code>"]
+    title = result.title
+    if title and not result.section and " ".join(result.snippet.split()).startswith(" ".join(title.split())):
+        title = ""  # a memory's title is the opening of its text: the snippet says it already
+    heading = " › ".join(html.escape(part) for part in (title, result.section) if part)
+    meta = [f"<code>{html.escape(result.doc_id)}</code>"] if heading else []
+    heading = heading or f"<code>{html.escape(result.doc_id)}</code>"
     if result.tags:
         meta.append("tags " + ", ".join(html.escape(tag) for tag in result.tags))
     if result.updated_at:

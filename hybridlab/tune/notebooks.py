@@ -169,8 +169,11 @@ def relative_paths(notebook: str | os.PathLike, out_dir: str | os.PathLike) -> P
     return notebook
 
 
-#: what an exported page would fetch from the network (require.js, MathJax from a CDN): removed
-EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>', re.IGNORECASE)
+#: what an exported page would fetch from the network, removed: scripts loaded from a URL (require.js,
+#: MathJax) and inline scripts that import a module from one (Mermaid, which the pages never draw)
+EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>'
+                             r'|<script[^>]*>(?:(?!</script>).)*?\bimport\(\s*"https?://(?:(?!</script>).)*</script>',
+                             re.IGNORECASE | re.DOTALL)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_NOTE = "(an interactive widget: open the notebook in JupyterLab to use it)"
 

@@ -264,7 +264,8 @@ def params_table(params: Mapping[str, Any], importance: Mapping[str, float] | No
     importance = importance or {}
     names = sorted(params, key=lambda n: (-importance.get(n, -1.0), n))
     def value(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else f"`{v}`"
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        return f"{v:.4g}" if number else f"`{v}`"
     if importance:
         lines = ["| parameter | value | importance |", "|---|---:|---:|"]
         lines += [f"| {n} | {value(params[n])} | {importance[n]:.3f} |" if n in importance

@@ -43,6 +43,8 @@ def test_a_card_shows_title_section_and_whether_the_hit_is_judged_relevant():
     assert "not judged relevant" in hit_card(hit, "install", relevance=None, judged=True)
     unjudged = hit_card(hit, "install")
     assert "relevant" not in unjudged and "1. Guide › Install" in unjudged
+    memory = hit_card(Hit(2, "mem-7", title="Moved the VPN to", snippet="Moved the VPN to a new box."), "vpn")
+    assert "<b>2. <code>mem-7</code></b>" in memory and memory.count("mem-7") == 1  # no title repeating the text
 
 
 def test_the_heading_counts_the_relevant_documents_found():

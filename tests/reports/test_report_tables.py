@@ -38,8 +38,8 @@ def test_wins_and_losses_say_all_ties_instead_of_an_empty_table():
 def test_parameters_and_importances_are_tables_most_important_first():
     assert params_table({"alpha": 0.35, "fusion": "rrf", "k": 3}, {"fusion": 0.7, "alpha": 0.2}).splitlines() == [
         "| parameter | value | importance |", "|---|---:|---:|",
-        "| fusion | `rrf` | 0.700 |", "| alpha | 0.35 | 0.200 |", "| k | `3` | — |"]
-    assert params_table({"b": 1, "a": 0.5}).splitlines()[2:] == ["| a | 0.5 |", "| b | `1` |"]
+        "| fusion | `rrf` | 0.700 |", "| alpha | 0.35 | 0.200 |", "| k | 3 | — |"]
+    assert params_table({"b": True, "a": 0.5}).splitlines()[2:] == ["| a | 0.5 |", "| b | `True` |"]
     assert importances_table({"a": 0.1, "b": 0.6, "c": 0.3}, top=2).splitlines()[2:] == [
         "| b | 0.600 |", "| c | 0.300 |", "| 1 others | 0.100 |"]
     assert importances_table({}).startswith("No parameter importances")
@@ -107,8 +107,10 @@ def test_static_html_loads_nothing_from_the_network_and_notes_widgets():
     assert "widgets" not in copy.metadata and copy.cells[0].outputs[0]["data"] == {"text/plain": WIDGET_NOTE}
     assert "widgets" in book.metadata  # the notebook itself is left alone
     page = ('<script src="https://cdnjs.cloudflare.com/x/require.min.js"></script><script src="local.js"></script>'
-            '<script type="text/javascript" src="//cdn.example/mathjax.js?config=TeX"> </script>')
-    assert EXTERNAL_SCRIPT.sub("", page) == '<script src="local.js"></script>'
+            '<script type="text/javascript" src="//cdn.example/mathjax.js?config=TeX"> </script>'
+            '<script type="module">\nif (!n) {return;}\nconst m = (await import("https://cdn.example/m.mjs")).default;\n'
+            '</script><script>var kept = 1;</script>')
+    assert EXTERNAL_SCRIPT.sub("", page) == '<script src="local.js"></script><script>var kept = 1;</script>'
 
 
 def test_staged_overlap_and_table():

@@ -110,6 +110,7 @@ def _quiet(notebook) -> None:
             assert "Warning" not in output.get("text", ""), output.get("text")
     html = notebook.with_suffix(".html").read_text()
     assert re.findall(r'<script[^>]*src="(?:https?:)?//', html) == []  # nothing fetched from the network
+    assert re.findall(r'import\(\s*"https?://', html) == []
 
 
 def test_the_landing_notebook_links_every_notebook_and_the_latest_runs(tmp_path):
