@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -228,6 +229,33 @@ def _tool_error(error: BaseException):
 LIBRARY_ERRORS = (HybridlabError, ValueError, FileNotFoundError)
 
 
+def _tool(server: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`server.tool()` over a tool function whose errors say who is at fault (issue 40): a
+    `HybridlabError` raised anywhere in it (the user's to fix, its message says how) and the tool
+    errors it raises itself reach the client with their message; anything else is a bug in hybridlab,
+    an "internal error" whose text stays on the server: its traceback goes to the server's log."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.shared.exceptions import MCPError
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)  # the SDK reads the signature and docstring through it
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except (ToolError, MCPError):
+                raise
+            except HybridlabError as error:
+                raise _tool_error(error) from None
+            except Exception as error:
+                logger.error("internal error in tool %s", function.__name__, exc_info=True)
+                raise ToolError(f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
+                                f"hybridlab, not in the call; the server's log has the traceback") from None
+
+        return server.tool()(guarded)
+
+    return register
+
+
 @contextlib.contextmanager
 def _tool_errors(*kinds: type[BaseException]) -> Iterator[None]:
     """Errors of `kinds` raised inside become tool errors with a readable message."""
@@ -354,8 +382,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
     server.service = service  # for tests and the benchmark
+    tool = _tool(server)
 
-    @server.tool()
+    @tool
     def search(
         query: str,
         limit: Limit = 10,
@@ -398,7 +427,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
         return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
-    @server.tool()
+    @tool
     def get_document(doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
                      max_chars: PageChars = DOCUMENT_MAX_CHARS, section: int | str | None = None) -> DocumentResponse:
         """Read one document by the doc_id a search returned, a page at a time: at most max_chars
@@ -428,7 +457,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             section_count=len(sections), section=part and part.title, sections=titles,
             next_section=part.index + 1 if part and part.index + 1 < len(sections) else None)
 
-    @server.tool()
+    @tool
     def store_memory(
         content: str,
         tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
@@ -482,7 +511,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near.doc_id,
                                     similarity=near and round(near.similarity, 4))
 
-    @server.tool()
+    @tool
     def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,
                       memory_type: str | None = None) -> StoredMemoryResponse:
         """Correct a memory: the fields given replace its content, tags and/or type; same id and
@@ -496,7 +525,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             service.refresh(f"memory {memory_id}")
         return StoredMemoryResponse(**stored.to_dict())
 
-    @server.tool()
+    @tool
     def delete_memory(ids: list[str] | None = None, tags: list[str] | None = None,
                       match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
                       until: str | None = None, dry_run: bool = False) -> DeletedResponse:
@@ -526,7 +555,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
                                generation=deleted.generation, time_range=_window(window))
 
-    @server.tool()
+    @tool
     def list_memories(limit: Limit = 10, cursor: str | None = None, tags: list[str] | None = None,
                       match: Literal["all", "any"] = "all", time: str | None = None, since: str | None = None,
                       until: str | None = None, max_chars: SearchChars = SEARCH_MAX_CHARS) -> MemoryList:
@@ -542,7 +571,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         results = _tagged(found, max_chars)
         return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
 
-    @server.tool()
+    @tool
     def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
                       time: str | None = None, since: str | None = None, until: str | None = None,
                       max_chars: SearchChars = SEARCH_MAX_CHARS) -> TagResponse:
@@ -556,7 +585,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         results = _tagged(found, max_chars)
         return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
 
-    @server.tool()
+    @tool
     def list_collections() -> CollectionList:
         """The collections to browse: documents, chunks per type, top tags. Then list_documents or
         search with collection=. Example: {}"""
@@ -564,7 +593,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
             collections = [CollectionInfo(**c) for c in index.list_collections()]
         return CollectionList(count=len(collections), collections=collections)
 
-    @server.tool()
+    @tool
     def list_documents(collection: str | None = None, prefix: str | None = None, cursor: str | None = None,
                        limit: Limit = 20) -> DocumentList:
         """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
@@ -577,7 +606,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                                  total_chars=len(doc["text"])) for doc in found]
         return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
 
-    @server.tool()
+    @tool
     def stats() -> dict[str, Any]:
         """The index: documents and chunks per collection and type, tags, models, and the search
         settings in force with their source. Example: {}"""

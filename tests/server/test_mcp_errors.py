@@ -1,0 +1,69 @@
+"""Errors that say who is at fault (issue 40): a `HybridlabError` raised anywhere in a tool reaches
+the client as a tool error carrying its message (the user's to fix); anything else is an internal
+error: the client reads that it is a bug, without the exception's text, and the server's log holds
+the traceback. Driven by the SDK's client."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+
+@pytest.fixture
+def index_dir(tmp_path):
+    from hybridlab.config import IndexConfig
+    from hybridlab.index.build import index_paths
+
+    source = tmp_path / "memories.jsonl"
+    source.write_text(json.dumps({"id": "m1", "content": "The walrus project deploys on Fridays."}) + "\n")
+    index_paths([source], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)
+    return tmp_path / "index"
+
+
+def call(index_dir, tool: str, arguments: dict):
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    async def session():
+        async with Client(create_server(index_dir)) as client:
+            return await client.call_tool(tool, arguments)
+
+    return asyncio.run(session())
+
+
+def test_a_hybridlab_error_is_a_tool_error_with_its_message(index_dir, monkeypatch):
+    from hybridlab.errors import IndexLockedError
+    from hybridlab.server import mcp
+
+    def locked(found, max_chars):
+        raise IndexLockedError("another process is writing /some/index; try again")
+
+    monkeypatch.setattr(mcp, "_tagged", locked)
+    result = call(index_dir, "list_memories", {})
+    assert result.is_error and "another process is writing /some/index; try again" in result.content[0].text
+    assert "internal error" not in result.content[0].text
+
+
+def test_anything_else_is_an_internal_error_logged_with_its_traceback(index_dir, monkeypatch, caplog):
+    from hybridlab.server import mcp
+
+    def bug(found, max_chars):
+        raise RuntimeError("secret internal state 0x2a")
+
+    monkeypatch.setattr(mcp, "_tagged", bug)
+    with caplog.at_level(logging.ERROR, logger="hybridlab.server.mcp"):
+        result = call(index_dir, "list_memories", {})
+    text = result.content[0].text
+    assert result.is_error and "internal error in list_memories (RuntimeError)" in text
+    assert "the server's log has the traceback" in text and "secret internal state" not in text
+    logged = [r for r in caplog.records if r.name == "hybridlab.server.mcp" and r.levelno == logging.ERROR]
+    assert logged and logged[0].exc_info and "secret internal state 0x2a" in str(logged[0].exc_info[1])
+    assert "Traceback" in caplog.text and "in bug" in caplog.text
+
+
+def test_a_users_mistake_stays_a_tool_error(index_dir):
+    result = call(index_dir, "store_memory", {"content": "x" * 20_001})
+    assert result.is_error and "content is 20001 characters long; at most 20000 are allowed" in result.content[0].text
