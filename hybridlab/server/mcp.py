@@ -247,7 +247,7 @@ def _tool(server: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             except HybridlabError as error:
                 raise _tool_error(error) from None
             except Exception as error:
-                logger.error("internal error in tool %s", function.__name__, exc_info=True)
+                logger.exception("internal error in tool %s", function.__name__)
                 raise ToolError(f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
                                 f"hybridlab, not in the call; the server's log has the traceback") from None
 
