@@ -32,6 +32,9 @@ MAX_TAGS = 32
 MAX_TAG_CHARS = 100
 MAX_TYPE_CHARS = 50
 LOCK_WAIT_SECONDS = 10.0
+#: one memory embedding at a time in a process: stores embed outside the writer lock (`MemoryWriter.embed`),
+#: and a Hugging Face tokenizer used by two threads at once fails ("Already borrowed")
+_ENCODE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -508,7 +511,8 @@ class _Encoding:
 
         register_recorded(self.models)  # the prompts and length the index recorded
         encoder = load_document_encoder(model)
-        vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
+        with _ENCODE_LOCK:
+            vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
         if model in self.dims and vectors.shape[1] != self.dims[model]:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors

@@ -106,3 +106,25 @@ def test_nearest_memory_returns_the_cosine_of_the_stored_vectors(index_dir):
         second = nearest_memory(snapshot, memory.vectors, exclude="m1")
         assert second == NearestMemory("m2", pytest.approx(float(stored["m2"] @ vector), abs=1e-5))
     writer.close()
+
+
+def test_concurrent_stores_all_land(index_dir):
+    """Stores of different memories at once embed side by side with the log's appends: each is
+    stored once, with the vectors of its own text."""
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    contents = [f"Memory {n}: the {animal} project ships on {day}." for n, (animal, day) in
+                enumerate([("heron", "Mondays"), ("okapi", "Tuesdays"), ("badger", "Wednesdays"), ("lynx", "Thursdays")])]
+
+    async def session(server) -> None:
+        async with Client(server) as client:
+            results = await asyncio.gather(*(client.call_tool("store_memory", {"content": c}) for c in contents))
+            ids = [data(r)["id"] for r in results]
+            assert len(set(ids)) == 4
+            for content, memory_id in zip(contents, ids, strict=True):
+                hits = data(await client.call_tool("search", {"query": content, "limit": 1, "mode": "vector"}))
+                assert hits["results"][0]["doc_id"] == memory_id
+
+    asyncio.run(session(create_server(index_dir)))
