@@ -39,9 +39,12 @@ def content_key(document: Document) -> str | None:
 
 def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
     """The text a chunk is embedded and BM25-indexed as: its heading (the title, except for
-    memories), the document's tags when `config.index_tags`, then the chunk's text."""
-    return embedding_text(chunk, document.title if document.doc_type != "memory" else "",
-                          document.tags if config.index_tags else ())
+    memories), the document's tags when `config.index_tags`, a memory's `context` (metadata: the
+    conversation turn before it), then the chunk's text."""
+    memory = document.doc_type == "memory"
+    context = str((document.metadata or {}).get("context") or "") if memory else ""
+    return embedding_text(chunk, "" if memory else document.title,
+                          document.tags if config.index_tags else (), context)
 
 
 def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:

@@ -339,6 +339,8 @@ def memory_document(obj: dict, where: str, source: str) -> Document:
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError(f"{where}: field 'metadata' must be an object")  # noqa: TRY004
+    if not isinstance(metadata.get("context", ""), str):
+        raise ValueError(f"{where}: field 'metadata.context' must be a string (the turn before this one)")  # noqa: TRY004
     metadata = {**metadata, "memory_type": memory_type}
     collection = str(metadata.get("project") or "memories")
     title = content.strip().splitlines()[0][:80]

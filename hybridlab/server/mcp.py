@@ -463,6 +463,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
         memory_type: str = "note",
         created_at: str | None = None,
+        context: str | None = None,
         allow_duplicate: bool = False,
         near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
         skip_near_duplicate: bool = False,
@@ -472,6 +473,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         stored twice: the existing memory comes back, created=false (allow_duplicate=true stores a copy).
         A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
         near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
+        context: what was said just before (a conversation turn's previous turn): indexed with the
+        memory so a question worded like that turn finds it; not part of its content.
         Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
         from hybridlab.index.memory import find_duplicate, make_memory, normalised_content
         from hybridlab.search.listing import nearest_memory
@@ -493,7 +496,8 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
                     if existing is not None:
                         return _existing(index, existing, started)
             with _tool_errors(*LIBRARY_ERRORS):
-                document = make_memory(content, tags, memory_type, created_at, source=service.writer.source)
+                document = make_memory(content, tags, memory_type, created_at, source=service.writer.source,
+                                       metadata={"context": context} if context else None)
                 # embedded once, as a document: the near-duplicate look-up compares it with the stored
                 # memories' vectors, and the log records the same vectors
                 memory = service.writer.embed(document) if key and near_threshold is not None else None
