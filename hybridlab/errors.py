@@ -1,19 +1,28 @@
 """The errors hybridlab raises on purpose, under one base class: `except HybridlabError` catches any of them.
 
 Each also keeps the built-in base it always had (`IndexNotFoundError` is a `FileNotFoundError`,
-`ModelNotInstalledError` and `MissingExtraError` `ImportError`s, the others `RuntimeError`s), so older `except` clauses
-still match. Every message is meant for the user: it names the file or package and the fix.
+`ModelNotInstalledError` and `MissingExtraError` `ImportError`s, `InvalidValueError` a `ValueError`, the others
+`RuntimeError`s), so older `except` clauses still match. Every message is meant for the user: it names the file or package and the fix.
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
 (`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
 """
 from __future__ import annotations
 
 __all__ = ["CorruptIndexError", "HybridlabError", "IndexFormatError", "IndexLockedError", "IndexNotFoundError",
-           "MissingExtraError", "ModelNotInstalledError", "StoreError", "StoreLockedError"]
+           "InvalidValueError", "MissingExtraError", "ModelNotInstalledError", "StoreError", "StoreLockedError"]
 
 
 class HybridlabError(Exception):
     """Base of every error hybridlab raises on purpose; its message is meant for the user."""
+
+
+class InvalidValueError(HybridlabError, ValueError):
+    """A value the user gave is not allowed (the caller's mistake, not a bug): the message names the
+    value and what is allowed; `field` names the argument or record field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class IndexNotFoundError(HybridlabError, FileNotFoundError):

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, wal
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
@@ -91,21 +92,23 @@ class EmbeddedMemory:
 def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
                 *, memory_id: str | None = None, source: str = MEMORY_SOURCE, updated_at: str | None = None,
                 metadata: Mapping[str, Any] | None = None) -> Document:
-    """Validate a memory and build its Document (ValueError names the offending field);
+    """Validate a memory and build its Document (InvalidValueError, a ValueError, names the offending field);
     `updated_at` defaults to `created_at`."""
     if not isinstance(content, str) or not content.strip():
-        raise ValueError("content must be a non-empty string")
+        raise InvalidValueError("content must be a non-empty string", "content")
     if len(content) > MAX_CONTENT_CHARS:
-        raise ValueError(f"content is {len(content)} characters long; at most {MAX_CONTENT_CHARS} are allowed")
+        raise InvalidValueError(f"content is {len(content)} characters long; at most {MAX_CONTENT_CHARS} are allowed",
+                                "content")
     if isinstance(tags, str) or not all(isinstance(tag, str) for tag in tags):
-        raise ValueError(f"tags must be a list of strings, got {tags!r}")
+        raise InvalidValueError(f"tags must be a list of strings, got {tags!r}", "tags")
     if len(tags) > MAX_TAGS:
-        raise ValueError(f"at most {MAX_TAGS} tags per memory, got {len(tags)}")
+        raise InvalidValueError(f"at most {MAX_TAGS} tags per memory, got {len(tags)}", "tags")
     long_tags = [tag for tag in tags if len(tag) > MAX_TAG_CHARS]
     if long_tags:
-        raise ValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…")
+        raise InvalidValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…", "tags")
     if not isinstance(memory_type, str) or not memory_type.strip() or len(memory_type) > MAX_TYPE_CHARS:
-        raise ValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters")
+        raise InvalidValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters",
+                                "memory_type")
     for field_name, value in (("content", content), ("memory_type", memory_type), *(("tags", tag) for tag in tags)):
         _check_unicode(field_name, value)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -121,9 +124,10 @@ def updated_memory(current: Mapping[str, Any], *, content: str | None = None, ta
     """The next version of a memory (`current` as `Index.get_document` returns it): the fields given
     replace its own; the id, `created_at` and other metadata stay; `updated_at` = the given time, else now."""
     if current.get("doc_type") != "memory":
-        raise ValueError(f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory")
+        raise InvalidValueError(f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory",
+                                "memory_id")
     if content is None and tags is None and memory_type is None:
-        raise ValueError("nothing to update: give content, tags and/or memory_type")
+        raise InvalidValueError("nothing to update: give content, tags and/or memory_type")
     metadata = {k: v for k, v in (current.get("metadata") or {}).items() if k != "memory_type"}
     return make_memory(current["text"] if content is None else content,
                        current.get("tags") or () if tags is None else tags,
@@ -185,12 +189,12 @@ def create_memory_index(index_dir: str | os.PathLike, config: Any = None) -> boo
 
 
 def _check_unicode(field_name: str, value: str) -> None:
-    """ValueError naming the field when `value` cannot be stored as UTF-8 (a lone surrogate)."""
+    """InvalidValueError naming the field when `value` cannot be stored as UTF-8 (a lone surrogate)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"{field_name} is not valid Unicode text: {error.reason} at character {error.start} "
-                         f"({value[max(0, error.start - 20):error.start]!r}…)") from None
+        raise InvalidValueError(f"{field_name} is not valid Unicode text: {error.reason} at character {error.start} "
+                                f"({value[max(0, error.start - 20):error.start]!r}…)", field_name) from None
 
 
 def _cache_path(index_dir: Path) -> Path | None:
@@ -252,7 +256,7 @@ class MemoryWriter:
         from hybridlab.index.build import apply_changes
 
         if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
-            raise ValueError(f"ids must be a list of non-empty strings, got {ids!r}")
+            raise InvalidValueError(f"ids must be a list of non-empty strings, got {ids!r}", "ids")
         ids = tuple(dict.fromkeys(ids))
         started = time.perf_counter()
         with self._commit_lock:

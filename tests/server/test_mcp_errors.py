@@ -67,3 +67,17 @@ def test_anything_else_is_an_internal_error_logged_with_its_traceback(index_dir,
 def test_a_users_mistake_stays_a_tool_error(index_dir):
     result = call(index_dir, "store_memory", {"content": "x" * 20_001})
     assert result.is_error and "content is 20001 characters long; at most 20000 are allowed" in result.content[0].text
+
+
+@pytest.mark.parametrize(("arguments", "field"), [({"content": " "}, "content"), ({"content": "x" * 20_001}, "content"),
+                                                  ({"content": "x", "tags": ["t" * 101]}, "tags"),
+                                                  ({"content": "x", "memory_type": ""}, "memory_type"),
+                                                  ({"content": "bad \ud800 text"}, "content")])
+def test_a_memory_that_is_not_allowed_raises_an_error_naming_its_field(arguments, field):
+    from hybridlab.errors import HybridlabError, InvalidValueError
+    from hybridlab.index.memory import make_memory
+
+    with pytest.raises(InvalidValueError) as error:
+        make_memory(**arguments)
+    assert error.value.field == field and field in str(error.value)
+    assert isinstance(error.value, HybridlabError) and isinstance(error.value, ValueError)  # old excepts match
