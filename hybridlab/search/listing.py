@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.search.filters import Filters
 from hybridlab.search.snapshot import Snapshot
 
@@ -30,19 +31,20 @@ def encode_cursor(time: float, doc_id: str) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[float, str]:
-    """(time, doc id) of a cursor; ValueError for anything this module did not write."""
+    """(time, doc id) of a cursor; InvalidValueError (a ValueError) for anything this module did not write."""
     try:
         time, doc_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         return float(time), str(doc_id)
     except (ValueError, TypeError) as error:
-        raise ValueError(f"invalid cursor {cursor[:40]!r}: pass the next_cursor of the previous page") from error
+        raise InvalidValueError(f"invalid cursor {cursor[:40]!r}: pass the next_cursor of the previous page",
+                                "cursor") from error
 
 
 def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None = None,
                      cursor: str | None = None, prefix: str | None = None) -> Page:
     """Up to `limit` (None: all) doc ids matching `filters` (and starting with `prefix`), newest first, after `cursor`."""
     if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
+        raise InvalidValueError(f"limit must be >= 1, got {limit}", "limit")
     generation = snapshot.generation
     mask = snapshot.store.allowed(filters).mask
     rows = np.arange(snapshot.n_chunks) if mask is None else np.flatnonzero(mask)
@@ -64,7 +66,7 @@ def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None 
 
 
 def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
-    """(memories among `ids`, ids not in the index); ValueError for a document that is not a memory."""
+    """(memories among `ids`, ids not in the index); InvalidValueError for a document that is not a memory."""
     found, missing = [], []
     for doc_id in dict.fromkeys(ids):
         try:
@@ -73,7 +75,8 @@ def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
             missing.append(doc_id)
             continue
         if document["doc_type"] != "memory":
-            raise ValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted")
+            raise InvalidValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted",
+                                    "ids")
         found.append(doc_id)
     return found, missing
 
