@@ -74,14 +74,14 @@ class EmbeddedMemory:
     text (tags included when the index indexes tags) by the document encoder of each model the index
     config assigns it. Stored with :meth:`MemoryWriter.store_embedded`, the log records these very
     vectors, so the near-duplicate look-up and the write embed the text once. The text is embedded
-    again only when the write cannot use them: the index's config or a model's dimension changed
-    since (a reindex), or the write commits a segment instead of appending to a log (`wal_records=0`,
-    an index of a format before 5): `apply_changes` embeds the new texts of a commit itself."""
+    again only when the write cannot use them: the index's config, or a model's dimension or encoder
+    record, changed since (a reindex), or the write commits a segment instead of appending to a log
+    (`wal_records=0`, an index of a format before 5): `apply_changes` embeds a commit's new texts itself."""
 
     document: Document
     record: wal.WalRecord  # what the log appends: the document and model -> its chunk's vector (1 row)
     config: Any  # the IndexConfig it was embedded under
-    dims: Mapping[str, int]  # the index's model dimensions then
+    encoders: Mapping[str, Any]  # model -> (dimension, encoder record) of the index then
 
     @property
     def vectors(self) -> dict[str, np.ndarray]:
@@ -290,7 +290,7 @@ class MemoryWriter:
             return None
         encoding = _Encoding.of(manifest)
         record = wal.embed_documents([document], encoding.config, encoding.encode)[0]
-        return EmbeddedMemory(document, record, encoding.config, encoding.dims)
+        return EmbeddedMemory(document, record, encoding.config, encoding.encoders)
 
     def store_embedded(self, memory: EmbeddedMemory) -> StoredMemory:
         """:meth:`store_document` of a memory :meth:`embed` embedded: the log appends its vectors
@@ -521,11 +521,17 @@ class _Encoding:
             raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
         return vectors
 
+    @property
+    def encoders(self) -> dict[str, Any]:
+        """Model -> (dimension, encoder record): what must be unchanged for vectors to be reused."""
+        return {model: (self.dims[model], (info or {}).get("encoder")) for model, info in self.models.items()}
+
     def records(self, entries: Sequence[tuple[Document, EmbeddedMemory | None]]) -> list[wal.WalRecord]:
         """Each document's log record: the one :meth:`MemoryWriter.embed` made when it was embedded
-        under this config and these dimensions, else embedded now (one encoder call per model)."""
+        under this config and these encoders, else embedded now (one encoder call per model)."""
+        encoders = self.encoders
         reused = {position: embedded.record for position, (_, embedded) in enumerate(entries)
-                  if embedded is not None and embedded.config == self.config and embedded.dims == self.dims}
+                  if embedded is not None and embedded.config == self.config and embedded.encoders == encoders}
         todo = [document for position, (document, _) in enumerate(entries) if position not in reused]
         fresh = iter(wal.embed_documents(todo, self.config, self.encode) if todo else ())
         return [reused[position] if position in reused else next(fresh) for position in range(len(entries))]

@@ -128,3 +128,28 @@ def test_concurrent_stores_all_land(index_dir):
                 assert hits["results"][0]["doc_id"] == memory_id
 
     asyncio.run(session(create_server(index_dir)))
+
+
+def test_vectors_embedded_under_another_config_are_embedded_again(index_dir, monkeypatch):
+    """The log reuses an EmbeddedMemory's vectors only when the index still embeds as it did then."""
+    import dataclasses
+
+    from hybridlab.encoders.base import Encoder
+    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.search.engine import open_index
+
+    writer = MemoryWriter(index_dir)
+    same = writer.embed(make_memory("The lynx project ships on Thursdays."))
+    other = writer.embed(make_memory("The badger project ships on Wednesdays."))
+    other = dataclasses.replace(other, config=dataclasses.replace(other.config, embed_batch_size=7))
+    embedded: list[str] = []
+    original = Encoder.encode_documents
+    monkeypatch.setattr(Encoder, "encode_documents",
+                        lambda self, texts, **kwargs: embedded.extend(texts) or original(self, texts, **kwargs))
+    writer.store_embedded(same)
+    assert embedded == []
+    writer.store_embedded(other)
+    assert len(embedded) == 1 and "badger" in embedded[0]
+    writer.close()
+    with open_index(index_dir) as index:
+        assert index.search("lynx Thursdays", limit=1)[0].doc_id == same.document.doc_id
