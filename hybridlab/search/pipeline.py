@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,12 @@ class QueryTags:
     collections: tuple[str, ...] = ()
     boost: float = 1.0
     coverage: float = 1.0
+    information: float = 1.0  # :func:`tag_information` of the most telling tag the query names
+
+    @property
+    def factor(self) -> float:
+        """What the tag weight is multiplied by for this query."""
+        return self.boost * self.coverage * self.information
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,12 +158,33 @@ def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
     options = dict(options)
     embedding_model = options.pop("embedding_model", None)
     language = options.pop("language", None)
-    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks)
+    n = snapshot.n_chunks
+    memory_share = snapshot.generation.chunk_types.count("memory") / n if n else 0.0
+    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=n, memory_share=memory_share)
     config = resolve_auto(config, snapshot.n_chunks)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)
     model = choose_model(snapshot, config_file, embedding_model, language) if needs_dense else None
     return config, sources["alpha"], allowed, model
+
+
+#: a tag worn by at most this share of the rows tells fully which rows a query means; one worn by
+#: at least the other share tells nothing (it splits the rows no better than a coin)
+TELLING_TAG_SHARE, UNTELLING_TAG_SHARE = 0.1, 0.5
+
+
+def tag_information(share: float) -> float:
+    """How much naming a tag worn by `share` of the rows says about which row is meant, in [0, 1]:
+    1.0 up to :data:`TELLING_TAG_SHARE`, 0.0 from :data:`UNTELLING_TAG_SHARE`, log-linear in the
+    tag's IDF between (`log(0.5 / share) / log(0.5 / 0.1)`: 0.57 at 20%, 0.32 at 30%). A speaker's
+    name on half of a two-person conversation's turns, or a tag on most memories, must not outvote
+    the text signals (LoCoMo: questions that name the wrong speaker, docs/evaluation.md#memory-benchmarks);
+    a project tag on 9% of the memories keeps its full weight."""
+    if share <= TELLING_TAG_SHARE:
+        return 1.0
+    if share >= UNTELLING_TAG_SHARE:
+        return 0.0
+    return math.log(UNTELLING_TAG_SHARE / share) / math.log(UNTELLING_TAG_SHARE / TELLING_TAG_SHARE)
 
 
 def query_tags(snapshot: Snapshot, query: str, config: SearchConfig, boost_tags: Sequence[str] | None) -> QueryTags:
@@ -169,7 +197,12 @@ def query_tags(snapshot: Snapshot, query: str, config: SearchConfig, boost_tags:
         tags, matched_terms, coverage = resolve_tags(boost_tags, snapshot.tag_vocabulary), len(boost_tags), 1.0
         collections = ()
     boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
-    return QueryTags(tuple(tags), collections, boost, coverage)
+    information = 1.0
+    if boost_tags is None and tags and not collections:  # named by the query, not given: how telling
+        rows = snapshot.generation.tag_rows
+        information = max(tag_information(len(rows[tag]) / max(snapshot.n_chunks, 1)) if tag in rows else 1.0
+                          for tag in tags)
+    return QueryTags(tuple(tags), collections, boost, coverage, information)
 
 
 # ------------------------------------------------------------------------------------ retrievers
@@ -490,7 +523,7 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
     stage = "staged" if staged else "parallel"
     depth = min(max(config.depth, config.limit), max(n_allowed, 1))
     candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
-    facts = QueryFacts(len(query.split()), request.tags.boost * request.tags.coverage)
+    facts = QueryFacts(len(query.split()), request.tags.factor)
     while True:
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
         evidence = query_evidence(snapshot, request, runs)
@@ -604,7 +637,7 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
         "query_tags": list(named.tags), "query_collections": list(named.collections),
         "matched_collection": snapshot.generation.collections[hit.row] in named.collections,
         "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": named.boost,
-        "tag_coverage": named.coverage,
+        "tag_coverage": named.coverage, "tag_information": named.information,
         "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
         "rare_term_lift": hit.lift,
         "fusion": config.fusion, "rrf_k": config.rrf_k,
