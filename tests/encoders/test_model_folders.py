@@ -109,3 +109,15 @@ def test_a_folder_named_like_a_registry_model_is_named_by_model_path(built, caps
     assert list(manifest["models"]) == ["mini-copy"]
     assert manifest["models"]["mini-copy"]["encoder"]["location"] == str(folder)
     assert search(capsys, index, "--model-path", f"mini-copy={folder}")[0] == 0
+
+
+def test_an_index_written_before_portable_names_still_meets_its_folder(tmp_path):
+    """Before issue 40 an encoder record's `source` was the folder's path: the same folder, now
+    recorded as "folder", meets it when the revision is the same; a path that is gone says so."""
+    old = {"name": "/old/place/tiny-bert", "source": "/old/place/tiny-bert", "revision": "r1", "dim": 32}
+    now = {"name": "tiny-bert", "source": "folder", "location": "/new/place/tiny-bert", "revision": "r1", "dim": 32}
+    assert registry.encoder_mismatch(old, now) == []
+    assert registry.encoder_mismatch(old, {**now, "revision": "r2"}) == ["revision"]
+    assert registry.encoder_mismatch({**old, "source": "BAAI/bge-base-en-v1.5"}, now) == ["source"]
+    with pytest.raises(ValueError, match="does not exist .an index written before issue 40 records a folder"):
+        registry.canonical_name(str(tmp_path / "gone" / "tiny-bert"))
