@@ -5,11 +5,12 @@ searching a recency question), the report in JupyterLab and the static report to
     .venv/bin/python reports/screenshots/shoot.py /tmp/shots    # then copy (and quantize) into reports/screenshots/
 
 It runs a 60-trial memories sweep (nested CV, 10 trials per fold: about a minute on 2 cores) in a scratch
-folder, /tmp/labroot; nothing is written into the checkout.
+folder (a fresh temporary one); nothing is written into the checkout.
 """
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -18,8 +19,9 @@ import papermill
 from playwright.sync_api import sync_playwright
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = Path("/tmp/labroot"); OUT = Path(sys.argv[1])
-shutil.rmtree(ROOT, ignore_errors=True); ROOT.mkdir(); OUT.mkdir(parents=True, exist_ok=True)
+ROOT = Path(tempfile.mkdtemp(prefix="hybridlab-lab-"))  # the lab's root: executed notebooks, the sweep run
+OUT = Path(sys.argv[1])
+OUT.mkdir(parents=True, exist_ok=True)
 papermill.execute_notebook(str(REPO / "notebooks/explore.ipynb"), str(ROOT / "explore.ipynb"), prepare_only=True,
                            parameters={"box_query": "which GPU does loomtrain train on now"}, kernel_name="hybridlab")
 papermill.execute_notebook(str(REPO / "notebooks/sweep.ipynb"), str(ROOT / "sweep.ipynb"), prepare_only=True,
