@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.index import store
 from hybridlab.index.embedding_cache import text_sha256
-from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk
+from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk, split_span
 from hybridlab.ingest.sources import Document
 
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
@@ -47,10 +47,22 @@ def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
                           document.tags if config.index_tags else (), context)
 
 
+def memory_chunks(document: Document, config: ChunkConfig) -> list[Chunk]:
+    """A memory as one chunk, or, longer than `chunk_size`, as overlapping pieces cut at paragraph
+    and sentence ends (a long memory is searchable by all of its text: an encoder reads ~256 tokens,
+    ~1,000 characters, of a chunk); the search ranks the memory by its pieces together."""
+    text = document.text
+    if len(text) <= config.chunk_size:
+        return single_chunk(text, chunk_type="memory", language=document.language)
+    spans = split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
+    return [Chunk(i, text[start:end], start, end, "", "memory", document.language)
+            for i, (start, end) in enumerate(spans) if text[start:end].strip()]
+
+
 def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
     """The chunks of one document, by its type: header chunking for markdown/reST/notebooks."""
     if document.doc_type == "memory":
-        return single_chunk(document.text, chunk_type="memory", language=document.language)
+        return memory_chunks(document, config.chunk)
     if document.doc_type == "beir" or config.chunk.strategy == "whole":
         chunk_type = "memory" if document.doc_type == "memory" else "text"
         return single_chunk(document.text or document.title, section=document.title, chunk_type=chunk_type,

@@ -63,8 +63,15 @@ def qualified(haystack: Haystack, item: str) -> str:
     return f"{haystack.haystack_id}/{item}"
 
 
+#: bumped when what an index of the same memories holds changes (so cached haystack indexes are rebuilt)
+INDEX_KEY_VERSION = 2
+
+
 def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str:
-    text = json.dumps([memories, settings.index_config.to_dict()], sort_keys=True, default=str)
+    from hybridlab import __version__
+
+    text = json.dumps([INDEX_KEY_VERSION, __version__, memories, settings.index_config.to_dict()], sort_keys=True,
+                      default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
