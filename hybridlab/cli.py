@@ -916,6 +916,10 @@ def build_parser() -> argparse.ArgumentParser:
     backend_args(p)
     p.set_defaults(func=_delegate("hybridlab.server.mcp", "cli_mcp"))
 
+    from hybridlab.eval.conversations.cli import add_parser as add_membench
+
+    add_membench(sub)
+
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")
     p.add_argument("--index", dest="index_dir", default=".hybridlab/demo")
     p.add_argument("--quick", action="store_true", help="skip the evaluation table")

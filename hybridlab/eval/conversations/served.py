@@ -1,0 +1,79 @@
+"""Served = measured: a benchmark through the MCP server, as an assistant would use it. Per
+haystack, an empty index; every turn stored with `store_memory` (its text as content, the speaker
+as tag, the session date as `created_at`, the turn before it as `context`), every question asked
+with the `search` tool (the server's defaults; `HYBRIDLAB_NOW` set to the question's date)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hybridlab.eval.conversations.records import Haystack
+from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, _sessions, qualified
+
+MCP_LIMIT = 50  # results per search (the tool allows up to 100)
+
+
+def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str | Path, *,
+               config: str | None = None, progress: bool = True) -> BenchResult:
+    """The hybrid system's rankings, through the MCP tools of a server per haystack."""
+    from tqdm.auto import tqdm
+
+    from hybridlab.index.build import index_paths
+    from hybridlab.server.mcp import create_server
+
+    work = Path(work)
+    rankings: dict[str, list[str]] = {}
+    scores: dict[str, float] = {}
+    questions = {}
+    seconds = {"store": 0.0, "hybrid": 0.0}
+    for i, haystack in enumerate(tqdm(haystacks, desc="haystacks (via MCP)", disable=not progress)):
+        folder = work / f"served-{i}"
+        empty = work / "empty.jsonl"
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        empty.write_text("", encoding="utf-8")
+        index_paths([empty], folder, settings.index_config, progress=False)
+        server = create_server(folder, config)
+        asyncio.run(_serve(server, haystack, settings, rankings, scores, questions, seconds))
+    session_of, session_turns = _sessions(haystacks)
+    return BenchResult(BenchSettings(settings.granularity, ("hybrid",), settings.depth, settings.options,
+                                     settings.index_config, settings.context, settings.scoring),
+                       {"hybrid": rankings}, {"hybrid": scores}, questions, session_of, session_turns, seconds)
+
+
+async def _serve(server: Any, haystack: Haystack, settings: BenchSettings, rankings: dict[str, list[str]],
+                 scores: dict[str, float], questions: dict[str, Any], seconds: dict[str, float]) -> None:
+    from mcp import Client
+
+    async with Client(server) as client:
+        started = time.perf_counter()
+        ids: dict[str, str] = {}  # the server's memory id -> the benchmark's id
+        for memory in haystack.memories(settings.granularity, settings.context):
+            arguments = {"content": memory["content"], "tags": memory["tags"], "memory_type": memory["memory_type"],
+                         "allow_duplicate": True, "near_threshold": None}
+            if memory.get("created_at"):
+                arguments["created_at"] = memory["created_at"]
+            if memory["metadata"].get("context"):
+                arguments["context"] = memory["metadata"]["context"]
+            result = await client.call_tool("store_memory", arguments)
+            if result.is_error:
+                raise RuntimeError(f"store_memory failed for {memory['id']}: {result.content[0].text}")
+            ids[result.structured_content["id"]] = memory["id"]
+        seconds["store"] += time.perf_counter() - started
+        for question in haystack.questions:
+            questions[question.question_id] = question
+            now = question.date or haystack.last_date
+            if now is not None:
+                os.environ["HYBRIDLAB_NOW"] = now.isoformat()
+            started = time.perf_counter()
+            result = await client.call_tool("search", {"query": question.text, "limit": min(settings.depth, MCP_LIMIT)})
+            seconds["hybrid"] += time.perf_counter() - started
+            if result.is_error:
+                raise RuntimeError(f"search failed for {question.question_id}: {result.content[0].text}")
+            hits = result.structured_content["results"]
+            rankings[question.question_id] = [qualified(haystack, ids[hit["doc_id"]]) for hit in hits]
+            scores.update({f"{question.question_id}\t{qualified(haystack, ids[h['doc_id']])}": h["score"] for h in hits})
+    os.environ.pop("HYBRIDLAB_NOW", None)
