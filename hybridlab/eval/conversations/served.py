@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,9 @@ def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str
     questions = {}
     seconds = {"store": 0.0, "hybrid": 0.0}
     for i, haystack in enumerate(tqdm(haystacks, desc="haystacks (via MCP)", disable=not progress)):
-        folder = work / f"served-{i}"
+        folder = work / f"served-{settings.granularity}-{i}"
+        if folder.exists():  # a fresh store each run: stores append
+            shutil.rmtree(folder)
         empty = work / "empty.jsonl"
         empty.parent.mkdir(parents=True, exist_ok=True)
         empty.write_text("", encoding="utf-8")
