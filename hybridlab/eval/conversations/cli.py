@@ -33,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="empty the work folder first (a cold run)")
     p.add_argument("--via-mcp", action="store_true",
                    help="also run the hybrid through the MCP server (store_memory, search) and compare")
+    p.add_argument("--cv", action="append", metavar="NAME=V1,V2",
+                   help="leave-one-haystack-out cross-validation of search settings (repeatable: a grid; the "
+                        "first value of each is the default's), reported out of fold; turn level")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cli_membench)
 
@@ -56,7 +59,9 @@ def cli_membench(args: argparse.Namespace) -> int:
     options = dict(config_file.get("search") or {})
     index_config = IndexConfig(models=(args.model,)) if args.model else IndexConfig()
     granularities = ["turn", "session"] if args.granularity == "both" else [args.granularity]
-    summary = {}
+    summary: dict = {}
+    if args.cv:
+        return _cross_validate(args, haystacks, work, out, options, index_config)
     for granularity in granularities:
         settings = runner.BenchSettings(granularity, tuple(args.systems.split(",")), args.depth, options, index_config,
                                         not args.no_context, args.benchmark)
@@ -81,4 +86,25 @@ def cli_membench(args: argparse.Namespace) -> int:
             print((out / granularity / "summary.md").read_text(encoding="utf-8"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(f"report: {out}")
+    return 0
+
+
+def _cross_validate(args: argparse.Namespace, haystacks, work: Path, out: Path, options: dict,
+                    index_config: IndexConfig) -> int:
+    from hybridlab.eval.conversations import runner, tuning
+
+    axes = dict(tuning.parse_axis(text) for text in args.cv)
+    granularity = "turn" if args.granularity == "both" else args.granularity
+    settings = runner.BenchSettings(granularity, ("hybrid",), args.depth, options, index_config, not args.no_context,
+                                    args.benchmark)
+    result = tuning.cross_validate(haystacks, settings, tuning.grid(axes), work, progress=not args.quiet)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"cv-{granularity}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    print(f"leave-one-haystack-out over {len(result['grid'])} settings ({granularity} level, n={result['n']}): "
+          f"out of fold recall@5 {100 * result['out_of_fold_recall@5']:.1f}, recall@10 "
+          f"{100 * result['out_of_fold_recall@10']:.1f}; the defaults (first setting) in sample "
+          f"{100 * result['defaults_recall']:.1f}")
+    for fold in result["folds"]:
+        print(f"  {fold['held_out']}: chose {fold['chosen']}")
+    print(f"report: {out / f'cv-{granularity}.json'}")
     return 0

@@ -46,3 +46,24 @@ def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
     assert summary["session"]["levels"]["session"]["bm25"]["recall_any@5"]["all"]["n"] == 1
     lines = (out / "turn" / "qrels-turn.txt").read_text().splitlines()
     assert lines == ["q1 0 q1/answer_x_1_1 1"]
+
+
+def test_leave_one_conversation_out(locomo_file, tmp_path, capsys):
+    out = tmp_path / "cv"
+    assert main(["membench", "locomo", str(locomo_file), "--out", str(out), "--work", str(tmp_path / "w"), "-q",
+                 "--cv", "alpha=0.5,0.9", "--cv", "recency_weight=0.2,0"]) == 0
+    result = json.loads((out / "cv-turn.json").read_text())
+    assert len(result["grid"]) == 4 and result["grid"][0] == {"alpha": 0.5, "recency_weight": 0.2}
+    assert [fold["held_out"] for fold in result["folds"]] == ["conv-1", "conv-2"]
+    assert result["n"] == 8 and 0.0 <= result["out_of_fold_recall@5"] <= 1.0
+    assert "out of fold recall@5" in capsys.readouterr().out
+
+
+def test_tuning_grid_and_axes():
+    from hybridlab.eval.conversations.tuning import grid, parse_axis
+
+    assert parse_axis("alpha=0.5,0.4") == ("alpha", [0.5, 0.4])
+    assert parse_axis("adaptive_fusion=true,false") == ("adaptive_fusion", [True, False])
+    assert grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    with pytest.raises(ValueError, match="NAME=V1"):
+        parse_axis("alpha")

@@ -1,0 +1,75 @@
+"""Leave-one-haystack-out cross-validation of search settings (LoCoMo: leave one conversation out).
+
+Every setting of a grid is run once over all haystacks; for each held-out haystack the setting with
+the best mean on the other haystacks (ties: the first in grid order, the defaults first) is chosen
+and its scores on the held-out haystack are kept: the out-of-fold figure nothing was chosen on."""
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hybridlab.eval.conversations import metrics
+from hybridlab.eval.conversations.records import Haystack
+from hybridlab.eval.conversations.runner import BenchSettings, relevant_ids, run_haystacks
+
+
+def grid(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the axes' values, the first value of each axis first."""
+    names = list(axes)
+    return [dict(zip(names, values)) for values in itertools.product(*(axes[name] for name in names))]
+
+
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    """`alpha=0.4,0.5` -> ("alpha", [0.4, 0.5]) (values read as JSON where they parse)."""
+    name, _, values = text.partition("=")
+    if not name or not values:
+        raise ValueError(f"--cv wants NAME=V1,V2,...; got {text!r}")
+
+    def value(v: str) -> Any:
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+
+    return name.strip(), [value(v.strip()) for v in values.split(",")]
+
+
+def per_question(result, k: int) -> dict[str, float]:
+    """Fractional evidence recall@k of every question with evidence (the hybrid system)."""
+    level = result.settings.granularity
+    return {qid: metrics.fractional_recall(result.rankings["hybrid"][qid], relevant_ids(result, qid, level), k)
+            for qid, question in result.questions.items() if relevant_ids(result, qid, level)}
+
+
+def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, settings_grid: Sequence[dict[str, Any]],
+                   work: str | Path, *, k: int = 5, progress: bool = True) -> dict[str, Any]:
+    """Leave-one-haystack-out: the out-of-fold recall@k (and @10), the setting each fold chose."""
+    owner = {q.question_id: h.haystack_id for h in haystacks for q in h.questions}
+    scores: list[dict[int, dict[str, float]]] = []
+    for setting in settings_grid:
+        run = run_haystacks(haystacks, replace(settings, systems=("hybrid",), options={**settings.options, **setting}),
+                            work, progress=progress)
+        scores.append({kk: per_question(run, kk) for kk in (k, 10)})
+    folds = []
+    out_of_fold: dict[int, list[float]] = {k: [], 10: []}
+    for haystack in haystacks:
+        held = haystack.haystack_id
+
+        def tuning_mean(i: int) -> float:
+            values = [v for qid, v in scores[i][k].items() if owner[qid] != held]
+            return sum(values) / len(values)
+
+        best = max(range(len(settings_grid)), key=lambda i: (tuning_mean(i), -i))
+        for kk in (k, 10):
+            out_of_fold[kk] += [v for qid, v in scores[best][kk].items() if owner[qid] == held]
+        folds.append({"held_out": held, "chosen": settings_grid[best], "tuning_recall": round(tuning_mean(best), 4)})
+    in_sample = [sum(s[k].values()) / len(s[k]) for s in scores]
+    return {"k": k, "grid": list(settings_grid), "folds": folds,
+            f"out_of_fold_recall@{k}": sum(out_of_fold[k]) / len(out_of_fold[k]),
+            "out_of_fold_recall@10": sum(out_of_fold[10]) / len(out_of_fold[10]), "n": len(out_of_fold[k]),
+            "in_sample_recall_by_setting": [round(v, 4) for v in in_sample],
+            "defaults_recall": round(in_sample[0], 4)}
