@@ -26,6 +26,9 @@ from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
 
 DEFAULT_CONDITIONS = REPO_ROOT / "repro" / "conditions.yaml"
 DEFAULT_TOLERANCE = 0.0005
+#: the uncommitted files a condition may need: name -> how to get it (its path: env HYBRIDLAB_<NAME>)
+NEEDS = {"locomo": "LoCoMo's data/locomo10.json (github.com/snap-research/LoCoMo, commit 3eb6f2c; CC BY-NC 4.0, "
+                   "never committed here)"}
 REQUIRED = ("name", "dataset", "split", "command", "metrics")
 
 
@@ -42,6 +45,9 @@ class Condition:
     cheap: bool = False
     index: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    #: files the command reads that are not committed (their licences keep them out of git), by name:
+    #: each is `${name}` in the command, its path taken from env `HYBRIDLAB_<NAME>` (see :data:`NEEDS`)
+    needs: tuple[str, ...] = ()
 
     @property
     def steps(self) -> list[str]:
@@ -61,10 +67,24 @@ class Outcome:
     #: a failing condition's command run once more: its measured metrics (None = not re-run or it
     #: printed none); the condition still fails, this only tells a persistent change from a one-off
     rerun: dict[str, float] | None = None
+    skipped: str | None = None  # why it did not run (a file it needs is absent)
 
     @property
     def ok(self) -> bool:
         return self.error is None and all(ok for *_, ok in self.rows)
+
+
+def missing_need(condition: Condition, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the condition cannot run here (a file it needs is not given or not there), or None."""
+    env = os.environ if env is None else env
+    for name in condition.needs:
+        if name not in NEEDS:
+            return f"unknown need {name!r}; known: {sorted(NEEDS)}"
+        variable = f"HYBRIDLAB_{name.upper()}"
+        path = env.get(variable)
+        if not path or not Path(path).is_file():
+            return f"needs {NEEDS[name]}: set {variable}=/path/to/it" + (f" ({path} is not a file)" if path else "")
+    return None
 
 
 def load_conditions(path: str | os.PathLike = DEFAULT_CONDITIONS) -> list[Condition]:
@@ -90,7 +110,8 @@ def load_conditions(path: str | os.PathLike = DEFAULT_CONDITIONS) -> list[Condit
             raise ValueError(f"{path}: condition {name!r} appears twice")
         seen.add(name)
         conditions.append(Condition(**{**entry, "metrics": {k: float(v) for k, v in entry["metrics"].items()},
-                                       "index": dict(entry.get("index") or {})}))
+                                       "index": dict(entry.get("index") or {}),
+                                       "needs": tuple(entry.get("needs") or ())}))
     return conditions
 
 
@@ -120,6 +141,7 @@ def expand(condition: Condition, index_dir: Path | None, tmp_dir: Path | None = 
     """The condition's command (or one of its steps) as argv: placeholders filled, `hybridlab` run by
     this interpreter."""
     values = {"data": str(data_dir())}
+    values.update({name: os.environ.get(f"HYBRIDLAB_{name.upper()}", "") for name in condition.needs})
     if index_dir is not None:
         values["index"] = _relative(index_dir)
     if tmp_dir is not None:
@@ -159,6 +181,9 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
                   timeout: float = 3600.0) -> Outcome:
     """Build (or reuse) the index, run the command, compare the metrics it prints as JSON."""
     started = time.perf_counter()
+    absent = missing_need(condition)
+    if absent:
+        return Outcome(condition, [], None, 0.0, skipped=absent)
     with tempfile.TemporaryDirectory(prefix="hybridlab-repro-") as tmp:
         return _run_condition(condition, tolerance, progress, timeout, Path(tmp), started)
 
@@ -291,6 +316,8 @@ def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
     condition = outcome.condition
     queries = outcome.queries if outcome.queries is not None else "?"
     lines = [f"# {condition.name} ({condition.dataset} {condition.split}, {queries} queries, {outcome.seconds:.0f} s)"]
+    if outcome.skipped:
+        return [*lines, f"SKIP {outcome.skipped}"]
     if outcome.error:
         return [*lines, f"FAIL {outcome.error}"]
     for metric, expected, measured, ok in outcome.rows:
@@ -335,4 +362,7 @@ def cli_repro_all(args: argparse.Namespace) -> int:
             failed.append(condition.name)
     print(f"all {len(conditions)} conditions reproduced" if not failed
           else f"{len(failed)} of {len(conditions)} condition(s) FAILED: {', '.join(failed)}")
+    skipped = [c.name for c in conditions if missing_need(c)]
+    if skipped:
+        print(f"{len(skipped)} skipped (a file they need is absent): {', '.join(skipped)}")
     return 1 if failed else 0

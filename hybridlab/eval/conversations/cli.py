@@ -36,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv", action="append", metavar="NAME=V1,V2",
                    help="leave-one-haystack-out cross-validation of search settings (repeatable: a grid; the "
                         "first value of each is the default's), reported out of fold; turn level")
+    p.add_argument("--json", action="store_true",
+                   help='print {"queries", "metrics"} of the first system at the first granularity (what repro reads)')
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cli_membench)
 
@@ -85,7 +87,13 @@ def cli_membench(args: argparse.Namespace) -> int:
         if not args.quiet:
             print((out / granularity / "summary.md").read_text(encoding="utf-8"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    print(f"report: {out}")
+    if args.json:
+        first = granularities[0]
+        table = summary[first]["levels"][first][args.systems.split(",")[0]]
+        print(json.dumps({"queries": next(iter(table.values()))["all"]["n"],
+                          "metrics": {name: round(value["all"]["mean"], 4) for name, value in table.items()}}))
+    else:
+        print(f"report: {out}")
     return 0
 
 
