@@ -40,7 +40,12 @@ def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str
         empty.write_text("", encoding="utf-8")
         index_paths([empty], folder, settings.index_config, progress=False)
         server = create_server(folder, config)
-        asyncio.run(_serve(server, haystack, settings, rankings, scores, questions, seconds))
+        try:
+            asyncio.run(_serve(server, haystack, settings, rankings, scores, questions, seconds))
+        finally:  # one server per haystack: let go of its index and log before the next
+            service = server.service
+            service.writer.close()
+            service.index.close()
     session_of, session_turns = _sessions(haystacks)
     return BenchResult(BenchSettings(settings.granularity, ("hybrid",), settings.depth, settings.options,
                                      settings.index_config, settings.context, settings.scoring),
