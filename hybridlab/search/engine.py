@@ -317,11 +317,14 @@ class Index:
         language: str | None = None,
         now: str | datetime | None = None,
         explain: bool = False,
+        snapshot: Snapshot | None = None,
         **options: Any,
     ) -> SearchResponse:
         """What :meth:`search` returns (same arguments), with the search's timings, mode and the
-        generation that answered."""
-        snapshot = self.snapshot()
+        generation that answered: `snapshot`, else the current one (:meth:`snapshot`). Pass the snapshot
+        you read more from (:meth:`chunk_texts`, :meth:`get_document`) so that ranking and texts come
+        from one generation, although a writer may commit a newer one meanwhile."""
+        snapshot = self.snapshot() if snapshot is None else snapshot
         tag_list = None if tags is None else _tuple(tags)
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
             raise ValueError(f"tags must be non-empty strings, got {list(tag_list)!r}")
@@ -361,11 +364,12 @@ class Index:
                            snapshot.number)
 
     # ---------------------------------------------------------------- documents and stats
-    def get_document(self, doc_id: str) -> dict[str, Any]:
-        """The full text and metadata of one document (KeyError when absent)."""
+    def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
+        """The full text and metadata of one document (KeyError when absent) in `snapshot`, else in the
+        current generation."""
         if not isinstance(doc_id, str) or not doc_id:
             raise ValueError("doc_id must be a non-empty string")
-        return _document(self.snapshot(), doc_id)
+        return _document(self.snapshot() if snapshot is None else snapshot, doc_id)
 
     def search_by_tag(self, tags: Sequence[str], *, match: str = "all", limit: int = 10,
                       since: str | datetime | None = None, until: str | datetime | None = None) -> list[dict[str, Any]]:
@@ -416,9 +420,10 @@ class Index:
                  "tag_count": len(tags[name])}
                 for name in generation.known_collections]
 
-    def chunk_texts(self, chunk_ids: Sequence[int]) -> list[str | None]:
-        """The text of each chunk id in the current generation (None for one it no longer holds)."""
-        snapshot = self.snapshot()
+    def chunk_texts(self, chunk_ids: Sequence[int], *, snapshot: Snapshot | None = None) -> list[str | None]:
+        """The text of each chunk id in `snapshot`, else in the current generation (None for one it
+        does not hold: a chunk a newer generation replaced)."""
+        snapshot = self.snapshot() if snapshot is None else snapshot
         known = snapshot.generation.chunk_ids
         rows = np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64)) if len(chunk_ids) else np.zeros(0, np.int64)
         held = [row < len(known) and int(known[row]) == int(chunk_id) for row, chunk_id in zip(rows.tolist(), chunk_ids)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import inspect
 import logging
 import os
 import sys
@@ -24,7 +25,7 @@ from hybridlab.server.stderr import StderrHandler
 # a message naming the `mcp` extra, and so does `hybridlab mcp`.
 require("mcp")
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,35 @@ class StoredMemoryResponse(BaseModel):
     similarity: float | None = None
 
 
+class ServerActivity(BaseModel):
+    """This server's memory writes and settings."""
+
+    memory_commits: int  # stores and deletes committed as a generation of their own (no log)
+    memory_log_appends: int  # stores and deletes appended to the write-ahead log
+    memory_log_folds: int  # logs folded into a segment
+    wal_records: int | None  # records the log holds before its fold (0: a segment per write)
+    memories_pending: int  # acknowledged, their deferred commit (commit_delay) not made yet
+    commit_delay: float
+    warm_seconds: float | None  # loading the embedding model at the start took (None: not warmed)
+    backend: str
+
+
+class StatsResponse(BaseModel):
+    """The index, the search settings in force (and their sources), this server."""
+
+    #: typed: what clients read most. The other keys (`Index.stats`' counts per collection, chunk type
+    #: and model, models, bm25, chunking, segments, write_ahead_log; collections, chunk_types,
+    #: search_config, config_file) come as extra fields: every field typed would put the tool list over
+    #: its budget (tests/server/test_mcp_budgets.py: 5,000 tokens, 20 characters to spare)
+    model_config = ConfigDict(extra="allow")
+
+    generation: int
+    documents: int
+    chunks: int
+    search_config_sources: dict[str, str]
+    server: ServerActivity
+
+
 def _tool_error(error: BaseException):
     """The SDK's ToolError carrying a readable message (KeyError's repr quotes stripped)."""
     from mcp.server.mcpserver.exceptions import ToolError
@@ -229,19 +259,22 @@ def _tool_error(error: BaseException):
 LIBRARY_ERRORS = (HybridlabError, ValueError, FileNotFoundError)
 
 
-def _tool(server: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`server.tool()` over a tool function whose errors say who is at fault (issue 40): a
-    `HybridlabError` raised anywhere in it (the user's to fix, its message says how) and the tool
-    errors it raises itself reach the client with their message; anything else is a bug in hybridlab,
-    an "internal error" whose text stays on the server: its traceback goes to the server's log."""
+
+
+def _tool(server: Any, service: Service) -> Callable[[Callable[..., Any]], Any]:
+    """Registers a tool function `name(service, ...)` on `server` as the tool `name(...)` over
+    `service`, its errors saying who is at fault (issue 40): a `HybridlabError` raised anywhere in it
+    (the user's to fix, its message says how) and the tool errors it raises itself reach the client
+    with their message; anything else is a bug in hybridlab, an "internal error" whose text stays on
+    the server: its traceback goes to the server's log."""
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.shared.exceptions import MCPError
 
-    def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)  # the SDK reads the signature and docstring through it
+    def register(function: Callable[..., Any]) -> Any:
+        @functools.wraps(function)  # the SDK reads the name and docstring through it
         def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
-                return function(*args, **kwargs)
+                return function(service, *args, **kwargs)
             except (ToolError, MCPError):
                 raise
             except HybridlabError as error:
@@ -251,6 +284,11 @@ def _tool(server: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
                 raise ToolError(f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
                                 f"hybridlab, not in the call; the server's log has the traceback") from None
 
+        # the tool's arguments are the function's after `service`: the SDK reads them from this signature
+        signature = inspect.signature(function, eval_str=True)
+        arguments = list(signature.parameters.values())[1:]
+        guarded.__signature__ = signature.replace(parameters=arguments)  # type: ignore[attr-defined]
+        guarded.__annotations__ = {k: v for k, v in function.__annotations__.items() if k != "service"}
         return server.tool()(guarded)
 
     return register
@@ -265,10 +303,11 @@ def _tool_errors(*kinds: type[BaseException]) -> Iterator[None]:
         raise _tool_error(error) from None
 
 
-class _Service:
-    """The index and its writer. The SDK runs sync tools in worker threads; Index is thread-safe, so
-    reads run side by side, each on the generation it started with; after a memory commit the index
-    re-opens and later reads see the new generation."""
+class Service:
+    """What every tool works on: the index, its memory writer and the server's settings (config file,
+    backend, warm-up time). The SDK runs sync tools in worker threads; Index is thread-safe, so reads
+    run side by side, each on the generation it started with; after a memory commit the index re-opens
+    and later reads see the new generation."""
 
     def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
                  lock_wait: float, commit_delay: float, backend: Callable[[Any], Any] | None = None,
@@ -348,6 +387,261 @@ class _Service:
             yield self.index
 
 
+# -------------------------------------------------------------------------------------------- tools
+# Each tool is a function `name(service, arguments...)`, callable as it is; its docstring is the
+# description clients read, its other arguments the tool's input schema, its pydantic result the output
+# schema. `create_server` registers TOOLS, in this order, with `service` bound.
+
+
+def search(
+    service: Service,
+    query: str,
+    limit: Limit = 10,
+    tags: list[str] | None = None,
+    chunk_types: list[str] | None = None,
+    collection: str | None = None,
+    min_score: float | None = None,
+    staged: bool | None = None,
+    explain: bool = False,
+    time: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    content: Literal["snippet", "chunk", "full"] = "snippet",
+    max_chars: SearchChars = SEARCH_MAX_CHARS,
+) -> SearchResponse:
+    """Search the index (semantic + keyword + tag + recency) for the best documents.
+
+    tags: only documents with all these tags (default: tags named in the query boost).
+    chunk_types, collection: see `stats`. staged: force/forbid BM25-then-rerank.
+    explain: each result's score breakdown (and the time range used).
+    time: words, e.g. "yesterday", "last week", "in March"; or ISO since/until.
+    content: "snippet" (default), "chunk" or "full" text; max_chars (default 5000) is shared by all
+    results, a cut one has truncated=true: read on with get_document.
+    Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
+    window = service.time_range(time, since, until)
+    with service.reading() as index:
+        snapshot = index.snapshot()  # ranks and gives the texts, though a writer may commit a newer one meanwhile
+        results = index.search_response(
+            query, snapshot=snapshot, limit=limit, tags=tags, chunk_types=chunk_types, collection=collection,
+            min_score=min_score, staged=staged, explain=explain, since=window and window.since,
+            until=window and window.until).results
+        hits = [SearchHit(**r.to_dict()) for r in results]
+        if explain and window is not None:
+            for hit in hits:
+                hit.explain = {**(hit.explain or {}), "time_range": window.to_dict()}
+        if content == "chunk":
+            texts = index.chunk_texts([r.chunk_id for r in results], snapshot=snapshot)
+            for hit, result, text in zip(hits, results, texts):
+                hit.text, hit.snippet = (result.snippet if text is None else text), ""
+        elif content == "full":
+            for hit in hits:
+                hit.text, hit.snippet = index.get_document(hit.doc_id, snapshot=snapshot)["text"], ""
+    _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
+    return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
+
+def get_document(service: Service, doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
+                 max_chars: PageChars = DOCUMENT_MAX_CHARS, section: int | str | None = None) -> DocumentResponse:
+    """Read one document by the doc_id a search returned, a page at a time: at most max_chars
+    characters (default 8000) from offset. next_offset (null at the end) starts the next page;
+    remaining_chars is what follows. A first page lists the document's header sections;
+    section (a number or title) reads one section, offset counting from its start, next_section after it.
+    Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
+    from hybridlab.search.sections import document_sections, find_section
+
+    with service.reading() as index:
+        snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
+        document = index.get_document(doc_id, snapshot=snapshot)
+        chunking = (snapshot.generation.manifest.get("config") or {}).get("chunk") or {}
+        levels = chunking.get("header_levels") or (1, 2)
+    document.pop("source", None)
+    text = document.pop("text")
+    sections = document_sections(text, document["doc_type"], levels)
+    with _tool_errors(ValueError):
+        part = find_section(sections, section) if section is not None else None
+    start, stop = (part.start, part.end) if part else (0, len(text))
+    if start + offset > stop:
+        raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} "
+                                     f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"))
+    end = min(start + offset + max_chars, stop)
+    titles = _titles(sections, TOC_CHARS) if part is None and offset == 0 and len(sections) > 1 else None
+    return DocumentResponse(
+        **document, text=text[start + offset:end], offset=offset, total_chars=len(text),
+        next_offset=end - start if end < stop else None, remaining_chars=len(text) - end,
+        section_count=len(sections), section=part and part.title, sections=titles,
+        next_section=part.index + 1 if part and part.index + 1 < len(sections) else None)
+
+def store_memory(
+    service: Service,
+    content: str,
+    tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
+    memory_type: str = "note",
+    created_at: str | None = None,
+    context: str | None = None,
+    allow_duplicate: bool = False,
+    near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
+    skip_near_duplicate: bool = False,
+) -> StoredMemoryResponse:
+    """Remember a fact, preference, decision or note (at most 20,000 characters); found by the
+    next search. created_at: ISO, default now. The same content (ignoring case and whitespace) is not
+    stored twice: the existing memory comes back, created=false (allow_duplicate=true stores a copy).
+    A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
+    near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
+    context: the conversation turn before it, indexed with it so that a question worded like that
+    turn finds it; not part of its content.
+    Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
+    from hybridlab.index.memory import find_duplicate, make_memory, normalised_content
+    from hybridlab.search.listing import nearest_memory
+    from hybridlab.search.time_range import iso_z
+
+    started = time.perf_counter()
+    key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
+    with service.storing(key) if key else contextlib.nullcontext():
+        queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
+        if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
+            return StoredMemoryResponse(
+                id=queued.doc_id, generation=None, tags=list(queued.tags),
+                created_at=iso_z(queued.created_at) or "", updated_at=iso_z(queued.updated_at) or "",
+                batch_size=0, seconds=round(time.perf_counter() - started, 3),
+                pending=True, created=False, duplicate_of=queued.doc_id)
+        if key:
+            with service.reading(flush=False) as index:
+                snapshot = index.snapshot()
+                existing = find_duplicate(snapshot.generation.store, content)
+                if existing is not None:
+                    return _existing(index, snapshot, existing, started)
+        with _tool_errors(*LIBRARY_ERRORS):
+            document = make_memory(content, tags, memory_type, created_at, source=service.writer.source,
+                                   metadata={"context": context} if context else None)
+            # embedded once, as a document: the near-duplicate look-up compares it with the stored
+            # memories' vectors, and the log records the same vectors
+            memory = service.writer.embed(document) if key and near_threshold is not None else None
+        near = None
+        if memory is not None:
+            with service.reading(flush=False) as index:
+                snapshot = index.snapshot()
+                near = nearest_memory(snapshot, memory.vectors)
+                near = near if near and near.similarity >= near_threshold else None
+                if near and skip_near_duplicate:
+                    return _existing(index, snapshot, near.doc_id, started, near_duplicate_of=near.doc_id,
+                                     similarity=round(near.similarity, 4))
+        with _tool_errors(*LIBRARY_ERRORS):
+            stored = service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
+        service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
+    return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near.doc_id,
+                                similarity=near and round(near.similarity, 4))
+
+def update_memory(service: Service, memory_id: str, content: str | None = None, tags: list[str] | None = None,
+                  memory_type: str | None = None) -> StoredMemoryResponse:
+    """Correct a memory: the fields given replace its content, tags and/or type; same id and
+    created_at, updated_at now.
+    Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
+    with service.lifecycle:
+        with service.reading() as index:
+            current = index.get_document(memory_id)
+        with _tool_errors(*LIBRARY_ERRORS):
+            stored = service.writer.update(current, content=content, tags=tags, memory_type=memory_type)
+        service.refresh(f"memory {memory_id}")
+    return StoredMemoryResponse(**stored.to_dict())
+
+def delete_memory(service: Service, ids: list[str] | None = None, tags: list[str] | None = None,
+                  match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
+                  until: str | None = None, dry_run: bool = False) -> DeletedResponse:
+    """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
+    range (as in `search`). dry_run=true only lists them.
+    Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
+    window = service.time_range(time, since, until)
+    if bool(ids) == bool(tags or window):
+        raise _tool_error(ValueError("give ids, or tags and/or a time range (time, since, until): one of the two"))
+    with service.lifecycle:
+        with service.reading() as index:
+            if ids:
+                from hybridlab.search.listing import memories_by_id
+
+                found, not_found = memories_by_id(index, ids)
+            else:
+                found = [d["doc_id"] for d in index.list_documents(
+                    tags=tags or (), match=match, since=window and window.since, until=window and window.until,
+                    chunk_types=MEMORY_CHUNK_TYPES)[0]]
+                not_found = []
+        if dry_run or not found:
+            return DeletedResponse(dry_run=dry_run, count=len(found), ids=found, not_found=not_found,
+                                   generation=service.index.generation, time_range=_window(window))
+        with _tool_errors(*LIBRARY_ERRORS):
+            deleted = service.writer.delete(found)
+        service.refresh(f"the deletion of {len(found)} memories")
+    return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
+                           generation=deleted.generation, time_range=_window(window))
+
+def list_memories(service: Service, limit: Limit = 10, cursor: str | None = None,
+                  tags: list[str] | None = None, match: Literal["all", "any"] = "all", time: str | None = None,
+                  since: str | None = None, until: str | None = None, max_chars: SearchChars = SEARCH_MAX_CHARS) -> MemoryList:
+    """List memories newest first, a page at a time (limit default 10); only those with tags and/or
+    in a time range if given. Pass next_cursor back as cursor. max_chars (default 5000) is shared by
+    the texts (a cut one has truncated=true).
+    Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
+    window = service.time_range(time, since, until)
+    with service.reading() as index:
+        found, next_cursor = index.list_documents(
+            tags=tags or (), match=match, since=window and window.since, until=window and window.until,
+            chunk_types=MEMORY_CHUNK_TYPES, limit=limit, cursor=cursor)
+    results = _tagged(found, max_chars)
+    return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
+
+def search_by_tag(service: Service, tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
+                  time: str | None = None, since: str | None = None, until: str | None = None,
+                  max_chars: SearchChars = SEARCH_MAX_CHARS) -> TagResponse:
+    """The newest documents with all (match="all") or any of the tags; time as in `search`.
+    max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
+    Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
+    window = service.time_range(time, since, until)
+    with service.reading() as index:
+        found = index.search_by_tag(tags, match=match, limit=limit, since=window and window.since,
+                                    until=window and window.until)
+    results = _tagged(found, max_chars)
+    return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
+
+def list_collections(service: Service) -> CollectionList:
+    """The collections to browse: documents, chunks per type, top tags. Then list_documents or
+    search with collection=. Example: {}"""
+    with service.reading() as index:
+        collections = [CollectionInfo(**c) for c in index.list_collections()]
+    return CollectionList(count=len(collections), collections=collections)
+
+def list_documents(service: Service, collection: str | None = None, prefix: str | None = None,
+                   cursor: str | None = None, limit: Limit = 20) -> DocumentList:
+    """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
+    collection and/or doc_id prefix. Pass next_cursor back as cursor; read one with get_document.
+    Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
+    with service.reading() as index:
+        found, next_cursor = index.list_documents(collection=collection, prefix=prefix or None,
+                                                  limit=limit, cursor=cursor)
+    results = [DocumentEntry(**{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
+                             total_chars=len(doc["text"])) for doc in found]
+    return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
+
+def stats(service: Service) -> StatsResponse:
+    """The index: documents and chunks per collection and type, tags, models, and the search
+    settings in force with their source. Example: {}"""
+    from hybridlab.config import resolve_search_config
+
+    with service.reading() as index:
+        facts = index.stats()
+        config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=index.n_chunks)
+        collections, chunk_types = index.known_collections, index.known_chunk_types
+    writer = service.writer
+    activity = ServerActivity(memory_commits=writer.commits, memory_log_appends=writer.appends,
+                              memory_log_folds=writer.folds, wal_records=writer.wal_records,
+                              memories_pending=writer.pending, commit_delay=writer.commit_delay,
+                              warm_seconds=service.warm_seconds, backend=service.backend_name)
+    return StatsResponse(**facts, collections=collections, chunk_types=chunk_types, search_config=asdict(config),
+                         search_config_sources=sources, config_file=service.config_path, server=activity)
+
+
+#: the tools, in the order clients list them
+TOOLS = (search, get_document, store_memory, update_memory, delete_memory, list_memories, search_by_tag,
+         list_collections, list_documents, stats)
+
+
 def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
                   warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0,
                   auth_token: str | None = None, backend: Callable[[Any], Any] | None = None,
@@ -364,7 +658,7 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
     retrievers), described as `backend_name` in `stats`."""
     from mcp.server.mcpserver import MCPServer
 
-    service = _Service(index_dir, config, lock_wait, commit_delay, backend, backend_name, wal_records)
+    service = Service(index_dir, config, lock_wait, commit_delay, backend, backend_name, wal_records)
 
     @asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -382,254 +676,9 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
         auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
     server.service = service  # for tests and the benchmark
-    tool = _tool(server)
-
-    @tool
-    def search(
-        query: str,
-        limit: Limit = 10,
-        tags: list[str] | None = None,
-        chunk_types: list[str] | None = None,
-        collection: str | None = None,
-        min_score: float | None = None,
-        staged: bool | None = None,
-        explain: bool = False,
-        time: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        content: Literal["snippet", "chunk", "full"] = "snippet",
-        max_chars: SearchChars = SEARCH_MAX_CHARS,
-    ) -> SearchResponse:
-        """Search the index (semantic + keyword + tag + recency) for the best documents.
-
-        tags: only documents with all these tags (default: tags named in the query boost).
-        chunk_types, collection: see `stats`. staged: force/forbid BM25-then-rerank.
-        explain: each result's score breakdown (and the time range used).
-        time: words, e.g. "yesterday", "last week", "in March"; or ISO since/until.
-        content: "snippet" (default), "chunk" or "full" text; max_chars (default 5000) is shared by all
-        results, a cut one has truncated=true: read on with get_document.
-        Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
-        window = service.time_range(time, since, until)
-        with service.reading() as index:
-            results = index.search(query, limit=limit, tags=tags, chunk_types=chunk_types,
-                                   collection=collection, min_score=min_score, staged=staged, explain=explain,
-                                   since=window and window.since, until=window and window.until)
-            hits = [SearchHit(**r.to_dict()) for r in results]
-            if explain and window is not None:
-                for hit in hits:
-                    hit.explain = {**(hit.explain or {}), "time_range": window.to_dict()}
-            if content == "chunk":
-                for hit, result, text in zip(hits, results, index.chunk_texts([r.chunk_id for r in results])):
-                    hit.text, hit.snippet = (result.snippet if text is None else text), ""
-            elif content == "full":
-                for hit in hits:
-                    hit.text, hit.snippet = index.get_document(hit.doc_id)["text"], ""
-        _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
-        return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
-
-    @tool
-    def get_document(doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
-                     max_chars: PageChars = DOCUMENT_MAX_CHARS, section: int | str | None = None) -> DocumentResponse:
-        """Read one document by the doc_id a search returned, a page at a time: at most max_chars
-        characters (default 8000) from offset. next_offset (null at the end) starts the next page;
-        remaining_chars is what follows. A first page lists the document's header sections;
-        section (a number or title) reads one section, offset counting from its start, next_section after it.
-        Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
-        from hybridlab.search.sections import document_sections, find_section
-
-        with service.reading() as index:
-            document = index.get_document(doc_id)
-            levels = ((index.manifest.get("config") or {}).get("chunk") or {}).get("header_levels") or (1, 2)
-        document.pop("source", None)
-        text = document.pop("text")
-        sections = document_sections(text, document["doc_type"], levels)
-        with _tool_errors(ValueError):
-            part = find_section(sections, section) if section is not None else None
-        start, stop = (part.start, part.end) if part else (0, len(text))
-        if start + offset > stop:
-            raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} "
-                                         f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"))
-        end = min(start + offset + max_chars, stop)
-        titles = _titles(sections, TOC_CHARS) if part is None and offset == 0 and len(sections) > 1 else None
-        return DocumentResponse(
-            **document, text=text[start + offset:end], offset=offset, total_chars=len(text),
-            next_offset=end - start if end < stop else None, remaining_chars=len(text) - end,
-            section_count=len(sections), section=part and part.title, sections=titles,
-            next_section=part.index + 1 if part and part.index + 1 < len(sections) else None)
-
-    @tool
-    def store_memory(
-        content: str,
-        tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
-        memory_type: str = "note",
-        created_at: str | None = None,
-        context: str | None = None,
-        allow_duplicate: bool = False,
-        near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
-        skip_near_duplicate: bool = False,
-    ) -> StoredMemoryResponse:
-        """Remember a fact, preference, decision or note (at most 20,000 characters); found by the
-        next search. created_at: ISO, default now. The same content (ignoring case and whitespace) is not
-        stored twice: the existing memory comes back, created=false (allow_duplicate=true stores a copy).
-        A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
-        near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
-        context: what was said just before (a conversation turn's previous turn): indexed with the
-        memory so a question worded like that turn finds it; not part of its content.
-        Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-        from hybridlab.index.memory import find_duplicate, make_memory, normalised_content
-        from hybridlab.search.listing import nearest_memory
-        from hybridlab.search.time_range import iso_z
-
-        started = time.perf_counter()
-        key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
-        with service.storing(key) if key else contextlib.nullcontext():
-            queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
-            if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
-                return StoredMemoryResponse(
-                    id=queued.doc_id, generation=None, tags=list(queued.tags),
-                    created_at=iso_z(queued.created_at) or "", updated_at=iso_z(queued.updated_at) or "",
-                    batch_size=0, seconds=round(time.perf_counter() - started, 3),
-                    pending=True, created=False, duplicate_of=queued.doc_id)
-            if key:
-                with service.reading(flush=False) as index:
-                    existing = find_duplicate(index.snapshot().generation.store, content)
-                    if existing is not None:
-                        return _existing(index, existing, started)
-            with _tool_errors(*LIBRARY_ERRORS):
-                document = make_memory(content, tags, memory_type, created_at, source=service.writer.source,
-                                       metadata={"context": context} if context else None)
-                # embedded once, as a document: the near-duplicate look-up compares it with the stored
-                # memories' vectors, and the log records the same vectors
-                memory = service.writer.embed(document) if key and near_threshold is not None else None
-            near = None
-            if memory is not None:
-                with service.reading(flush=False) as index:
-                    near = nearest_memory(index.snapshot(), memory.vectors)
-                    near = near if near and near.similarity >= near_threshold else None
-                    if near and skip_near_duplicate:
-                        return _existing(index, near.doc_id, started, near_duplicate_of=near.doc_id,
-                                         similarity=round(near.similarity, 4))
-            with _tool_errors(*LIBRARY_ERRORS):
-                stored = service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
-            service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
-        return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near.doc_id,
-                                    similarity=near and round(near.similarity, 4))
-
-    @tool
-    def update_memory(memory_id: str, content: str | None = None, tags: list[str] | None = None,
-                      memory_type: str | None = None) -> StoredMemoryResponse:
-        """Correct a memory: the fields given replace its content, tags and/or type; same id and
-        created_at, updated_at now.
-        Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
-        with service.lifecycle:
-            with service.reading() as index:
-                current = index.get_document(memory_id)
-            with _tool_errors(*LIBRARY_ERRORS):
-                stored = service.writer.update(current, content=content, tags=tags, memory_type=memory_type)
-            service.refresh(f"memory {memory_id}")
-        return StoredMemoryResponse(**stored.to_dict())
-
-    @tool
-    def delete_memory(ids: list[str] | None = None, tags: list[str] | None = None,
-                      match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
-                      until: str | None = None, dry_run: bool = False) -> DeletedResponse:
-        """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
-        range (as in `search`). dry_run=true only lists them.
-        Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
-        window = service.time_range(time, since, until)
-        if bool(ids) == bool(tags or window):
-            raise _tool_error(ValueError("give ids, or tags and/or a time range (time, since, until): one of the two"))
-        with service.lifecycle:
-            with service.reading() as index:
-                if ids:
-                    from hybridlab.search.listing import memories_by_id
-
-                    found, not_found = memories_by_id(index, ids)
-                else:
-                    found = [d["doc_id"] for d in index.list_documents(
-                        tags=tags or (), match=match, since=window and window.since, until=window and window.until,
-                        chunk_types=MEMORY_CHUNK_TYPES)[0]]
-                    not_found = []
-            if dry_run or not found:
-                return DeletedResponse(dry_run=dry_run, count=len(found), ids=found, not_found=not_found,
-                                       generation=service.index.generation, time_range=_window(window))
-            with _tool_errors(*LIBRARY_ERRORS):
-                deleted = service.writer.delete(found)
-            service.refresh(f"the deletion of {len(found)} memories")
-        return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
-                               generation=deleted.generation, time_range=_window(window))
-
-    @tool
-    def list_memories(limit: Limit = 10, cursor: str | None = None, tags: list[str] | None = None,
-                      match: Literal["all", "any"] = "all", time: str | None = None, since: str | None = None,
-                      until: str | None = None, max_chars: SearchChars = SEARCH_MAX_CHARS) -> MemoryList:
-        """List memories newest first, a page at a time (limit default 10); only those with tags and/or
-        in a time range if given. Pass next_cursor back as cursor. max_chars (default 5000) is shared by
-        the texts (a cut one has truncated=true).
-        Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
-        window = service.time_range(time, since, until)
-        with service.reading() as index:
-            found, next_cursor = index.list_documents(
-                tags=tags or (), match=match, since=window and window.since, until=window and window.until,
-                chunk_types=MEMORY_CHUNK_TYPES, limit=limit, cursor=cursor)
-        results = _tagged(found, max_chars)
-        return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
-
-    @tool
-    def search_by_tag(tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
-                      time: str | None = None, since: str | None = None, until: str | None = None,
-                      max_chars: SearchChars = SEARCH_MAX_CHARS) -> TagResponse:
-        """The newest documents with all (match="all") or any of the tags; time as in `search`.
-        max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
-        Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
-        window = service.time_range(time, since, until)
-        with service.reading() as index:
-            found = index.search_by_tag(tags, match=match, limit=limit, since=window and window.since,
-                                        until=window and window.until)
-        results = _tagged(found, max_chars)
-        return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
-
-    @tool
-    def list_collections() -> CollectionList:
-        """The collections to browse: documents, chunks per type, top tags. Then list_documents or
-        search with collection=. Example: {}"""
-        with service.reading() as index:
-            collections = [CollectionInfo(**c) for c in index.list_collections()]
-        return CollectionList(count=len(collections), collections=collections)
-
-    @tool
-    def list_documents(collection: str | None = None, prefix: str | None = None, cursor: str | None = None,
-                       limit: Limit = 20) -> DocumentList:
-        """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
-        collection and/or doc_id prefix. Pass next_cursor back as cursor; read one with get_document.
-        Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
-        with service.reading() as index:
-            found, next_cursor = index.list_documents(collection=collection, prefix=prefix or None,
-                                                      limit=limit, cursor=cursor)
-        results = [DocumentEntry(**{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
-                                 total_chars=len(doc["text"])) for doc in found]
-        return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
-
-    @tool
-    def stats() -> dict[str, Any]:
-        """The index: documents and chunks per collection and type, tags, models, and the search
-        settings in force with their source. Example: {}"""
-        from hybridlab.config import resolve_search_config
-
-        with service.reading() as index:
-            facts = index.stats()
-            config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=index.n_chunks)
-            facts.update(collections=index.known_collections, chunk_types=index.known_chunk_types)
-        facts["search_config"] = asdict(config)
-        facts["search_config_sources"] = sources
-        facts["config_file"] = service.config_path
-        facts["server"] = {"memory_commits": service.writer.commits, "memory_log_appends": service.writer.appends,
-                           "memory_log_folds": service.writer.folds, "wal_records": service.writer.wal_records,
-                           "memories_pending": service.writer.pending,
-                           "commit_delay": service.writer.commit_delay, "warm_seconds": service.warm_seconds,
-                           "backend": service.backend_name}
-        return facts
-
+    register = _tool(server, service)
+    for function in TOOLS:
+        register(function)
     for tool in server._tool_manager.list_tools():  # the SDK has no public hook for this
         _compact_schema(tool.parameters)
         _compact_schema(tool.output_schema)
@@ -638,10 +687,13 @@ def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapp
 
 def _compact_schema(schema: Any) -> None:
     """Compact a tool's JSON schema in place, meaning unchanged: no titles (pydantic gives every
-    property one, "Doc Id" for doc_id) and `{"type": ["string", "null"]}` for a nullable simple type."""
+    property one, "Doc Id" for doc_id), no `"additionalProperties": true` (JSON Schema's default) and
+    `{"type": ["string", "null"]}` for a nullable simple type."""
     if isinstance(schema, dict):
         if isinstance(schema.get("title"), str):
             del schema["title"]
+        if schema.get("additionalProperties") is True:
+            del schema["additionalProperties"]
         options = schema.get("anyOf")
         if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
             other = options[1 - options.index({"type": "null"})]
@@ -681,10 +733,10 @@ def _titles(sections: list[Any], budget: int) -> list[str]:
     return titles
 
 
-def _existing(index: Any, doc_id: str, started: float, **near: Any) -> StoredMemoryResponse:
-    """The response of a store that returns the stored memory `doc_id` instead of a new one."""
-    document = index.get_document(doc_id)
-    return StoredMemoryResponse(id=doc_id, generation=index.generation, tags=document["tags"],
+def _existing(index: Any, snapshot: Any, doc_id: str, started: float, **near: Any) -> StoredMemoryResponse:
+    """The response of a store that returns the memory `doc_id` of `snapshot` instead of a new one."""
+    document = index.get_document(doc_id, snapshot=snapshot)
+    return StoredMemoryResponse(id=doc_id, generation=snapshot.number, tags=document["tags"],
                                 created_at=document["created_at"] or "", updated_at=document["updated_at"],
                                 batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
                                 duplicate_of=doc_id, **near)
