@@ -40,15 +40,15 @@ def load_corpus(index_dir: str) -> dict[str, Any]:
     from hybridlab.index.dense import DenseIndex
 
     manifest = layout.read_manifest(Path(index_dir))
-    generation = Path(index_dir) / manifest["path"]
+    generation = Path(index_dir) / manifest.path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
     try:
         rows = con.execute("SELECT c.chunk_id, c.doc_id, c.embed_text, d.collection FROM chunks c "
                            "JOIN documents d USING (doc_id) ORDER BY c.chunk_id").fetchall()
     finally:
         con.close()
-    model, info = next(iter(manifest["models"].items()))
-    dense = DenseIndex.load(generation / info["file"], model)
+    model, info = next(iter(manifest.models.items()))
+    dense = DenseIndex.load(generation / info.file, model)
     if not np.array_equal(dense.ids, np.asarray([r[0] for r in rows], dtype=np.int64)):
         raise RuntimeError(f"{index_dir}: vectors and chunks do not align")
     return {"doc_ids": [r[1] for r in rows], "texts": [r[2] for r in rows], "collections": [r[3] for r in rows],

@@ -71,13 +71,13 @@ def scifact_source() -> Source:
     evalset = get_evalset("scifact")
     index_dir = ensure_index(evalset, IndexConfig(), progress=False)
     manifest = layout.read_manifest(index_dir)
-    generation = index_dir / manifest["path"]
+    generation = index_dir / manifest.path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
     try:
         by_sha = dict(con.execute("SELECT embed_sha256, chunk_id FROM chunks").fetchall())
     finally:
         con.close()
-    dense = DenseIndex.load(generation / manifest["models"][MODEL]["file"], MODEL)
+    dense = DenseIndex.load(generation / manifest.models[MODEL].file, MODEL)
     vectors = dense.vectors
     row_of = {int(cid): row for row, cid in enumerate(dense.ids)}
     documents = read_source(evalset.sources[0], IngestReport())

@@ -102,8 +102,8 @@ def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
         hash_all.append(seconds_to_open())
     reopen = [seconds_to_open() for _ in range(repeats)]
     manifest = layout.read_manifest(index_dir)
-    n_chunks = int(manifest["counts"]["chunks"])
-    size_mb = sum(entry["bytes"] for entry in manifest["files"].values()) / 1e6
+    n_chunks = manifest.counts.chunks
+    size_mb = sum(entry.bytes for entry in (manifest.files or {}).values()) / 1e6
     rows = []
     for variant, runs, note in (("cold-start-open-hash-all", hash_all, "open_index, every file hashed (first open)"),
                                 ("cold-start-open-reopen", reopen, "open_index, unchanged files only stat-ed")):
@@ -170,7 +170,7 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
         row["peak_rss_mb"] = round(rss, 1)
     rows += open_rows
     return {"rows": rows, "peak_rss_mb": rss, "n_chunks": n_chunks, "encode_runs": measured_encoding,
-            "dense_index": index.manifest["config"].get("dense_index", "Flat")}
+            "dense_index": index.manifest.index_config.dense_index}
 
 
 def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: str, repeats: int,

@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "date": today,
         "command": " ".join(["python -m bench.mcp", *(argv if argv is not None else sys.argv[1:])]),
-        "index": {"source": source, "documents": manifest["counts"]["documents"],
-                  "chunks": manifest["counts"]["chunks"], "models": sorted(manifest.get("models", {}))},
+        "index": {"source": source, "documents": manifest.counts.documents,
+                  "chunks": manifest.counts.chunks, "models": sorted(manifest.models)},
         "machine": {"cpus": os.cpu_count(), "loadavg": load_at_start,
                     "python": platform.python_version()},
         "startup": {"initialized_s": summary([r["initialized_s"] for r in runs]),

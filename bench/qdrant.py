@@ -137,9 +137,7 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
     dataset = evalset.dataset(split)
     queries = {qid: dataset.queries[qid] for qid in dataset.qrels if qid in dataset.queries}
     base = ensure_index(evalset, progress=False)  # its manifest's config and its cached vectors
-    from hybridlab.config import IndexConfig
-
-    config = IndexConfig.from_manifest(read_manifest(base)["config"])
+    config = read_manifest(base).index_config
     corpus_path = next(p for p in (evalset.sources[0] / "corpus.jsonl.gz", evalset.sources[0] / "corpus.jsonl")
                        if p.is_file())
     opener = gzip.open if corpus_path.suffix == ".gz" else open
@@ -208,7 +206,7 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                     qdrant_mirror.export_generation(generation_b, client, name, idf_modifier=mode == "idf")
                     timings[name]["export_b_s"] = time.perf_counter() - started
                     client.delete_collection(name)
-            chunks = (generation_b.n_chunks, int(read_manifest(index_dir)["counts"]["chunks"]))
+            chunks = (generation_b.n_chunks, read_manifest(index_dir).counts.chunks)
         finally:
             generation_b.store.close()
             for client in clients.values():

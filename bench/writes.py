@@ -321,7 +321,7 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     fresh_seconds = time.perf_counter() - started
     result = {"writes": writes, "write_seconds": seconds, "fresh_seconds": fresh_seconds,
               "written_mb": written_mb, "written_next_mb": next_mb, "fresh_mb": _folder_bytes(fresh, skip) / 1e6,
-              "segments": len(manifest.get("segments") or []), "generation_folders": previous_segments}
+              "segments": len(manifest.segments or ()), "generation_folders": previous_segments}
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return result
 

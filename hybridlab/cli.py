@@ -142,7 +142,7 @@ def index_config_from_args(args: argparse.Namespace):
     if args.index_dir and (Path(args.index_dir) / "manifest.json").exists():
         from hybridlab.index.layout import read_manifest
 
-        base = IndexConfig.from_manifest(read_manifest(Path(args.index_dir))["config"])
+        base = read_manifest(Path(args.index_dir)).index_config
     chunk = base.chunk
     chunk = replace(
         chunk,
@@ -441,11 +441,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from hybridlab.config import IndexConfig
     from hybridlab.index.build import apply_changes, canonical_models
     from hybridlab.index.layout import read_manifest
 
-    config = IndexConfig.from_manifest(read_manifest(Path(args.index_dir))["config"])
+    config = read_manifest(Path(args.index_dir)).index_config
     models = list(dict.fromkeys([*config.models, *canonical_models(args.models or ())]))
     for name in canonical_models(args.drop_models or ()):
         if name not in models:
@@ -533,7 +532,7 @@ def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str])
     from hybridlab.encoders.registry import register_recorded
     from hybridlab.index.vectors_import import vectors_by_id
 
-    register_recorded(index.manifest.get("models") or {})
+    register_recorded(index.manifest.encoders)
     model = index.choose_model(args.embedding_model, args.language)
     vectors = vectors_by_id(args.query_vectors, list(queries))
     dim = len(next(iter(vectors.values())))

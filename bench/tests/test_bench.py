@@ -106,8 +106,8 @@ def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     assert [r["variant"] for r in rows] == ["cold-start-open-hash-all", "cold-start-open-reopen"]
     assert validate_rows(rows) == []
     manifest = layout.read_manifest(index)
-    assert all(r["n_chunks"] == manifest["counts"]["chunks"] and r["repeats"] == 2 and r["p50_ms"] > 0 for r in rows)
-    assert rows[0]["size_mb"] == round(sum(f["bytes"] for f in manifest["files"].values()) / 1e6, 1)
+    assert all(r["n_chunks"] == manifest.counts.chunks and r["repeats"] == 2 and r["p50_ms"] > 0 for r in rows)
+    assert rows[0]["size_mb"] == round(sum(f.bytes for f in (manifest.files or {}).values()) / 1e6, 1)
     meta = {"date": "2026-11-24", "command": "x", "seconds": 1.0, "load_start": [1.0], "load_end": [1.0]}
     text = markdown(rows, {"cpu_model": "cpu", "cores": 2, "memory_gb": 24}, meta, [], [])
     assert f"| cold-start-open-reopen | {rows[1]['n_chunks']:,} |" in text

@@ -140,18 +140,19 @@ def register_external(spec: ModelSpec) -> None:
     _EXTERNAL[spec.name] = spec
 
 
-def register_recorded(models: Mapping[str, Any]) -> None:
-    """Use the encoder records of a manifest's `models` section (the index being written or read):
-    the prompts and max length they set (`settings`) for later writes that give none, and the
-    external models' specs (a spec registered before, e.g. by an import in progress, is kept)."""
+def register_recorded(encoders: Mapping[str, Mapping[str, Any] | None]) -> None:
+    """Use the encoder records an index recorded (`{model: encoder_record(model)}`, None: none;
+    `Manifest.encoders` of the index being written or read): the prompts and max length they set
+    (`settings`) for later writes that give none, and the external models' specs (a spec
+    registered before, e.g. by an import in progress, is kept)."""
     global _RECORDED, _RECORDED_FOLDERS
-    _RECORDED = {name: dict(info["encoder"]["settings"]) for name, info in models.items()  # one rebinding:
-                 if ((info or {}).get("encoder") or {}).get("settings")}  # no reader sees it half set
+    records = {name: record or {} for name, record in encoders.items()}
+    _RECORDED = {name: dict(record["settings"]) for name, record in records.items()  # one rebinding:
+                 if record.get("settings")}  # no reader sees it half set
     _RECORDED_FOLDERS = {**_RECORDED_FOLDERS, **{  # where each index read here had its folder models
-        name: info["encoder"]["location"] for name, info in models.items()
-        if ((info or {}).get("encoder") or {}).get("source") == FOLDER_SOURCE and info["encoder"].get("location")}}
-    for name, info in models.items():
-        record = (info or {}).get("encoder") or {}
+        name: record["location"] for name, record in records.items()
+        if record.get("source") == FOLDER_SOURCE and record.get("location")}}
+    for name, record in records.items():
         if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
             keys = ("source", "revision", "pooling", "dtype", "normalize", "query_prefix", "document_prefix",
                     "max_seq_length")

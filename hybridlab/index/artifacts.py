@@ -2,7 +2,6 @@
 FAISS index per model written from its store."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import platform
@@ -17,6 +16,7 @@ from hybridlab.config import IndexConfig
 from hybridlab.index import layout
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.faults import checkpoint
+from hybridlab.index.manifest import SegmentModel
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import SMALL_INSERT
 from hybridlab.index.store import registered
@@ -127,9 +127,9 @@ def cache_vectors(cache: EmbeddingCache) -> VectorSource:
 
 
 def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexConfig, dims: dict[str, int],
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: bool = False) -> dict[str, SegmentModel]:
     """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
-    store; vectors come from `vectors_of`."""
+    store; vectors come from `vectors_of`. Returns each model's FAISS file and vector count."""
     from hybridlab.index.dense import DenseIndex
     from hybridlab.index.sparse import SparseIndex
 
@@ -138,7 +138,7 @@ def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexCo
     sparse.save(folder / layout.BM25_DIR)
     del sparse
     checkpoint("bm25-written")
-    models: dict[str, Any] = {}
+    models: dict[str, SegmentModel] = {}
     for model, dim in dims.items():
         pairs = con.execute(
             "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
@@ -147,10 +147,9 @@ def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexCo
         dense = DenseIndex.build(matrix, pairs["chunk_id"].astype(np.int64), model, config.dense_index)
         del matrix  # FAISS holds its own copy
         dense.save(folder / layout.dense_file(model))
-        models[model] = {"dim": dim, "vectors": len(pairs["chunk_id"]), "file": layout.dense_file(model),
-                         "index": config.dense_index}
+        models[model] = SegmentModel(layout.dense_file(model), len(pairs["chunk_id"]))
         checkpoint("faiss-written")
-    return {"models": models, "bm25": {"dir": layout.BM25_DIR, "rows": len(ids), "config": dataclasses.asdict(config.bm25)}}
+    return models
 
 
 @functools.cache

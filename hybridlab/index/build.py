@@ -31,12 +31,12 @@ from hybridlab.index.segments import (
     detach,
     existing_documents,
     keep_newest_versions,
-    live_counts,
+    new_segment,
     next_chunk_id,
     persist,
-    segment_entry,
     small_write,
     store_counts,
+    with_live_counts,
 )
 from hybridlab.index.signatures import next_signatures, recorded_signatures
 from hybridlab.ingest import sources
@@ -147,7 +147,7 @@ def fold_log(index_dir: str | os.PathLike, *, progress: bool = False, lock_wait:
         manifest = layout.read_manifest(index_dir)
     except FileNotFoundError:
         return None
-    if wal.log_size(wal.wal_path(index_dir, manifest["generation"])) <= len(wal.MAGIC):
+    if wal.log_size(wal.wal_path(index_dir, manifest.generation)) <= len(wal.MAGIC):
         return None  # no log, or an empty one (apply_changes reads the records)
     report = apply_changes(index_dir, [], progress=progress, cache_path=layout.recorded_cache(index_dir, manifest),
                            use_cache=False, lock_wait=lock_wait)
@@ -163,25 +163,24 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
     fold_log(index_dir, progress=progress)
     with layout.WriterLock(index_dir):
         manifest = layout.read_manifest(index_dir)
-        entries = [dict(entry) for entry in layout.segments(manifest)]
-        if len(entries) > 1 or any(e.get("deleted") for e in entries) or any(e.get("legacy") for e in entries):
-            config = IndexConfig.from_manifest(manifest["config"])
-            dims = {model: info["dim"] for model, info in (manifest.get("models") or {}).items()}
-            base = manifest_base(0, config, Path(manifest["embedding_cache"]), 0.0, manifest,
-                                  next_chunk_id(index_dir, manifest))
+        entries = list(manifest.segment_list)
+        if len(entries) > 1 or any(e.deleted for e in entries) or any(e.legacy for e in entries):
+            config = manifest.index_config
+            cache_file = Path(manifest.embedding_cache or index_dir / layout.CACHE_FILE)
+            base = manifest_base(0, config, cache_file, 0.0, manifest, next_chunk_id(index_dir, manifest))
             number = layout.next_generation_number(index_dir)
             tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
             tmp.mkdir(parents=True)
             try:
-                manifest = commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
+                manifest = commit_generation(index_dir, manifest, entries, [tmp], config, manifest.dims, base, progress,
                                               policy=False, reason="optimize", merge_range=(0, len(entries)))
             finally:
                 for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
                     shutil.rmtree(leftover, ignore_errors=True)
             report.committed = True
-        report.generation = manifest["generation"]
-        report.documents = manifest["counts"]["documents"]
-        report.chunks = manifest["counts"]["chunks"]
+        report.generation = manifest.generation
+        report.documents = manifest.counts.documents
+        report.chunks = manifest.counts.chunks
     report.seconds = time.perf_counter() - started
     return report
 
@@ -236,24 +235,24 @@ def apply_changes(
                 f"{index_dir / layout.MANIFEST} is missing but generation folders exist; "
                 f"{layout.repair_hint(index_dir)} before indexing into it"
             )
-        old_config = IndexConfig.from_manifest(manifest["config"]) if manifest else None
+        old_config = manifest.index_config if manifest else None
         config = config or old_config or IndexConfig()
         from hybridlab.encoders.registry import register_recorded
 
-        register_recorded((manifest or {}).get("models") or {})  # imported vectors' external models
+        register_recorded(manifest.encoders if manifest else {})  # imported vectors' external models
         config = dataclasses.replace(
             config, models=canonical_models(config.models),
             model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
             model_by_language=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_language),
         )
-        old_generation = index_dir / manifest["path"] if manifest else None
+        old_generation = index_dir / manifest.path if manifest else None
         layout.remove_stale(index_dir, keep=old_generation,
                             previous=layout.previous_generation(index_dir, old_generation),
                             copies=WRITE_CACHES.manifest_copies)
         checkpoint("start")
-        entries = [dict(entry) for entry in layout.segments(manifest)] if manifest else []
+        entries = list(manifest.segment_list) if manifest else []
         # memories in the live generation's write-ahead log go into this write's segment first
-        logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if manifest else None
+        logged = wal.read_wal(wal.wal_path(index_dir, manifest.generation)) if manifest else None
         batches = last_versions(batches)  # an id brought twice: its last version
         if logged is not None and logged.records:  # a document this write brings again: its version wins
             incoming = {document.doc_id for _, documents, _ in batches for document in documents} | set(delete_ids)
@@ -281,10 +280,10 @@ def apply_changes(
                                          {scan.source: scan.unchanged for scan in scans}, delete_ids)
             # a pre-segment (format 1) index is rewritten as one segment by its first change
             force = force or imported is not None
-            full = relayout or force or any(entry.get("legacy") for entry in entries)
+            full = relayout or force or any(entry.legacy for entry in entries)
             if not (to_insert or to_delete or relayout or force or only_logged):
-                report.chunks = manifest["counts"]["chunks"] if manifest else 0
-                report.generation = manifest["generation"] if manifest else None
+                report.chunks = manifest.counts.chunks if manifest else 0
+                report.generation = manifest.generation if manifest else None
                 report.seconds = time.perf_counter() - started
                 return report
             next_id = next_chunk_id(index_dir, manifest)
@@ -314,8 +313,8 @@ def apply_changes(
                 assign_vectors(con, config)
                 con.execute("COMMIT")
             checkpoint("store-committed")
-            known = {m: v["dim"] for m, v in (manifest or {}).get("models", {}).items()}
-            known_encoders = {m: v["encoder"] for m, v in (manifest or {}).get("models", {}).items() if v.get("encoder")}
+            known = manifest.dims if manifest else {}
+            known_encoders = {m: e for m, e in (manifest.encoders if manifest else {}).items() if e}
             if con is not None:
                 cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
                 if logged is not None and logged.records:  # their vectors are in the log: not embedded again
@@ -324,7 +323,7 @@ def apply_changes(
                 if imported is not None:
                     report.imported = imported(con, cache)
                 dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
-                artifacts = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
+                faiss_files = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
                 counts = store_counts(con)
                 persist(con, tmp)
                 con.close()
@@ -335,25 +334,24 @@ def apply_changes(
                 dims = known
             name = layout.generation_name(number)
             if full:
-                entries = [{**segment_entry(name, counts, artifacts), "_folder": str(tmp)}]
+                entries = [new_segment(name, counts, faiss_files, tmp)]
             else:
                 by_segment: dict[int, list[str]] = {}
                 for doc_id in to_delete:
                     by_segment.setdefault(existing[doc_id][2], []).append(doc_id)
                 for i, doc_ids in by_segment.items():
-                    entries[i]["deleted"] = sorted({*entries[i].get("deleted", ()), *doc_ids})
-                    live = live_counts(index_dir, manifest, entries[i])
-                    entries[i].update(documents=live["documents"], chunks=live["chunks"], vectors=live["vectors"])
+                    tombstoned = dataclasses.replace(entries[i], deleted=tuple(sorted({*entries[i].deleted, *doc_ids})))
+                    entries[i] = with_live_counts(index_dir, manifest, tombstoned)
                 # vectors of the kept segments are reused as they are: counted with the cache hits
-                report.cache_hits += sum(sum(entry.get("vectors", {}).values()) for entry in entries)
+                report.cache_hits += sum(sum(entry.vectors.values()) for entry in entries)
                 if to_insert:
-                    entries.append({**segment_entry(name, counts, artifacts), "_folder": str(tmp)})
+                    entries.append(new_segment(name, counts, faiss_files, tmp))
             base = manifest_base(number, config, cache_file, time.perf_counter() - started, manifest, next_id)
             signatures = next_signatures(index_dir, manifest, scans, to_insert, to_delete, existing)
             new_manifest = commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
                                               policy=merge, signatures=signatures)
-            report.chunks = new_manifest["counts"]["chunks"]
-            report.generation = new_manifest["generation"]
+            report.chunks = new_manifest.counts.chunks
+            report.generation = new_manifest.generation
             report.committed = True
         finally:
             if con is not None:

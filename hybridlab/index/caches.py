@@ -28,16 +28,15 @@ class SegmentStores:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def connection(self, folder: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> Iterator[Any]:
-        """A read-only connection to the store of the segment `entry`, whose files are in `folder`."""
+    def connection(self, folder: Path, checksum: str) -> Iterator[Any]:
+        """A read-only connection to the store of the segment whose files are in `folder` (kept
+        open by its path and `checksum`, the sha256 the manifest records: `segments.store_checksum`)."""
         if store.is_parquet_segment(folder):  # views over its Parquet files on the scratch instance
             with contextlib.closing(store.open_segment(folder)) as con:
                 yield con
             return
         path = folder / layout.STORE_FILE
-        files = manifest.get("files") or {}
-        recorded = files.get(f"{entry['name']}/{layout.STORE_FILE}") or files.get(layout.STORE_FILE) or {}
-        key = (str(path.resolve()), str(recorded.get("sha256", "")))
+        key = (str(path.resolve()), checksum)
         with self._lock:
             con = self._connections.pop(key, None)
         if con is None:

@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,59 +19,67 @@ from hybridlab.index import layout, store
 from hybridlab.index.artifacts import versions
 from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.faults import checkpoint
+from hybridlab.index.manifest import (
+    FORMAT_VERSION,
+    Bm25Record,
+    Counts,
+    FileRecord,
+    FileSignaturesRecord,
+    LastMerge,
+    Manifest,
+    ModelRecord,
+    Segment,
+    dumps,
+)
 from hybridlab.index.merge import build_merged, merge_plan
-from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder, segment_models
+from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder
 from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
 
 logger = logging.getLogger(__name__)
 
 
-def _with_segments(manifest_base: dict[str, Any], entries: list[dict[str, Any]], old: dict[str, Any] | None,
-                   new_files: dict[str, Any], config: IndexConfig, dims: dict[str, int],
+def _with_segments(base: Manifest, entries: list[Segment], old: Manifest | None,
+                   new_files: dict[str, dict[str, FileRecord]], config: IndexConfig, dims: dict[str, int],
                    graphs: dict[str, dict[str, Any]],
-                   signatures: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)) -> dict[str, Any]:
-    """The manifest fields that follow from the segment list and the corpus graphs: files, counts,
-    models, bm25 (`new_files`: the checksums of the new folder's files, by name)."""
-    files: dict[str, Any] = {}
+                   signatures: tuple[FileSignaturesRecord | None, FileRecord | None] = (None, None)) -> Manifest:
+    """`base` with the fields that follow from the segment list and the corpus graphs: files, counts,
+    models, bm25 (`new_files`: the checksums of each new folder's files, by name)."""
+    files: dict[str, FileRecord] = {}
     for folder_files in new_files.values():
         files.update({n: v for n, v in folder_files.items() if not _generation_wide(n)})
     for entry in entries:
-        if entry["name"] in new_files:
+        if entry.name in new_files:
             continue
         if old is not None:
-            prefix = f"{entry['name']}/"
-            if entry.get("legacy"):
+            prefix = f"{entry.name}/"
+            if entry.legacy:
                 raise ValueError("a legacy segment cannot be kept in a segmented index")
-            files.update({name: value for name, value in (old.get("files") or {}).items()
+            files.update({name: value for name, value in (old.files or {}).items()
                           if name.startswith(prefix) and not _generation_wide(name)})
-    documents = sum(entry["documents"] for entry in entries)
-    chunks = sum(entry["chunks"] for entry in entries)
-    models: dict[str, Any] = {}
+    chunks = sum(entry.chunks for entry in entries)
+    models: dict[str, ModelRecord] = {}
     for model, dim in dims.items():
-        info = {"dim": dim, "vectors": sum(entry["vectors"].get(model, 0) for entry in entries),
-                "file": layout.dense_file(model), "index": config.dense_index, "segments": len(entries),
-                "encoder": _encoder_record(model, old)}
-        if model in graphs:
-            info.update(graphs[model])
-            for key in ("graph", "graph_reserve"):
-                graph_name = f"{graphs[model]['graph_dir']}/{graphs[model][key]}"
-                files[graph_name] = new_files[graphs[model]["graph_dir"]][graph_name]
-        models[model] = info
+        graph = graphs.get(model, {})
+        for key in ("graph", "graph_reserve"):
+            if key in graph:
+                graph_name = f"{graph['graph_dir']}/{graph[key]}"
+                files[graph_name] = new_files[graph["graph_dir"]][graph_name]
+        models[model] = ModelRecord(dim=dim, vectors=sum(entry.vectors.get(model, 0) for entry in entries),
+                                    file=layout.dense_file(model), index=config.dense_index, segments=len(entries),
+                                    encoder=_encoder_record(model, old), **graph)
     signature_info, kept_file = signatures
-    extra = {}
     if signature_info:
-        name = signature_info["file"]
+        name = signature_info.file
         files[name] = kept_file or new_files[name.split("/")[0]][name]
-        extra["file_signatures"] = signature_info
-    return {**manifest_base, "files": files, "counts": {"documents": documents, "chunks": chunks},
-            "segments": entries, "models": models,
-            "bm25": {"dir": layout.BM25_DIR, "rows": chunks, "config": dataclasses.asdict(config.bm25)}, **extra}
+    return base.replace(files=files, counts=Counts(sum(entry.documents for entry in entries), chunks),
+                        segments=tuple(entries), models=models, file_signatures=signature_info,
+                        bm25=Bm25Record(layout.BM25_DIR, chunks, dataclasses.asdict(config.bm25)))
 
 
-def _encoder_record(model: str, old: dict[str, Any] | None) -> dict[str, Any]:
+def _encoder_record(model: str, old: Manifest | None) -> Mapping[str, Any]:
     """The encoder record of `model`: the previous manifest's (the build checked it still matches,
     `embed_missing`), else the model's own (`encoder_record`; a registry model's without loading it)."""
-    recorded = (((old or {}).get("models") or {}).get(model) or {}).get("encoder")
+    recorded = old.models[model].encoder if old is not None and model in old.models else None
     if recorded:
         return recorded
     from hybridlab.encoders.registry import encoder_record
@@ -87,19 +95,16 @@ def _generation_wide(name: str) -> bool:
 
 
 def manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: float,
-                   old: dict[str, Any] | None, next_id: int) -> dict[str, Any]:
-    base = {
-        "format": layout.FORMAT_VERSION, "generation": number, "path": layout.generation_name(number),
-        "built_at": datetime.now(UTC).isoformat(), "build_seconds": round(seconds, 3), "config": config.to_dict(),
-        "store": layout.STORE_FILE, "embedding_cache": str(cache_file.resolve()), "versions": versions(),
-        "next_chunk_id": next_id,
-    }
-    if old and old.get("last_merge"):
-        base["last_merge"] = old["last_merge"]
-    return base
+                   old: Manifest | None, next_id: int) -> Manifest:
+    """The fields of a new generation's manifest known before its commit (the commit sets its
+    number and folder again, and the segments, files, counts and models: `commit_generation`)."""
+    return Manifest(format=FORMAT_VERSION, generation=number, path=layout.generation_name(number),
+                    built_at=datetime.now(UTC).isoformat(), build_seconds=round(seconds, 3), config=config.to_dict(),
+                    store=layout.STORE_FILE, embedding_cache=str(cache_file.resolve()), versions=versions(),
+                    next_chunk_id=next_id, last_merge=old.last_merge if old is not None else None)
 
 
-def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], name: str,
+def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segment], name: str,
                    tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
     """The corpus graph of each model over the live vectors of every segment (rows = the
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
@@ -119,19 +124,19 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
     dense_of: dict[tuple[str, str], Any] = {}
     dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
-    def live(manifest: dict[str, Any] | None, segs: Sequence[dict[str, Any]], model: str,
+    def live(manifest: Manifest | None, segs: Sequence[Segment], model: str,
              with_vectors: bool) -> tuple[np.ndarray, SegmentRows | None]:
         ids_parts, kept = [], []
         for entry in segs:
             folder = segment_folder(index_dir, entry)
-            info = segment_models(manifest or {}, entry).get(model)
+            info = (manifest.segment_models(entry) if manifest is not None else entry.models).get(model)
             if not info:
                 continue
-            key = (entry["name"], model)
+            key = (entry.name, model)
             if key not in dense_of:
-                dense_of[key] = load_dense(folder / info["file"], model)
+                dense_of[key] = load_dense(folder / info.file, model)
             dense = dense_of[key]
-            dead_key = (entry["name"], tuple(entry.get("deleted") or ()))
+            dead_key = (entry.name, entry.deleted)
             if dead_key not in dead_of:
                 dead_of[dead_key] = dead_chunk_ids(folder, entry)
             keep = ~np.isin(dense.ids, dead_of[dead_key]) if len(dead_of[dead_key]) else None
@@ -148,7 +153,7 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
 
     graphs: dict[str, dict[str, Any]] = {}
     for model in dims:
-        k = graph_size(config.graph_k, sum(int(e.get("vectors", {}).get(model, 0)) for e in entries))
+        k = graph_size(config.graph_k, sum(e.vectors.get(model, 0) for e in entries))
         if not k:
             continue
         started = time.perf_counter()
@@ -156,14 +161,14 @@ def _corpus_graphs(index_dir: Path, old: dict[str, Any] | None, entries: Sequenc
         if vectors is None or len(ids) < 2:
             continue
         reuse = None
-        info = ((old or {}).get("models") or {}).get(model) or {}
-        if info.get("graph") and info.get("graph_k") == k:
-            folder = info.get("graph_dir") or old["path"]
-            recorded = (old.get("files") or {}).get(f"{folder}/{info['graph']}" if old.get("format", 0) >= 2 else info["graph"])
-            path = index_dir / folder / info["graph"]
+        info = old.models.get(model) if old is not None else None
+        if old is not None and info is not None and info.graph and info.graph_k == k:
+            folder = info.graph_dir or old.path
+            recorded = old.file(f"{folder}/{info.graph}" if old.format >= 2 else info.graph)
+            path = index_dir / folder / info.graph
             try:
-                if recorded and layout.file_sha256(path) == recorded["sha256"]:
-                    old_ids, _ = live(old, layout.segments(old), model, False)
+                if recorded and layout.file_sha256(path) == recorded.sha256:
+                    old_ids, _ = live(old, old.segment_list, model, False)
                     old_graph = load_graph(path, len(old_ids))
                     old_graph = _with_reserve(index_dir, old, folder, info, old_graph, load_reserve)
                     position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
@@ -191,17 +196,17 @@ def _reserve_file(model: str) -> str:
     return layout.graph_file(model).removesuffix(".npy") + ".reserve.npy"
 
 
-def _with_reserve(index_dir: Path, old: dict[str, Any], folder: str, info: dict[str, Any], graph: np.ndarray,
+def _with_reserve(index_dir: Path, old: Manifest, folder: str, info: ModelRecord, graph: np.ndarray,
                   load_reserve: Callable[[Path, int], np.ndarray]) -> np.ndarray:
     """An old corpus graph with its reserve columns appended when it has intact ones (else alone:
     its rows that lose a neighbour are then searched afresh)."""
-    name = info.get("graph_reserve")
-    recorded = (old.get("files") or {}).get(f"{folder}/{name}") if name else None
-    if not recorded:
+    name = info.graph_reserve
+    recorded = old.file(f"{folder}/{name}") if name else None
+    if not name or not recorded:
         return graph
     path = index_dir / folder / name
     try:
-        if layout.file_sha256(path) != recorded["sha256"]:
+        if layout.file_sha256(path) != recorded.sha256:
             raise ValueError("it does not match its checksum")
         return np.concatenate([graph, load_reserve(path, len(graph))], axis=1)
     except (OSError, ValueError) as error:
@@ -209,18 +214,18 @@ def _with_reserve(index_dir: Path, old: dict[str, Any], folder: str, info: dict[
         return graph
 
 
-def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list[dict[str, Any]],
-                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: dict[str, Any],
+def commit_generation(index_dir: Path, old: Manifest | None, entries: list[Segment],
+                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: Manifest,
                        progress: bool, policy: bool, reason: str | None = None,
                        merge_range: tuple[int, int] | None = None,
-                       signatures: Signatures | None = None) -> dict[str, Any]:
+                       signatures: Signatures | None = None) -> Manifest:
     """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
     as one new generation: every new folder (`folders`: private, oldest first; the first is the
     write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
     newest, the manifest replaced. Readers see one new generation per call. `signatures`: the file
     signatures to record (None: the old generation's). Returns the manifest."""
     folders = list(folders)
-    last_merge = None
+    last_merge: dict[str, Any] | None = None
     while True:
         plan = merge_range or (merge_plan(entries) if policy else None)
         merge_range = None
@@ -229,15 +234,15 @@ def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list
         started = time.perf_counter()
         start, end = plan
         inputs = entries[start:end]
-        merged, folder = build_merged(index_dir, old or {}, inputs, config, dims, progress)
+        merged, folder = build_merged(index_dir, old, inputs, config, dims, progress)
         folders.append(folder)
         entries = entries[:start] + ([merged] if merged else []) + entries[end:]
-        last_merge = {"segments": len(inputs), "chunks": merged["chunks"] if merged else 0,
+        last_merge = {"segments": len(inputs), "chunks": merged.chunks if merged else 0,
                       "seconds": round(time.perf_counter() - started, 3), "reason": reason or "tiered policy"}
         for entry in inputs:  # a segment built by this call and merged away already is never committed
-            if entry.get("_folder"):
-                shutil.rmtree(entry["_folder"], ignore_errors=True)
-    live = {Path(e["_folder"]) for e in entries if e.get("_folder")}
+            if entry.folder:
+                shutil.rmtree(entry.folder, ignore_errors=True)
+    live = {Path(e.folder) for e in entries if e.folder}
     kept = [folder for folder in folders if folder in live or (folder == folders[0] and folder.exists())]
     if not kept:  # everything new was merged away into nothing: the write's folder holds the commit
         folders[0].mkdir(parents=True, exist_ok=True)
@@ -250,15 +255,15 @@ def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list
     number = int(commit_name.split("-")[1])
     graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
     signature_info = commit_signatures(index_dir, old, signatures, commit_folder, commit_name,
-                                        {entry["name"] for entry in entries})
+                                        {entry.name for entry in entries})
     new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
                  for folder in kept}
-    manifest_base = {**base, "generation": number, "path": commit_name}
+    manifest_base = base.replace(generation=number, path=commit_name)
     if last_merge is not None:
-        manifest_base["last_merge"] = {"at": manifest_base["built_at"], "generation": number, **last_merge}
-    committed = [{k: v for k, v in entry.items() if k != "_folder"} for entry in entries]
+        manifest_base = manifest_base.replace(last_merge=LastMerge(at=base.built_at, generation=number, **last_merge))
+    committed = [entry.committed() for entry in entries]
     manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
-    text = layout.manifest_text(manifest)
+    text = dumps(manifest)
     (commit_folder / layout.MANIFEST).write_text(text, encoding="utf-8")
     for folder in kept:
         layout.fsync_tree(folder)
@@ -268,14 +273,14 @@ def commit_generation(index_dir: Path, old: dict[str, Any] | None, entries: list
     checkpoint("generation-renamed")
     layout.write_manifest(index_dir, manifest, text)
     checkpoint("manifest-committed")
-    names = {entry["name"] for entry in committed}
+    names = {entry.name for entry in committed}
     for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
         documents = WRITE_CACHES.uncommitted_documents.pop(str(folder))
         name = folder.name.split(".")[0]
-        recorded = manifest["files"].get(f"{name}/{store.parquet_file('documents')}")
+        recorded = manifest.file(f"{name}/{store.parquet_file('documents')}")
         if documents is not None and name in names and recorded:
-            WRITE_CACHES.small_documents.put((str(index_dir / name), str(recorded["sha256"])), documents)
-    previous = index_dir / old["path"] if old else None
+            WRITE_CACHES.small_documents.put((str(index_dir / name), recorded.sha256), documents)
+    previous = index_dir / old.path if old is not None else None
     layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous,
                         copies=WRITE_CACHES.manifest_copies)
     return manifest

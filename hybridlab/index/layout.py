@@ -18,6 +18,7 @@ from typing import Any, Self
 from hybridlab.errors import CorruptIndexError, IndexLockedError, IndexNotFoundError
 from hybridlab.filelock import exclusive_lock, lock_if_possible
 from hybridlab.index.lru import LruCache
+from hybridlab.index.manifest import FORMAT_VERSION, FileRecord, Manifest, NotAManifest, dumps, loads
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -27,11 +28,6 @@ VERIFIED_FILE = ".verified.json"
 SETTLED_NS = 2_000_000_000
 STORE_FILE = "store.duckdb"
 BM25_DIR = "bm25"
-FORMAT_VERSION = 5  # written: segments + tombstones, small segments as Parquet, a write-ahead log beside
-#: the manifest formats read (what each one adds: docs/internals/index.md#layout)
-FORMATS = (1, 2, 3, 4, 5)
-#: the first format whose log may hold deletes and replacements: a writer appends to no older log
-LOG_DELETES_FORMAT = 5
 GENERATION = re.compile(r"^gen-(\d{6})$")
 
 
@@ -67,14 +63,14 @@ def wal_generation(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def recorded_cache(index_dir: Path, manifest: dict[str, Any]) -> Path | None:
+def recorded_cache(index_dir: Path, manifest: Manifest) -> Path | None:
     """The index's own embeddings cache when it has one (also in a copied or moved index, whose
     manifest still names the original's), else the one the manifest names if it exists (the shared
     cache of the evaluation indexes); None when neither exists."""
     local = Path(index_dir) / CACHE_FILE
     if local.exists():
         return local
-    named = manifest.get("embedding_cache")
+    named = manifest.embedding_cache
     return Path(named) if named and Path(named).exists() else None
 
 
@@ -121,39 +117,23 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def generation_files(folder: Path, prefix: str = "") -> dict[str, dict[str, Any]]:
-    """`{prefix + relative path: {"bytes", "sha256"}}` of every file of a generation folder (its
+def generation_files(folder: Path, prefix: str = "") -> dict[str, FileRecord]:
+    """`{prefix + relative path: size and sha256}` of every file of a generation folder (its
     manifest copy excluded)."""
     files = {}
     for path in sorted(Path(folder).rglob("*")):
         if path.is_file() and path.name != MANIFEST:
-            files[prefix + path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size,
-                                                                   "sha256": file_sha256(path)}
+            files[prefix + path.relative_to(folder).as_posix()] = FileRecord(path.stat().st_size, file_sha256(path))
     return files
 
 
-def segments(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's segments, oldest first: `{"name", "deleted": [doc ids], ...}`; a format-1
-    manifest is one legacy segment, its generation folder."""
-    if manifest.get("format") == 1 or "segments" not in manifest:
-        return [{"name": manifest["path"], "deleted": [], "legacy": True}]
-    return list(manifest["segments"])
-
-
-def file_base(index_dir: Path, manifest: dict[str, Any]) -> Path:
+def file_base(index_dir: Path, manifest: Manifest) -> Path:
     """The folder the manifest's `files` names are relative to: the index folder (format 2, names
     like `gen-000003/store.duckdb`) or the generation folder (format 1)."""
-    return Path(index_dir) if manifest.get("format", FORMAT_VERSION) >= 2 else Path(index_dir) / manifest["path"]
+    return Path(index_dir) if manifest.format >= 2 else Path(index_dir) / manifest.path
 
 
-def referenced_folders(index_dir: Path, manifest: dict[str, Any] | None) -> set[str]:
-    """Generation folders a manifest needs: its own (`path`) and its segments'."""
-    if not manifest:
-        return set()
-    return {manifest["path"], *(segment["name"] for segment in segments(manifest))}
-
-
-def read_generation_manifest(folder: Path, copies: LruCache | None = None) -> dict[str, Any] | None:
+def read_generation_manifest(folder: Path, copies: LruCache | None = None) -> Manifest | None:
     """The manifest copy inside a generation folder (None when absent or unreadable). A copy is
     written once, so with `copies` (the writer's cache) one read before is reused while its inode,
     size and mtime are the same."""
@@ -164,17 +144,15 @@ def read_generation_manifest(folder: Path, copies: LruCache | None = None) -> di
         known = copies.get(key) if copies is not None else None
         if known is not None:
             return known
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(manifest, dict) and manifest.get("format") in FORMATS):
+        manifest = loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # NotAManifest and JSONDecodeError are ValueErrors
         return None
     if copies is not None:
         copies.put(key, manifest)
     return manifest
 
 
-def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = False,
+def file_problems(index_dir: Path, manifest: Manifest, hash_all: bool = False,
                   trusted: frozenset[str] = frozenset()) -> list[str]:
     """Files of the live generation that are missing, truncated or altered against the manifest's
     checksums. Sizes are always checked; sha256 of the FAISS and BM25 files (whose parsers must never
@@ -183,16 +161,16 @@ def file_problems(index_dir: Path, manifest: dict[str, Any], hash_all: bool = Fa
     unchanged since: see `open_problems`). Manifests without checksums pass."""
     base = file_base(index_dir, manifest)
     problems = []
-    for name, expected in (manifest.get("files") or {}).items():
+    for name, expected in (manifest.files or {}).items():
         path = base / name
         if not path.is_file():
             problems.append(f"{path} is missing")
             continue
         size = path.stat().st_size
-        if size != expected["bytes"]:
-            problems.append(f"{path} has {size} bytes, the manifest says {expected['bytes']} (truncated or altered)")
+        if size != expected.bytes:
+            problems.append(f"{path} has {size} bytes, the manifest says {expected.bytes} (truncated or altered)")
         elif name not in trusted and (hash_all or name.endswith(".faiss") or f"{BM25_DIR}/" in name) and \
-                file_sha256(path) != expected["sha256"]:
+                file_sha256(path) != expected.sha256:
             problems.append(f"{path} does not match its sha256 in the manifest (altered or corrupt)")
     return problems
 
@@ -218,7 +196,7 @@ def _read_verified(index_dir: Path, generation: str) -> dict[str, list[int]]:
     return stamp["files"]
 
 
-def open_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+def open_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     """`file_problems` with every file hashed, for opening an index: a file whose size, inode, mtime
     and ctime are those recorded when it last hashed clean (INDEX/.verified.json) is not hashed again,
     so reopening a large index costs a stat per file, not a read of every byte. Any write, copy or
@@ -227,8 +205,8 @@ def open_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
     read-only index folder is hashed on every open)."""
     index_dir = Path(index_dir)
     generation = file_base(index_dir, manifest)
-    names = list(manifest.get("files") or {})
-    key = "*" if manifest.get("format", 0) >= 2 else manifest["path"]
+    names = list(manifest.files or {})
+    key = "*" if manifest.format >= 2 else manifest.path
     recorded = _read_verified(index_dir, key)
     identities = {}  # taken before hashing: a change during the hash shows as a new identity next time
     for name in names:
@@ -257,7 +235,7 @@ def repair_hint(index_dir: Path) -> str:
     return f"run `hybridlab verify --repair --index {index_dir}`"
 
 
-def read_manifest(index_dir: Path) -> dict[str, Any]:
+def read_manifest(index_dir: Path) -> Manifest:
     """The manifest, checked: parseable, known format, its generation folder present."""
     path = Path(index_dir) / MANIFEST
     if not path.exists():
@@ -267,29 +245,25 @@ def read_manifest(index_dir: Path) -> dict[str, Any]:
             raise CorruptIndexError(f"{path} is missing but generation folders exist; {repair_hint(index_dir)}")
         raise IndexNotFoundError(f"no index at {index_dir}: {MANIFEST} is missing")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CorruptIndexError(f"{path} is corrupt ({error}); {repair_hint(index_dir)}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS or "generation" not in manifest:
-        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION}; {repair_hint(index_dir)}")
-    for name in sorted(referenced_folders(index_dir, manifest)):
+    except NotAManifest as error:
+        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION} ({error}); "
+                                f"{repair_hint(index_dir)}") from None
+    for name in sorted(manifest.folders):
         if not (Path(index_dir) / name).is_dir():
             raise CorruptIndexError(f"{Path(index_dir) / name} named by {path} is missing; {repair_hint(index_dir)}")
     return manifest
 
 
-def manifest_text(manifest: dict[str, Any]) -> str:
-    """The manifest as written (JSON, indented, sorted keys)."""
-    return json.dumps(manifest, indent=2, sort_keys=True, default=str)
-
-
-def write_manifest(index_dir: Path, manifest: dict[str, Any], text: str | None = None) -> None:
+def write_manifest(index_dir: Path, manifest: Manifest, text: str | None = None) -> None:
     """Atomically replace the manifest: write aside, fsync, rename, fsync the folder (`text`: the
-    manifest already serialised by `manifest_text`)."""
+    manifest already serialised by `manifest.dumps`)."""
     index_dir = Path(index_dir)
     tmp = index_dir / f".{MANIFEST}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(manifest_text(manifest) if text is None else text)
+        handle.write(dumps(manifest) if text is None else text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, index_dir / MANIFEST)
@@ -328,7 +302,8 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
     kept = set(commits)
     for folder in (keep, previous):
         if folder is not None:
-            kept |= referenced_folders(index_dir, read_generation_manifest(folder, copies))
+            copy = read_generation_manifest(folder, copies)
+            kept |= copy.folders if copy is not None else set()
     removed, trash = [], []
     with os.scandir(index_dir) as entries:
         names = [entry.name for entry in entries if entry.name.startswith("gen-")]

@@ -18,8 +18,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from hybridlab.config import IndexConfig
 from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, wal
+from hybridlab.index.manifest import LOG_DELETES_FORMAT, Manifest
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
 from hybridlab.ingest.sources import Document, memory_document
@@ -445,10 +447,10 @@ class MemoryWriter:
             self._log.writer.close()
             self._log = None
         manifest = layout.read_manifest(self.index_dir)
-        if manifest.get("format", 0) < layout.LOG_DELETES_FORMAT or "next_chunk_id" not in manifest:
+        if manifest.format < LOG_DELETES_FORMAT or manifest.next_chunk_id is None:
             return  # written by code that reads no deletes in a log: the first write commits (format 5)
-        writer = wal.WalWriter(wal.wal_path(self.index_dir, manifest["generation"]))
-        self._log = _OpenLog(stamp, int(manifest["generation"]), _Encoding.of(manifest), writer, manifest)
+        writer = wal.WalWriter(wal.wal_path(self.index_dir, manifest.generation))
+        self._log = _OpenLog(stamp, manifest.generation, _Encoding.of(manifest), writer, manifest)
 
     def _fold(self) -> None:
         """Commit the full log as a segment. The memories are durable in the log already, so a
@@ -497,17 +499,13 @@ class _Encoding:
     """How a generation embeds the memories its log records: its config, its models' dimensions
     and encoder records (the manifest's `models` section)."""
 
-    config: Any
+    config: IndexConfig
     dims: dict[str, int]
-    models: Mapping[str, Any]
+    models: Mapping[str, Mapping[str, Any] | None]  # model -> its encoder record (`Manifest.encoders`)
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any]) -> _Encoding:
-        from hybridlab.config import IndexConfig
-
-        models = manifest.get("models") or {}
-        return cls(IndexConfig.from_manifest(manifest["config"]),
-                   {model: int(info["dim"]) for model, info in models.items()}, models)
+    def of(cls, manifest: Manifest) -> _Encoding:
+        return cls(manifest.index_config, manifest.dims, manifest.encoders)
 
     def encode(self, model: str, texts: list[str]) -> np.ndarray:
         from hybridlab.encoders.registry import load_document_encoder, register_recorded
@@ -524,7 +522,7 @@ class _Encoding:
     @property
     def encoders(self) -> dict[str, Any]:
         """Model -> (dimension, encoder record): what must be unchanged for vectors to be reused."""
-        return {model: (self.dims[model], (info or {}).get("encoder")) for model, info in self.models.items()}
+        return {model: (self.dims[model], record) for model, record in self.models.items()}
 
     def records(self, entries: Sequence[tuple[Document, EmbeddedMemory | None]]) -> list[wal.WalRecord]:
         """Each document's log record: the one :meth:`MemoryWriter.embed` made when it was embedded
@@ -546,7 +544,7 @@ class _OpenLog:
     generation: int
     encoding: _Encoding
     writer: wal.WalWriter
-    manifest: dict[str, Any]
+    manifest: Manifest
 
 
 def _iso(value: datetime | None) -> str:

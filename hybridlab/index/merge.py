@@ -14,6 +14,7 @@ from hybridlab.config import IndexConfig
 from hybridlab.index import layout, segments, store
 from hybridlab.index.artifacts import build_artifacts
 from hybridlab.index.faults import checkpoint
+from hybridlab.index.manifest import Manifest, Segment
 
 # ---------------------------------------------------------------------------------------------- segments
 #: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are
@@ -35,13 +36,13 @@ def merge_factor() -> int:
     return int(value)
 
 
-def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> tuple[int, int] | None:
+def merge_plan(entries: Sequence[Segment], factor: int | None = None) -> tuple[int, int] | None:
     """The adjacent segments [start, end) the tiered policy merges next, None when none: the oldest
     run of `factor` adjacent segments in the same size tier (floor(log10(live chunks))), else a
     segment of `MIN_REWRITE_ROWS`+ rows (with its right neighbour when there is one) whose
     tombstoned share exceeds `MAX_DELETED_SHARE`."""
     factor = factor or merge_factor()
-    tiers = [int(math.log10(max(int(entry.get("chunks", 0)), 1))) for entry in entries]
+    tiers = [int(math.log10(max(entry.chunks, 1))) for entry in entries]
     start = 0
     for i in range(1, len(tiers) + 1):
         if i == len(tiers) or tiers[i] != tiers[start]:
@@ -49,14 +50,14 @@ def merge_plan(entries: Sequence[dict[str, Any]], factor: int | None = None) -> 
                 return start, start + factor
             start = i
     for i, entry in enumerate(entries):
-        rows = int(entry.get("rows", entry.get("chunks", 0)) or 0)
-        if rows >= MIN_REWRITE_ROWS and (rows - int(entry.get("chunks", 0))) / rows > MAX_DELETED_SHARE:
+        rows = entry.rows
+        if rows >= MIN_REWRITE_ROWS and (rows - entry.chunks) / rows > MAX_DELETED_SHARE:
             return i, min(i + 2, len(entries))
     return None
 
 
-def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[dict[str, Any]], config: IndexConfig,
-                  dims: dict[str, int], progress: bool) -> tuple[dict[str, Any] | None, Path]:
+def build_merged(index_dir: Path, manifest: Manifest | None, entries: Sequence[Segment], config: IndexConfig,
+                  dims: dict[str, int], progress: bool) -> tuple[Segment | None, Path]:
     """Merge `entries` (adjacent segments) into one new segment in a private folder: live rows only,
     vectors taken from their FAISS files (nothing re-embedded), BM25 postings re-derived. Returns its
     entry (None when no live row is left) and the folder."""
@@ -67,7 +68,7 @@ def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[di
     con = None
     try:
         checkpoint("merge-start")
-        small = sum(int(entry.get("chunks", 0)) for entry in entries) < store.SMALL_SEGMENT_ROWS
+        small = sum(entry.chunks for entry in entries) < store.SMALL_SEGMENT_ROWS
         con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
         folders = [segments.segment_folder(index_dir, entry) for entry in entries]
@@ -85,9 +86,10 @@ def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[di
 
         def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
             if model not in loaded:
-                held = [(segments.segment_folder(index_dir, entry), segments.segment_models(manifest, entry))
+                held = [(segments.segment_folder(index_dir, entry),
+                         manifest.segment_models(entry) if manifest is not None else entry.models)
                         for entry in entries]
-                loaded[model] = [segments.load_dense(folder / models[model]["file"], model)
+                loaded[model] = [segments.load_dense(folder / models[model].file, model)
                                  for folder, models in held if model in models]
             wanted = pairs["chunk_id"].astype(np.int64)
             parts = []
@@ -101,13 +103,13 @@ def build_merged(index_dir: Path, manifest: dict[str, Any], entries: Sequence[di
             return matrix
 
         counts = segments.store_counts(con)
-        artifacts = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
+        models = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
         segments.persist(con, tmp)
         con.close()
         con = None
         if not counts["chunks"] and not counts["documents"]:
             return None, tmp
-        return {**segments.segment_entry(name, counts, artifacts), "_folder": str(tmp)}, tmp
+        return segments.new_segment(name, counts, models, tmp), tmp
     except BaseException:
         if con is not None:
             con.close()

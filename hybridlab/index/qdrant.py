@@ -170,7 +170,7 @@ def _points(generation: Generation, rows: Sequence[int], weights: Mapping[int, t
 
 def _config_digest(generation: Generation) -> str:
     """sha256 of the index configuration the generation was built with (chunking, BM25, models)."""
-    config = json.dumps(dict(generation.manifest.get("config", {})), sort_keys=True, default=str)
+    config = json.dumps(dict(generation.manifest.config), sort_keys=True, default=str)
     return hashlib.sha256(config.encode("utf-8")).hexdigest()
 
 

@@ -2,6 +2,7 @@
 See docs/internals/index.md#reader."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import os
@@ -17,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.config import IndexConfig
 from hybridlab.errors import CorruptIndexError, IndexFormatError, StoreError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
 from hybridlab.index.graph import load_graph
+from hybridlab.index.manifest import Manifest
+from hybridlab.index.manifest import Segment as SegmentRecord
 from hybridlab.index.sparse import GroupCache, Postings, SparseIndex, global_rows
 from hybridlab.index.tokenizer import Tokenizer
 
@@ -83,7 +85,7 @@ class Generation:
     of every per-chunk sequence is the chunk `chunk_ids[r]` (ascending)."""
 
     index_dir: Path
-    manifest: Mapping[str, Any]
+    manifest: Manifest
     stamp: tuple[Any, int]  # (manifest stamp taken before the manifest was read, bytes of its log read)
     store: StoreReader
     chunk_ids: np.ndarray  # int64, ascending
@@ -111,11 +113,11 @@ class Generation:
     @property
     def number(self) -> int:
         """The generation number the manifest gives (grows by one per commit)."""
-        return int(self.manifest["generation"])
+        return self.manifest.generation
 
     @property
     def folder(self) -> Path:
-        return self.index_dir / self.manifest["path"]
+        return self.index_dir / self.manifest.path
 
     @property
     def n_chunks(self) -> int:
@@ -225,17 +227,17 @@ def read_generation(index_dir: str | Path, *, check: bool = True, cache: Segment
 def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
                      cache: SegmentCache | None) -> Generation:
     manifest = layout.read_manifest(index_dir)
-    if manifest.get("format") == 1 or "segments" not in manifest:
+    if not manifest.has_segments:
         raise IndexFormatError(f"index {index_dir} was written before segments (manifest format 1), which hybridlab "
                                f"no longer reads; rebuild it: `hybridlab index PATHS --index {index_dir} --force` "
                                f"(or `hybridlab verify --repair --index {index_dir}`)")
-    logged = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])) if "next_chunk_id" in manifest \
-        else wal.WalContents(wal.wal_path(index_dir, manifest["generation"]))
+    log = wal.wal_path(index_dir, manifest.generation)
+    logged = wal.read_wal(log) if manifest.next_chunk_id is not None else wal.WalContents(log)
     damaged = layout.open_problems(index_dir, manifest)
     if damaged:
         raise CorruptIndexError(f"{damaged[0]}; {layout.repair_hint(index_dir)}")
-    entries = layout.segments(manifest)
-    keys = [_segment_key(manifest, entry["name"]) for entry in entries]
+    entries = list(manifest.segment_list)
+    keys = [_segment_key(manifest, entry.name) for entry in entries]
     cache = SegmentCache() if cache is None else cache  # a fresh one: every segment loaded
     segments = [cache.get_or_load(key, lambda entry=entry: _load_segment(index_dir, manifest, entry))
                 for entry, key in zip(entries, keys)]
@@ -246,14 +248,13 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         entries = [_mask_logged(entry, segment, touched) for entry, segment in zip(entries, segments)]
     puts = logged.puts
     if puts:
-        rows = wal.logged_rows(puts, IndexConfig.from_manifest(manifest["config"]),
-                               int(manifest["next_chunk_id"]), logged.path)
+        rows = wal.logged_rows(puts, manifest.index_config, manifest.next_chunk_id or 0, logged.path)
         try:
             segments.append(_logged_segment(index_dir, rows, manifest, segments))
         except BaseException:
             rows.con.close()
             raise
-        entries = [*entries, {"name": wal.WAL_PREFIX.rstrip("-")}]
+        entries = [*entries, SegmentRecord(name=wal.WAL_PREFIX.rstrip("-"))]
     reader = _open_store(index_dir, segments, entries, rows)
     try:
         generation = _combine(index_dir, manifest, (stamp, logged.size), reader, segments, entries, cache,
@@ -272,15 +273,15 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
     return generation
 
 
-def _mask_logged(entry: Mapping[str, Any], segment: Segment, touched: set[str]) -> Mapping[str, Any]:
+def _mask_logged(entry: SegmentRecord, segment: Segment, touched: set[str]) -> SegmentRecord:
     """`entry` with the ids the log touches that `segment` holds added to its tombstones (and
-    listed under "masked"); the entry itself when there are none. The segment's id set is kept
+    listed as `masked`); the entry itself when there are none. The segment's id set is kept
     with it (segments never change), the masks are not: they belong to this generation."""
     held = segment.details.get("ids")
     if held is None:
         held = segment.details["ids"] = frozenset(segment.doc_ids)
-    hit = sorted((touched & held) - set(entry.get("deleted") or ()))
-    return {**entry, "deleted": [*(entry.get("deleted") or ()), *hit], "masked": hit} if hit else entry
+    hit = tuple(sorted((touched & held) - set(entry.deleted)))
+    return dataclasses.replace(entry, deleted=(*entry.deleted, *hit), masked=hit) if hit else entry
 
 
 def _cut_graph(graph: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -290,20 +291,19 @@ def _cut_graph(graph: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return np.where(kept >= 0, renumbered[np.maximum(kept, 0)], -1).astype(graph.dtype)
 
 
-def _segment_key(manifest: Mapping[str, Any], name: str) -> tuple[str, str]:
-    files = manifest.get("files") or {}
-    entry = next((files[key] for key in (*(f"{name}/{f}" for f in store.STORE_FILES), layout.STORE_FILE)
-                  if key in files), {})
-    return name, str(entry.get("sha256", ""))
+def _segment_key(manifest: Manifest, name: str) -> tuple[str, str]:
+    recorded = next((record for key in (*(f"{name}/{f}" for f in store.STORE_FILES), layout.STORE_FILE)
+                     if (record := manifest.file(key)) is not None), None)
+    return name, recorded.sha256 if recorded else ""
 
 
-def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
+def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[SegmentRecord],
                 logged: wal.LoggedRows | None = None) -> StoreReader:
     """The generation's store; `logged`: the log's rows (the last segment), whose in-memory tables
     the store's views take over (and drop when it closes)."""
     files = segments[:-1] if logged is not None else segments
     paths = [segment.folder / layout.STORE_FILE for segment in files]
-    deleted = [list(entry.get("deleted") or ()) for entry in entries[:len(files)]]
+    deleted = [list(entry.deleted) for entry in entries[:len(files)]]
     try:
         if logged is None and len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
             con = store.connect(paths[0], read_only=True)
@@ -319,8 +319,8 @@ def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[
     return StoreReader(con, prefixes)
 
 
-def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Segment:
-    folder = index_dir / entry["name"]
+def _load_segment(index_dir: Path, manifest: Manifest, entry: SegmentRecord) -> Segment:
+    folder = index_dir / entry.name
     store_path = folder / layout.STORE_FILE
     try:
         pinned = store.PinnedFiles(folder) if store.is_parquet_segment(folder) else None
@@ -345,18 +345,17 @@ def _load_segment(index_dir: Path, manifest: Mapping[str, Any], entry: Mapping[s
         raise
     except Exception as error:  # noqa: BLE001 - whatever the parser raises, the folder is damaged
         raise _damaged(bm25, error, index_dir) from None
-    models = entry.get("models")
-    ef_search = manifest["config"].get("hnsw_ef_search")
+    ef_search = manifest.index_config.hnsw_ef_search
     dense: dict[str, DenseIndex] = {}
-    for model, info in (models or {}).items():
-        path = folder / info["file"]
+    for model, info in entry.models.items():
+        path = folder / info.file
         try:
             if not path.is_file():
                 raise FileNotFoundError("missing")
             dense[model] = DenseIndex.load(path, model, ef_search=ef_search)
         except Exception as error:  # noqa: BLE001 - whatever FAISS raises, the file is damaged
             raise _damaged(path, error, index_dir) from None
-    return _segment(entry["name"], folder, tables, sparse, dense, pinned)
+    return _segment(entry.name, folder, tables, sparse, dense, pinned)
 
 
 def _segment_tables(con: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
@@ -393,15 +392,14 @@ def _grouped(pairs: Iterable[tuple[str, int]]) -> dict[str, np.ndarray]:
             for key, group in itertools.groupby(pairs, key=operator.itemgetter(0))}
 
 
-def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Mapping[str, Any],
+def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Manifest,
                     segments: Sequence[Segment]) -> Segment:
     """The write-ahead log's rows as the generation's last segment, held in memory: BM25 postings
     and exact (flat) FAISS indexes built from its records; its chunk ids follow every segment's
     (`_combine` checks that they do)."""
     con = logged.con
     texts = [text for (text,) in con.execute("SELECT embed_text FROM chunks ORDER BY chunk_id").fetchall()]
-    config = IndexConfig.from_manifest(manifest["config"])
-    sparse = SparseIndex.build(texts, logged.chunk_ids, config.bm25)
+    sparse = SparseIndex.build(texts, logged.chunk_ids, manifest.index_config.bm25)
     dense = {model: DenseIndex.build(vectors, ids, model) for model, (ids, vectors) in logged.vectors.items()}
     segment = _segment(wal.WAL_PREFIX.rstrip("-"), index_dir, _segment_tables(con), sparse, dense, None)
     segment.details["rows"] = segment_details(con)  # its tables live in the generation's store, unnamed
@@ -448,8 +446,8 @@ class RowTags(Mapping):
         return len(self._tagged())
 
 
-def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], reader: StoreReader,
-             segments: Sequence[Segment], entries: Sequence[Mapping[str, Any]],
+def _combine(index_dir: Path, manifest: Manifest, stamp: tuple[Any, int], reader: StoreReader,
+             segments: Sequence[Segment], entries: Sequence[SegmentRecord],
              cache: SegmentCache | None = None, logged: tuple[int, int, int] = (0, 0, 0)) -> Generation:
     """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
     chunks, tombstones) of the write-ahead log, whose segment is the last; an entry's "masked" ids:
@@ -457,14 +455,14 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
     live: list[np.ndarray | None] = []
     hidden = []  # chunk ids live in the committed generation that the log hides
     for segment, entry in zip(segments, entries):
-        deleted = entry.get("deleted") or ()
+        deleted = entry.deleted
         if deleted:
             gone = set(deleted)
             live.append(_readonly(np.asarray([d not in gone for d in segment.doc_ids], dtype=bool)))
         else:
             live.append(None)
-        if entry.get("masked"):
-            masked = set(entry["masked"])
+        if entry.masked:
+            masked = set(entry.masked)
             hidden.append(segment.chunk_ids[np.asarray([d in masked for d in segment.doc_ids], dtype=bool)])
     hidden_ids = np.concatenate(hidden) if hidden else np.zeros(0, np.int64)
     pick = lambda attribute: tuple(itertools.chain.from_iterable(
@@ -487,15 +485,15 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
                          groups=cache.postings)
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
-    for model, info in manifest.get("models", {}).items():
+    for model, info in manifest.models.items():
         parts = [(s, m) for s, m in zip(segments, live) if model in s.dense]
         if len(parts) == 1 and parts[0][1] is None:
             dense[model] = parts[0][0].dense[model]
         else:
             masks = [None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m])) for s, m in parts]
             dense[model] = SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
-        if info.get("graph"):  # one graph over the generation's live vectors, in its dense rows
-            path = index_dir / (info.get("graph_dir") or manifest["path"]) / info["graph"]
+        if info.graph:  # one graph over the generation's live vectors, in its dense rows
+            path = index_dir / (info.graph_dir or manifest.path) / info.graph
             unlinked = len(segments[-1].dense[model].ids) if logged[0] and model in segments[-1].dense else 0
             committed = dense[model].ids[:dense[model].size - unlinked]  # the graph's rows when it was built
             cut = hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))] \
@@ -512,7 +510,7 @@ def _combine(index_dir: Path, manifest: dict[str, Any], stamp: tuple[Any, int], 
     dense_rows_to_index = {model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()}
     known_chunk_types, known_collections = tuple(sorted(set(chunk_types))), tuple(sorted(set(collections)))
     return Generation(
-        index_dir=index_dir, manifest=MappingProxyType(manifest), stamp=stamp, store=reader, chunk_ids=chunk_ids,
+        index_dir=index_dir, manifest=manifest, stamp=stamp, store=reader, chunk_ids=chunk_ids,
         doc_ids=pick("doc_ids"), sections=pick("sections"), chunk_types=chunk_types, collections=collections,
         titles=pick("titles"),
         times=_readonly(np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
@@ -544,11 +542,11 @@ def consistency_problems(generation: Generation) -> list[str]:
     counts and models match the manifest."""
     problems = []
     manifest, folder = generation.manifest, generation.folder
-    counts = manifest.get("counts", {})
-    if (counts.get("chunks") or 0) + generation.logged_chunks - generation.masked_chunks != generation.n_chunks:
+    counts = manifest.counts
+    if counts.chunks + generation.logged_chunks - generation.masked_chunks != generation.n_chunks:
         logged = f" plus {generation.logged_chunks} logged" if generation.logged_chunks else ""
         logged += f" less {generation.masked_chunks} hidden by the log" if generation.masked_chunks else ""
-        problems.append(f"manifest says {counts.get('chunks')} chunks{logged}, {folder / layout.STORE_FILE} has "
+        problems.append(f"manifest says {counts.chunks} chunks{logged}, {folder / layout.STORE_FILE} has "
                         f"{generation.n_chunks}")
     for segment in generation.segments:
         if not np.array_equal(segment.bm25_ids, segment.chunk_ids):
@@ -559,13 +557,13 @@ def consistency_problems(generation: Generation) -> list[str]:
     assigned = {model: len(ids) for model, ids in expected_ids.items() if len(ids)}
     if set(assigned) - set(generation.dense):
         problems.append(f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(generation.dense)}")
-    if set(generation.dense) != set(manifest.get("models", {})):
-        problems.append(f"models in the manifest {sorted(manifest.get('models', {}))} differ from FAISS indexes "
+    if set(generation.dense) != set(manifest.models):
+        problems.append(f"models in the manifest {sorted(manifest.models)} differ from FAISS indexes "
                         f"{sorted(generation.dense)}")
     for model, dense in generation.dense.items():
         expected = expected_ids.get(model, np.zeros(0, np.int64))
         if not np.array_equal(dense.ids, expected):
             problems.append(f"FAISS ids of {model!r} ({folder / layout.dense_file(model)}) do not match DuckDB")
-        if manifest["models"][model]["dim"] != dense.dim:
-            problems.append(f"FAISS dimension of {model!r} is {dense.dim}, manifest says {manifest['models'][model]['dim']}")
+        if model in manifest.models and manifest.models[model].dim != dense.dim:
+            problems.append(f"FAISS dimension of {model!r} is {dense.dim}, manifest says {manifest.models[model].dim}")
     return problems

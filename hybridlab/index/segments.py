@@ -3,8 +3,9 @@ rows copied between stores, tombstoned chunk ids, FAISS files, and a new segment
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +13,13 @@ import numpy as np
 
 from hybridlab.index import layout, store
 from hybridlab.index.caches import WRITE_CACHES
+from hybridlab.index.manifest import Manifest, Segment, SegmentModel
 from hybridlab.ingest.sources import Document
 
 logger = logging.getLogger(__name__)
 
 
-def segment_models(manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    """A segment's per-model files (a legacy segment's are the manifest's)."""
-    return (manifest.get("models") or {}) if entry.get("legacy") else (entry.get("models") or {})
-
-
-def attach(con, index_dir: Path, entries: Sequence[dict[str, Any]]) -> list[str]:
+def attach(con, index_dir: Path, entries: Sequence[Segment]) -> list[str]:
     """Attach the segments' tables to `con` (read-only); their aliases, unique in this process."""
     aliases = []
     for entry in entries:
@@ -36,9 +33,9 @@ def detach(con, aliases: Sequence[str]) -> None:
         con.execute(f"DETACH DATABASE IF EXISTS {alias}")
 
 
-def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[str] = ()) -> None:
+def _register_deleted(con, entries: Sequence[Segment], extra: Sequence[str] = ()) -> None:
     """Table `gone (segment, doc_id)`: each segment's tombstones, plus `extra` doc ids in every segment."""
-    rows = [(i, doc_id) for i, entry in enumerate(entries) for doc_id in (entry.get("deleted") or ())]
+    rows = [(i, doc_id) for i, entry in enumerate(entries) for doc_id in entry.deleted]
     rows += [(i, doc_id) for i in range(len(entries)) for doc_id in extra]
     con.execute("CREATE OR REPLACE TEMP TABLE gone (segment INTEGER, doc_id VARCHAR)")
     if rows:
@@ -47,7 +44,7 @@ def _register_deleted(con, entries: Sequence[dict[str, Any]], extra: Sequence[st
             con.execute("INSERT INTO gone SELECT * FROM gone_frame")
 
 
-def copy_live_rows(con, aliases: Sequence[str], entries: Sequence[dict[str, Any]],
+def copy_live_rows(con, aliases: Sequence[str], entries: Sequence[Segment],
                     extra_deleted: Sequence[str] = (), vectors: bool = True) -> None:
     """Insert the live rows of the attached segments (`aliases`, as `attach` gave) into `con`'s own tables."""
     _register_deleted(con, entries, extra_deleted)
@@ -84,13 +81,13 @@ def keep_newest_versions(con) -> list[str]:
     return duplicated
 
 
-def copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[dict[str, Any]]) -> None:
+def copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[Segment]) -> None:
     """`copy_live_rows` for segments that all store Parquet tables: one statement per table over
     every segment's file (a merge of ten small segments runs a handful of statements, not ~100)."""
     files = {table: [str(Path(folder) / store.parquet_file(table)) for folder in folders] for table in store.TABLES}
     gone: dict[str, list] = {"documents": [], "chunks": [], "doc_id": []}
     for folder, entry in zip(folders, entries, strict=True):
-        for doc_id in entry.get("deleted") or ():
+        for doc_id in entry.deleted:
             gone["documents"].append(str(Path(folder) / store.parquet_file("documents")))
             gone["chunks"].append(str(Path(folder) / store.parquet_file("chunks")))
             gone["doc_id"].append(doc_id)
@@ -109,7 +106,7 @@ def copy_live_parquet(con, folders: Sequence[Path], entries: Sequence[dict[str, 
     con.execute("COMMIT")
 
 
-def existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries: Sequence[dict[str, Any]],
+def existing_documents(index_dir: Path, manifest: Manifest | None, entries: Sequence[Segment],
                         batches: Sequence[tuple[str, list[Document], bool]]) -> dict[str, tuple[str, str, int]]:
     """`{doc_id: (source, content_sha256, segment)}` of the live documents a write may change: those
     with an incoming doc id, and every document of a source whose missing documents are removed."""
@@ -123,7 +120,7 @@ def existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries
     found: dict[str, tuple[str, str, int]] = {}
     wanted_ids, wanted_sources = set(ids), set(sources)
     for i, entry in enumerate(entries):
-        deleted = set(entry.get("deleted") or ())
+        deleted = set(entry.deleted)
         documents = _small_segment_documents(index_dir, manifest, entry)
         if documents is not None:  # a Parquet segment: its documents held in memory, looked up by id
             rows = [(doc_id, *documents[doc_id]) for doc_id in wanted_ids if doc_id in documents]
@@ -131,7 +128,7 @@ def existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries
                 rows += [(doc_id, source, sha) for doc_id, (source, sha) in documents.items()
                          if source in wanted_sources and doc_id not in wanted_ids]
         else:
-            with WRITE_CACHES.stores.connection(segment_folder(index_dir, entry), manifest, entry) as con:
+            with WRITE_CACHES.stores.connection(segment_folder(index_dir, entry), store_checksum(manifest, entry)) as con:
                 # list parameters, not registered frames: a kept connection serves several threads
                 rows = con.execute(
                     "SELECT doc_id, source, content_sha256 FROM documents WHERE list_contains(?::VARCHAR[], doc_id) "
@@ -142,22 +139,28 @@ def existing_documents(index_dir: Path, manifest: dict[str, Any] | None, entries
     return found
 
 
-def indexed_doc_ids(index_dir: Path, manifest: dict[str, Any], doc_ids: Sequence[str]) -> set[str]:
+def indexed_doc_ids(index_dir: Path, manifest: Manifest, doc_ids: Sequence[str]) -> set[str]:
     """Which of `doc_ids` the generation `manifest` names holds in its segments (live ones)."""
     probe = [Document(doc_id, "", "", "", "", "memory") for doc_id in doc_ids]
-    entries = [dict(entry) for entry in layout.segments(manifest)]
-    return set(existing_documents(Path(index_dir), manifest, entries, [("", probe, False)]))
+    return set(existing_documents(Path(index_dir), manifest, manifest.segment_list, [("", probe, False)]))
 
 
-def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
-                             entry: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
+def store_checksum(manifest: Manifest, entry: Segment) -> str:
+    """The sha256 the manifest records of a segment's DuckDB store (a format-1 index names it
+    without its folder); "" when it records none."""
+    recorded = manifest.file(f"{entry.name}/{layout.STORE_FILE}") or manifest.file(layout.STORE_FILE)
+    return recorded.sha256 if recorded else ""
+
+
+def _small_segment_documents(index_dir: Path, manifest: Manifest,
+                             entry: Segment) -> dict[str, tuple[str, str]] | None:
     """`{doc_id: (source, content_sha256)}` of a Parquet segment (None for a DuckDB one), read once
     per process: segments never change, and a write then looks up its ids without opening a file."""
     folder = segment_folder(index_dir, entry)
     if not store.is_parquet_segment(folder):
         return None
-    recorded = (manifest.get("files") or {}).get(f"{entry['name']}/{store.parquet_file('documents')}") or {}
-    key = (str(folder), str(recorded.get("sha256", "")))
+    recorded = manifest.file(f"{entry.name}/{store.parquet_file('documents')}")
+    key = (str(folder), recorded.sha256 if recorded else "")
     documents = WRITE_CACHES.small_documents.get(key)
     if documents is None:
         with contextlib.closing(store.open_segment(folder)) as con:
@@ -167,37 +170,37 @@ def _small_segment_documents(index_dir: Path, manifest: dict[str, Any],
     return documents
 
 
-def live_counts(index_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    """(documents, chunks, vectors per model) of a segment's live rows, read from its store."""
+def with_live_counts(index_dir: Path, manifest: Manifest, entry: Segment) -> Segment:
+    """`entry` with the documents, chunks and vectors per model of its live rows, read from its store."""
 
-    with WRITE_CACHES.stores.connection(segment_folder(index_dir, entry), manifest, entry) as con:
-        gone = [list(entry.get("deleted") or ())]
+    with WRITE_CACHES.stores.connection(segment_folder(index_dir, entry), store_checksum(manifest, entry)) as con:
+        gone = [list(entry.deleted)]
         alive = "NOT list_contains(?::VARCHAR[], doc_id)"
         documents = con.execute(f"SELECT count(*) FROM documents WHERE {alive}", gone).fetchone()[0]
         chunks = con.execute(f"SELECT count(*) FROM chunks WHERE {alive}", gone).fetchone()[0]
         vectors = dict(con.execute(
             f"SELECT v.model, count(*) FROM chunk_vectors v JOIN chunks c USING (chunk_id) WHERE {alive} "
             "GROUP BY 1", gone).fetchall())
-    return {"documents": documents, "chunks": chunks, "vectors": vectors}
+    return dataclasses.replace(entry, documents=documents, chunks=chunks, vectors=vectors)
 
 
-def next_chunk_id(index_dir: Path, manifest: dict[str, Any] | None) -> int:
-    if not manifest:
+def next_chunk_id(index_dir: Path, manifest: Manifest | None) -> int:
+    if manifest is None:
         return 0
-    if "next_chunk_id" in manifest:
-        return int(manifest["next_chunk_id"])
-    legacy = index_dir / manifest["path"] / layout.STORE_FILE  # a legacy index
+    if manifest.next_chunk_id is not None:
+        return manifest.next_chunk_id
+    legacy = index_dir / manifest.path / layout.STORE_FILE  # a legacy index
     with contextlib.closing(store.connect(legacy, read_only=True)) as con:
         return int(store.get_meta(con, "next_chunk_id", "0"))
 
 
-def segment_entry(name: str, counts: dict[str, Any], artifacts: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "documents": counts["documents"], "chunks": counts["chunks"],
-            "rows": counts["chunks"], "deleted": [],
-            "first_chunk_id": counts.get("first_chunk_id"), "last_chunk_id": counts.get("last_chunk_id"),
-            "vectors": {model: info["vectors"] for model, info in artifacts["models"].items()},
-            "models": {model: {k: v for k, v in info.items() if k not in {"dim", "index"}}
-                       for model, info in artifacts["models"].items()}}
+def new_segment(name: str, counts: dict[str, Any], models: Mapping[str, SegmentModel], folder: Path) -> Segment:
+    """The record of a segment just written into the private `folder` (becoming `name` on commit):
+    `counts` from `store_counts`, its FAISS files (`models`) from `build_artifacts`."""
+    return Segment(name=name, documents=counts["documents"], chunks=counts["chunks"], rows=counts["chunks"],
+                   first_chunk_id=counts.get("first_chunk_id"), last_chunk_id=counts.get("last_chunk_id"),
+                   vectors={model: info.vectors for model, info in models.items()}, models=dict(models),
+                   folder=str(folder))
 
 
 def store_counts(con) -> dict[str, Any]:
@@ -206,11 +209,11 @@ def store_counts(con) -> dict[str, Any]:
     return {"documents": documents, "chunks": chunks, "first_chunk_id": first, "last_chunk_id": last}
 
 
-def dead_chunk_ids(folder: Path, entry: dict[str, Any]) -> np.ndarray:
+def dead_chunk_ids(folder: Path, entry: Segment) -> np.ndarray:
     """Chunk ids of a segment's tombstoned documents. A committed segment's are kept for the next
     write of this process (keyed by the folder's path, inode and mtime and the tombstones: segment
     folders are never rewritten), which finds them again as the previous generation's."""
-    deleted = tuple(entry.get("deleted") or ())
+    deleted = entry.deleted
     if not deleted:
         return np.zeros(0, np.int64)
     key = None
@@ -242,9 +245,9 @@ def load_dense(path: Path, model: str):
     return WRITE_CACHES.dense.get_or_compute(key, lambda: DenseIndex.load(path, model))
 
 
-def segment_folder(index_dir: Path, entry: dict[str, Any]) -> Path:
+def segment_folder(index_dir: Path, entry: Segment) -> Path:
     """Where a segment's files are: its committed folder, or the private folder it is being built in."""
-    return Path(entry["_folder"]) if entry.get("_folder") else Path(index_dir) / entry["name"]
+    return Path(entry.folder) if entry.folder else Path(index_dir) / entry.name
 
 
 #: a write is built in memory (then written as Parquet, or copied into a DuckDB file when it has

@@ -7,11 +7,11 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from hybridlab.errors import HybridlabError
 from hybridlab.index import layout
 from hybridlab.index.caches import WRITE_CACHES
+from hybridlab.index.manifest import FileRecord, FileSignaturesRecord, Manifest
 from hybridlab.ingest.sources import READER_VERSION, Document, FileSignature, FolderScan
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ SIGNATURES_FILE = "file-signatures.json"
 Signatures = dict[str, dict[str, FileSignature]]  # {source: {doc_id: signature}}
 
 
-def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> Signatures:
+def recorded_signatures(index_dir: str | os.PathLike, manifest: Manifest | None = None) -> Signatures:
     """`{source: {doc_id: file signature}}` the live generation recorded for its folder sources'
     files: each the signature the file had when its document was last read into the index (settled
     files only: see `read_folder`). Empty when there is no index, none was recorded, they were
@@ -36,13 +36,12 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] |
             manifest = layout.read_manifest(Path(index_dir))
         except HybridlabError:
             return {}
-    info = manifest.get("file_signatures") or {}
-    name = info.get("file")
-    recorded = (manifest.get("files") or {}).get(name) if name else None
-    if not recorded or info.get("reader") != READER_VERSION:
+    info = manifest.file_signatures
+    recorded = manifest.file(info.file) if info is not None else None
+    if info is None or recorded is None or info.reader != READER_VERSION:
         return {}
-    path = Path(index_dir) / name
-    key = (str(path), str(recorded.get("sha256")))
+    path = Path(index_dir) / info.file
+    key = (str(path), recorded.sha256)
     known = WRITE_CACHES.signatures.get(key)
     if known is not None:
         return known
@@ -50,7 +49,7 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] |
 
     try:
         data = path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != recorded.get("sha256"):
+        if hashlib.sha256(data).hexdigest() != recorded.sha256:
             raise ValueError("it does not match its sha256 in the manifest")
         table = {source: {doc_id: tuple(signature) for doc_id, signature in files.items()}
                  for source, files in json.loads(data)["sources"].items()}
@@ -61,7 +60,7 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: dict[str, Any] |
     return table
 
 
-def next_signatures(index_dir: Path, manifest: dict[str, Any] | None, scans: Sequence[FolderScan],
+def next_signatures(index_dir: Path, manifest: Manifest | None, scans: Sequence[FolderScan],
                      to_insert: Sequence[Document], to_delete: Sequence[str],
                      existing: dict[str, tuple[str, str, int]]) -> Signatures | None:
     """The signatures this write commits; None when they are the live generation's, unchanged.
@@ -70,14 +69,14 @@ def next_signatures(index_dir: Path, manifest: dict[str, Any] | None, scans: Seq
     is still the live generation's and their document is indexed), the files read record theirs.
     Every other source keeps its own, less the documents this write inserts or deletes (whose file
     is then read by the next scan)."""
-    info = (manifest or {}).get("file_signatures") or {}
+    info = manifest.file_signatures if manifest is not None else None
     touched: dict[str, set[str]] = {}
     for document in to_insert:
         touched.setdefault(document.source, set()).add(document.doc_id)
     for doc_id in to_delete:
         touched.setdefault(existing[doc_id][0], set()).add(doc_id)
     scanned = {scan.source for scan in scans}
-    if not scans and not set(info.get("sources") or ()) & set(touched):
+    if not scans and not set(info.sources if info is not None else ()) & set(touched):
         return None  # e.g. a memory write: no recorded source touched
     old = recorded_signatures(index_dir, manifest) if manifest else {}
     table = {source: {d: s for d, s in files.items() if d not in touched.get(source, ())}
@@ -92,18 +91,18 @@ def next_signatures(index_dir: Path, manifest: dict[str, Any] | None, scans: Seq
     return None if table == old else table
 
 
-def commit_signatures(index_dir: Path, old: dict[str, Any] | None, table: Signatures | None, folder: Path,
-                       name: str, live: set[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def commit_signatures(index_dir: Path, old: Manifest | None, table: Signatures | None, folder: Path,
+                       name: str, live: set[str]) -> tuple[FileSignaturesRecord | None, FileRecord | None]:
     """The manifest's `file_signatures` for a commit into `folder` (becoming `name`) whose live
     segments are `live`, and the `files` entry of a signatures file kept where it is (None: written
     now). `table` None keeps the old generation's: by reference while their folder stays live, else
     copied into `folder`."""
     if table is None:
-        info = (old or {}).get("file_signatures")
-        if not info:
+        info = old.file_signatures if old is not None else None
+        if old is None or info is None:
             return None, None
-        recorded = (old.get("files") or {}).get(info["file"])
-        if info["file"].split("/")[0] in live and recorded:
+        recorded = old.file(info.file)
+        if info.file.split("/")[0] in live and recorded:
             return info, recorded
         table = recorded_signatures(index_dir, old)
     if not table:
@@ -112,7 +111,7 @@ def commit_signatures(index_dir: Path, old: dict[str, Any] | None, table: Signat
                "sources": {source: {doc_id: list(signature) for doc_id, signature in sorted(files.items())}
                            for source, files in sorted(table.items())}}
     (folder / SIGNATURES_FILE).write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
-    return {"file": f"{name}/{SIGNATURES_FILE}", "reader": READER_VERSION,
-            "sources": {source: len(files) for source, files in sorted(table.items())}}, None
+    return FileSignaturesRecord(f"{name}/{SIGNATURES_FILE}", READER_VERSION,
+                                {source: len(files) for source, files in sorted(table.items())}), None
 
 

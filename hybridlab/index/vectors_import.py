@@ -123,7 +123,7 @@ def import_step(path: str | Path, model: str, index_dir: str | Path, by: str = "
     from hybridlab.index import layout
 
     if (Path(index_dir) / layout.MANIFEST).exists():
-        register_recorded(layout.read_manifest(Path(index_dir)).get("models") or {})
+        register_recorded(layout.read_manifest(Path(index_dir)).encoders)
     ids, vectors = read_vectors(path)
     try:
         spec = get_spec(model)

@@ -7,10 +7,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
+from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import consistency_problems, read_generation
 
 
@@ -55,29 +55,25 @@ def _cache_problems(path: Path) -> list[str]:
     return []
 
 
-def cache_path(index_dir: Path, manifest: dict[str, Any]) -> Path:
+def cache_path(index_dir: Path, manifest: Manifest) -> Path:
     """The embeddings cache of an index: its own file when present, else the (shared) one the
     manifest names, else where its own would be."""
     return layout.recorded_cache(index_dir, manifest) or Path(index_dir) / layout.CACHE_FILE
 
 
-def _stores_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+def _stores_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     """Problems opening or reading the DuckDB store of any segment of the manifest."""
-    return [problem for entry in layout.segments(manifest)
-            for problem in _store_problems(Path(index_dir) / entry["name"])]
+    return [problem for entry in manifest.segment_list
+            for problem in _store_problems(Path(index_dir) / entry.name)]
 
 
-def _intact(index_dir: Path, folder: Path) -> dict[str, Any] | None:
+def _intact(index_dir: Path, folder: Path) -> Manifest | None:
     """The manifest copy of a generation folder when every file of its segments matches it and
     every store reads."""
-    copy = folder / layout.MANIFEST
-    try:
-        manifest = json.loads(copy.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    manifest = layout.read_generation_manifest(folder)
+    if manifest is None or manifest.path != folder.name or manifest.files is None:
         return None
-    if not isinstance(manifest, dict) or manifest.get("path") != folder.name or "files" not in manifest:
-        return None
-    if any(not (Path(index_dir) / name).is_dir() for name in layout.referenced_folders(index_dir, manifest)):
+    if any(not (Path(index_dir) / name).is_dir() for name in manifest.folders):
         return None
     if layout.file_problems(index_dir, manifest, hash_all=True) or _stores_problems(index_dir, manifest):
         return None
@@ -121,9 +117,9 @@ def _duplicate_problems(generation) -> list[str]:
              f"{generation.index_dir}` keeps the newest version of each")]
 
 
-def _log_problems(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+def _log_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     """A write-ahead log whose records end in a torn or damaged one (never acknowledged; `--repair` cuts it)."""
-    contents = wal.read_wal(wal.wal_path(index_dir, manifest["generation"]))
+    contents = wal.read_wal(wal.wal_path(index_dir, manifest.generation))
     if contents.problem is None:
         return []
     return [(f"{contents.problem}; the {len(contents.records)} records before it are intact "
@@ -144,7 +140,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             manifest = layout.read_manifest(index_dir)
         except HybridlabError as error:
             manifest = _restore_manifest(index_dir, None, actions, reason=str(error))
-        log = wal.wal_path(index_dir, manifest["generation"])
+        log = wal.wal_path(index_dir, manifest.generation)
         cut = wal.truncate_torn_tail(log) if log.exists() else None
         if cut:
             actions.append(f"cut the write-ahead log back to its intact records ({cut})")
@@ -178,18 +174,18 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
     return actions
 
 
-def _damaged_files(index_dir: Path, manifest: dict[str, Any]) -> list[str]:
+def _damaged_files(index_dir: Path, manifest: Manifest) -> list[str]:
     generation = layout.file_base(index_dir, manifest)
     return [name for problem in layout.file_problems(index_dir, manifest, hash_all=True)
-            for name in manifest.get("files", {}) if problem.startswith(f"{generation / name} ")]
+            for name in manifest.files or {} if problem.startswith(f"{generation / name} ")]
 
 
-def _restore_manifest(index_dir: Path, live: dict[str, Any] | None, actions: list[str], reason: str) -> dict[str, Any]:
+def _restore_manifest(index_dir: Path, live: Manifest | None, actions: list[str], reason: str) -> Manifest:
     """Point the manifest at the newest intact generation (older than the live one when the live
     one is damaged); CorruptIndexError when there is none."""
     candidates = layout.generations(index_dir)
     if live is not None:
-        candidates = [p for p in candidates if p.name < live["path"]]
+        candidates = [p for p in candidates if p.name < live.path]
     for folder in reversed(candidates):
         manifest = _intact(index_dir, folder)
         if manifest is not None:

@@ -26,10 +26,8 @@ MARK_STYLE = "background:#fde68a;padding:0 1px"
 
 def tokenizer_of(index: Any = None) -> Tokenizer:
     """The BM25 tokenizer an index was built with (its manifest's `bm25` settings), else the default one."""
-    manifest = getattr(index, "manifest", None) or {}
-    settings = (manifest.get("config") or {}).get("bm25") or manifest.get("bm25") or {}
-    known = {name: settings[name] for name in ("stemmer", "stopwords", "split_identifiers") if name in settings}
-    return Tokenizer(Bm25Config(**known))
+    manifest = getattr(index, "manifest", None)  # an `Index`'s: the generation's `Manifest`
+    return Tokenizer(manifest.index_config.bm25 if manifest is not None else Bm25Config())
 
 
 def mark_terms(text: str, query: str, tokenizer: Tokenizer | None = None) -> str:

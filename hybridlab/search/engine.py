@@ -2,6 +2,7 @@
 See docs/internals/search.md#engine."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -14,8 +15,9 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
-from hybridlab.index import layout, wal
+from hybridlab.index import wal
 from hybridlab.index.lru import LruCache
+from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import pipeline
 from hybridlab.search.filters import Filters, parse_when
@@ -108,7 +110,7 @@ class Index:
 
     # ---------------------------------------------------------------- the current generation, for tools and tests
     @property
-    def manifest(self) -> Mapping[str, Any]:
+    def manifest(self) -> Manifest:
         return self._snapshot.generation.manifest
 
     @property
@@ -183,7 +185,7 @@ class Index:
                     register_recorded,
                 )
 
-                register_recorded(self._snapshot.generation.manifest.get("models") or {})  # imported vectors
+                register_recorded(self._snapshot.generation.manifest.encoders)  # imported vectors
                 dim = get_spec(model).dim
                 dense = self._snapshot.dense.get(model)
                 if dense is not None and dim != dense.dim:
@@ -192,7 +194,7 @@ class Index:
                         f"{dense.dim}-d ones; re-embed: hybridlab reindex --drop-model {model} "
                         f"(then --model {model})"
                     )
-                recorded = ((self._snapshot.generation.manifest.get("models") or {}).get(model) or {}).get("encoder")
+                recorded = self._snapshot.generation.manifest.encoders.get(model)
                 if recorded:
                     check_query_encoder(model, recorded)
                 self._encoders[model] = load_query_encoder(model, overrides=(recorded or {}).get("settings") or {})
@@ -437,18 +439,18 @@ class Index:
         snapshot = self.snapshot()
         manifest = snapshot.generation.manifest
         return {
-            "index": str(self.index_dir), "generation": manifest["generation"],
-            "built_at": manifest["built_at"], **snapshot.store.counts(),
-            "models": {m: {"dim": info["dim"], "vectors": info["vectors"], "index": info.get("index"),
-                           "encoder": info.get("encoder")}  # the spec that built its vectors (None: older index)
-                       for m, info in manifest.get("models", {}).items()},
-            "bm25": manifest.get("bm25", {}), "chunking": manifest["config"]["chunk"],
-            "segments": [{"name": s["name"], "chunks": s.get("chunks"), "tombstones": len(s.get("deleted") or ())}
-                         for s in layout.segments(dict(manifest))],
-            "tombstones": sum(len(s.get("deleted") or ()) for s in layout.segments(dict(manifest)))
+            "index": str(self.index_dir), "generation": manifest.generation,
+            "built_at": manifest.built_at, **snapshot.store.counts(),
+            "models": {m: {"dim": info.dim, "vectors": info.vectors, "index": info.index,
+                           "encoder": info.encoder}  # the spec that built its vectors (None: older index)
+                       for m, info in manifest.models.items()},
+            "bm25": manifest.bm25.to_json(), "chunking": dataclasses.asdict(manifest.index_config.chunk),
+            "segments": [{"name": s.name, "chunks": s.chunks, "tombstones": len(s.deleted)}
+                         for s in manifest.segment_list],
+            "tombstones": sum(len(s.deleted) for s in manifest.segment_list)
             + snapshot.generation.logged_deletes,  # the segments' and the log's (not folded yet)
-            "last_merge": manifest.get("last_merge"),
-            "write_ahead_log": {"file": wal.wal_path(self.index_dir, manifest["generation"]).name,
+            "last_merge": manifest.last_merge.to_json() if manifest.last_merge else None,
+            "write_ahead_log": {"file": wal.wal_path(self.index_dir, manifest.generation).name,
                                 "memories": snapshot.generation.logged_records,
                                 "chunks": snapshot.generation.logged_chunks,
                                 "tombstones": snapshot.generation.logged_deletes},

@@ -135,7 +135,7 @@ def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_m
             raise ValueError(f"the index has no vectors of {name!r}; it has {snapshot.models}")
         return name
     if language:
-        table = dict(tuple(pair) for pair in snapshot.generation.manifest["config"].get("model_by_language", ()))
+        table = dict(snapshot.generation.manifest.index_config.model_by_language)
         table.update(config_file.get("language_models", {}))
         if language not in table:
             raise ValueError(f"no embedding model configured for language {language!r}; "

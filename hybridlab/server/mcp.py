@@ -451,8 +451,7 @@ def get_document(service: Service, doc_id: str, offset: Annotated[int, Field(ge=
     with service.reading() as index:
         snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
         document = index.get_document(doc_id, snapshot=snapshot)
-        chunking = (snapshot.generation.manifest.get("config") or {}).get("chunk") or {}
-        levels = chunking.get("header_levels") or (1, 2)
+        levels = snapshot.generation.manifest.index_config.chunk.header_levels
     document.pop("source", None)
     text = document.pop("text")
     sections = document_sections(text, document["doc_type"], levels)
@@ -821,7 +820,7 @@ def cli_mcp(args: argparse.Namespace) -> int:
                                    wal_records=getattr(args, "wal_records", None))
         index = server.service.index
         logger.info("serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs", args.index_dir,
-                    index.n_chunks, index.manifest["generation"], backend_name, args.transport,
+                    index.n_chunks, index.manifest.generation, backend_name, args.transport,
                     time.perf_counter() - started)
         if security is None:
             server.run("stdio")

@@ -162,7 +162,7 @@ def test_hnsw_ef_search_round_trips_through_config_manifest_and_load(tmp_path):
     index_paths([tmp_path / "m.jsonl"], tmp_path / "index", config, progress=False,
                 cache_path=tmp_path / "embeddings.duckdb")
     with open_index(tmp_path / "index") as index:
-        assert index.manifest["config"]["hnsw_ef_search"] == 40
+        assert index.manifest.index_config.hnsw_ef_search == 40
         dense = index.dense["wordllama"]
         assert dense.ef_search == 40 and dense._inner.hnsw.efSearch == 40
         results = index.search("kernel", collection="p1", mode="vector", limit=10)

@@ -1,6 +1,8 @@
 """The corpus graph: exact neighbours, safe storage, and expansion of a scored pool."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -309,16 +311,16 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
 
         manifest = layout.read_manifest(index_dir)
         chunks = []
-        for entry in layout.segments(manifest):
-            con = store.open_segment(index_dir / entry["name"])
+        for entry in manifest.segment_list:
+            con = store.open_segment(index_dir / entry.name)
             try:
                 rows = con.execute("SELECT chunk_id, doc_id FROM chunks").fetchall()
             finally:
                 con.close()
-            chunks += [row for row in rows if row[1] not in set(entry.get("deleted") or ())]
+            chunks += [row for row in rows if row[1] not in set(entry.deleted)]
         doc_ids = np.asarray([doc_id for _, doc_id in sorted(chunks)])
-        info = manifest["models"]["wordllama"]
-        graph = load_graph(index_dir / info["graph_dir"] / info["graph"], len(doc_ids))
+        info = manifest.models["wordllama"]
+        graph = load_graph(index_dir / info.graph_dir / info.graph, len(doc_ids))
         return dict(zip(doc_ids, doc_ids[graph].tolist(), strict=True))
 
     index_dir, fresh = tmp_path / "index", tmp_path / "fresh"
@@ -331,19 +333,19 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
         apply_changes(index_dir, [("mcp:memories", list(documents.values()), True)], config, progress=False,
                       cache_path=embedding_cache_path, merge=False)
     manifest = layout.read_manifest(index_dir)
-    first = layout.segments(manifest)[0]
-    assert len(first["deleted"]) == 12 and manifest["models"]["wordllama"]["graph_build"] == "updated"
+    first = manifest.segment_list[0]
+    assert len(first.deleted) == 12 and manifest.models["wordllama"].graph_build == "updated"
     apply_changes(fresh, [("mcp:memories", list(documents.values()), True)], config, progress=False,
                   cache_path=embedding_cache_path)
     assert graph_of(index_dir) == graph_of(fresh)
-    folder = index_dir / first["name"]
+    folder = index_dir / first.name
     dead = segments.dead_chunk_ids(folder, first)
     assert len(dead) == 12 and segments.dead_chunk_ids(folder, first) is dead  # kept for the next write
     info = folder.stat()  # a folder that is not the same one (another mtime): looked up again
     os.utime(folder, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
     again = segments.dead_chunk_ids(folder, first)
     assert again is not dead and np.array_equal(again, dead)
-    assert len(segments.dead_chunk_ids(folder, dict(first, deleted=first["deleted"][:5]))) == 5
+    assert len(segments.dead_chunk_ids(folder, dataclasses.replace(first, deleted=first.deleted[:5]))) == 5
 
 
 @pytest.mark.parametrize("cells", [1 << 18, 40])

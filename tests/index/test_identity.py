@@ -115,9 +115,9 @@ def test_a_log_holding_one_id_twice_reads_and_folds_as_its_last_version(tmp_path
     index_dir = _base(tmp_path, embedding_cache_path)
     MemoryWriter(index_dir, wal_records=64).store_document(_memory("seed", "opens the log", 3, ()))
     manifest = layout.read_manifest(index_dir)
-    records = wal.read_wal(wal.wal_path(index_dir, manifest["generation"])).records
+    records = wal.read_wal(wal.wal_path(index_dir, manifest.generation)).records
     vectors = records[0].vectors
-    writer = wal.WalWriter(wal.wal_path(index_dir, manifest["generation"]))
+    writer = wal.WalWriter(wal.wal_path(index_dir, manifest.generation))
     writer.append([wal.WalRecord(_memory("twice", "first", 4, ()), vectors),
                    wal.WalRecord(_memory("twice", "second", 5, ()), vectors)])
     writer.close()

@@ -51,7 +51,7 @@ def results(index_dir: Path, query: str) -> list[tuple[str, int, float]]:
 def live_generation(index_dir: Path) -> str:
     """The generation the manifest names; also checks no unfinished `gen-*.tmp-*` folder is left."""
     assert not list(index_dir.glob("gen-*.tmp-*"))
-    return layout.read_manifest(index_dir)["path"]
+    return layout.read_manifest(index_dir).path
 
 
 def counts(report: IndexReport) -> dict[str, int]:
@@ -305,7 +305,7 @@ def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
 def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
     from hybridlab.index import store
 
-    generation = tiny_index / layout.read_manifest(tiny_index)["path"]
+    generation = tiny_index / layout.read_manifest(tiny_index).path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
     try:
         rows = con.execute("SELECT chunk_index, section, start_char, embed_text FROM chunks "
@@ -397,25 +397,25 @@ def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_
     index_dir = tmp_path / "index"
     config = IndexConfig(graph_k=3)
     index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
-    model = layout.read_manifest(index_dir)["config"]["models"][0]
-    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "built"
+    model = layout.read_manifest(index_dir).index_config.models[0]
+    assert layout.read_manifest(index_dir).models[model].graph_build == "built"
     (source / "doc03.md").unlink()
     write_docs(source, {**_word_docs([7], version=1), **_word_docs([30, 31])})
     index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
-    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "updated"
+    assert layout.read_manifest(index_dir).models[model].graph_build == "updated"
     with open_index(index_dir) as index:
         assert index.n_chunks == 31
         expected = build_corpus_graph(index.dense[model].vectors, 3)
         assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))
 
     # an old graph that does not match its checksum is never reused
-    graph_path = index_dir / layout.read_manifest(index_dir)["path"] / layout.graph_file(model)
+    graph_path = index_dir / layout.read_manifest(index_dir).path / layout.graph_file(model)
     damaged = np.load(graph_path)[::-1].copy()
     with open(graph_path, "wb") as handle:
         np.save(handle, damaged, allow_pickle=False)
     write_docs(source, _word_docs([32]))
     index_paths([source], index_dir, config, progress=False, cache_path=embedding_cache_path)
-    assert layout.read_manifest(index_dir)["models"][model]["graph_build"] == "built"
+    assert layout.read_manifest(index_dir).models[model].graph_build == "built"
     with open_index(index_dir) as index:
         expected = build_corpus_graph(index.dense[model].vectors, 3)
         assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))

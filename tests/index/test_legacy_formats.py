@@ -25,7 +25,7 @@ def _index(tmp_path, embedding_cache_path):
 
 def test_a_pre_segment_bm25_folder_is_refused_with_the_rebuild_command(tmp_path, embedding_cache_path):
     index_dir = _index(tmp_path, embedding_cache_path)
-    bm25 = index_dir / layout.read_manifest(index_dir)["path"] / layout.BM25_DIR
+    bm25 = index_dir / layout.read_manifest(index_dir).path / layout.BM25_DIR
     params = json.loads((bm25 / "params.index.json").read_text())
     del params["format"]  # what bm25s itself writes: a score matrix, no term-frequency postings
     (bm25 / "params.index.json").write_text(json.dumps(params))
@@ -36,10 +36,12 @@ def test_a_pre_segment_bm25_folder_is_refused_with_the_rebuild_command(tmp_path,
 def test_a_format_1_index_is_refused_then_rebuilt_by_repair(tmp_path, embedding_cache_path):
     index_dir = _index(tmp_path, embedding_cache_path)
     manifest = layout.read_manifest(index_dir)
-    old = {**{k: v for k, v in manifest.items() if k != "segments"}, "format": 1}
-    old["files"] = {name.split("/", 1)[1]: value for name, value in manifest["files"].items()
-                    if name.startswith(manifest["path"] + "/")}
+    old = manifest.replace(format=1, segments=None,
+                           files={name.split("/", 1)[1]: value for name, value in manifest.files.items()
+                                  if name.startswith(manifest.path + "/")})
     layout.write_manifest(index_dir, old)
+    assert "segments" not in json.loads((index_dir / layout.MANIFEST).read_text())  # as format 1 wrote it
+    assert layout.read_manifest(index_dir) == old
     with pytest.raises(IndexFormatError, match="manifest format 1"):
         open_index(index_dir)
     assert "manifest format 1" in verify(index_dir)[0]

@@ -108,7 +108,7 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     from hybridlab.index.verify import verify
     from hybridlab.search.engine import open_index
 
-    generation = layout.read_manifest(index_dir)["generation"]
+    generation = layout.read_manifest(index_dir).generation
     writer = MemoryWriter(index_dir, wal_records=100)
     logged = writer.store("A logged memory about the otter project.", ["t"])
     with open_index(index_dir) as index:
@@ -116,7 +116,7 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     updated = writer.update(current, content="Memory two now about the crane project.")
     assert writer.delete(["m1", logged.id]).removed == 2
     assert (writer.appends, writer.commits, writer.folds) == (3, 0, 0)  # one append each
-    assert layout.read_manifest(index_dir)["generation"] == generation == updated.generation
+    assert layout.read_manifest(index_dir).generation == generation == updated.generation
     expected = {"m2": "Memory two now about the crane project.", "m3": MEMORIES[2]["content"]}
     seen = _visible(index_dir, capsys)
     assert seen["listed"] == expected and seen["tagged"] == set(expected)

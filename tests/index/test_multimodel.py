@@ -75,9 +75,9 @@ def rows_of_collection(index, name: str) -> set[int]:
 def test_each_model_has_its_own_faiss_index_holding_only_its_chunks(by_collection):
     index = by_collection
     assert index.models == [MINILM, E5]
-    models = index.manifest["models"]
-    assert {m: (info["dim"], info["vectors"]) for m, info in models.items()} == {MINILM: (384, 2), E5: (384, 2)}
-    assert models[MINILM]["file"] != models[E5]["file"]
+    models = index.manifest.models
+    assert {m: (info.dim, info.vectors) for m, info in models.items()} == {MINILM: (384, 2), E5: (384, 2)}
+    assert models[MINILM].file != models[E5].file
     for model, collection in ((MINILM, "alpha"), (E5, "beta")):
         expected = sorted(int(index.chunk_ids[r]) for r in rows_of_collection(index, collection))
         assert index.dense[model].ids.tolist() == expected

@@ -14,6 +14,7 @@ import pytest
 from hybridlab.config import IndexConfig
 from hybridlab.index import layout, merge
 from hybridlab.index.build import index_paths, optimize
+from hybridlab.index.manifest import Manifest
 from hybridlab.index.signatures import recorded_signatures
 from hybridlab.ingest import sources
 from hybridlab.search.engine import open_index
@@ -179,7 +180,7 @@ def test_deleted_files_are_tombstoned(tmp_path, embedding_cache_path, settled, r
     report = _index(folder, index_dir, embedding_cache_path)
     assert reads == [] and (report.removed, report.unchanged, report.documents) == (1, 4, 4)
     manifest = layout.read_manifest(index_dir)
-    assert "note-3.md" in layout.segments(manifest)[0]["deleted"]
+    assert "note-3.md" in manifest.segment_list[0].deleted
     assert "note-3.md" not in recorded_signatures(index_dir)[str(folder.root.resolve())]
     with open_index(index_dir) as index:
         assert index.stats()["documents"] == 4
@@ -195,7 +196,7 @@ def test_an_index_without_signatures_reads_everything_and_records_them_on_its_ne
     _index(folder, index_dir, embedding_cache_path)
     manifest = json.loads((index_dir / layout.MANIFEST).read_text())  # as an index built before signatures
     del manifest["files"][manifest.pop("file_signatures")["file"]]
-    layout.write_manifest(index_dir, manifest)
+    layout.write_manifest(index_dir, Manifest.from_json(manifest))
     assert recorded_signatures(index_dir) == {}
     reads.clear()
     assert not _index(folder, index_dir, embedding_cache_path).committed
@@ -239,7 +240,7 @@ def test_reindexes_answer_like_a_fresh_build_and_signatures_survive_merges(tmp_p
         reads.clear()
         report = _index(folder, index_dir, embedding_cache_path)
         assert sorted(reads) == sorted(touched) and report.removed == 1
-    assert "last_merge" in layout.read_manifest(index_dir)  # signatures went through merges
+    assert layout.read_manifest(index_dir).last_merge is not None  # signatures went through merges
     fresh = tmp_path / "fresh"
     index_paths([folder.root], fresh, CONFIG, progress=False, cache_path=embedding_cache_path)
     expected = _runs(fresh)

@@ -12,6 +12,7 @@ import pytest
 from hybridlab.config import Bm25Config, IndexConfig
 from hybridlab.index import layout, merge
 from hybridlab.index.build import apply_changes, optimize
+from hybridlab.index.manifest import Segment
 from hybridlab.index.memory import make_memory
 from hybridlab.index.merge import merge_plan
 from hybridlab.index.sparse import SparseIndex, _bm25s
@@ -201,9 +202,9 @@ def test_random_writes_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
                   cache_path=embedding_cache_path)
     expected = _runs(fresh)
     _assert_same(_runs(index_dir), expected)
-    assert len(layout.segments(manifest)) >= 1
+    assert len(manifest.segment_list) >= 1
     optimize(index_dir)
-    assert len(layout.segments(layout.read_manifest(index_dir))) == 1
+    assert len(layout.read_manifest(index_dir).segment_list) == 1
     _assert_same(_runs(index_dir), expected)
 
 
@@ -212,20 +213,20 @@ def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache
     first = [_memory(f"a{i}", f"panel widget {i} alpha", 3, ()) for i in range(5)]
     apply_changes(index_dir, [(SOURCE, first, False)], CONFIG, progress=False, cache_path=embedding_cache_path)
     before = layout.read_manifest(index_dir)
-    files_before = {name: value for name, value in before["files"].items() if "graph-" not in name}
+    files_before = {name: value for name, value in (before.files or {}).items() if "graph-" not in name}
     report = apply_changes(index_dir, [(SOURCE, [_memory("b1", "holoviews stream", 4, ("red",))], False)], CONFIG,
                            progress=False, cache_path=embedding_cache_path)
     after = layout.read_manifest(index_dir)
     assert report.committed and report.new_chunks == 1
-    assert [s["name"] for s in after["segments"]] == [before["path"], after["path"]]
+    assert [s.name for s in after.segments] == [before.path, after.path]
     for name, value in files_before.items():  # the earlier segment's files are the same files, untouched
-        assert after["files"][name] == value
-        assert layout.file_sha256(index_dir / name) == value["sha256"]
+        assert after.file(name) == value
+        assert layout.file_sha256(index_dir / name) == value.sha256
     # a change is a tombstone in the old segment plus the new version in a new segment
     apply_changes(index_dir, [(SOURCE, [_memory("a0", "bokeh server", 5, ())], False)], CONFIG, progress=False,
                   cache_path=embedding_cache_path)
     changed = layout.read_manifest(index_dir)
-    assert changed["segments"][0]["deleted"] == ["a0"] and len(changed["segments"]) == 3
+    assert changed.segments[0].deleted == ("a0",) and len(changed.segments) == 3
     with open_index(index_dir) as index:
         assert index.n_chunks == 6
         assert index.get_document("a0")["text"] == "bokeh server"
@@ -259,7 +260,7 @@ def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal
     apply_changes(index_dir, [(SOURCE, [_memory("b", "holoviews plot", 3, ("red",))], False)], CONFIG, progress=False,
                   cache_path=embedding_cache_path, merge=False)
     manifest = layout.read_manifest(index_dir)
-    newest = index_dir / manifest["segments"][-1]["name"]
+    newest = index_dir / manifest.segments[-1].name
     assert (newest / "chunks.parquet").is_file() and not (newest / layout.STORE_FILE).exists()
     with open_index(index_dir) as index:
         held = index.snapshot()
@@ -275,11 +276,14 @@ def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal
 
 
 def test_merge_plan_is_tiered():
-    small = {"chunks": 1, "rows": 1}
-    assert merge_plan([{"chunks": 5000, "rows": 5000}] + [small] * 9, factor=10) is None
-    assert merge_plan([{"chunks": 5000, "rows": 5000}] + [small] * 10, factor=10) == (1, 11)
-    assert merge_plan([{"chunks": 40, "rows": 40}] * 3 + [small] * 2, factor=3) == (0, 3)
-    assert merge_plan([{"chunks": 100, "rows": 4000, "deleted": ["x"]}, small], factor=10) == (0, 2)
+    def segment(chunks, rows, deleted=()):
+        return Segment(name="gen-000001", chunks=chunks, rows=rows, deleted=deleted)
+
+    small = segment(1, 1)
+    assert merge_plan([segment(5000, 5000)] + [small] * 9, factor=10) is None
+    assert merge_plan([segment(5000, 5000)] + [small] * 10, factor=10) == (1, 11)
+    assert merge_plan([segment(40, 40)] * 3 + [small] * 2, factor=3) == (0, 3)
+    assert merge_plan([segment(100, 4000, ("x",)), small], factor=10) == (0, 2)
 
 
 def test_optimize_merges_everything_and_keeps_answers(tmp_path, embedding_cache_path):
@@ -290,7 +294,7 @@ def test_optimize_merges_everything_and_keeps_answers(tmp_path, embedding_cache_
     before = _runs(index_dir)
     report = optimize(index_dir)
     manifest = layout.read_manifest(index_dir)
-    assert report.committed and len(manifest["segments"]) == 1 and manifest["last_merge"]["reason"] == "optimize"
+    assert report.committed and len(manifest.segments) == 1 and manifest.last_merge.reason == "optimize"
     _assert_same(_runs(index_dir), before)
     copy = tmp_path / "copy"
     shutil.copytree(index_dir, copy)
@@ -308,6 +312,6 @@ def test_cli_index_optimize_and_stats(tmp_path, embedding_cache_path, capsys):
     assert "segments 3, tombstoned documents 0, last merge none" in capsys.readouterr().out
     assert main(["index", "--optimize", "--index", str(index_dir), "-q"]) == 0
     assert "optimize: merged every segment into one" in capsys.readouterr().err
-    assert len(layout.read_manifest(index_dir)["segments"]) == 1
+    assert len(layout.read_manifest(index_dir).segments) == 1
     assert main(["index", "--index", str(index_dir), "-q"]) == 2
     assert "give PATHS to index, or --optimize" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from test_segments import CONFIG, SOURCE, _assert_same, _memory, _runs, _text
 
 from hybridlab.index import build, layout, merge, wal
 from hybridlab.index.build import apply_changes, fold_log, optimize
+from hybridlab.index.manifest import FORMAT_VERSION, LOG_DELETES_FORMAT
 from hybridlab.index.memory import MemoryWriter
 from hybridlab.index.verify import repair, verify
 from hybridlab.search.engine import open_index
@@ -82,7 +83,7 @@ def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(tmp
     runs as a fresh build of the same documents; after the fold, staged runs (the corpus graph) too."""
     rng = random.Random(seed)
     index_dir, documents = _base(tmp_path, embedding_cache_path, rng)
-    generation = layout.read_manifest(index_dir)["generation"]
+    generation = layout.read_manifest(index_dir).generation
     writer = MemoryWriter(index_dir, wal_records=1000)
     for i in range(9):
         document = _memory(f"w{i:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2))))
@@ -90,7 +91,7 @@ def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(tmp
         stored = writer.store_document(document)
         assert stored.generation == generation
     assert writer.appends == 9 and writer.commits == 0
-    assert layout.read_manifest(index_dir)["generation"] == generation  # nothing committed: appended only
+    assert layout.read_manifest(index_dir).generation == generation  # nothing committed: appended only
     fresh = tmp_path / "fresh"
     apply_changes(fresh, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
                   cache_path=embedding_cache_path)
@@ -263,18 +264,18 @@ def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_rep
             assert [r.doc_id for r in index.search("zqgone zqkept", mode="bm25", limit=5)] == [kept.id]
 
     check()
-    logged_generation = layout.read_manifest(index_dir)["generation"]
+    logged_generation = layout.read_manifest(index_dir).generation
     assert fold_log(index_dir).committed
     check()
     manifest = layout.read_manifest(index_dir)
     base = layout.file_base(index_dir, manifest)
-    name = next(name for name in manifest["files"] if name.startswith(manifest["segments"][-1]["name"])
+    name = next(name for name in manifest.files if name.startswith(manifest.segments[-1].name)
                 and Path(name).name in store.STORE_FILES)
     (base / name).write_bytes(b"\0" * (base / name).stat().st_size)  # the fold's new store damaged
     assert verify(index_dir)
     actions = repair(index_dir)
     assert any("intact generation" in action for action in actions), actions
-    assert layout.read_manifest(index_dir)["generation"] == logged_generation and verify(index_dir) == []
+    assert layout.read_manifest(index_dir).generation == logged_generation and verify(index_dir) == []
     check()
 
 
@@ -283,15 +284,15 @@ def test_a_format_4_index_is_committed_to_before_the_first_logged_delete(tmp_pat
     log of a format-4 manifest; its first write commits (a format-5 manifest), later ones append."""
     index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(3))
     manifest = layout.read_manifest(index_dir)
-    assert manifest["format"] == layout.FORMAT_VERSION == layout.LOG_DELETES_FORMAT
+    assert manifest.format == FORMAT_VERSION == LOG_DELETES_FORMAT
     path = index_dir / layout.MANIFEST
     path.write_text(path.read_text().replace('"format": 5', '"format": 4'))
-    assert layout.read_manifest(index_dir)["format"] == 4
+    assert layout.read_manifest(index_dir).format == 4
     writer = MemoryWriter(index_dir, wal_records=100)
     first, second = sorted(documents)[:2]
     assert writer.delete([first]).removed == 1
     assert (writer.commits, writer.appends) == (1, 0)
-    assert layout.read_manifest(index_dir)["format"] == 5
+    assert layout.read_manifest(index_dir).format == 5
     assert writer.delete([second]).removed == 1
     assert (writer.commits, writer.appends) == (1, 1)
     with open_index(index_dir) as index:
