@@ -222,10 +222,16 @@ def _document(doc_type: str, text: str, title: str = "T") -> Document:
     return Document("id", "src", "col", title, text, doc_type, language="text")
 
 
-def test_memories_and_beir_documents_are_single_chunks():
-    long_text = para("memory", 1000)  # 7,000 chars: above chunk_size, still one chunk
-    (memory,) = chunk_document(_document("memory", long_text), IndexConfig())
-    assert (memory.text, memory.chunk_type, memory.section) == (long_text, "memory", "")
+def test_beir_documents_are_single_chunks_and_long_memories_pieces():
+    long_text = para("memory", 1000)  # 7,000 chars: above chunk_size
+    (short,) = chunk_document(_document("memory", long_text[:1400]), IndexConfig())
+    assert (short.text, short.chunk_type, short.section) == (long_text[:1400], "memory", "")
+    pieces = chunk_document(_document("memory", long_text), IndexConfig())
+    # a long memory: overlapping pieces of at most chunk_size that cover its text, every one a memory chunk
+    assert len(pieces) > 1 and all(len(p.text) <= 1500 and p.chunk_type == "memory" for p in pieces)
+    assert pieces[0].start_char == 0 and pieces[-1].end_char == len(long_text)
+    assert all(b.start_char < a.end_char for a, b in zip(pieces, pieces[1:]))  # they overlap
+    assert all(long_text[p.start_char:p.end_char] == p.text for p in pieces)
     (beir,) = chunk_document(_document("beir", long_text, title="Vitamin D"), IndexConfig())
     assert (beir.text, beir.chunk_type, beir.section) == (long_text, "text", "Vitamin D")
 

@@ -72,7 +72,8 @@ def index(stored):
 
 def test_a_stored_unique_token_is_found_first_right_after_the_store(index, stored):
     _, memory_id = stored
-    results = index.search(TOKEN, limit=10, now=NOW, explain=True)
+    # alpha 0.6 pinned: at a memory store's default 0.5 BM25 alone already ranks it first (no lift needed)
+    results = index.search(TOKEN, limit=10, now=NOW, explain=True, alpha=0.6)
     first = results[0].explain
     assert results[0].doc_id == memory_id
     assert (first["rare_term"], first["rare_term_df"], first["rare_term_rows"]) == (TOKEN, 1, 1)
@@ -82,10 +83,10 @@ def test_a_stored_unique_token_is_found_first_right_after_the_store(index, store
     assert all(r.explain["bm25_rank"] is None and r.explain["rare_term_lift"] == 0.0 for r in results[1:])
     assert results[0].score == pytest.approx(results[1].score + 1e-6)
     # without the lift the dense-nearest distractors outrank it: what the rule is for
-    off = index.search(TOKEN, limit=10, now=NOW, rare_term_max_df=0, explain=True)
+    off = index.search(TOKEN, limit=10, now=NOW, rare_term_max_df=0, explain=True, alpha=0.6)
     assert off[0].doc_id != memory_id and memory_id in [r.doc_id for r in off]
     assert off[0].explain["rare_term"] == TOKEN and off[0].explain["rare_term_rows"] == 0
-    assert [r.doc_id for r in index.search(TOKEN, limit=10, now=NOW, adaptive_fusion=False)] == \
+    assert [r.doc_id for r in index.search(TOKEN, limit=10, now=NOW, adaptive_fusion=False, alpha=0.6)] == \
         [r.doc_id for r in off]
 
 
