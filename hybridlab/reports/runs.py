@@ -92,30 +92,6 @@ def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defau
     return "\n".join(lines)
 
 
-def grouped_bars(heights: Mapping[str, Sequence[float]], labels: Sequence[str], path: str | os.PathLike, *,
-                 ylabel: str, group_width: float, legend_y: float, title: str = "") -> Path:
-    """A bar chart: one group per label, one bar per series (`heights[name]`, in label order)."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    width = 0.8 / max(1, len(heights))
-    figure, axes = plt.subplots(figsize=(max(6, group_width * len(labels)), 4))
-    for i, (name, values) in enumerate(heights.items()):
-        axes.bar([x + i * width for x in range(len(labels))], values, width, label=name)
-    axes.set_xticks([x + width * (len(heights) - 1) / 2 for x in range(len(labels))], labels)
-    axes.set_ylabel(ylabel)
-    if title:
-        axes.set_title(title)
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, legend_y), ncol=max(1, len(heights)))
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return Path(path)
-
-
 def split_label(record: Mapping[str, Any]) -> str:
     """How a sweep's report figures were obtained, in a few words: `out of fold, 79 queries` for a
     cross-validated set, else `test split, 300 queries`."""
@@ -208,13 +184,15 @@ def cli_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
+def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = False) -> dict[str, Any]:
     """Everything the report shows for one sweep run: its study's figures and importances, the
     report-split comparison (defaults = baseline, tuned, BM25, vector) with significance marks,
     the per-query wins and losses of the tuned config against the defaults with the query text,
-    the metric per query kind (where the queries have kinds), and whether the sweep is stale."""
+    the metric per query kind (where the queries have kinds), and whether the sweep is stale.
+    `progress`: progress bars while an index builds."""
     from hybridlab.eval.evaluate import compare
     from hybridlab.eval.evaluator import Evaluator, resolve_evalset
+    from hybridlab.reports.hits import query_kinds as kind_of_query
     from hybridlab.tune.sweep import query_kinds
 
     run, out_dir = Path(run), Path(out_dir)
@@ -222,14 +200,15 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
     name = record["dataset"]
     study = load_study(run)
     figures = plot_study(study, out_dir, prefix=f"{name}-")
-    evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name))
+    evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name), progress=progress)
     runs, qrels = system_runs(record, evaluator)
     comparison = compare(qrels, runs)
     queries = evaluator.dataset(record.get("split", "test")).queries
     metric = record["metric"]
-    kinds = query_kinds(evaluator.evalset, {system: comparison.per_query[system][metric] for system in runs})
+    per_query = {system: comparison.per_query[system][metric] for system in runs}
+    kinds = query_kinds(evaluator.evalset, per_query)
     if kinds:
-        plot_kinds(kinds, metric, out_dir / f"{name}-kinds.png", title=name)
+        plot_kinds(per_query, kind_of_query(evaluator.evalset), metric, out_dir / f"{name}-kinds.png", title=name)
         figures.append(out_dir / f"{name}-kinds.png")
     return {
         "dataset": name, "run": run.name, "record": record, "importances": importances(study),
@@ -239,13 +218,43 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike) -> dict[s
     }
 
 
-def plot_kinds(per_kind: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
+def plot_kinds(per_query: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str], metric: str,
                path: str | os.PathLike, title: str = "") -> Path:
-    """Grouped bars: `metric` per query kind (groups) and system (bars)."""
-    counts = next(iter(per_kind.values()))
-    heights = {system: [by_kind.get(kind, {}).get("mean", 0.0) for kind in counts] for system, by_kind in per_kind.items()}
-    return grouped_bars(heights, [f"{kind}\n(n={counts[kind]['n']})" for kind in counts], path, ylabel=metric,
-                        group_width=1.6, legend_y=-0.18, title=f"{title} — {metric} per query kind".strip(" —"))
+    """`metric` per query kind (groups) and system (one point each, side by side): the mean over the
+    kind's queries with its 95% t interval, on an axis zoomed to the intervals. `per_query[system]`
+    = `{qid: value}`, `kinds` = `{qid: kind}` (queries without a kind are left out)."""
+    require("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hybridlab.eval.significance import mean_ci
+
+    systems = list(per_query)
+    names = sorted({kinds[q] for q in per_query[systems[0]] if q in kinds})
+    members = {kind: [q for q in per_query[systems[0]] if kinds.get(q) == kind] for kind in names}
+    width = 0.8 / max(1, len(systems))
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.5 * len(names)), 3.8))
+    lows, highs = [], []
+    for i, system in enumerate(systems):
+        intervals = [mean_ci([per_query[system].get(q, 0.0) for q in members[kind]]) for kind in names]
+        xs = [x - 0.4 + width * (i + 0.5) for x in range(len(names))]
+        axes.errorbar(xs, [ci.mean for ci in intervals], yerr=[[ci.mean - ci.low for ci in intervals],
+                      [ci.high - ci.mean for ci in intervals]], fmt="o", capsize=3, markersize=4, label=system)
+        lows += [ci.low for ci in intervals]
+        highs += [ci.high for ci in intervals]
+    margin = max(0.01, 0.05 * (max(highs) - min(lows)))
+    axes.set_ylim(max(0.0, min(lows) - margin), min(1.05, max(highs) + margin))
+    axes.set_xticks(range(len(names)), [f"{kind}\n(n={len(members[kind])})" for kind in names], fontsize=9)
+    axes.set_ylabel(f"{metric} (mean, 95% CI)")
+    axes.set_title(f"{title} — {metric} per query kind".strip(" —"), fontsize=10)
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(systems), fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return Path(path)
 
 
 def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from hybridlab.eval.evaluate import compare
-from hybridlab.reports.runs import plot_comparison, split_label, wins_losses_table
+from hybridlab.reports.runs import plot_comparison, plot_kinds, split_label, wins_losses_table
 from hybridlab.reports.staged import top_overlap, tradeoff_table
 from hybridlab.tune.notebooks import EXTERNAL_SCRIPT, WIDGET_NOTE, static_copy
 from hybridlab.tune.runs import (
@@ -65,6 +65,8 @@ def test_the_comparison_figure_has_a_panel_per_set(tmp_path):
                  "scifact": {"defaults": {"q1": 0.7, "q2": 0.75}, "bm25": {"q1": 0.69, "q2": 0.71}}}
     path = plot_comparison(per_query, "ndcg@10", tmp_path / "c.png", {"memories": "out of fold, 3 queries"})
     assert path.stat().st_size > 0
+    kinds = {"q1": "tag", "q2": "tag", "q3": "identifier"}  # a kind of one query has a zero-width interval
+    assert plot_kinds(per_query["memories"], kinds, "ndcg@10", tmp_path / "k.png", title="m").stat().st_size > 0
 
 
 def _study(values):
