@@ -125,7 +125,7 @@ def run_notebook(name: str, out_dir: str | os.PathLike, parameters: Mapping[str,
         if output.exists():
             relative_paths(output, out_dir)
         if html and output.exists():
-            to_html(output)
+            to_html(output, code=name not in READ_WITHOUT_CODE)
     return output
 
 
@@ -171,6 +171,8 @@ def relative_paths(notebook: str | os.PathLike, out_dir: str | os.PathLike) -> P
 
 #: what an exported page would fetch from the network, removed: scripts loaded from a URL (require.js,
 #: MathJax) and inline scripts that import a module from one (Mermaid, which the pages never draw)
+#: notebooks whose HTML copy leaves the code out: what they show is the document
+READ_WITHOUT_CODE = ("report",)
 EXTERNAL_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?:)?//[^"]*"[^>]*>\s*</script>'
                              r'|<script[^>]*>(?:(?!</script>).)*?\bimport\(\s*"https?://(?:(?!</script>).)*</script>',
                              re.IGNORECASE | re.DOTALL)
@@ -194,15 +196,19 @@ def static_copy(book):
     return book
 
 
-def to_html(notebook: str | os.PathLike) -> Path:
+def to_html(notebook: str | os.PathLike, code: bool = True) -> Path:
     """A self-contained HTML copy next to the executed notebook: images inline, no widget views, and
-    no script fetched from the network (the page has no math and no widgets to render)."""
+    no script fetched from the network (the page has no math and no widgets to render); `code`
+    False leaves the code cells out (a report reads as a document; the notebook keeps them)."""
     require("nbconvert")
     import nbformat
     from nbconvert import HTMLExporter
 
     notebook = Path(notebook)
-    body, _ = HTMLExporter().from_notebook_node(static_copy(nbformat.read(notebook, as_version=4)))
+    quiet = logging.getLogger(f"{__name__}.nbconvert")  # it warns of images without alt text, which the
+    quiet.setLevel(logging.ERROR)  # lab template has no place for (it fills in a default); errors still show
+    body, _ = HTMLExporter(log=quiet, exclude_input=not code, exclude_input_prompt=not code,
+                           exclude_output_prompt=not code).from_notebook_node(static_copy(nbformat.read(notebook, as_version=4)))
     target = notebook.with_suffix(".html")
     target.write_text(EXTERNAL_SCRIPT.sub("", body), encoding="utf-8")
     return target

@@ -10,7 +10,7 @@ import pytest
 from hybridlab.eval.evaluate import compare
 from hybridlab.reports.runs import plot_comparison, plot_kinds, split_label, wins_losses_table
 from hybridlab.reports.staged import top_overlap, tradeoff_table
-from hybridlab.tune.notebooks import EXTERNAL_SCRIPT, WIDGET_NOTE, static_copy
+from hybridlab.tune.notebooks import EXTERNAL_SCRIPT, WIDGET_NOTE, static_copy, to_html
 from hybridlab.tune.runs import (
     TrialBar,
     importances,
@@ -123,3 +123,12 @@ def test_staged_overlap_and_table():
     assert tradeoff_table(rows).splitlines() == ["| system | median_ms | overlap@10 |", "|---|---|---|",
                                                  "| parallel hybrid | 2.0000 | 1.0000 |",
                                                  "| staged, 50 candidates | 1.0000 | 0.9000 |"]
+
+
+def test_a_report_reads_without_its_code(tmp_path):
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print_the_secret_sauce()")])
+    book.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "**Verdict:** kept"})]
+    nbformat.write(book, tmp_path / "report.ipynb")
+    assert "print_the_secret_sauce" in to_html(tmp_path / "report.ipynb").read_text()
+    page = to_html(tmp_path / "report.ipynb", code=False).read_text()
+    assert "print_the_secret_sauce" not in page and "Verdict" in page
