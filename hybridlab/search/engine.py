@@ -433,10 +433,11 @@ class Index:
         texts = {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))} if present else {}
         return [texts[int(row)] if ok else None for row, ok in zip(rows.tolist(), held)]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
         """Counts per collection, chunk type and model (with the encoder spec the manifest records
-        of each model: source, revision, dim, pooling, prompts, ...), plus the manifest's build facts."""
-        snapshot = self.snapshot()
+        of each model: source, revision, dim, pooling, prompts, ...), plus the manifest's build facts;
+        of `snapshot`, else of the current generation."""
+        snapshot = self.snapshot() if snapshot is None else snapshot
         manifest = snapshot.generation.manifest
         return {
             "index": str(self.index_dir), "generation": manifest.generation,

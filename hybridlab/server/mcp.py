@@ -1,5 +1,10 @@
 """The MCP server: a thin adapter exposing an index to AI assistants as ten typed tools.
-See docs/internals/search.md#mcp-server."""
+
+Each tool is a module-level function `name(service, ...)` over a :class:`Service` (the index, its
+memory writer, the server's settings) whose docstring is the tool's description and whose pydantic
+result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS` with the
+service bound. `search`, `get_document` and `stats` each read one snapshot of the index, so a writer
+committing meanwhile mixes no newer generation into a response. See docs/internals/search.md#mcp-server."""
 from __future__ import annotations
 
 import argparse
@@ -624,9 +629,11 @@ def stats(service: Service) -> StatsResponse:
     from hybridlab.config import resolve_search_config
 
     with service.reading() as index:
-        facts = index.stats()
-        config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=index.n_chunks)
-        collections, chunk_types = index.known_collections, index.known_chunk_types
+        snapshot = index.snapshot()  # the counts and the adaptive settings of one generation
+        facts = index.stats(snapshot=snapshot)
+        config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=snapshot.n_chunks)
+        generation = snapshot.generation
+        collections, chunk_types = list(generation.known_collections), list(generation.known_chunk_types)
     writer = service.writer
     activity = ServerActivity(memory_commits=writer.commits, memory_log_appends=writer.appends,
                               memory_log_folds=writer.folds, wal_records=writer.wal_records,
