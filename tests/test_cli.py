@@ -202,6 +202,20 @@ def test_help_does_not_import_heavy_libraries():
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
 
 
+def test_the_parser_lists_each_group_modules_commands_in_help_order():
+    """`build_parser` assembles the commands the group modules define (cli/indexing.py, ...,
+    eval/conversations/cli.py), in the order `hybridlab --help` has always listed them."""
+    import argparse
+
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert list(commands) == ["index", "search", "stats", "memories", "export", "models", "reindex", "eval", "fuse",
+                              "verify", "sweep", "grid", "report", "export-config", "learn-fusion", "repro", "mcp",
+                              "membench", "demo"]
+    done = subprocess.run([sys.executable, "-m", "hybridlab.cli", "stats", "--help"], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: hybridlab stats [-h] [--index INDEX_DIR]")
+
+
 
 def test_public_names_are_exported_and_resolve():
     import hybridlab
