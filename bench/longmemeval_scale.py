@@ -35,7 +35,7 @@ def texts(seed: int = 0) -> list[str]:
     """~1,000-character passages of HoloViz sentences."""
     out, current = [], ""
     for path in sorted((corpora_dir() / "holoviz").rglob("*.md")):
-        body = re.sub(r"```.*?```", " ", path.read_text(encoding="utf-8", errors="replace"), flags=re.S)
+        body = re.sub(r"```.*?```", " ", path.read_text(encoding="utf-8", errors="replace"), flags=re.DOTALL)
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(body.split())):
             current = f"{current} {sentence}".strip()
             if len(current) >= TURN_CHARS:
@@ -124,17 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     report = {"runs": rows, "full": estimate}
     (out / "scale.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     lines = [f"# LongMemEval_S-shaped run, cost and scaling ({date.today()})", "",
-             "`python -m bench.longmemeval_scale` — synthetic file of LongMemEval_S's shape (50 sessions x 10 turns "
+             ("`python -m bench.longmemeval_scale` — synthetic file of LongMemEval_S's shape (50 sessions x 10 turns "
              "per question, fillers from a shared pool of 2,500 sessions); turn level; hybrid, BM25 and dense; "
-             "an empty work folder per run; 2-core CPU.", "",
-             "| questions | turns indexed (all haystacks) | distinct turns embedded | cold wall s | cold index s | "
-             "warm wall s (embeddings cached) | warm index s | searches s |", "|---|---|---|---|---|---|---|---|"]
+             "an empty work folder per run; 2-core CPU."), "",
+             ("| questions | turns indexed (all haystacks) | distinct turns embedded | cold wall s | cold index s | "
+              "warm wall s (embeddings cached) | warm index s | searches s |"), "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['questions']} | {r['haystack_turns']:,} | {r['distinct_turns_embedded']:,} | {r['cold_wall_s']} | "
               f"{r['cold_index_s']} | {r['warm_wall_s']} | {r['warm_index_s']} | {r['search_s']} |" for r in rows]
-    lines += ["", f"Full file ({args.full} questions, {distinct_full:,} distinct user turns): per haystack "
+    lines += ["", (f"Full file ({args.full} questions, {distinct_full:,} distinct user turns): per haystack "
               f"{build_per_haystack:.2f} s to build (embeddings cached) + {search_per_haystack:.2f} s to search "
               f"(3 systems), {embed_per_turn * 1000:.0f} ms per distinct turn embedded: about "
-              f"{estimate_s / 60:.0f} min here, linear in questions plus one embedding per distinct turn."]
+              f"{estimate_s / 60:.0f} min here, linear in questions plus one embedding per distinct turn.")]
     (out / "scale.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

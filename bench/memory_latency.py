@@ -55,7 +55,7 @@ def sentences(limit: int) -> list[dict[str, Any]]:
     memories: list[dict[str, Any]] = []
     for path in sorted((corpora_dir() / "holoviz").rglob("*.md")):
         project = path.relative_to(corpora_dir() / "holoviz").parts[0]
-        text = re.sub(r"```.*?```", " ", path.read_text(encoding="utf-8", errors="replace"), flags=re.S)
+        text = re.sub(r"```.*?```", " ", path.read_text(encoding="utf-8", errors="replace"), flags=re.DOTALL)
         previous = ""
         for sentence in re.split(r"(?<=[.!?])\s+|\n\s*\n", text):
             sentence = " ".join(sentence.split())
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"memories": len(rows), "queries": len(texts), "results": results, "p50_ratio_after_before": round(ratio, 3)}
     (out / "latency.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     lines = [f"# Memory search latency at {len(rows):,} memories ({date.today()})", "",
-             "`python -m bench.memory_latency` — `Index.search(query, limit=10)` with the defaults, query encoding "
-             f"included, {len(texts)} queries after one warm-up; 2-core CPU.", "",
+             ("`python -m bench.memory_latency` — `Index.search(query, limit=10)` with the defaults, query encoding "
+             f"included, {len(texts)} queries after one warm-up; 2-core CPU."), "",
              "| version | memories | index build s | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     lines += [f"| {r['version']} | {r.get('n_chunks', len(rows))} | {r.get('build_s', '')} | {r['p50_ms']} | {r['p95_ms']} |"
               for r in results]

@@ -204,7 +204,7 @@ def test_help_does_not_import_heavy_libraries():
 
 def test_the_parser_lists_each_group_modules_commands_in_help_order():
     """`build_parser` assembles the commands the group modules define (cli/indexing.py, ...,
-    eval/conversations/cli.py), in the order `hybridlab --help` has always listed them."""
+    cli/membench.py), in the order `hybridlab --help` has always listed them."""
     import argparse
 
     commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -5,7 +5,7 @@ handlers: :mod:`~hybridlab.cli.indexing` (index, models, reindex, verify),
 :mod:`~hybridlab.cli.searching` (search, stats), :mod:`~hybridlab.cli.memories` (memories, export),
 :mod:`~hybridlab.cli.evaluating` (eval, fuse, demo), :mod:`~hybridlab.cli.tuning` (sweep, grid, report,
 export-config, learn-fusion, repro), :mod:`~hybridlab.cli.serving` (mcp) and
-:mod:`hybridlab.eval.conversations.cli` (membench); the options several share are in
+:mod:`hybridlab.cli.membench` (membench); the options several share are in
 :mod:`~hybridlab.cli.options`. :func:`build_parser` assembles them in the order `--help` lists them."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from hybridlab.cli.options import (
 )
 from hybridlab.config import apply_offline_environment
 from hybridlab.errors import HybridlabError
-from hybridlab.eval.conversations.cli import add_parser as add_membench
+from hybridlab.cli.membench import add_parser as add_membench
 from hybridlab.server.stderr import StderrHandler
 
 __all__ = ["DEFAULT_INDEX", "UsageError", "add_search_options", "build_parser", "encoder_options",

@@ -59,7 +59,7 @@ def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, setti
     for haystack in haystacks:
         held = haystack.haystack_id
 
-        def tuning_mean(i: int) -> float:
+        def tuning_mean(i: int, held: str = held) -> float:
             values = [v for qid, v in scores[i][k].items() if owner[qid] != held]
             return sum(values) / len(values)
 

@@ -50,7 +50,8 @@ def _reader(benchmark: str):
 
 
 def cli_membench(args: argparse.Namespace) -> int:
-    from hybridlab.eval.conversations import runner, served
+    from hybridlab.eval.conversations import runner
+    from hybridlab.server import membench as served
 
     haystacks = _reader(args.benchmark)(args.path)[: args.haystacks]
     work = Path(args.work or REPO_ROOT / ".cache" / "membench")

@@ -1,5 +1,5 @@
-"""Served = measured: a benchmark through the MCP server, as an assistant would use it. Per
-haystack, an empty index; every turn stored with `store_memory` (its text as content, the speaker
+"""Served = measured (`hybridlab membench --via-mcp`): a memory benchmark through the MCP server,
+as an assistant would use it. Per haystack, an empty index; every turn stored with `store_memory` (its text as content, the speaker
 as tag, the session date as `created_at`, the turn before it as `context`), every question asked
 with the `search` tool (the server's defaults; `HYBRIDLAB_NOW` set to the question's date)."""
 from __future__ import annotations
