@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from hybridlab.cli import evaluating, indexing, memories, searching, serving, tuning
+from hybridlab.cli.membench import add_parser as add_membench
 from hybridlab.cli.options import (
     DEFAULT_INDEX,
     Parser,
@@ -27,7 +28,6 @@ from hybridlab.cli.options import (
 )
 from hybridlab.config import apply_offline_environment
 from hybridlab.errors import HybridlabError
-from hybridlab.cli.membench import add_parser as add_membench
 from hybridlab.server.stderr import StderrHandler
 
 __all__ = ["DEFAULT_INDEX", "UsageError", "add_search_options", "build_parser", "encoder_options",

@@ -230,7 +230,7 @@ def test_beir_documents_are_single_chunks_and_long_memories_pieces():
     # a long memory: overlapping pieces of at most chunk_size that cover its text, every one a memory chunk
     assert len(pieces) > 1 and all(len(p.text) <= 1500 and p.chunk_type == "memory" for p in pieces)
     assert pieces[0].start_char == 0 and pieces[-1].end_char == len(long_text)
-    assert all(b.start_char < a.end_char for a, b in zip(pieces, pieces[1:]))  # they overlap
+    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(pieces))  # they overlap
     assert all(long_text[p.start_char:p.end_char] == p.text for p in pieces)
     (beir,) = chunk_document(_document("beir", long_text, title="Vitamin D"), IndexConfig())
     assert (beir.text, beir.chunk_type, beir.section) == (long_text, "text", "Vitamin D")
