@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 def _with_segments(base: Manifest, entries: list[Segment], old: Manifest | None,
                    new_files: dict[str, dict[str, FileRecord]], config: IndexConfig, dims: dict[str, int],
-                   graphs: dict[str, dict[str, Any]],
+                   graphs: dict[str, _CorpusGraph],
                    signatures: tuple[FileSignaturesRecord | None, FileRecord | None] = (None, None)) -> Manifest:
     """`base` with the fields that follow from the segment list and the corpus graphs: files, counts,
     models, bm25 (`new_files`: the checksums of each new folder's files, by name)."""
@@ -59,14 +60,12 @@ def _with_segments(base: Manifest, entries: list[Segment], old: Manifest | None,
     chunks = sum(entry.chunks for entry in entries)
     models: dict[str, ModelRecord] = {}
     for model, dim in dims.items():
-        graph = graphs.get(model, {})
-        for key in ("graph", "graph_reserve"):
-            if key in graph:
-                graph_name = f"{graph['graph_dir']}/{graph[key]}"
-                files[graph_name] = new_files[graph["graph_dir"]][graph_name]
+        graph = graphs.get(model)
+        for file in (graph.file, graph.reserve) if graph is not None else ():
+            files[f"{graph.folder}/{file}"] = new_files[graph.folder][f"{graph.folder}/{file}"]
         models[model] = ModelRecord(dim=dim, vectors=sum(entry.vectors.get(model, 0) for entry in entries),
                                     file=layout.dense_file(model), index=config.dense_index, segments=len(entries),
-                                    encoder=_encoder_record(model, old), **graph)
+                                    encoder=_encoder_record(model, old), **(graph.fields() if graph else {}))
     signature_info, kept_file = signatures
     if signature_info:
         name = signature_info.file
@@ -104,8 +103,26 @@ def manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: f
                     next_chunk_id=next_id, last_merge=old.last_merge if old is not None else None)
 
 
+@dataclass(frozen=True)
+class _CorpusGraph:
+    """A corpus graph a commit wrote: its `file` and `reserve` file in `folder` (the commit's),
+    `k` neighbours a row (+ `reserve_k` in reserve), `build`: built or updated."""
+
+    file: str
+    folder: str
+    k: int
+    build: str
+    reserve: str
+    reserve_k: int
+
+    def fields(self) -> dict[str, Any]:
+        """The `ModelRecord` fields that record it."""
+        return {"graph": self.file, "graph_dir": self.folder, "graph_k": self.k, "graph_build": self.build,
+                "graph_reserve": self.reserve, "graph_reserve_k": self.reserve_k}
+
+
 def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segment], name: str,
-                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, dict[str, Any]]:
+                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, _CorpusGraph]:
     """The corpus graph of each model over the live vectors of every segment (rows = the
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
@@ -151,7 +168,7 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
         return ids, SegmentRows([(dense.vectors, None if keep is None else np.flatnonzero(keep))
                                  for dense, keep in kept])
 
-    graphs: dict[str, dict[str, Any]] = {}
+    graphs: dict[str, _CorpusGraph] = {}
     for model in dims:
         k = graph_size(config.graph_k, sum(e.vectors.get(model, 0) for e in entries))
         if not k:
@@ -183,8 +200,7 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
             graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
         save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
         save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
-        graphs[model] = {"graph": layout.graph_file(model), "graph_dir": name, "graph_k": k, "graph_build": how,
-                         "graph_reserve": _reserve_file(model), "graph_reserve_k": GRAPH_RESERVE}
+        graphs[model] = _CorpusGraph(layout.graph_file(model), name, k, how, _reserve_file(model), GRAPH_RESERVE)
         logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
                     time.perf_counter() - started)
     checkpoint("graph-written")
