@@ -214,6 +214,11 @@ class ScratchConnection:
         self._attached: list[str] = []
         self._cursor.execute(f"ATTACH ':memory:' AS {self.database}")
         self._cursor.execute(f"USE {self.database}")
+        # the databases live in the process-wide instance, not in the cursor: one that is dropped
+        # without `close` (a snapshot replaced by a refresh, let go by its last search) must still
+        # detach them, or every generation an MCP server opens stays in memory (0.7 MB a store;
+        # the 512MB pool was full after ~4,000 stores)
+        self._finalizer = weakref.finalize(self, _detach_all, self._cursor, self._attached, self.database)
 
     def attach(self, alias: str, sql: str) -> None:
         self._cursor.execute(sql)
@@ -224,6 +229,7 @@ class ScratchConnection:
         when this connection closes; `other` is closed without detaching it. Returns its name."""
         name, cursor = other.database, other._cursor
         other._cursor = None
+        other._finalizer.detach()
         if cursor is not None:
             cursor.close()
         self._attached.append(name)
@@ -233,15 +239,20 @@ class ScratchConnection:
         return getattr(self._cursor, name)
 
     def close(self) -> None:
-        cursor, self._cursor = self._cursor, None
-        if cursor is None:
+        if self._cursor is None:
             return
-        try:
-            cursor.execute("USE memory")
-            for alias in [*self._attached, self.database]:
-                cursor.execute(f"DETACH DATABASE IF EXISTS {alias}")
-        finally:
-            cursor.close()
+        self._cursor = None
+        self._finalizer()  # detaches every database now (once: a finalizer runs at most once)
+
+
+def _detach_all(cursor: Any, attached: list[str], database: str) -> None:
+    """Detach a scratch connection's databases from the shared instance and close its cursor."""
+    try:
+        cursor.execute("USE memory")
+        for alias in [*attached, database]:
+            cursor.execute(f"DETACH DATABASE IF EXISTS {alias}")
+    finally:
+        cursor.close()
 
 
 class PinnedFiles:
