@@ -13,12 +13,15 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
+from hybridlab.encoders import registry
 from hybridlab.index import layout
+from hybridlab.index.dense import DenseIndex
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.manifest import SegmentModel
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import SMALL_INSERT
+from hybridlab.index.sparse import SparseIndex
 from hybridlab.index.store import registered
 
 EMBED_BATCH = 256
@@ -28,8 +31,6 @@ READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of Duc
 def document_batch_size(config: IndexConfig, encoder: Any) -> int:
     """Texts per encoder call: the encoder settings' (`--batch-size`, `HYBRIDLAB_BATCH_SIZE`), else the
     index config's `embed_batch_size`, else the encoder's own."""
-    from hybridlab.encoders import registry
-
     return registry.encoder_settings().batch_size or config.embed_batch_size or encoder.batch_size
 
 
@@ -40,8 +41,6 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
     `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
     matches its record (`encoder_mismatch`) is refused, as a changed dimension is."""
     from tqdm.auto import tqdm
-
-    from hybridlab.encoders import registry
 
     dims: dict[str, int] = {}
     for model in models:
@@ -130,9 +129,6 @@ def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexCo
                     progress: bool = False) -> dict[str, SegmentModel]:
     """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
     store; vectors come from `vectors_of`. Returns each model's FAISS file and vector count."""
-    from hybridlab.index.dense import DenseIndex
-    from hybridlab.index.sparse import SparseIndex
-
     ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
     sparse = SparseIndex.build(_streamed_texts(con, ids), ids, config.bm25, show_progress=progress)
     sparse.save(folder / layout.BM25_DIR)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig
+from hybridlab.encoders.registry import canonical_name, register_recorded
 from hybridlab.index import layout, store, wal
 from hybridlab.index.artifacts import build_artifacts, cache_vectors, embed_missing
 from hybridlab.index.caches import WRITE_CACHES
@@ -46,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 def canonical_models(names: Iterable[str]) -> tuple[str, ...]:
     """Registry names, model folders' portable names and hub ids, each once (nothing is loaded)."""
-    from hybridlab.encoders.registry import canonical_name
-
     return tuple(dict.fromkeys(canonical_name(name) for name in names))
 
 
@@ -237,8 +236,6 @@ def apply_changes(
             )
         old_config = manifest.index_config if manifest else None
         config = config or old_config or IndexConfig()
-        from hybridlab.encoders.registry import register_recorded
-
         register_recorded(manifest.encoders if manifest else {})  # imported vectors' external models
         config = dataclasses.replace(
             config, models=canonical_models(config.models),

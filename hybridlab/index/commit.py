@@ -16,10 +16,21 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
+from hybridlab.encoders.registry import encoder_record
 from hybridlab.index import layout, store
 from hybridlab.index.artifacts import versions
 from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.faults import checkpoint
+from hybridlab.index.graph import (
+    GRAPH_RESERVE,
+    SegmentRows,
+    build_corpus_graph,
+    graph_size,
+    load_graph,
+    load_reserve,
+    save_graph,
+    update_corpus_graph,
+)
 from hybridlab.index.manifest import (
     FORMAT_VERSION,
     Bm25Record,
@@ -81,8 +92,6 @@ def _encoder_record(model: str, old: Manifest | None) -> Mapping[str, Any]:
     recorded = old.models[model].encoder if old is not None and model in old.models else None
     if recorded:
         return recorded
-    from hybridlab.encoders.registry import encoder_record
-
     return encoder_record(model)
 
 
@@ -127,17 +136,6 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
     gives), or built when there is none to reuse."""
-    from hybridlab.index.graph import (
-        GRAPH_RESERVE,
-        SegmentRows,
-        build_corpus_graph,
-        graph_size,
-        load_graph,
-        load_reserve,
-        save_graph,
-        update_corpus_graph,
-    )
-
     dense_of: dict[tuple[str, str], Any] = {}
     dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from hybridlab.index.store import connect, registered
+from hybridlab.encoders.registry import MODELS, get_spec, settings_changes
+from hybridlab.index.store import IndexError_, connect, registered
 
 
 def text_sha256(text: str) -> str:
@@ -22,8 +24,6 @@ def cache_model(model: str) -> str:
     config and tokenizer files, or the hub commit) as `name@revision`, or its name when it has none;
     then `#` and a hash of the document prompt, max length and dtype when the encoder settings
     change them (`hybridlab.config.EncoderSettings`): other vectors, kept apart."""
-    from hybridlab.encoders.registry import MODELS, get_spec, settings_changes
-
     spec = get_spec(model)
     key = model if spec.name in MODELS or not spec.revision else f"{model}@{spec.revision}"
     changed = {field: value for field, value in settings_changes(model).items() if field != "query_prefix"}
@@ -34,10 +34,6 @@ def cache_model(model: str) -> str:
 
 def _connect_patiently(path: Path, read_only: bool, wait_seconds: float = 120.0):
     """Open the cache, waiting while another process (a parallel sweep worker) holds it."""
-    import time
-
-    from hybridlab.index.store import IndexError_
-
     deadline = time.monotonic() + wait_seconds
     while True:
         try:

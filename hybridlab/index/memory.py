@@ -19,11 +19,16 @@ from typing import Any, TypeVar
 import numpy as np
 
 from hybridlab.config import IndexConfig
+from hybridlab.encoders.registry import load_document_encoder, register_recorded
 from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, wal
+from hybridlab.index.artifacts import document_batch_size
+from hybridlab.index.build import apply_changes, fold_log
+from hybridlab.index.faults import checkpoint
 from hybridlab.index.manifest import LOG_DELETES_FORMAT, Manifest
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
+from hybridlab.index.segments import indexed_doc_ids
 from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
@@ -181,8 +186,6 @@ def create_memory_index(index_dir: str | os.PathLike, config: Any = None) -> boo
     """Create an empty index at `index_dir` when the folder is missing or empty (`config`: an
     IndexConfig, default the default one; its models and settings are recorded in the manifest), so
     memories can be stored at once; True when it did, False when the folder holds something already."""
-    from hybridlab.index.build import apply_changes
-
     index_dir = Path(index_dir)
     if index_dir.exists() and any(index_dir.iterdir()):
         return False
@@ -255,8 +258,6 @@ class MemoryWriter:
         reader sees them again, nor does a restarted server. One append of a tombstone per live id
         (in a segment, or put in the log), or one commit without a log. Ids not indexed are ignored
         (`removed` counts the others)."""
-        from hybridlab.index.build import apply_changes
-
         if isinstance(ids, str) or not all(isinstance(i, str) and i for i in ids):
             raise InvalidValueError(f"ids must be a list of non-empty strings, got {ids!r}", "ids")
         ids = tuple(dict.fromkeys(ids))
@@ -350,8 +351,6 @@ class MemoryWriter:
             logger.warning("deferred commit of memories failed (%s); retrying on the next read", error)
 
     def _commit(self) -> None:
-        from hybridlab.index.build import apply_changes
-
         with self._pending_lock:
             batch, self._pending = self._pending, []
             if self._timer is not None:
@@ -404,8 +403,6 @@ class MemoryWriter:
     def _append_tombstones(self, ids: Sequence[str]) -> tuple[int, int] | None:
         """Append a tombstone for each of `ids` that is live (put in the log and not deleted since,
         or in a segment and untouched by the log): (how many, the log's generation); None: no log."""
-        from hybridlab.index.segments import indexed_doc_ids
-
         with self._locked():
             log = self._current_log()
             if log is None:
@@ -432,8 +429,6 @@ class MemoryWriter:
 
     def _write(self, log: _OpenLog, records: list[wal.WalRecord]) -> None:
         """Append `records` to `log` and fsync (durable on return); a failure closes the log."""
-        from hybridlab.index.faults import checkpoint
-
         try:
             log.writer.append(records, checkpoint=checkpoint)
         except BaseException:
@@ -455,8 +450,6 @@ class MemoryWriter:
     def _fold(self) -> None:
         """Commit the full log as a segment. The memories are durable in the log already, so a
         failure is logged, not raised: the next store (or any write) folds it."""
-        from hybridlab.index.build import fold_log
-
         try:
             report = self._waiting(lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
                                    "the log stays as it is")
@@ -508,9 +501,6 @@ class _Encoding:
         return cls(manifest.index_config, manifest.dims, manifest.encoders)
 
     def encode(self, model: str, texts: list[str]) -> np.ndarray:
-        from hybridlab.encoders.registry import load_document_encoder, register_recorded
-        from hybridlab.index.artifacts import document_batch_size
-
         register_recorded(self.models)  # the prompts and length the index recorded
         encoder = load_document_encoder(model)
         with _ENCODE_LOCK:

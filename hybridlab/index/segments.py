@@ -13,6 +13,7 @@ import numpy as np
 
 from hybridlab.index import layout, store
 from hybridlab.index.caches import WRITE_CACHES
+from hybridlab.index.dense import DenseIndex
 from hybridlab.index.manifest import Manifest, Segment, SegmentModel
 from hybridlab.ingest.sources import Document
 
@@ -236,8 +237,6 @@ def dead_chunk_ids(folder: Path, entry: Segment) -> np.ndarray:
 def load_dense(path: Path, model: str):
     """A segment's FAISS index; a committed segment's is kept for the next write of this process
     (keyed by path, inode, size and mtime: segment files are never rewritten)."""
-    from hybridlab.index.dense import DenseIndex
-
     if ".tmp-" in path.parent.name:
         return DenseIndex.load(path, model)
     info = path.stat()

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
+from hybridlab.index import layout
 from hybridlab.index.embedding_cache import cache_model
 
 __all__ = ["BY", "import_hook", "import_step", "read_vectors", "vectors_by_id"]
@@ -119,9 +121,6 @@ def import_step(path: str | Path, model: str, index_dir: str | Path, by: str = "
     dimension; any other name gets an external spec (`registry.external_spec`: the file's dimension,
     the rest from `given` spec fields, e.g. query_prefix, else "external"), or the one `index_dir`
     recorded for it."""
-    from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
-    from hybridlab.index import layout
-
     if (Path(index_dir) / layout.MANIFEST).exists():
         register_recorded(layout.read_manifest(Path(index_dir)).encoders)
     ids, vectors = read_vectors(path)

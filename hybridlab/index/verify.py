@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
+from hybridlab.index.build import apply_changes
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import consistency_problems, read_generation
 
@@ -161,8 +162,6 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             actions.append(f"moved the corrupt embeddings cache aside to {aside}")
         rebuild = bool(verify(index_dir))
     if rebuild:
-        from hybridlab.index.build import apply_changes
-
         report = apply_changes(index_dir, [], None, progress=progress, force=True,
                                cache_path=cache_path(index_dir, layout.read_manifest(index_dir)))
         actions.append(f"rebuilt BM25 and FAISS from DuckDB and the embeddings cache as generation "
