@@ -9,6 +9,11 @@ import argparse
 import time
 from pathlib import Path
 
+from hybridlab.eval.evalsets import get_evalset
+from hybridlab.eval.evaluate import compare, make_run
+from hybridlab.index.build import index_paths
+from hybridlab.search.engine import open_index
+
 DEMO_QUERIES = (
     "rathole project codebase architecture",
     "ERR_TLS_CERT_ALTNAME_INVALID",
@@ -18,11 +23,6 @@ DEMO_QUERIES = (
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from hybridlab.eval.evalsets import get_evalset
-    from hybridlab.eval.evaluate import compare, make_run
-    from hybridlab.index.build import index_paths
-    from hybridlab.search.engine import open_index
-
     evalset = get_evalset("memories")
     print(f"== indexing {', '.join(_shown(s) for s in evalset.sources)} into {args.index_dir}")
     report = index_paths(list(evalset.sources), args.index_dir, progress=True)

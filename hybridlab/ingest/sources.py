@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.extras import require
+from hybridlab.ingest.chunking import markdown_headings, rst_headings
 from hybridlab.ingest.files import find_file, iter_jsonl
 
 logger = logging.getLogger(__name__)
@@ -83,8 +85,6 @@ def is_irds(source: str | os.PathLike) -> bool:
 def irds_dataset(source: str | os.PathLike):
     """The ir_datasets dataset of `irds:<id>` (online, ir_datasets downloads it into its own cache);
     MissingExtraError without the `irds` extra, ValueError for an id ir_datasets does not know."""
-    from hybridlab.extras import require
-
     require("ir_datasets", extra="irds")
     import ir_datasets
 
@@ -197,8 +197,6 @@ def first_heading(text: str, fmt: str) -> str | None:
     """The first top-level (H1) heading of a markdown/reST text (reST: the first adornment style).
     A document whose headings start at H2 or deeper (e.g. Panel's reference notebooks, whose first
     heading is "Parameters:") has none: its file name is the better title."""
-    from hybridlab.ingest.chunking import markdown_headings, rst_headings
-
     headings = markdown_headings(text) if fmt in {"markdown", "notebook"} else rst_headings(text) if fmt == "rst" else []
     for _, level, title in headings:
         if title and level == 1:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hybridlab.config import Bm25Config
+from hybridlab.eval.datasets import load_query_metadata
+from hybridlab.extras import require
 from hybridlab.index.tokenizer import WORD, Tokenizer
 
 #: relevance grade -> the label of a judged hit (higher grades read as "highly relevant")
@@ -108,8 +110,6 @@ def hits_html(results: Sequence[Any], query: str, *, qrels: Mapping[str, int] | 
 def query_kinds(evalset: Any) -> dict[str, str]:
     """`{query id: kind}` of an evaluation set's queries (their `metadata.<evalset.kinds>`); empty
     for a set whose queries carry no kinds (the BEIR sets)."""
-    from hybridlab.eval.datasets import load_query_metadata
-
     return {qid: str(meta[evalset.kinds]) for qid, meta in load_query_metadata(evalset.queries_path).items()
             if evalset.kinds in meta}
 
@@ -130,8 +130,6 @@ def query_box(index: Any, *, limit: int = 5, now: str | None = None, queries: Ma
               qrels: Mapping[str, Mapping[str, int]] | None = None, value: str = ""):
     """An ipywidgets box: type a query, press Enter (or Search), see :func:`hits_html` of its hits.
     A query that is one of the set's judged `queries` (same text) shows its judgements."""
-    from hybridlab.extras import require
-
     require("ipywidgets")
     import ipywidgets as widgets
     from IPython.display import HTML, display

@@ -15,12 +15,15 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
+from hybridlab.encoders.cross_encoder import load_reranker
+from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder, register_recorded
 from hybridlab.index import wal
 from hybridlab.index.lru import LruCache
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
-from hybridlab.search import pipeline
+from hybridlab.search import listing, pipeline
 from hybridlab.search.filters import Filters, parse_when
+from hybridlab.search.learned import load_ranker, model_path
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
@@ -178,13 +181,6 @@ class Index:
             return encoder
         with self._encoder_lock:
             if model not in self._encoders:
-                from hybridlab.encoders.registry import (
-                    check_query_encoder,
-                    get_spec,
-                    load_query_encoder,
-                    register_recorded,
-                )
-
                 register_recorded(self._snapshot.generation.manifest.encoders)  # imported vectors
                 dim = get_spec(model).dim
                 dense = self._snapshot.dense.get(model)
@@ -226,8 +222,6 @@ class Index:
         """The learned fusion model of a `learned_model` setting, loaded once per index object."""
         with self._encoder_lock:
             if setting not in self._rankers:
-                from hybridlab.search.learned import load_ranker, model_path
-
                 self._rankers[setting] = load_ranker(model_path(setting))
             return self._rankers[setting]
 
@@ -238,8 +232,6 @@ class Index:
         if model not in self._rerankers:
             with self._encoder_lock:
                 if model not in self._rerankers:
-                    from hybridlab.encoders.cross_encoder import load_reranker
-
                     self._rerankers[model] = load_reranker(model)
         return self._rerankers[model].score(query, passages)
 
@@ -389,8 +381,6 @@ class Index:
         """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`),
         only `collection`'s (ValueError when the index has no such collection) and those whose doc id
         starts with `prefix`; an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
-        from hybridlab.search import listing
-
         snapshot = self.snapshot()
         if any(t not in snapshot.generation.known_chunk_types for t in chunk_types):
             return [], None

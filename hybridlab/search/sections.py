@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hybridlab.ingest.chunking import markdown_headings, rst_headings
+
 __all__ = ["Section", "document_sections", "find_section"]
 
 PATH_SEPARATOR = " > "
@@ -30,8 +32,6 @@ class Section:
 
 def document_sections(text: str, doc_type: str, levels: Sequence[int] = (1, 2)) -> list[Section]:
     """The sections of a document's text, in order, covering it exactly."""
-    from hybridlab.ingest.chunking import markdown_headings, rst_headings
-
     parse = {"markdown": markdown_headings, "notebook": markdown_headings, "rst": rst_headings}.get(doc_type)
     headings = parse(text) if parse and text else []
     deepest = max(levels, default=2)

@@ -16,6 +16,7 @@ from typing import Any
 from hybridlab.config import (
     SEARCH_FIELDS,
     IndexConfig,
+    load_config_file,
     resolve_auto,
     resolve_search_config,
     with_added_settings,
@@ -26,6 +27,7 @@ from hybridlab.eval.evaluate import METRICS, score, score_per_query
 from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, resolve_evalset
 from hybridlab.eval.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, holm, mean_ci, paired_test
 from hybridlab.index.graph import graph_size
+from hybridlab.tune.repro import cli_repro_all
 from hybridlab.tune.runs import git
 
 DEFAULT_TOLERANCE = 0.0005
@@ -342,8 +344,6 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
 
 def write_config(config: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write a config document as pretty JSON (creating the folder) and check it loads back."""
-    from hybridlab.config import load_config_file
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -384,12 +384,8 @@ def cli_export_config(args: argparse.Namespace) -> int:
 def cli_repro(args: argparse.Namespace) -> int:
     """`hybridlab repro CONFIG` (OK/FAIL per metric of an exported config) or `hybridlab repro --all`
     (every condition of the reproduction record); exit 1 on any FAIL."""
-    from hybridlab.config import load_config_file
-
     if (getattr(args, "all", False) or getattr(args, "cheap", False) or getattr(args, "names", None)
             or getattr(args, "record", False)):
-        from hybridlab.tune.repro import cli_repro_all
-
         return cli_repro_all(args)
     if not args.config:
         raise ValueError("give a config file to reproduce, or --all for the reproduction record")

@@ -17,8 +17,14 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import REPO_ROOT
+from hybridlab.eval.evaluate import score_per_query
+from hybridlab.eval.significance import paired_test
+from hybridlab.eval.systems import open_evalset, per_kind, system_runs
 from hybridlab.extras import require
+from hybridlab.search import evidence, features, pipeline
+from hybridlab.search.engine import resolve_now
 from hybridlab.search.features import FEATURE_NAMES
+from hybridlab.search.filters import Filters
 from hybridlab.search.learned import KINDS, base_logit, load_ranker, metadata, save_model, used_columns
 
 SETS = ("scifact", "cisi", "cranfield", "med", "memories", "holoviz")
@@ -86,10 +92,6 @@ def examples(name: str, index: Any, queries: Mapping[str, str], qrels: Mapping[s
              now: str | None) -> Examples:
     """Features and labels of every judged query's candidates, from the engine's own retrieval
     (the default settings, `limit` as in evaluation); queries without a relevant candidate are left out."""
-    from hybridlab.search import pipeline
-    from hybridlab.search.engine import resolve_now
-    from hybridlab.search.filters import Filters
-
     judged = {qid: text for qid, text in queries.items() if any(g > 0 for g in qrels.get(qid, {}).values())}
     if index.dense:
         index.encode_queries(index.choose_model(None, None), list(judged.values()))
@@ -114,9 +116,6 @@ def examples(name: str, index: Any, queries: Mapping[str, str], qrels: Mapping[s
 
 def set_examples(name: str, split: str | None = None) -> Examples:
     """The examples of an evaluation set's training split (SciFact: train; others: all queries)."""
-    from hybridlab.eval.systems import open_evalset
-    from hybridlab.search import evidence, features, pipeline
-
     opened = open_evalset(name)
     split = split or TRAIN_SPLIT.get(name, "all")
     sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (evidence, features, pipeline))
@@ -207,9 +206,6 @@ def learn(sets: Sequence[str], out: str | Path, kind: str = "lightgbm", cache: d
 def score_set(name: str, systems: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per system, the means and per-query values of METRICS on the set's report queries, and
     per kind where the set's queries have kinds."""
-    from hybridlab.eval.evaluate import score_per_query
-    from hybridlab.eval.systems import open_evalset, per_kind, system_runs
-
     opened = open_evalset(name)
     dataset = opened.evalset.dataset(REPORT_SPLIT.get(name, "all"))
     runs = system_runs(opened, dataset.queries, {label: {"limit": EVAL_LIMIT, **options}
@@ -228,8 +224,6 @@ def loco(out: str | Path, sets: Sequence[str] = SETS, kinds: Sequence[str] = KIN
     """Leave each set out: train on the others (each kind; LightGBM by `recipe`), score it against the
     default and the single retrievers, paired randomisation tests; writes results.json and report.md
     under `out` (with each fold's feature importance and the seconds the run took)."""
-    from hybridlab.eval.significance import paired_test
-
     out, started = Path(out), time.perf_counter()
     cache = {} if cache is None else cache
     table: dict[str, Any] = {}

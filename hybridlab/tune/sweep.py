@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import IndexConfig, SearchConfig
+from hybridlab.config import IndexConfig, SearchConfig, adaptive_alpha, resolve_auto
 from hybridlab.eval.crossval import k_folds, nested_cv
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, check_tunable
+from hybridlab.eval.evaluate import METRICS
 from hybridlab.eval.evaluator import (
     BASELINES,
     EVAL_LIMIT,
@@ -46,6 +47,7 @@ from hybridlab.tune.export import (
     score_run,
     write_config,
 )
+from hybridlab.tune.notebooks import run_notebook
 from hybridlab.tune.runs import (
     JOURNAL_PREFIX,
     engine_state,
@@ -201,8 +203,6 @@ class Objective:
                  base_index: IndexConfig | None = None,
                  max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS, trials: int | None = None,
                  seed: int | None = None) -> None:
-        from hybridlab.eval.evaluate import METRICS
-
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
         if max_index_configs < 1:
@@ -296,8 +296,6 @@ def derive_seed(seed: int, worker: str) -> int:
 def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | None = None) -> dict[str, Any]:
     """The package defaults expressed in `space` (adaptive alpha and auto staging resolved for an
     index of `n_chunks`), so a study's first trial measures exactly the defaults."""
-    from hybridlab.config import adaptive_alpha, resolve_auto
-
     base, defaults = base or IndexConfig(), resolve_auto(SearchConfig(), n_chunks)
     values: dict[str, Any] = {}
     for p in space:
@@ -702,9 +700,6 @@ def cli_sweep(args: argparse.Namespace) -> int:
     With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
     require("optuna", "papermill")
     from papermill.exceptions import PapermillExecutionError
-
-    from hybridlab.eval.evaluate import METRICS
-    from hybridlab.tune.notebooks import run_notebook
 
     if args.metric not in METRICS:
         raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")
