@@ -154,8 +154,9 @@ class ModelRecord:
 
     def to_json(self) -> dict[str, Any]:
         graph = {name: getattr(self, name) for name in self._GRAPH_FIELDS if getattr(self, name) is not None}
+        encoder = {} if self.encoder is None else {"encoder": dict(self.encoder)}  # none in an older index
         return {"dim": self.dim, "vectors": self.vectors, "file": self.file, "index": self.index,
-                "segments": self.segments, "encoder": None if self.encoder is None else dict(self.encoder), **graph}
+                "segments": self.segments, **encoder, **graph}
 
     def segment_model(self) -> SegmentModel:
         """The model's FAISS file as a segment's (a format-1 index's one generation folder)."""
@@ -193,6 +194,12 @@ class LastMerge:
     chunks: int
     seconds: float
     reason: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LastMerge:
+        return cls(at=str(data.get("at") or ""), generation=int(data.get("generation") or 0),
+                   segments=int(data.get("segments") or 0), chunks=int(data.get("chunks") or 0),
+                   seconds=float(data.get("seconds") or 0.0), reason=str(data.get("reason") or ""))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -321,7 +328,7 @@ class Manifest:
             config=dict(data.get("config") or {}), store=str(data.get("store") or "store.duckdb"),
             embedding_cache=data.get("embedding_cache"), versions=dict(data.get("versions") or {}),
             next_chunk_id=None if next_id is None else int(next_id),
-            last_merge=LastMerge(**merge) if merge else None,
+            last_merge=LastMerge.from_json(merge) if merge else None,
             files=None if files is None else {name: FileRecord.from_json(info) for name, info in files.items()},
             counts=Counts(int(counts.get("documents") or 0), int(counts.get("chunks") or 0)),
             segments=tuple(Segment.from_json(entry) for entry in data["segments"]) if segmented else None,

@@ -79,6 +79,7 @@ def test_segmented_formats_before_5_still_read(version):
     assert manifest.segments == (Segment(name="gen-000005", documents=4, chunks=6, rows=6),)  # rows = chunks
     assert manifest.models[MODEL].encoder is None and manifest.models[MODEL].graph is None
     assert manifest.encoders == {MODEL: None}
+    assert "encoder" not in manifest.to_json()["models"][MODEL]  # written back without one, as it was read
 
 
 def test_format_1_is_one_legacy_segment_with_the_manifests_models():
