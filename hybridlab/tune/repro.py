@@ -360,9 +360,10 @@ def cli_repro_all(args: argparse.Namespace) -> int:
             continue
         if not outcome.ok:
             failed.append(condition.name)
-    print(f"all {len(conditions)} conditions reproduced" if not failed
-          else f"{len(failed)} of {len(conditions)} condition(s) FAILED: {', '.join(failed)}")
     skipped = [c.name for c in conditions if missing_need(c)]
+    ran = len(conditions) - len(skipped)
+    print(f"all {ran} conditions reproduced" if not failed
+          else f"{len(failed)} of {ran} condition(s) FAILED: {', '.join(failed)}")
     if skipped:
         print(f"{len(skipped)} skipped (a file they need is absent): {', '.join(skipped)}")
     return 1 if failed else 0
