@@ -1,11 +1,11 @@
 """Memory search latency at 10,000 memories, before and after a change, in one run on one machine.
 
-    python -m bench.memory_latency [--before eb5dc6e] [--memories 10000] [--queries 200]
+    python -m bench.memory_latency [--before eb5dc6e] [--memories 10000] [--queries 500]
                                    [--out reports/bench/<date>-memory-latency]
 
 The memories are sentences of the HoloViz docs (../shared/corpora/holoviz), each with the sentence
 before it as `context` and its project as tag, dated one minute apart; the queries are the HoloViz
-ground-truth queries. Each version (`--before`: a commit, checked out with `git worktree` into a
+ground-truth queries and the memories' (distinct: no query-vector cache hits). Each version (`--before`: a commit, checked out with `git worktree` into a
 temporary folder; "after": this checkout) builds its own index in a subprocess (one shared
 embeddings cache, so both embed the same texts once) and times `Index.search(query, limit=10)` with
 its defaults (query encoding included; the first query warms the encoder and is not timed), then
@@ -74,9 +74,13 @@ def sentences(limit: int) -> list[dict[str, Any]]:
 
 
 def queries(limit: int) -> list[str]:
-    path = REPO_ROOT / "ground_truth" / "holoviz" / "queries.jsonl"
-    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return (texts * (limit // max(len(texts), 1) + 1))[:limit]
+    """Distinct queries (a repeated one would hit the engine's query-vector cache and time no
+    encoding): the HoloViz and memories ground-truth queries."""
+    texts: list[str] = []
+    for name in ("holoviz", "memories"):
+        path = REPO_ROOT / "ground_truth" / name / "queries.jsonl"
+        texts += [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return list(dict.fromkeys(texts))[:limit]
 
 
 def run_version(label: str, root: Path, work: Path, memories: Path, query_file: Path, cache: Path) -> dict[str, Any]:
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="eb5dc6e", help="the commit to compare with (default eb5dc6e)")
     parser.add_argument("--memories", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=500, help="at most this many distinct queries")
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "bench" / f"{date.today()}-memory-latency"))
     args = parser.parse_args(argv)
     out = Path(args.out)
