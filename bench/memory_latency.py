@@ -4,10 +4,11 @@
                                    [--out reports/bench/<date>-memory-latency]
 
 The memories are sentences of the HoloViz docs (../shared/corpora/holoviz), each with the sentence
-before it as `context` and its project as tag, dated one minute apart; the queries are the HoloViz
-ground-truth queries and the memories' (distinct: no query-vector cache hits). Each version (`--before`: a commit, checked out with `git worktree` into a
-temporary folder; "after": this checkout) builds its own index in a subprocess (one shared
-embeddings cache, so both embed the same texts once) and times `Index.search(query, limit=10)` with
+before it as `context` (a version before contexts existed indexes the sentence alone) and its project
+as tag; the queries are the HoloViz and memories ground-truth queries, distinct (a repeat would hit
+the query-vector cache). Each version (`--before`: a commit, checked out with `git worktree` into a
+temporary folder; "after": this checkout) builds its own index in a subprocess (one embeddings
+cache: texts both versions index are embedded once) and times `Index.search(query, limit=10)` with
 its defaults (query encoding included; the first query warms the encoder and is not timed), then
 the working tree's MCP `search` tool through the SDK's in-process client. Medians, p95 and the
 after/before ratio go to `latency.md` / `latency.json`.
