@@ -3,24 +3,25 @@
 each; every question ranks the turns (or sessions) of its own conversation."""
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.errors import HybridlabError
-from hybridlab.eval.conversations.records import Haystack, Question, Turn, turn_text
+from hybridlab.eval.conversations.records import (
+    BenchmarkFileError,
+    Haystack,
+    Question,
+    Turn,
+    read_json_list,
+    turn_text,
+)
 
 #: the paper's category names of the released file's numbers (1-5)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ADVERSARIAL = "adversarial"
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%H:%M on %d %B, %Y")
-
-
-class BenchmarkFileError(HybridlabError, ValueError):
-    """A benchmark file that is not in its published form (names the file and the field)."""
 
 
 def parse_date(text: str | None, where: str) -> datetime | None:
@@ -46,12 +47,7 @@ def evidence_ids(raw: Any) -> tuple[str, ...]:
 def read_locomo(path: str | Path) -> list[Haystack]:
     """The conversations of a `locomo10.json`-format file, one haystack each."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise BenchmarkFileError(f"{path}: not a readable LoCoMo JSON file ({error})") from error
-    if not isinstance(data, list):
-        raise BenchmarkFileError(f"{path}: expected a list of conversations (locomo10.json), got {type(data).__name__}")
+    data = read_json_list(path, "LoCoMo", "conversations (locomo10.json)")
     return [_conversation(item, f"{path}[{i}]") for i, item in enumerate(data)]
 
 

@@ -8,13 +8,11 @@ turns with `has_answer`, evidence sessions `answer_session_ids`; `_abs` question
 questions, left out of retrieval metrics."""
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.eval.conversations.locomo import BenchmarkFileError
-from hybridlab.eval.conversations.records import Haystack, Question, Turn
+from hybridlab.eval.conversations.records import BenchmarkFileError, Haystack, Question, Turn, read_json_list
 
 _DATE_FORMATS = ("%Y/%m/%d (%a) %H:%M", "%Y/%m/%d %H:%M", "%Y/%m/%d")
 FIELDS = ("question_id", "question_type", "question", "haystack_session_ids", "haystack_dates",
@@ -36,12 +34,7 @@ def parse_date(text: Any, where: str) -> datetime | None:
 def read_longmemeval(path: str | Path) -> list[Haystack]:
     """One haystack per question of a LongMemEval file."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise BenchmarkFileError(f"{path}: not a readable LongMemEval JSON file ({error})") from error
-    if not isinstance(data, list):
-        raise BenchmarkFileError(f"{path}: expected a list of questions, got {type(data).__name__}")
+    data = read_json_list(path, "LongMemEval", "questions")
     return [_haystack(entry, f"{path}[{i}]") for i, entry in enumerate(data)]
 
 

@@ -2,11 +2,30 @@
 and haystacks (what one question is ranked against)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import HybridlabError
+
 GRANULARITIES = ("turn", "session")
+
+
+class BenchmarkFileError(HybridlabError, ValueError):
+    """A benchmark file that is not in its published form (names the file and the field)."""
+
+
+def read_json_list(path: Path, benchmark: str, items: str) -> list[Any]:
+    """A benchmark file's top-level JSON list (of conversations, of questions)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise BenchmarkFileError(f"{path}: not a readable {benchmark} JSON file ({error})") from error
+    if not isinstance(data, list):
+        raise BenchmarkFileError(f"{path}: expected a list of {items}, got {type(data).__name__}")
+    return data
 
 
 @dataclass(frozen=True)
