@@ -22,6 +22,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # first imported here, under pytest's own capture: the MCP stdio client binds the sys.stderr of its
+    # import as its default errlog, and a test's capsys/capfd stream (no fileno) would break every later
+    # stdio test of the session
+    import mcp.client.stdio  # noqa: F401
+except ImportError:  # the mcp extra is not installed: its tests skip
+    pass
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

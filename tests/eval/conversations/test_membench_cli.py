@@ -11,7 +11,9 @@ from hybridlab.cli import main
 pytestmark = pytest.mark.slow
 
 
-def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capsys):
+def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capfd):
+    # capfd, not capsys: this test is where the MCP client is first imported, and its stdio client binds
+    # the sys.stderr of that moment as its default errlog (a capsys stream has no fileno for subprocesses)
     out = tmp_path / "out"
     assert main(["membench", "locomo", str(locomo_file), "--out", str(out), "--work", str(tmp_path / "work"),
                  "--via-mcp", "-q"]) == 0
@@ -27,10 +29,10 @@ def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capsys):
     assert abs(summary["turn-mcp"]["difference_recall@5"]) <= 0.005
     assert abs(summary["session-mcp"]["difference_recall@5"]) <= 0.005
     # the TREC files are what `eval --run` reads
-    capsys.readouterr()
+    capfd.readouterr()
     assert main(["eval", "--run", str(out / 'turn' / 'hybrid-turn.trec'),
                  "--run", str(out / 'turn' / 'bm25-turn.trec'), "--qrels", str(out / "turn" / "qrels-turn.txt")]) == 0
-    assert "hybrid-turn" in capsys.readouterr().out
+    assert "hybrid-turn" in capfd.readouterr().out
 
 
 def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
@@ -48,7 +50,7 @@ def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
     assert lines == ["q1 0 q1/answer_x_1_1 1"]
 
 
-def test_leave_one_conversation_out(locomo_file, tmp_path, capsys):
+def test_leave_one_conversation_out(locomo_file, tmp_path, capfd):
     out = tmp_path / "cv"
     assert main(["membench", "locomo", str(locomo_file), "--out", str(out), "--work", str(tmp_path / "w"), "-q",
                  "--cv", "alpha=0.5,0.9", "--cv", "recency_weight=0.2,0"]) == 0
@@ -56,7 +58,7 @@ def test_leave_one_conversation_out(locomo_file, tmp_path, capsys):
     assert len(result["grid"]) == 4 and result["grid"][0] == {"alpha": 0.5, "recency_weight": 0.2}
     assert [fold["held_out"] for fold in result["folds"]] == ["conv-1", "conv-2"]
     assert result["n"] == 8 and 0.0 <= result["out_of_fold_recall@5"] <= 1.0
-    assert "out of fold recall@5" in capsys.readouterr().out
+    assert "out of fold recall@5" in capfd.readouterr().out
 
 
 def test_tuning_grid_and_axes():
