@@ -3,6 +3,7 @@ See docs/internals/index.md#reader."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import operator
 import os
@@ -122,6 +123,12 @@ class Generation:
     @property
     def n_chunks(self) -> int:
         return len(self.chunk_ids)
+
+    @functools.cached_property
+    def memory_share(self) -> float:
+        """The share of the rows that are memories (a memory store's alpha prior,
+        :func:`hybridlab.config.adaptive_alpha`): counted once per generation, not per search."""
+        return self.chunk_types.count("memory") / self.n_chunks if self.n_chunks else 0.0
 
     def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Row positions of chunk ids (all must exist)."""

@@ -54,9 +54,9 @@ def memory_chunks(document: Document, config: ChunkConfig) -> list[Chunk]:
     text = document.text
     if len(text) <= config.chunk_size:
         return single_chunk(text, chunk_type="memory", language=document.language)
-    spans = split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
-    return [Chunk(i, text[start:end], start, end, "", "memory", document.language)
-            for i, (start, end) in enumerate(spans) if text[start:end].strip()]
+    spans = [(start, end) for start, end in split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
+             if text[start:end].strip()]
+    return [Chunk(i, text[start:end], start, end, "", "memory", document.language) for i, (start, end) in enumerate(spans)]
 
 
 def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:

@@ -158,9 +158,8 @@ def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
     options = dict(options)
     embedding_model = options.pop("embedding_model", None)
     language = options.pop("language", None)
-    n = snapshot.n_chunks
-    memory_share = snapshot.generation.chunk_types.count("memory") / n if n else 0.0
-    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=n, memory_share=memory_share)
+    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks,
+                                            memory_share=snapshot.generation.memory_share)
     config = resolve_auto(config, snapshot.n_chunks)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)

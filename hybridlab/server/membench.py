@@ -28,20 +28,19 @@ def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str
 
     work = Path(work)
     rankings: dict[str, list[str]] = {}
-    scores: dict[str, float] = {}
     questions = {}
     seconds = {"store": 0.0, "hybrid": 0.0}
+    empty = work / "empty.jsonl"
+    empty.parent.mkdir(parents=True, exist_ok=True)
+    empty.write_text("", encoding="utf-8")
     for i, haystack in enumerate(tqdm(haystacks, desc="haystacks (via MCP)", disable=not progress)):
         folder = work / f"served-{settings.granularity}-{i}"
         if folder.exists():  # a fresh store each run: stores append
             shutil.rmtree(folder)
-        empty = work / "empty.jsonl"
-        empty.parent.mkdir(parents=True, exist_ok=True)
-        empty.write_text("", encoding="utf-8")
         index_paths([empty], folder, settings.index_config, progress=False)
         server = create_server(folder, config)
         try:
-            asyncio.run(_serve(server, haystack, settings, rankings, scores, questions, seconds))
+            asyncio.run(_serve(server, haystack, settings, rankings, questions, seconds))
         finally:  # one server per haystack: let go of its index and log before the next
             service = server.service
             service.writer.close()
@@ -49,11 +48,11 @@ def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str
     session_of, session_turns = _sessions(haystacks)
     return BenchResult(BenchSettings(settings.granularity, ("hybrid",), settings.depth, settings.options,
                                      settings.index_config, settings.context, settings.scoring),
-                       {"hybrid": rankings}, {"hybrid": scores}, questions, session_of, session_turns, seconds)
+                       {"hybrid": rankings}, questions, session_of, session_turns, seconds)
 
 
 async def _serve(server: Any, haystack: Haystack, settings: BenchSettings, rankings: dict[str, list[str]],
-                 scores: dict[str, float], questions: dict[str, Any], seconds: dict[str, float]) -> None:
+                 questions: dict[str, Any], seconds: dict[str, float]) -> None:
     from mcp import Client
 
     async with Client(server) as client:
@@ -83,5 +82,4 @@ async def _serve(server: Any, haystack: Haystack, settings: BenchSettings, ranki
                 raise RuntimeError(f"search failed for {question.question_id}: {result.content[0].text}")
             hits = result.structured_content["results"]
             rankings[question.question_id] = [qualified(haystack, ids[hit["doc_id"]]) for hit in hits]
-            scores.update({f"{question.question_id}\t{qualified(haystack, ids[h['doc_id']])}": h["score"] for h in hits})
     os.environ.pop("HYBRIDLAB_NOW", None)

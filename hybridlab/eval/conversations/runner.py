@@ -47,11 +47,10 @@ class BenchSettings:
 
 @dataclass
 class BenchResult:
-    """Rankings per system (qid -> ids), the questions, how long it took."""
+    """Rankings per system (qid -> ids, best first), the questions, how long it took."""
 
     settings: BenchSettings
     rankings: dict[str, Ranked]
-    scores: dict[str, dict[str, float]]  # system -> qid -> score (for the TREC files)
     questions: dict[str, Question]
     session_of: dict[str, str]  # turn id (qualified by haystack) -> session id
     session_turns: dict[str, int]  # session id (qualified) -> turns in it
@@ -102,7 +101,6 @@ def run_haystacks(haystacks: Sequence[Haystack], settings: BenchSettings, work: 
     work = Path(work)
     cache = work / "embeddings.duckdb"
     rankings: dict[str, Ranked] = {system: {} for system in settings.systems}
-    scores: dict[str, dict[str, float]] = {}
     questions: dict[str, Question] = {}
     seconds: dict[str, float] = defaultdict(float)
     session_of, session_turns = _sessions(haystacks)
@@ -121,9 +119,7 @@ def run_haystacks(haystacks: Sequence[Haystack], settings: BenchSettings, work: 
                     run = index.run(question.text, now=now, **options)
                     seconds[system] += time.perf_counter() - started
                     rankings[system][question.question_id] = [qualified(haystack, d) for d in run]
-                    scores.setdefault(system, {}).update(
-                        {f"{question.question_id}\t{qualified(haystack, d)}": s for d, s in run.items()})
-    return BenchResult(settings, rankings, scores, questions, session_of, session_turns, dict(seconds))
+    return BenchResult(settings, rankings, questions, session_of, session_turns, dict(seconds))
 
 
 def _sessions(haystacks: Iterable[Haystack]) -> tuple[dict[str, str], dict[str, int]]:
