@@ -18,6 +18,7 @@ from typing import Any
 from bench.percentiles import PERCENTILE_LABEL, PERCENTILE_METHOD, median_summary, percentile, summarize  # noqa: F401
 from hybridlab.config import offline_environment
 from hybridlab.ingest.files import find_file, iter_jsonl
+from hybridlab.reports.staged import top_overlap  # noqa: F401 - one definition, the package's
 
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")
@@ -156,14 +157,6 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = 10) -> float:
-    """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| of two {doc: score} results (ties by
-    doc id); 1.0 when the reference is empty."""
-    def best(results: Mapping[str, float]) -> set[str]:
-        return set(sorted(results, key=lambda doc: (-results[doc], doc))[:top])
-
-    ref = best(reference)
-    return len(ref & best(other)) / len(ref) if ref else 1.0
 
 
 def iter_corpus(folder: Path) -> Iterator[tuple[int, dict]]:

@@ -5,7 +5,7 @@ them; staged takes the BM25 top `candidates`, grows that pool `expand_hops` time
 graph and scores only the pool with stored vectors (falling back to parallel when BM25 finds fewer
 than `fallback_threshold` hits). :func:`compare_staged` runs parallel hybrid and any number of staged
 conditions (each through :func:`run_condition`) and gives, per condition: the top-k overlap with
-parallel hybrid (:func:`bench.common.top_overlap`), metrics where judgements exist, the
+parallel hybrid (:func:`hybridlab.reports.staged.top_overlap`), metrics where judgements exist, the
 search latency (`RunResponse.timings["search_ms"]`: retrieval, fusion, recency; query vectors are
 encoded once up front, so encoding is excluded; each percentile per pass, then the median over
 passes: :func:`bench.percentiles.median_summary`) and how many queries ran staged or fell back.
