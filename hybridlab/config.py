@@ -163,6 +163,8 @@ class SearchConfig:
     feedback_weight: float = 0.0
     feedback_docs: int = 1
     chunk_decay: float = 0.1
+    date_weight: float = 0.5
+    date_grace_days: float = 14.0
     learned_model: str = ""  # fusion="learned": its model folder ("" = configs/fusion-learned)
 
     def __post_init__(self) -> None:
@@ -208,6 +210,10 @@ class SearchConfig:
             raise ValueError(f"feedback_docs must be an integer >= 1, got {self.feedback_docs!r}")
         if not 0.0 <= self.chunk_decay < 1.0:
             raise ValueError(f"chunk_decay must be in [0, 1) (0 = a document's best chunk alone), got {self.chunk_decay}")
+        if not 0.0 <= self.date_weight <= 1.0:
+            raise ValueError(f"date_weight must be in [0, 1] (0 = the query's dates are ignored), got {self.date_weight}")
+        if self.date_grace_days < 0:
+            raise ValueError(f"date_grace_days must be >= 0, got {self.date_grace_days}")
         if not isinstance(self.rerank_model, str) or not self.rerank_model.strip():
             raise ValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
 
@@ -279,7 +285,8 @@ def _coerce(name: str, value: Any) -> Any:
 #: Settings added after configs were first exported, with the value that reproduces the behaviour
 #: from before they existed: an exported config (one with `provenance`) that lacks one of them was
 #: pinned without it and keeps that behaviour (so `repro` still passes and serving it stays as measured).
-ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0}
+ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0,
+                                   "date_weight": 0.0}
 #: Chunking settings added after indexes were first built, with the value those indexes were built
 #: with (read by :meth:`IndexConfig.from_manifest` and for exported configs).
 ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False}

@@ -123,7 +123,7 @@ def test_an_exported_config_keeps_the_behaviour_of_settings_added_after_it(tmp_p
     path = tmp_path / "old.json"
     path.write_text('{"search": {"alpha": 0.5}, "index": {}, "provenance": {"dataset": "memories"}}')
     assert load_config_file(path)["search"] == {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0,
-                                                "alpha": 0.5}
+                                                "date_weight": 0.0, "alpha": 0.5}
     path.write_text('{"search": {"alpha": 0.5, "adaptive_fusion": true}, "provenance": {}}')
     assert load_config_file(path)["search"]["adaptive_fusion"] is True
     path.write_text('{"search": {"alpha": 0.5}}')  # a hand-written config: new settings take their defaults

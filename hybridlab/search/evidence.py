@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybridlab.search.query_dates import QueryDates
+
 #: Rows of the BM25 run the lexical evidence is read from (the best of them counts).
 EVIDENCE_DEPTH = 10
 
@@ -32,9 +34,12 @@ class QueryEvidence:
     rare_term: str | None = None  # the query's rarest term the index has (as tokenised); None: none
     rare_term_df: int | None = None  # chunks holding it
     rare_rows: frozenset[int] = frozenset()  # the chunks lifted above BM25-less hits (empty: no lift)
+    dates: QueryDates | None = None  # the time the query names (search/query_dates.py); None: none
+    date_weight: float = 0.0  # how much rows created outside that time lose (0: not applied)
 
-    def to_dict(self) -> dict[str, float | bool | str | None]:
-        return {"lexical_evidence": self.lexical, "retriever_agreement": self.agreement,
+    def to_dict(self) -> dict[str, object]:
+        return {"query_dates": self.dates.to_dict() if self.dates else None, "date_weight_used": self.date_weight,
+                "lexical_evidence": self.lexical, "retriever_agreement": self.agreement,
                 "recency_intent": self.recency_intent, "lexical_factor": self.lexical_factor,
                 "recency_weight_used": self.recency_weight, "rare_term": self.rare_term,
                 "rare_term_df": self.rare_term_df, "rare_term_rows": len(self.rare_rows)}

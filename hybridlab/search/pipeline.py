@@ -31,6 +31,7 @@ from hybridlab.search.feedback import best_documents, rocchio
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
 from hybridlab.search.learned import Ranker, load_ranker, model_path, squash
+from hybridlab.search.query_dates import QueryDates, date_factors, dates_in_query
 from hybridlab.search.results import SearchResult, iso_utc, make_snippet
 from hybridlab.search.retrievers import RowFilter
 from hybridlab.search.snapshot import Snapshot
@@ -88,6 +89,7 @@ class Request:
     model: str | None  # the dense model; None without a dense signal
     vector: np.ndarray | None
     tags: QueryTags
+    dates: QueryDates | None = None  # the time the query's words name (search/query_dates.py)
 
 
 @dataclass(frozen=True, eq=False)
@@ -328,18 +330,22 @@ def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -
     config = request.config
     bm25, dense = runs.get("bm25") or {}, runs.get("dense") or {}
     lexical, term, df = None, None, None
-    intent = asks_for_latest(request.query)
+    dates = request.dates
+    # a query that names its time asks for that time, not the latest ("recently, on 4 May 2023")
+    intent = asks_for_latest(request.query) and dates is None
     content = without_recency_cues(request.query) if intent else request.query
+    date_weight = config.date_weight if dates is not None and config.mode == "hybrid" else 0.0
     if "bm25" in runs:
         rows = np.asarray(best_rows(bm25, EVIDENCE_DEPTH), dtype=np.int64)
         lexical = float(snapshot.sparse.lexical_evidence(content, rows).max()) if len(rows) else 0.0
         term, df = rarest_term(snapshot.sparse.document_frequencies(content))
     if not config.adaptive_fusion or config.mode != "hybrid":
-        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight, term, df)
+        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight, term, df,
+                             dates=dates, date_weight=date_weight)
     factor = lexical_factor(lexical, config.lexical_floor, config.lexical_ceiling)
     recency = max(config.recency_weight, config.recency_intent_weight) if intent else config.recency_weight
     return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency, term, df,
-                         rare_rows(snapshot, request, content, term, df))
+                         rare_rows(snapshot, request, content, term, df), dates, date_weight)
 
 
 def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | None,
@@ -444,6 +450,9 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, now:
         decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
         factors = np.where(np.isnan(decayed), 1.0, decayed)
     final = scores * (1.0 - recency_weight + recency_weight * factors) if config.decay > 0 else scores
+    if evidence.date_weight > 0:  # rows created outside the time the query names lose date_weight
+        final = final * date_factors(snapshot.generation.times[rows], evidence.dates, evidence.date_weight,
+                                     config.date_grace_days)
     lifts = np.zeros(len(rows))
     if evidence.rare_rows:
         # rows holding a rare query term above every row BM25 did not return (dense-only hits)
@@ -516,7 +525,8 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         vector = encode(model, query)
         timings["encode_ms"] = (time.perf_counter() - started) * 1000
     started = time.perf_counter()
-    request = Request(query, config, alpha_source, allowed, model, vector, query_tags(snapshot, query, config, boost_tags))
+    request = Request(query, config, alpha_source, allowed, model, vector, query_tags(snapshot, query, config, boost_tags),
+                      dates_in_query(query, now))
     n_allowed = allowed.count
     staged = config.staged and config.mode == "hybrid" and model is not None
     stage = "staged" if staged else "parallel"
@@ -639,6 +649,9 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
         "tag_coverage": named.coverage, "tag_information": named.information,
         "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
         "rare_term_lift": hit.lift,
+        "date_factor": float(date_factors(snapshot.generation.times[[hit.row]], retrieval.evidence.dates,
+                                          retrieval.evidence.date_weight, config.date_grace_days)[0]),
+        "date_grace_days": config.date_grace_days,
         "fusion": config.fusion, "rrf_k": config.rrf_k,
         "normalization": config.normalization, "alpha": retrieval.alpha,
         "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
