@@ -40,6 +40,9 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", action="append", dest="runs", metavar="FILE",
                    help="score this run file (TREC or ranx JSON, gzipped or not) instead of searching the "
                    "index; repeatable, the first is the baseline of the paired tests")
+    p.add_argument("--metrics", type=_metric_list, default=None, metavar="M1,M2",
+                   help="ranx metrics, comma-separated (default hit_rate@10,mrr,ndcg@10,recall@100); e.g. "
+                   "recall@5,hit_rate@5 = the memory benchmarks' recall and recall_any at 5")
     p.add_argument("--test", choices=["randomization", "t-test"], default="randomization",
                    help="with --run: the paired test against the baseline (Holm-corrected; default randomization)")
     p.add_argument("--kind", action="append", dest="kinds", metavar="KIND",
@@ -52,6 +55,17 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     add_search_options(p)
     backend_args(p)
     p.set_defaults(func=cmd_eval)
+
+
+def _metric_list(text: str) -> tuple[str, ...]:
+    """`--metrics`: comma-separated ranx metric names (the families ranx scores, cut at @k or not)."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    known = ("hits", "hit_rate", "precision", "recall", "f1", "r-precision", "mrr", "map", "ndcg", "ndcg_burges",
+             "bpref", "dcg", "dcg_burges")
+    bad = [name for name in names if name.split("@")[0] not in known]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"unknown metric(s) {bad or text!r}; e.g. recall@5,hit_rate@5,ndcg@10")
+    return names
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.query_vectors:
         _use_query_vectors(index, args, queries)
     run = make_run(index, queries, progress=not args.quiet, **kwargs)
-    metrics = score({q: qrels[q] for q in queries}, run, METRICS)
+    metrics = score({q: qrels[q] for q in queries}, run, args.metrics or METRICS)
     if args.save_run:
         write_trec_run(run, args.save_run)
     if args.json:
@@ -161,7 +175,7 @@ def _eval_runs(args: argparse.Namespace) -> int:
     for path in args.runs:
         name = run_name(path)
         runs[path if name in runs else name] = read_run(path)
-    report = score_runs(qrels, runs, kinds=kinds, test=args.test)
+    report = score_runs(qrels, runs, *([args.metrics] if args.metrics else []), kinds=kinds, test=args.test)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.to_markdown())
     return 0
 

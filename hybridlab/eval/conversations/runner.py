@@ -185,7 +185,8 @@ def score(result: BenchResult, level: str | None = None, ks: Sequence[int] = KS)
 
 
 def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -> dict[str, Any]:
-    """TREC runs and qrels per level, `summary.json` and `summary.md`; returns the summary."""
+    """TREC runs and qrels per level (a turn run also as its sessions, `*-turn-as-sessions.trec`: what
+    `fuse` combines with a session run), `summary.json` and `summary.md`; returns the summary."""
     from hybridlab.eval.evaluate import write_trec_run
 
     out = Path(out)
@@ -195,6 +196,11 @@ def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -
         run = {qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
                for qid, ranked in result.rankings[system].items()}
         write_trec_run(run, out / f"{system}-{gran}.trec", name=f"hybridlab-{system}")
+        if gran == "turn" and "session" in levels:  # the same run with its turns mapped to their sessions
+            mapped = {qid: ranked_at(result, system, qid, "session", result.settings.depth) for qid in run}
+            write_trec_run({qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
+                            for qid, ranked in mapped.items()},
+                           out / f"{system}-turn-as-sessions.trec", name=f"hybridlab-{system}-turns")
     for level in levels:
         lines = [f"{qid} 0 {doc} 1\n" for qid in result.questions for doc in relevant_ids(result, qid, level)
                  if not result.questions[qid].abstention]

@@ -33,6 +33,17 @@ def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capfd):
     assert main(["eval", "--run", str(out / 'turn' / 'hybrid-turn.trec'),
                  "--run", str(out / 'turn' / 'bm25-turn.trec'), "--qrels", str(out / "turn" / "qrels-turn.txt")]) == 0
     assert "hybrid-turn" in capfd.readouterr().out
+    # a turn run mapped to sessions scores as the summary's session level, and fuses with the session run
+    mapped = out / "turn" / "hybrid-turn-as-sessions.trec"
+    assert main(["eval", "--run", str(mapped), "--qrels", str(out / "turn" / "qrels-session.txt"),
+                 "--metrics", "recall@5,hit_rate@5", "--json"]) == 0
+    scored = json.loads(capfd.readouterr().out)
+    assert scored["scores"]["hybrid-turn-as-sessions"]["recall@5"]["mean"] == pytest.approx(
+        summary["turn"]["levels"]["session"]["hybrid"]["recall@5"]["all"]["mean"], abs=1e-4)
+    fused = tmp_path / "fused.trec"
+    assert main(["fuse", str(out / "session" / "hybrid-session.trec"), str(mapped), "--method", "rrf",
+                 "--out", str(fused)]) == 0
+    assert fused.read_text().strip()
 
 
 def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
