@@ -24,6 +24,7 @@ from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.commit import commit_generation, manifest_base
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
 from hybridlab.index.faults import checkpoint
+from hybridlab.index.manifest import Manifest, Segment, SegmentModel
 from hybridlab.index.report import IndexReport
 from hybridlab.index.rows import assign_vectors, insert_documents
 from hybridlab.index.segments import (
@@ -184,6 +185,275 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
     return report
 
 
+@dataclasses.dataclass(frozen=True)
+class WriteRequest:
+    """One `apply_changes` call's arguments as its stages read them (`started`: its perf_counter start)."""
+
+    index_dir: Path
+    batches: Sequence[Batch]
+    config: IndexConfig | None  # None: the index's own (or the default); see `PreparedWrite.config`
+    cache_file: Path
+    started: float
+    progress: bool = True
+    force: bool = False
+    merge: bool = True
+    use_cache: bool = True
+    scans: Sequence[FolderScan] = ()
+    delete_ids: Sequence[str] = ()
+    imported: Callable[[Any, Any], int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedWrite:
+    """A write's starting point: the live manifest and segments, the config, and the log merged in."""
+
+    request: WriteRequest
+    manifest: Manifest | None  # None: a new index
+    old_config: IndexConfig | None
+    config: IndexConfig  # its models under their canonical names
+    entries: tuple[Segment, ...]
+    logged: wal.WalContents | None  # the live generation's write-ahead log
+    batches: list[Batch]  # each id's last version, the log's documents first
+    delete_ids: Sequence[str]  # the caller's, then the log's tombstones
+    logged_deletions: frozenset[str]  # logged ids this write deletes or drops (see `_merge_logged`)
+
+
+@dataclasses.dataclass(frozen=True)
+class WritePlan:
+    """What a write changes: the documents to insert, the ids to delete, and the segment layout."""
+
+    request: WriteRequest
+    manifest: Manifest | None
+    config: IndexConfig
+    entries: tuple[Segment, ...]
+    logged: wal.WalContents | None
+    existing: dict[str, tuple[str, str, int]]  # `existing_documents`: {doc_id: (source, sha256, segment)}
+    to_insert: list[Document]
+    to_delete: list[str]
+    rechunk: bool  # the chunking changed: every live document is chunked again
+    full: bool  # one segment holding every live document replaces the segments
+    idle: bool  # nothing to write: no generation is committed
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltSegment:
+    """A write's segment as built in its tmp folder (`counts`, `faiss_files` None: no segment)."""
+
+    next_id: int  # the next free chunk id
+    to_insert: list[Document]  # the documents the segment holds (a rechunk: every live one)
+    counts: dict[str, Any] | None
+    faiss_files: dict[str, SegmentModel] | None
+    dims: dict[str, int]
+
+
+def _canonical_config(config: IndexConfig, manifest: Manifest | None) -> IndexConfig:
+    """`config` with each model under its canonical name (the manifest's external models registered first)."""
+    register_recorded(manifest.encoders if manifest else {})  # imported vectors' external models
+    return dataclasses.replace(
+        config, models=canonical_models(config.models),
+        model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
+        model_by_language=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_language),
+    )
+
+
+def _merge_logged(logged: wal.WalContents | None, batches: list[Batch],
+                  delete_ids: Sequence[str]) -> tuple[list[Batch], Sequence[str], frozenset[str]]:
+    """The write-ahead log's memories go into this write's segment first: its documents as batches
+    ahead of `batches`, its tombstones after `delete_ids`. A document this write brings again, or
+    deletes, wins over its logged version; a source brought whole (remove_missing) drops the log's
+    documents of that source. Returns (batches, delete_ids, the logged ids this write deletes or
+    drops: deleted by this write even when no segment holds them)."""
+    if logged is None or not logged.records:
+        return batches, delete_ids, frozenset()
+    incoming = {document.doc_id for _, documents, _ in batches for document in documents} | set(delete_ids)
+    whole = {source for source, _, remove_missing in batches if remove_missing}  # their logged ones dropped
+    dropped = {r.doc_id for r in logged.records if r.document is not None and r.document.source in whole}
+    kept = [r for r in logged.records if r.doc_id not in incoming and r.doc_id not in dropped]
+    batches = [*_logged_batches(kept), *batches]
+    delete_ids = (*delete_ids, *sorted(logged.deleted - incoming - dropped))  # the log's tombstones
+    return batches, delete_ids, frozenset((logged.doc_ids & set(delete_ids)) | (dropped - incoming))
+
+
+def prepare_write(request: WriteRequest) -> PreparedWrite:
+    """Stage 1a of a write, before its tmp folder exists: read the manifest, canonicalise the config's
+    models, remove stale folders and merge the write-ahead log into the request.
+
+    Contract: a missing manifest beside generation folders is a CorruptIndexError (nothing changed);
+    otherwise the only change under index_dir is `layout.remove_stale` (crashed builds, retired
+    generations and logs), after which checkpoint "start" is reached."""
+    index_dir = request.index_dir
+    manifest = None
+    if (index_dir / layout.MANIFEST).exists():
+        manifest = layout.read_manifest(index_dir)
+    elif layout.generations(index_dir):
+        raise layout.CorruptIndexError(
+            f"{index_dir / layout.MANIFEST} is missing but generation folders exist; "
+            f"{layout.repair_hint(index_dir)} before indexing into it"
+        )
+    old_config = manifest.index_config if manifest else None
+    config = _canonical_config(request.config or old_config or IndexConfig(), manifest)
+    old_generation = index_dir / manifest.path if manifest else None
+    layout.remove_stale(index_dir, keep=old_generation,
+                        previous=layout.previous_generation(index_dir, old_generation),
+                        copies=WRITE_CACHES.manifest_copies)
+    checkpoint("start")
+    entries = tuple(manifest.segment_list) if manifest else ()
+    logged = wal.read_wal(wal.wal_path(index_dir, manifest.generation)) if manifest else None
+    batches = last_versions(request.batches)  # an id brought twice: its last version
+    batches, delete_ids, logged_deletions = _merge_logged(logged, batches, request.delete_ids)
+    return PreparedWrite(request, manifest, old_config, config, entries, logged, batches, delete_ids,
+                         logged_deletions)
+
+
+def plan_write(prepared: PreparedWrite, report: IndexReport) -> WritePlan:
+    """Stage 1b of a write, once its tmp folder exists: find the live documents it may change, decide
+    what to insert and delete (`_plan`) and whether everything is rewritten as one segment (`full`).
+
+    Contract: reads the live segments only (nothing under index_dir changes) and reaches checkpoint
+    "store-copied"; counts added/changed/removed/unchanged documents into `report`; a document id
+    from two sources, or both written and deleted, is a ValueError. `idle`: nothing to commit."""
+    request = prepared.request
+    probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in prepared.delete_ids]  # looked up by id
+    existing = existing_documents(request.index_dir, prepared.manifest, prepared.entries,
+                                  [*prepared.batches, ("", probes, False)])
+    # ids deleted while only in the log: dropped from the batches by `_merge_logged`, a change of their own
+    only_logged = prepared.logged_deletions - set(existing)
+    report.removed += len(only_logged)
+    checkpoint("store-copied")
+    old_config, config = prepared.old_config, prepared.config
+    rechunk = old_config is not None and (old_config.chunk != config.chunk)
+    relayout = old_config is None or rechunk or old_config != config
+    to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, prepared.batches, report,
+                                 {scan.source: scan.unchanged for scan in request.scans}, prepared.delete_ids)
+    # a pre-segment (format 1) index is rewritten as one segment by its first change
+    force = request.force or request.imported is not None
+    full = relayout or force or any(entry.legacy for entry in prepared.entries)
+    idle = not (to_insert or to_delete or relayout or force or only_logged)
+    return WritePlan(request, prepared.manifest, config, prepared.entries, prepared.logged, existing,
+                     to_insert, to_delete, rechunk, full, idle)
+
+
+def _fill_store(con, plan: WritePlan, next_id: int, number: int,
+                report: IndexReport) -> tuple[int, list[Document]]:
+    """Fill the new segment's store: with `full`, every segment's live rows first (chunked again on
+    a rechunk), then the documents to insert. Returns (next free chunk id, the documents inserted)."""
+    to_insert = plan.to_insert
+    if plan.full:  # one segment holding every live document
+        if plan.entries:
+            aliases = attach(con, plan.request.index_dir, plan.entries)
+            copy_live_rows(con, aliases, plan.entries, extra_deleted=plan.to_delete, vectors=False)
+            detach(con, aliases)
+            keep_newest_versions(con)
+        if plan.rechunk:
+            kept = _documents_from_store(con)
+            con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; "
+                        "DELETE FROM documents")
+            to_insert = kept + to_insert
+    # The segment is private until the manifest names it, so its store may commit in steps:
+    # each insert batch commits on its own (DuckDB keeps the frames registered in a
+    # transaction, i.e. every chunk text of the build, alive until the transaction ends).
+    next_id, report.new_chunks = insert_documents(con, to_insert, plan.config, next_id)
+    con.execute("BEGIN TRANSACTION")
+    store.set_meta(con, {"next_chunk_id": next_id, "generation": number})
+    assign_vectors(con, plan.config)
+    con.execute("COMMIT")
+    return next_id, to_insert
+
+
+def _embed(con, cache: EmbeddingCache | VectorBuffer, plan: WritePlan, known: dict[str, int],
+           report: IndexReport) -> dict[str, int]:
+    """Embed the segment's chunk texts missing from `cache`, after putting the log's vectors and the
+    imported ones into it; returns each model's dimension."""
+    if plan.logged is not None and plan.logged.records:  # their vectors are in the log: not embedded again
+        for model, (hashes, vectors) in wal.record_vectors(plan.logged.latest, plan.config).items():
+            cache.put(cache_model(model), hashes, vectors)
+    if plan.request.imported is not None:
+        report.imported = plan.request.imported(con, cache)
+    known_encoders = {m: e for m, e in (plan.manifest.encoders if plan.manifest else {}).items() if e}
+    return embed_missing(con, cache, plan.config.all_models, report, plan.config, known,
+                         plan.request.progress, known_encoders)
+
+
+def build_segment(plan: WritePlan, tmp: Path, number: int, report: IndexReport) -> BuiltSegment:
+    """Stage 2 of a write: build its segment (store, BM25 postings, FAISS files) in `tmp`, embedding
+    the chunk texts the embeddings cache lacks. A write that only deletes builds none.
+
+    Contract: writes only under `tmp` (and into the embeddings cache), so nothing readers see
+    changes; reaches checkpoint "store-committed" once the store is committed, segment or not; the
+    store connection and cache it opens are closed before it returns or raises."""
+    request = plan.request
+    next_id = next_chunk_id(request.index_dir, plan.manifest)
+    to_insert = plan.to_insert
+    con = None
+    cache = None
+    try:
+        if plan.full or not small_write(to_insert):
+            con = store.connect(tmp / layout.STORE_FILE)
+        elif to_insert:  # a small segment: built in memory, written as Parquet tables (`persist`)
+            con = store.ScratchConnection()
+        if con is not None:
+            store.create_schema(con)
+            next_id, to_insert = _fill_store(con, plan, next_id, number, report)
+        checkpoint("store-committed")
+        known = plan.manifest.dims if plan.manifest else {}
+        if con is None:
+            return BuiltSegment(next_id, to_insert, None, None, known)
+        cache = EmbeddingCache(request.cache_file) if request.use_cache or plan.full else VectorBuffer()
+        dims = _embed(con, cache, plan, known, report)
+        faiss_files = build_artifacts(con, cache_vectors(cache), tmp, plan.config, dims,
+                                      progress=request.progress)
+        counts = store_counts(con)
+        persist(con, tmp)
+        con.close()
+        con = None
+        cache.close()
+        cache = None
+        return BuiltSegment(next_id, to_insert, counts, faiss_files, dims)
+    finally:  # on a failure (else both were closed above, before the commit reads the segment)
+        if con is not None:
+            con.close()
+        if cache is not None:
+            cache.close()
+
+
+def _next_segments(plan: WritePlan, built: BuiltSegment, tmp: Path, name: str,
+                   report: IndexReport) -> list[Segment]:
+    """The new generation's segments: the built one alone (`full`), else the live ones with this
+    write's deletions tombstoned where they are, then the built one (if any)."""
+    if plan.full:
+        return [new_segment(name, built.counts, built.faiss_files, tmp)]
+    entries = list(plan.entries)
+    by_segment: dict[int, list[str]] = {}
+    for doc_id in plan.to_delete:
+        by_segment.setdefault(plan.existing[doc_id][2], []).append(doc_id)
+    for i, doc_ids in by_segment.items():
+        tombstoned = dataclasses.replace(entries[i], deleted=tuple(sorted({*entries[i].deleted, *doc_ids})))
+        entries[i] = with_live_counts(plan.request.index_dir, plan.manifest, tombstoned)
+    # vectors of the kept segments are reused as they are: counted with the cache hits
+    report.cache_hits += sum(sum(entry.vectors.values()) for entry in entries)
+    if built.to_insert:
+        entries.append(new_segment(name, built.counts, built.faiss_files, tmp))
+    return entries
+
+
+def commit_write(plan: WritePlan, built: BuiltSegment, tmp: Path, number: int,
+                 report: IndexReport) -> Manifest:
+    """Stage 3 of a write: commit `tmp` as generation `number` and return its manifest.
+
+    Contract: the only stage that changes what readers see, all at once: `commit_generation` merges
+    by the tiered policy first (`merge`; merged segments are built aside too), fsyncs the new folders,
+    renames them and replaces the manifest atomically; a failure before that replacement leaves the
+    previous generation live (the next write removes folders no manifest names)."""
+    request = plan.request
+    entries = _next_segments(plan, built, tmp, layout.generation_name(number), report)
+    base = manifest_base(number, plan.config, request.cache_file, time.perf_counter() - request.started,
+                         plan.manifest, built.next_id)
+    signatures = next_signatures(request.index_dir, plan.manifest, request.scans, built.to_insert,
+                                 plan.to_delete, plan.existing)
+    return commit_generation(request.index_dir, plan.manifest, entries, [tmp], plan.config, built.dims, base,
+                             request.progress, policy=request.merge, signatures=signatures)
+
+
 def apply_changes(
     index_dir: str | os.PathLike,
     batches: Sequence[tuple[str, list[Document], bool]],
@@ -218,143 +488,40 @@ def apply_changes(
     `layout.lock_wait_seconds()`). `delete_ids`: documents deleted by this write whatever their source
     (tombstoned like removed ones, dropped from the write-ahead log; ids not indexed are ignored, an
     id both written and deleted is a ValueError): the memory writer's `delete` without a log. The
-    log's tombstones are deleted the same way, its puts of indexed ids replace them (the fold). `imported(con, cache)`:
-    vectors from a file put into the cache before embedding (`vectors_import.import_hook`; the whole
-    index is rewritten as one segment, as with `force`)."""
+    log's tombstones are deleted the same way, its puts of indexed ids replace them (the fold).
+    `imported(con, cache)`: vectors from a file put into the cache before embedding
+    (`vectors_import.import_hook`; the whole index is rewritten as one segment, as with `force`).
+
+    Under the writer lock, in three stages: plan the change (:func:`prepare_write`, then
+    :func:`plan_write` once the private `gen-N.tmp-PID` folder exists), build its segment in that
+    folder (:func:`build_segment`) and commit it as a generation (:func:`commit_write`). The folder
+    is gone when this returns or raises: renamed by the commit, else removed (a killed write's by the
+    next write's `layout.remove_stale`)."""
     index_dir = Path(index_dir)
     started = time.perf_counter()
     report = report or IndexReport(str(index_dir))
     with layout.WriterLock(index_dir, timeout=lock_wait):
-        manifest = None
         cache_file = Path(cache_path) if cache_path else index_dir / layout.CACHE_FILE
-        if (index_dir / layout.MANIFEST).exists():
-            manifest = layout.read_manifest(index_dir)
-        elif layout.generations(index_dir):
-            raise layout.CorruptIndexError(
-                f"{index_dir / layout.MANIFEST} is missing but generation folders exist; "
-                f"{layout.repair_hint(index_dir)} before indexing into it"
-            )
-        old_config = manifest.index_config if manifest else None
-        config = config or old_config or IndexConfig()
-        register_recorded(manifest.encoders if manifest else {})  # imported vectors' external models
-        config = dataclasses.replace(
-            config, models=canonical_models(config.models),
-            model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
-            model_by_language=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_language),
-        )
-        old_generation = index_dir / manifest.path if manifest else None
-        layout.remove_stale(index_dir, keep=old_generation,
-                            previous=layout.previous_generation(index_dir, old_generation),
-                            copies=WRITE_CACHES.manifest_copies)
-        checkpoint("start")
-        entries = list(manifest.segment_list) if manifest else []
-        # memories in the live generation's write-ahead log go into this write's segment first
-        logged = wal.read_wal(wal.wal_path(index_dir, manifest.generation)) if manifest else None
-        batches = last_versions(batches)  # an id brought twice: its last version
-        if logged is not None and logged.records:  # a document this write brings again: its version wins
-            incoming = {document.doc_id for _, documents, _ in batches for document in documents} | set(delete_ids)
-            whole = {source for source, _, remove_missing in batches if remove_missing}  # brought whole: log's dropped
-            dropped = {r.doc_id for r in logged.records if r.document is not None and r.document.source in whole}
-            kept = [r for r in logged.records if r.doc_id not in incoming and r.doc_id not in dropped]
-            batches = [*_logged_batches(kept), *batches]
-            delete_ids = (*delete_ids, *sorted(logged.deleted - incoming - dropped))  # the log's tombstones
+        request = WriteRequest(index_dir, batches, config, cache_file, started, progress=progress,
+                               force=force, merge=merge, use_cache=use_cache, scans=scans,
+                               delete_ids=delete_ids, imported=imported)
+        prepared = prepare_write(request)
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
         tmp.mkdir(parents=True)
-        cache = None
-        con = None
         try:
-            probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in delete_ids]  # looked up by id
-            existing = existing_documents(index_dir, manifest, entries, [*batches, ("", probes, False)])
-            # ids deleted while only in the log: dropped from `batches` above, so a change of their own
-            only_logged = ((logged.doc_ids & set(delete_ids)) | (dropped - incoming)) - set(existing) \
-                if logged is not None and logged.records else set()
-            report.removed += len(only_logged)
-            checkpoint("store-copied")
-            rechunk = old_config is not None and (old_config.chunk != config.chunk)
-            relayout = old_config is None or rechunk or old_config != config
-            to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, batches, report,
-                                         {scan.source: scan.unchanged for scan in scans}, delete_ids)
-            # a pre-segment (format 1) index is rewritten as one segment by its first change
-            force = force or imported is not None
-            full = relayout or force or any(entry.legacy for entry in entries)
-            if not (to_insert or to_delete or relayout or force or only_logged):
-                report.chunks = manifest.counts.chunks if manifest else 0
-                report.generation = manifest.generation if manifest else None
+            plan = plan_write(prepared, report)
+            if plan.idle:
+                report.chunks = plan.manifest.counts.chunks if plan.manifest else 0
+                report.generation = plan.manifest.generation if plan.manifest else None
                 report.seconds = time.perf_counter() - started
                 return report
-            next_id = next_chunk_id(index_dir, manifest)
-            if full or not small_write(to_insert):
-                con = store.connect(tmp / layout.STORE_FILE)
-                store.create_schema(con)
-            elif to_insert:  # a small segment: built in memory, written as Parquet tables (`persist`)
-                con = store.ScratchConnection()
-                store.create_schema(con)
-            if full:  # one segment holding every live document
-                if entries:
-                    aliases = attach(con, index_dir, entries)
-                    copy_live_rows(con, aliases, entries, extra_deleted=to_delete, vectors=False)
-                    detach(con, aliases)
-                    keep_newest_versions(con)
-                if rechunk:
-                    kept = _documents_from_store(con)
-                    con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents")
-                    to_insert = kept + to_insert
-            if con is not None:
-                # The segment is private until the manifest names it, so its store may commit in steps:
-                # each insert batch commits on its own (DuckDB keeps the frames registered in a
-                # transaction, i.e. every chunk text of the build, alive until the transaction ends).
-                next_id, report.new_chunks = insert_documents(con, to_insert, config, next_id)
-                con.execute("BEGIN TRANSACTION")
-                store.set_meta(con, {"next_chunk_id": next_id, "generation": number})
-                assign_vectors(con, config)
-                con.execute("COMMIT")
-            checkpoint("store-committed")
-            known = manifest.dims if manifest else {}
-            known_encoders = {m: e for m, e in (manifest.encoders if manifest else {}).items() if e}
-            if con is not None:
-                cache = EmbeddingCache(cache_file) if use_cache or full else VectorBuffer()
-                if logged is not None and logged.records:  # their vectors are in the log: not embedded again
-                    for model, (hashes, vectors) in wal.record_vectors(logged.latest, config).items():
-                        cache.put(cache_model(model), hashes, vectors)
-                if imported is not None:
-                    report.imported = imported(con, cache)
-                dims = embed_missing(con, cache, config.all_models, report, config, known, progress, known_encoders)
-                faiss_files = build_artifacts(con, cache_vectors(cache), tmp, config, dims, progress=progress)
-                counts = store_counts(con)
-                persist(con, tmp)
-                con.close()
-                con = None
-                cache.close()
-                cache = None
-            else:
-                dims = known
-            name = layout.generation_name(number)
-            if full:
-                entries = [new_segment(name, counts, faiss_files, tmp)]
-            else:
-                by_segment: dict[int, list[str]] = {}
-                for doc_id in to_delete:
-                    by_segment.setdefault(existing[doc_id][2], []).append(doc_id)
-                for i, doc_ids in by_segment.items():
-                    tombstoned = dataclasses.replace(entries[i], deleted=tuple(sorted({*entries[i].deleted, *doc_ids})))
-                    entries[i] = with_live_counts(index_dir, manifest, tombstoned)
-                # vectors of the kept segments are reused as they are: counted with the cache hits
-                report.cache_hits += sum(sum(entry.vectors.values()) for entry in entries)
-                if to_insert:
-                    entries.append(new_segment(name, counts, faiss_files, tmp))
-            base = manifest_base(number, config, cache_file, time.perf_counter() - started, manifest, next_id)
-            signatures = next_signatures(index_dir, manifest, scans, to_insert, to_delete, existing)
-            new_manifest = commit_generation(index_dir, manifest, entries, [tmp], config, dims, base, progress,
-                                              policy=merge, signatures=signatures)
+            built = build_segment(plan, tmp, number, report)
+            new_manifest = commit_write(plan, built, tmp, number, report)
             report.chunks = new_manifest.counts.chunks
             report.generation = new_manifest.generation
             report.committed = True
         finally:
-            if con is not None:
-                con.close()
-            if cache is not None:
-                cache.close()
             for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
                 WRITE_CACHES.uncommitted_documents.pop(str(leftover))
                 shutil.rmtree(leftover, ignore_errors=True)
