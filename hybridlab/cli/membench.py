@@ -111,7 +111,8 @@ def _cross_validate(args: argparse.Namespace, haystacks, work: Path, out: Path, 
     (out / f"cv-{granularity}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(f"leave-one-haystack-out over {len(result['grid'])} settings ({granularity} level, n={result['n']}): "
           f"out of fold recall@5 {100 * result['out_of_fold_recall@5']:.1f}, recall@10 "
-          f"{100 * result['out_of_fold_recall@10']:.1f}; the defaults (first setting) in sample "
+          f"{100 * result['out_of_fold_recall@10']:.1f}, recall_any@5 {100 * result['out_of_fold_recall_any@5']:.1f}; "
+          f"the defaults (first setting) in sample "
           f"{100 * result['defaults_recall']:.1f}")
     for fold in result["folds"]:
         print(f"  {fold['held_out']}: chose {fold['chosen']}")

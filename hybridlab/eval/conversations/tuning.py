@@ -38,10 +38,10 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     return name.strip(), [value(v.strip()) for v in values.split(",")]
 
 
-def per_question(result, k: int) -> dict[str, float]:
-    """Fractional evidence recall@k of every question with evidence (the hybrid system)."""
+def per_question(result, k: int, metric: str = "recall") -> dict[str, float]:
+    """Evidence recall@k (fractional; or `recall_any`) of every question with evidence (the hybrid system)."""
     level = result.settings.granularity
-    return {qid: metrics.fractional_recall(result.rankings["hybrid"][qid], relevant_ids(result, qid, level), k)
+    return {qid: metrics.METRICS[metric](result.rankings["hybrid"][qid], relevant_ids(result, qid, level), k)
             for qid, question in result.questions.items() if relevant_ids(result, qid, level)}
 
 
@@ -53,9 +53,9 @@ def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, setti
     for setting in settings_grid:
         run = run_haystacks(haystacks, replace(settings, systems=("hybrid",), options={**settings.options, **setting}),
                             work, progress=progress)
-        scores.append({kk: per_question(run, kk) for kk in (k, 10)})
+        scores.append({kk: per_question(run, kk) for kk in (k, 10)} | {"any": per_question(run, k, "recall_any")})
     folds = []
-    out_of_fold: dict[int, list[float]] = {k: [], 10: []}
+    out_of_fold: dict[int | str, list[float]] = {k: [], 10: [], "any": []}
     for haystack in haystacks:
         held = haystack.haystack_id
 
@@ -64,12 +64,15 @@ def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, setti
             return sum(values) / len(values)
 
         best = max(range(len(settings_grid)), key=lambda i: (tuning_mean(i), -i))
-        for kk in (k, 10):
+        for kk in (k, 10, "any"):
             out_of_fold[kk] += [v for qid, v in scores[best][kk].items() if owner[qid] == held]
         folds.append({"held_out": held, "chosen": settings_grid[best], "tuning_recall": round(tuning_mean(best), 4)})
     in_sample = [sum(s[k].values()) / len(s[k]) for s in scores]
+    in_sample_any = [sum(s["any"].values()) / len(s["any"]) for s in scores]
     return {"k": k, "grid": list(settings_grid), "folds": folds,
             f"out_of_fold_recall@{k}": sum(out_of_fold[k]) / len(out_of_fold[k]),
-            "out_of_fold_recall@10": sum(out_of_fold[10]) / len(out_of_fold[10]), "n": len(out_of_fold[k]),
+            "out_of_fold_recall@10": sum(out_of_fold[10]) / len(out_of_fold[10]),
+            f"out_of_fold_recall_any@{k}": sum(out_of_fold["any"]) / len(out_of_fold["any"]), "n": len(out_of_fold[k]),
             "in_sample_recall_by_setting": [round(v, 4) for v in in_sample],
+            "in_sample_recall_any_by_setting": [round(v, 4) for v in in_sample_any],
             "defaults_recall": round(in_sample[0], 4)}
