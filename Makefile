@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/hybridlab demo
 
-# the layer, no-cycle and no-bench contracts in pyproject.toml (import-linter), then every test (bench/tests too)
+# lint (ruff), format (ruff format), the layer, no-cycle and no-bench contracts in pyproject.toml
+# (import-linter), then every test (bench/tests too)
 test: setup
+	$(BIN)/ruff check hybridlab tests bench
+	$(BIN)/ruff format --check hybridlab tests bench
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests bench/tests -q --durations=20
 
@@ -79,6 +82,7 @@ soak: setup
 
 lint: setup
 	$(BIN)/ruff check hybridlab tests bench
+	$(BIN)/ruff format --check hybridlab tests bench
 
 clean:
 	rm -rf .hybridlab .cache

@@ -14,6 +14,7 @@ Latency is the library call alone (query vectors precomputed), one query at a ti
 adds hybridlab's measured query-encoding P50, as every system needs the same query vector. Each
 system runs in its own subprocess (its own peak RSS). nDCG@10 on the SciFact test split.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,16 +44,22 @@ def load_corpus(index_dir: str) -> dict[str, Any]:
     generation = Path(index_dir) / manifest.path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
     try:
-        rows = con.execute("SELECT c.chunk_id, c.doc_id, c.embed_text, d.collection FROM chunks c "
-                           "JOIN documents d USING (doc_id) ORDER BY c.chunk_id").fetchall()
+        rows = con.execute(
+            "SELECT c.chunk_id, c.doc_id, c.embed_text, d.collection FROM chunks c "
+            "JOIN documents d USING (doc_id) ORDER BY c.chunk_id"
+        ).fetchall()
     finally:
         con.close()
     model, info = next(iter(manifest.models.items()))
     dense = DenseIndex.load(generation / info.file, model)
     if not np.array_equal(dense.ids, np.asarray([r[0] for r in rows], dtype=np.int64)):
         raise RuntimeError(f"{index_dir}: vectors and chunks do not align")
-    return {"doc_ids": [r[1] for r in rows], "texts": [r[2] for r in rows], "collections": [r[3] for r in rows],
-            "vectors": np.ascontiguousarray(dense.vectors, dtype=np.float32)}
+    return {
+        "doc_ids": [r[1] for r in rows],
+        "texts": [r[2] for r in rows],
+        "collections": [r[3] for r in rows],
+        "vectors": np.ascontiguousarray(dense.vectors, dtype=np.float32),
+    }
 
 
 def time_calls(call: Callable[[int], Any], n: int, repeats: int, warmup: int = 5) -> dict[str, float]:
@@ -102,54 +109,115 @@ class _Bench:
     def add(self, system: str, mode: str, filtered: bool, stats: dict[str, float], **fields: Any) -> None:
         encode = self.encode_p50 if mode != "bm25" else 0.0
         e2e = {k: (v + encode if encode is not None else None) for k, v in stats.items()}
-        self.rows.append(make_row(
-            system, self.n, mode, filtered, p50_ms=e2e["p50"], p95_ms=e2e["p95"], p99_ms=e2e["p99"],
-            search_p50_ms=stats["p50"], search_p95_ms=stats["p95"], search_p99_ms=stats["p99"],
-            encode_p50_ms=encode if mode != "bm25" else None, dataset="scifact",
-            queries=len(self.latency_queries), repeats=self.repeats, **fields))
-        print(f"  {system} {mode} filtered={filtered} {fields.get('variant', '')}: search p50 {stats['p50']:.2f} "
-              f"p95 {stats['p95']:.2f} ms {fields.get('ndcg@10', '')}",
-              file=sys.stderr, flush=True)
+        self.rows.append(
+            make_row(
+                system,
+                self.n,
+                mode,
+                filtered,
+                p50_ms=e2e["p50"],
+                p95_ms=e2e["p95"],
+                p99_ms=e2e["p99"],
+                search_p50_ms=stats["p50"],
+                search_p95_ms=stats["p95"],
+                search_p99_ms=stats["p99"],
+                encode_p50_ms=encode if mode != "bm25" else None,
+                dataset="scifact",
+                queries=len(self.latency_queries),
+                repeats=self.repeats,
+                **fields,
+            )
+        )
+        print(
+            f"  {system} {mode} filtered={filtered} {fields.get('variant', '')}: search p50 {stats['p50']:.2f} "
+            f"p95 {stats['p95']:.2f} ms {fields.get('ndcg@10', '')}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def bench_chromadb(b: _Bench, work: Path) -> None:
     import chromadb
     from chromadb.config import Settings
 
-    client = chromadb.PersistentClient(path=str(work / "chroma"), settings=Settings(anonymized_telemetry=False))
-    collection = client.get_or_create_collection("scifact", embedding_function=None,
-                                                 configuration={"hnsw": {"space": "ip"}})
+    client = chromadb.PersistentClient(
+        path=str(work / "chroma"), settings=Settings(anonymized_telemetry=False)
+    )
+    collection = client.get_or_create_collection(
+        "scifact", embedding_function=None, configuration={"hnsw": {"space": "ip"}}
+    )
     ids = [str(i) for i in range(b.n)]
     started = time.perf_counter()
     step = 1000
     for s in range(0, b.n, step):
-        collection.add(ids=ids[s:s + step], embeddings=b.corpus["vectors"][s:s + step],
-                       documents=b.corpus["texts"][s:s + step],
-                       metadatas=[{"collection": c} for c in b.corpus["collections"][s:s + step]])
+        collection.add(
+            ids=ids[s : s + step],
+            embeddings=b.corpus["vectors"][s : s + step],
+            documents=b.corpus["texts"][s : s + step],
+            metadatas=[{"collection": c} for c in b.corpus["collections"][s : s + step]],
+        )
     build_s = time.perf_counter() - started
     doc_ids = b.corpus["doc_ids"]
 
     def query(vector: np.ndarray, k: int, **filters: Any) -> dict[str, float]:
-        found = collection.query(query_embeddings=vector.reshape(1, -1), n_results=k, include=["distances"],
-                                 **filters)
+        found = collection.query(
+            query_embeddings=vector.reshape(1, -1), n_results=k, include=["distances"], **filters
+        )
         return {doc_ids[int(i)]: -d for i, d in zip(found["ids"][0], found["distances"][0])}
 
     where = {"collection": b.filter_collection}
-    b.add("chromadb", "index", False, {"p50": build_s * 1000, "p95": build_s * 1000, "p99": build_s * 1000},
-          variant="build", seconds=build_s, chunks_per_s=b.n / build_s, size_mb=_mb(work / "chroma"))
-    b.rows[-1].update({"p50_ms": None, "p95_ms": None, "p99_ms": None, "search_p50_ms": None,
-                       "search_p95_ms": None, "search_p99_ms": None})
+    b.add(
+        "chromadb",
+        "index",
+        False,
+        {"p50": build_s * 1000, "p95": build_s * 1000, "p99": build_s * 1000},
+        variant="build",
+        seconds=build_s,
+        chunks_per_s=b.n / build_s,
+        size_mb=_mb(work / "chroma"),
+    )
+    b.rows[-1].update(
+        {
+            "p50_ms": None,
+            "p95_ms": None,
+            "p99_ms": None,
+            "search_p50_ms": None,
+            "search_p95_ms": None,
+            "search_p99_ms": None,
+        }
+    )
     ndcg = b.ndcg(lambda i, _t: query(b.judged_vectors[i], DEPTH))
-    b.add("chromadb", "vector", False, time_calls(lambda i: query(b.latency_vectors[i], 10), len(b.latency_queries),
-                                                    b.repeats), **{"ndcg@10": ndcg}, variant="hnsw")
+    b.add(
+        "chromadb",
+        "vector",
+        False,
+        time_calls(lambda i: query(b.latency_vectors[i], 10), len(b.latency_queries), b.repeats),
+        **{"ndcg@10": ndcg},
+        variant="hnsw",
+    )
     ndcg_f = b.ndcg(lambda i, _t: query(b.judged_vectors[i], DEPTH, where=where))
-    b.add("chromadb", "vector", True, time_calls(lambda i: query(b.latency_vectors[i], 10, where=where),
-                                                   len(b.latency_queries), b.repeats),
-          **{"ndcg@10": ndcg_f}, variant="hnsw+where")
-    b.add("chromadb", "vector", True, time_calls(
-        lambda i: query(b.latency_vectors[i], 10, where_document={"$contains": contains_term(b.latency_queries[i])}),
-        len(b.latency_queries), b.repeats), variant="hnsw+where_document",
-        note="where_document {$contains: longest query word}: a substring filter, no hybridlab equivalent")
+    b.add(
+        "chromadb",
+        "vector",
+        True,
+        time_calls(lambda i: query(b.latency_vectors[i], 10, where=where), len(b.latency_queries), b.repeats),
+        **{"ndcg@10": ndcg_f},
+        variant="hnsw+where",
+    )
+    b.add(
+        "chromadb",
+        "vector",
+        True,
+        time_calls(
+            lambda i: query(
+                b.latency_vectors[i], 10, where_document={"$contains": contains_term(b.latency_queries[i])}
+            ),
+            len(b.latency_queries),
+            b.repeats,
+        ),
+        variant="hnsw+where_document",
+        note="where_document {$contains: longest query word}: a substring filter, no hybridlab equivalent",
+    )
 
 
 def bench_lancedb(b: _Bench, work: Path) -> None:
@@ -158,11 +226,14 @@ def bench_lancedb(b: _Bench, work: Path) -> None:
 
     db = lancedb.connect(str(work / "lance"))
     dim = b.corpus["vectors"].shape[1]
-    table_data = pa.table({
-        "row": pa.array(np.arange(b.n, dtype=np.int64)),
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(b.corpus["vectors"].reshape(-1)), dim),
-        "text": pa.array(b.corpus["texts"]), "collection": pa.array(b.corpus["collections"]),
-    })
+    table_data = pa.table(
+        {
+            "row": pa.array(np.arange(b.n, dtype=np.int64)),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(b.corpus["vectors"].reshape(-1)), dim),
+            "text": pa.array(b.corpus["texts"]),
+            "collection": pa.array(b.corpus["collections"]),
+        }
+    )
     started = time.perf_counter()
     table = db.create_table("scifact", data=table_data, mode="overwrite")
     table.create_fts_index("text", replace=True, stem=True, remove_stop_words=True, language="English")
@@ -193,21 +264,59 @@ def bench_lancedb(b: _Bench, work: Path) -> None:
             q = q.where(where, prefilter=True)
         return q.to_arrow()
 
-    b.add("lancedb", "index", False, {"p50": build_s * 1000, "p95": build_s * 1000, "p99": build_s * 1000},
-          variant="build", seconds=build_s, chunks_per_s=b.n / build_s, size_mb=_mb(work / "lance"))
-    b.rows[-1].update({"p50_ms": None, "p95_ms": None, "p99_ms": None, "search_p50_ms": None,
-                       "search_p95_ms": None, "search_p99_ms": None})
+    b.add(
+        "lancedb",
+        "index",
+        False,
+        {"p50": build_s * 1000, "p95": build_s * 1000, "p99": build_s * 1000},
+        variant="build",
+        seconds=build_s,
+        chunks_per_s=b.n / build_s,
+        size_mb=_mb(work / "lance"),
+    )
+    b.rows[-1].update(
+        {
+            "p50_ms": None,
+            "p95_ms": None,
+            "p99_ms": None,
+            "search_p50_ms": None,
+            "search_p95_ms": None,
+            "search_p99_ms": None,
+        }
+    )
     lq, lv, n, reps = b.latency_queries, b.latency_vectors, len(b.latency_queries), b.repeats
     for filtered in (False, True):
-        ndcg = b.ndcg(lambda i, _t, f=filtered: ranked(vector(b.judged_vectors[i], DEPTH, f), "_distance", -1.0))
-        b.add("lancedb", "vector", filtered, time_calls(lambda i, f=filtered: vector(lv[i], 10, f), n, reps),
-              **{"ndcg@10": ndcg}, variant="flat")
+        ndcg = b.ndcg(
+            lambda i, _t, f=filtered: ranked(vector(b.judged_vectors[i], DEPTH, f), "_distance", -1.0)
+        )
+        b.add(
+            "lancedb",
+            "vector",
+            filtered,
+            time_calls(lambda i, f=filtered: vector(lv[i], 10, f), n, reps),
+            **{"ndcg@10": ndcg},
+            variant="flat",
+        )
         ndcg = b.ndcg(lambda _i, t, f=filtered: ranked(fts(t, DEPTH, f), "_score", 1.0))
-        b.add("lancedb", "bm25", filtered, time_calls(lambda i, f=filtered: fts(lq[i], 10, f), n, reps),
-              **{"ndcg@10": ndcg}, variant="native-fts")
-        ndcg = b.ndcg(lambda i, t, f=filtered: ranked(hybrid(b.judged_vectors[i], t, DEPTH, f), "_relevance_score", 1.0))
-        b.add("lancedb", "hybrid", filtered, time_calls(lambda i, f=filtered: hybrid(lv[i], lq[i], 10, f), n, reps),
-              **{"ndcg@10": ndcg}, variant="rrf-reranker")
+        b.add(
+            "lancedb",
+            "bm25",
+            filtered,
+            time_calls(lambda i, f=filtered: fts(lq[i], 10, f), n, reps),
+            **{"ndcg@10": ndcg},
+            variant="native-fts",
+        )
+        ndcg = b.ndcg(
+            lambda i, t, f=filtered: ranked(hybrid(b.judged_vectors[i], t, DEPTH, f), "_relevance_score", 1.0)
+        )
+        b.add(
+            "lancedb",
+            "hybrid",
+            filtered,
+            time_calls(lambda i, f=filtered: hybrid(lv[i], lq[i], 10, f), n, reps),
+            **{"ndcg@10": ndcg},
+            variant="rrf-reranker",
+        )
 
 
 def bench_rank_bm25(b: _Bench, work: Path) -> None:
@@ -228,10 +337,16 @@ def bench_rank_bm25(b: _Bench, work: Path) -> None:
         return {doc_ids[i]: float(scores[i]) for i in top if scores[i] > 0}
 
     ndcg = b.ndcg(lambda _i, t: search(t, DEPTH))
-    b.add("rank-bm25", "bm25", False, time_calls(lambda i: search(b.latency_queries[i], 10),
-                                                   len(b.latency_queries), b.repeats),
-          **{"ndcg@10": ndcg}, variant="BM25Okapi", seconds=build_s,
-          note="hybridlab's tokenizer terms; no filter support")
+    b.add(
+        "rank-bm25",
+        "bm25",
+        False,
+        time_calls(lambda i: search(b.latency_queries[i], 10), len(b.latency_queries), b.repeats),
+        **{"ndcg@10": ndcg},
+        variant="BM25Okapi",
+        seconds=build_s,
+        note="hybridlab's tokenizer terms; no filter support",
+    )
 
 
 def bench_bm25s(b: _Bench, work: Path) -> None:
@@ -241,8 +356,10 @@ def bench_bm25s(b: _Bench, work: Path) -> None:
     stemmer = Stemmer.Stemmer("english")
     started = time.perf_counter()
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(b.corpus["texts"], stopwords="en", stemmer=stemmer, show_progress=False),
-                    show_progress=False)
+    retriever.index(
+        bm25s.tokenize(b.corpus["texts"], stopwords="en", stemmer=stemmer, show_progress=False),
+        show_progress=False,
+    )
     build_s = time.perf_counter() - started
     doc_ids = b.corpus["doc_ids"]
     mask = np.asarray([c == b.filter_collection for c in b.corpus["collections"]], dtype=np.float32)
@@ -251,20 +368,32 @@ def bench_bm25s(b: _Bench, work: Path) -> None:
         tokens = bm25s.tokenize([text], stopwords="en", stemmer=stemmer, show_progress=False)
         if not tokens.vocab:
             return {}
-        docs, scores = retriever.retrieve(tokens, k=min(k, b.n), show_progress=False, n_threads=1,
-                                          weight_mask=mask if filtered else None)
+        docs, scores = retriever.retrieve(
+            tokens, k=min(k, b.n), show_progress=False, n_threads=1, weight_mask=mask if filtered else None
+        )
         return {doc_ids[int(d)]: float(s) for d, s in zip(docs[0], scores[0]) if s > 0}
 
     for filtered in (False, True):
         ndcg = b.ndcg(lambda _i, t, f=filtered: search(t, DEPTH, f))
-        b.add("bm25s", "bm25", filtered, time_calls(lambda i, f=filtered: search(b.latency_queries[i], 10, f),
-                                                      len(b.latency_queries), b.repeats),
-              **{"ndcg@10": ndcg}, variant="plain-bm25s", seconds=build_s,
-              note="bm25s defaults (Lucene), its own tokenizer, English stemmer and stop words")
+        b.add(
+            "bm25s",
+            "bm25",
+            filtered,
+            time_calls(
+                lambda i, f=filtered: search(b.latency_queries[i], 10, f), len(b.latency_queries), b.repeats
+            ),
+            **{"ndcg@10": ndcg},
+            variant="plain-bm25s",
+            seconds=build_s,
+            note="bm25s defaults (Lucene), its own tokenizer, English stemmer and stop words",
+        )
 
 
 BENCHES: dict[str, Callable[[_Bench, Path], None]] = {
-    "chromadb": bench_chromadb, "lancedb": bench_lancedb, "rank-bm25": bench_rank_bm25, "bm25s": bench_bm25s,
+    "chromadb": bench_chromadb,
+    "lancedb": bench_lancedb,
+    "rank-bm25": bench_rank_bm25,
+    "bm25s": bench_bm25s,
 }
 
 
@@ -322,8 +451,11 @@ def prepare_queries(arguments: Mapping[str, Any]) -> dict[str, Any]:
         data = json.loads((shared / f"{name}_queries.json").read_text())
         texts = data if isinstance(data, list) else list(data.values())
         index.encode_queries(model, texts)
-        np.save(shared / f"{name}_vectors.npy", np.stack([index.query_vector(model, t) for t in texts]),
-                allow_pickle=False)
+        np.save(
+            shared / f"{name}_vectors.npy",
+            np.stack([index.query_vector(model, t) for t in texts]),
+            allow_pickle=False,
+        )
     return {"model": model}
 
 
@@ -341,9 +473,19 @@ def available(system: str) -> bool:
     return importlib.util.find_spec(PACKAGE_OF[system]) is not None
 
 
-def run(index_dir: Path, shared_dir: Path, *, latency_queries: Sequence[str], judged: Mapping[str, str],
-        qrels: Mapping[str, Mapping[str, int]], filter_collection: str, repeats: int, encode_p50_ms: float | None,
-        modes: Sequence[str], systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
+def run(
+    index_dir: Path,
+    shared_dir: Path,
+    *,
+    latency_queries: Sequence[str],
+    judged: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    filter_collection: str,
+    repeats: int,
+    encode_p50_ms: float | None,
+    modes: Sequence[str],
+    systems: Sequence[str] = SYSTEMS,
+) -> dict[str, Any]:
     """Every alternative, then hybridlab's quality; rows plus notes for systems that could not run."""
     from bench.common import run_worker
 
@@ -351,7 +493,11 @@ def run(index_dir: Path, shared_dir: Path, *, latency_queries: Sequence[str], ju
     (shared_dir / "latency_queries.json").write_text(json.dumps(list(latency_queries)))
     (shared_dir / "judged_queries.json").write_text(json.dumps(dict(judged)))
     (shared_dir / "qrels.json").write_text(json.dumps({q: dict(d) for q, d in qrels.items()}))
-    common = {"index_dir": str(index_dir), "shared_dir": str(shared_dir), "filter_collection": filter_collection}
+    common = {
+        "index_dir": str(index_dir),
+        "shared_dir": str(shared_dir),
+        "filter_collection": filter_collection,
+    }
     run_worker("bench.alternatives", {**common, "task": "prepare"})
     rows, notes = [], []
     for system in systems:
@@ -359,9 +505,16 @@ def run(index_dir: Path, shared_dir: Path, *, latency_queries: Sequence[str], ju
             notes.append(f"{system} not measured: its package is not installed (pip install -e '.[bench]')")
             continue
         try:
-            rows += run_worker("bench.alternatives", {**common, "task": "system", "system": system,
-                                                                 "repeats": repeats,
-                                                                 "encode_p50_ms": encode_p50_ms})["rows"]
+            rows += run_worker(
+                "bench.alternatives",
+                {
+                    **common,
+                    "task": "system",
+                    "system": system,
+                    "repeats": repeats,
+                    "encode_p50_ms": encode_p50_ms,
+                },
+            )["rows"]
         except Exception as error:  # noqa: BLE001 -- one library's failure must not stop the others
             notes.append(f"{system} failed: {str(error)[-400:]}")
     quality = run_worker("bench.alternatives", {**common, "task": "quality", "modes": list(modes)})

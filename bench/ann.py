@@ -3,6 +3,7 @@
 latency (wall and CPU) and recall@10 against Flat, for vector and parallel hybrid search.
 Unfiltered searches sweep HNSW's efSearch (`EF_SEARCH`; the index config's `hnsw_ef_search` is the
 default); filtered searches are exact on either index (`dense.scan_plan`), so their recall is 1."""
+
 from __future__ import annotations
 
 import statistics
@@ -57,12 +58,31 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
     rows = []
 
     def add(index_name: str, mode: str, filtered: bool, ef: int | None, stats, cpu, recall: float) -> None:
-        rows.append(make_row("hybridlab", approx.n_chunks, mode, filtered, search_p50_ms=stats["p50"],
-                             search_p95_ms=stats["p95"], search_p99_ms=stats["p99"], cpu_p50_ms=cpu["p50"],
-                             cpu_p95_ms=cpu["p95"], variant="dense-index", dense_index=index_name, ef_search=ef,
-                             **{"recall@10": recall}, queries=len(queries), repeats=repeats))
-        print(f"  {index_name} ef={ef} {approx.n_chunks} {mode} filtered={filtered}: search p50 {stats['p50']:.2f} "
-              f"p95 {stats['p95']:.2f} ms (cpu p50 {cpu['p50']:.2f}), recall@10 {recall:.3f}", file=sys.stderr, flush=True)
+        rows.append(
+            make_row(
+                "hybridlab",
+                approx.n_chunks,
+                mode,
+                filtered,
+                search_p50_ms=stats["p50"],
+                search_p95_ms=stats["p95"],
+                search_p99_ms=stats["p99"],
+                cpu_p50_ms=cpu["p50"],
+                cpu_p95_ms=cpu["p95"],
+                variant="dense-index",
+                dense_index=index_name,
+                ef_search=ef,
+                **{"recall@10": recall},
+                queries=len(queries),
+                repeats=repeats,
+            )
+        )
+        print(
+            f"  {index_name} ef={ef} {approx.n_chunks} {mode} filtered={filtered}: search p50 {stats['p50']:.2f} "
+            f"p95 {stats['p95']:.2f} ms (cpu p50 {cpu['p50']:.2f}), recall@10 {recall:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     for mode in ("vector", "hybrid"):
         for filtered in (False, True):
@@ -71,7 +91,7 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
                 options["collection"] = arguments["filter_collection"]
             truth, stats, cpu = _timed(exact, queries, options, repeats)
             add("Flat", mode, filtered, None, stats, cpu, 1.0)
-            for ef in (EF_SEARCH if not filtered and default_ef is not None else (default_ef,)):
+            for ef in EF_SEARCH if not filtered and default_ef is not None else (default_ef,):
                 if ef is not None:
                     dense.set_ef_search(ef)
                 found, stats, cpu = _timed(approx, queries, options, repeats)
@@ -85,12 +105,22 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "default_ef_search": default_ef}
 
 
-def run(flat_dir, ann_dir, queries, *, dense_index: str, filter_collection: str, repeats: int) -> dict[str, Any]:
+def run(
+    flat_dir, ann_dir, queries, *, dense_index: str, filter_collection: str, repeats: int
+) -> dict[str, Any]:
     from bench.common import run_worker
 
-    return run_worker("bench.ann", {"flat_dir": str(flat_dir), "ann_dir": str(ann_dir),
-                                              "queries": list(queries), "dense_index": dense_index,
-                                              "filter_collection": filter_collection, "repeats": repeats})
+    return run_worker(
+        "bench.ann",
+        {
+            "flat_dir": str(flat_dir),
+            "ann_dir": str(ann_dir),
+            "queries": list(queries),
+            "dense_index": dense_index,
+            "filter_collection": filter_collection,
+            "repeats": repeats,
+        },
+    )
 
 
 if __name__ == "__main__":

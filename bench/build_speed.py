@@ -15,6 +15,7 @@ model load, reading, embedding, writing -- what a user waits for, and how issue 
 checkout with torch documents, and this checkout's default, alternating, on the first N SciFact
 documents written as a BEIR folder. Writes `reports/bench/<date>-NAME/` (default NAME build-command).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ BACKENDS = ("torch", "onnx")
 
 def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
     """Worker: one build of the first `documents` SciFact documents with documents embedded by `backend`."""
-    os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = "torch" if arguments["backend"] == "cuda" else arguments["backend"]
+    os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = (
+        "torch" if arguments["backend"] == "cuda" else arguments["backend"]
+    )
     os.environ["HYBRIDLAB_DEVICE"] = "cuda" if arguments["backend"] == "cuda" else "cpu"
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evalsets import get_evalset
@@ -52,13 +55,24 @@ def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
     index_dir = Path(arguments.get("keep") or work / "index")
     try:
         started = time.perf_counter()
-        report = apply_changes(index_dir, [(documents[0].source, documents, True)], IndexConfig(), progress=False,
-                               cache_path=work / "embeddings.duckdb")
+        report = apply_changes(
+            index_dir,
+            [(documents[0].source, documents, True)],
+            IndexConfig(),
+            progress=False,
+            cache_path=work / "embeddings.duckdb",
+        )
         seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"backend": arguments["backend"], "documents": len(documents), "chunks": report.embedded,
-            "seconds": seconds, "embed_seconds": report.embed_seconds, "chunks_per_s": report.embedded / seconds}
+    return {
+        "backend": arguments["backend"],
+        "documents": len(documents),
+        "chunks": report.embedded,
+        "seconds": seconds,
+        "embed_seconds": report.embed_seconds,
+        "chunks_per_s": report.embedded / seconds,
+    }
 
 
 def before_checkout(revision: str) -> Path:
@@ -66,8 +80,11 @@ def before_checkout(revision: str) -> Path:
     folder = REPO_ROOT / ".cache" / f"bench-before-{revision}"
     if not (folder / "hybridlab" / "__init__.py").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", revision, "hybridlab", "configs", "pyproject.toml"],
-                                 check=True, capture_output=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "archive", revision, "hybridlab", "configs", "pyproject.toml"],
+            check=True,
+            capture_output=True,
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     return folder
 
@@ -79,10 +96,18 @@ def time_command(arm: str, corpus: Path, work: Path, before: Path | None) -> dic
     cwd = before if arm == "before" else REPO_ROOT  # the interpreter imports `hybridlab` from its cwd first
     script = "import sys; from hybridlab.cli import main; sys.exit(main(sys.argv[1:]))"
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", script, "index", str(corpus), "--index", str(index_dir), "-q"],
-                          cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, "index", str(corpus), "--index", str(index_dir), "-q"],
+        cwd=cwd,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - started
-    chunks = int(re.search(r"(\d+) embedded", done.stdout + done.stderr).group(1))  # the command's summary line
+    chunks = int(
+        re.search(r"(\d+) embedded", done.stdout + done.stderr).group(1)
+    )  # the command's summary line
     shutil.rmtree(index_dir, ignore_errors=True)
     return {"arm": arm, "seconds": seconds, "chunks": chunks}
 
@@ -103,11 +128,15 @@ def command_main(args: argparse.Namespace) -> int:
         source = next(p for p in (source / "corpus.jsonl", source / "corpus.jsonl.gz", source) if p.is_file())
         import gzip
 
-        with (gzip.open(source, "rt") if source.suffix == ".gz" else source.open()) as lines:
-            (corpus / "corpus.jsonl").write_text("".join(line for _, line in zip(range(args.documents), lines)))
+        with gzip.open(source, "rt") if source.suffix == ".gz" else source.open() as lines:
+            (corpus / "corpus.jsonl").write_text(
+                "".join(line for _, line in zip(range(args.documents), lines))
+            )
         warm = work / "warm-up"
         warm.mkdir()
-        (warm / "corpus.jsonl").write_text("".join((corpus / "corpus.jsonl").read_text().splitlines(True)[:20]))
+        (warm / "corpus.jsonl").write_text(
+            "".join((corpus / "corpus.jsonl").read_text().splitlines(True)[:20])
+        )
         for arm in arms:  # 20 documents, not timed: the ONNX twin's one-time export, the OS file cache
             time_command(arm, warm, work, before)
         rows = []
@@ -121,23 +150,46 @@ def command_main(args: argparse.Namespace) -> int:
         row["chunks_per_s"] = row["chunks"] / row["seconds"]
     medians = {arm: statistics.median(r["seconds"] for r in rows if r["arm"] == arm) for arm in arms}
     reference = "before" if before else "torch"
-    results = {"command": "python -m bench.build_speed " + " ".join(sys.argv[1:]), "machine": machine_info(),
-               "before": args.before, "documents": args.documents, "rows": rows, "median_seconds": medians,
-               "ratio_default_vs_" + reference: medians[reference] / medians["default"]}
+    results = {
+        "command": "python -m bench.build_speed " + " ".join(sys.argv[1:]),
+        "machine": machine_info(),
+        "before": args.before,
+        "documents": args.documents,
+        "rows": rows,
+        "median_seconds": medians,
+        "ratio_default_vs_" + reference: medians[reference] / medians["default"],
+    }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    names = {"before": f"before ({args.before}, torch)", "torch": "now, torch documents", "default": "now, default (ONNX documents)"}
-    lines = [f"# Whole `hybridlab index` command, before and after — {out.name}", "",
-             (f"Command: `{results['command']}`; {results['machine'].get('cpu_model')} "
-             f"({results['machine'].get('cores')} cores), load at start {results['machine'].get('load_average')}. "
-             f"The first {args.documents} SciFact documents as a BEIR folder; each arm a fresh interpreter, a new "
-             "index folder (so an empty embeddings cache), arms alternating after one untimed 20-document warm-up each."), "",
-             "| arm | runs | median s | chunks/s | seconds each |", "|---|---|---|---|---|"]
+    names = {
+        "before": f"before ({args.before}, torch)",
+        "torch": "now, torch documents",
+        "default": "now, default (ONNX documents)",
+    }
+    lines = [
+        f"# Whole `hybridlab index` command, before and after — {out.name}",
+        "",
+        (
+            f"Command: `{results['command']}`; {results['machine'].get('cpu_model')} "
+            f"({results['machine'].get('cores')} cores), load at start {results['machine'].get('load_average')}. "
+            f"The first {args.documents} SciFact documents as a BEIR folder; each arm a fresh interpreter, a new "
+            "index folder (so an empty embeddings cache), arms alternating after one untimed 20-document warm-up each."
+        ),
+        "",
+        "| arm | runs | median s | chunks/s | seconds each |",
+        "|---|---|---|---|---|",
+    ]
     for arm in arms:
         each = [r["seconds"] for r in rows if r["arm"] == arm]
         chunks = rows[[r["arm"] for r in rows].index(arm)]["chunks"]
-        lines.append(f"| {names[arm]} | {len(each)} | {medians[arm]:.1f} | {chunks / medians[arm]:.1f} | "
-                     f"{', '.join(f'{v:.1f}' for v in each)} |")
-    lines += ["", f"**Ratio (median {reference} / median default): {medians[reference] / medians['default']:.2f}×.**", ""]
+        lines.append(
+            f"| {names[arm]} | {len(each)} | {medians[arm]:.1f} | {chunks / medians[arm]:.1f} | "
+            f"{', '.join(f'{v:.1f}' for v in each)} |"
+        )
+    lines += [
+        "",
+        f"**Ratio (median {reference} / median default): {medians[reference] / medians['default']:.2f}×.**",
+        "",
+    ]
     (out / "report.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
@@ -155,8 +207,11 @@ def same_vectors(sample: int = 300) -> dict[str, float]:
     texts = [f"{d.title}\n{d.text}" for d in documents]
     torch_vectors = load_document_encoder("all-MiniLM-L6-v2", "torch").encode_documents(texts)
     onnx_vectors = load_document_encoder("all-MiniLM-L6-v2", "onnx").encode_documents(texts)
-    return {"texts": len(texts), "max_abs_diff": float(np.abs(torch_vectors - onnx_vectors).max()),
-            "min_cosine": float((torch_vectors * onnx_vectors).sum(axis=1).min())}
+    return {
+        "texts": len(texts),
+        "max_abs_diff": float(np.abs(torch_vectors - onnx_vectors).max()),
+        "min_cosine": float((torch_vectors * onnx_vectors).sum(axis=1).min()),
+    }
 
 
 def gpu_rows(documents: int) -> list[dict[str, Any]]:
@@ -171,7 +226,9 @@ def gpu_rows(documents: int) -> list[dict[str, Any]]:
     from hybridlab.eval.evalsets import get_evalset
     from hybridlab.ingest.sources import IngestReport, read_source
 
-    texts = [f"{d.title}\n{d.text}" for d in read_source(get_evalset("scifact").sources[0], IngestReport())[:1000]]
+    texts = [
+        f"{d.title}\n{d.text}" for d in read_source(get_evalset("scifact").sources[0], IngestReport())[:1000]
+    ]
     cpu = load_document_encoder("all-MiniLM-L6-v2", "onnx").encode_documents(texts)
     os.environ["HYBRIDLAB_DEVICE"] = "cuda"
     gpu = load_document_encoder("all-MiniLM-L6-v2", "torch").encode_documents(texts)
@@ -181,7 +238,18 @@ def gpu_rows(documents: int) -> list[dict[str, Any]]:
 
 def ndcg_on_scifact_test(index_dir: Path) -> float:
     """The default hybrid's nDCG@10 on SciFact test (`hybridlab eval --json`, queries encoded as always)."""
-    command = [sys.executable, "-m", "hybridlab.cli", "eval", "--index", str(index_dir), "--dataset", "scifact", "--json", "-q"]
+    command = [
+        sys.executable,
+        "-m",
+        "hybridlab.cli",
+        "eval",
+        "--index",
+        str(index_dir),
+        "--dataset",
+        "scifact",
+        "--json",
+        "-q",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return float(json.loads(done.stdout)["metrics"]["ndcg@10"])
 
@@ -197,21 +265,35 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         values = [r["chunks_per_s"] for r in rows if r["backend"] == backend]
         axes.scatter([i] * len(values), values, alpha=0.6)
         axes.hlines(statistics.median(values), i - 0.2, i + 0.2, color="black")
-    axes.set(xticks=range(len(BACKENDS)), xticklabels=[f"{b} (documents)" for b in BACKENDS],
-             ylabel="chunks/s, whole index build", title="SciFact build, all-MiniLM-L6-v2 (line: median)")
+    axes.set(
+        xticks=range(len(BACKENDS)),
+        xticklabels=[f"{b} (documents)" for b in BACKENDS],
+        ylabel="chunks/s, whole index build",
+        title="SciFact build, all-MiniLM-L6-v2 (line: median)",
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=90)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.build_speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--documents", type=int, default=1000, help="the first N SciFact documents (0 = all 5,183)")
-    parser.add_argument("--name", help="the report folder: reports/bench/<date>-NAME (default build-speed, build-command)")
-    parser.add_argument("--command", action="store_true", help="time whole `hybridlab index` commands (see above)")
-    parser.add_argument("--before", metavar="REV", help="with --command: also the package at git revision REV")
+    parser.add_argument(
+        "--documents", type=int, default=1000, help="the first N SciFact documents (0 = all 5,183)"
+    )
+    parser.add_argument(
+        "--name", help="the report folder: reports/bench/<date>-NAME (default build-speed, build-command)"
+    )
+    parser.add_argument(
+        "--command", action="store_true", help="time whole `hybridlab index` commands (see above)"
+    )
+    parser.add_argument(
+        "--before", metavar="REV", help="with --command: also the package at git revision REV"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--full", action="store_true", help="also the SciFact test condition (full builds)")
-    parser.add_argument("--torch-index", type=Path, help="a torch-built SciFact index for --full (default: build one)")
+    parser.add_argument(
+        "--torch-index", type=Path, help="a torch-built SciFact index for --full (default: build one)"
+    )
     args = parser.parse_args(argv)
     if args.command:
         return command_main(args)
@@ -223,10 +305,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_worker("bench.build_speed", {"backend": backend, "documents": args.documents}))
             print(f"  {backend}: {rows[-1]['chunks_per_s']:.1f} chunks/s", file=sys.stderr, flush=True)
     medians = {b: statistics.median(r["chunks_per_s"] for r in rows if r["backend"] == b) for b in BACKENDS}
-    results: dict[str, Any] = {"command": "python -m bench.build_speed " + " ".join(argv or sys.argv[1:]),
-                               "machine": machine_info(), "rows": rows, "median_chunks_per_s": medians,
-                               "ratio": medians["onnx"] / medians["torch"], "vectors": same_vectors(),
-                               "gpu": gpu_rows(args.documents)}
+    results: dict[str, Any] = {
+        "command": "python -m bench.build_speed " + " ".join(argv or sys.argv[1:]),
+        "machine": machine_info(),
+        "rows": rows,
+        "median_chunks_per_s": medians,
+        "ratio": medians["onnx"] / medians["torch"],
+        "vectors": same_vectors(),
+        "gpu": gpu_rows(args.documents),
+    }
     if args.full:
         work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-full-", dir=REPO_ROOT / ".cache"))
         try:
@@ -234,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             for backend in BACKENDS:
                 index_dir = args.torch_index if backend == "torch" and args.torch_index else work / backend
                 if index_dir == work / backend:
-                    full[backend] = run_worker("bench.build_speed", {"backend": backend, "documents": 0, "keep": str(index_dir)})
+                    full[backend] = run_worker(
+                        "bench.build_speed", {"backend": backend, "documents": 0, "keep": str(index_dir)}
+                    )
                 full.setdefault(backend, {})["ndcg@10"] = ndcg_on_scifact_test(index_dir)
             results["scifact_test"] = full
             results["ndcg_delta"] = full["onnx"]["ndcg@10"] - full["torch"]["ndcg@10"]
@@ -242,24 +331,44 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(rows, out / "build_speed.png")
-    lines = [f"# Index build speed by document backend — {out.name}", "", (f"Command: `{results['command']}`; "
-             f"{results['machine'].get('cpu_model')} ({results['machine'].get('cores')} cores), load at start "
-             f"{results['machine'].get('load_average')}. Fresh process and empty embeddings cache per build, backends alternating."),
-             "", "| backend (documents) | builds | median chunks/s | chunks/s each |", "|---|---|---|---|"]
+    lines = [
+        f"# Index build speed by document backend — {out.name}",
+        "",
+        (
+            f"Command: `{results['command']}`; "
+            f"{results['machine'].get('cpu_model')} ({results['machine'].get('cores')} cores), load at start "
+            f"{results['machine'].get('load_average')}. Fresh process and empty embeddings cache per build, backends alternating."
+        ),
+        "",
+        "| backend (documents) | builds | median chunks/s | chunks/s each |",
+        "|---|---|---|---|",
+    ]
     for backend in BACKENDS:
         each = [r["chunks_per_s"] for r in rows if r["backend"] == backend]
-        lines.append(f"| {backend} | {len(each)} | {medians[backend]:.1f} | {', '.join(f'{v:.1f}' for v in each)} |")
+        lines.append(
+            f"| {backend} | {len(each)} | {medians[backend]:.1f} | {', '.join(f'{v:.1f}' for v in each)} |"
+        )
     vectors = results["vectors"]
-    lines += ["", f"**Ratio (median onnx / median torch): {results['ratio']:.2f}×** on {rows[0]['chunks']} chunks.",
-              (f"Same vectors: over {vectors['texts']} SciFact texts max |difference| {vectors['max_abs_diff']:.2e}, "
-              f"min cosine {vectors['min_cosine']:.7f}.")]
-    lines += [f"GPU: `--device cuda` {r['chunks_per_s']:.1f} chunks/s, min cosine to the CPU vectors "
-              f"{r['min_cosine_vs_cpu']:.5f}." for r in results["gpu"]] or [
-        "GPU: not run (no GPU on this machine; this session was not lent a device machine)."]
+    lines += [
+        "",
+        f"**Ratio (median onnx / median torch): {results['ratio']:.2f}×** on {rows[0]['chunks']} chunks.",
+        (
+            f"Same vectors: over {vectors['texts']} SciFact texts max |difference| {vectors['max_abs_diff']:.2e}, "
+            f"min cosine {vectors['min_cosine']:.7f}."
+        ),
+    ]
+    lines += [
+        f"GPU: `--device cuda` {r['chunks_per_s']:.1f} chunks/s, min cosine to the CPU vectors "
+        f"{r['min_cosine_vs_cpu']:.5f}."
+        for r in results["gpu"]
+    ] or ["GPU: not run (no GPU on this machine; this session was not lent a device machine)."]
     if "scifact_test" in results:
         full = results["scifact_test"]
         lines += ["", "| SciFact test, default hybrid | nDCG@10 | build chunks/s |", "|---|---|---|"]
-        lines += [f"| {b} documents | {full[b]['ndcg@10']:.4f} | {full[b].get('chunks_per_s', float('nan')):.1f} |" for b in BACKENDS]
+        lines += [
+            f"| {b} documents | {full[b]['ndcg@10']:.4f} | {full[b].get('chunks_per_s', float('nan')):.1f} |"
+            for b in BACKENDS
+        ]
         lines.append(f"\nDelta {results['ndcg_delta']:+.4f} (condition: within 0.002).")
     lines += ["", "![build speed](build_speed.png)", ""]
     (out / "report.md").write_text("\n".join(lines))

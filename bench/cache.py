@@ -9,6 +9,7 @@ cache), a no-op re-index (nothing changed: the index is left untouched), and a c
 (1500 -> 1000) showing the share of chunk texts that had to be embedded. Then the cold start of
 `hybridlab search` (a subprocess, wall time, median of `--runs`) with each query backend.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,21 +36,40 @@ def cache_rows(source: Path, workdir: Path, new_chunk_size: int) -> list[dict]:
         ("first build (empty cache)", base, False),
         ("unchanged re-index, new generation forced", base, True),
         ("unchanged re-index (no-op)", base, False),
-        (f"chunk_size {base.chunk.chunk_size} -> {new_chunk_size}",
-         dataclasses.replace(base, chunk=ChunkConfig(chunk_size=new_chunk_size)), False),
+        (
+            f"chunk_size {base.chunk.chunk_size} -> {new_chunk_size}",
+            dataclasses.replace(base, chunk=ChunkConfig(chunk_size=new_chunk_size)),
+            False,
+        ),
     ):
         report = index_paths([source], index_dir, config, progress=False, force=force, cache_path=cache)
-        rows.append({"source": source.name, "run": label, "seconds": report.seconds, "chunks": report.chunks,
-                     "new_chunks": report.new_chunks, "embedded": report.embedded, "cache_hits": report.cache_hits,
-                     "committed": report.committed})
+        rows.append(
+            {
+                "source": source.name,
+                "run": label,
+                "seconds": report.seconds,
+                "chunks": report.chunks,
+                "new_chunks": report.new_chunks,
+                "embedded": report.embedded,
+                "cache_hits": report.cache_hits,
+                "committed": report.committed,
+            }
+        )
     return rows
 
 
 def cold_start(index_dir: Path, backend: str, runs: int) -> list[float]:
     """Wall seconds of `hybridlab search` in a fresh process, `runs` times."""
     env = {**os.environ, **offline_environment(), "HYBRIDLAB_QUERY_BACKEND": backend}
-    command = [str(Path(sys.executable).with_name("hybridlab")), "search", "how to filter a table",
-               "--index", str(index_dir), "-k", "3"]
+    command = [
+        str(Path(sys.executable).with_name("hybridlab")),
+        "search",
+        "how to filter a table",
+        "--index",
+        str(index_dir),
+        "-k",
+        "3",
+    ]
     times = []
     for _ in range(runs):
         started = time.perf_counter()
@@ -59,23 +79,36 @@ def cold_start(index_dir: Path, backend: str, runs: int) -> list[float]:
 
 
 def to_markdown(rows: list[dict], starts: dict[str, list[float]], load: str) -> str:
-    lines = ["| source | run | seconds | chunks | new chunks | embedded | from cache | share embedded |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| source | run | seconds | chunks | new chunks | embedded | from cache | share embedded |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         share = r["embedded"] / r["chunks"] if r["chunks"] else 0.0
-        lines.append(f"| {r['source']} | {r['run']}{'' if r['committed'] else ' (nothing written)'} | "
-                     f"{r['seconds']:.1f} | {r['chunks']} | {r['new_chunks']} | {r['embedded']} | "
-                     f"{r['cache_hits']} | {share:.1%} |")
-    lines += ["", f"`hybridlab search` cold start (subprocess wall time; load average at start: {load}):", "",
-              "| query backend | median s | runs |", "|---|---:|---|"]
+        lines.append(
+            f"| {r['source']} | {r['run']}{'' if r['committed'] else ' (nothing written)'} | "
+            f"{r['seconds']:.1f} | {r['chunks']} | {r['new_chunks']} | {r['embedded']} | "
+            f"{r['cache_hits']} | {share:.1%} |"
+        )
+    lines += [
+        "",
+        f"`hybridlab search` cold start (subprocess wall time; load average at start: {load}):",
+        "",
+        "| query backend | median s | runs |",
+        "|---|---:|---|",
+    ]
     for backend, times in starts.items():
-        lines.append(f"| {backend} | {statistics.median(times):.2f} | {', '.join(f'{t:.2f}' for t in times)} |")
+        lines.append(
+            f"| {backend} | {statistics.median(times):.2f} | {', '.join(f'{t:.2f}' for t in times)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", action="append", required=True, help="a folder or memories .jsonl (repeatable)")
+    parser.add_argument(
+        "--source", action="append", required=True, help="a folder or memories .jsonl (repeatable)"
+    )
     parser.add_argument("--chunk-size", type=int, default=1000, help="the changed chunk size (default 1000)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", help="markdown file (default: print)")

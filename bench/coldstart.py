@@ -1,5 +1,6 @@
 """Cold start: wall time of a `hybridlab search` subprocess, and of an MCP server started over stdio
 until its first search answer (from spawning the process to the tool result)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,11 @@ def hybridlab_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("hybridlab")
-    return [found] if found else [sys.executable, "-c", "from hybridlab.cli import main; raise SystemExit(main())"]
+    return (
+        [found]
+        if found
+        else [sys.executable, "-c", "from hybridlab.cli import main; raise SystemExit(main())"]
+    )
 
 
 def cli_search_seconds(index_dir: Path, query: str) -> float:
@@ -39,8 +44,9 @@ async def _mcp_first_answer(index_dir: Path, query: str) -> float:
 
     started = time.perf_counter()
     command = hybridlab_command()
-    params = StdioServerParameters(command=command[0], args=[*command[1:], "mcp", "--index", str(index_dir)],
-                                   env=bench_env())
+    params = StdioServerParameters(
+        command=command[0], args=[*command[1:], "mcp", "--index", str(index_dir)], env=bench_env()
+    )
     async with Client(params) as client:
         result = await client.call_tool("search", {"query": query, "limit": 10})
         seconds = time.perf_counter() - started
@@ -58,16 +64,36 @@ def run(index_dir: Path, query: str, repeats: int) -> dict[str, Any]:
     n_chunks = _count_chunks(index_dir)
     rows, notes = [], []
     cli = [cli_search_seconds(index_dir, query) for _ in range(repeats)]
-    rows.append(make_row("hybridlab", n_chunks, "hybrid", False, p50_ms=statistics.median(cli) * 1000,
-                         p99_ms=max(cli) * 1000, variant="cold-start-cli", repeats=repeats,
-                         note="`hybridlab search QUERY --index DIR` subprocess wall time"))
+    rows.append(
+        make_row(
+            "hybridlab",
+            n_chunks,
+            "hybrid",
+            False,
+            p50_ms=statistics.median(cli) * 1000,
+            p99_ms=max(cli) * 1000,
+            variant="cold-start-cli",
+            repeats=repeats,
+            note="`hybridlab search QUERY --index DIR` subprocess wall time",
+        )
+    )
     print(f"  cold start CLI: median {statistics.median(cli):.2f} s", file=sys.stderr, flush=True)
     if mcp_available():
         try:
             starts = [asyncio.run(_mcp_first_answer(index_dir, query)) for _ in range(repeats)]
-            rows.append(make_row("hybridlab", n_chunks, "hybrid", False, p50_ms=statistics.median(starts) * 1000,
-                                 p99_ms=max(starts) * 1000, variant="cold-start-mcp", repeats=repeats,
-                                 note="stdio MCP server spawned until its first `search` tool result"))
+            rows.append(
+                make_row(
+                    "hybridlab",
+                    n_chunks,
+                    "hybrid",
+                    False,
+                    p50_ms=statistics.median(starts) * 1000,
+                    p99_ms=max(starts) * 1000,
+                    variant="cold-start-mcp",
+                    repeats=repeats,
+                    note="stdio MCP server spawned until its first `search` tool result",
+                )
+            )
             print(f"  cold start MCP: median {statistics.median(starts):.2f} s", file=sys.stderr, flush=True)
         except Exception as error:  # noqa: BLE001 -- the MCP server is optional here
             notes.append(f"MCP cold start not measured: {type(error).__name__}: {str(error)[:300]}")

@@ -3,6 +3,7 @@ percentile of every benchmark and report (:mod:`bench.percentiles`, re-exported 
 
 Everything here but `run_worker`, `peak_rss_mb` and `machine_info` is a pure function.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,14 +24,56 @@ from hybridlab.reports.staged import top_overlap  # noqa: F401 - one definition,
 SYSTEMS = ("hybridlab", "chromadb", "lancedb", "rank-bm25", "bm25s", "raw-encoder")
 MODES = ("vector", "bm25", "hybrid", "staged", "encode", "index")
 REQUIRED_FIELDS = ("system", "n_chunks", "mode", "filtered")
-NUMBER_FIELDS = ("p50_ms", "p95_ms", "p99_ms", "search_p50_ms", "search_p95_ms", "search_p99_ms",
-                 "encode_p50_ms", "ndcg@10", "peak_rss_mb")
-OPTIONAL_FIELDS = ("encoder", "variant", "dataset", "queries", "repeats", "note", "candidates", "overlap@10",
-                   "chunks_per_s", "seconds", "size_mb", "speedup", "dense_index", "ef_search", "recall@10",
-                   "cpu_p50_ms", "cpu_p95_ms", "cpu_p99_ms")
-PACKAGES = ("hybridlab", "numpy", "faiss-cpu", "bm25s", "duckdb", "torch", "sentence-transformers",
-            "onnxruntime", "wordllama", "chromadb", "lancedb", "pylance", "pyarrow", "rank-bm25", "psutil",
-            "ranx", "matplotlib")
+NUMBER_FIELDS = (
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "search_p50_ms",
+    "search_p95_ms",
+    "search_p99_ms",
+    "encode_p50_ms",
+    "ndcg@10",
+    "peak_rss_mb",
+)
+OPTIONAL_FIELDS = (
+    "encoder",
+    "variant",
+    "dataset",
+    "queries",
+    "repeats",
+    "note",
+    "candidates",
+    "overlap@10",
+    "chunks_per_s",
+    "seconds",
+    "size_mb",
+    "speedup",
+    "dense_index",
+    "ef_search",
+    "recall@10",
+    "cpu_p50_ms",
+    "cpu_p95_ms",
+    "cpu_p99_ms",
+)
+PACKAGES = (
+    "hybridlab",
+    "numpy",
+    "faiss-cpu",
+    "bm25s",
+    "duckdb",
+    "torch",
+    "sentence-transformers",
+    "onnxruntime",
+    "wordllama",
+    "chromadb",
+    "lancedb",
+    "pylance",
+    "pyarrow",
+    "rank-bm25",
+    "psutil",
+    "ranx",
+    "matplotlib",
+)
 
 
 def ratio(value: float | None, reference: float | None) -> float | None:
@@ -48,8 +91,15 @@ def make_row(system: str, n_chunks: int, mode: str, filtered: bool, **fields: An
         raise ValueError(f"unknown mode {mode!r}; choose from {list(MODES)}")
     unknown = set(fields) - set(NUMBER_FIELDS) - set(OPTIONAL_FIELDS)
     if unknown:
-        raise ValueError(f"unknown row fields {sorted(unknown)}; choose from {sorted(NUMBER_FIELDS + OPTIONAL_FIELDS)}")
-    row: dict[str, Any] = {"system": system, "n_chunks": int(n_chunks), "mode": mode, "filtered": bool(filtered)}
+        raise ValueError(
+            f"unknown row fields {sorted(unknown)}; choose from {sorted(NUMBER_FIELDS + OPTIONAL_FIELDS)}"
+        )
+    row: dict[str, Any] = {
+        "system": system,
+        "n_chunks": int(n_chunks),
+        "mode": mode,
+        "filtered": bool(filtered),
+    }
     for name in NUMBER_FIELDS:
         value = fields.get(name)
         row[name] = None if value is None else round(float(value), 4)
@@ -98,7 +148,9 @@ def run_worker(module: str, arguments: Mapping[str, Any], timeout: float = 3600)
     """Run `python -m module --worker JSON` in a fresh process (clean peak RSS, no shared caches);
     the worker prints its JSON result as the last line of stdout."""
     command = [sys.executable, "-m", module, "--worker", json.dumps(dict(arguments))]
-    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, env=bench_env())
+    done = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=timeout, env=bench_env()
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{module} worker failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -149,14 +201,16 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cpu_model": cpu_model(), "cores": os.cpu_count(), "memory_gb": memory_gb,
-        "load_average": list(os.getloadavg()), "platform": platform.platform(),
-        "python": platform.python_version(), "packages": package_versions(),
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gb": memory_gb,
+        "load_average": list(os.getloadavg()),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "packages": package_versions(),
         "faiss_threads": os.environ.get("HYBRIDLAB_FAISS_THREADS", "1"),
         "shared_machine": True,
     }
-
-
 
 
 def iter_corpus(folder: Path) -> Iterator[tuple[int, dict]]:

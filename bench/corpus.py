@@ -13,6 +13,7 @@ chunk "already embedded" under the MiniLM model name and queries are encoded by 
   re-normalised (so text and vector stay related, as in a real corpus). Four collections `c0`..`c3`
   by position; a collection filter keeps a quarter.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,8 +58,10 @@ def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[
     """The exact texts the indexer embeds for each document (its chunking, its heading rule)."""
     from hybridlab.index.rows import chunk_document, indexed_text
 
-    return [[indexed_text(chunk, document, config.chunk) for chunk in chunk_document(document, config)]
-            for document in documents]
+    return [
+        [indexed_text(chunk, document, config.chunk) for chunk in chunk_document(document, config)]
+        for document in documents
+    ]
 
 
 def scifact_source() -> Source:
@@ -103,8 +106,10 @@ def synthetic_parts(source: Source, n: int, seed: int = 0) -> tuple[list[Documen
     """`n` synthetic single-chunk documents and their vectors (see the module docstring)."""
     rng = np.random.default_rng(seed)
     vocabulary: dict[str, int] = {}
-    token_ids = [np.asarray([vocabulary.setdefault(w, len(vocabulary)) for w in d.text.split()], dtype=np.int32)
-                 for d in source.documents]
+    token_ids = [
+        np.asarray([vocabulary.setdefault(w, len(vocabulary)) for w in d.text.split()], dtype=np.int32)
+        for d in source.documents
+    ]
     words = np.asarray(list(vocabulary), dtype=object)
     unigram = np.concatenate(token_ids)
     bases = rng.integers(0, len(source.documents), size=n)
@@ -114,13 +119,28 @@ def synthetic_parts(source: Source, n: int, seed: int = 0) -> tuple[list[Documen
         swap = rng.random(len(ids)) < REPLACE_SHARE
         ids[swap] = unigram[rng.integers(0, len(unigram), size=int(swap.sum()))]
         title = source.documents[base].title
-        documents.append(Document(f"syn-{i:07d}", "synthetic", f"c{i % 4}", title, " ".join(words[ids].tolist()),
-                                  "beir", None, None, {}, (), "text"))
+        documents.append(
+            Document(
+                f"syn-{i:07d}",
+                "synthetic",
+                f"c{i % 4}",
+                title,
+                " ".join(words[ids].tolist()),
+                "beir",
+                None,
+                None,
+                {},
+                (),
+                "text",
+            )
+        )
     dim = source.vectors.shape[1]
     vectors = np.empty((n, dim), dtype=np.float32)
     for start in range(0, n, BLOCK):  # in blocks: the same random stream, without n x dim float64 temporaries
         stop = min(start + BLOCK, n)
-        block = source.vectors[bases[start:stop]] + rng.normal(0.0, NOISE / np.sqrt(dim), size=(stop - start, dim)).astype(np.float32)
+        block = source.vectors[bases[start:stop]] + rng.normal(
+            0.0, NOISE / np.sqrt(dim), size=(stop - start, dim)
+        ).astype(np.float32)
         block /= np.linalg.norm(block, axis=1, keepdims=True)
         vectors[start:stop] = block
     return documents, vectors
@@ -130,8 +150,9 @@ def cache_path_of(index_dir: Path) -> Path:
     return index_dir.with_name(index_dir.name + "-embeddings.duckdb")
 
 
-def build_from_vectors(index_dir: Path, documents: list[Document], vectors: np.ndarray,
-                       config: IndexConfig) -> None:
+def build_from_vectors(
+    index_dir: Path, documents: list[Document], vectors: np.ndarray, config: IndexConfig
+) -> None:
     """Index `documents` (one chunk each) with `vectors` as their MiniLM embeddings, through
     `apply_changes` and a private pre-filled embeddings cache."""
     fill_cache(index_dir, documents, vectors, config)
@@ -142,8 +163,13 @@ def index_documents(index_dir: Path, documents: list[Document], config: IndexCon
     """`apply_changes` over `documents`, every vector found in the pre-filled cache."""
     from hybridlab.index.build import apply_changes
 
-    apply_changes(index_dir, [(documents[0].source, documents, True)], replace(config, models=(MODEL,)),
-                  progress=False, cache_path=cache_path_of(index_dir))
+    apply_changes(
+        index_dir,
+        [(documents[0].source, documents, True)],
+        replace(config, models=(MODEL,)),
+        progress=False,
+        cache_path=cache_path_of(index_dir),
+    )
 
 
 def fill_cache(index_dir: Path, documents: list[Document], vectors: np.ndarray, config: IndexConfig) -> None:
@@ -153,10 +179,10 @@ def fill_cache(index_dir: Path, documents: list[Document], vectors: np.ndarray, 
     cache = EmbeddingCache(cache_path_of(index_dir))
     try:
         for start in range(0, len(documents), BLOCK):  # texts exist for one block at a time
-            texts = embed_texts_of(documents[start:start + BLOCK], config)
+            texts = embed_texts_of(documents[start : start + BLOCK], config)
             if any(len(t) != 1 for t in texts):
                 raise ValueError("benchmark documents must be single chunks")
-            cache.put(MODEL, [text_sha256(t[0]) for t in texts], vectors[start:start + BLOCK])
+            cache.put(MODEL, [text_sha256(t[0]) for t in texts], vectors[start : start + BLOCK])
     finally:
         cache.close()
 
@@ -166,14 +192,21 @@ def _ready(index_dir: Path, key: dict) -> bool:
     return (index_dir / "manifest.json").exists() and stamp.exists() and json.loads(stamp.read_text()) == key
 
 
-def ensure_bench_index(kind: str, n: int | None = None, dense_index: str = "Flat",
-                       source: Source | None = None) -> tuple[Path, float | None]:
+def ensure_bench_index(
+    kind: str, n: int | None = None, dense_index: str = "Flat", source: Source | None = None
+) -> tuple[Path, float | None]:
     """A cached benchmark index ('scifact' or 'synthetic' of n chunks) and its build seconds
     (None when it was reused)."""
     import time
 
-    key = {"kind": kind, "n": n, "dense_index": dense_index, "recipe": RECIPE_VERSION, "noise": NOISE,
-           "replace": REPLACE_SHARE}
+    key = {
+        "kind": kind,
+        "n": n,
+        "dense_index": dense_index,
+        "recipe": RECIPE_VERSION,
+        "noise": NOISE,
+        "replace": REPLACE_SHARE,
+    }
     name = f"{kind}-{n or 'all'}-{dense_index.replace(',', '_')}"
     index_dir = bench_root() / name
     if _ready(index_dir, key):

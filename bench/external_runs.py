@@ -7,6 +7,7 @@
 
     python -m bench.external_runs --dense dense.trec --out runs/
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,14 +29,20 @@ def bm25s_run(folder: Path, queries: dict[str, str], k: int = 100) -> dict[str, 
         texts.append(f"{doc.get('title') or ''} {doc.get('text') or ''}")
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(
+        bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+    )
     tokens = bm25s.tokenize(list(queries.values()), stopwords="en", stemmer=stemmer, show_progress=False)
     docs, scores = retriever.retrieve(tokens, k=k, show_progress=False)
-    return {qid: {ids[d]: float(s) for d, s in zip(docs[i], scores[i]) if s > 0} for i, qid in enumerate(queries)}
+    return {
+        qid: {ids[d]: float(s) for d, s in zip(docs[i], scores[i]) if s > 0} for i, qid in enumerate(queries)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.external_runs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.external_runs", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--data", default=None, help="the SciFact BEIR folder (default: <data dir>/scifact)")
     parser.add_argument("--dense", required=True, help="a dense run file to fuse with bm25s's run")
     parser.add_argument("--out", default=".", help="folder for bm25s.trec and ranx-rrf.trec")
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     write_run(lexical, out / "bm25s.trec", name="bm25s")
     dense = read_run(args.dense)
     dense = {qid: dense.get(qid, {}) for qid in queries}
-    fused = fuse([Run(lexical, name="bm25s"), Run(dense, name="dense")], norm=None, method="rrf", params={"k": 60})
+    fused = fuse(
+        [Run(lexical, name="bm25s"), Run(dense, name="dense")], norm=None, method="rrf", params={"k": 60}
+    )
     write_run(fused.to_dict(), out / "ranx-rrf.trec", name="ranx-rrf")
     print(f"wrote {out / 'bm25s.trec'} and {out / 'ranx-rrf.trec'} ({len(queries)} queries)")
     return 0

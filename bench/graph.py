@@ -1,5 +1,6 @@
 """Corpus graph: the full build a first index makes, and the update each later generation makes
 from the previous graph when a share of the vectors changed (half deleted, half added)."""
+
 from __future__ import annotations
 
 import sys
@@ -30,7 +31,9 @@ def changed_vectors(vectors: np.ndarray, share: float, seed: int = 0) -> tuple[n
     return np.concatenate([kept, added]).astype(np.float32), old_to_new
 
 
-def run(index_dir: Path, shares: Sequence[float] = (0.001, 0.01, 0.1), k: int | None = None) -> dict[str, Any]:
+def run(
+    index_dir: Path, shares: Sequence[float] = (0.001, 0.01, 0.1), k: int | None = None
+) -> dict[str, Any]:
     """Rows: seconds of a full graph build of the index's vectors, and of the update per changed share."""
     from hybridlab.index.graph import DEFAULT_GRAPH_K, build_corpus_graph, update_corpus_graph
     from hybridlab.search.engine import open_index
@@ -42,17 +45,39 @@ def run(index_dir: Path, shares: Sequence[float] = (0.001, 0.01, 0.1), k: int | 
     started = time.perf_counter()
     graph = build_corpus_graph(vectors, k)
     full = time.perf_counter() - started
-    rows = [make_row("hybridlab", n, "index", False, variant="graph-build", seconds=full, speedup=1.0,
-                     note=f"exact corpus graph, k={k}, every row searched")]
+    rows = [
+        make_row(
+            "hybridlab",
+            n,
+            "index",
+            False,
+            variant="graph-build",
+            seconds=full,
+            speedup=1.0,
+            note=f"exact corpus graph, k={k}, every row searched",
+        )
+    ]
     print(f"  corpus graph of {n:,} vectors: full build {full:.1f} s", file=sys.stderr, flush=True)
     for share in shares:
         new_vectors, old_to_new = changed_vectors(vectors, share)
         started = time.perf_counter()
         _, how = update_corpus_graph(new_vectors, graph, old_to_new, k)
         seconds = time.perf_counter() - started
-        rows.append(make_row("hybridlab", n, "index", False, variant=f"graph-update-{share:.1%}", seconds=seconds,
-                             speedup=full / seconds,
-                             note=f"{share:.1%} of the vectors changed (half deleted, half added): {how}"))
-        print(f"  corpus graph, {share:.1%} changed: {how} in {seconds:.1f} s ({full / seconds:.1f}x faster)",
-              file=sys.stderr, flush=True)
+        rows.append(
+            make_row(
+                "hybridlab",
+                n,
+                "index",
+                False,
+                variant=f"graph-update-{share:.1%}",
+                seconds=seconds,
+                speedup=full / seconds,
+                note=f"{share:.1%} of the vectors changed (half deleted, half added): {how}",
+            )
+        )
+        print(
+            f"  corpus graph, {share:.1%} changed: {how} in {seconds:.1f} s ({full / seconds:.1f}x faster)",
+            file=sys.stderr,
+            flush=True,
+        )
     return {"rows": rows}

@@ -2,6 +2,7 @@
 re-indexing an unchanged corpus (the embeddings cache and the no-change check), size on disk and
 peak RSS. Each (corpus, model) runs in a fresh subprocess with a private, empty embeddings cache.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -54,13 +55,22 @@ def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
     try:
         index_dir, cache = work / "index", work / "embeddings.duckdb"
         started = time.perf_counter()
-        first = apply_changes(index_dir, [(documents[0].source, documents, True)], config, progress=False, cache_path=cache)
+        first = apply_changes(
+            index_dir, [(documents[0].source, documents, True)], config, progress=False, cache_path=cache
+        )
         first_s = time.perf_counter() - started
         started = time.perf_counter()
-        again = apply_changes(index_dir, [(documents[0].source, documents, True)], config, progress=False, cache_path=cache)
+        again = apply_changes(
+            index_dir, [(documents[0].source, documents, True)], config, progress=False, cache_path=cache
+        )
         again_s = time.perf_counter() - started
-        rebuilt = apply_changes(index_dir, [(documents[0].source, [replace(d, collection=d.collection + "-x") for d in documents],
-                                                     True)], config, progress=False, cache_path=cache)
+        rebuilt = apply_changes(
+            index_dir,
+            [(documents[0].source, [replace(d, collection=d.collection + "-x") for d in documents], True)],
+            config,
+            progress=False,
+            cache_path=cache,
+        )
         index_mb, cache_mb = folder_mb(index_dir), folder_mb(cache)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -69,21 +79,52 @@ def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
     common = {"encoder": model, "dataset": f"scifact[:{len(documents)}]", "peak_rss_mb": rss}
     rows = [
         make_row("raw-encoder", n, "index", False, seconds=raw_s, chunks_per_s=n / raw_s, **common),
-        make_row("hybridlab", n, "index", False, seconds=first_s, chunks_per_s=n / first_s, variant="first-build",
-                 size_mb=index_mb + cache_mb, note=f"index {index_mb:.1f} MB + embeddings cache {cache_mb:.1f} MB; "
-                 f"embedding {first.embed_seconds:.1f} s; overhead beyond the raw encoder "
-                 f"{overhead(first_s, raw_s):+.1%}", **common),
-        make_row("hybridlab", n, "index", False, seconds=again_s, chunks_per_s=n / again_s, variant="unchanged-reindex",
-                 speedup=first_s / again_s, note=f"{again.unchanged} unchanged documents, committed={again.committed}",
-                 **common),
-        make_row("hybridlab", n, "index", False, seconds=rebuilt.seconds, chunks_per_s=n / rebuilt.seconds,
-                 variant="changed-metadata-reindex", speedup=first_s / rebuilt.seconds,
-                 note=f"every document's collection changed: {rebuilt.embedded} embedded, "
-                 f"{rebuilt.cache_hits} from the cache", **common),
+        make_row(
+            "hybridlab",
+            n,
+            "index",
+            False,
+            seconds=first_s,
+            chunks_per_s=n / first_s,
+            variant="first-build",
+            size_mb=index_mb + cache_mb,
+            note=f"index {index_mb:.1f} MB + embeddings cache {cache_mb:.1f} MB; "
+            f"embedding {first.embed_seconds:.1f} s; overhead beyond the raw encoder "
+            f"{overhead(first_s, raw_s):+.1%}",
+            **common,
+        ),
+        make_row(
+            "hybridlab",
+            n,
+            "index",
+            False,
+            seconds=again_s,
+            chunks_per_s=n / again_s,
+            variant="unchanged-reindex",
+            speedup=first_s / again_s,
+            note=f"{again.unchanged} unchanged documents, committed={again.committed}",
+            **common,
+        ),
+        make_row(
+            "hybridlab",
+            n,
+            "index",
+            False,
+            seconds=rebuilt.seconds,
+            chunks_per_s=n / rebuilt.seconds,
+            variant="changed-metadata-reindex",
+            speedup=first_s / rebuilt.seconds,
+            note=f"every document's collection changed: {rebuilt.embedded} embedded, "
+            f"{rebuilt.cache_hits} from the cache",
+            **common,
+        ),
     ]
-    print(f"  indexing {model} {n} chunks: raw {n / raw_s:.1f}/s, e2e {n / first_s:.1f}/s "
-          f"({overhead(first_s, raw_s):+.1%}), unchanged re-index {again_s:.3f} s ({first_s / again_s:.0f}x)",
-          file=sys.stderr, flush=True)
+    print(
+        f"  indexing {model} {n} chunks: raw {n / raw_s:.1f}/s, e2e {n / first_s:.1f}/s "
+        f"({overhead(first_s, raw_s):+.1%}), unchanged re-index {again_s:.3f} s ({first_s / again_s:.0f}x)",
+        file=sys.stderr,
+        flush=True,
+    )
     return {"rows": rows}
 
 

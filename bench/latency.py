@@ -10,6 +10,7 @@ single-threaded in it): unlike wall time it does not count waiting for a core on
 Runs in a fresh subprocess per index, so the peak RSS is that of one opened index. Also times
 opening the index: with every file hashed, and re-opened with unchanged files only stat-ed.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,8 +29,12 @@ MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "staged": {"mode": "hybrid", "staged": True},
 }
 # None = the index's own query encoder (`Index.encoder`, whatever the engine picks by default)
-ENCODERS = {"torch": "all-MiniLM-L6-v2", "default": None, "onnx-int8": "all-MiniLM-L6-v2-onnx-int8",
-            "torch-1thread": "all-MiniLM-L6-v2"}
+ENCODERS = {
+    "torch": "all-MiniLM-L6-v2",
+    "default": None,
+    "onnx-int8": "all-MiniLM-L6-v2-onnx-int8",
+    "torch-1thread": "all-MiniLM-L6-v2",
+}
 WARMUP = 5
 
 
@@ -56,8 +61,13 @@ def time_encoding(index, model: str, queries: Sequence[str], repeats: int) -> li
     return runs
 
 
-def time_queries(index, queries: Sequence[str], options: Mapping[str, Any], repeats: int,
-                 encode_runs: list[list[float]] | None) -> dict[str, dict[str, float]]:
+def time_queries(
+    index,
+    queries: Sequence[str],
+    options: Mapping[str, Any],
+    repeats: int,
+    encode_runs: list[list[float]] | None,
+) -> dict[str, dict[str, float]]:
     """{"e2e"|"search"|"encode": {p50, p95, p99}} over `repeats` passes of the queries.
 
     The query vectors are cached (encoded once up front), so `Index.search` wall time is search
@@ -80,8 +90,12 @@ def time_queries(index, queries: Sequence[str], options: Mapping[str, Any], repe
         e2e_runs.append(e2e)
         search_runs.append(search)
         cpu_runs.append(cpu)
-    return {"e2e": median_summary(e2e_runs), "search": median_summary(search_runs), "cpu": median_summary(cpu_runs),
-            "encode": median_summary(encode_runs) if encode_runs else None}
+    return {
+        "e2e": median_summary(e2e_runs),
+        "search": median_summary(search_runs),
+        "cpu": median_summary(cpu_runs),
+        "encode": median_summary(encode_runs) if encode_runs else None,
+    }
 
 
 def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
@@ -105,13 +119,29 @@ def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
     n_chunks = manifest.counts.chunks
     size_mb = sum(entry.bytes for entry in (manifest.files or {}).values()) / 1e6
     rows = []
-    for variant, runs, note in (("cold-start-open-hash-all", hash_all, "open_index, every file hashed (first open)"),
-                                ("cold-start-open-reopen", reopen, "open_index, unchanged files only stat-ed")):
-        rows.append(make_row("hybridlab", n_chunks, "hybrid", False, p50_ms=statistics.median(runs) * 1000,
-                             p99_ms=max(runs) * 1000, variant=variant, repeats=repeats, size_mb=round(size_mb, 1),
-                             note=note))
-        print(f"  open {n_chunks:,} chunks ({size_mb:,.0f} MB), {variant}: median {statistics.median(runs):.3f} s",
-              file=sys.stderr, flush=True)
+    for variant, runs, note in (
+        ("cold-start-open-hash-all", hash_all, "open_index, every file hashed (first open)"),
+        ("cold-start-open-reopen", reopen, "open_index, unchanged files only stat-ed"),
+    ):
+        rows.append(
+            make_row(
+                "hybridlab",
+                n_chunks,
+                "hybrid",
+                False,
+                p50_ms=statistics.median(runs) * 1000,
+                p99_ms=max(runs) * 1000,
+                variant=variant,
+                repeats=repeats,
+                size_mb=round(size_mb, 1),
+                note=note,
+            )
+        )
+        print(
+            f"  open {n_chunks:,} chunks ({size_mb:,.0f} MB), {variant}: median {statistics.median(runs):.3f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
@@ -136,7 +166,9 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
             index._encoders.pop(model, None)
         else:
             index._encoders[model] = load_encoder(ENCODERS[encoder])  # same MiniLM weights, another runtime
-        runtime = getattr(getattr(index.encoder(model), "spec", None), "name", type(index.encoder(model)).__name__)
+        runtime = getattr(
+            getattr(index.encoder(model), "spec", None), "name", type(index.encoder(model)).__name__
+        )
         known = arguments.get("encode_runs") or {}
         encode_runs = known.get(encoder) or time_encoding(index, model, queries, int(arguments["repeats"]))
         measured_encoding[encoder] = encode_runs
@@ -144,47 +176,84 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
         index.encode_queries(model, queries)
         modes = arguments["modes"] if encoder == "torch" else [m for m in arguments["modes"] if m != "bm25"]
         for mode in modes:
-            for filtered in ([False, True] if encoder == "torch" else [False]):
+            for filtered in [False, True] if encoder == "torch" else [False]:
                 options = mode_options(mode)
                 if filtered:
                     options["collection"] = arguments["filter_collection"]
                 encoded = mode != "bm25"
-                stats = time_queries(index, queries, options, int(arguments["repeats"]),
-                                     encode_runs if encoded else None)
-                rows.append(make_row(
-                    "hybridlab", n_chunks, mode, filtered,
-                    p50_ms=stats["e2e"]["p50"], p95_ms=stats["e2e"]["p95"], p99_ms=stats["e2e"]["p99"],
-                    search_p50_ms=stats["search"]["p50"], search_p95_ms=stats["search"]["p95"],
-                    search_p99_ms=stats["search"]["p99"], cpu_p50_ms=stats["cpu"]["p50"],
-                    cpu_p95_ms=stats["cpu"]["p95"], cpu_p99_ms=stats["cpu"]["p99"],
-                    encode_p50_ms=stats["encode"]["p50"] if encoded else None,
-                    encoder=encoder if encoded else None, dataset=arguments.get("dataset"),
-                    queries=len(queries), repeats=int(arguments["repeats"]),
-                    **({"note": f"query encoder {runtime}"} if encoded else {}),
-                ))
-                print(f"  {arguments.get('dataset')} {n_chunks} {encoder} {mode} filtered={filtered}: "
-                      f"e2e p95 {stats['e2e']['p95']:.2f} ms, search p95 {stats['search']['p95']:.2f} ms",
-                      file=sys.stderr, flush=True)
+                stats = time_queries(
+                    index, queries, options, int(arguments["repeats"]), encode_runs if encoded else None
+                )
+                rows.append(
+                    make_row(
+                        "hybridlab",
+                        n_chunks,
+                        mode,
+                        filtered,
+                        p50_ms=stats["e2e"]["p50"],
+                        p95_ms=stats["e2e"]["p95"],
+                        p99_ms=stats["e2e"]["p99"],
+                        search_p50_ms=stats["search"]["p50"],
+                        search_p95_ms=stats["search"]["p95"],
+                        search_p99_ms=stats["search"]["p99"],
+                        cpu_p50_ms=stats["cpu"]["p50"],
+                        cpu_p95_ms=stats["cpu"]["p95"],
+                        cpu_p99_ms=stats["cpu"]["p99"],
+                        encode_p50_ms=stats["encode"]["p50"] if encoded else None,
+                        encoder=encoder if encoded else None,
+                        dataset=arguments.get("dataset"),
+                        queries=len(queries),
+                        repeats=int(arguments["repeats"]),
+                        **({"note": f"query encoder {runtime}"} if encoded else {}),
+                    )
+                )
+                print(
+                    f"  {arguments.get('dataset')} {n_chunks} {encoder} {mode} filtered={filtered}: "
+                    f"e2e p95 {stats['e2e']['p95']:.2f} ms, search p95 {stats['search']['p95']:.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
     rss = peak_rss_mb()
     for row in rows:
         row["peak_rss_mb"] = round(rss, 1)
     rows += open_rows
-    return {"rows": rows, "peak_rss_mb": rss, "n_chunks": n_chunks, "encode_runs": measured_encoding,
-            "dense_index": index.manifest.index_config.dense_index}
+    return {
+        "rows": rows,
+        "peak_rss_mb": rss,
+        "n_chunks": n_chunks,
+        "encode_runs": measured_encoding,
+        "dense_index": index.manifest.index_config.dense_index,
+    }
 
 
-def run(index_dir, queries: Sequence[str], *, dataset: str, filter_collection: str, repeats: int,
-        modes: Sequence[str] = tuple(MODE_OPTIONS), encoders: Sequence[str] = ("torch", "default", "onnx-int8", "torch-1thread"),
-        encode_runs: Mapping[str, list[list[float]]] | None = None) -> dict[str, Any]:
+def run(
+    index_dir,
+    queries: Sequence[str],
+    *,
+    dataset: str,
+    filter_collection: str,
+    repeats: int,
+    modes: Sequence[str] = tuple(MODE_OPTIONS),
+    encoders: Sequence[str] = ("torch", "default", "onnx-int8", "torch-1thread"),
+    encode_runs: Mapping[str, list[list[float]]] | None = None,
+) -> dict[str, Any]:
     """Measure one index in a fresh subprocess; `encode_runs` (from an earlier call's result, same
     queries) reuses its per-query encoding times instead of encoding every query again."""
     from bench.common import run_worker
 
-    return run_worker("bench.latency", {
-        "index_dir": str(index_dir), "queries": list(queries), "dataset": dataset,
-        "filter_collection": filter_collection, "repeats": repeats, "modes": list(modes), "encoders": list(encoders),
-        "encode_runs": dict(encode_runs or {}),
-    })
+    return run_worker(
+        "bench.latency",
+        {
+            "index_dir": str(index_dir),
+            "queries": list(queries),
+            "dataset": dataset,
+            "filter_collection": filter_collection,
+            "repeats": repeats,
+            "modes": list(modes),
+            "encoders": list(encoders),
+            "encode_runs": dict(encode_runs or {}),
+        },
+    )
 
 
 if __name__ == "__main__":

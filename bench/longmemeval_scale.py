@@ -12,6 +12,7 @@ searches; then extrapolates to `--full` questions from the largest run's per-hay
 embedding count of the full file. The turn texts are HoloViz sentences (../shared/corpora/holoviz),
 so their lengths and vocabulary are real text's; the scores are not a LongMemEval result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,13 +50,20 @@ def synthetic(questions: int, sessions: int = 50, pool: int = 2500, seed: int = 
     """A LongMemEval_S-shaped list of questions (the official schema)."""
     rng = random.Random(seed)
     passages = texts(seed)
+
     def session(n: int) -> list[dict[str, Any]]:
         # two passages per turn, paired differently for every turn: distinct texts without repeats
         count = len(passages)
-        return [{"role": "user" if t % 2 == 0 else "assistant",
-                 "content": passages[(n * 10 + t) % count][: TURN_CHARS // 2] + " "
-                 + passages[((n * 10 + t) * 7 + 3 + (n * 10 + t) // count) % count][: TURN_CHARS // 2]}
-                for t in range(10)]
+        return [
+            {
+                "role": "user" if t % 2 == 0 else "assistant",
+                "content": passages[(n * 10 + t) % count][: TURN_CHARS // 2]
+                + " "
+                + passages[((n * 10 + t) * 7 + 3 + (n * 10 + t) // count) % count][: TURN_CHARS // 2],
+            }
+            for t in range(10)
+        ]
+
     filler = {f"sharegpt_{n}": session(n) for n in range(pool)}
     entries = []
     for q in range(questions):
@@ -64,18 +72,26 @@ def synthetic(questions: int, sessions: int = 50, pool: int = 2500, seed: int = 
         answer[0] = {**answer[0], "has_answer": True}
         ids = rng.sample(sorted(filler), sessions - 1) + [answer_id]
         rng.shuffle(ids)
-        entries.append({
-            "question_id": f"s{q:03d}", "question_type": "single-session-user",
-            "question": " ".join(answer[0]["content"].split()[3:15]), "answer": "-",
-            "question_date": "2023/06/01 (Thu) 10:00", "haystack_session_ids": ids,
-            "haystack_dates": [f"2023/05/{1 + i % 28:02d} (Mon) 10:00" for i in range(len(ids))],
-            "haystack_sessions": [answer if s == answer_id else filler[s] for s in ids],
-            "answer_session_ids": [answer_id]})
+        entries.append(
+            {
+                "question_id": f"s{q:03d}",
+                "question_type": "single-session-user",
+                "question": " ".join(answer[0]["content"].split()[3:15]),
+                "answer": "-",
+                "question_date": "2023/06/01 (Thu) 10:00",
+                "haystack_session_ids": ids,
+                "haystack_dates": [f"2023/05/{1 + i % 28:02d} (Mon) 10:00" for i in range(len(ids))],
+                "haystack_sessions": [answer if s == answer_id else filler[s] for s in ids],
+                "answer_session_ids": [answer_id],
+            }
+        )
     return entries
 
 
 def distinct_user_turns(entries: list[dict[str, Any]]) -> int:
-    return len({t["content"] for e in entries for s in e["haystack_sessions"] for t in s if t["role"] == "user"})
+    return len(
+        {t["content"] for e in entries for s in e["haystack_sessions"] for t in s if t["role"] == "user"}
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     from hybridlab.eval.conversations.longmemeval import read_longmemeval
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", default="40", help="comma-separated sizes (default 40: ~7,000 distinct turns to embed)")
+    parser.add_argument(
+        "--questions", default="40", help="comma-separated sizes (default 40: ~7,000 distinct turns to embed)"
+    )
     parser.add_argument("--full", type=int, default=500)
-    parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "bench" / f"{date.today()}-longmemeval-scale"))
+    parser.add_argument(
+        "--out", default=str(REPO_ROOT / "reports" / "bench" / f"{date.today()}-longmemeval-scale")
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.questions.split(",")]
     full = synthetic(args.full)
@@ -96,13 +116,20 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(tmp) / f"lme-{n}.json"
             path.write_text(json.dumps(full[:n]), encoding="utf-8")
             haystacks = read_longmemeval(path)
-            row: dict[str, Any] = {"questions": n, "haystack_turns": sum(len(h.turns) for h in haystacks),
-                                   "distinct_turns_embedded": distinct_user_turns(full[:n])}
-            for state in ("cold", "warm"):  # warm: the same haystacks again, embeddings cached, indexes rebuilt
+            row: dict[str, Any] = {
+                "questions": n,
+                "haystack_turns": sum(len(h.turns) for h in haystacks),
+                "distinct_turns_embedded": distinct_user_turns(full[:n]),
+            }
+            for state in (
+                "cold",
+                "warm",
+            ):  # warm: the same haystacks again, embeddings cached, indexes rebuilt
                 shutil.rmtree(work / "indexes", ignore_errors=True)
                 started = time.perf_counter()
-                result = runner.run_haystacks(haystacks, runner.BenchSettings(scoring="longmemeval"), work,
-                                              progress=False)
+                result = runner.run_haystacks(
+                    haystacks, runner.BenchSettings(scoring="longmemeval"), work, progress=False
+                )
                 row[f"{state}_wall_s"] = round(time.perf_counter() - started, 1)
                 row[f"{state}_index_s"] = round(result.seconds["index"], 1)
                 row["search_s"] = round(sum(v for k, v in result.seconds.items() if k != "index"), 1)
@@ -116,25 +143,47 @@ def main(argv: list[str] | None = None) -> int:
     search_per_haystack = last["search_s"] / last["questions"]
     distinct_full = distinct_user_turns(full)
     estimate_s = args.full * (build_per_haystack + search_per_haystack) + embed_per_turn * distinct_full
-    estimate = {"questions": args.full, "distinct_turns_embedded": distinct_full, "wall_s_estimate": round(estimate_s),
-                "build_s_per_haystack": round(build_per_haystack, 3), "search_s_per_haystack": round(search_per_haystack, 3),
-                "embed_s_per_distinct_turn": round(embed_per_turn, 4)}
+    estimate = {
+        "questions": args.full,
+        "distinct_turns_embedded": distinct_full,
+        "wall_s_estimate": round(estimate_s),
+        "build_s_per_haystack": round(build_per_haystack, 3),
+        "search_s_per_haystack": round(search_per_haystack, 3),
+        "embed_s_per_distinct_turn": round(embed_per_turn, 4),
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"runs": rows, "full": estimate}
     (out / "scale.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    lines = [f"# LongMemEval_S-shaped run, cost and scaling ({date.today()})", "",
-             ("`python -m bench.longmemeval_scale` — synthetic file of LongMemEval_S's shape (50 sessions x 10 turns "
-             "per question, fillers from a shared pool of 2,500 sessions); turn level; hybrid, BM25 and dense; "
-             "an empty work folder per run; 2-core CPU."), "",
-             ("| questions | turns indexed (all haystacks) | distinct turns embedded | cold wall s | cold index s | "
-              "warm wall s (embeddings cached) | warm index s | searches s |"), "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['questions']} | {r['haystack_turns']:,} | {r['distinct_turns_embedded']:,} | {r['cold_wall_s']} | "
-              f"{r['cold_index_s']} | {r['warm_wall_s']} | {r['warm_index_s']} | {r['search_s']} |" for r in rows]
-    lines += ["", (f"Full file ({args.full} questions, {distinct_full:,} distinct user turns): per haystack "
-              f"{build_per_haystack:.2f} s to build (embeddings cached) + {search_per_haystack:.2f} s to search "
-              f"(3 systems), {embed_per_turn * 1000:.0f} ms per distinct turn embedded: about "
-              f"{estimate_s / 60:.0f} min here, linear in questions plus one embedding per distinct turn.")]
+    lines = [
+        f"# LongMemEval_S-shaped run, cost and scaling ({date.today()})",
+        "",
+        (
+            "`python -m bench.longmemeval_scale` — synthetic file of LongMemEval_S's shape (50 sessions x 10 turns "
+            "per question, fillers from a shared pool of 2,500 sessions); turn level; hybrid, BM25 and dense; "
+            "an empty work folder per run; 2-core CPU."
+        ),
+        "",
+        (
+            "| questions | turns indexed (all haystacks) | distinct turns embedded | cold wall s | cold index s | "
+            "warm wall s (embeddings cached) | warm index s | searches s |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['questions']} | {r['haystack_turns']:,} | {r['distinct_turns_embedded']:,} | {r['cold_wall_s']} | "
+        f"{r['cold_index_s']} | {r['warm_wall_s']} | {r['warm_index_s']} | {r['search_s']} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        (
+            f"Full file ({args.full} questions, {distinct_full:,} distinct user turns): per haystack "
+            f"{build_per_haystack:.2f} s to build (embeddings cached) + {search_per_haystack:.2f} s to search "
+            f"(3 systems), {embed_per_turn * 1000:.0f} ms per distinct turn embedded: about "
+            f"{estimate_s / 60:.0f} min here, linear in questions plus one embedding per distinct turn."
+        ),
+    ]
     (out / "scale.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -33,6 +33,7 @@ spawning the server on one memory folder would: client n talks to server n % N, 
 
 Figures: calls/s, P50/P95 latency per tool, errors, memories checked, the kill/restart result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,37 @@ from typing import Any
 from hybridlab.config import offline_environment
 
 TOOLS = ("store_memory", "search", "search_by_tag", "get_document", "update_memory", "delete_memory")
-MIX = {"store_memory": 0.15, "search": 0.35, "search_by_tag": 0.12, "get_document": 0.24, "update_memory": 0.08,
-       "delete_memory": 0.06}
+MIX = {
+    "store_memory": 0.15,
+    "search": 0.35,
+    "search_by_tag": 0.12,
+    "get_document": 0.24,
+    "update_memory": 0.08,
+    "delete_memory": 0.06,
+}
 TOPICS = ("release", "deploy", "editor", "database", "testing", "travel", "budget", "music")
-WORDS = ("panel", "widget", "cluster", "runner", "cache", "queue", "schema", "backup", "plot", "layout",
-         "kernel", "notebook", "session", "router", "metric", "invoice", "ticket", "branch", "shell", "vault")
+WORDS = (
+    "panel",
+    "widget",
+    "cluster",
+    "runner",
+    "cache",
+    "queue",
+    "schema",
+    "backup",
+    "plot",
+    "layout",
+    "kernel",
+    "notebook",
+    "session",
+    "router",
+    "metric",
+    "invoice",
+    "ticket",
+    "branch",
+    "shell",
+    "vault",
+)
 CALL_TIMEOUT = 60.0
 SEARCH_LIMIT = 10
 
@@ -156,8 +183,14 @@ def memory_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
     for i in range(n):
         topic = TOPICS[i % len(TOPICS)]
         words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18)))
-        rows.append({"id": f"mem-seed-{i:05d}", "content": f"Note {i} on {topic}: {words}.", "tags": [topic],
-                     "created_at": f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T12:00:00Z"})
+        rows.append(
+            {
+                "id": f"mem-seed-{i:05d}",
+                "content": f"Note {i} on {topic}: {words}.",
+                "tags": [topic],
+                "created_at": f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T12:00:00Z",
+            }
+        )
     return rows
 
 
@@ -168,10 +201,17 @@ def build_index(folder: Path, memories: int, seed: int = 0) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "memories.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in memory_rows(memories, seed)), encoding="utf-8")
+    source.write_text(
+        "".join(json.dumps(row) + "\n" for row in memory_rows(memories, seed)), encoding="utf-8"
+    )
     index_dir = folder / "index"
-    index_paths([source], index_dir, IndexConfig(models=("wordllama",)), progress=False,
-                cache_path=index_dir / "embeddings.duckdb")
+    index_paths(
+        [source],
+        index_dir,
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=index_dir / "embeddings.duckdb",
+    )
     return index_dir
 
 
@@ -203,13 +243,31 @@ class ServerProcess:
         took this one); returns the seconds that took."""
         started = time.perf_counter()
         for _attempt in range(3):
-            command = [sys.executable, "-m", "hybridlab.cli", "mcp", "--index", str(self.index_dir),
-                       "--transport", "streamable-http", "--port", str(self.port), *self.extra_args]
+            command = [
+                sys.executable,
+                "-m",
+                "hybridlab.cli",
+                "mcp",
+                "--index",
+                str(self.index_dir),
+                "--transport",
+                "streamable-http",
+                "--port",
+                str(self.port),
+                *self.extra_args,
+            ]
             env = {**os.environ, **offline_environment()}
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE, env=env, start_new_session=True)
-            threading.Thread(target=lambda p=self.process, out=self.stderr: out.extend(p.stderr),
-                             daemon=True).start()
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+            threading.Thread(
+                target=lambda p=self.process, out=self.stderr: out.extend(p.stderr), daemon=True
+            ).start()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.process.poll() is None:
                 try:
@@ -270,7 +328,9 @@ class _Load:
         self.in_flight: dict[int, Memory] = {}  # client -> the store it is waiting for
         self.changing: dict[int, tuple[str, Memory, str | None]] = {}  # client -> (tool, memory, new text)
         self.interrupted_changes: list[tuple[int, tuple[str, Memory, str | None]]] = []
-        self.reading: dict[str, int] = {}  # memory id -> calls checking it now (not updated or deleted meanwhile)
+        self.reading: dict[
+            str, int
+        ] = {}  # memory id -> calls checking it now (not updated or deleted meanwhile)
         self.updates = self.deletes = 0
         self.current: dict[int, str] = {}  # client -> the tool it is calling
         self.interrupted_stores: list[tuple[int, Memory]] = []
@@ -323,8 +383,14 @@ class _Load:
         if memory is None:
             await self.call(client, "search_by_tag", {"tags": [client_tag(n)], "limit": 1})
             return
-        new = (f"The {memory.token} now goes with the {' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))} "
-               f"(revision {memory.revision + 1}).") if tool == "update_memory" else None
+        new = (
+            (
+                f"The {memory.token} now goes with the {' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))} "
+                f"(revision {memory.revision + 1})."
+            )
+            if tool == "update_memory"
+            else None
+        )
         self.changing[n] = (tool, memory, new)
         arguments = {"memory_id": memory.id, "content": new} if new else {"ids": [memory.id]}
         found = await self.call(client, tool, arguments)
@@ -365,8 +431,12 @@ class _Load:
         """One call of `tool` by client `n`, with its check."""
         if tool == "store_memory":
             token = self.token(rng)
-            memory = Memory(token, f"The {token} goes with the "
-                            f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))}.", client_tag(n))
+            memory = Memory(
+                token,
+                f"The {token} goes with the "
+                f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))}.",
+                client_tag(n),
+            )
             self.in_flight[n] = memory
             found = await self.call(client, tool, {"content": memory.content, "tags": [memory.tag]})
             del self.in_flight[n]
@@ -386,8 +456,10 @@ class _Load:
                 ids = [hit["doc_id"] for hit in found["results"]] if found is not None else []
                 self.deleted_returned(tool, started, ids)
                 if found is not None and target is not None and target.id not in ids:
-                    self.error(f"search {target.token!r}: acknowledged memory {target.id} not in the top "
-                               f"{SEARCH_LIMIT}: {ids}")
+                    self.error(
+                        f"search {target.token!r}: acknowledged memory {target.id} not in the top "
+                        f"{SEARCH_LIMIT}: {ids}"
+                    )
             return
         if tool == "search_by_tag":
             newest = self.own[n][-1] if self.own[n] else None
@@ -397,11 +469,15 @@ class _Load:
             if found is not None and newest is not None:
                 first = found["results"][0]["doc_id"] if found["results"] else None
                 if first != newest.id:
-                    self.error(f"search_by_tag {client_tag(n)}: newest acknowledged {newest.id}, first result {first}")
+                    self.error(
+                        f"search_by_tag {client_tag(n)}: newest acknowledged {newest.id}, first result {first}"
+                    )
             return
         deleted = [m for m in self.memories if m.deleted_at is not None]
         if deleted and rng.random() < 0.2:  # a deleted memory: not found
-            result = await asyncio.wait_for(client.call_tool(tool, {"doc_id": rng.choice(deleted).id}), CALL_TIMEOUT)
+            result = await asyncio.wait_for(
+                client.call_tool(tool, {"doc_id": rng.choice(deleted).id}), CALL_TIMEOUT
+            )
             self.result.latencies[tool].append(time.perf_counter() - started)
             if not result.is_error:
                 self.error(f"get_document returned deleted {result.structured_content['doc_id']}")
@@ -410,7 +486,9 @@ class _Load:
             doc_id = target.id if target else f"mem-seed-{rng.randrange(self.config.memories):05d}"
             found = await self.call(client, tool, {"doc_id": doc_id})
             if found is not None and target is not None and found["text"] != target.content:
-                self.error(f"get_document {doc_id}: text {found['text'][:80]!r} != stored {target.content[:80]!r}")
+                self.error(
+                    f"get_document {doc_id}: text {found['text'][:80]!r} != stored {target.content[:80]!r}"
+                )
 
     # -- the clients ----------------------------------------------------------------------------------
     def claim(self) -> bool:
@@ -447,8 +525,9 @@ class _Load:
                     self.result.calls += tool is not None
                     failures += 1
                     if failures >= 3 or server.process is None or server.process.poll() is not None:
-                        raise RuntimeError(f"client {n} cannot reach the server: {server.log()[-3000:]}") \
-                            from error
+                        raise RuntimeError(
+                            f"client {n} cannot reach the server: {server.log()[-3000:]}"
+                        ) from error
                     continue
                 if tool is not None:  # interrupted by the kill: not done, its slot goes back
                     self.claimed -= 1
@@ -497,6 +576,7 @@ class _Load:
         from mcp.client.streamable_http import streamable_http_client
 
         async with Client(streamable_http_client(self.server.url)) as client:
+
             async def structured(tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
                 result = await client.call_tool(tool, arguments)
                 if result.is_error:
@@ -515,8 +595,10 @@ class _Load:
                     return
                 document = await structured("get_document", {"doc_id": memory.id})
                 if document is not None and document["text"] != memory.content:
-                    self.error(f"after restart, {memory.id} reads {document['text'][:80]!r}, "
-                               f"stored {memory.content[:80]!r}")
+                    self.error(
+                        f"after restart, {memory.id} reads {document['text'][:80]!r}, "
+                        f"stored {memory.content[:80]!r}"
+                    )
                 found = await structured("search", {"query": memory.content, "limit": SEARCH_LIMIT})
                 if found is not None and memory.id not in [hit["doc_id"] for hit in found["results"]]:
                     self.error(f"after restart, searching the content of acknowledged {memory.id} misses it")
@@ -534,21 +616,30 @@ class _Load:
                     self.own[n].remove(memory)
                     self.own[n].append(memory)
                 elif text != memory.content:
-                    self.error(f"after restart, the {tool} in flight left {memory.id} reading {str(text)[:80]!r}")
+                    self.error(
+                        f"after restart, the {tool} in flight left {memory.id} reading {str(text)[:80]!r}"
+                    )
             memories = list(self.memories)
             for start in range(0, len(memories), self.config.clients):  # as many calls at once as clients
-                await asyncio.gather(*(check(memory) for memory in memories[start:start + self.config.clients]))
+                await asyncio.gather(
+                    *(check(memory) for memory in memories[start : start + self.config.clients])
+                )
             self.result.in_flight_stores = len(self.interrupted_stores)
             for n, memory in self.interrupted_stores:
                 found = await structured("search", {"query": memory.content, "limit": SEARCH_LIMIT})
-                hits = [hit["doc_id"] for hit in (found or {"results": []})["results"]
-                        if memory.token in hit["title"] + hit["snippet"]]
+                hits = [
+                    hit["doc_id"]
+                    for hit in (found or {"results": []})["results"]
+                    if memory.token in hit["title"] + hit["snippet"]
+                ]
                 if not hits:
                     continue  # not committed before the kill: absent, as it may be
                 document = await structured("get_document", {"doc_id": hits[0]})
                 if document is not None and document["text"] != memory.content:
-                    self.error(f"after restart, the in-flight store {hits[0]} is half-written: "
-                               f"{document['text'][:80]!r}")
+                    self.error(
+                        f"after restart, the in-flight store {hits[0]} is half-written: "
+                        f"{document['text'][:80]!r}"
+                    )
                 memory.id = hits[0]
                 self.memories.append(memory)
                 self.own[n].append(memory)
@@ -599,7 +690,9 @@ def check_index(index_dir: Path, memories: Sequence[Memory], result: LoadResult)
             if memory.id not in [r.doc_id for r in index.search(memory.content, limit=SEARCH_LIMIT)]:
                 result.errors.append(f"at the end, searching the content of {memory.id} misses it")
             if [r.doc_id for r in index.search(memory.token, limit=1, mode="bm25")] != [memory.id]:
-                result.errors.append(f"at the end, BM25 does not rank {memory.id} first for its token {memory.token!r}")
+                result.errors.append(
+                    f"at the end, BM25 does not rank {memory.id} first for its token {memory.token!r}"
+                )
             result.checked_at_end += 1
         result.documents_at_end = index.stats()["documents"]
     finally:
@@ -620,7 +713,7 @@ def run_load(config: LoadConfig, folder: Path) -> LoadResult:
         codes = [server.stop() for server in servers]
     result = load.result
     if result.errors:  # the servers' side of them (tracebacks of failed tools)
-        result.server_log = "\n".join(server.log()[-20_000 // len(servers):] for server in servers)
+        result.server_log = "\n".join(server.log()[-20_000 // len(servers) :] for server in servers)
     for server, code in zip(servers, codes, strict=True):
         if code not in (0, -signal.SIGTERM):  # uvicorn re-raises the SIGTERM after its graceful shutdown
             result.errors.append(f"a server exited {code} on SIGTERM: {server.log()[-2000:]}")
@@ -630,8 +723,10 @@ def run_load(config: LoadConfig, folder: Path) -> LoadResult:
     deleted = sum(memory.deleted_at is not None for memory in load.memories)
     expected = config.memories + len(load.memories) - deleted
     if result.documents_at_end != expected:
-        result.errors.append(f"{result.documents_at_end} documents at the end, expected {expected} "
-                             f"({config.memories} seed + {len(load.memories)} stored - {deleted} deleted)")
+        result.errors.append(
+            f"{result.documents_at_end} documents at the end, expected {expected} "
+            f"({config.memories} seed + {len(load.memories)} stored - {deleted} deleted)"
+        )
     return result
 
 
@@ -640,20 +735,40 @@ def run_figures(result: LoadResult) -> dict[str, Any]:
     """The figures of one run: calls/s, P50/P95 ms per tool, errors, memories checked, the kill."""
     from bench.common import percentile
 
-    latency = {tool: {"calls": len(values), "p50_ms": round(1000 * percentile(values, 50), 1),
-                      "p95_ms": round(1000 * percentile(values, 95), 1)}
-               for tool, values in result.latencies.items() if values}
-    return {"calls": result.calls, "seconds": round(result.seconds, 1), "pause_seconds": round(result.pause_seconds, 1),
-            "calls_per_second": round(result.calls_per_second, 1), "latency": latency, "errors": len(result.errors),
-            "first_errors": result.errors[:5], "acknowledged": result.acknowledged,
-            "acknowledged_before_kill": result.acknowledged_before_kill,
-            "checked_after_restart": result.checked_after_restart, "checked_at_end": result.checked_at_end,
-            "interrupted_calls": result.interrupted, "in_flight_stores": result.in_flight_stores,
-            "in_flight_stores_found": result.in_flight_stores_found, "killed": result.killed,
-            "updates": result.updates, "deletes": result.deletes, "in_flight_changes": result.in_flight_changes,
-            "restart_seconds": None if result.restart_seconds is None else round(result.restart_seconds, 2),
-            "verify_after_kill": result.verify_after_kill, "verify_at_end": result.verify_at_end,
-            "documents_at_end": result.documents_at_end, "server_tracebacks": _tracebacks(result.server_log)}
+    latency = {
+        tool: {
+            "calls": len(values),
+            "p50_ms": round(1000 * percentile(values, 50), 1),
+            "p95_ms": round(1000 * percentile(values, 95), 1),
+        }
+        for tool, values in result.latencies.items()
+        if values
+    }
+    return {
+        "calls": result.calls,
+        "seconds": round(result.seconds, 1),
+        "pause_seconds": round(result.pause_seconds, 1),
+        "calls_per_second": round(result.calls_per_second, 1),
+        "latency": latency,
+        "errors": len(result.errors),
+        "first_errors": result.errors[:5],
+        "acknowledged": result.acknowledged,
+        "acknowledged_before_kill": result.acknowledged_before_kill,
+        "checked_after_restart": result.checked_after_restart,
+        "checked_at_end": result.checked_at_end,
+        "interrupted_calls": result.interrupted,
+        "in_flight_stores": result.in_flight_stores,
+        "in_flight_stores_found": result.in_flight_stores_found,
+        "killed": result.killed,
+        "updates": result.updates,
+        "deletes": result.deletes,
+        "in_flight_changes": result.in_flight_changes,
+        "restart_seconds": None if result.restart_seconds is None else round(result.restart_seconds, 2),
+        "verify_after_kill": result.verify_after_kill,
+        "verify_at_end": result.verify_at_end,
+        "documents_at_end": result.documents_at_end,
+        "server_tracebacks": _tracebacks(result.server_log),
+    }
 
 
 def _tracebacks(log: str, limit: int = 3) -> list[str]:
@@ -661,7 +776,7 @@ def _tracebacks(log: str, limit: int = 3) -> list[str]:
     found, start = [], log.find("Traceback")
     while start >= 0 and len(found) < limit:
         end = log.find("\n20", start)  # the next timestamped log line
-        found.append(log[start:end if end > 0 else None][:4000])
+        found.append(log[start : end if end > 0 else None][:4000])
         start = log.find("Traceback", end) if end > 0 else -1
     return found
 
@@ -673,10 +788,20 @@ def code_version() -> str:
 
     folder = Path(hybridlab.__file__).resolve().parents[1]
     try:
-        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no", "--",
-                                "hybridlab"], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no", "--", "hybridlab"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
@@ -702,39 +827,60 @@ def _markdown(record: dict[str, Any]) -> str:
     machine = record["machine"]
     mix = ", ".join(f"{tool} {share:.0%}" for tool, share in config["mix"])
     lines = [
-        f"# MCP load with a SIGKILL mid-run ({record['date']})", "",
-        f"Command: `{record['command']}` (code at {record['code']})", "",
-        (f"Machine: {machine['cpu_model']}, {machine['cores']} cores, shared with other jobs (load average "
-         f"{', '.join(f'{x:.1f}' for x in machine['load_average'])} at the start): absolute times vary."), "",
-        (f"Scenario (`bench.mcp_load`, the same as `tests/reliability/test_mcp_load.py`): a fresh "
-         f"wordllama index of {config['memories']} synthetic memories per run; one `hybridlab mcp --transport "
-         f"streamable-http` process on loopback; {config['clients']} MCP SDK clients (a session each) share "
-         f"{config['calls']:,} calls ({mix}); after {config['kill_at']:.0%} of them the server's process group "
-         "is SIGKILLed with calls in flight, the index verified, the server restarted on the same index and "
-         "every memory acknowledged before the kill checked through it; then the clients reconnect and "
-         "finish. At the end the index is verified again and every acknowledged memory checked in it "
-         "(exact text; found by searching its content; first in BM25 for its unique token); the document "
-         "count must be the seed plus every stored memory."), "",
-        f"## Results, {len(runs)} runs (medians; P50/P95 per run, {PERCENTILE_LABEL})", "",
-        ("| run | calls | calls/s | errors | acknowledged | before kill (checked after restart) | "
-         "in-flight stores at the kill (found after) | interrupted calls | restart s | verify | checked at end |"),
+        f"# MCP load with a SIGKILL mid-run ({record['date']})",
+        "",
+        f"Command: `{record['command']}` (code at {record['code']})",
+        "",
+        (
+            f"Machine: {machine['cpu_model']}, {machine['cores']} cores, shared with other jobs (load average "
+            f"{', '.join(f'{x:.1f}' for x in machine['load_average'])} at the start): absolute times vary."
+        ),
+        "",
+        (
+            f"Scenario (`bench.mcp_load`, the same as `tests/reliability/test_mcp_load.py`): a fresh "
+            f"wordllama index of {config['memories']} synthetic memories per run; one `hybridlab mcp --transport "
+            f"streamable-http` process on loopback; {config['clients']} MCP SDK clients (a session each) share "
+            f"{config['calls']:,} calls ({mix}); after {config['kill_at']:.0%} of them the server's process group "
+            "is SIGKILLed with calls in flight, the index verified, the server restarted on the same index and "
+            "every memory acknowledged before the kill checked through it; then the clients reconnect and "
+            "finish. At the end the index is verified again and every acknowledged memory checked in it "
+            "(exact text; found by searching its content; first in BM25 for its unique token); the document "
+            "count must be the seed plus every stored memory."
+        ),
+        "",
+        f"## Results, {len(runs)} runs (medians; P50/P95 per run, {PERCENTILE_LABEL})",
+        "",
+        (
+            "| run | calls | calls/s | errors | acknowledged | before kill (checked after restart) | "
+            "in-flight stores at the kill (found after) | interrupted calls | restart s | verify | checked at end |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n, run in enumerate(runs, 1):
         verified = "OK" if not run["verify_after_kill"] and not run["verify_at_end"] else "FAIL"
-        lines.append(f"| {n} | {run['calls']} | {run['calls_per_second']} | {run['errors']} | {run['acknowledged']} | "
-                     f"{run['acknowledged_before_kill']} ({run['checked_after_restart']}) | {run['in_flight_stores']} "
-                     f"({run['in_flight_stores_found']}) | {run['interrupted_calls']} | {run['restart_seconds']} | "
-                     f"{verified} | {run['checked_at_end']} |")
+        lines.append(
+            f"| {n} | {run['calls']} | {run['calls_per_second']} | {run['errors']} | {run['acknowledged']} | "
+            f"{run['acknowledged_before_kill']} ({run['checked_after_restart']}) | {run['in_flight_stores']} "
+            f"({run['in_flight_stores_found']}) | {run['interrupted_calls']} | {run['restart_seconds']} | "
+            f"{verified} | {run['checked_at_end']} |"
+        )
     lines += ["", "| tool | calls per run | P50 ms (median) | P95 ms (median) |", "|---|---|---|---|"]
     for tool in TOOLS:
-        lines.append(f"| `{tool}` | {_median(runs, 'latency', tool, 'calls')} | "
-                     f"{_median(runs, 'latency', tool, 'p50_ms')} | {_median(runs, 'latency', tool, 'p95_ms')} |")
+        lines.append(
+            f"| `{tool}` | {_median(runs, 'latency', tool, 'calls')} | "
+            f"{_median(runs, 'latency', tool, 'p50_ms')} | {_median(runs, 'latency', tool, 'p95_ms')} |"
+        )
     errors = sum(run["errors"] for run in runs)
-    lines += ["", (f"- Median throughput: {_median(runs, 'calls_per_second')} calls/s (the load only; the pause "
-                   f"for the kill, verify, restart and checks — median {_median(runs, 'pause_seconds')} s — left "
-                   f"out); median wall time per run {_median(runs, 'seconds')} s."),
-              f"- Errors in all runs: {errors}" + ("." if not errors else f": {runs[0]['first_errors']}"), ""]
+    lines += [
+        "",
+        (
+            f"- Median throughput: {_median(runs, 'calls_per_second')} calls/s (the load only; the pause "
+            f"for the kill, verify, restart and checks — median {_median(runs, 'pause_seconds')} s — left "
+            f"out); median wall time per run {_median(runs, 'seconds')} s."
+        ),
+        f"- Errors in all runs: {errors}" + ("." if not errors else f": {runs[0]['first_errors']}"),
+        "",
+    ]
     for run in runs:
         for traceback in run["server_tracebacks"][:1]:
             lines += ["A server traceback:", "", "```text", traceback, "```", ""]
@@ -743,14 +889,27 @@ def _markdown(record: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.mcp_load", description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000, help="completed tool calls per run, all clients together")
+    parser.add_argument(
+        "--calls", type=int, default=2000, help="completed tool calls per run, all clients together"
+    )
     parser.add_argument("--clients", type=int, default=4, help="concurrent MCP sessions")
-    parser.add_argument("--kill-at", type=float, default=0.5, help="share of the calls after which the server is "
-                        "SIGKILLed (0 = no kill)")
-    parser.add_argument("--servers", type=int, default=1, help="server processes on the one index (> 1: no kill)")
-    parser.add_argument("--memories", type=int, default=200, help="synthetic memories in the index at the start")
-    parser.add_argument("--mix", help="tool shares, e.g. store_memory=0.25,search=0.35,search_by_tag=0.2,"
-                        f"get_document=0.2 (default {','.join(f'{k}={v}' for k, v in MIX.items())})")
+    parser.add_argument(
+        "--kill-at",
+        type=float,
+        default=0.5,
+        help="share of the calls after which the server is SIGKILLed (0 = no kill)",
+    )
+    parser.add_argument(
+        "--servers", type=int, default=1, help="server processes on the one index (> 1: no kill)"
+    )
+    parser.add_argument(
+        "--memories", type=int, default=200, help="synthetic memories in the index at the start"
+    )
+    parser.add_argument(
+        "--mix",
+        help="tool shares, e.g. store_memory=0.25,search=0.35,search_by_tag=0.2,"
+        f"get_document=0.2 (default {','.join(f'{k}={v}' for k, v in MIX.items())})",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs, each on a fresh index and server")
     parser.add_argument("--out", help="output folder (default reports/bench/<date>-mcp-load)")
     args = parser.parse_args(argv)
@@ -761,9 +920,17 @@ def main(argv: list[str] | None = None) -> int:
     apply_offline_environment()
     mix = tuple(MIX.items())
     if args.mix:
-        mix = tuple((name.strip(), float(share)) for name, share in (part.split("=") for part in args.mix.split(",")))
-    config = LoadConfig(calls=args.calls, clients=args.clients, kill_at=args.kill_at or None,
-                        memories=args.memories, mix=mix, servers=args.servers)
+        mix = tuple(
+            (name.strip(), float(share)) for name, share in (part.split("=") for part in args.mix.split(","))
+        )
+    config = LoadConfig(
+        calls=args.calls,
+        clients=args.clients,
+        kill_at=args.kill_at or None,
+        memories=args.memories,
+        mix=mix,
+        servers=args.servers,
+    )
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     machine = machine_info()
     runs = []
@@ -771,11 +938,21 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-mcp-load-") as tmp:
             result = run_load(LoadConfig(**{**asdict(config), "seed": n, "mix": mix}), Path(tmp))
         runs.append(run_figures(result))
-        print(f"run {n + 1}: {result.calls} calls, {result.calls_per_second:.1f} calls/s, {len(result.errors)} errors, "
-              f"{result.acknowledged} memories acknowledged", file=sys.stderr, flush=True)
+        print(
+            f"run {n + 1}: {result.calls} calls, {result.calls_per_second:.1f} calls/s, {len(result.errors)} errors, "
+            f"{result.acknowledged} memories acknowledged",
+            file=sys.stderr,
+            flush=True,
+        )
     given = sys.argv[1:] if argv is None else argv
-    record = {"date": date, "command": " ".join(["python -m bench.mcp_load", *given]),
-              "code": code_version(), "config": asdict(config), "machine": machine, "runs": runs}
+    record = {
+        "date": date,
+        "command": " ".join(["python -m bench.mcp_load", *given]),
+        "code": code_version(),
+        "config": asdict(config),
+        "machine": machine,
+        "runs": runs,
+    }
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{date}-mcp-load"
     out.mkdir(parents=True, exist_ok=True)
     (out / "mcp-load.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -6,6 +6,7 @@ HoloViz corpus, ~307k characters) into a temporary folder with the default model
 by section, store with a near and an exact duplicate, update, search with a time range, list,
 delete) and prints each call and its JSON, long strings and lists trimmed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,9 +32,14 @@ def trimmed(value: Any, chars: int = 140, items: int = 4) -> Any:
         return kept + [f"… (+{len(value) - items} more)"] if len(value) > items else kept
     if isinstance(value, dict):
         if "dense_score" in value and "time_range" in value:  # a search's explain: a few of its keys
-            value = {k: value[k] for k in EXPLAIN_SHOWN} | {"…": f"(+{len(value) - len(EXPLAIN_SHOWN)} more keys)"}
-        kept = {k: trimmed(v, chars, items) for k, v in list(value.items())[:3 * items]
-                if v is not None or k == "next_cursor"}
+            value = {k: value[k] for k in EXPLAIN_SHOWN} | {
+                "…": f"(+{len(value) - len(EXPLAIN_SHOWN)} more keys)"
+            }
+        kept = {
+            k: trimmed(v, chars, items)
+            for k, v in list(value.items())[: 3 * items]
+            if v is not None or k == "next_cursor"
+        }
         return kept | ({"…": f"(+{len(value) - 3 * items} more)"} if len(value) > 3 * items else {})
     return value
 
@@ -41,8 +47,11 @@ def trimmed(value: Any, chars: int = 140, items: int = 4) -> Any:
 async def conversation(index_dir: Path) -> None:
     from mcp import Client, StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
-                                   cwd=str(REPO_ROOT))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
+        cwd=str(REPO_ROOT),
+    )
     async with Client(params) as client:
         tools = (await client.list_tools()).tools
         print(f">>> list_tools()\n{[tool.name for tool in tools]}\n")
@@ -59,17 +68,43 @@ async def conversation(index_dir: Path) -> None:
         await call("list_collections", {}, items=2)
         await call("get_document", {"doc_id": "releases.md", "max_chars": 300}, items=6)
         await call("get_document", {"doc_id": "releases.md", "section": "Version 1.9.3", "max_chars": 400})
-        first = await call("store_memory", {"content": "Panel 1.9.3 fixed the Tabulator regression we hit; pin "
-                                            "panel>=1.9.3 in the dashboard repo.", "tags": ["panel", "deps"],
-                                            "memory_type": "decision"})
-        await call("store_memory", {"content": "Panel 1.9.3 fixed the Tabulator regression we hit, so pin "
-                                   "panel>=1.9.3 in the dashboard repo.", "tags": ["panel", "deps"]})
-        await call("store_memory", {"content": "panel 1.9.3 FIXED the Tabulator regression we hit;  pin "
-                                   "panel>=1.9.3 in the dashboard repo."})
-        await call("update_memory", {"memory_id": first["id"], "content": "Pin panel>=1.9.4 in the dashboard "
-                                    "repo: 1.9.3 fixed the Tabulator regression, 1.9.4 the export bug."})
-        await call("search", {"query": "which panel version do we pin", "limit": 1, "time": "today",
-                              "explain": True}, items=3)
+        first = await call(
+            "store_memory",
+            {
+                "content": "Panel 1.9.3 fixed the Tabulator regression we hit; pin "
+                "panel>=1.9.3 in the dashboard repo.",
+                "tags": ["panel", "deps"],
+                "memory_type": "decision",
+            },
+        )
+        await call(
+            "store_memory",
+            {
+                "content": "Panel 1.9.3 fixed the Tabulator regression we hit, so pin "
+                "panel>=1.9.3 in the dashboard repo.",
+                "tags": ["panel", "deps"],
+            },
+        )
+        await call(
+            "store_memory",
+            {
+                "content": "panel 1.9.3 FIXED the Tabulator regression we hit;  pin "
+                "panel>=1.9.3 in the dashboard repo."
+            },
+        )
+        await call(
+            "update_memory",
+            {
+                "memory_id": first["id"],
+                "content": "Pin panel>=1.9.4 in the dashboard "
+                "repo: 1.9.3 fixed the Tabulator regression, 1.9.4 the export bug.",
+            },
+        )
+        await call(
+            "search",
+            {"query": "which panel version do we pin", "limit": 1, "time": "today", "explain": True},
+            items=3,
+        )
         await call("list_memories", {"time": "today", "limit": 5})
         await call("delete_memory", {"tags": ["deps"], "time": "today", "dry_run": True})
         await call("delete_memory", {"ids": [first["id"]]})

@@ -15,6 +15,7 @@ Timed per operation: the writer's call (durable on return) and the reader's refr
 the MCP server does before answering), as P50 and P95. Results go to
 `reports/bench/<date>-tombstones/` (`--out`): `memory_writes.json` and `README.md`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,10 +66,23 @@ def run_way(index_dir: Path, wal_records: int, targets: list[str], rng: random.R
             times[f"{kind}_refresh"].append(refresh_ms)
         stats = index.stats()
     writer.close()
-    summary = {name: {"p50_ms": round(percentile(values, 50), 2), "p95_ms": round(percentile(values, 95), 2),
-                      "max_ms": round(max(values), 2)} for name, values in times.items()}
-    return {"summary": summary, "commits": writer.commits, "appends": writer.appends, "folds": writer.folds,
-            "generation": stats["generation"], "documents": stats["documents"], "tombstones": stats["tombstones"]}
+    summary = {
+        name: {
+            "p50_ms": round(percentile(values, 50), 2),
+            "p95_ms": round(percentile(values, 95), 2),
+            "max_ms": round(max(values), 2),
+        }
+        for name, values in times.items()
+    }
+    return {
+        "summary": summary,
+        "commits": writer.commits,
+        "appends": writer.appends,
+        "folds": writer.folds,
+        "generation": stats["generation"],
+        "documents": stats["documents"],
+        "tombstones": stats["tombstones"],
+    }
 
 
 def run(n: int, ops: int, seed: int, work: Path) -> dict[str, Any]:
@@ -78,10 +92,14 @@ def run(n: int, ops: int, seed: int, work: Path) -> dict[str, Any]:
 
     rng = random.Random(seed)
     sentences, tags = sentence_pool()
-    documents = [make_memory(*synthetic_memory(rng, sentences, tags), memory_id=f"base-{i:06d}") for i in range(n)]
+    documents = [
+        make_memory(*synthetic_memory(rng, sentences, tags), memory_id=f"base-{i:06d}") for i in range(n)
+    ]
     built = work / "built"
     started = time.perf_counter()
-    apply_changes(built, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=("wordllama",)), progress=False)
+    apply_changes(
+        built, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=("wordllama",)), progress=False
+    )
     build_seconds = time.perf_counter() - started
     targets = rng.sample([d.doc_id for d in documents], 2 * ops)
     ways = {}
@@ -90,27 +108,41 @@ def run(n: int, ops: int, seed: int, work: Path) -> dict[str, Any]:
         shutil.copytree(built, index_dir)
         ways[way] = run_way(index_dir, wal_records, targets, random.Random(seed + 1))
     if ways["commit"]["documents"] != ways["tombstone"]["documents"]:
-        raise RuntimeError(f"the two ways disagree: {ways['commit']['documents']} vs {ways['tombstone']['documents']}")
-    speedup = {kind: round(ways["commit"]["summary"][kind]["p50_ms"] / ways["tombstone"]["summary"][kind]["p50_ms"], 1)
-               for kind in ("delete", "update")}
-    return {"memories": n, "ops": {"delete": ops, "update": ops}, "seed": seed, "build_seconds": round(build_seconds, 1),
-            "ways": ways, "speedup_p50": speedup}
+        raise RuntimeError(
+            f"the two ways disagree: {ways['commit']['documents']} vs {ways['tombstone']['documents']}"
+        )
+    speedup = {
+        kind: round(
+            ways["commit"]["summary"][kind]["p50_ms"] / ways["tombstone"]["summary"][kind]["p50_ms"], 1
+        )
+        for kind in ("delete", "update")
+    }
+    return {
+        "memories": n,
+        "ops": {"delete": ops, "update": ops},
+        "seed": seed,
+        "build_seconds": round(build_seconds, 1),
+        "ways": ways,
+        "speedup_p50": speedup,
+    }
 
 
 def readme(result: dict[str, Any]) -> str:
     rows = []
     for way, facts in result["ways"].items():
         s = facts["summary"]
-        rows.append(f"| {way} | {s['delete']['p50_ms']} | {s['delete']['p95_ms']} | {s['update']['p50_ms']} | "
-                    f"{s['update']['p95_ms']} | {s['delete_refresh']['p50_ms']} | {s['update_refresh']['p50_ms']} | "
-                    f"{facts['commits']} | {facts['appends']} | {facts['folds']} |")
+        rows.append(
+            f"| {way} | {s['delete']['p50_ms']} | {s['delete']['p95_ms']} | {s['update']['p50_ms']} | "
+            f"{s['update']['p95_ms']} | {s['delete_refresh']['p50_ms']} | {s['update_refresh']['p50_ms']} | "
+            f"{facts['commits']} | {facts['appends']} | {facts['folds']} |"
+        )
     machine = result["machine"]
-    return f"""# Deletes and updates of memories: commits vs write-ahead log tombstones ({result['date']})
+    return f"""# Deletes and updates of memories: commits vs write-ahead log tombstones ({result["date"]})
 
-`{result['command']}` ({result['seconds']} s; machine: {machine['cpu_model']}, {machine['cores']} cores,
-load {machine['load_average'][0]:.1f}; **a machine shared with other engineers' work**: absolute
-figures are noisy, the ratio is what to read). {result['memories']:,} memories embedded with
-`wordllama`; {result['ops']['delete']} deletes and {result['ops']['update']} updates of random
+`{result["command"]}` ({result["seconds"]} s; machine: {machine["cpu_model"]}, {machine["cores"]} cores,
+load {machine["load_average"][0]:.1f}; **a machine shared with other engineers' work**: absolute
+figures are noisy, the ratio is what to read). {result["memories"]:,} memories embedded with
+`wordllama`; {result["ops"]["delete"]} deletes and {result["ops"]["update"]} updates of random
 memories, alternating, each followed by the reader's refresh (as the MCP server does).
 
 | way | delete p50 ms | delete p95 ms | update p50 ms | update p95 ms | refresh after delete p50 ms | refresh after update p50 ms | commits | appends | folds |
@@ -120,8 +152,8 @@ memories, alternating, each followed by the reader's refresh (as the MCP server 
 `commit`: `wal_records=0`, each delete and update commits a generation (the path before
 tombstones); `tombstone`: each is one append (and fsync) to the write-ahead log, folded into a
 segment with the write that fills the log to 64 records (in the p95). p50 speed-up of the write:
-delete {result['speedup_p50']['delete']}x, update {result['speedup_p50']['update']}x. Both ways end
-with the same {result['ways']['tombstone']['documents']:,} documents.
+delete {result["speedup_p50"]["delete"]}x, update {result["speedup_p50"]["update"]}x. Both ways end
+with the same {result["ways"]["tombstone"]["documents"]:,} documents.
 """
 
 
@@ -138,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hybridlab-memory-writes-") as work:
         result = run(args.memories, args.ops, args.seed, Path(work))
-    result.update(date=date, command="python -m bench.memory_writes " + shlex.join(argv or sys.argv[1:]),
-                  seconds=round(time.perf_counter() - started, 1), machine=machine_info())
+    result.update(
+        date=date,
+        command="python -m bench.memory_writes " + shlex.join(argv or sys.argv[1:]),
+        seconds=round(time.perf_counter() - started, 1),
+        machine=machine_info(),
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "memory_writes.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (out / "README.md").write_text(readme(result), encoding="utf-8")

@@ -3,6 +3,7 @@
 numpy's "linear" method (its default; Hyndman & Fan type 7, linear interpolation between closest
 ranks); reports name it as :data:`PERCENTILE_LABEL`, so P95 figures of different reports compare.
 """
+
 from __future__ import annotations
 
 import statistics

@@ -16,6 +16,7 @@ documents upserted, removed ones deleted); BM25 on Qdrant is compared with bm25s
 re-weighting of the unchanged points, on the client's local mode and on Qdrant Edge (its Rust engine)
 when `qdrant-edge-py` is installed. Writes `reports/bench/<date>-qdrant-upserts/`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ from hybridlab.eval.evaluate import score
 
 TOLERANCE = 0.002
 ENGINE_SLUGS = {"local mode": "local", "Qdrant Edge": "edge"}
-CONDITIONS = {"bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}, "hybrid (default)": {},
-              "hybrid parallel (staged=False)": {"staged": False}}
+CONDITIONS = {
+    "bm25": {"mode": "bm25"},
+    "vector": {"mode": "vector"},
+    "hybrid (default)": {},
+    "hybrid parallel (staged=False)": {"staged": False},
+}
 
 
 def measure(index, queries: dict[str, str], qrels, options: dict[str, Any]) -> dict[str, Any]:
@@ -42,8 +47,11 @@ def measure(index, queries: dict[str, str], qrels, options: dict[str, Any]) -> d
         response = index.run_response(text, limit=100, **options)
         run[qid] = response.run
         samples.append(response.timings["search_ms"])
-    return {"ndcg@10": score(qrels, run, ["ndcg@10"])["ndcg@10"], "p50_ms": percentile(samples, 50),
-            "p95_ms": percentile(samples, 95)}
+    return {
+        "ndcg@10": score(qrels, run, ["ndcg@10"])["ndcg@10"],
+        "p50_ms": percentile(samples, 50),
+        "p95_ms": percentile(samples, 95),
+    }
 
 
 def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrels) -> dict[str, Any]:
@@ -61,7 +69,9 @@ def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrel
     try:
         everything = local.snapshot().store.allowed(Filters())
         for name, modifier in (("folded", False), ("modifier", True)):
-            collection = qdrant_mirror.export_generation(generation, client, f"idf-{name}", idf_modifier=modifier)
+            collection = qdrant_mirror.export_generation(
+                generation, client, f"idf-{name}", idf_modifier=modifier
+            )
             retriever = qdrant.QdrantSparseRetriever(client, collection, generation)
             run, same_top, worst = {}, 0, 0.0
             for qid, text in queries.items():
@@ -75,8 +85,11 @@ def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrel
                 for row, value in zip(q_rows.tolist(), q_scores.tolist()):
                     best.setdefault(generation.doc_ids[row], value)
                 run[qid] = best
-            out[name] = {"ndcg@10": score(qrels, run, ["ndcg@10"])["ndcg@10"], "same_top10": same_top,
-                         "max_abs_score_diff": worst}
+            out[name] = {
+                "ndcg@10": score(qrels, run, ["ndcg@10"])["ndcg@10"],
+                "same_top10": same_top,
+                "max_abs_score_diff": worst,
+            }
             client.delete_collection(collection)
     finally:
         generation.store.close()
@@ -100,7 +113,11 @@ def bm25_agreement(generation, client, collection: str, queries: dict[str, str],
         q_rows, q_scores = retriever.search(text, 100, everything)
         same_top += q_rows[:10].tolist() == rows[:10].tolist()
         theirs_of = dict(zip(q_rows.tolist(), q_scores.tolist()))
-        diffs = [abs(theirs_of[row] - value) for row, value in zip(rows.tolist(), scores.tolist()) if row in theirs_of]
+        diffs = [
+            abs(theirs_of[row] - value)
+            for row, value in zip(rows.tolist(), scores.tolist())
+            if row in theirs_of
+        ]
         worst = max([worst, *diffs])
         for run, (r, v) in ((ours, (rows, scores)), (theirs, (q_rows, q_scores))):
             best: dict[str, float] = {}
@@ -108,18 +125,32 @@ def bm25_agreement(generation, client, collection: str, queries: dict[str, str],
                 best.setdefault(generation.doc_ids[row], value)
             run[qid] = best
         overlaps.append(top_overlap(ours[qid], theirs[qid], 10))
-    return {"same_top10": same_top, "queries": len(queries), "overlap@10": sum(overlaps) / len(overlaps),
-            "ndcg@10_bm25s": score(qrels, ours, ["ndcg@10"])["ndcg@10"],
-            "ndcg@10_qdrant": score(qrels, theirs, ["ndcg@10"])["ndcg@10"], "max_abs_score_diff": worst}
+    return {
+        "same_top10": same_top,
+        "queries": len(queries),
+        "overlap@10": sum(overlaps) / len(overlaps),
+        "ndcg@10_bm25s": score(qrels, ours, ["ndcg@10"])["ndcg@10"],
+        "ndcg@10_qdrant": score(qrels, theirs, ["ndcg@10"])["ndcg@10"],
+        "max_abs_score_diff": worst,
+    }
 
 
 def _write_corpus(folder: Path, documents: list[dict[str, Any]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in documents), encoding="utf-8")
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps(doc) + "\n" for doc in documents), encoding="utf-8"
+    )
 
 
-def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: float = 0.1, removed: float = 0.01,
-                 changed: float = 0.005, seed: int = 0) -> dict[str, Any]:
+def upsert_drift(
+    dataset_name: str = "scifact",
+    split: str = "test",
+    *,
+    batch: float = 0.1,
+    removed: float = 0.01,
+    changed: float = 0.005,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The experiment of `--upserts` (see the module docstring); its results."""
     import gzip
     import random
@@ -138,8 +169,11 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
     queries = {qid: dataset.queries[qid] for qid in dataset.qrels if qid in dataset.queries}
     base = ensure_index(evalset, progress=False)  # its manifest's config and its cached vectors
     config = read_manifest(base).index_config
-    corpus_path = next(p for p in (evalset.sources[0] / "corpus.jsonl.gz", evalset.sources[0] / "corpus.jsonl")
-                       if p.is_file())
+    corpus_path = next(
+        p
+        for p in (evalset.sources[0] / "corpus.jsonl.gz", evalset.sources[0] / "corpus.jsonl")
+        if p.is_file()
+    )
     opener = gzip.open if corpus_path.suffix == ".gz" else open
     with opener(corpus_path, "rt", encoding="utf-8") as handle:
         corpus = [json.loads(line) for line in handle if line.strip()]
@@ -148,8 +182,8 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
     rng.shuffle(order)
     n_batch, n_removed, n_changed = (round(len(corpus) * f) for f in (batch, removed, changed))
     held_out = set(order[:n_batch])
-    gone = set(order[n_batch:n_batch + n_removed])
-    edited = set(order[n_batch + n_removed:n_batch + n_removed + n_changed])
+    gone = set(order[n_batch : n_batch + n_removed])
+    edited = set(order[n_batch + n_removed : n_batch + n_removed + n_changed])
     work = Path(tempfile.mkdtemp(prefix="qdrant-upserts-"))
     try:
         cache = work / "embeddings.duckdb"
@@ -174,11 +208,27 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                 started = time.perf_counter()
                 qdrant_mirror.export_generation(generation_a, client, name, idf_modifier=mode == "idf")
                 timings[name] = {"export_a_s": time.perf_counter() - started}
-                rows.append({"engine": engine, "sparse": mode, "state": "A exported",
-                             **bm25_agreement(generation_a, client, name, queries, dataset.qrels)})
+                rows.append(
+                    {
+                        "engine": engine,
+                        "sparse": mode,
+                        "state": "A exported",
+                        **bm25_agreement(generation_a, client, name, queries, dataset.qrels),
+                    }
+                )
         generation_a.store.close()
-        _write_corpus(source, [({**doc, "text": doc.get("text", "")[: len(doc.get("text", "")) // 2]}
-                                if i in edited else doc) for i, doc in enumerate(corpus) if i not in gone])
+        _write_corpus(
+            source,
+            [
+                (
+                    {**doc, "text": doc.get("text", "")[: len(doc.get("text", "")) // 2]}
+                    if i in edited
+                    else doc
+                )
+                for i, doc in enumerate(corpus)
+                if i not in gone
+            ],
+        )
         update = index_paths([source], index_dir, config, progress=False, cache_path=cache)
         generation_b = read_generation(index_dir)
         try:
@@ -189,19 +239,43 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                     name = f"{mode}-{ENGINE_SLUGS[engine]}"
                     started = time.perf_counter()
                     report = qdrant_mirror.sync_generation(generation_b, client, name, reweight=False)
-                    timings[name].update(sync_s=time.perf_counter() - started, upserted=report.points_upserted,
-                                         deleted_documents=report.deleted_documents, action=report.action)
-                    rows.append({"engine": engine, "sparse": mode, "state": "B synced, not re-weighted",
-                                 **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
+                    timings[name].update(
+                        sync_s=time.perf_counter() - started,
+                        upserted=report.points_upserted,
+                        deleted_documents=report.deleted_documents,
+                        action=report.action,
+                    )
+                    rows.append(
+                        {
+                            "engine": engine,
+                            "sparse": mode,
+                            "state": "B synced, not re-weighted",
+                            **bm25_agreement(generation_b, client, name, queries, dataset.qrels),
+                        }
+                    )
                     started = time.perf_counter()
                     written = qdrant_mirror.reweight_rows(generation_b, client, name, kept_rows, mode)
                     timings[name].update(reweight_s=time.perf_counter() - started, reweighted=written)
-                    rows.append({"engine": engine, "sparse": mode, "state": "B synced + re-weighted",
-                                 **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
-                    if hasattr(client, "optimize"):  # Qdrant Edge: vacuum the deleted points, as a server's optimizer would
+                    rows.append(
+                        {
+                            "engine": engine,
+                            "sparse": mode,
+                            "state": "B synced + re-weighted",
+                            **bm25_agreement(generation_b, client, name, queries, dataset.qrels),
+                        }
+                    )
+                    if hasattr(
+                        client, "optimize"
+                    ):  # Qdrant Edge: vacuum the deleted points, as a server's optimizer would
                         client.optimize(name)
-                        rows.append({"engine": engine, "sparse": mode, "state": "B synced + re-weighted + optimize()",
-                                     **bm25_agreement(generation_b, client, name, queries, dataset.qrels)})
+                        rows.append(
+                            {
+                                "engine": engine,
+                                "sparse": mode,
+                                "state": "B synced + re-weighted + optimize()",
+                                **bm25_agreement(generation_b, client, name, queries, dataset.qrels),
+                            }
+                        )
                     started = time.perf_counter()
                     qdrant_mirror.export_generation(generation_b, client, name, idf_modifier=mode == "idf")
                     timings[name]["export_b_s"] = time.perf_counter() - started
@@ -213,36 +287,57 @@ def upsert_drift(dataset_name: str = "scifact", split: str = "test", *, batch: f
                 client.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"dataset": dataset_name, "split": split, "queries": len(queries), "corpus": len(corpus),
-            "batch": {"added": n_batch, "removed": n_removed, "changed": n_changed, "seed": seed},
-            "chunks_b": chunks[0], "update_seconds": update.seconds, "rows": rows, "timings": timings,
-            "date": datetime.now(UTC).date().isoformat(), "machine": platform.machine()}
+    return {
+        "dataset": dataset_name,
+        "split": split,
+        "queries": len(queries),
+        "corpus": len(corpus),
+        "batch": {"added": n_batch, "removed": n_removed, "changed": n_changed, "seed": seed},
+        "chunks_b": chunks[0],
+        "update_seconds": update.seconds,
+        "rows": rows,
+        "timings": timings,
+        "date": datetime.now(UTC).date().isoformat(),
+        "machine": platform.machine(),
+    }
 
 
 def upserts_report(results: dict[str, Any]) -> str:
     batch = results["batch"]
-    lines = [f"# BM25 on Qdrant under upserts — {results['dataset']} {results['split']} ({results['queries']} queries)",
-             "",
-             ("Command: `python -m bench.qdrant --upserts`. Generation A = the corpus less "
-              f"{batch['added']} documents (seed {batch['seed']}), exported; generation B = all "
-              f"{results['corpus']} documents less {batch['removed']} removed, {batch['changed']} changed (text "
-              f"halved); B is mirrored by `sync_generation` (changed and new documents upserted, removed ones "
-              "deleted by doc id), then the unchanged points' sparse vectors are re-weighted. Each state is "
-              "compared with bm25s over the same generation (chunk-level BM25 top 100; documents = best chunk)."),
-             "",
-             "| engine | sparse vectors | state | same top 10 | top-10 overlap | nDCG@10 bm25s | nDCG@10 Qdrant | max abs score diff |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# BM25 on Qdrant under upserts — {results['dataset']} {results['split']} ({results['queries']} queries)",
+        "",
+        (
+            "Command: `python -m bench.qdrant --upserts`. Generation A = the corpus less "
+            f"{batch['added']} documents (seed {batch['seed']}), exported; generation B = all "
+            f"{results['corpus']} documents less {batch['removed']} removed, {batch['changed']} changed (text "
+            f"halved); B is mirrored by `sync_generation` (changed and new documents upserted, removed ones "
+            "deleted by doc id), then the unchanged points' sparse vectors are re-weighted. Each state is "
+            "compared with bm25s over the same generation (chunk-level BM25 top 100; documents = best chunk)."
+        ),
+        "",
+        "| engine | sparse vectors | state | same top 10 | top-10 overlap | nDCG@10 bm25s | nDCG@10 Qdrant | max abs score diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     labels = {"folded": "IDF folded in", "idf": "IDF modifier"}
     for row in results["rows"]:
-        lines.append(f"| {row['engine']} | {labels[row['sparse']]} | {row['state']} | {row['same_top10']} / "
-                     f"{row['queries']} | {row['overlap@10']:.4f} | {row['ndcg@10_bm25s']:.4f} | "
-                     f"{row['ndcg@10_qdrant']:.4f} | {row['max_abs_score_diff']:.2e} |")
-    lines += ["", "Costs (seconds; B = " + f"{results['chunks_b']} chunks):", "",
-              "| collection | export A | sync to B (points upserted) | re-weight (points) | full export of B |",
-              "|---|---|---|---|---|"]
+        lines.append(
+            f"| {row['engine']} | {labels[row['sparse']]} | {row['state']} | {row['same_top10']} / "
+            f"{row['queries']} | {row['overlap@10']:.4f} | {row['ndcg@10_bm25s']:.4f} | "
+            f"{row['ndcg@10_qdrant']:.4f} | {row['max_abs_score_diff']:.2e} |"
+        )
+    lines += [
+        "",
+        "Costs (seconds; B = " + f"{results['chunks_b']} chunks):",
+        "",
+        "| collection | export A | sync to B (points upserted) | re-weight (points) | full export of B |",
+        "|---|---|---|---|---|",
+    ]
     for name, t in results["timings"].items():
-        lines.append(f"| {name} | {t['export_a_s']:.1f} | {t['sync_s']:.1f} ({t['upserted']}) | "
-                     f"{t['reweight_s']:.1f} ({t['reweighted']}) | {t['export_b_s']:.1f} |")
+        lines.append(
+            f"| {name} | {t['export_a_s']:.1f} | {t['sync_s']:.1f} ({t['upserted']}) | "
+            f"{t['reweight_s']:.1f} ({t['reweighted']}) | {t['export_b_s']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -257,12 +352,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--split", default="test")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--upserts", action="store_true",
-                        help="measure BM25 drift under incremental upserts instead of the parity run")
+    parser.add_argument(
+        "--upserts",
+        action="store_true",
+        help="measure BM25 drift under incremental upserts instead of the parity run",
+    )
     args = parser.parse_args(argv)
     if args.upserts:
         results = upsert_drift(args.dataset, args.split)
-        out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{results['date']}-qdrant-upserts"
+        out = (
+            Path(args.out)
+            if args.out
+            else REPO_ROOT / "reports" / "bench" / f"{results['date']}-qdrant-upserts"
+        )
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         (out / "report.md").write_text(upserts_report(results))
@@ -287,19 +389,45 @@ def main(argv: list[str] | None = None) -> int:
     remote.encode_queries(model, list(queries.values()))
     rows = []
     for name, options in CONDITIONS.items():
-        ours, theirs = measure(local, queries, dataset.qrels, options), measure(remote, queries, dataset.qrels, options)
+        ours, theirs = (
+            measure(local, queries, dataset.qrels, options),
+            measure(remote, queries, dataset.qrels, options),
+        )
         delta = theirs["ndcg@10"] - ours["ndcg@10"]
-        rows.append({"condition": name, "options": options, "local": ours, "qdrant": theirs, "delta": delta,
-                     "within_tolerance": abs(delta) <= TOLERANCE})
+        rows.append(
+            {
+                "condition": name,
+                "options": options,
+                "local": ours,
+                "qdrant": theirs,
+                "delta": delta,
+                "within_tolerance": abs(delta) <= TOLERANCE,
+            }
+        )
     idf = idf_comparison(local, client, index_dir, queries, dataset.qrels)
     local.close()
     remote.close()
     client.close()
-    results = {"dataset": args.dataset, "split": args.split, "queries": len(queries), "chunks": local.n_chunks,
-               "model": model, "index": index_dir.name, "export_seconds": export_s, "tolerance": TOLERANCE,
-               "machine": platform.machine(), "python": platform.python_version(),
-               "date": started.date().isoformat(), "rows": rows, "idf": idf}
-    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "bench" / f"{started.date().isoformat()}-qdrant"
+    results = {
+        "dataset": args.dataset,
+        "split": args.split,
+        "queries": len(queries),
+        "chunks": local.n_chunks,
+        "model": model,
+        "index": index_dir.name,
+        "export_seconds": export_s,
+        "tolerance": TOLERANCE,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "date": started.date().isoformat(),
+        "rows": rows,
+        "idf": idf,
+    }
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO_ROOT / "reports" / "bench" / f"{started.date().isoformat()}-qdrant"
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "report.md").write_text(report(results))
@@ -309,34 +437,58 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(results: dict[str, Any]) -> str:
     lines = [
-        (f"# Qdrant backend parity — {results['dataset']} {results['split']} ({results['queries']} queries, "
-        f"{results['chunks']} chunks, {results['model']})"), "",
-        ("Command: `python -m bench.qdrant`. Qdrant = qdrant-client's local mode (in memory, pure "
-        "Python, brute force): a correctness path, not a speed claim. Latency = search ms per query "
-        "(query vectors encoded up front), P50/P95 (numpy linear)."), "",
-        f"Export of the local generation into the collection: {results['export_seconds']:.1f} s.", "",
+        (
+            f"# Qdrant backend parity — {results['dataset']} {results['split']} ({results['queries']} queries, "
+            f"{results['chunks']} chunks, {results['model']})"
+        ),
+        "",
+        (
+            "Command: `python -m bench.qdrant`. Qdrant = qdrant-client's local mode (in memory, pure "
+            "Python, brute force): a correctness path, not a speed claim. Latency = search ms per query "
+            "(query vectors encoded up front), P50/P95 (numpy linear)."
+        ),
+        "",
+        f"Export of the local generation into the collection: {results['export_seconds']:.1f} s.",
+        "",
         "| condition | nDCG@10 local | nDCG@10 Qdrant | Δ | within ±0.002 | local P50/P95 ms | Qdrant P50/P95 ms |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
         ours, theirs = row["local"], row["qdrant"]
-        lines.append(f"| {row['condition']} | {ours['ndcg@10']:.4f} | {theirs['ndcg@10']:.4f} | {row['delta']:+.4f} | "
-                     f"{'yes' if row['within_tolerance'] else 'NO'} | {ours['p50_ms']:.1f} / {ours['p95_ms']:.1f} | "
-                     f"{theirs['p50_ms']:.1f} / {theirs['p95_ms']:.1f} |")
+        lines.append(
+            f"| {row['condition']} | {ours['ndcg@10']:.4f} | {theirs['ndcg@10']:.4f} | {row['delta']:+.4f} | "
+            f"{'yes' if row['within_tolerance'] else 'NO'} | {ours['p50_ms']:.1f} / {ours['p95_ms']:.1f} | "
+            f"{theirs['p50_ms']:.1f} / {theirs['p95_ms']:.1f} |"
+        )
     idf = results.get("idf") or {}
     if idf:
-        lines += ["", "BM25 weights on Qdrant (chunk-level BM25 run, best chunk per document):", "",
-                  "| sparse vectors | nDCG@10 | queries with bm25s's top 10 | max |score − bm25s| (same ranking) |",
-                  "|---|---|---|---|"]
-        labels = {"folded": "bm25s weights, IDF folded in (used)", "modifier": "IDF-free weights + Qdrant IDF modifier"}
+        lines += [
+            "",
+            "BM25 weights on Qdrant (chunk-level BM25 run, best chunk per document):",
+            "",
+            "| sparse vectors | nDCG@10 | queries with bm25s's top 10 | max |score − bm25s| (same ranking) |",
+            "|---|---|---|---|",
+        ]
+        labels = {
+            "folded": "bm25s weights, IDF folded in (used)",
+            "modifier": "IDF-free weights + Qdrant IDF modifier",
+        }
         for name, row in idf.items():
-            lines.append(f"| {labels[name]} | {row['ndcg@10']:.4f} | {row['same_top10']} / {results['queries']} | "
-                         f"{row['max_abs_score_diff']:.2e} |")
-    lines += ["", ("Both backends run every step of the same pipeline (fusion, tag signal, recency, staged search); "
-                   "only the retrievers differ: Qdrant answers the BM25 (sparse vector) and dense (named vector) "
-                   "queries with the filters pushed into them, and staged search walks the index's corpus graph "
-                   "scoring with vectors fetched from Qdrant. Latency here is mostly the local mode's Python "
-                   "brute force and per-call overhead."), ""]
+            lines.append(
+                f"| {labels[name]} | {row['ndcg@10']:.4f} | {row['same_top10']} / {results['queries']} | "
+                f"{row['max_abs_score_diff']:.2e} |"
+            )
+    lines += [
+        "",
+        (
+            "Both backends run every step of the same pipeline (fusion, tag signal, recency, staged search); "
+            "only the retrievers differ: Qdrant answers the BM25 (sparse vector) and dense (named vector) "
+            "queries with the filters pushed into them, and staged search walks the index's corpus graph "
+            "scoring with vectors fetched from Qdrant. Latency here is mostly the local mode's Python "
+            "brute force and per-call overhead."
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ metadata (the hybridlab marker) is a JSON file beside the shard. Only what the s
 retriever call is translated: create/delete/exists, payload indexes, upsert, update_vectors, delete by a
 `doc_id` filter, scroll, sparse `query_points`, metadata. A benchmark helper, not a supported backend.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ def _edge():
     try:
         import qdrant_edge
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("the Qdrant Edge comparison needs qdrant-edge-py: pip install 'hybridlab[qdrant]'") from None
+        raise ImportError(
+            "the Qdrant Edge comparison needs qdrant-edge-py: pip install 'hybridlab[qdrant]'"
+        ) from None
     return qdrant_edge
 
 
@@ -54,20 +57,33 @@ class EdgeClient:
         shutil.rmtree(self.root / name, ignore_errors=True)
         self._meta_path(name).unlink(missing_ok=True)
 
-    def create_collection(self, name: str, vectors_config: dict[str, Any], sparse_vectors_config: dict[str, Any],
-                          **_cluster: Any) -> None:
+    def create_collection(
+        self,
+        name: str,
+        vectors_config: dict[str, Any],
+        sparse_vectors_config: dict[str, Any],
+        **_cluster: Any,
+    ) -> None:
         edge = _edge()
         from qdrant_client import models
 
-        vectors = {model: edge.EdgeVectorParams(size=params.size, distance=edge.Distance.Dot)
-                   for model, params in vectors_config.items()}
-        sparse = {vector: edge.EdgeSparseVectorParams(
-            modifier=edge.Modifier.Idf if params.modifier == models.Modifier.IDF else None)
-            for vector, params in sparse_vectors_config.items()}
-        modes = {vector: "idf" if params.modifier == models.Modifier.IDF else None
-                 for vector, params in sparse_vectors_config.items()}
-        self._shards[name] = edge.EdgeShard.create(str(self.root / name),
-                                                   edge.EdgeConfig(vectors=vectors or None, sparse_vectors=sparse))
+        vectors = {
+            model: edge.EdgeVectorParams(size=params.size, distance=edge.Distance.Dot)
+            for model, params in vectors_config.items()
+        }
+        sparse = {
+            vector: edge.EdgeSparseVectorParams(
+                modifier=edge.Modifier.Idf if params.modifier == models.Modifier.IDF else None
+            )
+            for vector, params in sparse_vectors_config.items()
+        }
+        modes = {
+            vector: "idf" if params.modifier == models.Modifier.IDF else None
+            for vector, params in sparse_vectors_config.items()
+        }
+        self._shards[name] = edge.EdgeShard.create(
+            str(self.root / name), edge.EdgeConfig(vectors=vectors or None, sparse_vectors=sparse)
+        )
         self._meta_path(name).write_text(json.dumps({"modifiers": modes, "metadata": {}}))
 
     def create_payload_index(self, name: str, field: str, field_schema: str) -> None:
@@ -79,10 +95,13 @@ class EdgeClient:
         from qdrant_client import models
 
         meta = json.loads(self._meta_path(name).read_text())
-        sparse = {vector: SimpleNamespace(modifier=models.Modifier.IDF if mode == "idf" else None)
-                  for vector, mode in meta["modifiers"].items()}
-        return SimpleNamespace(config=SimpleNamespace(params=SimpleNamespace(sparse_vectors=sparse),
-                                                      metadata=meta["metadata"]))
+        sparse = {
+            vector: SimpleNamespace(modifier=models.Modifier.IDF if mode == "idf" else None)
+            for vector, mode in meta["modifiers"].items()
+        }
+        return SimpleNamespace(
+            config=SimpleNamespace(params=SimpleNamespace(sparse_vectors=sparse), metadata=meta["metadata"])
+        )
 
     def update_collection(self, name: str, metadata: dict[str, Any]) -> None:
         meta = json.loads(self._meta_path(name).read_text())
@@ -116,7 +135,9 @@ class EdgeClient:
 
     def upsert(self, name: str, points: list[Any], wait: bool = True) -> None:
         edge = _edge()
-        converted = [edge.Point(id=int(p.id), vector=self._vector(p.vector), payload=p.payload) for p in points]
+        converted = [
+            edge.Point(id=int(p.id), vector=self._vector(p.vector), payload=p.payload) for p in points
+        ]
         self._shard(name).update(edge.UpdateOperation.upsert_points(converted))
 
     def update_vectors(self, name: str, points: list[Any], wait: bool = True) -> None:
@@ -126,21 +147,43 @@ class EdgeClient:
 
     def delete(self, name: str, points_selector: Any, wait: bool = True) -> None:
         edge = _edge()
-        self._shard(name).update(edge.UpdateOperation.delete_points_by_filter(self._filter(points_selector.filter)))
+        self._shard(name).update(
+            edge.UpdateOperation.delete_points_by_filter(self._filter(points_selector.filter))
+        )
 
-    def scroll(self, name: str, limit: int = 10, offset: Any = None, with_payload: Any = True,
-               with_vectors: Any = False) -> tuple[list[Any], Any]:
+    def scroll(
+        self,
+        name: str,
+        limit: int = 10,
+        offset: Any = None,
+        with_payload: Any = True,
+        with_vectors: Any = False,
+    ) -> tuple[list[Any], Any]:
         edge = _edge()
-        return self._shard(name).scroll(edge.ScrollRequest(offset=offset, limit=limit, with_payload=with_payload,
-                                                           with_vector=with_vectors))
+        return self._shard(name).scroll(
+            edge.ScrollRequest(
+                offset=offset, limit=limit, with_payload=with_payload, with_vector=with_vectors
+            )
+        )
 
-    def query_points(self, name: str, query: Any, using: str, limit: int, query_filter: Any = None,
-                     with_payload: bool = False, **_ignored: Any) -> Any:
+    def query_points(
+        self,
+        name: str,
+        query: Any,
+        using: str,
+        limit: int,
+        query_filter: Any = None,
+        with_payload: bool = False,
+        **_ignored: Any,
+    ) -> Any:
         edge = _edge()
         sparse = edge.SparseVector(indices=list(query.indices), values=list(query.values))
-        request = edge.QueryRequest(limit=limit, query=edge.Query.Nearest(sparse, using=using),
-                                    filter=None if query_filter is None else self._filter(query_filter),
-                                    with_payload=with_payload)
+        request = edge.QueryRequest(
+            limit=limit,
+            query=edge.Query.Nearest(sparse, using=using),
+            filter=None if query_filter is None else self._filter(query_filter),
+            with_payload=with_payload,
+        )
         return SimpleNamespace(points=self._shard(name).query(request))
 
     def optimize(self, name: str) -> bool:

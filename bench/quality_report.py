@@ -6,6 +6,7 @@ level for BM25, dense, the default hybrid and every fusion method at the default
 difference from the default hybrid that a paired t-test does not find significant (p ≥ 0.05).
 Indexes come from :func:`hybridlab.eval.evalsets.ensure_index` (built once, then cached).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,24 @@ OPTIONAL_DATASETS = ("cisi", "cranfield", "med")
 
 def default_settings(opened: OpenedSet) -> dict[str, Any]:
     """The search settings the default hybrid resolves to on this index (adaptive alpha etc.)."""
-    config, sources = resolve_search_config({}, config_file=opened.index.config_file, n_chunks=opened.index.n_chunks)
+    config, sources = resolve_search_config(
+        {}, config_file=opened.index.config_file, n_chunks=opened.index.n_chunks
+    )
     config = resolve_auto(config, opened.index.n_chunks)
-    return {"fusion": config.fusion, "alpha": config.alpha, "alpha_source": sources["alpha"], "rrf_k": config.rrf_k,
-            "normalization": config.normalization, "depth": config.depth, "staged": config.staged,
-            "expand_hops": config.expand_hops, "fill_dense": config.fill_dense,
-            "decay": config.decay, "recency_weight": config.recency_weight, "tag_weight": config.tag_weight}
+    return {
+        "fusion": config.fusion,
+        "alpha": config.alpha,
+        "alpha_source": sources["alpha"],
+        "rrf_k": config.rrf_k,
+        "normalization": config.normalization,
+        "depth": config.depth,
+        "staged": config.staged,
+        "expand_hops": config.expand_hops,
+        "fill_dense": config.fill_dense,
+        "decay": config.decay,
+        "recency_weight": config.recency_weight,
+        "tag_weight": config.tag_weight,
+    }
 
 
 def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> dict[str, Any]:
@@ -65,26 +78,46 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
     comparison = compare(dataset.qrels, runs)
     per_query = comparison.per_query
     record = {
-        "dataset": name, "split": split, "queries": len(dataset.queries), "now": opened.evalset.now,
-        "index": relative_to_repo(opened.index_dir), "chunks": opened.index.n_chunks,
-        "documents": len(set(opened.index.doc_ids)), "default_settings": default_settings(opened),
-        "index_seconds": build_seconds, "search_seconds": round(time.perf_counter() - started, 1),
+        "dataset": name,
+        "split": split,
+        "queries": len(dataset.queries),
+        "now": opened.evalset.now,
+        "index": relative_to_repo(opened.index_dir),
+        "chunks": opened.index.n_chunks,
+        "documents": len(set(opened.index.doc_ids)),
+        "default_settings": default_settings(opened),
+        "index_seconds": build_seconds,
+        "search_seconds": round(time.perf_counter() - started, 1),
         "comparison": comparison.to_dict(),
         "wins_losses_ndcg@10": {
-            other: {k: len(v) for k, v in wins_losses(per_query[DEFAULT_SYSTEM]["ndcg@10"], per_query[other]["ndcg@10"]).items()}
+            other: {
+                k: len(v)
+                for k, v in wins_losses(
+                    per_query[DEFAULT_SYSTEM]["ndcg@10"], per_query[other]["ndcg@10"]
+                ).items()
+            }
             for other in ("bm25", "dense")
         },
-        "per_query": {system: {metric: {qid: round(value, 4) for qid, value in values.items()}
-                               for metric, values in by_metric.items()}
-                      for system, by_metric in per_query.items()},
-        "same_as_default": [system for system, run in runs.items()
-                            if system != DEFAULT_SYSTEM and run == runs[DEFAULT_SYSTEM]],
+        "per_query": {
+            system: {
+                metric: {qid: round(value, 4) for qid, value in values.items()}
+                for metric, values in by_metric.items()
+            }
+            for system, by_metric in per_query.items()
+        },
+        "same_as_default": [
+            system for system, run in runs.items() if system != DEFAULT_SYSTEM and run == runs[DEFAULT_SYSTEM]
+        ],
     }
     kinds = load_query_metadata(opened.evalset.judgements)
     if any(meta.get("kind") for meta in kinds.values()):
-        record["per_kind"] = {system: {metric: per_kind(opened.evalset.judgements, per_query[system][metric])
-                                       for metric in ("hit_rate@10", "mrr", "ndcg@10")}
-                              for system in (DEFAULT_SYSTEM, "bm25", "dense")}
+        record["per_kind"] = {
+            system: {
+                metric: per_kind(opened.evalset.judgements, per_query[system][metric])
+                for metric in ("hit_rate@10", "mrr", "ndcg@10")
+            }
+            for system in (DEFAULT_SYSTEM, "bm25", "dense")
+        }
     return record
 
 
@@ -96,18 +129,29 @@ def relative_to_repo(path: str | Path) -> str:
 
 def comparison_of(record: Mapping[str, Any]) -> Comparison:
     data = record["comparison"]
-    return Comparison(data["systems"], data["metrics"], data["scores"], data["p_values"], data["max_p"],
-                      data["stat_test"])
+    return Comparison(
+        data["systems"], data["metrics"], data["scores"], data["p_values"], data["max_p"], data["stat_test"]
+    )
 
 
 def render_markdown(records: Sequence[Mapping[str, Any]], date: str, command: str) -> str:
     """The report as markdown: one table per dataset, then the wins/losses and per-kind tables."""
-    lines = [f"# hybridlab quality report, {date}", "",
-             (f"Command: `{command}`. Document-level metrics (chunks grouped to their document by best "
-             "chunk). Baseline of every significance test: the default hybrid configuration; † = not "
-             "significantly different from it (paired t-test, p ≥ 0.05); bold = best in the column."), ""]
-    lines += ["## Headline (nDCG@10)", "", "| dataset | queries | " + " | ".join(SYSTEMS) + " |",
-              "|---|---:|" + "---:|" * len(SYSTEMS)]
+    lines = [
+        f"# hybridlab quality report, {date}",
+        "",
+        (
+            f"Command: `{command}`. Document-level metrics (chunks grouped to their document by best "
+            "chunk). Baseline of every significance test: the default hybrid configuration; † = not "
+            "significantly different from it (paired t-test, p ≥ 0.05); bold = best in the column."
+        ),
+        "",
+    ]
+    lines += [
+        "## Headline (nDCG@10)",
+        "",
+        "| dataset | queries | " + " | ".join(SYSTEMS) + " |",
+        "|---|---:|" + "---:|" * len(SYSTEMS),
+    ]
     for record in records:
         comparison = comparison_of(record)
         cells = []
@@ -120,34 +164,61 @@ def render_markdown(records: Sequence[Mapping[str, Any]], date: str, command: st
     for record in records:
         settings = record["default_settings"]
         hops = f" ({settings.get('expand_hops')} corpus-graph hops)" if settings["staged"] else ""
-        lines += ["", f"## {record['dataset']}", "",
-                  (f"{record['queries']} queries (split `{record['split']}`), {record['documents']} documents, "
-                  f"{record['chunks']} chunks; now = {record['now'] or 'the clock (no recency in this set)'}. "
-                  f"Default hybrid resolves to fusion `{settings['fusion']}`, alpha {settings['alpha']} "
-                  f"({settings['alpha_source']}), staged {settings['staged']}"
-                  f"{hops}, "
-                  f"fill_dense {settings.get('fill_dense')}, rrf_k {settings['rrf_k']}, "
-                  f"normalization `{settings['normalization']}`, decay {settings['decay']}."), "",
-                  comparison_of(record).to_markdown(), ""]
+        lines += [
+            "",
+            f"## {record['dataset']}",
+            "",
+            (
+                f"{record['queries']} queries (split `{record['split']}`), {record['documents']} documents, "
+                f"{record['chunks']} chunks; now = {record['now'] or 'the clock (no recency in this set)'}. "
+                f"Default hybrid resolves to fusion `{settings['fusion']}`, alpha {settings['alpha']} "
+                f"({settings['alpha_source']}), staged {settings['staged']}"
+                f"{hops}, "
+                f"fill_dense {settings.get('fill_dense')}, rrf_k {settings['rrf_k']}, "
+                f"normalization `{settings['normalization']}`, decay {settings['decay']}."
+            ),
+            "",
+            comparison_of(record).to_markdown(),
+            "",
+        ]
         if record.get("same_as_default"):
-            lines.append(f"Identical runs to the default hybrid (its settings): {', '.join(record['same_as_default'])}.")
+            lines.append(
+                f"Identical runs to the default hybrid (its settings): {', '.join(record['same_as_default'])}."
+            )
         wl = record["wins_losses_ndcg@10"]
-        lines.append("Per query, default hybrid vs " + "; vs ".join(
-            f"{other}: {v['wins']} wins, {v['ties']} ties, {v['losses']} losses (nDCG@10)" for other, v in wl.items()) + ".")
+        lines.append(
+            "Per query, default hybrid vs "
+            + "; vs ".join(
+                f"{other}: {v['wins']} wins, {v['ties']} ties, {v['losses']} losses (nDCG@10)"
+                for other, v in wl.items()
+            )
+            + "."
+        )
         if "per_kind" in record:
             kinds = record["per_kind"][DEFAULT_SYSTEM]["ndcg@10"]
-            lines += ["", "Per query kind (hit_rate@10 / MRR / nDCG@10):", "",
-                      "| kind | n | " + " | ".join(record["per_kind"]) + " |", "|---|---:|" + "---|" * len(record["per_kind"])]
+            lines += [
+                "",
+                "Per query kind (hit_rate@10 / MRR / nDCG@10):",
+                "",
+                "| kind | n | " + " | ".join(record["per_kind"]) + " |",
+                "|---|---:|" + "---|" * len(record["per_kind"]),
+            ]
             for kind, info in kinds.items():
                 cells = []
                 for system, metrics in record["per_kind"].items():
-                    cells.append(" / ".join(f"{metrics[m][kind]['mean']:.3f}" for m in ("hit_rate@10", "mrr", "ndcg@10")))
+                    cells.append(
+                        " / ".join(
+                            f"{metrics[m][kind]['mean']:.3f}" for m in ("hit_rate@10", "mrr", "ndcg@10")
+                        )
+                    )
                 lines.append(f"| {kind} | {info['n']} | " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
 
 
-def write_report(records: Sequence[Mapping[str, Any]], folder: Path, date: str, command: str) -> tuple[Path, Path]:
+def write_report(
+    records: Sequence[Mapping[str, Any]], folder: Path, date: str, command: str
+) -> tuple[Path, Path]:
     """`<folder>/<date>.md` and `<date>.json` (the JSON keeps per-query scores)."""
     folder.mkdir(parents=True, exist_ok=True)
     markdown, data = folder / f"{date}.md", folder / f"{date}.json"
@@ -158,17 +229,25 @@ def write_report(records: Sequence[Mapping[str, Any]], folder: Path, date: str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.quality_report", description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS),
-                        help=f"comma-separated evaluation sets (default {','.join(DATASETS)}; "
-                             f"also {','.join(OPTIONAL_DATASETS)}; 'all' = every one)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.quality_report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--datasets",
+        default=",".join(DATASETS),
+        help=f"comma-separated evaluation sets (default {','.join(DATASETS)}; "
+        f"also {','.join(OPTIONAL_DATASETS)}; 'all' = every one)",
+    )
     parser.add_argument("--split", default="all", choices=["all", "dev", "test"])
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "quality"), help="report folder")
     parser.add_argument("--date", help="report date (default today, UTC)")
     parser.add_argument("--progress", action="store_true", help="show index-building progress")
     args = parser.parse_args(argv)
-    names = list(DATASETS + OPTIONAL_DATASETS) if args.datasets == "all" else \
-        [n.strip() for n in args.datasets.split(",") if n.strip()]
+    names = (
+        list(DATASETS + OPTIONAL_DATASETS)
+        if args.datasets == "all"
+        else [n.strip() for n in args.datasets.split(",") if n.strip()]
+    )
     date = args.date or datetime.now(UTC).strftime("%Y-%m-%d")
     records = []
     for name in names:

@@ -21,6 +21,7 @@ rank of the stored memory in each (None = not in the top 10) is recorded.
 Results go to `reports/bench/<date>-rare-word/` (`--out`): `rare_word.json` (every store: token,
 ranks, the rule-off explain of the stored memory where it was not first) and `README.md`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,36 @@ from hybridlab.config import REPO_ROOT, apply_offline_environment
 MEMORIES_FILE = REPO_ROOT / "ground_truth" / "memories" / "memories.jsonl"
 CACHE = REPO_ROOT / ".cache" / "bench-rare-word" / "embeddings.duckdb"
 LIMIT = 10
-SYLLABLES = ("bl", "qu", "zev", "or", "ix", "vra", "mok", "tul", "yss", "krem", "dro", "pif", "gax", "wen", "sol")
-EXPLAIN_KEYS = ("dense_rank", "dense_score", "bm25_rank", "alpha", "fused_score", "final_score", "recency_factor",
-                "lexical_evidence", "rare_term", "rare_term_df", "mode")
+SYLLABLES = (
+    "bl",
+    "qu",
+    "zev",
+    "or",
+    "ix",
+    "vra",
+    "mok",
+    "tul",
+    "yss",
+    "krem",
+    "dro",
+    "pif",
+    "gax",
+    "wen",
+    "sol",
+)
+EXPLAIN_KEYS = (
+    "dense_rank",
+    "dense_score",
+    "bm25_rank",
+    "alpha",
+    "fused_score",
+    "final_score",
+    "recency_factor",
+    "lexical_evidence",
+    "rare_term",
+    "rare_term_df",
+    "mode",
+)
 
 
 def sentence_pool(path: Path = MEMORIES_FILE) -> tuple[list[str], list[str]]:
@@ -100,7 +128,9 @@ def build_base(index_dir: Path, n: int, rng: random.Random, sentences: list[str]
         documents.append(make_memory(text, memory_tags, created_at=when, memory_id=f"base-{i:06d}"))
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(), progress=True, cache_path=CACHE)
+    apply_changes(
+        index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(), progress=True, cache_path=CACHE
+    )
     return time.perf_counter() - started
 
 
@@ -129,24 +159,43 @@ def run(n: int, stores: int, seed: int, work: Path) -> dict[str, Any]:
             search_s = time.perf_counter() - started
             before = index.search(token, limit=LIMIT, rare_term_max_df=0, explain=True)
             bm25 = index.search(token, limit=LIMIT, mode="bm25")
-            record = {"store": i, "token": token, "memory": memory.id, "rank_after": rank_of(after, memory.id),
-                      "rank_before": rank_of(before, memory.id), "rank_bm25": rank_of(bm25, memory.id),
-                      "store_s": round(store_s, 4), "search_s": round(search_s, 4),
-                      "rare_term": after[0].explain["rare_term"] if after else None,
-                      "rare_term_df": after[0].explain["rare_term_df"] if after else None}
+            record = {
+                "store": i,
+                "token": token,
+                "memory": memory.id,
+                "rank_after": rank_of(after, memory.id),
+                "rank_before": rank_of(before, memory.id),
+                "rank_bm25": rank_of(bm25, memory.id),
+                "store_s": round(store_s, 4),
+                "search_s": round(search_s, 4),
+                "rare_term": after[0].explain["rare_term"] if after else None,
+                "rare_term_df": after[0].explain["rare_term_df"] if after else None,
+            }
             if record["rank_before"] != 1:
                 hit = next((r for r in before if r.doc_id == memory.id), None)
-                record["before_explain"] = ({key: hit.explain[key] for key in EXPLAIN_KEYS} if hit else None)
-                record["before_first"] = {key: before[0].explain[key] for key in EXPLAIN_KEYS} if before else None
+                record["before_explain"] = {key: hit.explain[key] for key in EXPLAIN_KEYS} if hit else None
+                record["before_first"] = (
+                    {key: before[0].explain[key] for key in EXPLAIN_KEYS} if before else None
+                )
             records.append(record)
             if (i + 1) % 50 == 0:
-                print(f"{i + 1} stores: rank 1 after {sum(r['rank_after'] == 1 for r in records)}, "
-                      f"before {sum(r['rank_before'] == 1 for r in records)}", file=sys.stderr, flush=True)
+                print(
+                    f"{i + 1} stores: rank 1 after {sum(r['rank_after'] == 1 for r in records)}, "
+                    f"before {sum(r['rank_before'] == 1 for r in records)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         writer.close()
         index.close()
-    return {"memories": n, "stores": stores, "seed": seed, "build_seconds": round(build_seconds, 1),
-            "records": records, "summary": summarize(records)}
+    return {
+        "memories": n,
+        "stores": stores,
+        "seed": seed,
+        "build_seconds": round(build_seconds, 1),
+        "records": records,
+        "summary": summarize(records),
+    }
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -154,10 +203,12 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for side in ("after", "before", "bm25"):
         ranks = [r[f"rank_{side}"] for r in records]
-        summary[side] = {"rank_1": sum(rank == 1 for rank in ranks),
-                         "rank_2_10": sum(rank is not None and rank > 1 for rank in ranks),
-                         "missing": sum(rank is None for rank in ranks),
-                         "worst": max((rank for rank in ranks if rank is not None), default=None)}
+        summary[side] = {
+            "rank_1": sum(rank == 1 for rank in ranks),
+            "rank_2_10": sum(rank is not None and rank > 1 for rank in ranks),
+            "missing": sum(rank is None for rank in ranks),
+            "worst": max((rank for rank in ranks if rank is not None), default=None),
+        }
     for key in ("store_s", "search_s"):
         values = [r[key] for r in records]
         summary[key] = {"p50": round(percentile(values, 50), 4), "p95": round(percentile(values, 95), 4)}
@@ -167,19 +218,29 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def readme(result: dict[str, Any], command: str) -> str:
     s = result["summary"]
-    rows = "\n".join(f"| {name} | {s[side]['rank_1']} | {s[side]['rank_2_10']} | {s[side]['missing']} |"
-                     for name, side in (("default hybrid, rare-term lift (after)", "after"),
-                                        ("default hybrid, `rare_term_max_df=0` (before)", "before"),
-                                        ("BM25 alone", "bm25")))
+    rows = "\n".join(
+        f"| {name} | {s[side]['rank_1']} | {s[side]['rank_2_10']} | {s[side]['missing']} |"
+        for name, side in (
+            ("default hybrid, rare-term lift (after)", "after"),
+            ("default hybrid, `rare_term_max_df=0` (before)", "before"),
+            ("BM25 alone", "bm25"),
+        )
+    )
     misses = [r for r in result["records"] if r["rank_before"] != 1 or r["rank_after"] != 1]
-    lines = "\n".join(f"| {r['store']} | `{r['token']}` | {r['rank_before']} | {r['rank_after']} | "
-                      f"{(r.get('before_explain') or {}).get('dense_rank')} |" for r in misses) or "| - | - | - | - | - |"
-    return f"""# Read-your-write by rare words ({result['date']})
+    lines = (
+        "\n".join(
+            f"| {r['store']} | `{r['token']}` | {r['rank_before']} | {r['rank_after']} | "
+            f"{(r.get('before_explain') or {}).get('dense_rank')} |"
+            for r in misses
+        )
+        or "| - | - | - | - | - |"
+    )
+    return f"""# Read-your-write by rare words ({result["date"]})
 
-`{command}` ({result['seconds']:.0f} s; base index built in {result['build_seconds']:.0f} s).
+`{command}` ({result["seconds"]:.0f} s; base index built in {result["build_seconds"]:.0f} s).
 
-{result['memories']:,} synthetic memories (sentences of `ground_truth/memories` recombined, default model
-all-MiniLM-L6-v2), then {result['stores']} stores through `MemoryWriter`, each holding a random token no
+{result["memories"]:,} synthetic memories (sentences of `ground_truth/memories` recombined, default model
+all-MiniLM-L6-v2), then {result["stores"]} stores through `MemoryWriter`, each holding a random token no
 other memory holds; right after each store the token alone is searched (limit {LIMIT}). Rank of the
 stored memory, stores counted:
 
@@ -193,16 +254,20 @@ Stores where either side missed rank 1 (dense rank of the memory without the lif
 |---|---|---:|---:|---:|
 {lines}
 
-Store P50/P95 {s['store_s']['p50']:.3f} / {s['store_s']['p95']:.3f} s; search right after it (explain on)
-P50/P95 {s['search_s']['p50'] * 1000:.1f} / {s['search_s']['p95'] * 1000:.1f} ms. Document frequency of the
-token's rarest term at search time: {s['rare_term_df']}. Machine: {result['machine'].get('cpu_model', '?')}.
+Store P50/P95 {s["store_s"]["p50"]:.3f} / {s["store_s"]["p95"]:.3f} s; search right after it (explain on)
+P50/P95 {s["search_s"]["p50"] * 1000:.1f} / {s["search_s"]["p95"] * 1000:.1f} ms. Document frequency of the
+token's rarest term at search time: {s["rare_term_df"]}. Machine: {result["machine"].get("cpu_model", "?")}.
 """
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.rare_word", description=__doc__.split("\n")[0])
-    parser.add_argument("--memories", type=int, default=20_000, help="memories in the base index (default 20000)")
-    parser.add_argument("--stores", type=int, default=500, help="stores, each searched right after (default 500)")
+    parser.add_argument(
+        "--memories", type=int, default=20_000, help="memories in the base index (default 20000)"
+    )
+    parser.add_argument(
+        "--stores", type=int, default=500, help="stores, each searched right after (default 500)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="output folder (default reports/bench/<date>-rare-word)")
     return parser.parse_args(argv)
@@ -218,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hybridlab-bench-rare-word-") as work:
         result = run(args.memories, args.stores, args.seed, Path(work))
-    result.update(date=date, command=command, seconds=round(time.perf_counter() - started, 1), machine=machine_info())
+    result.update(
+        date=date, command=command, seconds=round(time.perf_counter() - started, 1), machine=machine_info()
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "rare_word.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     (out / "README.md").write_text(readme(result, command), encoding="utf-8")

@@ -26,6 +26,7 @@ Both write into `reports/rerank/<date>/results.json` (merged: each run replaces 
 and regenerate `report.md` beside it, with the command that made each entry. Benchmarks, not
 tests: nothing here asserts; timings depend on the load of the machine (2 shared cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,10 @@ class PairCache:
             self._scores.update(new)
             if self.path is not None:
                 with self.path.open("a") as handle:
-                    handle.writelines(json.dumps({"model": k[0], "query": k[1], "passage_sha1": k[2], "score": v}) + "\n"
-                                      for k, v in new.items())
+                    handle.writelines(
+                        json.dumps({"model": k[0], "query": k[1], "passage_sha1": k[2], "score": v}) + "\n"
+                        for k, v in new.items()
+                    )
         return np.array([self._scores[key] for key in keys], dtype=np.float64)
 
 
@@ -93,7 +96,9 @@ def condition_name(depth: int, weight: float) -> str:
     return f"rerank-{depth}-w{weight:g}"
 
 
-def runs_of(index, queries: Mapping[str, str], now: str | None, **options: Any) -> tuple[dict, dict[str, list[float]]]:
+def runs_of(
+    index, queries: Mapping[str, str], now: str | None, **options: Any
+) -> tuple[dict, dict[str, list[float]]]:
     """The run (`{qid: {doc_id: score}}`) of these options and each timing key's values per query."""
     run, timings = {}, {}
     for qid, text in queries.items():
@@ -105,7 +110,11 @@ def runs_of(index, queries: Mapping[str, str], now: str | None, **options: Any) 
 
 
 def ms_summary(values: Sequence[float]) -> dict[str, float] | None:
-    return None if not values else {"p50": round(percentile(values, 50), 2), "p95": round(percentile(values, 95), 2)}
+    return (
+        None
+        if not values
+        else {"p50": round(percentile(values, 50), 2), "p95": round(percentile(values, 95), 2)}
+    )
 
 
 def scored(qrels, run) -> tuple[dict[str, float], dict[str, float]]:
@@ -123,15 +132,26 @@ def split_queries(evalset, split: str):
 
 
 # ------------------------------------------------------------------------------------ the rerank grid
-def measure_grid(index, queries: Mapping[str, str], qrels, depths: Sequence[int], weights: Sequence[float], *,
-                 now: str | None = None, timed: bool = True, progress: bool = True,
-                 pair_cache: Path | None = None) -> dict[str, Any]:
+def measure_grid(
+    index,
+    queries: Mapping[str, str],
+    qrels,
+    depths: Sequence[int],
+    weights: Sequence[float],
+    *,
+    now: str | None = None,
+    timed: bool = True,
+    progress: bool = True,
+    pair_cache: Path | None = None,
+) -> dict[str, Any]:
     """The hybrid and every (depth, weight) condition over `queries`: metrics, paired test, costs
     (`timed`); `pair_cache`: a file keeping the cross-encoder's scores (untimed only)."""
     from hybridlab.eval.significance import holm, paired_test
 
     if timed and pair_cache is not None:
-        raise ValueError("a pair-score file would make the timed rerank cost meaningless; use it with --untimed")
+        raise ValueError(
+            "a pair-score file would make the timed rerank cost meaningless; use it with --untimed"
+        )
     model = index.choose_model(None, None)
     index.encode_queries(model, list(queries.values()))
     cache = PairCache(index.rerank_scores, pair_cache)
@@ -139,8 +159,13 @@ def measure_grid(index, queries: Mapping[str, str], qrels, depths: Sequence[int]
     outcomes: dict[str, dict[str, Any]] = {}
     base_run, base_timings = runs_of(index, queries, now)
     base_metrics, base_per_query = scored(qrels, base_run)
-    outcomes[HYBRID] = {"depth": 0, "weight": None, **base_metrics,
-                        "search_ms": ms_summary(base_timings["search_ms"]), "rerank_ms": None}
+    outcomes[HYBRID] = {
+        "depth": 0,
+        "weight": None,
+        **base_metrics,
+        "search_ms": ms_summary(base_timings["search_ms"]),
+        "rerank_ms": None,
+    }
     per_query = {}
     for depth in sorted(depths, reverse=not timed):
         for position, weight in enumerate(weights):
@@ -149,14 +174,20 @@ def measure_grid(index, queries: Mapping[str, str], qrels, depths: Sequence[int]
             run, timings = runs_of(index, queries, now, rerank_depth=depth, rerank_weight=weight)
             metrics, per_query[condition_name(depth, weight)] = scored(qrels, run)
             outcomes[condition_name(depth, weight)] = {
-                "depth": depth, "weight": weight, **metrics,
+                "depth": depth,
+                "weight": weight,
+                **metrics,
                 "search_ms": ms_summary(timings["search_ms"]),
                 "rerank_ms": ms_summary(timings.get("rerank_ms", [])) if timed and position == 0 else None,
                 "rerank_ms_from": (condition_name(depth, weights[0]) if timed and position > 0 else None),
             }
             if progress:
-                print(f"  {condition_name(depth, weight)}: nDCG@10 {metrics['ndcg@10']:.4f} "
-                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"  {condition_name(depth, weight)}: nDCG@10 {metrics['ndcg@10']:.4f} "
+                    f"({time.perf_counter() - started:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     tests = {name: paired_test(values, base_per_query) for name, values in per_query.items()}
     adjusted = dict(zip(tests, holm([test.p_value for test in tests.values()])))
     for name, test in tests.items():
@@ -166,8 +197,15 @@ def measure_grid(index, queries: Mapping[str, str], qrels, depths: Sequence[int]
             rerank = outcomes[condition_name(depth, weights[0])]["rerank_ms"]
             for weight in weights[1:]:
                 outcomes[condition_name(depth, weight)]["rerank_ms"] = rerank
-    return {"model": model, "queries": len(queries), "chunks": index.n_chunks, "depths": list(depths),
-            "weights": list(weights), "timed": timed, "conditions": outcomes}
+    return {
+        "model": model,
+        "queries": len(queries),
+        "chunks": index.n_chunks,
+        "depths": list(depths),
+        "weights": list(weights),
+        "timed": timed,
+        "conditions": outcomes,
+    }
 
 
 # ------------------------------------------------------------------------------------ models
@@ -183,12 +221,21 @@ def share_document_vectors(evalset, config: IndexConfig, source: str, *, progres
     (model,) = config.models
     a, b = get_spec(model), get_spec(source)
     if (a.package, a.backend, a.dim, a.max_seq_length, a.document_prefix) != (
-            b.package, b.backend, b.dim, b.max_seq_length, b.document_prefix):
+        b.package,
+        b.backend,
+        b.dim,
+        b.max_seq_length,
+        b.document_prefix,
+    ):
         raise ValueError(f"{model!r} and {source!r} do not embed documents alike")
     source_config = dataclasses.replace(config, models=(source,))
     with open_index(ensure_index(evalset, source_config, progress=progress)) as index:
-        hashes = [row[0] for row in index._con.execute(
-            "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [source]).fetchall()]
+        hashes = [
+            row[0]
+            for row in index._con.execute(
+                "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [source]
+            ).fetchall()
+        ]
     cache = EmbeddingCache(cache_root() / "embeddings.duckdb")
     try:
         missing = cache.missing(model, hashes, dim=a.dim)
@@ -218,13 +265,15 @@ def model_systems(evalset) -> dict[str, dict[str, Any]]:
     """vector and the default hybrid; without recency too where the set has dates (`now`)."""
     systems = {"vector": {"mode": "vector"}, "hybrid": {}}
     if evalset.now is not None:
-        systems.update({"vector, no recency": {"mode": "vector", "decay": 0.0},
-                        "hybrid, no recency": {"decay": 0.0}})
+        systems.update(
+            {"vector, no recency": {"mode": "vector", "decay": 0.0}, "hybrid, no recency": {"decay": 0.0}}
+        )
     return systems
 
 
-def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_documents: bool = False,
-                   progress: bool = True) -> dict[str, Any]:
+def measure_models(
+    datasets: Sequence[str], models: Sequence[str], *, whole_documents: bool = False, progress: bool = True
+) -> dict[str, Any]:
     """Per set and model: nDCG@10 / MRR / recall@100 of each system on the report split, with the
     paired randomisation test of nDCG@10 against the first model (the reference), the index build
     time when it was built here, query encoding cost. `whole_documents`: one chunk per document
@@ -239,8 +288,13 @@ def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_docu
         evalset = get_evalset(name)
         queries, qrels = split_queries(evalset, "report")
         key = f"{name}, whole documents" if whole_documents else name
-        out[key] = {"split": evalset.report_split, "queries": len(queries), "chunking": chunk.strategy,
-                    "reference": models[0], "models": {}}
+        out[key] = {
+            "split": evalset.report_split,
+            "queries": len(queries),
+            "chunking": chunk.strategy,
+            "reference": models[0],
+            "models": {},
+        }
         per_query: dict[str, dict[str, dict[str, float]]] = {}
         for model in models:
             config = IndexConfig(chunk=chunk, models=(model,))
@@ -262,8 +316,12 @@ def measure_models(datasets: Sequence[str], models: Sequence[str], *, whole_docu
             entry["query_encode_ms"] = encode_cost(model, list(queries.values()))
             out[key]["models"][model] = entry
             if progress:
-                print(f"  {key} {model}: " + ", ".join(f"{s} {m['ndcg@10']:.4f}" for s, m in entry["systems"].items()),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {key} {model}: "
+                    + ", ".join(f"{s} {m['ndcg@10']:.4f}" for s, m in entry["systems"].items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     return out
 
 
@@ -274,44 +332,73 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 def render(results: Mapping[str, Any]) -> str:
     """report.md from results.json."""
-    lines = [f"# Issue 19: stronger models and a rerank stage ({results.get('date', '')[:10]})", "",
-             (f"Machine: {results.get('machine', '')}; percentiles: {PERCENTILE_LABEL}. "
-             "Timings were taken while other jobs shared the 2 cores: compare them within a table."), ""]
+    lines = [
+        f"# Issue 19: stronger models and a rerank stage ({results.get('date', '')[:10]})",
+        "",
+        (
+            f"Machine: {results.get('machine', '')}; percentiles: {PERCENTILE_LABEL}. "
+            "Timings were taken while other jobs shared the 2 cores: compare them within a table."
+        ),
+        "",
+    ]
     for paragraph in results.get("notes", ()):  # findings, written by hand into results.json
         lines += [paragraph, ""]
     for key, grid in sorted(results.get("grids", {}).items()):
-        lines += [f"## Rerank grid: {key}", "", f"Command: `{grid['command']}`", "",
-                  (f"{grid['queries']} queries, {grid['chunks']} chunks, embedding model {grid['model']}, "
-                  f"cross-encoder {grid['rerank_model']}; depth = chunks of the fused list re-scored; weight 1.0 = "
-                  "the cross-encoder's order, 0.5 = half min-max cross-encoder + half min-max hybrid. "
-                  "p = paired randomisation test of nDCG@10 against the hybrid (Holm over the grid)."), "",
-                  "| condition | depth | weight | nDCG@10 | Δ | MRR | R@100 | p (Holm) | rerank ms p50 | p95 |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## Rerank grid: {key}",
+            "",
+            f"Command: `{grid['command']}`",
+            "",
+            (
+                f"{grid['queries']} queries, {grid['chunks']} chunks, embedding model {grid['model']}, "
+                f"cross-encoder {grid['rerank_model']}; depth = chunks of the fused list re-scored; weight 1.0 = "
+                "the cross-encoder's order, 0.5 = half min-max cross-encoder + half min-max hybrid. "
+                "p = paired randomisation test of nDCG@10 against the hybrid (Holm over the grid)."
+            ),
+            "",
+            "| condition | depth | weight | nDCG@10 | Δ | MRR | R@100 | p (Holm) | rerank ms p50 | p95 |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, c in grid["conditions"].items():
             ms = c.get("rerank_ms") or {}
             weight = "" if c["weight"] is None else f"{c['weight']:g}"
             delta = f"{c['ndcg@10_delta']:+.4f}" if "ndcg@10_delta" in c else ""
             p_holm = f"{c['p_holm']:.3g}" if "p_holm" in c else ""
-            lines.append(f"| {name} | {c['depth']} | {weight} | {_fmt(c['ndcg@10'])} | {delta} | {_fmt(c['mrr'])} | "
-                         f"{_fmt(c['recall@100'])} | {p_holm} | {_fmt(ms.get('p50'), 0)} | {_fmt(ms.get('p95'), 0)} |")
+            lines.append(
+                f"| {name} | {c['depth']} | {weight} | {_fmt(c['ndcg@10'])} | {delta} | {_fmt(c['mrr'])} | "
+                f"{_fmt(c['recall@100'])} | {p_holm} | {_fmt(ms.get('p50'), 0)} | {_fmt(ms.get('p95'), 0)} |"
+            )
         lines.append("")
     if results.get("models"):
         models = results["models"]
         commands = sorted({entry["command"] for entry in models.values()})
-        lines += ["## Embedding models", "", *(f"Command: `{command}`" for command in commands), "",
-                  ("Each set's report split; default search settings (tuned on memories with MiniLM, "
-                  "so memories favours MiniLM; every other set is out of sample for both models)."), "",
-                  ("Δ and p: nDCG@10 against the first model of the set's rows, same system (paired "
-                   "randomisation test, not corrected for the number of comparisons)."), "",
-                  "| set | queries | model | system | nDCG@10 | Δ | p | MRR | R@100 |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Embedding models",
+            "",
+            *(f"Command: `{command}`" for command in commands),
+            "",
+            (
+                "Each set's report split; default search settings (tuned on memories with MiniLM, "
+                "so memories favours MiniLM; every other set is out of sample for both models)."
+            ),
+            "",
+            (
+                "Δ and p: nDCG@10 against the first model of the set's rows, same system (paired "
+                "randomisation test, not corrected for the number of comparisons)."
+            ),
+            "",
+            "| set | queries | model | system | nDCG@10 | Δ | p | MRR | R@100 |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, entry in models.items():
             for model, m in entry["models"].items():
                 for system, s in m["systems"].items():
                     delta = f"{s['ndcg@10_delta']:+.4f}" if "ndcg@10_delta" in s else ""
                     p = f"{s['p']:.3g}" if "p" in s else ""
-                    lines.append(f"| {name} | {entry['queries']} | {model} | {system} | {_fmt(s['ndcg@10'])} | "
-                                 f"{delta} | {p} | {_fmt(s['mrr'])} | {_fmt(s['recall@100'])} |")
+                    lines.append(
+                        f"| {name} | {entry['queries']} | {model} | {system} | {_fmt(s['ndcg@10'])} | "
+                        f"{delta} | {p} | {_fmt(s['mrr'])} | {_fmt(s['recall@100'])} |"
+                    )
         lines += ["", "Query encoding, one query at a time (ms, p50 / p95 over 50 queries):", ""]
         for name, entry in models.items():
             for model, m in entry["models"].items():
@@ -340,13 +427,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="part", required=True)
     grid = sub.add_parser("grid", help="hybrid vs hybrid + rerank over depth x weight")
     grid.add_argument("--dataset", default="scifact")
-    grid.add_argument("--split", default="test", help="test, train, dev, all, or report (the set's report split)")
+    grid.add_argument(
+        "--split", default="test", help="test, train, dev, all, or report (the set's report split)"
+    )
     grid.add_argument("--depths", default="20,50,100")
     grid.add_argument("--weights", default="1.0,0.5")
     grid.add_argument("--model", default="all-MiniLM-L6-v2", help="the index's embedding model")
-    grid.add_argument("--untimed", action="store_true", help="reuse cross-encoder scores across depths; no cost")
-    grid.add_argument("--pair-cache", default=None, help="with --untimed: a JSON-lines file of cross-encoder "
-                      "scores, appended to and read back (resumes an interrupted grid)")
+    grid.add_argument(
+        "--untimed", action="store_true", help="reuse cross-encoder scores across depths; no cost"
+    )
+    grid.add_argument(
+        "--pair-cache",
+        default=None,
+        help="with --untimed: a JSON-lines file of cross-encoder "
+        "scores, appended to and read back (resumes an interrupted grid)",
+    )
     models = sub.add_parser("models", help="vector and hybrid per embedding model per set")
     models.add_argument("--datasets", default=",".join(DATASETS))
     models.add_argument("--models", default=",".join(MODELS))
@@ -363,27 +458,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     command = "python -m bench.rerank " + " ".join(argv)
-    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "rerank" / datetime.now(UTC).strftime("%Y-%m-%d")
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO_ROOT / "reports" / "rerank" / datetime.now(UTC).strftime("%Y-%m-%d")
+    )
     if args.part == "report":
         path = out / "results.json"
         (out / "report.md").write_text(render(json.loads(path.read_text())))
         return {}
     if args.part == "models":
         results: dict[str, Any] = {}
-        for key, entry in measure_models(args.datasets.split(","), args.models.split(","),
-                                         whole_documents=args.whole_documents).items():
+        for key, entry in measure_models(
+            args.datasets.split(","), args.models.split(","), whole_documents=args.whole_documents
+        ).items():
             results = update_results(out, "models", key, {"command": command, **entry})
         return results
     evalset = get_evalset(args.dataset)
     queries, qrels = split_queries(evalset, args.split)
     with open_index(ensure_index(evalset, IndexConfig(models=(args.model,)), progress=False)) as index:
-        grid = measure_grid(index, queries, qrels, [int(d) for d in args.depths.split(",")],
-                            [float(w) for w in args.weights.split(",")], now=evalset.now, timed=not args.untimed,
-                            pair_cache=Path(args.pair_cache) if args.pair_cache else None)
+        grid = measure_grid(
+            index,
+            queries,
+            qrels,
+            [int(d) for d in args.depths.split(",")],
+            [float(w) for w in args.weights.split(",")],
+            now=evalset.now,
+            timed=not args.untimed,
+            pair_cache=Path(args.pair_cache) if args.pair_cache else None,
+        )
     from hybridlab.config import SearchConfig
 
-    grid.update({"command": command, "dataset": args.dataset, "split": args.split,
-                 "rerank_model": SearchConfig().rerank_model})
+    grid.update(
+        {
+            "command": command,
+            "dataset": args.dataset,
+            "split": args.split,
+            "rerank_model": SearchConfig().rerank_model,
+        }
+    )
     return update_results(out, "grids", f"{args.dataset}-{args.split}-{args.model}", grid)
 
 

@@ -15,6 +15,7 @@ Its callers:
 
 Benchmarks, not tests: nothing here asserts. Timings depend on the machine's load (2 shared cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,48 +60,101 @@ def measure_staged(arguments: Mapping[str, Any]) -> dict[str, Any]:
         candidates = names.get(name)
         stats = outcome["search_ms"]
         extra = {"ndcg@10": judged[name]["ndcg@10"]} if judged else {}
-        rows.append(make_row(
-            "hybridlab", index.n_chunks, "hybrid" if candidates is None else "staged", False,
-            search_p50_ms=stats["p50"], search_p95_ms=stats["p95"], search_p99_ms=stats["p99"],
-            candidates=candidates, **{"overlap@10": outcome[f"overlap@{TOP}"]}, dataset=arguments.get("dataset"),
-            variant="staged-sweep", queries=len(queries), repeats=repeats, **extra,
-        ))
-        print(f"  staged {arguments.get('dataset')} candidates={candidates}: search p95 {stats['p95']:.2f} ms, "
-              f"overlap {outcome[f'overlap@{TOP}']:.3f} {extra}", file=sys.stderr, flush=True)
+        rows.append(
+            make_row(
+                "hybridlab",
+                index.n_chunks,
+                "hybrid" if candidates is None else "staged",
+                False,
+                search_p50_ms=stats["p50"],
+                search_p95_ms=stats["p95"],
+                search_p99_ms=stats["p99"],
+                candidates=candidates,
+                **{"overlap@10": outcome[f"overlap@{TOP}"]},
+                dataset=arguments.get("dataset"),
+                variant="staged-sweep",
+                queries=len(queries),
+                repeats=repeats,
+                **extra,
+            )
+        )
+        print(
+            f"  staged {arguments.get('dataset')} candidates={candidates}: search p95 {stats['p95']:.2f} ms, "
+            f"overlap {outcome[f'overlap@{TOP}']:.3f} {extra}",
+            file=sys.stderr,
+            flush=True,
+        )
     rss = peak_rss_mb()
     for row in rows:
         row["peak_rss_mb"] = round(rss, 1)
     return {"rows": rows}
 
 
-def run(index_dir, queries: Sequence[str], *, dataset: str, repeats: int, qrels: dict | None = None,
-        judged_queries: dict | None = None, candidates: Sequence[int] = CANDIDATES) -> dict[str, Any]:
+def run(
+    index_dir,
+    queries: Sequence[str],
+    *,
+    dataset: str,
+    repeats: int,
+    qrels: dict | None = None,
+    judged_queries: dict | None = None,
+    candidates: Sequence[int] = CANDIDATES,
+) -> dict[str, Any]:
     """The `staged` part of `python -m bench`, in a fresh worker process."""
     from bench.common import run_worker
 
-    return run_worker("bench.staged", {
-        "index_dir": str(index_dir), "queries": list(queries), "dataset": dataset, "repeats": repeats,
-        "qrels": qrels, "judged_queries": judged_queries, "candidates": list(candidates),
-    })
+    return run_worker(
+        "bench.staged",
+        {
+            "index_dir": str(index_dir),
+            "queries": list(queries),
+            "dataset": dataset,
+            "repeats": repeats,
+            "qrels": qrels,
+            "judged_queries": judged_queries,
+            "candidates": list(candidates),
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------ the grid
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.staged",
-                                     description="Staged vs parallel hybrid search over an evaluation set: "
-                                     "agreement, quality and search latency per (candidates, hops).")
-    parser.add_argument("--dataset", default="scifact", help="evaluation set with a cached index (default scifact)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.staged",
+        description="Staged vs parallel hybrid search over an evaluation set: "
+        "agreement, quality and search latency per (candidates, hops).",
+    )
+    parser.add_argument(
+        "--dataset", default="scifact", help="evaluation set with a cached index (default scifact)"
+    )
     parser.add_argument("--split", default="test", choices=["test", "dev", "all"])
-    parser.add_argument("--candidates", default="50,100,200,500", help="comma-separated staged candidate counts")
-    parser.add_argument("--hops", default="0,1,2,3", help="comma-separated corpus-graph hops (0 = BM25 pool only)")
-    parser.add_argument("--seeds", type=int, default=None, help="candidates expanded per hop (default: the engine's)")
-    parser.add_argument("--fill-dense", action=argparse.BooleanOptionalAction, default=None,
-                        help="both conditions with fill_dense on / off (default: the engine's auto)")
+    parser.add_argument(
+        "--candidates", default="50,100,200,500", help="comma-separated staged candidate counts"
+    )
+    parser.add_argument(
+        "--hops", default="0,1,2,3", help="comma-separated corpus-graph hops (0 = BM25 pool only)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="candidates expanded per hop (default: the engine's)"
+    )
+    parser.add_argument(
+        "--fill-dense",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="both conditions with fill_dense on / off (default: the engine's auto)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per condition")
-    parser.add_argument("--fusion", default=None, choices=["rrf", "convex", "dbsf"],
-                        help="fusion for both conditions (default: the engine's default)")
-    parser.add_argument("--out", default=None,
-                        help="report folder (default reports/staged/<date>, plus /<fusion> with --fusion)")
+    parser.add_argument(
+        "--fusion",
+        default=None,
+        choices=["rrf", "convex", "dbsf"],
+        help="fusion for both conditions (default: the engine's default)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="report folder (default reports/staged/<date>, plus /<fusion> with --fusion)",
+    )
     return parser.parse_args(argv)
 
 
@@ -116,14 +170,22 @@ def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> se
         dense = index.dense[model]
         vector = index.query_vector(model, query)
         ids, scores = dense.score_ids(vector, index.chunk_ids[rows])
-        grown, _ = expand_by_graph(dense.vectors, graph, vector, np.searchsorted(dense.ids, ids), scores,
-                                   hops=hops, seeds=seeds)
+        grown, _ = expand_by_graph(
+            dense.vectors, graph, vector, np.searchsorted(dense.ids, ids), scores, hops=hops, seeds=seeds
+        )
         rows = np.union1d(rows, index.dense_rows_to_index[model][grown])
     return {index.doc_ids[row] for row in rows.tolist()}
 
 
-def pool_bound(index, reference: dict[str, float], query: str, candidates: int, hops: int = 0,
-               seeds: int = 10, top: int = TOP) -> float:
+def pool_bound(
+    index,
+    reference: dict[str, float],
+    query: str,
+    candidates: int,
+    hops: int = 0,
+    seeds: int = 10,
+    top: int = TOP,
+) -> float:
     """Share of the reference's top-k documents inside the staged pool: the best overlap any
     staged ranking can reach for this query."""
     pool = staged_pool(index, query, candidates, hops, seeds)
@@ -159,24 +221,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run_condition(index, queries, staged=False, limit=TOP, **fusion)  # warm-up: vector cache, detail caches
 
     settings = resolve_auto(index._resolve(dict(fusion))[0], index.n_chunks)
-    grid = {condition_name(int(c), int(h)): (int(c), int(h)) for h in args.hops.split(",")
-            for c in args.candidates.split(",")}
+    grid = {
+        condition_name(int(c), int(h)): (int(c), int(h))
+        for h in args.hops.split(",")
+        for c in args.candidates.split(",")
+    }
     conditions = {name: {"candidates": count, "expand_hops": hops} for name, (count, hops) in grid.items()}
-    compared = compare_staged(index, queries, conditions, qrels=dataset.qrels, repeats=args.repeats, limit=TOP,
-                              **fusion)
+    compared = compare_staged(
+        index, queries, conditions, qrels=dataset.qrels, repeats=args.repeats, limit=TOP, **fusion
+    )
     parallel = compared[PARALLEL]["run"]
     results: dict[str, Any] = {
-        "dataset": args.dataset, "split": args.split, "queries": len(queries), "chunks": index.n_chunks,
-        "model": model, "top": TOP, "repeats": args.repeats, "query_encoding_s": round(encode_s, 2),
-        "percentile": PERCENTILE_LABEL, "settings": asdict(settings),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+        "dataset": args.dataset,
+        "split": args.split,
+        "queries": len(queries),
+        "chunks": index.n_chunks,
+        "model": model,
+        "top": TOP,
+        "repeats": args.repeats,
+        "query_encoding_s": round(encode_s, 2),
+        "percentile": PERCENTILE_LABEL,
+        "settings": asdict(settings),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": platform.platform(),
         "conditions": {},
     }
     base_ndcg = compared[PARALLEL]["ndcg@10"]
     for name, outcome in compared.items():
         count, hops = grid.get(name, (None, None))
-        bound = None if count is None else statistics.fmean(
-            pool_bound(index, parallel[q], queries[q], count, hops, settings.expand_seeds) for q in queries)
+        bound = (
+            None
+            if count is None
+            else statistics.fmean(
+                pool_bound(index, parallel[q], queries[q], count, hops, settings.expand_seeds)
+                for q in queries
+            )
+        )
         results["conditions"][name] = {
             "candidates": count,
             "hops": hops,
@@ -189,7 +269,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "p95_ms": outcome["search_ms"]["p95"],
             "modes": outcome["modes"],
         }
-    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "staged" / datetime.now(UTC).strftime("%Y-%m-%d")
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO_ROOT / "reports" / "staged" / datetime.now(UTC).strftime("%Y-%m-%d")
+    )
     if args.fusion and not args.out:
         out = out / args.fusion
     out.mkdir(parents=True, exist_ok=True)
@@ -204,18 +288,33 @@ def to_markdown(results: dict[str, Any], argv: list[str] | None) -> str:
     command = "python -m bench.staged" + (" " + " ".join(argv) if argv else "")
     percentiles = results.get("percentile", PERCENTILE_LABEL)
     lines = [
-        (f"# Staged vs parallel hybrid — {results['dataset']} ({results['split']}, {results['queries']} queries, "
-        f"{results['chunks']} chunks)"), "",
-        f"Command: `{command}`  ", (f"Date: {results['date']}; model {results['model']}; machine {results['machine']}; "
-        f"{results['repeats']} timed passes per condition (each percentile per pass, then the median over "
-        f"passes; {percentiles})."), "",
-        f"Targets: overlap@10 ≥ {OVERLAP_TARGET:.0%}, nDCG@10 within {NDCG_TOLERANCE:.0%} of parallel.", "",
+        (
+            f"# Staged vs parallel hybrid — {results['dataset']} ({results['split']}, {results['queries']} queries, "
+            f"{results['chunks']} chunks)"
+        ),
+        "",
+        f"Command: `{command}`  ",
+        (
+            f"Date: {results['date']}; model {results['model']}; machine {results['machine']}; "
+            f"{results['repeats']} timed passes per condition (each percentile per pass, then the median over "
+            f"passes; {percentiles})."
+        ),
+        "",
+        f"Targets: overlap@10 ≥ {OVERLAP_TARGET:.0%}, nDCG@10 within {NDCG_TOLERANCE:.0%} of parallel.",
+        "",
         "| condition | overlap@10 | pool bound | min overlap | nDCG@10 | Δ vs parallel | p50 ms | p95 ms | modes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in results["conditions"].items():
-        ok = "" if name == PARALLEL else (
-            " ✓" if row["overlap@10"] >= OVERLAP_TARGET and row["ndcg_delta_rel"] >= -NDCG_TOLERANCE else " ✗")
+        ok = (
+            ""
+            if name == PARALLEL
+            else (
+                " ✓"
+                if row["overlap@10"] >= OVERLAP_TARGET and row["ndcg_delta_rel"] >= -NDCG_TOLERANCE
+                else " ✗"
+            )
+        )
         lines.append(
             f"| {name}{ok} | {row['overlap@10']:.3f} | "
             f"{'—' if row['pool_bound@10'] is None else format(row['pool_bound@10'], '.3f')} | "
@@ -224,11 +323,17 @@ def to_markdown(results: dict[str, Any], argv: list[str] | None) -> str:
             f"{', '.join(f'{k} {v}' for k, v in sorted(row['modes'].items()))} |"
         )
     settings = results["settings"]
-    lines += ["", (f"Fusion {settings['fusion']} ({settings['normalization']}), alpha {settings['alpha']} "
-              f"(adaptive), depth {settings['depth']}, fallback_threshold {settings['fallback_threshold']}, "
-              f"expand_seeds {settings['expand_seeds']}, fill_dense {settings['fill_dense']} "
-              "(`-graphN` = N corpus-graph hops; none = the BM25 pool alone). "
-              "Search time excludes query encoding (queries are encoded once in a batch first)."), ""]
+    lines += [
+        "",
+        (
+            f"Fusion {settings['fusion']} ({settings['normalization']}), alpha {settings['alpha']} "
+            f"(adaptive), depth {settings['depth']}, fallback_threshold {settings['fallback_threshold']}, "
+            f"expand_seeds {settings['expand_seeds']}, fill_dense {settings['fill_dense']} "
+            "(`-graphN` = N corpus-graph hops; none = the BM25 pool alone). "
+            "Search time excludes query encoding (queries are encoded once in a batch first)."
+        ),
+        "",
+    ]
     lines += ["## Reading it", "", *diagnosis(results), ""]
     return "\n".join(lines)
 
@@ -248,9 +353,11 @@ def diagnosis(results: dict[str, Any]) -> list[str]:
             f"at all (the ceiling for any staged ranking), {gap:.1%} more is lost to "
             f"re-ranking inside the pool; nDCG@10 {row['ndcg_delta_rel']:+.2%} vs parallel."
         )
-    out.append("- Without the graph, overlap is capped by the staged design itself: documents that parallel hybrid ranks "
-               "in its top 10 from the dense side but BM25 does not rank in its top candidates can never be scored. "
-               "The corpus graph brings them in from their neighbours among the best candidates.")
+    out.append(
+        "- Without the graph, overlap is capped by the staged design itself: documents that parallel hybrid ranks "
+        "in its top 10 from the dense side but BM25 does not rank in its top candidates can never be scored. "
+        "The corpus graph brings them in from their neighbours among the best candidates."
+    )
     return out
 
 
@@ -275,7 +382,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     left.legend(fontsize=8)
     names = list(results["conditions"])
     right.bar(names, [results["conditions"][n]["p50_ms"] for n in names], label="p50")
-    right.scatter(names, [results["conditions"][n]["p95_ms"] for n in names], color="black", label="p95", zorder=3)
+    right.scatter(
+        names, [results["conditions"][n]["p95_ms"] for n in names], color="black", label="p95", zorder=3
+    )
     right.set_ylabel(f"search ms (no encoding; {results.get('percentile', PERCENTILE_LABEL)})")
     right.tick_params(axis="x", rotation=30)
     right.legend(fontsize=8)

@@ -14,6 +14,7 @@ Used by the engine acceptance report (:mod:`bench.engine_report`) and the staged
 checkout (`python -m bench.staged`); `notebooks/staged.ipynb` draws its trade-off with the package's
 :mod:`hybridlab.reports.staged` (it runs from an installed package, without this checkout's bench/).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -45,8 +46,10 @@ def run_condition(index, queries: Mapping[str, str], *, repeats: int = 1, **opti
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if options.get("mode", "hybrid") != "bm25" and options.get("alpha", 1) != 0 and index.dense:
-        index.encode_queries(index.choose_model(options.get("embedding_model"), options.get("language")),
-                             list(queries.values()))
+        index.encode_queries(
+            index.choose_model(options.get("embedding_model"), options.get("language")),
+            list(queries.values()),
+        )
     run: Run = {}
     passes: list[list[float]] = []
     modes: dict[str, int] = {}
@@ -62,9 +65,17 @@ def run_condition(index, queries: Mapping[str, str], *, repeats: int = 1, **opti
     return ConditionRun(run, passes, modes)
 
 
-def compare_staged(index, queries: Mapping[str, str], conditions: Mapping[str, Mapping[str, Any]], *,
-                   qrels: Mapping[str, Mapping[str, int]] | None = None, metrics: Sequence[str] = ("ndcg@10",),
-                   repeats: int = 1, top: int = TOP, **options: Any) -> dict[str, dict[str, Any]]:
+def compare_staged(
+    index,
+    queries: Mapping[str, str],
+    conditions: Mapping[str, Mapping[str, Any]],
+    *,
+    qrels: Mapping[str, Mapping[str, int]] | None = None,
+    metrics: Sequence[str] = ("ndcg@10",),
+    repeats: int = 1,
+    top: int = TOP,
+    **options: Any,
+) -> dict[str, dict[str, Any]]:
     """Parallel hybrid and each staged condition over the same `queries`.
 
     `conditions` maps a name to its staged search options (e.g. `{"candidates": 100}`); `options`
@@ -80,15 +91,20 @@ def compare_staged(index, queries: Mapping[str, str], conditions: Mapping[str, M
         raise ValueError(f"{PARALLEL!r} names the reference; choose another condition name")
     outcomes = {PARALLEL: run_condition(index, queries, repeats=repeats, **{**options, "staged": False})}
     for name, extra in conditions.items():
-        outcomes[name] = run_condition(index, queries, repeats=repeats, **{**options, "staged": True, **extra})
+        outcomes[name] = run_condition(
+            index, queries, repeats=repeats, **{**options, "staged": True, **extra}
+        )
     reference = outcomes[PARALLEL].run
     results: dict[str, dict[str, Any]] = {}
     for name, outcome in outcomes.items():
         overlaps = [top_overlap(reference[qid], outcome.run[qid], top) for qid in queries]
         results[name] = {
-            "run": outcome.run, "overlaps": overlaps,
-            f"overlap@{top}": statistics.fmean(overlaps), f"min_overlap@{top}": min(overlaps),
-            "search_ms": median_summary(outcome.search_ms), "modes": outcome.modes,
+            "run": outcome.run,
+            "overlaps": overlaps,
+            f"overlap@{top}": statistics.fmean(overlaps),
+            f"min_overlap@{top}": min(overlaps),
+            "search_ms": median_summary(outcome.search_ms),
+            "modes": outcome.modes,
             **(score(dict(qrels), outcome.run, list(metrics)) if qrels is not None else {}),
         }
     return results

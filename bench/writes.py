@@ -31,6 +31,7 @@ worktree add --detach /tmp/before main~N`; the workers use only `apply_changes`,
 
 Results go to `reports/bench/<date>-writes-2/` (`--out`): `writes.json`, `README.md`, `writes.png`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,52 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-WORDS = ["panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy", "release", "config", "docs", "test", "build", "review", "design", "meeting", "decision", "bug", "fix", "user", "team", "project", "deadline", "api", "schema", "migration"]
+WORDS = [
+    "panel",
+    "holoviews",
+    "bokeh",
+    "widget",
+    "plot",
+    "layout",
+    "stream",
+    "param",
+    "server",
+    "notebook",
+    "table",
+    "chart",
+    "slider",
+    "data",
+    "frame",
+    "index",
+    "vector",
+    "search",
+    "memory",
+    "tag",
+    "python",
+    "async",
+    "render",
+    "cache",
+    "tunnel",
+    "deploy",
+    "release",
+    "config",
+    "docs",
+    "test",
+    "build",
+    "review",
+    "design",
+    "meeting",
+    "decision",
+    "bug",
+    "fix",
+    "user",
+    "team",
+    "project",
+    "deadline",
+    "api",
+    "schema",
+    "migration",
+]
 TAGS = ("work", "home", "project-a", "project-b", "idea", "todo", "decision", "bug")
 SIZES = (1_000, 10_000, 100_000)
 STORES = 200  # > 2 x the write-ahead log's 64 records: the stores that fold it are among those measured
@@ -70,16 +116,21 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # this checkout: bench/ besi
 def synthetic_memory(i: int, rng: random.Random) -> dict[str, Any]:
     """Memory `i` of the synthetic set: 8-40 words, 0-3 tags, a creation day in 2026."""
     day = 1 + i % 300
-    return {"id": f"syn-{i:07d}", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40))),
-            "tags": rng.sample(TAGS, rng.randint(0, 3)),
-            "created_at": f"2026-{1 + (day - 1) // 28 % 12:02d}-{1 + (day - 1) % 28:02d}T12:00:00Z"}
+    return {
+        "id": f"syn-{i:07d}",
+        "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40))),
+        "tags": rng.sample(TAGS, rng.randint(0, 3)),
+        "created_at": f"2026-{1 + (day - 1) // 28 % 12:02d}-{1 + (day - 1) % 28:02d}T12:00:00Z",
+    }
 
 
 def _memories(start: int, count: int, rng: random.Random) -> list[Any]:
     from hybridlab.index.memory import make_memory
 
-    return [make_memory(m["content"], m["tags"], created_at=m["created_at"], memory_id=m["id"])
-            for m in (synthetic_memory(i, rng) for i in range(start, start + count))]
+    return [
+        make_memory(m["content"], m["tags"], created_at=m["created_at"], memory_id=m["id"])
+        for m in (synthetic_memory(i, rng) for i in range(start, start + count))
+    ]
 
 
 def _folder_bytes(folder: Path, skip: tuple[str, ...] = ()) -> int:
@@ -108,14 +159,21 @@ def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int
         from hybridlab.index.build import chunk_document, indexed_text  # type: ignore[attr-defined,no-redef]
 
     config = IndexConfig(models=(model,))
-    hashes = list(dict.fromkeys(text_sha256(indexed_text(chunk, document, config.chunk)) for document in documents
-                                for chunk in chunk_document(document, config)))
-    vectors = np.random.default_rng(seed).standard_normal((len(hashes), get_spec(model).dim)).astype(np.float32)
+    hashes = list(
+        dict.fromkeys(
+            text_sha256(indexed_text(chunk, document, config.chunk))
+            for document in documents
+            for chunk in chunk_document(document, config)
+        )
+    )
+    vectors = (
+        np.random.default_rng(seed).standard_normal((len(hashes), get_spec(model).dim)).astype(np.float32)
+    )
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     cache = EmbeddingCache(cache_path)
     try:
         for start in range(0, len(hashes), 20_000):
-            cache.put(get_spec(model).name, hashes[start:start + 20_000], vectors[start:start + 20_000])
+            cache.put(get_spec(model).name, hashes[start : start + 20_000], vectors[start : start + 20_000])
     finally:
         cache.close()
 
@@ -128,7 +186,12 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     from hybridlab.index.memory import MEMORY_SOURCE, MemoryWriter
     from hybridlab.search.engine import open_index
 
-    n, stores, batch, model = int(arguments["n"]), int(arguments["stores"]), int(arguments["batch"]), arguments["model"]
+    n, stores, batch, model = (
+        int(arguments["n"]),
+        int(arguments["stores"]),
+        int(arguments["batch"]),
+        arguments["model"],
+    )
     rng = random.Random(n)
     documents = _memories(0, n, rng)
     work = Path(tempfile.mkdtemp(prefix="hybridlab-bench-writes-"))
@@ -136,8 +199,13 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     if model != "wordllama":
         _prefill_cache(documents, model, cache, seed=n)
     started = time.perf_counter()
-    apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], IndexConfig(models=(model,)), progress=False,
-                  cache_path=cache)
+    apply_changes(
+        index_dir,
+        [(MEMORY_SOURCE, documents, False)],
+        IndexConfig(models=(model,)),
+        progress=False,
+        cache_path=cache,
+    )
     build_seconds = time.perf_counter() - started
     del documents
     writer = MemoryWriter(index_dir)
@@ -175,16 +243,35 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     if batch:
         documents = _memories(10 * n + 1_000_000, batch, rng)
         started = time.perf_counter()
-        report = apply_changes(index_dir, [(MEMORY_SOURCE, documents, False)], progress=False, cache_path=cache,
-                               **_memory_write_options())
-        batch_row = {"batch": batch, "batch_seconds": time.perf_counter() - started,
-                     "batch_embed_seconds": report.embed_seconds, "batch_embedded": report.embedded}
+        report = apply_changes(
+            index_dir,
+            [(MEMORY_SOURCE, documents, False)],
+            progress=False,
+            cache_path=cache,
+            **_memory_write_options(),
+        )
+        batch_row = {
+            "batch": batch,
+            "batch_seconds": time.perf_counter() - started,
+            "batch_embed_seconds": report.embed_seconds,
+            "batch_embedded": report.embedded,
+        }
     size = _folder_bytes(index_dir)
     subprocess.run(["rm", "-rf", str(work)], check=False)
-    return {"n": n, "model": model, "build_seconds": build_seconds, "warmup_seconds": first,
-            "store_seconds": store_seconds, "committed": committed, "first_search_seconds": first_search,
-            "again_search_seconds": again_search, "cpu_seconds": cpu_seconds, "refresh_seconds": refresh_seconds,
-            "index_mb": size / 1e6, **batch_row}
+    return {
+        "n": n,
+        "model": model,
+        "build_seconds": build_seconds,
+        "warmup_seconds": first,
+        "store_seconds": store_seconds,
+        "committed": committed,
+        "first_search_seconds": first_search,
+        "again_search_seconds": again_search,
+        "cpu_seconds": cpu_seconds,
+        "refresh_seconds": refresh_seconds,
+        "index_mb": size / 1e6,
+        **batch_row,
+    }
 
 
 def _manifest_stamp(index_dir: Path) -> tuple[int, int]:
@@ -219,7 +306,9 @@ def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     config = IndexConfig(models=("wordllama",))
     from hybridlab.encoders.registry import load_encoder
 
-    load_encoder("wordllama")  # loaded before either timed run: each then costs its indexing, not a model load
+    load_encoder(
+        "wordllama"
+    )  # loaded before either timed run: each then costs its indexing, not a model load
     # the folder exists before it is indexed, as a repository does: files written within the racy
     # window (2 s) before a scan are read again by the next one (their signature is not recorded)
     time.sleep(max(0.0, REINDEX_SETTLE - (time.time() - written)))
@@ -232,10 +321,18 @@ def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     update = index_paths([folder], index_dir, progress=False, cache_path=cache)
     unchanged = index_paths([folder], index_dir, progress=False, cache_path=cache)
     subprocess.run(["rm", "-rf", str(work)], check=False)
-    return {"files": files, "changed": len(changed), "full_seconds": full.seconds, "full_chunks": full.chunks,
-            "full_embed_seconds": full.embed_seconds, "update_seconds": update.seconds,
-            "update_embed_seconds": update.embed_seconds, "update_embedded": update.embedded,
-            "update_new_chunks": update.new_chunks, "unchanged_seconds": unchanged.seconds}
+    return {
+        "files": files,
+        "changed": len(changed),
+        "full_seconds": full.seconds,
+        "full_chunks": full.chunks,
+        "full_embed_seconds": full.embed_seconds,
+        "update_seconds": update.seconds,
+        "update_embed_seconds": update.embed_seconds,
+        "update_embedded": update.embedded,
+        "update_new_chunks": update.new_chunks,
+        "unchanged_seconds": unchanged.seconds,
+    }
 
 
 def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -263,8 +360,14 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     step = -(-len(documents) // segments)
     extra = {"merge": False} if segments > 1 else {}
     for start in range(0, len(documents), step):
-        apply_changes(index_dir, [(documents[0].source, documents[start:start + step], False)], config, progress=False,
-                      cache_path=work / "embeddings.duckdb", **extra)
+        apply_changes(
+            index_dir,
+            [(documents[0].source, documents[start : start + step], False)],
+            config,
+            progress=False,
+            cache_path=work / "embeddings.duckdb",
+            **extra,
+        )
     manifest = json.loads((index_dir / "manifest.json").read_text())
     with open_index(index_dir) as index:
         for query in queries:  # warm-up: query vectors cached, lazy state built
@@ -277,7 +380,11 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - started)
         runs = {query: index.run(query, limit=100, now=SEARCH_NOW) for query in queries}
     subprocess.run(["rm", "-rf", str(work)], check=False)
-    return {"segments": len(manifest.get("segments", [manifest["path"]])), "latencies": latencies, "runs": runs}
+    return {
+        "segments": len(manifest.get("segments", [manifest["path"]])),
+        "latencies": latencies,
+        "runs": runs,
+    }
 
 
 def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -296,11 +403,19 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     writer = None
     for i, document in enumerate(documents):
         started = time.perf_counter()
-        if writer is not None:  # a store as the MCP server makes it (through the write-ahead log where there is one)
+        if (
+            writer is not None
+        ):  # a store as the MCP server makes it (through the write-ahead log where there is one)
             writer.store_document(document)
         else:
-            apply_changes(written, [(MEMORY_SOURCE, [document], False)], config if i == 0 else None, progress=False,
-                          cache_path=work / "written-embeddings.duckdb", **_memory_write_options())
+            apply_changes(
+                written,
+                [(MEMORY_SOURCE, [document], False)],
+                config if i == 0 else None,
+                progress=False,
+                cache_path=work / "written-embeddings.duckdb",
+                **_memory_write_options(),
+            )
         seconds.append(time.perf_counter() - started)
         if i == 0 and hasattr(MemoryWriter, "store_document"):
             writer = MemoryWriter(written)
@@ -311,22 +426,44 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     # one more write: the previous generation (kept for `verify --repair`) is then the last one, and
     # the segments only it named (before a merge cascade: all of them) are removed
     extra = _memories(writes, 1, random.Random(-1))
-    apply_changes(written, [(MEMORY_SOURCE, extra, False)], progress=False,
-                  cache_path=work / "written-embeddings.duckdb", **_memory_write_options())
+    apply_changes(
+        written,
+        [(MEMORY_SOURCE, extra, False)],
+        progress=False,
+        cache_path=work / "written-embeddings.duckdb",
+        **_memory_write_options(),
+    )
     getattr(layout, "wait_for_trash", lambda: None)()
     next_mb = _folder_bytes(written, skip) / 1e6
     started = time.perf_counter()
-    apply_changes(fresh, [(MEMORY_SOURCE, documents, False)], config, progress=False,
-                  cache_path=work / "fresh-embeddings.duckdb")
+    apply_changes(
+        fresh,
+        [(MEMORY_SOURCE, documents, False)],
+        config,
+        progress=False,
+        cache_path=work / "fresh-embeddings.duckdb",
+    )
     fresh_seconds = time.perf_counter() - started
-    result = {"writes": writes, "write_seconds": seconds, "fresh_seconds": fresh_seconds,
-              "written_mb": written_mb, "written_next_mb": next_mb, "fresh_mb": _folder_bytes(fresh, skip) / 1e6,
-              "segments": len(manifest.segments or ()), "generation_folders": previous_segments}
+    result = {
+        "writes": writes,
+        "write_seconds": seconds,
+        "fresh_seconds": fresh_seconds,
+        "written_mb": written_mb,
+        "written_next_mb": next_mb,
+        "fresh_mb": _folder_bytes(fresh, skip) / 1e6,
+        "segments": len(manifest.segments or ()),
+        "generation_folders": previous_segments,
+    }
     subprocess.run(["rm", "-rf", str(work)], check=False)
     return result
 
 
-WORKERS = {"stores": _stores_worker, "reindex": _reindex_worker, "search": _search_worker, "disk": _disk_worker}
+WORKERS = {
+    "stores": _stores_worker,
+    "reindex": _reindex_worker,
+    "search": _search_worker,
+    "disk": _disk_worker,
+}
 
 
 def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 7200) -> Any:
@@ -336,20 +473,40 @@ def _run(source: Path, kind: str, arguments: dict[str, Any], timeout: float = 72
     from hybridlab.eval.datasets import data_dir
 
     # both sides read the same datasets (a checkout elsewhere does not find ../shared/datasets)
-    env = {**os.environ, "PYTHONPATH": str(source), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "HYBRIDLAB_DATA": os.environ.get("HYBRIDLAB_DATA", str(data_dir()))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(source),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HYBRIDLAB_DATA": os.environ.get("HYBRIDLAB_DATA", str(data_dir())),
+    }
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, json.dumps(arguments)]
-    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=tempfile.gettempdir())
+    done = subprocess.run(
+        command,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"{kind} worker ({source}) failed ({done.returncode}): {done.stderr.strip()[-3000:]}")
+        raise RuntimeError(
+            f"{kind} worker ({source}) failed ({done.returncode}): {done.stderr.strip()[-3000:]}"
+        )
     return json.loads([line for line in done.stdout.splitlines() if line.strip()][-1])
 
 
-def same_runs(first: dict[str, dict[str, float]], second: dict[str, dict[str, float]], tolerance: float = 1e-6) -> float:
+def same_runs(
+    first: dict[str, dict[str, float]], second: dict[str, dict[str, float]], tolerance: float = 1e-6
+) -> float:
     """Share of queries whose runs have the same documents with scores equal within `tolerance`."""
-    same = sum(first[q].keys() == second[q].keys() and all(abs(s - second[q][d]) <= tolerance for d, s in first[q].items())
-               for q in first)
+    same = sum(
+        first[q].keys() == second[q].keys()
+        and all(abs(s - second[q][d]) <= tolerance for d, s in first[q].items())
+        for q in first
+    )
     return same / max(len(first), 1)
 
 
@@ -369,9 +526,19 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     for label in ("before", "after"):
         rows = [r for r in results["stores"].get(label) or [] if r["model"] == "wordllama"]
         if rows:
-            axis.plot([r["n"] for r in rows], [_ms(r["store_seconds"], 50) for r in rows], marker="o", label=f"{label} P50")
-            axis.plot([r["n"] for r in rows], [_ms(r["store_seconds"], 95) for r in rows], marker="x", linestyle="--",
-                      label=f"{label} P95")
+            axis.plot(
+                [r["n"] for r in rows],
+                [_ms(r["store_seconds"], 50) for r in rows],
+                marker="o",
+                label=f"{label} P50",
+            )
+            axis.plot(
+                [r["n"] for r in rows],
+                [_ms(r["store_seconds"], 95) for r in rows],
+                marker="x",
+                linestyle="--",
+                label=f"{label} P95",
+            )
     axis.axhline(25, color="grey", linewidth=0.8, linestyle=":", label="target P50 25 ms")
     axis.set_xscale("log")
     axis.set_yscale("log")
@@ -386,24 +553,34 @@ def _plot(results: dict[str, Any], path: Path) -> None:
 
 
 def _stores_table(results: dict[str, Any]) -> list[str]:
-    lines = [("| encoder | N | side | P50 ms/store | P95 ms | P99 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
-              "stores that committed a generation: count, median ms | "
-              "refresh + get_document P50 ms | P95 ms | next search P50 ms (same search again) | build s | index MB |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| encoder | N | side | P50 ms/store | P95 ms | P99 ms | max ms | ratio P50 before/after | CPU ms/store P50 | "
+            "stores that committed a generation: count, median ms | "
+            "refresh + get_document P50 ms | P95 ms | next search P50 ms (same search again) | build s | index MB |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     before = {(r["model"], r["n"]): r for r in results["stores"].get("before") or []}
     for label in ("before", "after"):
         for row in results["stores"].get(label) or []:
             old = before.get((row["model"], row["n"]))
-            ratio = f"{_ms(old['store_seconds'], 50) / _ms(row['store_seconds'], 50):.1f}x" if old and label == "after" else ""
+            ratio = (
+                f"{_ms(old['store_seconds'], 50) / _ms(row['store_seconds'], 50):.1f}x"
+                if old and label == "after"
+                else ""
+            )
             committing = [s for s, c in zip(row["store_seconds"], row.get("committed") or []) if c]
             commits = f"{len(committing)}, {_ms(committing, 50):.1f}" if committing else "0"
-            lines.append(f"| {row['model']} | {row['n']:,} | {label} | {_ms(row['store_seconds'], 50):.1f} | "
-                         f"{_ms(row['store_seconds'], 95):.1f} | {_ms(row['store_seconds'], 99):.1f} | "
-                         f"{1000 * max(row['store_seconds']):.1f} | {ratio} | "
-                         f"{_ms(row['cpu_seconds'], 50):.1f} | {commits} | "
-                         f"{_ms(row['refresh_seconds'], 50):.1f} | {_ms(row['refresh_seconds'], 95):.1f} | "
-                         f"{_search_cell(row)} | "
-                         f"{row['build_seconds']:.1f} | {row['index_mb']:.1f} |")
+            lines.append(
+                f"| {row['model']} | {row['n']:,} | {label} | {_ms(row['store_seconds'], 50):.1f} | "
+                f"{_ms(row['store_seconds'], 95):.1f} | {_ms(row['store_seconds'], 99):.1f} | "
+                f"{1000 * max(row['store_seconds']):.1f} | {ratio} | "
+                f"{_ms(row['cpu_seconds'], 50):.1f} | {commits} | "
+                f"{_ms(row['refresh_seconds'], 50):.1f} | {_ms(row['refresh_seconds'], 95):.1f} | "
+                f"{_search_cell(row)} | "
+                f"{row['build_seconds']:.1f} | {row['index_mb']:.1f} |"
+            )
     return lines
 
 
@@ -414,13 +591,17 @@ def _search_cell(row: dict[str, Any]) -> str:
 
 
 def _batch_table(results: dict[str, Any]) -> list[str]:
-    lines = ["| encoder | N | side | memories | seconds | of which embedding | seconds apart from embedding |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| encoder | N | side | memories | seconds | of which embedding | seconds apart from embedding |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label in ("before", "after"):
         for row in results["stores"].get(label) or []:
             if row.get("batch"):
-                lines.append(f"| {row['model']} | {row['n']:,} | {label} | {row['batch']:,} | {row['batch_seconds']:.2f} | "
-                             f"{row['batch_embed_seconds']:.2f} | {row['batch_seconds'] - row['batch_embed_seconds']:.2f} |")
+                lines.append(
+                    f"| {row['model']} | {row['n']:,} | {label} | {row['batch']:,} | {row['batch_seconds']:.2f} | "
+                    f"{row['batch_embed_seconds']:.2f} | {row['batch_seconds'] - row['batch_embed_seconds']:.2f} |"
+                )
     return lines
 
 
@@ -431,65 +612,122 @@ def reindex_share(row: dict[str, Any]) -> float:
 
 def _report(results: dict[str, Any]) -> str:
     commands = "; then ".join(f"`{command}`" for command in results["commands"])
-    lines = [f"# Write cost before/after ({results['date']})", "", f"Commands: {commands}", "",
-             (f"Machine: {results['machine']}, shared with other jobs while this ran. Before = "
-              f"{results['before_source']}; after = {results['after_source']}. Percentiles: numpy linear."), ""]
+    lines = [
+        f"# Write cost before/after ({results['date']})",
+        "",
+        f"Commands: {commands}",
+        "",
+        (
+            f"Machine: {results['machine']}, shared with other jobs while this ran. Before = "
+            f"{results['before_source']}; after = {results['after_source']}. Percentiles: numpy linear."
+        ),
+        "",
+    ]
     if results.get("stores"):
-        lines += ["## store_memory: one MemoryWriter.store (durable on return), then a reader's refresh + get_document",
-                  "", f"{results['stores_per_n']} stores per row after {WARMUP} warm-up stores (not counted).", "",
-                  *_stores_table(results), "", "## One write of 1,000 memories (one commit)", "", *_batch_table(results), ""]
+        lines += [
+            "## store_memory: one MemoryWriter.store (durable on return), then a reader's refresh + get_document",
+            "",
+            f"{results['stores_per_n']} stores per row after {WARMUP} warm-up stores (not counted).",
+            "",
+            *_stores_table(results),
+            "",
+            "## One write of 1,000 memories (one commit)",
+            "",
+            *_batch_table(results),
+            "",
+        ]
     reindex = results.get("reindex") or {}
     if reindex:
-        lines += ["## Re-indexing a folder with 1% of its files changed (wordllama)", "",
-                  ("| side | files | changed | full build s | re-index s | of which embedding s | re-index apart from "
-                   "embedding / full build | unchanged re-index s |"), "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Re-indexing a folder with 1% of its files changed (wordllama)",
+            "",
+            (
+                "| side | files | changed | full build s | re-index s | of which embedding s | re-index apart from "
+                "embedding / full build | unchanged re-index s |"
+            ),
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for label, row in reindex.items():
-            lines.append(f"| {label} | {row['files']:,} | {row['changed']} | {row['full_seconds']:.2f} | "
-                         f"{row['update_seconds']:.2f} | {row['update_embed_seconds']:.2f} | {reindex_share(row):.1%} | "
-                         f"{row['unchanged_seconds']:.2f} |")
+            lines.append(
+                f"| {label} | {row['files']:,} | {row['changed']} | {row['full_seconds']:.2f} | "
+                f"{row['update_seconds']:.2f} | {row['update_embed_seconds']:.2f} | {reindex_share(row):.1%} | "
+                f"{row['unchanged_seconds']:.2f} |"
+            )
         lines.append("")
         if any(len(row.get("runs") or ()) > 1 for row in reindex.values()):
-            lines += [("Each side's row is its median run by share; every run (sides alternating, each a fresh "
-                       "process): " + "; ".join(f"{label} " + ", ".join(
-                           f"{reindex_share(run):.1%} ({run['full_seconds']:.1f} s full, "
-                           f"{run['update_seconds']:.2f} s re-index, {run['unchanged_seconds']:.2f} s unchanged)"
-                           for run in row["runs"]) for label, row in reindex.items())), ""]
+            lines += [
+                (
+                    "Each side's row is its median run by share; every run (sides alternating, each a fresh "
+                    "process): "
+                    + "; ".join(
+                        f"{label} "
+                        + ", ".join(
+                            f"{reindex_share(run):.1%} ({run['full_seconds']:.1f} s full, "
+                            f"{run['update_seconds']:.2f} s re-index, {run['unchanged_seconds']:.2f} s unchanged)"
+                            for run in row["runs"]
+                        )
+                        for label, row in reindex.items()
+                    )
+                ),
+                "",
+            ]
     search = results.get("search") or {}
     if search:
         before = results.get("search_before") or {}
-        lines += ["## Search latency: one segment vs 10 unmerged segments (wordllama, `Index.search`, limit 10, hybrid)",
-                  "", "| dataset | side | segments | P50 ms | P95 ms | P50 ratio | P95 ratio | same top-100 (scores 1e-6) |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Search latency: one segment vs 10 unmerged segments (wordllama, `Index.search`, limit 10, hybrid)",
+            "",
+            "| dataset | side | segments | P50 ms | P95 ms | P50 ratio | P95 ratio | same top-100 (scores 1e-6) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for dataset in search:
             for label, rows in (("before", before.get(dataset)), ("after", search[dataset])):
                 if not rows:
                     continue
                 one, many = rows["one"], rows["many"]
-                lines.append(f"| {dataset} | {label} | {one['segments']} | {one['p50_ms']:.2f} | {one['p95_ms']:.2f} | | | |")
-                lines.append(f"| {dataset} | {label} | {many['segments']} | {many['p50_ms']:.2f} | {many['p95_ms']:.2f} | "
-                             f"{many['p50_ms'] / one['p50_ms']:.2f}x | {many['p95_ms'] / one['p95_ms']:.2f}x | "
-                             f"{rows['identical']:.1%} |")
+                lines.append(
+                    f"| {dataset} | {label} | {one['segments']} | {one['p50_ms']:.2f} | {one['p95_ms']:.2f} | | | |"
+                )
+                lines.append(
+                    f"| {dataset} | {label} | {many['segments']} | {many['p50_ms']:.2f} | {many['p95_ms']:.2f} | "
+                    f"{many['p50_ms'] / one['p50_ms']:.2f}x | {many['p95_ms'] / one['p95_ms']:.2f}x | "
+                    f"{rows['identical']:.1%} |"
+                )
         lines.append("")
     disk = results.get("disk")
     if disk:
         after_one = disk.get("written_next_mb")
         next_text = f"{after_one:.1f} ({after_one / disk['fresh_mb']:.2f}x)" if after_one else "—"
-        lines += ["## Disk after 10,000 single-memory writes and their merges (after)", "",
-                  ("| writes | segments | folders | written index MB | fresh build MB | ratio | after one more write MB "
-                   "| write P50 ms | P95 ms | max ms | fresh build s |"), "|---|---|---|---|---|---|---|---|---|---|---|",
-                  (f"| {disk['writes']:,} | {disk['segments']} | {disk['generation_folders']} | {disk['written_mb']:.1f} | "
-                   f"{disk['fresh_mb']:.1f} | {disk['written_mb'] / disk['fresh_mb']:.2f}x | {next_text} | "
-                   f"{_ms(disk['write_seconds'], 50):.1f} | "
-                   f"{_ms(disk['write_seconds'], 95):.1f} | {1000 * max(disk['write_seconds']):.1f} | "
-                   f"{disk['fresh_seconds']:.1f} |"), ""]
+        lines += [
+            "## Disk after 10,000 single-memory writes and their merges (after)",
+            "",
+            (
+                "| writes | segments | folders | written index MB | fresh build MB | ratio | after one more write MB "
+                "| write P50 ms | P95 ms | max ms | fresh build s |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+            (
+                f"| {disk['writes']:,} | {disk['segments']} | {disk['generation_folders']} | {disk['written_mb']:.1f} | "
+                f"{disk['fresh_mb']:.1f} | {disk['written_mb'] / disk['fresh_mb']:.2f}x | {next_text} | "
+                f"{_ms(disk['write_seconds'], 50):.1f} | "
+                f"{_ms(disk['write_seconds'], 95):.1f} | {1000 * max(disk['write_seconds']):.1f} | "
+                f"{disk['fresh_seconds']:.1f} |"
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 
 def _describe(source: Path) -> str:
     """A checkout as a report names it: its commit (no machine path), or its folder's name."""
     try:
-        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return Path(source).name
     return f"a checkout of {commit}"
@@ -501,22 +739,37 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n" + json.dumps(WORKERS[argv[1]](json.loads(argv[2]))) + "\n")
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.writes", description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, help="a checkout of the code before (its folder holding hybridlab/)")
-    parser.add_argument("--after", type=Path, default=PACKAGE_ROOT,
-                        help="the code after (default this checkout; e.g. a worktree of one commit, so that "
-                        "uncommitted work in this checkout is not measured)")
+    parser.add_argument(
+        "--before", type=Path, help="a checkout of the code before (its folder holding hybridlab/)"
+    )
+    parser.add_argument(
+        "--after",
+        type=Path,
+        default=PACKAGE_ROOT,
+        help="the code after (default this checkout; e.g. a worktree of one commit, so that "
+        "uncommitted work in this checkout is not measured)",
+    )
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--stores", type=int, default=STORES)
-    parser.add_argument("--batch", type=int, default=BATCH, help="memories of the one-commit batch write (0: none)")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="memories of the one-commit batch write (0: none)"
+    )
     parser.add_argument("--disk-writes", type=int, default=DISK_WRITES)
     parser.add_argument("--reindex-files", type=int, default=REINDEX_FILES)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="reindex: runs per side, before and after alternating; each side's median run by share "
-                        "is reported, every run kept in writes.json (a loaded machine varies by tens of percent)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="reindex: runs per side, before and after alternating; each side's median run by share "
+        "is reported, every run kept in writes.json (a loaded machine varies by tens of percent)",
+    )
     parser.add_argument("--out", type=Path, help="default reports/bench/<date>-writes-2")
-    parser.add_argument("--update", action="store_true",
-                        help="keep the figures of OUT/writes.json and replace only the parts run now")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the figures of OUT/writes.json and replace only the parts run now",
+    )
     args = parser.parse_args(argv)
     for name, source in (("--before", args.before), ("--after", args.after)):
         if source is not None and not (source / "hybridlab" / "__init__.py").is_file():
@@ -527,28 +780,44 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import machine_info
 
     machine = machine_info()
-    results: dict[str, Any] = {"date": date, "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
-                               "before_source": _describe(args.before) if args.before else None,
-                               "after_source": _describe(args.after), "stores_per_n": args.stores, "stores": {},
-                               "reindex": {}, "search": {}, "disk": None}
+    results: dict[str, Any] = {
+        "date": date,
+        "machine": f"{machine['cpu_model']}, {machine['cores']} cores",
+        "before_source": _describe(args.before) if args.before else None,
+        "after_source": _describe(args.after),
+        "stores_per_n": args.stores,
+        "stores": {},
+        "reindex": {},
+        "search": {},
+        "disk": None,
+    }
     # the command as recorded: checkouts named by their commit, not by this machine's paths
-    named = {str(args.before): "<before>", str(args.after): "<after>"} if args.before else {str(args.after): "<after>"}
+    named = (
+        {str(args.before): "<before>", str(args.after): "<after>"}
+        if args.before
+        else {str(args.after): "<after>"}
+    )
     command = "python -m bench.writes " + " ".join(named.get(arg, arg) for arg in argv)
     results["commands"] = []
     if args.update and (out / "writes.json").is_file():  # keep what this run does not measure again
         kept = json.loads((out / "writes.json").read_text(encoding="utf-8"))
         rerun = {"wordllama"} if "stores" in args.parts else set()
         rerun |= {ONNX_MODEL} if "onnx" in args.parts else set()
-        results["stores"] = {label: [row for row in rows if row["model"] not in rerun]
-                             for label, rows in (kept.get("stores") or {}).items()}
+        results["stores"] = {
+            label: [row for row in rows if row["model"] not in rerun]
+            for label, rows in (kept.get("stores") or {}).items()
+        }
         for key in ("reindex", "search", "disk"):
             if key not in args.parts:
                 results[key] = kept.get(key)
         if "search" not in args.parts and kept.get("search_before"):
             results["search_before"] = kept["search_before"]
         readme = out / "README.md"  # a run written before `commands` was recorded names its command there
-        results["commands"] = kept.get("commands") or (re.findall(r"^Command: `([^`]+)`", readme.read_text(
-            encoding="utf-8"), flags=re.MULTILINE) if readme.is_file() else [])
+        results["commands"] = kept.get("commands") or (
+            re.findall(r"^Command: `([^`]+)`", readme.read_text(encoding="utf-8"), flags=re.MULTILINE)
+            if readme.is_file()
+            else []
+        )
     results["commands"].append(command.strip())
     sources = ([("before", args.before)] if args.before else []) + [("after", args.after)]
 
@@ -560,12 +829,16 @@ def main(argv: list[str] | None = None) -> int:
             cases = [(n, "wordllama" if part == "stores" else ONNX_MODEL) for n in args.sizes]
             for n, model in cases:
                 for label, source in sources:
-                    row = _run(source, "stores", {"n": n, "stores": args.stores, "batch": args.batch, "model": model})
+                    row = _run(
+                        source, "stores", {"n": n, "stores": args.stores, "batch": args.batch, "model": model}
+                    )
                     results["stores"].setdefault(label, []).append(row)
                     save()
-                    print(f"{label} {model} N={n}: P50 {_ms(row['store_seconds'], 50):.1f} ms/store, "
-                          f"P95 {_ms(row['store_seconds'], 95):.1f}, refresh P50 {_ms(row['refresh_seconds'], 50):.1f}",
-                          flush=True)
+                    print(
+                        f"{label} {model} N={n}: P50 {_ms(row['store_seconds'], 50):.1f} ms/store, "
+                        f"P95 {_ms(row['store_seconds'], 95):.1f}, refresh P50 {_ms(row['refresh_seconds'], 50):.1f}",
+                        flush=True,
+                    )
         elif part == "reindex":
             runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in sources}
             for _ in range(max(1, args.repeats)):
@@ -580,10 +853,17 @@ def main(argv: list[str] | None = None) -> int:
                 for label, source in sources:
                     rows, runs = {}, {}
                     for name, segments in (("one", 1), ("many", SEGMENTS)):
-                        row = _run(source, "search", {"segments": segments, "dataset": dataset.split("-")[0], **extra})
+                        row = _run(
+                            source,
+                            "search",
+                            {"segments": segments, "dataset": dataset.split("-")[0], **extra},
+                        )
                         runs[name] = row.pop("runs")
-                        rows[name] = {"segments": row["segments"], "p50_ms": _ms(row["latencies"], 50),
-                                      "p95_ms": _ms(row["latencies"], 95)}
+                        rows[name] = {
+                            "segments": row["segments"],
+                            "p50_ms": _ms(row["latencies"], 50),
+                            "p95_ms": _ms(row["latencies"], 95),
+                        }
                     rows["identical"] = same_runs(runs["one"], runs["many"])
                     if label == "after":
                         results["search"][dataset] = rows
@@ -594,7 +874,10 @@ def main(argv: list[str] | None = None) -> int:
         elif part == "disk":
             results["disk"] = _run(args.after, "disk", {"writes": args.disk_writes})
             save()
-            print(f"disk: {results['disk']['written_mb']:.1f} vs {results['disk']['fresh_mb']:.1f} MB", flush=True)
+            print(
+                f"disk: {results['disk']['written_mb']:.1f} vs {results['disk']['fresh_mb']:.1f} MB",
+                flush=True,
+            )
     save()
     if results["stores"]:
         _plot(results, out / "writes.png")

@@ -2,6 +2,7 @@
 
 The public names are imported lazily, so `import hybridlab` (and `hybridlab --help`) stays instant.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +23,18 @@ _EXPORTS = {
     "compare": "hybridlab.eval.evaluate",
 }
 
-__all__ = ["ChunkConfig", "Index", "IndexConfig", "SearchConfig", "SearchResult", "compare", "index_paths",
-           "make_run", "open_index", "score"]
+__all__ = [
+    "ChunkConfig",
+    "Index",
+    "IndexConfig",
+    "SearchConfig",
+    "SearchResult",
+    "compare",
+    "index_paths",
+    "make_run",
+    "open_index",
+    "score",
+]
 
 
 def __getattr__(name: str) -> Any:

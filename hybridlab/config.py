@@ -4,6 +4,7 @@ Precedence for search settings is implemented once, in :func:`resolve_search_con
 call argument > environment variable (``HYBRIDLAB_<NAME>``) > config file (the exported best
 config) > adaptive default.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -183,7 +184,9 @@ class SearchConfig:
         if self.depth < 1 or self.candidates < 1:
             raise ValueError(f"depth and candidates must be >= 1, got {self.depth}, {self.candidates}")
         if self.expand_hops < 0 or self.expand_seeds < 0:
-            raise ValueError(f"expand_hops and expand_seeds must be >= 0, got {self.expand_hops}, {self.expand_seeds}")
+            raise ValueError(
+                f"expand_hops and expand_seeds must be >= 0, got {self.expand_hops}, {self.expand_seeds}"
+            )
         if self.rrf_k <= 0:
             raise ValueError(f"rrf_k must be > 0, got {self.rrf_k}")
         if self.decay < 0:
@@ -192,26 +195,46 @@ class SearchConfig:
             raise ValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
         if self.tag_weight < 0:
             raise ValueError(f"tag_weight must be >= 0, got {self.tag_weight}")
-        if isinstance(self.rerank_depth, bool) or not isinstance(self.rerank_depth, Integral) or self.rerank_depth < 0:
-            raise ValueError(f"rerank_depth must be an integer >= 0 (0 = no rerank), got {self.rerank_depth!r}")
+        if (
+            isinstance(self.rerank_depth, bool)
+            or not isinstance(self.rerank_depth, Integral)
+            or self.rerank_depth < 0
+        ):
+            raise ValueError(
+                f"rerank_depth must be an integer >= 0 (0 = no rerank), got {self.rerank_depth!r}"
+            )
         if not 0.0 <= self.rerank_weight <= 1.0:
             raise ValueError(f"rerank_weight must be in [0, 1], got {self.rerank_weight}")
         if not 0.0 <= self.lexical_floor <= self.lexical_ceiling <= 1.0:
-            raise ValueError("lexical_floor and lexical_ceiling must satisfy 0 <= floor <= ceiling <= 1, got "
-                             f"{self.lexical_floor}, {self.lexical_ceiling}")
+            raise ValueError(
+                "lexical_floor and lexical_ceiling must satisfy 0 <= floor <= ceiling <= 1, got "
+                f"{self.lexical_floor}, {self.lexical_ceiling}"
+            )
         max_df = self.rare_term_max_df
         if isinstance(max_df, bool) or not isinstance(max_df, Integral) or max_df < 0:
-            raise ValueError(f"rare_term_max_df must be an integer >= 0 (0 = no rare-term lift), got {max_df!r}")
+            raise ValueError(
+                f"rare_term_max_df must be an integer >= 0 (0 = no rare-term lift), got {max_df!r}"
+            )
         if not 0.0 <= self.recency_intent_weight <= 1.0:
             raise ValueError(f"recency_intent_weight must be in [0, 1], got {self.recency_intent_weight}")
         if not 0.0 <= self.feedback_weight <= 10.0:
-            raise ValueError(f"feedback_weight must be in [0, 10] (0 = no dense feedback), got {self.feedback_weight}")
-        if isinstance(self.feedback_docs, bool) or not isinstance(self.feedback_docs, Integral) or self.feedback_docs < 1:
+            raise ValueError(
+                f"feedback_weight must be in [0, 10] (0 = no dense feedback), got {self.feedback_weight}"
+            )
+        if (
+            isinstance(self.feedback_docs, bool)
+            or not isinstance(self.feedback_docs, Integral)
+            or self.feedback_docs < 1
+        ):
             raise ValueError(f"feedback_docs must be an integer >= 1, got {self.feedback_docs!r}")
         if not 0.0 <= self.chunk_decay < 1.0:
-            raise ValueError(f"chunk_decay must be in [0, 1) (0 = a document's best chunk alone), got {self.chunk_decay}")
+            raise ValueError(
+                f"chunk_decay must be in [0, 1) (0 = a document's best chunk alone), got {self.chunk_decay}"
+            )
         if not 0.0 <= self.date_weight <= 1.0:
-            raise ValueError(f"date_weight must be in [0, 1] (0 = the query's dates are ignored), got {self.date_weight}")
+            raise ValueError(
+                f"date_weight must be in [0, 1] (0 = the query's dates are ignored), got {self.date_weight}"
+            )
         if self.date_grace_days < 0:
             raise ValueError(f"date_grace_days must be >= 0, got {self.date_grace_days}")
         if not isinstance(self.rerank_model, str) or not self.rerank_model.strip():
@@ -222,8 +245,11 @@ def resolve_auto(config: SearchConfig, n_chunks: int) -> SearchConfig:
     """`config` with its auto settings (`staged`, `fill_dense` = None) decided for `n_chunks`: on
     above `staged_threshold` chunks."""
     large = n_chunks > config.staged_threshold
-    return replace(config, staged=large if config.staged is None else config.staged,
-                   fill_dense=large if config.fill_dense is None else config.fill_dense)
+    return replace(
+        config,
+        staged=large if config.staged is None else config.staged,
+        fill_dense=large if config.fill_dense is None else config.fill_dense,
+    )
 
 
 def adaptive_alpha(n_chunks: int, memory_share: float = 0.0) -> float:
@@ -262,7 +288,12 @@ def _coerce(name: str, value: Any) -> Any:
     if value is None:
         return None
     try:
-        if isinstance(default, bool) or name in {"staged", "group_by_document", "fill_dense", "adaptive_fusion"}:
+        if isinstance(default, bool) or name in {
+            "staged",
+            "group_by_document",
+            "fill_dense",
+            "adaptive_fusion",
+        }:
             if isinstance(value, bool):
                 return value
             text = str(value).strip().lower()
@@ -285,8 +316,12 @@ def _coerce(name: str, value: Any) -> Any:
 #: Settings added after configs were first exported, with the value that reproduces the behaviour
 #: from before they existed: an exported config (one with `provenance`) that lacks one of them was
 #: pinned without it and keeps that behaviour (so `repro` still passes and serving it stays as measured).
-ADDED_SETTINGS: dict[str, Any] = {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0,
-                                   "date_weight": 0.0}
+ADDED_SETTINGS: dict[str, Any] = {
+    "adaptive_fusion": False,
+    "chunk_decay": 0.0,
+    "rare_term_max_df": 0,
+    "date_weight": 0.0,
+}
 #: Chunking settings added after indexes were first built, with the value those indexes were built
 #: with (read by :meth:`IndexConfig.from_manifest` and for exported configs).
 ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False}
@@ -363,7 +398,9 @@ def config_hash(data: Mapping[str, Any]) -> str:
 #: models load from installed packages only (no hub downloads) and tokenizers start no threads of
 #: their own (they would fight the searches for 2 cores).
 OFFLINE_ENVIRONMENT: Mapping[str, str] = {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
 }
 
 
@@ -380,8 +417,14 @@ def apply_offline_environment() -> None:
 
 
 #: --dtype spellings -> the torch dtype names recorded in an encoder spec
-DTYPES: Mapping[str, str] = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
-                             "bf16": "bfloat16", "bfloat16": "bfloat16"}
+DTYPES: Mapping[str, str] = {
+    "fp32": "float32",
+    "float32": "float32",
+    "fp16": "float16",
+    "float16": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+}
 
 
 @dataclass(frozen=True)
@@ -420,14 +463,19 @@ def parse_model_paths(value: Any) -> tuple[tuple[str, str], ...]:
     for entry in (e for e in entries if e):
         name, _, path = str(entry).partition("=")
         if not MODEL_NAME.match(name) or not path:
-            raise ValueError(f"model path {entry!r} is not NAME=PATH (NAME: letters, digits, '.', '_', '-'; "
-                             f"no '/'), e.g. my-model=/models/my-model")
+            raise ValueError(
+                f"model path {entry!r} is not NAME=PATH (NAME: letters, digits, '.', '_', '-'; "
+                f"no '/'), e.g. my-model=/models/my-model"
+            )
         pairs[name] = str(Path(path).expanduser().resolve())
     return tuple(pairs.items())
 
 
-def resolve_encoder_settings(arguments: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
-                             env: Mapping[str, str] | None = None) -> EncoderSettings:
+def resolve_encoder_settings(
+    arguments: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> EncoderSettings:
     """Argument > env `HYBRIDLAB_<FIELD>` (HYBRIDLAB_DEVICE, HYBRIDLAB_BATCH_SIZE, HYBRIDLAB_DTYPE,
     HYBRIDLAB_MAX_SEQ_LENGTH, HYBRIDLAB_QUERY_PROMPT, HYBRIDLAB_DOCUMENT_PROMPT, HYBRIDLAB_MODEL_PATHS)
     > `config` (a config file's "encoder" section) > None. ValueError names a bad value."""

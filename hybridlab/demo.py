@@ -3,6 +3,7 @@
 Indexes `ground_truth/memories`, runs a few queries with their results, and evaluates BM25 vs
 vector vs hybrid on the judged queries, printing the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,10 @@ def run_demo(args: argparse.Namespace) -> int:
     print(report.summary())
     index = open_index(args.index_dir)
     stats = index.stats()
-    print(f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
-          f"{stats['tags']} distinct tags, models {list(stats['models'])}")
+    print(
+        f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
+        f"{stats['tags']} distinct tags, models {list(stats['models'])}"
+    )
     now = evalset.now
     print(f"\n== queries (now = {now}, hybrid defaults: adaptive alpha, convex fusion, tags, recency)")
     for query in DEMO_QUERIES:
@@ -40,8 +43,10 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"\n> {query}   ({elapsed:.1f} ms)")
         for r in results:
             e = r.explain or {}
-            print(f"  {r.rank}. {r.doc_id} [{', '.join(r.tags)}] score {r.score:.4f} "
-                  f"(tags {e.get('matched_tags')}, recency {e.get('recency_factor', 1):.2f})")
+            print(
+                f"  {r.rank}. {r.doc_id} [{', '.join(r.tags)}] score {r.score:.4f} "
+                f"(tags {e.get('matched_tags')}, recency {e.get('recency_factor', 1):.2f})"
+            )
             print(f"     {r.snippet[:140]}")
     if getattr(args, "quick", False):
         return 0

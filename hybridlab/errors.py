@@ -6,10 +6,21 @@ Each also keeps the built-in base it always had (`IndexNotFoundError` is a `File
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
 (`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
 """
+
 from __future__ import annotations
 
-__all__ = ["CorruptIndexError", "HybridlabError", "IndexFormatError", "IndexLockedError", "IndexNotFoundError",
-           "InvalidValueError", "MissingExtraError", "ModelNotInstalledError", "StoreError", "StoreLockedError"]
+__all__ = [
+    "CorruptIndexError",
+    "HybridlabError",
+    "IndexFormatError",
+    "IndexLockedError",
+    "IndexNotFoundError",
+    "InvalidValueError",
+    "MissingExtraError",
+    "ModelNotInstalledError",
+    "StoreError",
+    "StoreLockedError",
+]
 
 
 class HybridlabError(Exception):

@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#optional-dependencies.
 """
+
 from __future__ import annotations
 
 import importlib.util

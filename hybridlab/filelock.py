@@ -6,6 +6,7 @@ never leaves a stale lock behind (unlike a lock *file* whose existence is the lo
 blocking `flock` (the kernel wakes the waiter when the holder lets go), bounded by a timeout: no
 polling, so a waiter is never starved by a loop of short holds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +66,9 @@ def flock_waiting(fd: int, operation: int, timeout: float | None) -> None:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike, *, blocking: bool = True,
-                   timeout: float | None = None) -> Iterator[IO[str]]:
+def exclusive_lock(
+    path: str | os.PathLike, *, blocking: bool = True, timeout: float | None = None
+) -> Iterator[IO[str]]:
     """Hold an exclusive flock on `path` (created with its folders) for the block; yields the open
     file (read/append), e.g. to record the holder's PID in it.
 
@@ -84,7 +86,9 @@ def exclusive_lock(path: str | os.PathLike, *, blocking: bool = True,
 
 
 @contextlib.contextmanager
-def lock_if_possible(path: str | os.PathLike, *, exclusive: bool, timeout: float | None) -> Iterator[bool | None]:
+def lock_if_possible(
+    path: str | os.PathLike, *, exclusive: bool, timeout: float | None
+) -> Iterator[bool | None]:
     """Hold a flock on `path` for the block, waiting at most `timeout` seconds (0: not at all; None:
     as long as it takes). Yields True when held, False when another holder kept it past `timeout`,
     None when the file cannot be opened (e.g. in a read-only folder: nothing to lock there)."""

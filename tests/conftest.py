@@ -14,6 +14,7 @@ Fixture files live in `tests/data/` (written by hand for these tests, no dataset
 
 Every test that writes uses a tmp copy (`corpus_copy`), never `tests/data/` itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,12 @@ def tiny_index(tiny_corpus, embedding_cache_path, tmp_path_factory) -> Path:
     from hybridlab.index.build import index_paths
 
     index_dir = tmp_path_factory.mktemp("tiny-index") / "index"
-    index_paths([tiny_corpus / name for name in CORPUS_SOURCES], index_dir, progress=False,
-                cache_path=embedding_cache_path)
+    index_paths(
+        [tiny_corpus / name for name in CORPUS_SOURCES],
+        index_dir,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     return index_dir
 
 

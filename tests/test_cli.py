@@ -1,4 +1,5 @@
 """The command line: golden search JSON, stats, index timing, one-line errors, a light `--help`."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,19 @@ import pytest
 from hybridlab import cli
 from hybridlab.cli import search_kwargs
 
-RESULT_KEYS = ["rank", "doc_id", "chunk_id", "title", "section", "score", "snippet", "collection", "chunk_type",
-               "tags", "updated_at"]
+RESULT_KEYS = [
+    "rank",
+    "doc_id",
+    "chunk_id",
+    "title",
+    "section",
+    "score",
+    "snippet",
+    "collection",
+    "chunk_type",
+    "tags",
+    "updated_at",
+]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -41,39 +53,104 @@ def run_error(capsys, *argv: str) -> str:
 # ------------------------------------------------------------------ search
 def test_search_json_golden_bm25(capsys, tiny_index):
     # --decay 0: no recency factor (file documents are dated by their mtime), so scores are pure BM25
-    code, out, _ = run(capsys, "search", "certificate host name", "--index", str(tiny_index), "--mode", "bm25",
-                       "--decay", "0", "--limit", "3", "--json")
+    code, out, _ = run(
+        capsys,
+        "search",
+        "certificate host name",
+        "--index",
+        str(tiny_index),
+        "--mode",
+        "bm25",
+        "--decay",
+        "0",
+        "--limit",
+        "3",
+        "--json",
+    )
     assert code == 0
     results = json.loads(out)
     assert [list(r) for r in results] == [RESULT_KEYS] * 3
-    assert [{k: r[k] for k in ("rank", "doc_id", "chunk_id", "title", "section", "collection", "chunk_type", "tags")}
-            for r in results] == [
-        {"rank": 1, "doc_id": "panel/deploy.rst", "chunk_id": 2, "title": "Deploying an app",
-         "section": "Deploying an app › Behind a proxy", "collection": "panel", "chunk_type": "text", "tags": []},
-        {"rank": 2, "doc_id": "m2", "chunk_id": 6,
-         "title": "The staging server certificate expired; renewed it with the new ACME account.",
-         "section": "", "collection": "infra", "chunk_type": "memory", "tags": ["ops", "tls"]},
-        {"rank": 3, "doc_id": "hvplot/scatter.ipynb", "chunk_id": 1, "title": "Scatter plots",
-         "section": "Scatter plots", "collection": "hvplot", "chunk_type": "text", "tags": []},
+    assert [
+        {
+            k: r[k]
+            for k in ("rank", "doc_id", "chunk_id", "title", "section", "collection", "chunk_type", "tags")
+        }
+        for r in results
+    ] == [
+        {
+            "rank": 1,
+            "doc_id": "panel/deploy.rst",
+            "chunk_id": 2,
+            "title": "Deploying an app",
+            "section": "Deploying an app › Behind a proxy",
+            "collection": "panel",
+            "chunk_type": "text",
+            "tags": [],
+        },
+        {
+            "rank": 2,
+            "doc_id": "m2",
+            "chunk_id": 6,
+            "title": "The staging server certificate expired; renewed it with the new ACME account.",
+            "section": "",
+            "collection": "infra",
+            "chunk_type": "memory",
+            "tags": ["ops", "tls"],
+        },
+        {
+            "rank": 3,
+            "doc_id": "hvplot/scatter.ipynb",
+            "chunk_id": 1,
+            "title": "Scatter plots",
+            "section": "Scatter plots",
+            "collection": "hvplot",
+            "chunk_type": "text",
+            "tags": [],
+        },
     ]
     # BM25 (Lucene, k1 1.5, b 0.75) over the indexed text (section path + tags line + chunk)
     assert [r["score"] for r in results] == pytest.approx([2.59169, 0.887582, 0.48572], rel=1e-4)
     assert results[0]["snippet"] == (
         "…----- When the app sits behind a reverse proxy with its own certificate, a browser may refuse the "
         "connection with ERR_TLS_CERT_ALTNAME_INVALID: the certificate does not name the host. Issue a "
-        "certificate whose subject alternative names incl…")
-    assert results[1]["snippet"] == "The staging server certificate expired; renewed it with the new ACME account."
+        "certificate whose subject alternative names incl…"
+    )
+    assert (
+        results[1]["snippet"]
+        == "The staging server certificate expired; renewed it with the new ACME account."
+    )
     assert results[1]["updated_at"] == "2026-10-15T12:30:00Z"
 
 
 def test_search_json_hybrid_top_hit(capsys, tiny_index):
-    code, out, _ = run(capsys, "search", "SelectEditor dropdown", "--index", str(tiny_index), "--limit", "1",
-                       "--fusion", "rrf", "--alpha", "0.5", "--decay", "0", "--chunk-decay", "0", "--json")
+    code, out, _ = run(
+        capsys,
+        "search",
+        "SelectEditor dropdown",
+        "--index",
+        str(tiny_index),
+        "--limit",
+        "1",
+        "--fusion",
+        "rrf",
+        "--alpha",
+        "0.5",
+        "--decay",
+        "0",
+        "--chunk-decay",
+        "0",
+        "--json",
+    )
     assert code == 0
     (top,) = json.loads(out)
     assert list(top) == RESULT_KEYS
     assert (top["rank"], top["doc_id"], top["chunk_id"], top["title"], top["section"]) == (
-        1, "panel/tabulator.md", 3, "Tabulator", "Tabulator › Editors")
+        1,
+        "panel/tabulator.md",
+        3,
+        "Tabulator",
+        "Tabulator › Editors",
+    )
     # first in both retrievers: RRF (rrf_k 60) weighted 0.5 / 0.5 (the best chunk alone: --chunk-decay 0)
     assert top["score"] == pytest.approx(0.5 / 61 + 0.5 / 61, abs=1e-6)
     assert "SelectEditor, which shows a dropdown list" in top["snippet"]
@@ -91,9 +168,17 @@ def test_stats_prints_counts_per_collection_type_and_model(capsys, tiny_index):
     assert code == 0
     lines = [" ".join(line.split()) for line in out.splitlines()]
     assert "documents 10, chunks 11, distinct tags 5" in lines
-    for expected in ("beir 3 (3 documents)", "docs 1 (1 documents)", "hvplot 1 (1 documents)",
-                     "infra 1 (1 documents)", "memories 2 (2 documents)", "panel 3 (2 documents)",
-                     "memory 3", "text 8", "all-MiniLM-L6-v2 dim 384 vectors 11 index Flat"):
+    for expected in (
+        "beir 3 (3 documents)",
+        "docs 1 (1 documents)",
+        "hvplot 1 (1 documents)",
+        "infra 1 (1 documents)",
+        "memories 2 (2 documents)",
+        "panel 3 (2 documents)",
+        "memory 3",
+        "text 8",
+        "all-MiniLM-L6-v2 dim 384 vectors 11 index Flat",
+    ):
         assert expected in lines, expected
     code, out, _ = run(capsys, "stats", "--index", str(tiny_index), "--json")
     stats = json.loads(out)
@@ -102,10 +187,17 @@ def test_stats_prints_counts_per_collection_type_and_model(capsys, tiny_index):
 
 
 def test_index_json_records_time_and_chunks_per_second(capsys, tmp_path, tiny_corpus):
-    code, out, err = run(capsys, "index", str(tiny_corpus / "beir"), "--index", str(tmp_path / "ix"), "--json", "-q")
+    code, out, err = run(
+        capsys, "index", str(tiny_corpus / "beir"), "--index", str(tmp_path / "ix"), "--json", "-q"
+    )
     assert code == 0, err
     report = json.loads(out)
-    assert (report["documents"], report["chunks"], report["new_chunks"], report["committed"]) == (3, 3, 3, True)
+    assert (report["documents"], report["chunks"], report["new_chunks"], report["committed"]) == (
+        3,
+        3,
+        3,
+        True,
+    )
     assert report["seconds"] > 0
     assert report["chunks_per_second"] == pytest.approx(3 / report["seconds"], rel=0.05, abs=0.1)
     code, out, _ = run(capsys, "index", str(tiny_corpus / "beir"), "--index", str(tmp_path / "ix"), "-q")
@@ -114,23 +206,45 @@ def test_index_json_records_time_and_chunks_per_second(capsys, tmp_path, tiny_co
     assert " chunks/s; no change (index untouched)" in out
 
 
-
 def test_index_output_has_no_library_debug_lines(tmp_path, tiny_corpus):
     # bm25s sets its logger to DEBUG on import, after the CLI configured logging: its build message
     # ("DEBUG bm25s: Building index from IDs objects") used to land in the output of every `index`
-    done = subprocess.run([sys.executable, "-m", "hybridlab.cli", "index", str(tiny_corpus / "beir"), "--index",
-                           str(tmp_path / "ix"), "-q"], check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybridlab.cli",
+            "index",
+            str(tiny_corpus / "beir"),
+            "--index",
+            str(tmp_path / "ix"),
+            "-q",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("3 documents: 3 added")
     assert "DEBUG" not in done.stderr + done.stdout, done.stderr
+
 
 def test_index_warns_about_skipped_files(capsys, corpus_copy):
     pytest.importorskip("wordllama")  # the fast model: this test is about the warnings, not the vectors
     (corpus_copy / "docs" / "blob.md").write_bytes(b"\x00\x01binary")
     (corpus_copy / "docs" / "bad.ipynb").write_text("{")
-    code, out, err = run(capsys, "index", str(corpus_copy / "docs"), "--index", str(corpus_copy / "ix"), "-q",
-                         "--model", "wordllama")
+    code, out, err = run(
+        capsys,
+        "index",
+        str(corpus_copy / "docs"),
+        "--index",
+        str(corpus_copy / "ix"),
+        "-q",
+        "--model",
+        "wordllama",
+    )
     assert code == 0
     warnings = [line for line in err.splitlines() if line.startswith("warning: skipped")]
     assert len(warnings) == 2 and any("blob.md: binary file" in w for w in warnings)
@@ -166,7 +280,8 @@ def test_memory_with_a_bad_field(capsys, tmp_path):
 
 def test_empty_query(capsys, tiny_index):
     assert run_error(capsys, "search", "  ", "--index", str(tiny_index)) == (
-        "error: empty query: give some words to search for")
+        "error: empty query: give some words to search for"
+    )
 
 
 def test_limit_zero(capsys, tiny_index):
@@ -195,8 +310,14 @@ def test_help_does_not_import_heavy_libraries():
         "heavy = ('torch', 'sentence_transformers', 'faiss', 'ranx', 'duckdb', 'bm25s', 'transformers')\n"
         "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert "usage: hybridlab" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
@@ -207,14 +328,38 @@ def test_the_parser_lists_each_group_modules_commands_in_help_order():
     cli/membench.py), in the order `hybridlab --help` has always listed them."""
     import argparse
 
-    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert list(commands) == ["index", "search", "stats", "memories", "export", "models", "reindex", "eval", "fuse",
-                              "verify", "sweep", "grid", "report", "export-config", "learn-fusion", "repro", "mcp",
-                              "membench", "demo"]
-    done = subprocess.run([sys.executable, "-m", "hybridlab.cli", "stats", "--help"], check=False,
-                          capture_output=True, text=True, timeout=120)
+    commands = next(
+        a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    assert list(commands) == [
+        "index",
+        "search",
+        "stats",
+        "memories",
+        "export",
+        "models",
+        "reindex",
+        "eval",
+        "fuse",
+        "verify",
+        "sweep",
+        "grid",
+        "report",
+        "export-config",
+        "learn-fusion",
+        "repro",
+        "mcp",
+        "membench",
+        "demo",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "hybridlab.cli", "stats", "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.startswith("usage: hybridlab stats [-h] [--index INDEX_DIR]")
-
 
 
 def test_public_names_are_exported_and_resolve():
@@ -224,6 +369,7 @@ def test_public_names_are_exported_and_resolve():
     assert all(callable(getattr(hybridlab, name)) for name in hybridlab.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         hybridlab.nope  # noqa: B018
+
 
 # ------------------------------------------------------------------ done-when checks on real data
 def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Path:
@@ -248,8 +394,16 @@ def test_holoviz_tabulator_query_finds_the_tabulator_notebook(capsys):
     if not (corpora_dir() / "holoviz").is_dir():
         pytest.skip(f"no HoloViz corpus at {corpora_dir() / 'holoviz'}")
     index_dir = _ensure_eval_index("holoviz")
-    code, out, err = run(capsys, "search", "Tabulator frozen_columns embed_content", "--index", str(index_dir),
-                         "--limit", "3", "--json")
+    code, out, err = run(
+        capsys,
+        "search",
+        "Tabulator frozen_columns embed_content",
+        "--index",
+        str(index_dir),
+        "--limit",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     doc_ids = [r["doc_id"] for r in json.loads(out)]
     assert "panel/examples/reference/widgets/Tabulator.ipynb" in doc_ids
@@ -279,7 +433,9 @@ def test_scifact_subset_index_reports_time_and_chunks_per_second(capsys, tmp_pat
     print(f"SciFact subset: 40 chunks in {report['seconds']:.1f} s, {report['chunks_per_second']} chunks/s")
 
 
-@pytest.mark.parametrize(("flags", "expected"), [((), None), (("--fill-dense",), True), (("--no-fill-dense",), False)])
+@pytest.mark.parametrize(
+    ("flags", "expected"), [((), None), (("--fill-dense",), True), (("--no-fill-dense",), False)]
+)
 def test_fill_dense_flags_are_three_way(flags, expected):
     args = cli.build_parser().parse_args(["search", "q", *flags])
     assert search_kwargs(args).get("fill_dense") is expected

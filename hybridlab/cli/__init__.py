@@ -7,6 +7,7 @@ handlers: :mod:`~hybridlab.cli.indexing` (index, models, reindex, verify),
 export-config, learn-fusion, repro), :mod:`~hybridlab.cli.serving` (mcp) and
 :mod:`hybridlab.cli.membench` (membench); the options several share are in
 :mod:`~hybridlab.cli.options`. :func:`build_parser` assembles them in the order `--help` lists them."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,24 +31,52 @@ from hybridlab.config import apply_offline_environment
 from hybridlab.errors import HybridlabError
 from hybridlab.server.stderr import StderrHandler
 
-__all__ = ["DEFAULT_INDEX", "UsageError", "add_search_options", "build_parser", "encoder_options",
-           "index_config_from_args", "main", "search_kwargs"]
+__all__ = [
+    "DEFAULT_INDEX",
+    "UsageError",
+    "add_search_options",
+    "build_parser",
+    "encoder_options",
+    "index_config_from_args",
+    "main",
+    "search_kwargs",
+]
 
 logger = logging.getLogger("hybridlab")
 
 #: the commands in the order `hybridlab --help` lists them
-COMMANDS = (indexing.add_index, searching.add_search, searching.add_stats, memories.add_memories,
-            memories.add_export, indexing.add_models, indexing.add_reindex, evaluating.add_eval,
-            evaluating.add_fuse, indexing.add_verify, tuning.add_sweep, tuning.add_grid, tuning.add_report,
-            tuning.add_export_config, tuning.add_learn_fusion, tuning.add_repro, serving.add_mcp, add_membench,
-            evaluating.add_demo)
+COMMANDS = (
+    indexing.add_index,
+    searching.add_search,
+    searching.add_stats,
+    memories.add_memories,
+    memories.add_export,
+    indexing.add_models,
+    indexing.add_reindex,
+    evaluating.add_eval,
+    evaluating.add_fuse,
+    indexing.add_verify,
+    tuning.add_sweep,
+    tuning.add_grid,
+    tuning.add_report,
+    tuning.add_export_config,
+    tuning.add_learn_fusion,
+    tuning.add_repro,
+    serving.add_mcp,
+    add_membench,
+    evaluating.add_demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `hybridlab` parser: the global options, then each command of :data:`COMMANDS`."""
-    parser = Parser(prog="hybridlab", description=(
-        "Hybrid retrieval research kit: dense vectors + BM25 + tags + recency, fused; evaluated with ranx; "
-        "served over MCP."))
+    parser = Parser(
+        prog="hybridlab",
+        description=(
+            "Hybrid retrieval research kit: dense vectors + BM25 + tags + recency, fused; evaluated with ranx; "
+            "served over MCP."
+        ),
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
@@ -61,8 +90,18 @@ def _configure_encoders(args: argparse.Namespace) -> None:
     from hybridlab.encoders.registry import configure
 
     if getattr(args, "encoder_backend", None):  # the argument over the env: the registry reads these
-        os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = os.environ["HYBRIDLAB_QUERY_BACKEND"] = args.encoder_backend
-    names = ("device", "batch_size", "dtype", "max_seq_length", "query_prompt", "document_prompt", "model_paths")
+        os.environ["HYBRIDLAB_DOCUMENT_BACKEND"] = os.environ["HYBRIDLAB_QUERY_BACKEND"] = (
+            args.encoder_backend
+        )
+    names = (
+        "device",
+        "batch_size",
+        "dtype",
+        "max_seq_length",
+        "query_prompt",
+        "document_prompt",
+        "model_paths",
+    )
     config = load_config_file(args.config).get("encoder") if getattr(args, "config", None) else None
     configure(resolve_encoder_settings({name: getattr(args, name, None) for name in names}, config))
 
@@ -90,7 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the index is unchanged unless a new generation was committed", file=sys.stderr)
         return 130
-    except (HybridlabError, ValueError, FileNotFoundError, KeyError, ImportError, argparse.ArgumentTypeError) as error:
+    except (
+        HybridlabError,
+        ValueError,
+        FileNotFoundError,
+        KeyError,
+        ImportError,
+        argparse.ArgumentTypeError,
+    ) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         print(f"error: {message}", file=sys.stderr)
         return 2

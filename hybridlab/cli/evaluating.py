@@ -1,4 +1,5 @@
 """`eval`, `fuse` and `demo`: scoring an index or run files against judgements."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,30 +27,64 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     """The `eval` command."""
     p = sub.add_parser("eval", help="score an index against queries + qrels with ranx")
     index_arg(p)
-    p.set_defaults(index_dir=None)  # default: with --dataset the set's evaluation index, else HYBRIDLAB_INDEX/.hybridlab
-    p.add_argument("--dataset", help="an evaluation set (declared, e.g. scifact; a BEIR folder; or irds:<ir_datasets "
-                   "id>, e.g. irds:beir/scifact/test): its queries and qrels, and its cached index unless --index")
+    p.set_defaults(
+        index_dir=None
+    )  # default: with --dataset the set's evaluation index, else HYBRIDLAB_INDEX/.hybridlab
+    p.add_argument(
+        "--dataset",
+        help="an evaluation set (declared, e.g. scifact; a BEIR folder; or irds:<ir_datasets "
+        "id>, e.g. irds:beir/scifact/test): its queries and qrels, and its cached index unless --index",
+    )
     evalsets_arg(p)
-    p.add_argument("--queries", help="queries.jsonl[.gz] (BEIR) or a dataset folder (with --run: optional, "
-                   "for the per-kind table)")
+    p.add_argument(
+        "--queries",
+        help="queries.jsonl[.gz] (BEIR) or a dataset folder (with --run: optional, for the per-kind table)",
+    )
     p.add_argument("--qrels", help="qrels file (BEIR .tsv or TREC) or a dataset folder")
     p.add_argument("--save-run", help="write the run as a TREC run file")
     encoder_options(p, documents=False)
-    p.add_argument("--query-vectors", metavar="FILE", help="the queries' vectors from a file (Parquet id, vector; "
-                   "or .npy + ids), for a model that cannot encode here (docs/models.md)")
-    p.add_argument("--run", action="append", dest="runs", metavar="FILE",
-                   help="score this run file (TREC or ranx JSON, gzipped or not) instead of searching the "
-                   "index; repeatable, the first is the baseline of the paired tests")
-    p.add_argument("--metrics", type=_metric_list, default=None, metavar="M1,M2",
-                   help="ranx metrics, comma-separated (default hit_rate@10,mrr,ndcg@10,recall@100); e.g. "
-                   "recall@5,hit_rate@5 = the memory benchmarks' recall and recall_any at 5")
-    p.add_argument("--test", choices=["randomization", "t-test"], default="randomization",
-                   help="with --run: the paired test against the baseline (Holm-corrected; default randomization)")
-    p.add_argument("--kind", action="append", dest="kinds", metavar="KIND",
-                   help="only queries of this kind (their metadata.kind); repeatable")
-    p.add_argument("--split", choices=["all", "dev", "test", "train", "cv"], default=None,
-                   help="score the deterministic dev or test half of the queries (sha1 of the query id); with "
-                   "--dataset, a split of the set (default: its report split)")
+    p.add_argument(
+        "--query-vectors",
+        metavar="FILE",
+        help="the queries' vectors from a file (Parquet id, vector; "
+        "or .npy + ids), for a model that cannot encode here (docs/models.md)",
+    )
+    p.add_argument(
+        "--run",
+        action="append",
+        dest="runs",
+        metavar="FILE",
+        help="score this run file (TREC or ranx JSON, gzipped or not) instead of searching the "
+        "index; repeatable, the first is the baseline of the paired tests",
+    )
+    p.add_argument(
+        "--metrics",
+        type=_metric_list,
+        default=None,
+        metavar="M1,M2",
+        help="ranx metrics, comma-separated (default hit_rate@10,mrr,ndcg@10,recall@100); e.g. "
+        "recall@5,hit_rate@5 = the memory benchmarks' recall and recall_any at 5",
+    )
+    p.add_argument(
+        "--test",
+        choices=["randomization", "t-test"],
+        default="randomization",
+        help="with --run: the paired test against the baseline (Holm-corrected; default randomization)",
+    )
+    p.add_argument(
+        "--kind",
+        action="append",
+        dest="kinds",
+        metavar="KIND",
+        help="only queries of this kind (their metadata.kind); repeatable",
+    )
+    p.add_argument(
+        "--split",
+        choices=["all", "dev", "test", "train", "cv"],
+        default=None,
+        help="score the deterministic dev or test half of the queries (sha1 of the query id); with "
+        "--dataset, a split of the set (default: its report split)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     add_search_options(p)
@@ -60,11 +95,26 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
 def _metric_list(text: str) -> tuple[str, ...]:
     """`--metrics`: comma-separated ranx metric names (the families ranx scores, cut at @k or not)."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    known = ("hits", "hit_rate", "precision", "recall", "f1", "r-precision", "mrr", "map", "ndcg", "ndcg_burges",
-             "bpref", "dcg", "dcg_burges")
+    known = (
+        "hits",
+        "hit_rate",
+        "precision",
+        "recall",
+        "f1",
+        "r-precision",
+        "mrr",
+        "map",
+        "ndcg",
+        "ndcg_burges",
+        "bpref",
+        "dcg",
+        "dcg_burges",
+    )
     bad = [name for name in names if name.split("@")[0] not in known]
     if not names or bad:
-        raise argparse.ArgumentTypeError(f"unknown metric(s) {bad or text!r}; e.g. recall@5,hit_rate@5,ndcg@10")
+        raise argparse.ArgumentTypeError(
+            f"unknown metric(s) {bad or text!r}; e.g. recall@5,hit_rate@5,ndcg@10"
+        )
     return names
 
 
@@ -80,12 +130,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError(f"no query has kind {sorted(unknown)}; kinds: {sorted(set(kinds.values()))}")
         queries = {q: t for q, t in queries.items() if kinds.get(q) in args.kinds}
     if not queries:
-        raise UsageError(f"no query of {args.dataset or args.queries} has judgements in {args.dataset or args.qrels}")
+        raise UsageError(
+            f"no query of {args.dataset or args.queries} has judgements in {args.dataset or args.qrels}"
+        )
     if args.index_dir is None:  # --dataset: the set's cached evaluation index unless --index is given
         from hybridlab.eval.evalsets import ensure_index
 
-        args.index_dir = str(ensure_index(evalset, progress=not args.quiet)) if evalset \
+        args.index_dir = (
+            str(ensure_index(evalset, progress=not args.quiet))
+            if evalset
             else os.environ.get("HYBRIDLAB_INDEX", DEFAULT_INDEX)
+        )
     index = open_search_index(args)
     kwargs = search_kwargs(args)
     kwargs.pop("chunk_types", None)
@@ -121,8 +176,10 @@ def _eval_topics(args: argparse.Namespace):
 
     if args.dataset is None:
         if not args.runs and not (args.queries and args.qrels):
-            raise UsageError("eval needs --dataset NAME, or --queries and --qrels (to search the index), "
-                             "or --run FILE with --qrels (to score run files)")
+            raise UsageError(
+                "eval needs --dataset NAME, or --queries and --qrels (to search the index), "
+                "or --run FILE with --qrels (to score run files)"
+            )
         if not args.qrels:
             raise UsageError("eval --run needs --qrels FILE or --dataset NAME")
         qrels = load_qrels(Path(args.qrels))
@@ -137,7 +194,11 @@ def _eval_topics(args: argparse.Namespace):
 
     evalset = resolve_evalset(args.dataset)
     dataset = evalset.dataset(args.split or evalset.report_split)
-    kinds = {q: str(m[evalset.kinds]) for q, m in load_query_metadata(evalset.queries_path).items() if evalset.kinds in m}
+    kinds = {
+        q: str(m[evalset.kinds])
+        for q, m in load_query_metadata(evalset.queries_path).items()
+        if evalset.kinds in m
+    }
     return evalset, dataset.queries, dataset.qrels, kinds
 
 
@@ -152,8 +213,10 @@ def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str])
     vectors = vectors_by_id(args.query_vectors, list(queries))
     dim = len(next(iter(vectors.values())))
     if dim != index.dense[model].dim:
-        raise UsageError(f"{args.query_vectors} holds {dim}-d vectors but the index's {model!r} vectors are "
-                         f"{index.dense[model].dim}-d")
+        raise UsageError(
+            f"{args.query_vectors} holds {dim}-d vectors but the index's {model!r} vectors are "
+            f"{index.dense[model].dim}-d"
+        )
     index.put_query_vectors(model, {queries[qid]: vector for qid, vector in vectors.items()})
 
 
@@ -182,28 +245,58 @@ def _eval_runs(args: argparse.Namespace) -> int:
 
 def add_fuse(sub: argparse._SubParsersAction) -> None:
     """The `fuse` command."""
-    p = sub.add_parser("fuse", help="fuse run files (TREC or ranx JSON, any tool's) with the engine's fusion; "
-                       "--tune-on chooses method and weights on one split, --report-on reports on another")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="a run file, or NAME=FILE to name it (the names "
-                   "dense / bm25 / tags give theoretical-min-max its floors)")
-    p.add_argument("--method", choices=["rrf", "convex", "dbsf"],
-                   help="default rrf; with --tune-on unset = choose among all")
-    p.add_argument("--normalization", choices=["min-max", "z-score", "theoretical-min-max", "none"],
-                   help="convex's normalisation (default min-max; with --tune-on unset = choose)")
-    p.add_argument("--weights", type=float, nargs="+", metavar="W",
-                   help="one weight per run, in order (default equal; with --tune-on unset = a grid)")
+    p = sub.add_parser(
+        "fuse",
+        help="fuse run files (TREC or ranx JSON, any tool's) with the engine's fusion; "
+        "--tune-on chooses method and weights on one split, --report-on reports on another",
+    )
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="a run file, or NAME=FILE to name it (the names "
+        "dense / bm25 / tags give theoretical-min-max its floors)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["rrf", "convex", "dbsf"],
+        help="default rrf; with --tune-on unset = choose among all",
+    )
+    p.add_argument(
+        "--normalization",
+        choices=["min-max", "z-score", "theoretical-min-max", "none"],
+        help="convex's normalisation (default min-max; with --tune-on unset = choose)",
+    )
+    p.add_argument(
+        "--weights",
+        type=float,
+        nargs="+",
+        metavar="W",
+        help="one weight per run, in order (default equal; with --tune-on unset = a grid)",
+    )
     p.add_argument("--rrf-k", type=positive_int, default=60, help="the RRF constant (default 60)")
-    p.add_argument("--limit", "-k", type=positive_int, default=100, help="results per query kept (default 100)")
+    p.add_argument(
+        "--limit", "-k", type=positive_int, default=100, help="results per query kept (default 100)"
+    )
     p.add_argument("--out", required=True, help="the fused run (.json: ranx JSON; .gz: gzipped; else TREC)")
     p.add_argument("--tune-on", metavar="QRELS", help="choose the setting on these qrels' queries only")
-    p.add_argument("--report-on", metavar="QRELS", help="report the fused run and each input on these "
-                   "(queries disjoint from --tune-on)")
+    p.add_argument(
+        "--report-on",
+        metavar="QRELS",
+        help="report the fused run and each input on these (queries disjoint from --tune-on)",
+    )
     p.add_argument("--metric", default="ndcg@10", help="what --tune-on maximises (default ndcg@10)")
     p.add_argument("--grid-step", type=float, default=0.1, help="weight grid step of --tune-on (default 0.1)")
-    p.add_argument("--search", choices=["grid", "optuna"], default="grid",
-                   help="how --tune-on searches: every grid setting, or --trials settings proposed by Optuna's TPE "
-                   "sampler (weights continuous; needs the tune extra)")
-    p.add_argument("--trials", type=positive_int, default=50, help="--search optuna: settings tried (default 50)")
+    p.add_argument(
+        "--search",
+        choices=["grid", "optuna"],
+        default="grid",
+        help="how --tune-on searches: every grid setting, or --trials settings proposed by Optuna's TPE "
+        "sampler (weights continuous; needs the tune extra)",
+    )
+    p.add_argument(
+        "--trials", type=positive_int, default=50, help="--search optuna: settings tried (default 50)"
+    )
     p.add_argument("--seed", type=int, default=0, help="--search optuna: the sampler's seed (default 0)")
     p.add_argument("--test", choices=["randomization", "t-test"], default="randomization")
     p.add_argument("--json", action="store_true")
@@ -241,30 +334,57 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         if args.report_on:
             shared = sorted(set(tune_qrels) & set(load_qrels(Path(args.report_on))))
             if shared:
-                raise UsageError(f"the tuning and report splits share {len(shared)} queries (e.g. {shared[:3]}); "
-                                 "tune on queries the report does not score")
-        grid = candidate_settings(list(runs), methods=[args.method] if args.method else None,
-                                  normalizations=[args.normalization] if args.normalization else None,
-                                  weights=[weights] if weights else None, rrf_k=args.rrf_k, step=args.grid_step)
+                raise UsageError(
+                    f"the tuning and report splits share {len(shared)} queries (e.g. {shared[:3]}); "
+                    "tune on queries the report does not score"
+                )
+        grid = candidate_settings(
+            list(runs),
+            methods=[args.method] if args.method else None,
+            normalizations=[args.normalization] if args.normalization else None,
+            weights=[weights] if weights else None,
+            rrf_k=args.rrf_k,
+            step=args.grid_step,
+        )
         if args.search == "optuna":
-            setting, table = tune_fusion_optuna(runs, tune_qrels, grid, trials=args.trials, seed=args.seed,
-                                                metric=args.metric, limit=args.limit)
+            setting, table = tune_fusion_optuna(
+                runs,
+                tune_qrels,
+                grid,
+                trials=args.trials,
+                seed=args.seed,
+                metric=args.metric,
+                limit=args.limit,
+            )
         else:
             setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
         best = max(row[args.metric] for row in table)
-        record["tuning"] = {"qrels": args.tune_on, "queries": len(tune_qrels), "metric": args.metric, "search": args.search,
-                            "value": best, "settings": len(table), "grid": table}
+        record["tuning"] = {
+            "qrels": args.tune_on,
+            "queries": len(tune_qrels),
+            "metric": args.metric,
+            "search": args.search,
+            "value": best,
+            "settings": len(table),
+            "grid": table,
+        }
     else:
-        setting = FusionSetting(args.method or "rrf", tuple((weights or dict.fromkeys(runs, 1.0)).items()),
-                                args.normalization or "min-max", args.rrf_k)
+        setting = FusionSetting(
+            args.method or "rrf",
+            tuple((weights or dict.fromkeys(runs, 1.0)).items()),
+            args.normalization or "min-max",
+            args.rrf_k,
+        )
     fused = fuse_runs(runs, setting, args.limit)
     write_run(fused, args.out, name=f"hybridlab-fuse-{setting.method}")
     record.update(setting=setting.to_dict(), out=args.out, queries=len(fused))
     lines = [f"fused {len(runs)} runs ({setting.describe()}) over {len(fused)} queries into {args.out}"]
     if args.tune_on:
         t = record["tuning"]
-        lines.append(f"chosen on {t['qrels']} ({t['queries']} queries, {t['settings']} settings, {args.search}): "
-                     f"{args.metric} {t['value']:.4f}")
+        lines.append(
+            f"chosen on {t['qrels']} ({t['queries']} queries, {t['settings']} settings, {args.search}): "
+            f"{args.metric} {t['value']:.4f}"
+        )
     if args.report_on:
         report = score_runs(load_qrels(Path(args.report_on)), {"fused": fused, **runs}, test=args.test)
         record["report"] = {"qrels": args.report_on, **report.to_dict()}

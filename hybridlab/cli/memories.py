@@ -1,5 +1,6 @@
 """`memories list|update|delete` and `export`: the memory lifecycle of the MCP server on the
 command line."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,17 +13,23 @@ from hybridlab.cli.options import UsageError, index_arg, positive_int
 
 def add_memories(sub: argparse._SubParsersAction) -> None:
     """The `memories list|update|delete` command."""
-    p = sub.add_parser("memories", help="list, update or delete the memories of an index (what the MCP tools do)")
+    p = sub.add_parser(
+        "memories", help="list, update or delete the memories of an index (what the MCP tools do)"
+    )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     q = actions.add_parser("list", help="memories newest first (id, time, tags, title)")
     _memory_filters(q)
     q.add_argument("--limit", type=positive_int, help="at most this many (default all)")
-    q = actions.add_parser("delete", help="delete memories by id, or by --tag/--since/--until (durable on return)")
+    q = actions.add_parser(
+        "delete", help="delete memories by id, or by --tag/--since/--until (durable on return)"
+    )
     q.add_argument("ids", nargs="*", metavar="ID")
     _memory_filters(q)
     q.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
-    q = actions.add_parser("update", help="replace a memory's content, tags and/or type (same id, re-embedded)")
+    q = actions.add_parser(
+        "update", help="replace a memory's content, tags and/or type (same id, re-embedded)"
+    )
     q.add_argument("id", metavar="ID")
     index_arg(q)
     q.add_argument("--content")
@@ -35,8 +42,12 @@ def add_memories(sub: argparse._SubParsersAction) -> None:
 def _memory_filters(q: argparse.ArgumentParser) -> None:
     """The index and the filters of `memories list` and `memories delete`."""
     index_arg(q)
-    q.add_argument("--tag", action="append", dest="tags", metavar="TAG", help="only memories with the tag (repeatable)")
-    q.add_argument("--match", choices=("all", "any"), default="all", help="with several --tag: all (default) or any")
+    q.add_argument(
+        "--tag", action="append", dest="tags", metavar="TAG", help="only memories with the tag (repeatable)"
+    )
+    q.add_argument(
+        "--match", choices=("all", "any"), default="all", help="with several --tag: all (default) or any"
+    )
     q.add_argument("--since", help="only memories updated at or after this ISO-8601 time")
     q.add_argument("--until", help="only memories updated at or before this ISO-8601 time")
     q.add_argument("--json", action="store_true")
@@ -47,9 +58,15 @@ def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
     """The memories under `args`' tag and date filters, newest first, a page of up to 500 at a time."""
     cursor, left = None, limit
     while True:
-        page, cursor = index.list_documents(tags=args.tags or (), match=args.match, since=args.since,
-                                            until=args.until, chunk_types=("memory",),
-                                            limit=500 if left is None else min(500, left), cursor=cursor)
+        page, cursor = index.list_documents(
+            tags=args.tags or (),
+            match=args.match,
+            since=args.since,
+            until=args.until,
+            chunk_types=("memory",),
+            limit=500 if left is None else min(500, left),
+            cursor=cursor,
+        )
         yield from page
         if left is not None:
             left -= len(page)
@@ -76,9 +93,14 @@ def cmd_memories(args: argparse.Namespace) -> int:
     writer = MemoryWriter(args.index_dir)
     if args.action == "update":
         tags = None if args.tags is None else [t.strip() for t in args.tags.split(",") if t.strip()]
-        stored = writer.update(index.get_document(args.id), content=args.content, tags=tags, memory_type=args.type)
-        print(json.dumps(stored.to_dict()) if args.json else
-              f"updated {stored.id} (generation {stored.generation}, updated_at {stored.updated_at})")
+        stored = writer.update(
+            index.get_document(args.id), content=args.content, tags=tags, memory_type=args.type
+        )
+        print(
+            json.dumps(stored.to_dict())
+            if args.json
+            else f"updated {stored.id} (generation {stored.generation}, updated_at {stored.updated_at})"
+        )
         return 0
     if bool(args.ids) == bool(args.tags or args.since or args.until):
         raise UsageError("give ids, or --tag and/or --since/--until: one of the two")
@@ -95,18 +117,27 @@ def cmd_memories(args: argparse.Namespace) -> int:
         print(f"not found: {doc_id}", file=sys.stderr)
     if args.dry_run or not ids:
         print("\n".join(ids) if ids else "no memory matches", file=sys.stdout if ids else sys.stderr)
-        print(f"{len(ids)} memories would be deleted (dry run)" if args.dry_run else "nothing deleted", file=sys.stderr)
+        print(
+            f"{len(ids)} memories would be deleted (dry run)" if args.dry_run else "nothing deleted",
+            file=sys.stderr,
+        )
         return 0
     deleted = writer.delete(ids)
-    print(json.dumps({"ids": ids, "removed": deleted.removed, "generation": deleted.generation,
-                      "not_found": missing}) if args.json else
-          f"deleted {deleted.removed} memories (generation {deleted.generation})")
+    print(
+        json.dumps(
+            {"ids": ids, "removed": deleted.removed, "generation": deleted.generation, "not_found": missing}
+        )
+        if args.json
+        else f"deleted {deleted.removed} memories (generation {deleted.generation})"
+    )
     return 0
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     """The `export` command."""
-    p = sub.add_parser("export", help="write an index's memories as JSONL (what `hybridlab index FILE` reads back)")
+    p = sub.add_parser(
+        "export", help="write an index's memories as JSONL (what `hybridlab index FILE` reads back)"
+    )
     index_arg(p)
     p.add_argument("-o", "--output", help="file to write (default stdout)")
     p.set_defaults(func=cmd_export)
@@ -120,9 +151,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     index = open_index(args.index_dir)
     args.tags, args.match, args.since, args.until = (), "all", None, None
     records = [memory_record(doc) for doc in _memory_pages(index, args)][::-1]
-    with open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out:
+    with (
+        open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out
+    ):
         out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     others = index.stats()["documents"] - len(records)
-    print(f"exported {len(records)} memories" + (f" ({others} other documents are not memories: not exported)"
-                                                  if others else ""), file=sys.stderr)
+    print(
+        f"exported {len(records)} memories"
+        + (f" ({others} other documents are not memories: not exported)" if others else ""),
+        file=sys.stderr,
+    )
     return 0

@@ -1,4 +1,5 @@
 """`search` and `stats`: reading an index."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,18 @@ def _print_results(results, as_json: bool) -> None:
         print(f"     {r.snippet}")
         if r.explain:
             e = r.explain
-            print(f"     dense {e['dense_score']} (#{e['dense_rank']})  bm25 {e['bm25_score']} (#{e['bm25_rank']})  "
-                  f"tags {e['matched_tags']} x{e['tag_boost']}  recency {e['recency_factor']:.3f}  "
-                  f"fused {e['fused_score']:.5f}  {e['fusion']} alpha={e['alpha']} ({e['alpha_source']})  {e['mode']}")
+            print(
+                f"     dense {e['dense_score']} (#{e['dense_rank']})  bm25 {e['bm25_score']} (#{e['bm25_rank']})  "
+                f"tags {e['matched_tags']} x{e['tag_boost']}  recency {e['recency_factor']:.3f}  "
+                f"fused {e['fused_score']:.5f}  {e['fusion']} alpha={e['alpha']} ({e['alpha_source']})  {e['mode']}"
+            )
             if e.get("lexical_evidence") is not None:
                 agreement = e["retriever_agreement"]
-                print(f"     evidence: lexical {e['lexical_evidence']:.2f} -> bm25 weight x{e['lexical_factor']:.2f}  "
-                      f"agreement {'-' if agreement is None else f'{agreement:.1f}'}  "
-                      f"recency intent {'yes' if e['recency_intent'] else 'no'} (weight {e['recency_weight_used']})")
+                print(
+                    f"     evidence: lexical {e['lexical_evidence']:.2f} -> bm25 weight x{e['lexical_factor']:.2f}  "
+                    f"agreement {'-' if agreement is None else f'{agreement:.1f}'}  "
+                    f"recency intent {'yes' if e['recency_intent'] else 'no'} (weight {e['recency_weight_used']})"
+                )
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -89,13 +94,34 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
         spec = info.get("encoder") or {}
         if spec:  # the encoder spec that built the vectors (issue 30)
-            print("    encoder " + ", ".join(f"{key} {spec[key]!r}" for key in (
-                "source", "revision", "backend", "dtype", "pooling", "normalize", "max_seq_length", "query_prefix",
-                "document_prefix", "settings") if spec.get(key) not in (None, "", {})))
+            print(
+                "    encoder "
+                + ", ".join(
+                    f"{key} {spec[key]!r}"
+                    for key in (
+                        "source",
+                        "revision",
+                        "backend",
+                        "dtype",
+                        "pooling",
+                        "normalize",
+                        "max_seq_length",
+                        "query_prefix",
+                        "document_prefix",
+                        "settings",
+                    )
+                    if spec.get(key) not in (None, "", {})
+                )
+            )
     merge = stats.get("last_merge")
-    print(f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
-          + (f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})" if merge
-             else "none"))
+    print(
+        f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
+        + (
+            f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})"
+            if merge
+            else "none"
+        )
+    )
     log = stats.get("write_ahead_log") or {}
     print(f"write-ahead log {log.get('file')}: {log.get('memories', 0)} memories not yet in a segment")
     return 0

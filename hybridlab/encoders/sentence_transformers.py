@@ -1,6 +1,7 @@
 """A sentence-transformers model (torch, imported only when the encoder is built): the registry's
 MiniLM, or any model given by local folder or hub id (`load_custom`).
 See docs/internals/search.md#sentence-transformers."""
+
 from __future__ import annotations
 
 import atexit
@@ -72,8 +73,10 @@ class SentenceTransformerEncoder(Encoder):
             source = spec.source or str(package_model_path(spec.package))
             device = devices[0]
             if spec.dtype in HALF_DTYPES and device.split(":")[0] == "cpu":
-                raise ValueError(f"dtype {spec.dtype} of {spec.name!r} needs a GPU (device is {device}): use fp32 on "
-                                 "the CPU (fp16 vectors made on a GPU meet fp32 queries; bf16 ones do not)")
+                raise ValueError(
+                    f"dtype {spec.dtype} of {spec.name!r} needs a GPU (device is {device}): use fp32 on "
+                    "the CPU (fp16 vectors made on a GPU meet fp32 queries; bf16 ones do not)"
+                )
             model = SentenceTransformer(source, device=device)
             if spec.max_seq_length:
                 model.max_seq_length = spec.max_seq_length
@@ -89,8 +92,12 @@ class SentenceTransformerEncoder(Encoder):
             self.pool = self.model.start_multi_process_pool(self.devices)
             atexit.register(self.close)
         return self.model.encode(
-            [prefix + t for t in texts], batch_size=max(len(texts), 1), convert_to_numpy=True,
-            normalize_embeddings=False, show_progress_bar=False, **({"pool": self.pool} if self.pool else {}),
+            [prefix + t for t in texts],
+            batch_size=max(len(texts), 1),
+            convert_to_numpy=True,
+            normalize_embeddings=False,
+            show_progress_bar=False,
+            **({"pool": self.pool} if self.pool else {}),
         )
 
     def close(self) -> None:
@@ -103,8 +110,13 @@ class SentenceTransformerEncoder(Encoder):
 def folder_sha256(folder: Path) -> str:
     """sha256 over the relative names and bytes of a model folder's weight, config and tokenizer files."""
     digest = hashlib.sha256()
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _HASHED_SUFFIXES
-                   and not any(part in _SKIPPED_DIRS for part in p.relative_to(folder).parts[:-1]))
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and p.suffix in _HASHED_SUFFIXES
+        and not any(part in _SKIPPED_DIRS for part in p.relative_to(folder).parts[:-1])
+    )
     for path in files:
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
         with path.open("rb") as handle:
@@ -132,7 +144,9 @@ def _prompt(prompts: dict[str, str], *names: str) -> str:
     return next((prompts[n] for n in names if prompts.get(n)), "")
 
 
-def load_custom(name: str, source: str, *, is_folder: bool, device: str | None = None) -> SentenceTransformerEncoder:
+def load_custom(
+    name: str, source: str, *, is_folder: bool, device: str | None = None
+) -> SentenceTransformerEncoder:
     """Load a sentence-transformers model that is not in the registry and build its spec from it.
 
     `source` is an absolute folder or a hub id (sentence-transformers downloads it into its own
@@ -154,11 +168,20 @@ def load_custom(name: str, source: str, *, is_folder: bool, device: str | None =
         pooling = f"{pooling}+normalize" if pooling else "normalize"
     dtype = str(getattr(model, "dtype", "float32") or "float32").replace("torch.", "")
     spec = ModelSpec(
-        name, "", int(dim), int(model.max_seq_length or 0), "sentence-transformers",
-        query_prefix=_prompt(prompts, "query"), document_prefix=_prompt(prompts, "document", "passage", "corpus"),
+        name,
+        "",
+        int(dim),
+        int(model.max_seq_length or 0),
+        "sentence-transformers",
+        query_prefix=_prompt(prompts, "query"),
+        document_prefix=_prompt(prompts, "document", "passage", "corpus"),
         description=f"sentence-transformers model from {'folder' if is_folder else 'the hub'} {source}",
-        source=source, revision=folder_sha256(Path(source)) if is_folder else _hub_revision(source),
-        pooling=pooling, dtype=dtype,
+        source=source,
+        revision=folder_sha256(Path(source)) if is_folder else _hub_revision(source),
+        pooling=pooling,
+        dtype=dtype,
     )
-    logger.info("loaded sentence-transformers model %s (%d-d, %s, on %s)", source, spec.dim, pooling, model.device)
+    logger.info(
+        "loaded sentence-transformers model %s (%d-d, %s, on %s)", source, spec.dim, pooling, model.device
+    )
     return SentenceTransformerEncoder(spec, model=model, device=device)

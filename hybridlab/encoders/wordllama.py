@@ -1,4 +1,5 @@
 """WordLlama static token embeddings (the `wordllama` package, imported only when the encoder is built)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,6 +5,7 @@ robin, so the folds are balanced (sizes differ by at most one), the same on ever
 and independent of the order the ids come in. :func:`nested_cv` scores every fold with a config
 tuned on the other folds only, so each query's score is out of sample.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,13 +46,25 @@ class CrossValidation:
         return self.interval.mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": len(self.folds), "folds": self.folds, "configs": self.configs, "fold_means": self.fold_means,
-                "per_query": self.per_query, **self.interval.to_dict()}
+        return {
+            "k": len(self.folds),
+            "folds": self.folds,
+            "configs": self.configs,
+            "fold_means": self.fold_means,
+            "per_query": self.per_query,
+            **self.interval.to_dict(),
+        }
 
 
-def nested_cv(query_ids: Iterable[str], tune: Callable[[list[str]], Config],
-              score: Callable[[Config, list[str]], Mapping[str, float]], *, k: int = DEFAULT_FOLDS,
-              confidence: float = 0.95, method: str = "t") -> CrossValidation:
+def nested_cv(
+    query_ids: Iterable[str],
+    tune: Callable[[list[str]], Config],
+    score: Callable[[Config, list[str]], Mapping[str, float]],
+    *,
+    k: int = DEFAULT_FOLDS,
+    confidence: float = 0.95,
+    method: str = "t",
+) -> CrossValidation:
     """For each of `k` folds, `tune(other folds' ids)` picks a config and `score(config, fold ids)`
     gives the fold's per-query values; the mean of all out-of-fold values with a `confidence`
     interval (:func:`hybridlab.eval.significance.mean_ci`)."""
@@ -64,11 +77,13 @@ def nested_cv(query_ids: Iterable[str], tune: Callable[[list[str]], Config],
         config = tune(train)
         values = dict(score(config, list(fold)))
         if set(values) != set(fold):
-            raise ValueError(f"score() must return a value for exactly the fold's {len(fold)} queries, "
-                             f"got {len(values)}")
+            raise ValueError(
+                f"score() must return a value for exactly the fold's {len(fold)} queries, got {len(values)}"
+            )
         configs.append(config)
         per_query.update(values)
         fold_means.append(sum(values.values()) / len(values))
     ordered = [per_query[q] for q in sorted(per_query)]
-    return CrossValidation(folds, configs, dict(sorted(per_query.items())), fold_means,
-                           mean_ci(ordered, confidence, method))
+    return CrossValidation(
+        folds, configs, dict(sorted(per_query.items())), fold_means, mean_ci(ordered, confidence, method)
+    )

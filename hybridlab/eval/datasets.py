@@ -2,6 +2,7 @@
 
 What each split means: docs/internals/tune-eval.md#datasets-and-splits.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -96,7 +97,9 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
             if len(parts) == 4:  # TREC qrels: qid 0 docid rel
                 parts = [parts[0], parts[2], parts[3]]
             if len(parts) != 3:
-                raise ValueError(f"{path}:{line_number}: expected 'query-id corpus-id score' (or TREC's 4 columns)")
+                raise ValueError(
+                    f"{path}:{line_number}: expected 'query-id corpus-id score' (or TREC's 4 columns)"
+                )
             qid, doc_id, score = parts
             try:
                 relevance = int(score)
@@ -154,8 +157,9 @@ def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: P
     file_split = "train" if official and split in {"train", "dev"} else "test"
     qrels = load_qrels(folder, file_split)
     queries = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}
-    dataset = Dataset(str(folder) if is_irds(folder) else folder.name, folder, queries,
-                      {qid: qrels[qid] for qid in queries})
+    dataset = Dataset(
+        str(folder) if is_irds(folder) else folder.name, folder, queries, {qid: qrels[qid] for qid in queries}
+    )
     return dataset if official else dataset.split(split)
 
 
@@ -168,4 +172,3 @@ def split_query_ids(qrels: Qrels, split: str, dev_fraction: float = 0.5) -> list
         return int(hashlib.sha1(qid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
     return sorted(qid for qid in qrels if (bucket(qid) < dev_fraction) == (split == "dev"))
-

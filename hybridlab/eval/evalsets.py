@@ -2,6 +2,7 @@
 live, its fixed `now`, and where it may be tuned and where it is reported; and their cached indexes.
 See docs/internals/tune-eval.md#evaluation-sets.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,10 @@ class EvalSet:
     def __post_init__(self) -> None:
         cross_validated = CROSS_VALIDATED in {self.tuning_split, self.report_split}
         if cross_validated != (self.cv_folds is not None):
-            raise ValueError(f"{self.name}: cv_folds ({self.cv_folds}) goes with tuning/report split "
-                             f"{CROSS_VALIDATED!r} (got {self.tuning_split!r}/{self.report_split!r})")
+            raise ValueError(
+                f"{self.name}: cv_folds ({self.cv_folds}) goes with tuning/report split "
+                f"{CROSS_VALIDATED!r} (got {self.tuning_split!r}/{self.report_split!r})"
+            )
         if self.cv_folds is not None and self.cv_folds < 2:
             raise ValueError(f"{self.name}: cv_folds must be >= 2, got {self.cv_folds}")
 
@@ -67,8 +70,9 @@ class EvalSet:
 
     def dataset(self, split: str = "all") -> Dataset:
         """The queries/qrels of `split`; :data:`CROSS_VALIDATED` = all judged queries (the folds' pool)."""
-        return load_dataset(self.judgements, split="all" if split == CROSS_VALIDATED else split,
-                            queries=self.queries)
+        return load_dataset(
+            self.judgements, split="all" if split == CROSS_VALIDATED else split, queries=self.queries
+        )
 
     def report_dataset(self) -> Dataset:
         """The queries results are reported on."""
@@ -78,8 +82,10 @@ class EvalSet:
 def check_tunable(evalset: EvalSet) -> str:
     """The set's tuning split; ValueError naming the rule when the set is never tuned on."""
     if evalset.tuning_split is None:
-        raise ValueError(f"{evalset.name} is never tuned on (tuning_split = false): it is an out-of-domain check "
-                         "of every default (issue 18); tune on scifact (train), memories or holoviz (cv)")
+        raise ValueError(
+            f"{evalset.name} is never tuned on (tuning_split = false): it is an out-of-domain check "
+            "of every default (issue 18); tune on scifact (train), memories or holoviz (cv)"
+        )
     return evalset.tuning_split
 
 
@@ -125,8 +131,15 @@ def read_evalsets(path: Path) -> dict[str, dict[str, Any]]:
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
-    "corpus": (str, list), "qrels": (str,), "queries": (str,), "now": (str,), "tuning_split": (str, bool),
-    "report_split": (str,), "cv_folds": (int,), "kinds": (str,)}
+    "corpus": (str, list),
+    "qrels": (str,),
+    "queries": (str,),
+    "now": (str,),
+    "tuning_split": (str, bool),
+    "report_split": (str,),
+    "cv_folds": (int,),
+    "kinds": (str,),
+}
 
 
 def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = True) -> EvalSet:
@@ -138,8 +151,11 @@ def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = T
     if "corpus" not in entry:
         raise ValueError(f"{where}: field 'corpus' is missing")
     for key, value in entry.items():
-        if not isinstance(value, _TYPES[key]) or (key == "tuning_split" and value is True) \
-                or (key == "corpus" and isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+        if (
+            not isinstance(value, _TYPES[key])
+            or (key == "tuning_split" and value is True)
+            or (key == "corpus" and isinstance(value, list) and not all(isinstance(v, str) for v in value))
+        ):
             raise ValueError(f"{where}: field {key!r} has the wrong type ({value!r})")
     values = {"data": str(data_dir()), "corpora": str(corpora_dir()), "ground_truth": str(GROUND_TRUTH)}
 
@@ -147,8 +163,10 @@ def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = T
         try:
             text = string.Template(text).substitute(values)
         except (KeyError, ValueError) as error:
-            raise ValueError(f"{where}: field {key!r}: unknown placeholder in {text!r} ({error}); "
-                             f"placeholders are {['${' + v + '}' for v in values]}") from None
+            raise ValueError(
+                f"{where}: field {key!r}: unknown placeholder in {text!r} ({error}); "
+                f"placeholders are {['${' + v + '}' for v in values]}"
+            ) from None
         resolved = Path(text) if is_irds(text) else (Path(file).parent / text).resolve()
         if check_paths and not is_irds(text) and not resolved.exists():
             raise FileNotFoundError(f"{where}: field {key!r}: {resolved} does not exist")
@@ -159,9 +177,17 @@ def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = T
     judgements = path("qrels", entry["qrels"]) if "qrels" in entry else sources[0]
     tuning = entry.get("tuning_split", "dev")
     try:
-        return EvalSet(name, sources, judgements, entry.get("now"), tuning or None, entry.get("report_split", "test"),
-                       entry.get("cv_folds"), path("queries", entry["queries"]) if "queries" in entry else None,
-                       entry.get("kinds", "kind"))
+        return EvalSet(
+            name,
+            sources,
+            judgements,
+            entry.get("now"),
+            tuning or None,
+            entry.get("report_split", "test"),
+            entry.get("cv_folds"),
+            path("queries", entry["queries"]) if "queries" in entry else None,
+            entry.get("kinds", "kind"),
+        )
     except ValueError as error:
         raise ValueError(f"{where}: {str(error).removeprefix(f'{name}: ')}") from None
 
@@ -178,8 +204,10 @@ def get_evalset(name: str) -> EvalSet:
     if folder.is_dir():
         return EvalSet(name, (folder,), folder)
     known = list(sets) + sorted(p.name for p in data_dir().glob("*") if p.is_dir() and p.name not in sets)
-    raise ValueError(f"unknown dataset {name!r}; choose from {known} (declared in "
-                     f"{', '.join(map(str, evalset_files()))}), a folder, or {IRDS}<ir_datasets id>")
+    raise ValueError(
+        f"unknown dataset {name!r}; choose from {known} (declared in "
+        f"{', '.join(map(str, evalset_files()))}), a folder, or {IRDS}<ir_datasets id>"
+    )
 
 
 def cache_root() -> Path:
@@ -203,7 +231,11 @@ def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progres
     shares one embeddings cache, so chunk-size variants embed only their new chunk texts."""
     config = config or IndexConfig()
     folder = index_folder(evalset, config)
-    index_paths(list(evalset.sources), folder, config, progress=progress,
-                cache_path=cache_root() / "embeddings.duckdb")
+    index_paths(
+        list(evalset.sources),
+        folder,
+        config,
+        progress=progress,
+        cache_path=cache_root() / "embeddings.duckdb",
+    )
     return folder
-

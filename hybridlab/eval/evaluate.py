@@ -2,6 +2,7 @@
 
 Runs and qrels are plain dicts at the boundary; they become ranx objects only inside this module.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -115,16 +116,31 @@ class Comparison:
                     cell += " †"
                 cells.append(cell)
             lines.append(f"| {system}{' (baseline)' if i == 0 else ''} | " + " | ".join(cells) + " |")
-        lines += ["", f"† not significantly different from the baseline ({self.stat_test} paired test, p ≥ {self.max_p})."]
+        lines += [
+            "",
+            f"† not significantly different from the baseline ({self.stat_test} paired test, p ≥ {self.max_p}).",
+        ]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"systems": self.systems, "metrics": self.metrics, "scores": self.scores,
-                "p_values": self.p_values, "max_p": self.max_p, "stat_test": self.stat_test}
+        return {
+            "systems": self.systems,
+            "metrics": self.metrics,
+            "scores": self.scores,
+            "p_values": self.p_values,
+            "max_p": self.max_p,
+            "stat_test": self.stat_test,
+        }
 
 
-def compare(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METRICS, *,
-            max_p: float = 0.05, stat_test: str = "student") -> Comparison:
+def compare(
+    qrels: Qrels,
+    runs: Mapping[str, Run],
+    metrics: Sequence[str] = METRICS,
+    *,
+    max_p: float = 0.05,
+    stat_test: str = "student",
+) -> Comparison:
     """Evaluate several runs with ranx `compare` (paired significance tests vs the first run).
 
     `stat_test`: "student" (paired t-test), "fisher" (randomisation) or "tukey" (ranx's names)."""
@@ -135,16 +151,19 @@ def compare(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METR
 
     pairs = [_ranx(qrels, run, name=name) for name, run in runs.items()]
     ranx_qrels, ranx_runs = pairs[-1][0], [ranx_run for _, ranx_run in pairs]
-    report = ranx_compare(ranx_qrels, ranx_runs, list(metrics), stat_test=stat_test, max_p=max_p,
-                          make_comparable=True)
+    report = ranx_compare(
+        ranx_qrels, ranx_runs, list(metrics), stat_test=stat_test, max_p=max_p, make_comparable=True
+    )
     data = report.to_dict()
     systems = list(runs)
     baseline = systems[0]
     scores = {s: {m: float(data[s]["scores"][m]) for m in metrics} for s in systems}
     # ranx gives NaN when two systems score identically on every query: no difference, p = 1.
     p_values = {s: {m: _p_value(data[s]["comparisons"][baseline][m]) for m in metrics} for s in systems[1:]}
-    per_query = {s: {m: {q: float(v) for q, v in r.scores.get(m, {}).items()} for m in metrics}
-                 for s, r in zip(systems, ranx_runs)}
+    per_query = {
+        s: {m: {q: float(v) for q, v in r.scores.get(m, {}).items()} for m in metrics}
+        for s, r in zip(systems, ranx_runs)
+    }
     return Comparison(systems, list(metrics), scores, p_values, max_p, stat_test, per_query)
 
 
@@ -158,7 +177,9 @@ def write_trec_run(run: Run, path: str | Path, name: str = "hybridlab") -> None:
     Path(path).write_text(trec_text(run, name, "{:.6f}"), encoding="utf-8")
 
 
-def wins_losses(per_query_a: Mapping[str, float], per_query_b: Mapping[str, float], eps: float = 1e-9) -> dict[str, list[str]]:
+def wins_losses(
+    per_query_a: Mapping[str, float], per_query_b: Mapping[str, float], eps: float = 1e-9
+) -> dict[str, list[str]]:
     """Queries where system A beats, ties or loses to system B on one metric."""
     result: dict[str, list[str]] = {"wins": [], "ties": [], "losses": []}
     for qid in sorted(per_query_a):
@@ -166,4 +187,3 @@ def wins_losses(per_query_a: Mapping[str, float], per_query_b: Mapping[str, floa
         key = "wins" if a > b + eps else "losses" if b > a + eps else "ties"
         result[key].append(qid)
     return result
-

@@ -3,6 +3,7 @@
 Used by the sweeps (:mod:`hybridlab.tune.sweep`), the exported configs' `repro`
 (:mod:`hybridlab.tune.export`) and the reports.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +24,11 @@ from hybridlab.index.store import IndexError_
 from hybridlab.search.engine import open_index
 
 EVAL_LIMIT = 100  # documents per query in evaluation runs (recall@100 needs 100)
-BASELINES: dict[str, dict[str, Any]] = {"defaults": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
+BASELINES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "bm25": {"mode": "bm25"},
+    "vector": {"mode": "vector"},
+}
 
 
 def full_search_config(search: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,8 +89,13 @@ class Evaluator:
                 if not (folder / "manifest.json").exists() and not _shared_cache_free():
                     seeded = self._seeded_cache(config)
                     if seeded is not None:
-                        index_paths(list(self.evalset.sources), folder, config, progress=self.progress,
-                                    cache_path=seeded)
+                        index_paths(
+                            list(self.evalset.sources),
+                            folder,
+                            config,
+                            progress=self.progress,
+                            cache_path=seeded,
+                        )
                         return folder
                 return ensure_index(self.evalset, config, progress=self.progress)
             except (IndexLockedError, IndexError_):  # the index or the shared embeddings cache is busy
@@ -96,19 +106,28 @@ class Evaluator:
     def run(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev"):
         """The run (`{qid: {doc_id: score}}`) of these settings over the split's queries."""
         options = {**dict(search), "limit": EVAL_LIMIT}
-        return make_run(self.index(config or IndexConfig()), self.dataset(split).queries, now=self.evalset.now,
-                        **options)
+        return make_run(
+            self.index(config or IndexConfig()), self.dataset(split).queries, now=self.evalset.now, **options
+        )
 
-    def score(self, search: Mapping[str, Any], config: IndexConfig | None = None, split: str = "dev",
-              metrics: Sequence[str] | None = None) -> dict[str, float]:
+    def score(
+        self,
+        search: Mapping[str, Any],
+        config: IndexConfig | None = None,
+        split: str = "dev",
+        metrics: Sequence[str] | None = None,
+    ) -> dict[str, float]:
         return score(self.dataset(split).qrels, self.run(search, config, split), metrics or METRICS)
 
     def _seeded_cache(self, config: IndexConfig) -> Path | None:
         """A per-set private embeddings cache holding the vectors of the built index that shares
         `config`'s models (the base one); None when no such index is built yet."""
-        base = dataclasses.replace(IndexConfig(), models=config.models,
-                                   model_by_collection=config.model_by_collection,
-                                   model_by_language=config.model_by_language)
+        base = dataclasses.replace(
+            IndexConfig(),
+            models=config.models,
+            model_by_collection=config.model_by_collection,
+            model_by_language=config.model_by_language,
+        )
         if not (index_folder(self.evalset, base) / "manifest.json").exists():
             return None
         path = cache_root() / f"sweep-embeddings-{self.evalset.name}.duckdb"
@@ -116,9 +135,12 @@ class Evaluator:
         cache = EmbeddingCache(path)
         try:
             for model, dense in index.dense.items():
-                sha_of = dict(index._con.execute(
-                    "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model]
-                ).fetchall())
+                sha_of = dict(
+                    index._con.execute(
+                        "SELECT chunk_id, embed_sha256 FROM chunk_vectors WHERE model = ? ORDER BY chunk_id",
+                        [model],
+                    ).fetchall()
+                )
                 key = cache_model(model)
                 have = cache.get(key, list(sha_of.values()), dim=dense.dim)
                 if len(have) < len(set(sha_of.values())):

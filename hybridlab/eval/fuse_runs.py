@@ -2,6 +2,7 @@
 on a tuning split, reported on another (Cormack et al. 2009; Bruch et al. 2023; Qdrant 2024).
 See docs/internals/tune-eval.md#fusing-run-files.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -13,7 +14,14 @@ from hybridlab.eval.evaluate import Qrels, Run, score
 from hybridlab.extras import require
 from hybridlab.search.fusion import FUSERS, NORMALIZERS, THEORETICAL_MIN, fuse, rank
 
-__all__ = ["FusionSetting", "candidate_settings", "fuse_runs", "tune_fusion", "tune_fusion_optuna", "weight_grid"]
+__all__ = [
+    "FusionSetting",
+    "candidate_settings",
+    "fuse_runs",
+    "tune_fusion",
+    "tune_fusion_optuna",
+    "weight_grid",
+]
 
 
 @dataclass(frozen=True)
@@ -29,20 +37,29 @@ class FusionSetting:
         if self.method not in FUSERS:
             raise ValueError(f"unknown fusion {self.method!r}; choose from {sorted(FUSERS)}")
         if self.normalization not in NORMALIZERS:
-            raise ValueError(f"unknown normalization {self.normalization!r}; choose from {sorted(NORMALIZERS)}")
+            raise ValueError(
+                f"unknown normalization {self.normalization!r}; choose from {sorted(NORMALIZERS)}"
+            )
 
     def describe(self) -> str:
         weights = ", ".join(f"{name} {weight:g}" for name, weight in self.weights)
-        method = {"rrf": f"rrf (rrf_k {self.rrf_k})", "convex": f"convex {self.normalization}"}.get(self.method, self.method)
+        method = {"rrf": f"rrf (rrf_k {self.rrf_k})", "convex": f"convex {self.normalization}"}.get(
+            self.method, self.method
+        )
         return f"{method}; weights {weights}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "normalization": self.normalization if self.method == "convex" else None,
-                "weights": dict(self.weights), "rrf_k": self.rrf_k if self.method == "rrf" else None}
+        return {
+            "method": self.method,
+            "normalization": self.normalization if self.method == "convex" else None,
+            "weights": dict(self.weights),
+            "rrf_k": self.rrf_k if self.method == "rrf" else None,
+        }
 
 
-def fuse_runs(runs: Mapping[str, Mapping[str, Mapping[str, float]]], setting: FusionSetting,
-              limit: int | None = None) -> Run:
+def fuse_runs(
+    runs: Mapping[str, Mapping[str, Mapping[str, float]]], setting: FusionSetting, limit: int | None = None
+) -> Run:
     """Each query's runs fused by :func:`hybridlab.search.fusion.fuse`, the ``limit`` best kept (all
     if None; ties by ascending doc id). Queries: those of any run; a run lacking one adds nothing."""
     if len(runs) < 2:
@@ -54,8 +71,13 @@ def fuse_runs(runs: Mapping[str, Mapping[str, Mapping[str, float]]], setting: Fu
     qids = dict.fromkeys(qid for run in runs.values() for qid in run)
     fused: Run = {}
     for qid in qids:
-        scores = fuse(setting.method, {name: run.get(qid, {}) for name, run in runs.items()}, weights,
-                      rrf_k=setting.rrf_k, normalization=setting.normalization)
+        scores = fuse(
+            setting.method,
+            {name: run.get(qid, {}) for name, run in runs.items()},
+            weights,
+            rrf_k=setting.rrf_k,
+            normalization=setting.normalization,
+        )
         fused[qid] = dict(rank(scores, limit))
     return fused
 
@@ -74,10 +96,15 @@ def weight_grid(names: Sequence[str], step: float = 0.1) -> list[dict[str, float
     return grid
 
 
-def candidate_settings(names: Sequence[str], *, methods: Sequence[str] | None = None,
-                       normalizations: Sequence[str] | None = None,
-                       weights: Sequence[Mapping[str, float]] | None = None,
-                       rrf_k: int = 60, step: float = 0.1) -> list[FusionSetting]:
+def candidate_settings(
+    names: Sequence[str],
+    *,
+    methods: Sequence[str] | None = None,
+    normalizations: Sequence[str] | None = None,
+    weights: Sequence[Mapping[str, float]] | None = None,
+    rrf_k: int = 60,
+    step: float = 0.1,
+) -> list[FusionSetting]:
     """The grid a tuning searches: each method × (for convex) each normalisation × each weighting.
 
     Unset, ``methods`` is every fuser; ``normalizations`` min-max and z-score, and theoretical-min-max
@@ -89,14 +116,22 @@ def candidate_settings(names: Sequence[str], *, methods: Sequence[str] | None = 
     weightings = list(weights) if weights is not None else weight_grid(names, step)
     settings = []
     for method in methods or sorted(FUSERS):
-        for normalization in (normalizations if method == "convex" else ["min-max"]):
-            settings += [FusionSetting(method, tuple((n, float(w[n])) for n in names), normalization, rrf_k)
-                         for w in weightings]
+        for normalization in normalizations if method == "convex" else ["min-max"]:
+            settings += [
+                FusionSetting(method, tuple((n, float(w[n])) for n in names), normalization, rrf_k)
+                for w in weightings
+            ]
     return settings
 
 
-def tune_fusion(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Sequence[FusionSetting], *,
-                metric: str = "ndcg@10", limit: int | None = None) -> tuple[FusionSetting, list[dict[str, Any]]]:
+def tune_fusion(
+    runs: Mapping[str, Run],
+    tune_qrels: Qrels,
+    settings: Sequence[FusionSetting],
+    *,
+    metric: str = "ndcg@10",
+    limit: int | None = None,
+) -> tuple[FusionSetting, list[dict[str, Any]]]:
     """The setting with the best mean ``metric`` on the queries of ``tune_qrels`` (the first of equals,
     in the order given), and every setting's value. Only those queries of the runs are fused (each
     cut to ``limit`` results, as the fused run that is written)."""
@@ -106,9 +141,16 @@ def tune_fusion(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Sequence[F
     return _first_best(((s, _value(tuning, tune_qrels, s, metric, limit)) for s in settings), metric)
 
 
-def tune_fusion_optuna(runs: Mapping[str, Run], tune_qrels: Qrels, settings: Sequence[FusionSetting], *,
-                       trials: int = 50, seed: int = 0, metric: str = "ndcg@10",
-                       limit: int | None = None) -> tuple[FusionSetting, list[dict[str, Any]]]:
+def tune_fusion_optuna(
+    runs: Mapping[str, Run],
+    tune_qrels: Qrels,
+    settings: Sequence[FusionSetting],
+    *,
+    trials: int = 50,
+    seed: int = 0,
+    metric: str = "ndcg@10",
+    limit: int | None = None,
+) -> tuple[FusionSetting, list[dict[str, Any]]]:
     """As :func:`tune_fusion`, with ``trials`` settings proposed by Optuna's TPE sampler (seeded, so
     the same runs give the same choice): the method and normalisation among those of ``settings``, the
     weights continuous on the simplex (or the one weighting of ``settings`` when it has only one)."""
@@ -147,8 +189,9 @@ def _tuning_runs(runs: Mapping[str, Run], tune_qrels: Qrels) -> dict[str, Run]:
     return {name: {q: run[q] for q in tune_qrels if q in run} for name, run in runs.items()}
 
 
-def _value(tuning: Mapping[str, Run], tune_qrels: Qrels, setting: FusionSetting, metric: str,
-           limit: int | None) -> float:
+def _value(
+    tuning: Mapping[str, Run], tune_qrels: Qrels, setting: FusionSetting, metric: str, limit: int | None
+) -> float:
     return score(tune_qrels, fuse_runs(tuning, setting, limit), [metric])[metric]
 
 

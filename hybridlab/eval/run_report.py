@@ -5,6 +5,7 @@ Runs come from anywhere (``hybridlab eval --save-run``, Pyserini, PyTerrier, ran
 ``{qid: {doc_id: score}}``. Every run is scored on the queries of the qrels; a query a run lacks
 scores 0 for it (as in :func:`hybridlab.eval.evaluate.score`), and the report says how many.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -45,18 +46,33 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "baseline": self.baseline, "systems": self.systems, "metrics": self.metrics, "queries": self.queries,
-            "scores": {s: {m: i.to_dict() for m, i in by_metric.items()} for s, by_metric in self.intervals.items()},
-            "tests": self.tests, "test": self.test, "correction": "holm", "max_p": self.max_p,
-            "missing_queries": self.missing, "per_kind": self.per_kind,
+            "baseline": self.baseline,
+            "systems": self.systems,
+            "metrics": self.metrics,
+            "queries": self.queries,
+            "scores": {
+                s: {m: i.to_dict() for m, i in by_metric.items()} for s, by_metric in self.intervals.items()
+            },
+            "tests": self.tests,
+            "test": self.test,
+            "correction": "holm",
+            "max_p": self.max_p,
+            "missing_queries": self.missing,
+            "per_kind": self.per_kind,
         }
 
     def to_markdown(self) -> str:
         """Means [CI] per run; the paired tests against the baseline; the per-kind means."""
         confidence = next(iter(next(iter(self.intervals.values())).values())).confidence
-        lines = [(f"{self.queries} queries; baseline: {self.baseline}. Mean [{confidence:.0%} t interval]; "
-                 "bold = best in the column."), "",
-                 "| run | " + " | ".join(self.metrics) + " |", "|---|" + "---|" * len(self.metrics)]
+        lines = [
+            (
+                f"{self.queries} queries; baseline: {self.baseline}. Mean [{confidence:.0%} t interval]; "
+                "bold = best in the column."
+            ),
+            "",
+            "| run | " + " | ".join(self.metrics) + " |",
+            "|---|" + "---|" * len(self.metrics),
+        ]
         best = {m: max(self.intervals[s][m].mean for s in self.systems) for m in self.metrics}
         for system in self.systems:
             cells = []
@@ -67,10 +83,17 @@ class RunReport:
             label = f"{system} (baseline)" if system == self.baseline else system
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         if len(self.systems) > 1:
-            lines += ["", (f"Paired tests against {self.baseline} ({self.test}; p Holm-corrected over the "
-                      f"{len(self.systems) - 1} other run(s) of each metric): difference, p, corrected p; "
-                      f"† = not significant at p < {self.max_p}."), "",
-                      "| run | " + " | ".join(self.metrics) + " |", "|---|" + "---|" * len(self.metrics)]
+            lines += [
+                "",
+                (
+                    f"Paired tests against {self.baseline} ({self.test}; p Holm-corrected over the "
+                    f"{len(self.systems) - 1} other run(s) of each metric): difference, p, corrected p; "
+                    f"† = not significant at p < {self.max_p}."
+                ),
+                "",
+                "| run | " + " | ".join(self.metrics) + " |",
+                "|---|" + "---|" * len(self.metrics),
+            ]
             for system in self.systems[1:]:
                 cells = []
                 for metric in self.metrics:
@@ -80,21 +103,36 @@ class RunReport:
                 lines.append(f"| {system} | " + " | ".join(cells) + " |")
         if self.per_kind:
             shown = [m for m in KIND_METRICS if m in self.metrics] or self.metrics
-            lines += ["", "Per query kind (" + " / ".join(shown) + "):", "",
-                      "| kind | n | " + " | ".join(self.systems) + " |", "|---|---:|" + "---|" * len(self.systems)]
+            lines += [
+                "",
+                "Per query kind (" + " / ".join(shown) + "):",
+                "",
+                "| kind | n | " + " | ".join(self.systems) + " |",
+                "|---|---:|" + "---|" * len(self.systems),
+            ]
             for kind, row in self.per_kind.items():
                 cells = [" / ".join(f"{row[s][m]:.3f}" for m in shown) for s in self.systems]
                 lines.append(f"| {kind} | {row['n']} | " + " | ".join(cells) + " |")
-        notes = [f"{s} has no results for {n} of the {self.queries} queries (scored 0)"
-                 for s, n in self.missing.items() if n]
+        notes = [
+            f"{s} has no results for {n} of the {self.queries} queries (scored 0)"
+            for s, n in self.missing.items()
+            if n
+        ]
         if notes:
             lines += ["", "Note: " + "; ".join(notes) + "."]
         return "\n".join(lines)
 
 
-def score_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = METRICS, *,
-               kinds: Mapping[str, str] | None = None, test: str = "randomization", max_p: float = 0.05,
-               confidence: float = 0.95) -> RunReport:
+def score_runs(
+    qrels: Qrels,
+    runs: Mapping[str, Run],
+    metrics: Sequence[str] = METRICS,
+    *,
+    kinds: Mapping[str, str] | None = None,
+    test: str = "randomization",
+    max_p: float = 0.05,
+    confidence: float = 0.95,
+) -> RunReport:
     """Score every run on the queries of ``qrels`` and test each against the first.
 
     ``kinds`` (``{qid: kind}``, e.g. the queries' ``metadata.kind``) adds the per-kind means;
@@ -109,21 +147,38 @@ def score_runs(qrels: Qrels, runs: Mapping[str, Run], metrics: Sequence[str] = M
     metrics = list(metrics)
     systems = list(runs)
     per_query = {name: score_per_query(qrels, run, metrics) for name, run in runs.items()}
-    intervals = {s: {m: mean_ci(list(per_query[s][m].values()), confidence) for m in metrics} for s in systems}
+    intervals = {
+        s: {m: mean_ci(list(per_query[s][m].values()), confidence) for m in metrics} for s in systems
+    }
     baseline = systems[0]
     tests: dict[str, dict[str, dict[str, float]]] = {s: {} for s in systems[1:]}
     for metric in metrics:
         outcomes = [paired_test(per_query[s][metric], per_query[baseline][metric], test) for s in systems[1:]]
         for system, outcome, adjusted in zip(systems[1:], outcomes, holm([o.p_value for o in outcomes])):
-            tests[system][metric] = {"difference": outcome.difference, "p_value": outcome.p_value, "p_holm": adjusted}
+            tests[system][metric] = {
+                "difference": outcome.difference,
+                "p_value": outcome.p_value,
+                "p_holm": adjusted,
+            }
     queries = next(iter(per_query[baseline].values()))
     missing = {s: sum(1 for q in queries if not runs[s].get(q)) for s in systems}
-    return RunReport(systems, metrics, len(queries), intervals, tests, test, max_p, missing,
-                     _per_kind(per_query, kinds or {}), per_query)
+    return RunReport(
+        systems,
+        metrics,
+        len(queries),
+        intervals,
+        tests,
+        test,
+        max_p,
+        missing,
+        _per_kind(per_query, kinds or {}),
+        per_query,
+    )
 
 
-def _per_kind(per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
-              kinds: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+def _per_kind(
+    per_query: Mapping[str, Mapping[str, Mapping[str, float]]], kinds: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
     """``{kind: {"n": queries, system: {metric: mean}}}`` over the queries that carry a kind."""
     if not kinds:
         return {}

@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#run-files.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,8 +43,10 @@ def _parse_trec(path: Path, text: str) -> Run:
             continue
         fields = line.split()
         if len(fields) != 6:
-            raise ValueError(f"{path}:{number}: expected 6 fields 'qid Q0 doc_id rank score tag', "
-                             f"got {len(fields)}: {line.strip()[:80]!r}")
+            raise ValueError(
+                f"{path}:{number}: expected 6 fields 'qid Q0 doc_id rank score tag', "
+                f"got {len(fields)}: {line.strip()[:80]!r}"
+            )
         qid, _, doc_id, _, score, _ = fields
         run.setdefault(qid, {})
         if doc_id in run[qid]:
@@ -60,7 +63,9 @@ def _parse_json(path: Path, text: str) -> Run:
     run: Run = {}
     for qid, docs in data.items():
         if not isinstance(docs, dict):
-            raise ValueError(f"{path}: query {qid!r} maps to {type(docs).__name__}, expected {{doc_id: score}}")  # noqa: TRY004
+            raise ValueError(  # noqa: TRY004
+                f"{path}: query {qid!r} maps to {type(docs).__name__}, expected {{doc_id: score}}"
+            )
         run[str(qid)] = {str(doc): _score(path, None, value, qid) for doc, value in docs.items()}
     return run
 
@@ -88,8 +93,11 @@ def run_name(path: str | Path) -> str:
 def trec_text(run: Mapping[str, Mapping[str, float]], name: str, score_format: str) -> str:
     """TREC lines `qid Q0 doc_id rank score name`, each query ranked by score then doc id; the score
     written by `score_format` (`"{!r}"` in full, `"{:.6f}"`)."""
-    lines = [f"{qid} Q0 {doc} {rank} {score_format.format(score)} {name}" for qid, docs in run.items()
-             for rank, (doc, score) in enumerate(sorted(docs.items(), key=lambda item: (-item[1], item[0])), 1)]
+    lines = [
+        f"{qid} Q0 {doc} {rank} {score_format.format(score)} {name}"
+        for qid, docs in run.items()
+        for rank, (doc, score) in enumerate(sorted(docs.items(), key=lambda item: (-item[1], item[0])), 1)
+    ]
     return "\n".join(lines) + "\n"
 
 

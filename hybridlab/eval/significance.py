@@ -2,6 +2,7 @@
 
 Fisher 1935, Smucker et al. 2007, Holm 1979: see docs/internals/tune-eval.md#significance-tests.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,13 @@ def paired_values(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[list[
     return [float(a[q]) for q in qids], [float(b[q]) for q in qids]
 
 
-def randomization_test(a: Mapping[str, float], b: Mapping[str, float], *,
-                       permutations: int = DEFAULT_PERMUTATIONS, seed: int = DEFAULT_SEED) -> float:
+def randomization_test(
+    a: Mapping[str, float],
+    b: Mapping[str, float],
+    *,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> float:
     """Two-sided p-value of mean(a - b) under random sign flips of the per-query differences."""
     import numpy as np
 
@@ -36,10 +42,10 @@ def randomization_test(a: Mapping[str, float], b: Mapping[str, float], *,
     n = len(diffs)
     observed = abs(diffs.mean())
     tolerance = 1e-12 * max(1.0, float(np.abs(diffs).max()))
-    if n < 31 and 2 ** n <= permutations:  # every sign pattern: the exact p-value
-        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+    if n < 31 and 2**n <= permutations:  # every sign pattern: the exact p-value
+        patterns = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
         means = np.abs(patterns @ diffs) / n
-        return float(np.count_nonzero(means >= observed - tolerance) / 2 ** n)
+        return float(np.count_nonzero(means >= observed - tolerance) / 2**n)
     rng = np.random.default_rng(seed)
     hits, left = 0, permutations
     while left:
@@ -79,12 +85,19 @@ class PairedTest:
         return self.mean_a - self.mean_b
 
     def to_dict(self) -> dict[str, float | int | str]:
-        return {"test": self.test, "n": self.n, "mean_a": self.mean_a, "mean_b": self.mean_b,
-                "difference": self.difference, "p_value": self.p_value}
+        return {
+            "test": self.test,
+            "n": self.n,
+            "mean_a": self.mean_a,
+            "mean_b": self.mean_b,
+            "difference": self.difference,
+            "p_value": self.p_value,
+        }
 
 
-def paired_test(a: Mapping[str, float], b: Mapping[str, float], test: str = "randomization",
-                **options: int) -> PairedTest:
+def paired_test(
+    a: Mapping[str, float], b: Mapping[str, float], test: str = "randomization", **options: int
+) -> PairedTest:
     """Compare a with b by the named test (:data:`TESTS`)."""
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r}; choose from {sorted(TESTS)}")
@@ -119,12 +132,23 @@ class Interval:
     method: str
 
     def to_dict(self) -> dict[str, float | str]:
-        return {"mean": self.mean, "low": self.low, "high": self.high, "confidence": self.confidence,
-                "method": self.method}
+        return {
+            "mean": self.mean,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "method": self.method,
+        }
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95, method: str = "t", *,
-            resamples: int = DEFAULT_PERMUTATIONS, seed: int = DEFAULT_SEED) -> Interval:
+def mean_ci(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    method: str = "t",
+    *,
+    resamples: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> Interval:
     """The mean of `values` with a `confidence` interval: Student's t (mean ± t·s/√n) or the
     percentile bootstrap (`resamples` resamples, fixed seed)."""
     import numpy as np
@@ -140,7 +164,9 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95, method: str = "t"
     if method == "t":
         from scipy import stats
 
-        half = float(stats.t.ppf((1 + confidence) / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size))
+        half = float(
+            stats.t.ppf((1 + confidence) / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size)
+        )
         return Interval(mean, mean - half, mean + half, confidence, method)
     if method == "bootstrap":
         rng = np.random.default_rng(seed)

@@ -1,5 +1,6 @@
 """The systems an evaluation compares (BM25, dense, the default hybrid, each fusion method) and
 their runs over an evaluation set's queries; shared by the quality report and the parameter grids."""
+
 from __future__ import annotations
 
 import time
@@ -50,18 +51,24 @@ def open_evalset(name: str, config: IndexConfig | None = None, *, progress: bool
     return OpenedSet(evalset, open_index(index_dir), index_dir, time.perf_counter() - started)
 
 
-def system_runs(opened: OpenedSet, queries: Mapping[str, str], systems: Mapping[str, Mapping[str, Any]]) -> dict[str, Run]:
+def system_runs(
+    opened: OpenedSet, queries: Mapping[str, str], systems: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Run]:
     """One run per system over `queries`, with the set's fixed `now` (recency) when it has one."""
-    return {name: make_run(opened.index, queries, now=opened.evalset.now, **options)
-            for name, options in systems.items()}
+    return {
+        name: make_run(opened.index, queries, now=opened.evalset.now, **options)
+        for name, options in systems.items()
+    }
 
 
-def per_kind(queries: Path, per_query: Mapping[str, float], field: str = "kind") -> dict[str, dict[str, float]]:
+def per_kind(
+    queries: Path, per_query: Mapping[str, float], field: str = "kind"
+) -> dict[str, dict[str, float]]:
     """Mean of one metric per query kind (`metadata.<field>` in the queries file), with the count."""
     kinds = {qid: meta.get(field, "-") for qid, meta in load_query_metadata(queries).items()}
     groups: dict[str, list[float]] = {}
     for qid, value in per_query.items():
         groups.setdefault(kinds.get(qid, "-"), []).append(value)
-    return {kind: {"n": len(values), "mean": sum(values) / len(values)} for kind, values in sorted(groups.items())}
-
-
+    return {
+        kind: {"n": len(values), "mean": sum(values) / len(values)} for kind, values in sorted(groups.items())
+    }

@@ -1,5 +1,6 @@
 """A segment's artifacts: chunk texts embedded where the cache lacks them, BM25 postings and one
 FAISS index per model written from its store."""
+
 from __future__ import annotations
 
 import functools
@@ -34,9 +35,16 @@ def document_batch_size(config: IndexConfig, encoder: Any) -> int:
     return registry.encoder_settings().batch_size or config.embed_batch_size or encoder.batch_size
 
 
-def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: IndexReport, config: IndexConfig,
-                   known_dims: dict[str, int], progress: bool,
-                   known_encoders: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
+def embed_missing(
+    con,
+    cache: EmbeddingCache,
+    models: Sequence[str],
+    report: IndexReport,
+    config: IndexConfig,
+    known_dims: dict[str, int],
+    progress: bool,
+    known_encoders: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, int]:
     """Embed every assigned chunk text not yet in the cache; returns each model's dimension.
     `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
     matches its record (`encoder_mismatch`) is refused, as a changed dimension is."""
@@ -59,8 +67,12 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
                 f"or drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         dims[model] = spec.dim
-        hashes = [row[0] for row in con.execute(
-            "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [model]).fetchall()]
+        hashes = [
+            row[0]
+            for row in con.execute(
+                "SELECT DISTINCT embed_sha256 FROM chunk_vectors WHERE model = ?", [model]
+            ).fetchall()
+        ]
         key = cache_model(model)  # the current weights' vectors only (a folder's revision)
         todo = cache.missing(key, hashes, dim=spec.dim)
         report.cache_hits += len(hashes) - len(todo)
@@ -72,14 +84,17 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
         batch_size = document_batch_size(config, encoder)
         missing.sort(key=lambda pair: len(pair[1]))
         started = time.perf_counter()
-        bar = tqdm(total=len(missing), desc=f"embedding ({model})", unit="chunk", disable=not progress,
-                   leave=False)
+        bar = tqdm(
+            total=len(missing), desc=f"embedding ({model})", unit="chunk", disable=not progress, leave=False
+        )
         step = int(os.environ.get("HYBRIDLAB_EMBED_BATCH", EMBED_BATCH))  # small in fault-injection tests
         for start in range(0, len(missing), step):
-            batch = missing[start:start + step]
+            batch = missing[start : start + step]
             vectors = encoder.encode_documents([text for _, text in batch], batch_size=batch_size)
             if vectors.shape[1] != spec.dim:
-                raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}")
+                raise ValueError(
+                    f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}"
+                )
             cache.put(key, [sha for sha, _ in batch], vectors)
             report.embedded += len(batch)
             bar.update(len(batch))
@@ -92,11 +107,16 @@ def embed_missing(con, cache: EmbeddingCache, models: Sequence[str], report: Ind
 def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
     """(sha, embed_text) of the given embedding-text hashes, one text per hash."""
     if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no pandas frame
-        return con.execute("SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
-                           "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1", [list(hashes)]).fetchall()
+        return con.execute(
+            "SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
+            "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1",
+            [list(hashes)],
+        ).fetchall()
     with registered(con, "wanted_sha", {"sha": list(hashes)}):
-        return con.execute("SELECT w.sha, any_value(c.embed_text) FROM wanted_sha w "
-                           "JOIN chunks c ON c.embed_sha256 = w.sha GROUP BY w.sha ORDER BY w.sha").fetchall()
+        return con.execute(
+            "SELECT w.sha, any_value(c.embed_text) FROM wanted_sha w "
+            "JOIN chunks c ON c.embed_sha256 = w.sha GROUP BY w.sha ORDER BY w.sha"
+        ).fetchall()
 
 
 def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
@@ -105,8 +125,9 @@ def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
     step = READ_BATCH
     for start in range(0, len(ids), step):
         low, high = int(ids[start]), int(ids[min(start + step, len(ids)) - 1])
-        rows = con.execute("SELECT embed_text FROM chunks WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id",
-                           [low, high]).fetchall()
+        rows = con.execute(
+            "SELECT embed_text FROM chunks WHERE chunk_id BETWEEN ? AND ? ORDER BY chunk_id", [low, high]
+        ).fetchall()
         for (text,) in rows:
             yield text
 
@@ -116,6 +137,7 @@ VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
 
 def cache_vectors(cache: EmbeddingCache) -> VectorSource:
     """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache (under `cache_model`'s key)."""
+
     def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
         try:
             return cache.matrix(cache_model(model), pairs["embed_sha256"].tolist(), dim)
@@ -125,11 +147,19 @@ def cache_vectors(cache: EmbeddingCache) -> VectorSource:
     return vectors
 
 
-def build_artifacts(con, vectors_of: VectorSource, folder: Path, config: IndexConfig, dims: dict[str, int],
-                    progress: bool = False) -> dict[str, SegmentModel]:
+def build_artifacts(
+    con,
+    vectors_of: VectorSource,
+    folder: Path,
+    config: IndexConfig,
+    dims: dict[str, int],
+    progress: bool = False,
+) -> dict[str, SegmentModel]:
     """Write one segment's BM25 postings and one FAISS index per model into `folder` from its
     store; vectors come from `vectors_of`. Returns each model's FAISS file and vector count."""
-    ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
+    ids = (
+        con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
+    )
     sparse = SparseIndex.build(_streamed_texts(con, ids), ids, config.bm25, show_progress=progress)
     sparse.save(folder / layout.BM25_DIR)
     del sparse
@@ -164,5 +194,3 @@ def _versions() -> tuple[tuple[str, str], ...]:
 def versions() -> dict[str, str]:
     """Python and the versions of the packages an index depends on (read once per process)."""
     return dict(_versions())
-
-

@@ -4,6 +4,7 @@ Only changed documents are re-chunked; chunk text already embedded by a model is
 embeddings cache. A run writes a complete new generation aside and commits it by replacing the
 manifest, so a failed or interrupted run leaves the previous index intact and searchable.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,6 +47,7 @@ from hybridlab.ingest.sources import Document, FolderScan
 
 logger = logging.getLogger(__name__)
 
+
 def canonical_models(names: Iterable[str]) -> tuple[str, ...]:
     """Registry names, model folders' portable names and hub ids, each once (nothing is loaded)."""
     return tuple(dict.fromkeys(canonical_name(name) for name in names))
@@ -57,7 +59,19 @@ def _documents_from_store(con) -> list[Document]:
         "FROM documents ORDER BY doc_id"
     ).fetchall()
     return [
-        Document(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]) if r[8] else {}, tuple(r[10] or ()), r[9])
+        Document(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            json.loads(r[8]) if r[8] else {},
+            tuple(r[10] or ()),
+            r[9],
+        )
         for r in rows
     ]
 
@@ -77,13 +91,23 @@ def last_versions(batches: Sequence[Batch]) -> list[Batch]:
             last[(source, document.doc_id)] = (b, i)
     if len(last) == total:
         return list(batches)
-    return [(source, [document for i, document in enumerate(documents) if last[(source, document.doc_id)] == (b, i)],
-             remove_missing) for b, (source, documents, remove_missing) in enumerate(batches)]
+    return [
+        (
+            source,
+            [document for i, document in enumerate(documents) if last[(source, document.doc_id)] == (b, i)],
+            remove_missing,
+        )
+        for b, (source, documents, remove_missing) in enumerate(batches)
+    ]
 
 
-def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, list[Document], bool]],
-          report: IndexReport, unchanged: dict[str, Iterable[str]] | None = None,
-          delete_ids: Sequence[str] = ()) -> tuple[list[Document], list[str]]:
+def _plan(
+    existing: dict[str, tuple[str, str]],
+    batches: Sequence[tuple[str, list[Document], bool]],
+    report: IndexReport,
+    unchanged: dict[str, Iterable[str]] | None = None,
+    delete_ids: Sequence[str] = (),
+) -> tuple[list[Document], list[str]]:
     """Which documents to (re)insert and which doc ids to delete. `unchanged`: by source, the doc
     ids of files not read because their signature is the recorded one (kept as they are);
     `delete_ids`: documents to delete whatever their source (those not indexed are ignored)."""
@@ -117,7 +141,9 @@ def _plan(existing: dict[str, tuple[str, str]], batches: Sequence[tuple[str, lis
             else:
                 report.unchanged += 1
         if remove_missing:
-            gone = [doc_id for doc_id, (src, _) in existing.items() if src == source and doc_id not in ids_here]
+            gone = [
+                doc_id for doc_id, (src, _) in existing.items() if src == source and doc_id not in ids_here
+            ]
             report.removed += len(gone)
             to_delete.extend(gone)
     for doc_id in dict.fromkeys(delete_ids):
@@ -140,7 +166,9 @@ def _logged_batches(records: Sequence[wal.WalRecord]) -> list[tuple[str, list[Do
     return [(source, documents, False) for source, documents in by_source.items()]
 
 
-def fold_log(index_dir: str | os.PathLike, *, progress: bool = False, lock_wait: float | None = None) -> IndexReport | None:
+def fold_log(
+    index_dir: str | os.PathLike, *, progress: bool = False, lock_wait: float | None = None
+) -> IndexReport | None:
     """Commit the live generation's write-ahead log as a segment (None: it holds nothing)."""
     index_dir = Path(index_dir)
     try:
@@ -149,8 +177,14 @@ def fold_log(index_dir: str | os.PathLike, *, progress: bool = False, lock_wait:
         return None
     if wal.log_size(wal.wal_path(index_dir, manifest.generation)) <= len(wal.MAGIC):
         return None  # no log, or an empty one (apply_changes reads the records)
-    report = apply_changes(index_dir, [], progress=progress, cache_path=layout.recorded_cache(index_dir, manifest),
-                           use_cache=False, lock_wait=lock_wait)
+    report = apply_changes(
+        index_dir,
+        [],
+        progress=progress,
+        cache_path=layout.recorded_cache(index_dir, manifest),
+        use_cache=False,
+        lock_wait=lock_wait,
+    )
     return report if report.committed else None
 
 
@@ -172,8 +206,19 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
             tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
             tmp.mkdir(parents=True)
             try:
-                manifest = commit_generation(index_dir, manifest, entries, [tmp], config, manifest.dims, base, progress,
-                                              policy=False, reason="optimize", merge_range=(0, len(entries)))
+                manifest = commit_generation(
+                    index_dir,
+                    manifest,
+                    entries,
+                    [tmp],
+                    config,
+                    manifest.dims,
+                    base,
+                    progress,
+                    policy=False,
+                    reason="optimize",
+                    merge_range=(0, len(entries)),
+                )
             finally:
                 for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
                     shutil.rmtree(leftover, ignore_errors=True)
@@ -250,14 +295,16 @@ def _canonical_config(config: IndexConfig, manifest: Manifest | None) -> IndexCo
     """`config` with each model under its canonical name (the manifest's external models registered first)."""
     register_recorded(manifest.encoders if manifest else {})  # imported vectors' external models
     return dataclasses.replace(
-        config, models=canonical_models(config.models),
+        config,
+        models=canonical_models(config.models),
         model_by_collection=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_collection),
         model_by_language=tuple((k, canonical_models([m])[0]) for k, m in config.model_by_language),
     )
 
 
-def _merge_logged(logged: wal.WalContents | None, batches: list[Batch],
-                  delete_ids: Sequence[str]) -> tuple[list[Batch], Sequence[str], frozenset[str]]:
+def _merge_logged(
+    logged: wal.WalContents | None, batches: list[Batch], delete_ids: Sequence[str]
+) -> tuple[list[Batch], Sequence[str], frozenset[str]]:
     """The write-ahead log's memories go into this write's segment first: its documents as batches
     ahead of `batches`, its tombstones after `delete_ids`. A document this write brings again, or
     deletes, wins over its logged version; a source brought whole (remove_missing) drops the log's
@@ -293,16 +340,20 @@ def prepare_write(request: WriteRequest) -> PreparedWrite:
     old_config = manifest.index_config if manifest else None
     config = _canonical_config(request.config or old_config or IndexConfig(), manifest)
     old_generation = index_dir / manifest.path if manifest else None
-    layout.remove_stale(index_dir, keep=old_generation,
-                        previous=layout.previous_generation(index_dir, old_generation),
-                        copies=WRITE_CACHES.manifest_copies)
+    layout.remove_stale(
+        index_dir,
+        keep=old_generation,
+        previous=layout.previous_generation(index_dir, old_generation),
+        copies=WRITE_CACHES.manifest_copies,
+    )
     checkpoint("start")
     entries = tuple(manifest.segment_list) if manifest else ()
     logged = wal.read_wal(wal.wal_path(index_dir, manifest.generation)) if manifest else None
     batches = last_versions(request.batches)  # an id brought twice: its last version
     batches, delete_ids, logged_deletions = _merge_logged(logged, batches, request.delete_ids)
-    return PreparedWrite(request, manifest, old_config, config, entries, logged, batches, delete_ids,
-                         logged_deletions)
+    return PreparedWrite(
+        request, manifest, old_config, config, entries, logged, batches, delete_ids, logged_deletions
+    )
 
 
 def plan_write(prepared: PreparedWrite, report: IndexReport) -> WritePlan:
@@ -314,8 +365,9 @@ def plan_write(prepared: PreparedWrite, report: IndexReport) -> WritePlan:
     from two sources, or both written and deleted, is a ValueError. `idle`: nothing to commit."""
     request = prepared.request
     probes = [Document(doc_id, "", "", "", "", "memory") for doc_id in prepared.delete_ids]  # looked up by id
-    existing = existing_documents(request.index_dir, prepared.manifest, prepared.entries,
-                                  [*prepared.batches, ("", probes, False)])
+    existing = existing_documents(
+        request.index_dir, prepared.manifest, prepared.entries, [*prepared.batches, ("", probes, False)]
+    )
     # ids deleted while only in the log: dropped from the batches by `_merge_logged`, a change of their own
     only_logged = prepared.logged_deletions - set(existing)
     report.removed += len(only_logged)
@@ -323,18 +375,35 @@ def plan_write(prepared: PreparedWrite, report: IndexReport) -> WritePlan:
     old_config, config = prepared.old_config, prepared.config
     rechunk = old_config is not None and (old_config.chunk != config.chunk)
     relayout = old_config is None or rechunk or old_config != config
-    to_insert, to_delete = _plan({k: v[:2] for k, v in existing.items()}, prepared.batches, report,
-                                 {scan.source: scan.unchanged for scan in request.scans}, prepared.delete_ids)
+    to_insert, to_delete = _plan(
+        {k: v[:2] for k, v in existing.items()},
+        prepared.batches,
+        report,
+        {scan.source: scan.unchanged for scan in request.scans},
+        prepared.delete_ids,
+    )
     # a pre-segment (format 1) index is rewritten as one segment by its first change
     force = request.force or request.imported is not None
     full = relayout or force or any(entry.legacy for entry in prepared.entries)
     idle = not (to_insert or to_delete or relayout or force or only_logged)
-    return WritePlan(request, prepared.manifest, config, prepared.entries, prepared.logged, existing,
-                     to_insert, to_delete, rechunk, full, idle)
+    return WritePlan(
+        request,
+        prepared.manifest,
+        config,
+        prepared.entries,
+        prepared.logged,
+        existing,
+        to_insert,
+        to_delete,
+        rechunk,
+        full,
+        idle,
+    )
 
 
-def _fill_store(con, plan: WritePlan, next_id: int, number: int,
-                report: IndexReport) -> tuple[int, list[Document]]:
+def _fill_store(
+    con, plan: WritePlan, next_id: int, number: int, report: IndexReport
+) -> tuple[int, list[Document]]:
     """Fill the new segment's store: with `full`, every segment's live rows first (chunked again on
     a rechunk), then the documents to insert. Returns (next free chunk id, the documents inserted)."""
     to_insert = plan.to_insert
@@ -346,8 +415,9 @@ def _fill_store(con, plan: WritePlan, next_id: int, number: int,
             keep_newest_versions(con)
         if plan.rechunk:
             kept = _documents_from_store(con)
-            con.execute("DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; "
-                        "DELETE FROM documents")
+            con.execute(
+                "DELETE FROM chunk_vectors; DELETE FROM tags; DELETE FROM chunks; DELETE FROM documents"
+            )
             to_insert = kept + to_insert
     # The segment is private until the manifest names it, so its store may commit in steps:
     # each insert batch commits on its own (DuckDB keeps the frames registered in a
@@ -360,8 +430,9 @@ def _fill_store(con, plan: WritePlan, next_id: int, number: int,
     return next_id, to_insert
 
 
-def _embed(con, cache: EmbeddingCache | VectorBuffer, plan: WritePlan, known: dict[str, int],
-           report: IndexReport) -> dict[str, int]:
+def _embed(
+    con, cache: EmbeddingCache | VectorBuffer, plan: WritePlan, known: dict[str, int], report: IndexReport
+) -> dict[str, int]:
     """Embed the segment's chunk texts missing from `cache`, after putting the log's vectors and the
     imported ones into it; returns each model's dimension."""
     if plan.logged is not None and plan.logged.records:  # their vectors are in the log: not embedded again
@@ -370,8 +441,9 @@ def _embed(con, cache: EmbeddingCache | VectorBuffer, plan: WritePlan, known: di
     if plan.request.imported is not None:
         report.imported = plan.request.imported(con, cache)
     known_encoders = {m: e for m, e in (plan.manifest.encoders if plan.manifest else {}).items() if e}
-    return embed_missing(con, cache, plan.config.all_models, report, plan.config, known,
-                         plan.request.progress, known_encoders)
+    return embed_missing(
+        con, cache, plan.config.all_models, report, plan.config, known, plan.request.progress, known_encoders
+    )
 
 
 def build_segment(plan: WritePlan, tmp: Path, number: int, report: IndexReport) -> BuiltSegment:
@@ -400,8 +472,9 @@ def build_segment(plan: WritePlan, tmp: Path, number: int, report: IndexReport) 
             return BuiltSegment(next_id, to_insert, None, None, known)
         cache = EmbeddingCache(request.cache_file) if request.use_cache or plan.full else VectorBuffer()
         dims = _embed(con, cache, plan, known, report)
-        faiss_files = build_artifacts(con, cache_vectors(cache), tmp, plan.config, dims,
-                                      progress=request.progress)
+        faiss_files = build_artifacts(
+            con, cache_vectors(cache), tmp, plan.config, dims, progress=request.progress
+        )
         counts = store_counts(con)
         persist(con, tmp)
         con.close()
@@ -416,8 +489,9 @@ def build_segment(plan: WritePlan, tmp: Path, number: int, report: IndexReport) 
             cache.close()
 
 
-def _next_segments(plan: WritePlan, built: BuiltSegment, tmp: Path, name: str,
-                   report: IndexReport) -> list[Segment]:
+def _next_segments(
+    plan: WritePlan, built: BuiltSegment, tmp: Path, name: str, report: IndexReport
+) -> list[Segment]:
     """The new generation's segments: the built one alone (`full`), else the live ones with this
     write's deletions tombstoned where they are, then the built one (if any)."""
     if plan.full:
@@ -436,8 +510,9 @@ def _next_segments(plan: WritePlan, built: BuiltSegment, tmp: Path, name: str,
     return entries
 
 
-def commit_write(plan: WritePlan, built: BuiltSegment, tmp: Path, number: int,
-                 report: IndexReport) -> Manifest:
+def commit_write(
+    plan: WritePlan, built: BuiltSegment, tmp: Path, number: int, report: IndexReport
+) -> Manifest:
     """Stage 3 of a write: commit `tmp` as generation `number` and return its manifest.
 
     Contract: the only stage that changes what readers see, all at once: `commit_generation` merges
@@ -446,12 +521,29 @@ def commit_write(plan: WritePlan, built: BuiltSegment, tmp: Path, number: int,
     previous generation live (the next write removes folders no manifest names)."""
     request = plan.request
     entries = _next_segments(plan, built, tmp, layout.generation_name(number), report)
-    base = manifest_base(number, plan.config, request.cache_file, time.perf_counter() - request.started,
-                         plan.manifest, built.next_id)
-    signatures = next_signatures(request.index_dir, plan.manifest, request.scans, built.to_insert,
-                                 plan.to_delete, plan.existing)
-    return commit_generation(request.index_dir, plan.manifest, entries, [tmp], plan.config, built.dims, base,
-                             request.progress, policy=request.merge, signatures=signatures)
+    base = manifest_base(
+        number,
+        plan.config,
+        request.cache_file,
+        time.perf_counter() - request.started,
+        plan.manifest,
+        built.next_id,
+    )
+    signatures = next_signatures(
+        request.index_dir, plan.manifest, request.scans, built.to_insert, plan.to_delete, plan.existing
+    )
+    return commit_generation(
+        request.index_dir,
+        plan.manifest,
+        entries,
+        [tmp],
+        plan.config,
+        built.dims,
+        base,
+        request.progress,
+        policy=request.merge,
+        signatures=signatures,
+    )
 
 
 def apply_changes(
@@ -502,9 +594,20 @@ def apply_changes(
     report = report or IndexReport(str(index_dir))
     with layout.WriterLock(index_dir, timeout=lock_wait):
         cache_file = Path(cache_path) if cache_path else index_dir / layout.CACHE_FILE
-        request = WriteRequest(index_dir, batches, config, cache_file, started, progress=progress,
-                               force=force, merge=merge, use_cache=use_cache, scans=scans,
-                               delete_ids=delete_ids, imported=imported)
+        request = WriteRequest(
+            index_dir,
+            batches,
+            config,
+            cache_file,
+            started,
+            progress=progress,
+            force=force,
+            merge=merge,
+            use_cache=use_cache,
+            scans=scans,
+            delete_ids=delete_ids,
+            imported=imported,
+        )
         prepared = prepare_write(request)
         number = layout.next_generation_number(index_dir)
         tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
@@ -568,7 +671,16 @@ def index_paths(
         documents = sources.read_source(path, ingest)
         batches.append((sources.source_id(path), documents, True))
     report = IndexReport(str(index_dir), skipped=ingest.skipped)
-    report = apply_changes(index_dir, batches, config, progress=progress, force=force, report=report,
-                           cache_path=cache_path, scans=scans, imported=imported)
+    report = apply_changes(
+        index_dir,
+        batches,
+        config,
+        progress=progress,
+        force=force,
+        report=report,
+        cache_path=cache_path,
+        scans=scans,
+        imported=imported,
+    )
     report.seconds = time.perf_counter() - started
     return report

@@ -4,6 +4,7 @@ open store, the file signatures of a generation), kept for the next write of thi
 a long-running writer (the MCP server) pays a look-up, not a file read, per write. Every member
 is thread-safe (a locked LRU, or a pool with its own lock), so writer threads of one process share
 them safely; keys carry file identities or checksums, so no entry can go stale."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +42,9 @@ class SegmentStores:
             con = self._connections.pop(key, None)
         if con is None:
             con = store.connect(path, read_only=True)
-        cursor = con.cursor()  # a connection of its own for this thread (a DuckDB connection is not thread-safe)
+        cursor = (
+            con.cursor()
+        )  # a connection of its own for this thread (a DuckDB connection is not thread-safe)
         try:
             yield cursor
         except BaseException:
@@ -65,13 +68,18 @@ class WriteCaches:
     dead: LruCache[tuple[str, int, int, tuple[str, ...]], Any] = field(default_factory=lambda: LruCache(16))
     #: Parquet segments' `{doc_id: (source, content_sha256)}`, by (folder, checksum of documents.parquet)
     small_documents: LruCache[tuple[str, str], dict[str, tuple[str, str]]] = field(
-        default_factory=lambda: LruCache(256))
+        default_factory=lambda: LruCache(256)
+    )
     #: the same of segments written but not committed yet, by private folder
-    uncommitted_documents: LruCache[str, dict[str, tuple[str, str]]] = field(default_factory=lambda: LruCache(64))
+    uncommitted_documents: LruCache[str, dict[str, tuple[str, str]]] = field(
+        default_factory=lambda: LruCache(64)
+    )
     #: the last file-signature table read, by (path, sha256)
     signatures: LruCache[tuple[str, str], Any] = field(default_factory=lambda: LruCache(1))
     #: generation folders' manifest copies, by (path, inode, size, mtime) (written once, never stale)
-    manifest_copies: LruCache[tuple[str, int, int, int], dict[str, Any]] = field(default_factory=lambda: LruCache(8))
+    manifest_copies: LruCache[tuple[str, int, int, int], dict[str, Any]] = field(
+        default_factory=lambda: LruCache(8)
+    )
     #: open read-only connections to committed segment stores
     stores: SegmentStores = field(default_factory=SegmentStores)
 

@@ -1,5 +1,6 @@
 """The commit of a generation: merges by policy, corpus graphs updated, the manifest written from the
 segment list, folders flushed and renamed, the manifest replaced, retired files removed."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,10 +51,16 @@ from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signa
 logger = logging.getLogger(__name__)
 
 
-def _with_segments(base: Manifest, entries: list[Segment], old: Manifest | None,
-                   new_files: dict[str, dict[str, FileRecord]], config: IndexConfig, dims: dict[str, int],
-                   graphs: dict[str, _CorpusGraph],
-                   signatures: tuple[FileSignaturesRecord | None, FileRecord | None] = (None, None)) -> Manifest:
+def _with_segments(
+    base: Manifest,
+    entries: list[Segment],
+    old: Manifest | None,
+    new_files: dict[str, dict[str, FileRecord]],
+    config: IndexConfig,
+    dims: dict[str, int],
+    graphs: dict[str, _CorpusGraph],
+    signatures: tuple[FileSignaturesRecord | None, FileRecord | None] = (None, None),
+) -> Manifest:
     """`base` with the fields that follow from the segment list and the corpus graphs: files, counts,
     models, bm25 (`new_files`: the checksums of each new folder's files, by name)."""
     files: dict[str, FileRecord] = {}
@@ -66,24 +73,40 @@ def _with_segments(base: Manifest, entries: list[Segment], old: Manifest | None,
             prefix = f"{entry.name}/"
             if entry.legacy:
                 raise ValueError("a legacy segment cannot be kept in a segmented index")
-            files.update({name: value for name, value in (old.files or {}).items()
-                          if name.startswith(prefix) and not _generation_wide(name)})
+            files.update(
+                {
+                    name: value
+                    for name, value in (old.files or {}).items()
+                    if name.startswith(prefix) and not _generation_wide(name)
+                }
+            )
     chunks = sum(entry.chunks for entry in entries)
     models: dict[str, ModelRecord] = {}
     for model, dim in dims.items():
         graph = graphs.get(model)
         for file in (graph.file, graph.reserve) if graph is not None else ():
             files[f"{graph.folder}/{file}"] = new_files[graph.folder][f"{graph.folder}/{file}"]
-        models[model] = ModelRecord(dim=dim, vectors=sum(entry.vectors.get(model, 0) for entry in entries),
-                                    file=layout.dense_file(model), index=config.dense_index, segments=len(entries),
-                                    encoder=_encoder_record(model, old), **(graph.fields() if graph else {}))
+        models[model] = ModelRecord(
+            dim=dim,
+            vectors=sum(entry.vectors.get(model, 0) for entry in entries),
+            file=layout.dense_file(model),
+            index=config.dense_index,
+            segments=len(entries),
+            encoder=_encoder_record(model, old),
+            **(graph.fields() if graph else {}),
+        )
     signature_info, kept_file = signatures
     if signature_info:
         name = signature_info.file
         files[name] = kept_file or new_files[name.split("/")[0]][name]
-    return base.replace(files=files, counts=Counts(sum(entry.documents for entry in entries), chunks),
-                        segments=tuple(entries), models=models, file_signatures=signature_info,
-                        bm25=Bm25Record(layout.BM25_DIR, chunks, dataclasses.asdict(config.bm25)))
+    return base.replace(
+        files=files,
+        counts=Counts(sum(entry.documents for entry in entries), chunks),
+        segments=tuple(entries),
+        models=models,
+        file_signatures=signature_info,
+        bm25=Bm25Record(layout.BM25_DIR, chunks, dataclasses.asdict(config.bm25)),
+    )
 
 
 def _encoder_record(model: str, old: Manifest | None) -> Mapping[str, Any]:
@@ -102,14 +125,24 @@ def _generation_wide(name: str) -> bool:
     return base.startswith("graph-") or base == SIGNATURES_FILE
 
 
-def manifest_base(number: int, config: IndexConfig, cache_file: Path, seconds: float,
-                   old: Manifest | None, next_id: int) -> Manifest:
+def manifest_base(
+    number: int, config: IndexConfig, cache_file: Path, seconds: float, old: Manifest | None, next_id: int
+) -> Manifest:
     """The fields of a new generation's manifest known before its commit (the commit sets its
     number and folder again, and the segments, files, counts and models: `commit_generation`)."""
-    return Manifest(format=FORMAT_VERSION, generation=number, path=layout.generation_name(number),
-                    built_at=datetime.now(UTC).isoformat(), build_seconds=round(seconds, 3), config=config.to_dict(),
-                    store=layout.STORE_FILE, embedding_cache=str(cache_file.resolve()), versions=versions(),
-                    next_chunk_id=next_id, last_merge=old.last_merge if old is not None else None)
+    return Manifest(
+        format=FORMAT_VERSION,
+        generation=number,
+        path=layout.generation_name(number),
+        built_at=datetime.now(UTC).isoformat(),
+        build_seconds=round(seconds, 3),
+        config=config.to_dict(),
+        store=layout.STORE_FILE,
+        embedding_cache=str(cache_file.resolve()),
+        versions=versions(),
+        next_chunk_id=next_id,
+        last_merge=old.last_merge if old is not None else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -126,12 +159,26 @@ class _CorpusGraph:
 
     def fields(self) -> dict[str, Any]:
         """The `ModelRecord` fields that record it."""
-        return {"graph": self.file, "graph_dir": self.folder, "graph_k": self.k, "graph_build": self.build,
-                "graph_reserve": self.reserve, "graph_reserve_k": self.reserve_k}
+        return {
+            "graph": self.file,
+            "graph_dir": self.folder,
+            "graph_k": self.k,
+            "graph_build": self.build,
+            "graph_reserve": self.reserve,
+            "graph_reserve_k": self.reserve_k,
+        }
 
 
-def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segment], name: str,
-                   tmp: Path, config: IndexConfig, dims: dict[str, int], progress: bool) -> dict[str, _CorpusGraph]:
+def _corpus_graphs(
+    index_dir: Path,
+    old: Manifest | None,
+    entries: Sequence[Segment],
+    name: str,
+    tmp: Path,
+    config: IndexConfig,
+    dims: dict[str, int],
+    progress: bool,
+) -> dict[str, _CorpusGraph]:
     """The corpus graph of each model over the live vectors of every segment (rows = the
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
@@ -139,8 +186,9 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
     dense_of: dict[tuple[str, str], Any] = {}
     dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
-    def live(manifest: Manifest | None, segs: Sequence[Segment], model: str,
-             with_vectors: bool) -> tuple[np.ndarray, SegmentRows | None]:
+    def live(
+        manifest: Manifest | None, segs: Sequence[Segment], model: str, with_vectors: bool
+    ) -> tuple[np.ndarray, SegmentRows | None]:
         ids_parts, kept = [], []
         for entry in segs:
             folder = segment_folder(index_dir, entry)
@@ -163,8 +211,9 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
         # each segment's vectors where they are, with its live rows: not copied into one array (an
         # O(index) copy per write; each new array of several MB also costs its fresh pages, ~4 ms a
         # 2 MB huge page on the benchmark's VM); a full build copies them (`SegmentRows.array`)
-        return ids, SegmentRows([(dense.vectors, None if keep is None else np.flatnonzero(keep))
-                                 for dense, keep in kept])
+        return ids, SegmentRows(
+            [(dense.vectors, None if keep is None else np.flatnonzero(keep)) for dense, keep in kept]
+        )
 
     graphs: dict[str, _CorpusGraph] = {}
     for model in dims:
@@ -193,14 +242,24 @@ def _corpus_graphs(index_dir: Path, old: Manifest | None, entries: Sequence[Segm
             except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
                 logger.warning("not reusing the corpus graph %s: %s", path, error)
         if reuse is None:
-            graph, how = build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE), "built"
+            graph, how = (
+                build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE),
+                "built",
+            )
         else:
             graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
         save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
         save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
-        graphs[model] = _CorpusGraph(layout.graph_file(model), name, k, how, _reserve_file(model), GRAPH_RESERVE)
-        logger.info("corpus graph of %s (%d vectors): %s in %.1f s", model, len(ids), how,
-                    time.perf_counter() - started)
+        graphs[model] = _CorpusGraph(
+            layout.graph_file(model), name, k, how, _reserve_file(model), GRAPH_RESERVE
+        )
+        logger.info(
+            "corpus graph of %s (%d vectors): %s in %.1f s",
+            model,
+            len(ids),
+            how,
+            time.perf_counter() - started,
+        )
     checkpoint("graph-written")
     return graphs
 
@@ -210,8 +269,14 @@ def _reserve_file(model: str) -> str:
     return layout.graph_file(model).removesuffix(".npy") + ".reserve.npy"
 
 
-def _with_reserve(index_dir: Path, old: Manifest, folder: str, info: ModelRecord, graph: np.ndarray,
-                  load_reserve: Callable[[Path, int], np.ndarray]) -> np.ndarray:
+def _with_reserve(
+    index_dir: Path,
+    old: Manifest,
+    folder: str,
+    info: ModelRecord,
+    graph: np.ndarray,
+    load_reserve: Callable[[Path, int], np.ndarray],
+) -> np.ndarray:
     """An old corpus graph with its reserve columns appended when it has intact ones (else alone:
     its rows that lose a neighbour are then searched afresh)."""
     name = info.graph_reserve
@@ -228,11 +293,20 @@ def _with_reserve(index_dir: Path, old: Manifest, folder: str, info: ModelRecord
         return graph
 
 
-def commit_generation(index_dir: Path, old: Manifest | None, entries: list[Segment],
-                       folders: list[Path], config: IndexConfig, dims: dict[str, int], base: Manifest,
-                       progress: bool, policy: bool, reason: str | None = None,
-                       merge_range: tuple[int, int] | None = None,
-                       signatures: Signatures | None = None) -> Manifest:
+def commit_generation(
+    index_dir: Path,
+    old: Manifest | None,
+    entries: list[Segment],
+    folders: list[Path],
+    config: IndexConfig,
+    dims: dict[str, int],
+    base: Manifest,
+    progress: bool,
+    policy: bool,
+    reason: str | None = None,
+    merge_range: tuple[int, int] | None = None,
+    signatures: Signatures | None = None,
+) -> Manifest:
     """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
     as one new generation: every new folder (`folders`: private, oldest first; the first is the
     write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
@@ -251,8 +325,12 @@ def commit_generation(index_dir: Path, old: Manifest | None, entries: list[Segme
         merged, folder = build_merged(index_dir, old, inputs, config, dims, progress)
         folders.append(folder)
         entries = entries[:start] + ([merged] if merged else []) + entries[end:]
-        last_merge = {"segments": len(inputs), "chunks": merged.chunks if merged else 0,
-                      "seconds": round(time.perf_counter() - started, 3), "reason": reason or "tiered policy"}
+        last_merge = {
+            "segments": len(inputs),
+            "chunks": merged.chunks if merged else 0,
+            "seconds": round(time.perf_counter() - started, 3),
+            "reason": reason or "tiered policy",
+        }
         for entry in inputs:  # a segment built by this call and merged away already is never committed
             if entry.folder:
                 shutil.rmtree(entry.folder, ignore_errors=True)
@@ -268,13 +346,18 @@ def commit_generation(index_dir: Path, old: Manifest | None, entries: list[Segme
     commit_name = commit_folder.name.split(".")[0]
     number = int(commit_name.split("-")[1])
     graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
-    signature_info = commit_signatures(index_dir, old, signatures, commit_folder, commit_name,
-                                        {entry.name for entry in entries})
-    new_files = {folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
-                 for folder in kept}
+    signature_info = commit_signatures(
+        index_dir, old, signatures, commit_folder, commit_name, {entry.name for entry in entries}
+    )
+    new_files = {
+        folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
+        for folder in kept
+    }
     manifest_base = base.replace(generation=number, path=commit_name)
     if last_merge is not None:
-        manifest_base = manifest_base.replace(last_merge=LastMerge(at=base.built_at, generation=number, **last_merge))
+        manifest_base = manifest_base.replace(
+            last_merge=LastMerge(at=base.built_at, generation=number, **last_merge)
+        )
     committed = [entry.committed() for entry in entries]
     manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
     text = dumps(manifest)
@@ -295,8 +378,7 @@ def commit_generation(index_dir: Path, old: Manifest | None, entries: list[Segme
         if documents is not None and name in names and recorded:
             WRITE_CACHES.small_documents.put((str(index_dir / name), recorded.sha256), documents)
     previous = index_dir / old.path if old is not None else None
-    layout.remove_stale(index_dir, keep=index_dir / commit_name, previous=previous,
-                        copies=WRITE_CACHES.manifest_copies)
+    layout.remove_stale(
+        index_dir, keep=index_dir / commit_name, previous=previous, copies=WRITE_CACHES.manifest_copies
+    )
     return manifest
-
-

@@ -1,5 +1,6 @@
 """The dense retriever: one FAISS index per embedding model, ids = chunk_id.
 See docs/internals/index.md#dense."""
+
 from __future__ import annotations
 
 import hashlib
@@ -123,7 +124,9 @@ class DenseIndex(_ById):
         self.index = index
         self.model = model
         self.dim = index.d
-        self.ids = faiss.vector_to_array(index.id_map).astype(np.int64) if index.ntotal else np.zeros(0, np.int64)
+        self.ids = (
+            faiss.vector_to_array(index.id_map).astype(np.int64) if index.ntotal else np.zeros(0, np.int64)
+        )
         if len(self.ids) > 1 and not np.all(self.ids[1:] > self.ids[:-1]):
             raise ValueError(f"dense index of {model!r}: ids must be stored in ascending chunk_id order")
         inner = faiss.downcast_index(index.index)
@@ -146,8 +149,14 @@ class DenseIndex(_ById):
             self.ef_search = int(ef_search)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, chunk_ids: np.ndarray, model: str, factory: str = "Flat",
-              ef_search: int | None = None) -> DenseIndex:
+    def build(
+        cls,
+        vectors: np.ndarray,
+        chunk_ids: np.ndarray,
+        model: str,
+        factory: str = "Flat",
+        ef_search: int | None = None,
+    ) -> DenseIndex:
         import faiss
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -235,12 +244,16 @@ class DenseIndex(_ById):
             subset = self._subset
             if subset is None or subset.key != key:
                 rows = self.rows_of(allowed)
-                subset = _Subset(key, rows, self.ids[rows], scan_plan(len(rows), self.size, self._flat is not None))
+                subset = _Subset(
+                    key, rows, self.ids[rows], scan_plan(len(rows), self.size, self._flat is not None)
+                )
                 if subset.plan == "bitmap":
                     mask = np.zeros(self.size, dtype=bool)
                     mask[rows] = True
                     subset.bitmap = np.packbits(mask, bitorder="little")
-                    subset.selector = faiss.IDSelectorBitmap(len(subset.bitmap), faiss.swig_ptr(subset.bitmap))
+                    subset.selector = faiss.IDSelectorBitmap(
+                        len(subset.bitmap), faiss.swig_ptr(subset.bitmap)
+                    )
                     subset.params = faiss.SearchParameters(sel=subset.selector)
                 self._subset = subset
             elif subset.matrix is None and len(subset.rows) * self.dim * 4 <= SUBSET_CACHE_BYTES:
@@ -248,7 +261,9 @@ class DenseIndex(_ById):
             subset.uses += 1
         return subset
 
-    def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ids, scores) of the `depth` nearest vectors, restricted to `allowed` chunk ids.
         Filtered searches are exact and return min(depth, allowed vectors) results."""
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
@@ -311,8 +326,10 @@ class SegmentedDense(_ById):
         self.ef_search = parts[0].ef_search
         self._live_ids = [None if mask is None else part.ids[mask] for part, mask in zip(parts, live)]
         # per part: its local row of each of its live rows
-        self._local_rows = [np.arange(part.size, dtype=np.int64) if mask is None else np.flatnonzero(mask)
-                            for part, mask in zip(parts, live)]
+        self._local_rows = [
+            np.arange(part.size, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+            for part, mask in zip(parts, live)
+        ]
         sizes = [len(rows) for rows in self._local_rows]
         self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         ids = np.concatenate([part.ids if ids is None else ids for part, ids in zip(parts, self._live_ids)])
@@ -325,9 +342,16 @@ class SegmentedDense(_ById):
         self._part_vectors: list[np.ndarray] | None = None
         self._flat = all(part.is_flat for part in parts)
         # every part's rows one after the other (tombstoned ones included): where each live row is
-        self._physical_starts = np.concatenate([[0], np.cumsum([part.size for part in parts])]).astype(np.int64)
-        self._physical_live = None if all(mask is None for mask in live) else np.concatenate(
-            [start + rows for start, rows in zip(self._physical_starts[:-1], self._local_rows)])
+        self._physical_starts = np.concatenate([[0], np.cumsum([part.size for part in parts])]).astype(
+            np.int64
+        )
+        self._physical_live = (
+            None
+            if all(mask is None for mask in live)
+            else np.concatenate(
+                [start + rows for start, rows in zip(self._physical_starts[:-1], self._local_rows)]
+            )
+        )
         self._vectors: np.ndarray | None = None
         self._lock = threading.Lock()
 
@@ -350,7 +374,7 @@ class SegmentedDense(_ById):
         bounds = np.searchsorted(which[order], np.arange(len(self.parts) + 1))
         vectors = self._part_vectors or self._load_part_vectors()
         for i in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
-            chosen = order[bounds[i]:bounds[i + 1]]
+            chosen = order[bounds[i] : bounds[i + 1]]
             out[chosen] = vectors[i][local[chosen]]
         return out
 
@@ -366,8 +390,13 @@ class SegmentedDense(_ById):
         out = np.empty(self._physical_starts[-1], dtype=np.float32)
         for part_vectors, start, end in zip(vectors, self._physical_starts[:-1], self._physical_starts[1:]):
             if end > start:
-                faiss.fvec_inner_products_ny(faiss.swig_ptr(out[start:end]), faiss.swig_ptr(query),
-                                             faiss.swig_ptr(part_vectors), self.dim, int(end - start))
+                faiss.fvec_inner_products_ny(
+                    faiss.swig_ptr(out[start:end]),
+                    faiss.swig_ptr(query),
+                    faiss.swig_ptr(part_vectors),
+                    self.dim,
+                    int(end - start),
+                )
         return out if self._physical_live is None else out[self._physical_live]
 
     def _load_part_vectors(self) -> list[np.ndarray]:
@@ -379,13 +408,17 @@ class SegmentedDense(_ById):
         """All live vectors as one matrix (concatenated once, then kept: tools and tests)."""
         with self._lock:
             if self._vectors is None:
-                self._vectors = np.concatenate(
-                    [part.vectors[rows] for part, rows in zip(self.parts, self._local_rows)]
-                ) if self.size else np.zeros((0, self.dim), np.float32)
+                self._vectors = (
+                    np.concatenate([part.vectors[rows] for part, rows in zip(self.parts, self._local_rows)])
+                    if self.size
+                    else np.zeros((0, self.dim), np.float32)
+                )
                 self._vectors.flags.writeable = False
             return self._vectors
 
-    def search(self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, query: np.ndarray, depth: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ids, scores) of the `depth` nearest live vectors, restricted to `allowed` chunk ids."""
         if allowed is None and self._flat:
             return top_exact(self.ids, self._score_all(query), depth)

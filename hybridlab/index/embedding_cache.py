@@ -1,5 +1,6 @@
 """Embeddings cache: vectors keyed by (model, sha256 of the exact text embedded), in DuckDB.
 See docs/internals/index.md#embedding_cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -70,8 +71,11 @@ class EmbeddingCache:
         if self.con is None or not hashes:
             return {}
         with registered(self.con, "wanted", {"sha256": list(dict.fromkeys(hashes))}):
-            rows = self.con.execute("SELECT e.sha256, e.dim, e.vector FROM embeddings e JOIN wanted w "
-                                    "USING (sha256) WHERE e.model = ?", [model]).fetchall()
+            rows = self.con.execute(
+                "SELECT e.sha256, e.dim, e.vector FROM embeddings e JOIN wanted w "
+                "USING (sha256) WHERE e.model = ?",
+                [model],
+            ).fetchall()
         found = {}
         for sha, row_dim, blob in rows:
             if dim is not None and row_dim != dim:
@@ -87,7 +91,8 @@ class EmbeddingCache:
         with registered(self.con, "wanted", {"sha256": wanted, "pos": np.arange(len(wanted))}):
             rows = self.con.execute(
                 "SELECT w.sha256 FROM wanted w WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = ? "
-                "AND e.sha256 = w.sha256 AND (? IS NULL OR e.dim = ?)) ORDER BY w.pos", [model, dim, dim],
+                "AND e.sha256 = w.sha256 AND (? IS NULL OR e.dim = ?)) ORDER BY w.pos",
+                [model, dim, dim],
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -100,15 +105,20 @@ class EmbeddingCache:
         if self.con is None:
             raise KeyError(f"{len(hashes)} vectors of {model!r} are missing from the embeddings cache")
         for start in range(0, len(hashes), batch):
-            part = list(hashes[start:start + batch])
+            part = list(hashes[start : start + batch])
             with registered(self.con, "wanted", {"sha256": part, "pos": np.arange(len(part))}):
                 rows = self.con.execute(
                     "SELECT w.pos, any_value(e.vector) FROM wanted w JOIN embeddings e USING (sha256) "
-                    "WHERE e.model = ? AND e.dim = ? GROUP BY w.pos ORDER BY w.pos", [model, dim],
+                    "WHERE e.model = ? AND e.dim = ? GROUP BY w.pos ORDER BY w.pos",
+                    [model, dim],
                 ).fetchall()
             if len(rows) != len(part):
-                raise KeyError(f"{len(part) - len(rows)} vectors of {model!r} are missing from the embeddings cache")
-            out[start:start + len(part)] = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(-1, dim)
+                raise KeyError(
+                    f"{len(part) - len(rows)} vectors of {model!r} are missing from the embeddings cache"
+                )
+            out[start : start + len(part)] = np.frombuffer(
+                b"".join(row[1] for row in rows), dtype=np.float32
+            ).reshape(-1, dim)
         return out
 
     def put(self, model: str, hashes: Sequence[str], vectors: np.ndarray, replace: bool = False) -> None:
@@ -119,20 +129,26 @@ class EmbeddingCache:
         import pandas as pd
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        frame = pd.DataFrame({
-            "model": model,
-            "sha256": list(hashes),
-            "dim": vectors.shape[1],
-            "vector": [row.tobytes() for row in vectors],
-        }).drop_duplicates("sha256")
+        frame = pd.DataFrame(
+            {
+                "model": model,
+                "sha256": list(hashes),
+                "dim": vectors.shape[1],
+                "vector": [row.tobytes() for row in vectors],
+            }
+        ).drop_duplicates("sha256")
         with registered(self.con, "incoming", frame):
             self.con.execute("BEGIN TRANSACTION")
             if replace:
-                self.con.execute("DELETE FROM embeddings e WHERE e.model = ? AND e.sha256 IN "
-                                 "(SELECT sha256 FROM incoming)", [model])
+                self.con.execute(
+                    "DELETE FROM embeddings e WHERE e.model = ? AND e.sha256 IN "
+                    "(SELECT sha256 FROM incoming)",
+                    [model],
+                )
             self.con.execute(
                 "INSERT INTO embeddings SELECT i.model, i.sha256, i.dim, i.vector FROM incoming i "
-                "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)")
+                "WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.model = i.model AND e.sha256 = i.sha256)"
+            )
             self.con.execute("COMMIT")
 
     def count(self, model: str | None = None) -> int:

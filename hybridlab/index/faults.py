@@ -1,5 +1,6 @@
 """Fault injection for the write path: `HOOK` (tests set it) or env `HYBRIDLAB_TRACE_STAGES` is told
 each stage a write reaches, so a test can kill the process right after it."""
+
 from __future__ import annotations
 
 import os
@@ -20,5 +21,3 @@ def checkpoint(stage: str) -> None:
         time.sleep(float(os.environ.get("HYBRIDLAB_TRACE_PAUSE", "0.05")))
     elif hook is not None:
         hook(stage)
-
-

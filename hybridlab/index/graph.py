@@ -1,5 +1,6 @@
 """The corpus graph: each chunk's nearest neighbours by embedding, for staged search.
 See docs/internals/index.md#graph."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,8 @@ def graph_size(graph_k: int | None, n_vectors: int) -> int:
     if graph_k < 0:
         raise ValueError(f"graph_k must be >= 0 or None, got {graph_k}")
     return graph_k
+
+
 _BATCH = 4096
 _MERGE_CELLS = 1 << 18  # floats of the vectors gathered at a time to score pairs (1 MB)
 #: scores of one block (fresh rows x vectors) in an update: 1 MB of float32, 2 MB of int64 positions
@@ -49,7 +52,9 @@ class SegmentRows:
     it, ascending (None: every row)."""
 
     def __init__(self, parts: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
-        self.parts = [(array, None if live is None else np.asarray(live, dtype=np.int64)) for array, live in parts]
+        self.parts = [
+            (array, None if live is None else np.asarray(live, dtype=np.int64)) for array, live in parts
+        ]
         counts = [len(array) if live is None else len(live) for array, live in self.parts]
         self.offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self.dim = int(self.parts[0][0].shape[1]) if self.parts else 0
@@ -78,11 +83,11 @@ class SegmentRows:
         for (array, live), offset in zip(self.parts, self.offsets, strict=False):
             for start in range(0, len(array), step):
                 if live is None:
-                    yield int(offset) + start, array[start:start + step], None
+                    yield int(offset) + start, array[start : start + step], None
                     continue
                 low, high = np.searchsorted(live, [start, start + step])
                 if high > low:
-                    yield int(offset + low), array[start:start + step], live[low:high] - start
+                    yield int(offset + low), array[start : start + step], live[low:high] - start
 
     def array(self) -> np.ndarray:
         """Every row in one contiguous float32 array (the part itself when it is the only one, whole)."""
@@ -96,7 +101,11 @@ class SegmentRows:
 
 def _rows_of(vectors: np.ndarray | SegmentRows) -> SegmentRows:
     """`vectors` as a `SegmentRows` (an array is one part, every row live)."""
-    return vectors if isinstance(vectors, SegmentRows) else SegmentRows([(np.ascontiguousarray(vectors, dtype=np.float32), None)])
+    return (
+        vectors
+        if isinstance(vectors, SegmentRows)
+        else SegmentRows([(np.ascontiguousarray(vectors, dtype=np.float32), None)])
+    )
 
 
 def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False, reserve: int = 0) -> np.ndarray:
@@ -112,7 +121,9 @@ def build_corpus_graph(vectors: np.ndarray, k: int, progress: bool = False, rese
     return graph
 
 
-def _neighbour_search(vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.ndarray, progress: bool) -> None:
+def _neighbour_search(
+    vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.ndarray, progress: bool
+) -> None:
     """Fill `graph[rows]` with each row's `k` nearest other vectors (exact up to `EXACT_GRAPH_MAX`),
     by score then by row (the lowest first among equal scores)."""
     import faiss
@@ -127,9 +138,10 @@ def _neighbour_search(vectors: np.ndarray, rows: np.ndarray, k: int, graph: np.n
     width = min(k + 1, n)
     from tqdm.auto import tqdm
 
-    for start in tqdm(range(0, len(rows), _BATCH), desc="corpus graph", unit="batch", disable=not progress,
-                      leave=False):
-        block = rows[start:start + _BATCH]
+    for start in tqdm(
+        range(0, len(rows), _BATCH), desc="corpus graph", unit="batch", disable=not progress, leave=False
+    ):
+        block = rows[start : start + _BATCH]
         distances, labels = index.search(vectors[block], width)
         labels = labels.astype(np.int64)
         valid = (labels >= 0) & (labels != block[:, None])
@@ -149,7 +161,7 @@ def _merge_added(vectors: SegmentRows, graph: np.ndarray, rows: np.ndarray, adde
     added_vectors = vectors.take(added)
     batch = max(1, _SCORE_CELLS // max(1, len(added)))
     for start in range(0, len(rows), batch):
-        block = rows[start:start + batch]
+        block = rows[start : start + batch]
         with _blas_threads(float(len(rows)) * len(added) * vectors.dim):
             scores = vectors.take(block) @ added_vectors.T
         hit_row, hit_col = np.nonzero(scores >= bar[block][:, None])
@@ -185,9 +197,11 @@ def _rounding_margin(vectors: SegmentRows) -> float:
     """A bound on how far two float32 computations of one dot product of `vectors` can differ
     (a matrix product's blocking vs `_pair_scores`): pairs that a matrix product puts this close
     below a threshold are scored again before being dropped."""
-    largest = max((float(np.einsum("nd,nd->n", array, array).max()) for array, _ in vectors.parts if len(array)),
-                  default=0.0)  # over every stored vector, live or not: still a bound
-    return vectors.dim * 2.0 ** -22 * largest
+    largest = max(
+        (float(np.einsum("nd,nd->n", array, array).max()) for array, _ in vectors.parts if len(array)),
+        default=0.0,
+    )  # over every stored vector, live or not: still a bound
+    return vectors.dim * 2.0**-22 * largest
 
 
 def _pair_scores(vectors: SegmentRows, left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -196,7 +210,9 @@ def _pair_scores(vectors: SegmentRows, left: np.ndarray, right: np.ndarray) -> n
     step = max(1, _MERGE_CELLS // max(1, vectors.dim))
     for start in range(0, len(left), step):
         stop = start + step
-        out[start:stop] = np.einsum("bd,bd->b", vectors.take(left[start:stop]), vectors.take(right[start:stop]))
+        out[start:stop] = np.einsum(
+            "bd,bd->b", vectors.take(left[start:stop]), vectors.take(right[start:stop])
+        )
     return out
 
 
@@ -262,8 +278,9 @@ def _blas_threads(work: float) -> Any:
     return _BLAS[0].limit(limits=1, user_api="blas") if _BLAS[0] is not None else nullcontext()
 
 
-def _search_and_merge(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray,
-                      rows: np.ndarray) -> None:
+def _search_and_merge(
+    vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray, rows: np.ndarray
+) -> None:
     """Exact lists of the `fresh` rows (their `graph.shape[1]` nearest other vectors, by score then
     row) and the `added` rows (a subset of `fresh`) merged into the lists of `rows`, from one pass of
     matrix products of the fresh vectors with every vector: an added row's scores against all rows
@@ -285,7 +302,7 @@ def _search_and_merge(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray
     pair_candidates: list[np.ndarray] = []
     with _blas_threads(float(len(queries)) * n * vectors.dim):
         for start in range(0, len(queries), row_step):
-            block = queries[start:start + row_step]
+            block = queries[start : start + row_step]
             own = vectors.take(block)
             merging = int(is_added[block].sum())
             best = np.zeros((len(block), 0), np.int64)
@@ -302,8 +319,11 @@ def _search_and_merge(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray
                 inside = np.flatnonzero((block >= first) & (block < last))
                 scores[inside, block[inside] - first] = -np.inf  # not its own neighbour
                 columns, values = _top_by_score(scores, min(top, last - first))
-                best, best_scores = _best_of(np.concatenate([best, columns + first], axis=1),
-                                             np.concatenate([best_scores, values], axis=1), top)
+                best, best_scores = _best_of(
+                    np.concatenate([best, columns + first], axis=1),
+                    np.concatenate([best_scores, values], axis=1),
+                    top,
+                )
             graph[block] = -1
             graph[block, :top] = best
     if pair_rows:  # the fresh lists are written; a fresh row is never merged into (its bar is +inf)
@@ -314,13 +334,13 @@ def _top_by_score(scores: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]
     """Each row's `top` best columns by score, then by column (lowest first on ties, at the cut
     too), with their scores."""
     n = scores.shape[1]
-    best = np.argpartition(scores, n - top, axis=1)[:, n - top:]
+    best = np.argpartition(scores, n - top, axis=1)[:, n - top :]
     best_scores = np.take_along_axis(scores, best, axis=1)
     cut = best_scores.min(axis=1)
     tied = np.flatnonzero((scores >= cut[:, None]).sum(axis=1) > top)  # ties at the cut: lowest columns
     for i in tied:
         above = np.flatnonzero(scores[i] > cut[i])
-        at = np.flatnonzero(scores[i] == cut[i])[:top - len(above)]
+        at = np.flatnonzero(scores[i] == cut[i])[: top - len(above)]
         best[i] = np.concatenate([above, at])
         best_scores[i] = scores[i, best[i]]
     return _best_of(best, best_scores, top)
@@ -332,8 +352,14 @@ def _best_of(columns: np.ndarray, scores: np.ndarray, top: int) -> tuple[np.ndar
     return np.take_along_axis(columns, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
-def update_corpus_graph(vectors: np.ndarray | SegmentRows, old_graph: np.ndarray, old_to_new: np.ndarray, k: int,
-                        progress: bool = False, reserve: int = 0) -> tuple[np.ndarray, str]:
+def update_corpus_graph(
+    vectors: np.ndarray | SegmentRows,
+    old_graph: np.ndarray,
+    old_to_new: np.ndarray,
+    k: int,
+    progress: bool = False,
+    reserve: int = 0,
+) -> tuple[np.ndarray, str]:
     """The graph of `vectors` from the previous generation's graph, without the n² rebuild.
 
     `vectors`: an array, or a `SegmentRows` (the segments' vectors used where they are, not copied).
@@ -350,7 +376,13 @@ def update_corpus_graph(vectors: np.ndarray | SegmentRows, old_graph: np.ndarray
     old_graph = np.asarray(old_graph)
     old_to_new = np.asarray(old_to_new, dtype=np.int64)
     n, width = len(vectors), k + reserve
-    if old_graph.ndim != 2 or old_graph.shape[0] != len(old_to_new) or old_graph.shape[1] < k or n < 2 or k < 1:
+    if (
+        old_graph.ndim != 2
+        or old_graph.shape[0] != len(old_to_new)
+        or old_graph.shape[1] < k
+        or n < 2
+        or k < 1
+    ):
         return build_corpus_graph(vectors.array(), k, progress=progress, reserve=reserve), "built"
     if len(old_to_new) <= n and np.array_equal(old_to_new, np.arange(len(old_to_new))):
         return _update_appended(vectors, old_graph, k, progress, reserve)
@@ -386,24 +418,31 @@ def update_corpus_graph(vectors: np.ndarray | SegmentRows, old_graph: np.ndarray
     return graph, "updated"
 
 
-def _update_appended(vectors: SegmentRows, old_graph: np.ndarray, k: int, progress: bool,
-                     reserve: int) -> tuple[np.ndarray, str]:
+def _update_appended(
+    vectors: SegmentRows, old_graph: np.ndarray, k: int, progress: bool, reserve: int
+) -> tuple[np.ndarray, str]:
     """`update_corpus_graph` when the old rows are the first rows, unchanged, and the rest are new
     (only additions, e.g. a stored memory): every old list holds as it is, before the merge."""
     n, width, m = len(vectors), k + reserve, len(old_graph)
     if n - m > n // 2:
         return build_corpus_graph(vectors.array(), k, progress=progress, reserve=reserve), "built"
     graph = np.full((n, width), -1, dtype=np.int32)
-    graph[:m, :min(width, old_graph.shape[1])] = old_graph[:, :width]
+    graph[:m, : min(width, old_graph.shape[1])] = old_graph[:, :width]
     if old_graph.shape[1] < width:  # an old graph with a smaller (or no) reserve
-        graph[:m, old_graph.shape[1]:] = np.where((old_graph == -1).any(axis=1), -1, UNKNOWN)[:, None]
+        graph[:m, old_graph.shape[1] :] = np.where((old_graph == -1).any(axis=1), -1, UNKNOWN)[:, None]
     added = np.arange(m, n)
     _add_rows(vectors, graph, added, added, np.arange(m), progress)
     return graph, "updated"
 
 
-def _add_rows(vectors: SegmentRows, graph: np.ndarray, fresh: np.ndarray, added: np.ndarray, rows: np.ndarray,
-              progress: bool) -> None:
+def _add_rows(
+    vectors: SegmentRows,
+    graph: np.ndarray,
+    fresh: np.ndarray,
+    added: np.ndarray,
+    rows: np.ndarray,
+    progress: bool,
+) -> None:
     """Search the `fresh` rows' lists and merge the `added` rows into the lists of `rows`."""
     if len(vectors) > EXACT_GRAPH_MAX:  # fresh rows by the approximate search of a full build
         whole = vectors.array()
@@ -419,7 +458,9 @@ def _load_rows(path: Path, n_vectors: int, what: str, lowest: int) -> np.ndarray
     """Read (n_vectors, width) int32 rows written by `save_graph`: entries below `n_vectors`, >= `lowest`."""
     rows = np.load(path, allow_pickle=False)
     if rows.ndim != 2 or rows.shape[0] != n_vectors or rows.dtype != np.int32:
-        raise ValueError(f"{path}: {what} of shape {rows.shape} ({rows.dtype}) does not fit {n_vectors} vectors")
+        raise ValueError(
+            f"{path}: {what} of shape {rows.shape} ({rows.dtype}) does not fit {n_vectors} vectors"
+        )
     if rows.size and (rows.max() >= n_vectors or rows.min() < lowest):
         raise ValueError(f"{path}: {what} points outside the index's {n_vectors} vectors")
     return rows
@@ -441,9 +482,17 @@ def load_graph(path: Path, n_vectors: int) -> np.ndarray:
     return _load_rows(path, n_vectors, "corpus graph", -1)
 
 
-def expand_by_graph(vectors: np.ndarray, graph: np.ndarray, query: np.ndarray, rows: np.ndarray,
-                    scores: np.ndarray, *, hops: int, seeds: int,
-                    keep: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def expand_by_graph(
+    vectors: np.ndarray,
+    graph: np.ndarray,
+    query: np.ndarray,
+    rows: np.ndarray,
+    scores: np.ndarray,
+    *,
+    hops: int,
+    seeds: int,
+    keep: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Grow a scored candidate pool along the corpus graph.
 
     Each hop takes the `seeds` best-scoring rows not yet expanded, adds their neighbours that are

@@ -1,5 +1,6 @@
 """The on-disk layout of an index folder, its manifest (the commit point) and its writer lock.
 See docs/internals/index.md#layout."""
+
 from __future__ import annotations
 
 import collections
@@ -59,7 +60,7 @@ def wal_generation(name: str) -> int | None:
     """The generation number of a log's file name (None: not a log)."""
     if not (name.startswith(WAL_PREFIX) and name.endswith(".log")):
         return None
-    digits = name[len(WAL_PREFIX):-len(".log")]
+    digits = name[len(WAL_PREFIX) : -len(".log")]
     return int(digits) if digits.isdigit() else None
 
 
@@ -123,7 +124,9 @@ def generation_files(folder: Path, prefix: str = "") -> dict[str, FileRecord]:
     files = {}
     for path in sorted(Path(folder).rglob("*")):
         if path.is_file() and path.name != MANIFEST:
-            files[prefix + path.relative_to(folder).as_posix()] = FileRecord(path.stat().st_size, file_sha256(path))
+            files[prefix + path.relative_to(folder).as_posix()] = FileRecord(
+                path.stat().st_size, file_sha256(path)
+            )
     return files
 
 
@@ -152,8 +155,9 @@ def read_generation_manifest(folder: Path, copies: LruCache | None = None) -> Ma
     return manifest
 
 
-def file_problems(index_dir: Path, manifest: Manifest, hash_all: bool = False,
-                  trusted: frozenset[str] = frozenset()) -> list[str]:
+def file_problems(
+    index_dir: Path, manifest: Manifest, hash_all: bool = False, trusted: frozenset[str] = frozenset()
+) -> list[str]:
     """Files of the live generation that are missing, truncated or altered against the manifest's
     checksums. Sizes are always checked; sha256 of the FAISS and BM25 files (whose parsers must never
     see garbage) and, with `hash_all`, of every file (opening an index does: a garbled DuckDB page
@@ -168,9 +172,14 @@ def file_problems(index_dir: Path, manifest: Manifest, hash_all: bool = False,
             continue
         size = path.stat().st_size
         if size != expected.bytes:
-            problems.append(f"{path} has {size} bytes, the manifest says {expected.bytes} (truncated or altered)")
-        elif name not in trusted and (hash_all or name.endswith(".faiss") or f"{BM25_DIR}/" in name) and \
-                file_sha256(path) != expected.sha256:
+            problems.append(
+                f"{path} has {size} bytes, the manifest says {expected.bytes} (truncated or altered)"
+            )
+        elif (
+            name not in trusted
+            and (hash_all or name.endswith(".faiss") or f"{BM25_DIR}/" in name)
+            and file_sha256(path) != expected.sha256
+        ):
             problems.append(f"{path} does not match its sha256 in the manifest (altered or corrupt)")
     return problems
 
@@ -221,8 +230,10 @@ def open_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     try:
         # a write in the same clock tick as this record would not move ctime: trust settled files only
         settled_before = time.time_ns() - SETTLED_NS
-        stamp = {"path": key,
-                 "files": {name: ident for name, ident in identities.items() if ident[3] < settled_before}}
+        stamp = {
+            "path": key,
+            "files": {name: ident for name, ident in identities.items() if ident[3] < settled_before},
+        }
         tmp = index_dir / f".{VERIFIED_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(stamp), encoding="utf-8")
         os.replace(tmp, index_dir / VERIFIED_FILE)
@@ -240,20 +251,28 @@ def read_manifest(index_dir: Path) -> Manifest:
     path = Path(index_dir) / MANIFEST
     if not path.exists():
         if not Path(index_dir).exists():
-            raise IndexNotFoundError(f"no index at {index_dir} (build one with `hybridlab index PATH --index {index_dir}`)")
+            raise IndexNotFoundError(
+                f"no index at {index_dir} (build one with `hybridlab index PATH --index {index_dir}`)"
+            )
         if generations(index_dir):
-            raise CorruptIndexError(f"{path} is missing but generation folders exist; {repair_hint(index_dir)}")
+            raise CorruptIndexError(
+                f"{path} is missing but generation folders exist; {repair_hint(index_dir)}"
+            )
         raise IndexNotFoundError(f"no index at {index_dir}: {MANIFEST} is missing")
     try:
         manifest = loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CorruptIndexError(f"{path} is corrupt ({error}); {repair_hint(index_dir)}") from None
     except NotAManifest as error:
-        raise CorruptIndexError(f"{path} is not a hybridlab manifest of format {FORMAT_VERSION} ({error}); "
-                                f"{repair_hint(index_dir)}") from None
+        raise CorruptIndexError(
+            f"{path} is not a hybridlab manifest of format {FORMAT_VERSION} ({error}); "
+            f"{repair_hint(index_dir)}"
+        ) from None
     for name in sorted(manifest.folders):
         if not (Path(index_dir) / name).is_dir():
-            raise CorruptIndexError(f"{Path(index_dir) / name} named by {path} is missing; {repair_hint(index_dir)}")
+            raise CorruptIndexError(
+                f"{Path(index_dir) / name} named by {path} is missing; {repair_hint(index_dir)}"
+            )
     return manifest
 
 
@@ -271,7 +290,9 @@ def write_manifest(index_dir: Path, manifest: Manifest, text: str | None = None)
 
 
 def next_generation_number(index_dir: Path) -> int:
-    numbers = [int(m.group(1)) for p in Path(index_dir).iterdir() if (m := GENERATION.match(p.name.split(".")[0]))]
+    numbers = [
+        int(m.group(1)) for p in Path(index_dir).iterdir() if (m := GENERATION.match(p.name.split(".")[0]))
+    ]
     return max(numbers, default=0) + 1
 
 
@@ -289,8 +310,9 @@ def previous_generation(index_dir: Path, live: Path | None) -> Path | None:
     return older[-1] if older else None
 
 
-def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = None,
-                 copies: LruCache | None = None) -> list[str]:
+def remove_stale(
+    index_dir: Path, keep: Path | None, previous: Path | None = None, copies: LruCache | None = None
+) -> list[str]:
     """Delete generation folders other than `keep` and `previous` and the segments their manifest
     copies name (crashed builds, older generations, merged-away segments). Folders are compared by
     name (all are children of `index_dir`); the removed ones are renamed aside at once and deleted
@@ -312,7 +334,9 @@ def remove_stale(index_dir: Path, keep: Path | None, previous: Path | None = Non
             path = index_dir / name
             if name in kept:
                 if name not in commits and free:  # a segment only: the graphs of its own commit are stale
-                    for stale in (n for n in os.listdir(path) if n.startswith("graph-") and n.endswith(".npy")):
+                    for stale in (
+                        n for n in os.listdir(path) if n.startswith("graph-") and n.endswith(".npy")
+                    ):
                         (path / stale).unlink(missing_ok=True)
                 continue
             if not free and ".tmp-" not in name:
@@ -449,13 +473,21 @@ class WriterLock:
             local = _PROCESS_LOCKS.setdefault(os.path.realpath(self.index_dir), FairLock())
         owner = local.owner
         if owner is not None and owner[0] == threading.get_ident():
-            raise IndexLockedError(f"index {self.index_dir} is locked by PID {os.getpid()} (this process: this "
-                                   f"thread, {owner[1]!r}, holds it already and cannot wait for itself)")
+            raise IndexLockedError(
+                f"index {self.index_dir} is locked by PID {os.getpid()} (this process: this "
+                f"thread, {owner[1]!r}, holds it already and cannot wait for itself)"
+            )
         if not local.acquire(timeout):
             owner = local.owner
-            holder = f"thread {owner[1]!r}, for {time.monotonic() - local.since:.1f}s" if owner else "another thread"
-            raise IndexLockedError(f"index {self.index_dir} is locked by PID {os.getpid()} (this process: {holder} "
-                                   f"is writing it; waited {timeout:.1f}s)")
+            holder = (
+                f"thread {owner[1]!r}, for {time.monotonic() - local.since:.1f}s"
+                if owner
+                else "another thread"
+            )
+            raise IndexLockedError(
+                f"index {self.index_dir} is locked by PID {os.getpid()} (this process: {holder} "
+                f"is writing it; waited {timeout:.1f}s)"
+            )
         path = Path(self.index_dir) / LOCK_FILE
         held = contextlib.ExitStack()
         held.callback(local.release)

@@ -1,6 +1,7 @@
 """A small thread-safe LRU cache: the process-wide caches of the write path (`index.caches`) and the
 readers' query vectors and filter masks (`search`) are each one of these, every operation under
 one lock, so threads share them safely."""
+
 from __future__ import annotations
 
 import threading

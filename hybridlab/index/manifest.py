@@ -21,6 +21,7 @@ is refused with a repair hint):
 
 Fields of format 5 (the same in the generation's copy): see `Manifest`, `Segment`, `ModelRecord`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -102,17 +103,32 @@ class Segment:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Segment:
         chunks = int(data.get("chunks") or 0)
-        return cls(name=str(data["name"]), documents=int(data.get("documents") or 0), chunks=chunks,
-                   rows=int(data.get("rows", chunks) or 0), deleted=tuple(data.get("deleted") or ()),
-                   first_chunk_id=data.get("first_chunk_id"), last_chunk_id=data.get("last_chunk_id"),
-                   vectors={model: int(n) for model, n in (data.get("vectors") or {}).items()},
-                   models={model: SegmentModel.from_json(info) for model, info in (data.get("models") or {}).items()})
+        return cls(
+            name=str(data["name"]),
+            documents=int(data.get("documents") or 0),
+            chunks=chunks,
+            rows=int(data.get("rows", chunks) or 0),
+            deleted=tuple(data.get("deleted") or ()),
+            first_chunk_id=data.get("first_chunk_id"),
+            last_chunk_id=data.get("last_chunk_id"),
+            vectors={model: int(n) for model, n in (data.get("vectors") or {}).items()},
+            models={
+                model: SegmentModel.from_json(info) for model, info in (data.get("models") or {}).items()
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "documents": self.documents, "chunks": self.chunks, "rows": self.rows,
-                "deleted": list(self.deleted), "first_chunk_id": self.first_chunk_id,
-                "last_chunk_id": self.last_chunk_id, "vectors": dict(self.vectors),
-                "models": {model: info.to_json() for model, info in self.models.items()}}
+        return {
+            "name": self.name,
+            "documents": self.documents,
+            "chunks": self.chunks,
+            "rows": self.rows,
+            "deleted": list(self.deleted),
+            "first_chunk_id": self.first_chunk_id,
+            "last_chunk_id": self.last_chunk_id,
+            "vectors": dict(self.vectors),
+            "models": {model: info.to_json() for model, info in self.models.items()},
+        }
 
     def committed(self) -> Segment:
         """The segment as the manifest records it (no private build folder, nothing masked)."""
@@ -147,16 +163,28 @@ class ModelRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ModelRecord:
-        return cls(dim=int(data["dim"]), vectors=int(data.get("vectors") or 0), file=str(data.get("file") or ""),
-                   index=str(data.get("index") or "Flat"), segments=int(data.get("segments") or 0),
-                   encoder=data.get("encoder") or None,
-                   **{name: data.get(name) for name in cls._GRAPH_FIELDS})
+        return cls(
+            dim=int(data["dim"]),
+            vectors=int(data.get("vectors") or 0),
+            file=str(data.get("file") or ""),
+            index=str(data.get("index") or "Flat"),
+            segments=int(data.get("segments") or 0),
+            encoder=data.get("encoder") or None,
+            **{name: data.get(name) for name in cls._GRAPH_FIELDS},
+        )
 
     def to_json(self) -> dict[str, Any]:
         graph = {name: getattr(self, name) for name in self._GRAPH_FIELDS if getattr(self, name) is not None}
         encoder = {} if self.encoder is None else {"encoder": dict(self.encoder)}  # none in an older index
-        return {"dim": self.dim, "vectors": self.vectors, "file": self.file, "index": self.index,
-                "segments": self.segments, **encoder, **graph}
+        return {
+            "dim": self.dim,
+            "vectors": self.vectors,
+            "file": self.file,
+            "index": self.index,
+            "segments": self.segments,
+            **encoder,
+            **graph,
+        }
 
     def segment_model(self) -> SegmentModel:
         """The model's FAISS file as a segment's (a format-1 index's one generation folder)."""
@@ -197,9 +225,14 @@ class LastMerge:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LastMerge:
-        return cls(at=str(data.get("at") or ""), generation=int(data.get("generation") or 0),
-                   segments=int(data.get("segments") or 0), chunks=int(data.get("chunks") or 0),
-                   seconds=float(data.get("seconds") or 0.0), reason=str(data.get("reason") or ""))
+        return cls(
+            at=str(data.get("at") or ""),
+            generation=int(data.get("generation") or 0),
+            segments=int(data.get("segments") or 0),
+            chunks=int(data.get("chunks") or 0),
+            seconds=float(data.get("seconds") or 0.0),
+            reason=str(data.get("reason") or ""),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -323,33 +356,57 @@ class Manifest:
         segmented = data["format"] >= SEGMENTS_FORMAT and "segments" in data
         next_id = data.get("next_chunk_id")
         return cls(
-            format=int(data["format"]), generation=int(data["generation"]), path=str(data["path"]),
-            built_at=str(data.get("built_at") or ""), build_seconds=float(data.get("build_seconds") or 0.0),
-            config=dict(data.get("config") or {}), store=str(data.get("store") or "store.duckdb"),
-            embedding_cache=data.get("embedding_cache"), versions=dict(data.get("versions") or {}),
+            format=int(data["format"]),
+            generation=int(data["generation"]),
+            path=str(data["path"]),
+            built_at=str(data.get("built_at") or ""),
+            build_seconds=float(data.get("build_seconds") or 0.0),
+            config=dict(data.get("config") or {}),
+            store=str(data.get("store") or "store.duckdb"),
+            embedding_cache=data.get("embedding_cache"),
+            versions=dict(data.get("versions") or {}),
             next_chunk_id=None if next_id is None else int(next_id),
             last_merge=LastMerge.from_json(merge) if merge else None,
-            files=None if files is None else {name: FileRecord.from_json(info) for name, info in files.items()},
+            files=None
+            if files is None
+            else {name: FileRecord.from_json(info) for name, info in files.items()},
             counts=Counts(int(counts.get("documents") or 0), int(counts.get("chunks") or 0)),
             segments=tuple(Segment.from_json(entry) for entry in data["segments"]) if segmented else None,
             models={model: ModelRecord.from_json(info) for model, info in (data.get("models") or {}).items()},
-            bm25=Bm25Record(str(bm25.get("dir") or "bm25"), int(bm25.get("rows") or 0), dict(bm25.get("config") or {})),
-            file_signatures=FileSignaturesRecord(str(signatures["file"]), int(signatures.get("reader") or 0),
-                                                 dict(signatures.get("sources") or {})) if signatures else None,
+            bm25=Bm25Record(
+                str(bm25.get("dir") or "bm25"), int(bm25.get("rows") or 0), dict(bm25.get("config") or {})
+            ),
+            file_signatures=FileSignaturesRecord(
+                str(signatures["file"]),
+                int(signatures.get("reader") or 0),
+                dict(signatures.get("sources") or {}),
+            )
+            if signatures
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as JSON data (optional fields left out when absent, as older code wrote them)."""
         data: dict[str, Any] = {
-            "format": self.format, "generation": self.generation, "path": self.path, "built_at": self.built_at,
-            "build_seconds": self.build_seconds, "config": dict(self.config), "store": self.store,
-            "versions": dict(self.versions), "counts": dataclasses.asdict(self.counts),
-            "models": {model: info.to_json() for model, info in self.models.items()}, "bm25": self.bm25.to_json(),
+            "format": self.format,
+            "generation": self.generation,
+            "path": self.path,
+            "built_at": self.built_at,
+            "build_seconds": self.build_seconds,
+            "config": dict(self.config),
+            "store": self.store,
+            "versions": dict(self.versions),
+            "counts": dataclasses.asdict(self.counts),
+            "models": {model: info.to_json() for model, info in self.models.items()},
+            "bm25": self.bm25.to_json(),
         }
         optional = {
-            "embedding_cache": self.embedding_cache, "next_chunk_id": self.next_chunk_id,
+            "embedding_cache": self.embedding_cache,
+            "next_chunk_id": self.next_chunk_id,
             "last_merge": None if self.last_merge is None else self.last_merge.to_json(),
-            "files": None if self.files is None else {name: info.to_json() for name, info in self.files.items()},
+            "files": None
+            if self.files is None
+            else {name: info.to_json() for name, info in self.files.items()},
             "segments": None if self.segments is None else [segment.to_json() for segment in self.segments],
             "file_signatures": None if self.file_signatures is None else self.file_signatures.to_json(),
         }

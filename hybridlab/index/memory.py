@@ -1,5 +1,6 @@
 """Add memories to an index: validate, make durable, searchable at once.
 See docs/internals/index.md#memory."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,9 +60,16 @@ class StoredMemory:
     updated_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "generation": self.generation, "tags": list(self.tags),
-                "created_at": self.created_at, "updated_at": self.updated_at or self.created_at,
-                "batch_size": self.batch_size, "seconds": round(self.seconds, 3), "pending": self.pending}
+        return {
+            "id": self.id,
+            "generation": self.generation,
+            "tags": list(self.tags),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at or self.created_at,
+            "batch_size": self.batch_size,
+            "seconds": round(self.seconds, 3),
+            "pending": self.pending,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,51 +104,85 @@ class EmbeddedMemory:
         return {model: matrix[0] for model, matrix in self.record.vectors.items()}
 
 
-def make_memory(content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None,
-                *, memory_id: str | None = None, source: str = MEMORY_SOURCE, updated_at: str | None = None,
-                metadata: Mapping[str, Any] | None = None) -> Document:
+def make_memory(
+    content: str,
+    tags: Sequence[str] = (),
+    memory_type: str = "note",
+    created_at: str | None = None,
+    *,
+    memory_id: str | None = None,
+    source: str = MEMORY_SOURCE,
+    updated_at: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Document:
     """Validate a memory and build its Document (InvalidValueError, a ValueError, names the offending field);
     `updated_at` defaults to `created_at`."""
     if not isinstance(content, str) or not content.strip():
         raise InvalidValueError("content must be a non-empty string", "content")
     if len(content) > MAX_CONTENT_CHARS:
-        raise InvalidValueError(f"content is {len(content)} characters long; at most {MAX_CONTENT_CHARS} are allowed",
-                                "content")
+        raise InvalidValueError(
+            f"content is {len(content)} characters long; at most {MAX_CONTENT_CHARS} are allowed", "content"
+        )
     if isinstance(tags, str) or not all(isinstance(tag, str) for tag in tags):
         raise InvalidValueError(f"tags must be a list of strings, got {tags!r}", "tags")
     if len(tags) > MAX_TAGS:
         raise InvalidValueError(f"at most {MAX_TAGS} tags per memory, got {len(tags)}", "tags")
     long_tags = [tag for tag in tags if len(tag) > MAX_TAG_CHARS]
     if long_tags:
-        raise InvalidValueError(f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…", "tags")
+        raise InvalidValueError(
+            f"tags must be at most {MAX_TAG_CHARS} characters: {long_tags[0][:40]!r}…", "tags"
+        )
     if not isinstance(memory_type, str) or not memory_type.strip() or len(memory_type) > MAX_TYPE_CHARS:
-        raise InvalidValueError(f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters",
-                                "memory_type")
-    for field_name, value in (("content", content), ("memory_type", memory_type), *(("tags", tag) for tag in tags)):
+        raise InvalidValueError(
+            f"memory_type must be a non-empty string of at most {MAX_TYPE_CHARS} characters", "memory_type"
+        )
+    for field_name, value in (
+        ("content", content),
+        ("memory_type", memory_type),
+        *(("tags", tag) for tag in tags),
+    ):
         _check_unicode(field_name, value)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    obj = {"id": memory_id or f"mem-{uuid.uuid4().hex[:16]}", "content": content, "tags": list(tags),
-           "created_at": when, "updated_at": updated_at, "memory_type": memory_type.strip(),
-           "metadata": dict(metadata or {})}
+    obj = {
+        "id": memory_id or f"mem-{uuid.uuid4().hex[:16]}",
+        "content": content,
+        "tags": list(tags),
+        "created_at": when,
+        "updated_at": updated_at,
+        "memory_type": memory_type.strip(),
+        "metadata": dict(metadata or {}),
+    }
     return memory_document(obj, "memory", source)
 
 
-def updated_memory(current: Mapping[str, Any], *, content: str | None = None, tags: Sequence[str] | None = None,
-                   memory_type: str | None = None, updated_at: str | None = None,
-                   source: str = MEMORY_SOURCE) -> Document:
+def updated_memory(
+    current: Mapping[str, Any],
+    *,
+    content: str | None = None,
+    tags: Sequence[str] | None = None,
+    memory_type: str | None = None,
+    updated_at: str | None = None,
+    source: str = MEMORY_SOURCE,
+) -> Document:
     """The next version of a memory (`current` as `Index.get_document` returns it): the fields given
     replace its own; the id, `created_at` and other metadata stay; `updated_at` = the given time, else now."""
     if current.get("doc_type") != "memory":
-        raise InvalidValueError(f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory",
-                                "memory_id")
+        raise InvalidValueError(
+            f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory", "memory_id"
+        )
     if content is None and tags is None and memory_type is None:
         raise InvalidValueError("nothing to update: give content, tags and/or memory_type")
     metadata = {k: v for k, v in (current.get("metadata") or {}).items() if k != "memory_type"}
-    return make_memory(current["text"] if content is None else content,
-                       current.get("tags") or () if tags is None else tags,
-                       memory_type or (current.get("metadata") or {}).get("memory_type") or "note",
-                       current.get("created_at"), memory_id=current["doc_id"], source=source,
-                       updated_at=updated_at or _iso(datetime.now(UTC)), metadata=metadata)
+    return make_memory(
+        current["text"] if content is None else content,
+        current.get("tags") or () if tags is None else tags,
+        memory_type or (current.get("metadata") or {}).get("memory_type") or "note",
+        current.get("created_at"),
+        memory_id=current["doc_id"],
+        source=source,
+        updated_at=updated_at or _iso(datetime.now(UTC)),
+        metadata=metadata,
+    )
 
 
 def find_duplicate(store: Any, content: str) -> str | None:
@@ -156,14 +198,21 @@ def find_duplicate(store: Any, content: str) -> str | None:
     import duckdb
 
     key = hashlib.sha256(wanted.encode("utf-8")).hexdigest()
-    scan = (f"doc_type = 'memory' AND length(text) >= ? "
-            f"AND lower(trim(regexp_replace(text, '{WHITESPACE}', ' ', 'g'), ' ')) = ?")
+    scan = (
+        f"doc_type = 'memory' AND length(text) >= ? "
+        f"AND lower(trim(regexp_replace(text, '{WHITESPACE}', ' ', 'g'), ' ')) = ?"
+    )
     order = "ORDER BY created_at NULLS LAST, doc_id"
     try:  # rows written before the column (NULL) are the only ones scanned
-        rows = store.fetchall(f"SELECT doc_id, text FROM documents WHERE content_key = ? "
-                              f"OR (content_key IS NULL AND {scan}) {order}", [key, len(wanted), wanted])
+        rows = store.fetchall(
+            f"SELECT doc_id, text FROM documents WHERE content_key = ? "
+            f"OR (content_key IS NULL AND {scan}) {order}",
+            [key, len(wanted), wanted],
+        )
     except duckdb.BinderException:  # an index whose every segment predates the column
-        rows = store.fetchall(f"SELECT doc_id, text FROM documents WHERE {scan} {order}", [len(wanted), wanted])
+        rows = store.fetchall(
+            f"SELECT doc_id, text FROM documents WHERE {scan} {order}", [len(wanted), wanted]
+        )
     return next((doc_id for doc_id, text in rows if normalised_content(text) == wanted), None)
 
 
@@ -171,7 +220,11 @@ def memory_record(document: Mapping[str, Any]) -> dict[str, Any]:
     """A memory (as `Index.get_document` returns it) as one line of a memories JSONL file, the fields
     :func:`hybridlab.ingest.sources.memory_document` reads back to the same document."""
     metadata = dict(document.get("metadata") or {})
-    record: dict[str, Any] = {"id": document["doc_id"], "content": document["text"], "tags": list(document.get("tags") or ())}
+    record: dict[str, Any] = {
+        "id": document["doc_id"],
+        "content": document["text"],
+        "tags": list(document.get("tags") or ()),
+    }
     if document.get("created_at"):
         record["created_at"] = document["created_at"]
     if document.get("updated_at") and document.get("updated_at") != document.get("created_at"):
@@ -198,8 +251,11 @@ def _check_unicode(field_name: str, value: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise InvalidValueError(f"{field_name} is not valid Unicode text: {error.reason} at character {error.start} "
-                                f"({value[max(0, error.start - 20):error.start]!r}…)", field_name) from None
+        raise InvalidValueError(
+            f"{field_name} is not valid Unicode text: {error.reason} at character {error.start} "
+            f"({value[max(0, error.start - 20) : error.start]!r}…)",
+            field_name,
+        ) from None
 
 
 def _cache_path(index_dir: Path) -> Path | None:
@@ -218,9 +274,15 @@ class MemoryWriter:
     committed as a segment (`wal_records=0`); concurrent stores share one append or commit.
     `commit_delay` > 0 defers writes (see docs/internals/index.md#memory); call :meth:`flush` before reading."""
 
-    def __init__(self, index_dir: str | os.PathLike, *, source: str = MEMORY_SOURCE,
-                 lock_wait: float = LOCK_WAIT_SECONDS, commit_delay: float = 0.0,
-                 wal_records: int | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | os.PathLike,
+        *,
+        source: str = MEMORY_SOURCE,
+        lock_wait: float = LOCK_WAIT_SECONDS,
+        commit_delay: float = 0.0,
+        wal_records: int | None = None,
+    ) -> None:
         if commit_delay < 0:
             raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay}")
         wal_records = wal.fold_records() if wal_records is None else wal_records
@@ -240,17 +302,26 @@ class MemoryWriter:
         self.appends = 0  # stores, updates and deletes appended to the log (each append: one or more records)
         self.folds = 0  # logs folded into a segment
 
-    def store(self, content: str, tags: Sequence[str] = (), memory_type: str = "note",
-              created_at: str | None = None) -> StoredMemory:
+    def store(
+        self, content: str, tags: Sequence[str] = (), memory_type: str = "note", created_at: str | None = None
+    ) -> StoredMemory:
         """Validate and write one memory; returns when it is durable and searchable."""
         return self.store_document(make_memory(content, tags, memory_type, created_at, source=self.source))
 
-    def update(self, current: Mapping[str, Any], *, content: str | None = None, tags: Sequence[str] | None = None,
-               memory_type: str | None = None) -> StoredMemory:
+    def update(
+        self,
+        current: Mapping[str, Any],
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        memory_type: str | None = None,
+    ) -> StoredMemory:
         """Replace a memory (`current` as `Index.get_document` returns it) by its next version
         (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now), re-embedded; one log
         append (a commit without a log)."""
-        document = updated_memory(current, content=content, tags=tags, memory_type=memory_type, source=self.source)
+        document = updated_memory(
+            current, content=content, tags=tags, memory_type=memory_type, source=self.source
+        )
         return self.store_document(document)
 
     def delete(self, ids: Sequence[str]) -> DeletedMemories:
@@ -267,14 +338,26 @@ class MemoryWriter:
             logged = self._append_tombstones(ids) if self.wal_records else None
             if logged is None:
                 report = self._waiting(
-                    lambda: apply_changes(self.index_dir, [], progress=False, cache_path=_cache_path(self.index_dir),
-                                          use_cache=False, lock_wait=self.lock_wait, delete_ids=ids),
-                    "nothing was deleted")
+                    lambda: apply_changes(
+                        self.index_dir,
+                        [],
+                        progress=False,
+                        cache_path=_cache_path(self.index_dir),
+                        use_cache=False,
+                        lock_wait=self.lock_wait,
+                        delete_ids=ids,
+                    ),
+                    "nothing was deleted",
+                )
                 logged = (report.removed, report.generation)
                 if report.committed:
                     self.commits += 1
-                    logger.info("deleted %d memories in generation %s in %.2fs", report.removed, report.generation,
-                                report.seconds)
+                    logger.info(
+                        "deleted %d memories in generation %s in %.2fs",
+                        report.removed,
+                        report.generation,
+                        report.seconds,
+                    )
             self._fold_if_full()
         return DeletedMemories(ids, *logged, time.perf_counter() - started)
 
@@ -310,14 +393,28 @@ class MemoryWriter:
                     self._timer = threading.Timer(self.commit_delay, self._flush_quietly)
                     self._timer.daemon = True
                     self._timer.start()
-                return StoredMemory(document.doc_id, None, document.tags, _iso(document.created_at), 0,
-                                    time.perf_counter() - started, pending=True)
+                return StoredMemory(
+                    document.doc_id,
+                    None,
+                    document.tags,
+                    _iso(document.created_at),
+                    0,
+                    time.perf_counter() - started,
+                    pending=True,
+                )
         with self._commit_lock:
             if not future.done():  # nobody committed it meanwhile: commit everything pending
                 self._commit()
         generation, batch_size = future.result()
-        return StoredMemory(document.doc_id, generation, document.tags, _iso(document.created_at), batch_size,
-                            time.perf_counter() - started, updated_at=_iso(document.updated_at))
+        return StoredMemory(
+            document.doc_id,
+            generation,
+            document.tags,
+            _iso(document.created_at),
+            batch_size,
+            time.perf_counter() - started,
+            updated_at=_iso(document.updated_at),
+        )
 
     def queued_duplicate(self, content: str) -> Document | None:
         """A memory queued by `commit_delay` (acknowledged, not yet written) whose normalised content
@@ -365,13 +462,21 @@ class MemoryWriter:
             generation = self._append(latest) if self.wal_records else None
             if generation is None:
                 report = self._waiting(
-                    lambda: apply_changes(self.index_dir, [(self.source, documents, False)], progress=False,
-                                          cache_path=_cache_path(self.index_dir), use_cache=False,
-                                          lock_wait=self.lock_wait),
-                    "the memory was not stored")
+                    lambda: apply_changes(
+                        self.index_dir,
+                        [(self.source, documents, False)],
+                        progress=False,
+                        cache_path=_cache_path(self.index_dir),
+                        use_cache=False,
+                        lock_wait=self.lock_wait,
+                    ),
+                    "the memory was not stored",
+                )
                 generation = report.generation
                 self.commits += 1
-                logger.info("committed %d memories as generation %s in %.2fs", len(batch), generation, report.seconds)
+                logger.info(
+                    "committed %d memories as generation %s in %.2fs", len(batch), generation, report.seconds
+                )
         except BaseException as error:  # handed to every waiting store, re-raised there
             if self.commit_delay > 0:  # acknowledged already: keep them queued for the next flush
                 with self._pending_lock:
@@ -410,8 +515,11 @@ class MemoryWriter:
             writer = log.writer
             untouched = [doc_id for doc_id in ids if doc_id not in writer.doc_ids]
             indexed = indexed_doc_ids(self.index_dir, log.manifest, untouched) if untouched else set()
-            live = [doc_id for doc_id in ids if doc_id in indexed or (doc_id in writer.doc_ids
-                                                                     and doc_id not in writer.deleted)]
+            live = [
+                doc_id
+                for doc_id in ids
+                if doc_id in indexed or (doc_id in writer.doc_ids and doc_id not in writer.deleted)
+            ]
             if live:
                 self._write(log, [wal.tombstone(doc_id) for doc_id in live])
             return len(live), log.generation
@@ -422,8 +530,11 @@ class MemoryWriter:
         stamp = manifest_stamp(self.index_dir)
         if stamp is None:
             return None
-        if self._log is None or self._log.stamp != stamp or \
-                wal.log_size(self._log.writer.path) != self._log.writer.size:  # another writer appended
+        if (
+            self._log is None
+            or self._log.stamp != stamp
+            or wal.log_size(self._log.writer.path) != self._log.writer.size
+        ):  # another writer appended
             self._open_log(stamp)
         return self._log
 
@@ -451,20 +562,27 @@ class MemoryWriter:
         """Commit the full log as a segment. The memories are durable in the log already, so a
         failure is logged, not raised: the next store (or any write) folds it."""
         try:
-            report = self._waiting(lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
-                                   "the log stays as it is")
+            report = self._waiting(
+                lambda: fold_log(self.index_dir, progress=False, lock_wait=self.lock_wait),
+                "the log stays as it is",
+            )
         except Exception as error:  # noqa: BLE001 - the memories stay in the log, folded later
-            logger.warning("folding the write-ahead log of %s failed (%s); it is retried", self.index_dir, error)
+            logger.warning(
+                "folding the write-ahead log of %s failed (%s); it is retried", self.index_dir, error
+            )
             return
         if report is not None:
             self.folds += 1
-            logger.info("folded the write-ahead log into generation %s in %.2fs", report.generation, report.seconds)
+            logger.info(
+                "folded the write-ahead log into generation %s in %.2fs", report.generation, report.seconds
+            )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the index's writer lock, waiting up to `lock_wait` seconds for another writer."""
-        lock = self._waiting(layout.WriterLock(self.index_dir, timeout=self.lock_wait).__enter__,
-                             "the memory was not stored")
+        lock = self._waiting(
+            layout.WriterLock(self.index_dir, timeout=self.lock_wait).__enter__, "the memory was not stored"
+        )
         try:
             yield
         finally:
@@ -506,7 +624,9 @@ class _Encoding:
         with _ENCODE_LOCK:
             vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
         if model in self.dims and vectors.shape[1] != self.dims[model]:
-            raise ValueError(f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}")
+            raise ValueError(
+                f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}"
+            )
         return vectors
 
     @property
@@ -518,8 +638,11 @@ class _Encoding:
         """Each document's log record: the one :meth:`MemoryWriter.embed` made when it was embedded
         under this config and these encoders, else embedded now (one encoder call per model)."""
         encoders = self.encoders
-        reused = {position: embedded.record for position, (_, embedded) in enumerate(entries)
-                  if embedded is not None and embedded.config == self.config and embedded.encoders == encoders}
+        reused = {
+            position: embedded.record
+            for position, (_, embedded) in enumerate(entries)
+            if embedded is not None and embedded.config == self.config and embedded.encoders == encoders
+        }
         todo = [document for position, (document, _) in enumerate(entries) if position not in reused]
         fresh = iter(wal.embed_documents(todo, self.config, self.encode) if todo else ())
         return [reused[position] if position in reused else next(fresh) for position in range(len(entries))]

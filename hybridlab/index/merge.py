@@ -1,4 +1,5 @@
 """The tiered merge policy and the merge of adjacent segments into one."""
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,14 @@ def merge_plan(entries: Sequence[Segment], factor: int | None = None) -> tuple[i
     return None
 
 
-def build_merged(index_dir: Path, manifest: Manifest | None, entries: Sequence[Segment], config: IndexConfig,
-                  dims: dict[str, int], progress: bool) -> tuple[Segment | None, Path]:
+def build_merged(
+    index_dir: Path,
+    manifest: Manifest | None,
+    entries: Sequence[Segment],
+    config: IndexConfig,
+    dims: dict[str, int],
+    progress: bool,
+) -> tuple[Segment | None, Path]:
     """Merge `entries` (adjacent segments) into one new segment in a private folder: live rows only,
     vectors taken from their FAISS files (nothing re-embedded), BM25 postings re-derived. Returns its
     entry (None when no live row is left) and the folder."""
@@ -79,18 +86,32 @@ def build_merged(index_dir: Path, manifest: Manifest | None, entries: Sequence[S
             segments.copy_live_rows(con, aliases, entries)
             segments.detach(con, aliases)
         highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
-        store.set_meta(con, {"next_chunk_id": max(segments.next_chunk_id(index_dir, manifest),
-                                                  -1 if highest is None else highest + 1), "generation": number})
+        store.set_meta(
+            con,
+            {
+                "next_chunk_id": max(
+                    segments.next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1
+                ),
+                "generation": number,
+            },
+        )
         checkpoint("merge-store-written")
         loaded: dict[str, list[Any]] = {}
 
         def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
             if model not in loaded:
-                held = [(segments.segment_folder(index_dir, entry),
-                         manifest.segment_models(entry) if manifest is not None else entry.models)
-                        for entry in entries]
-                loaded[model] = [segments.load_dense(folder / models[model].file, model)
-                                 for folder, models in held if model in models]
+                held = [
+                    (
+                        segments.segment_folder(index_dir, entry),
+                        manifest.segment_models(entry) if manifest is not None else entry.models,
+                    )
+                    for entry in entries
+                ]
+                loaded[model] = [
+                    segments.load_dense(folder / models[model].file, model)
+                    for folder, models in held
+                    if model in models
+                ]
             wanted = pairs["chunk_id"].astype(np.int64)
             parts = []
             for dense in loaded[model]:
@@ -99,7 +120,9 @@ def build_merged(index_dir: Path, manifest: Manifest | None, entries: Sequence[S
             ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
             matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
             if not np.array_equal(ids, wanted):
-                raise RuntimeError(f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors")
+                raise RuntimeError(
+                    f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors"
+                )
             return matrix
 
         counts = segments.store_counts(con)
@@ -115,5 +138,3 @@ def build_merged(index_dir: Path, manifest: Manifest | None, entries: Sequence[S
             con.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-

@@ -5,6 +5,7 @@ incremental sync).
 
 Needs the `qdrant` extra (`pip install 'hybridlab[qdrant]'`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,13 @@ from hybridlab.index.reader import Generation, read_generation
 logger = logging.getLogger(__name__)
 
 SPARSE = "bm25"
-PAYLOAD_INDEXES = {"doc_id": "keyword", "collection": "keyword", "chunk_type": "keyword", "tags": "keyword",
-                   "time": "float"}
+PAYLOAD_INDEXES = {
+    "doc_id": "keyword",
+    "collection": "keyword",
+    "chunk_type": "keyword",
+    "tags": "keyword",
+    "time": "float",
+}
 BATCH = 256
 MARKER = "hybridlab"  # the key of the collection metadata naming the generation it mirrors
 MARKER_FORMAT = 1
@@ -90,8 +96,9 @@ def term_collisions(sparse: Any) -> int:
     return int(len(indices) - len(np.unique(indices)))
 
 
-def sparse_weights(generation: Generation, *, fold_idf: bool = True,
-                   rows: Sequence[int] | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def sparse_weights(
+    generation: Generation, *, fold_idf: bool = True, rows: Sequence[int] | None = None
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per row (all, or `rows`), (sparse indices, BM25 weights with the IDF folded in) from the
     index's weights (:meth:`SparseIndex.weights`); `fold_idf=False` divides the IDF back out (bm25s "lucene":
     ln(1 + (N - df + 0.5) / (df + 0.5)), Qdrant's IDF modifier formula) for a collection that applies
@@ -115,7 +122,7 @@ def sparse_weights(generation: Generation, *, fold_idf: bool = True,
     bounds = np.searchsorted(row_of, np.concatenate([wanted, [n]]))
     out = {}
     for i, row in enumerate(wanted.tolist()):
-        h, v = hashed[bounds[i]:bounds[i + 1]], values[bounds[i]:bounds[i + 1]]
+        h, v = hashed[bounds[i] : bounds[i + 1]], values[bounds[i] : bounds[i + 1]]
         if len(h) > 1 and np.any(h[1:] == h[:-1]):  # two terms of the chunk share a hash: their weights add
             h, first = np.unique(h, return_index=True)
             v = np.add.reduceat(v, first).astype(np.float32)
@@ -139,21 +146,31 @@ def _sparse_vector(weights: tuple[np.ndarray, np.ndarray], mode: str) -> Any | N
     return qdrant_models().SparseVector(indices=terms.tolist(), values=values.astype(float).tolist())
 
 
-def _points(generation: Generation, rows: Sequence[int], weights: Mapping[int, tuple[np.ndarray, np.ndarray]],
-            hashes: Mapping[str, str], mode: str) -> list[Any]:
+def _points(
+    generation: Generation,
+    rows: Sequence[int],
+    weights: Mapping[int, tuple[np.ndarray, np.ndarray]],
+    hashes: Mapping[str, str],
+    mode: str,
+) -> list[Any]:
     models = qdrant_models()
     vectors_of = {}
     for model, dense in generation.dense.items():
         positions = np.full(generation.n_chunks, -1, dtype=np.int64)
-        positions[generation.dense_rows_to_index[model]] = np.arange(len(generation.dense_rows_to_index[model]))
+        positions[generation.dense_rows_to_index[model]] = np.arange(
+            len(generation.dense_rows_to_index[model])
+        )
         vectors_of[model] = (positions, dense.vectors)
     points = []
     for row in rows:
         doc_id = generation.doc_ids[row]
-        payload: dict[str, Any] = {"doc_id": doc_id, "doc_sha256": hashes.get(doc_id, ""),
-                                   "collection": generation.collections[row],
-                                   "chunk_type": generation.chunk_types[row],
-                                   "tags": list(generation.row_tags.get(row, ()))}
+        payload: dict[str, Any] = {
+            "doc_id": doc_id,
+            "doc_sha256": hashes.get(doc_id, ""),
+            "collection": generation.collections[row],
+            "chunk_type": generation.chunk_types[row],
+            "tags": list(generation.row_tags.get(row, ())),
+        }
         time_ = float(generation.times[row])
         if not math.isnan(time_):
             payload["time"] = time_
@@ -175,10 +192,16 @@ def _config_digest(generation: Generation) -> str:
 
 
 def _marker(generation: Generation, mode: str) -> dict[str, Any]:
-    return {"format": MARKER_FORMAT, "generation": generation.number, "index": generation.index_dir.resolve().name,
-            "config_sha256": _config_digest(generation), "sparse": mode, "term_index": TERM_INDEX,
-            "models": {model: dense.dim for model, dense in generation.dense.items()},
-            "chunks": generation.n_chunks}
+    return {
+        "format": MARKER_FORMAT,
+        "generation": generation.number,
+        "index": generation.index_dir.resolve().name,
+        "config_sha256": _config_digest(generation),
+        "sparse": mode,
+        "term_index": TERM_INDEX,
+        "models": {model: dense.dim for model, dense in generation.dense.items()},
+        "chunks": generation.n_chunks,
+    }
 
 
 def mirror_marker(client: Any, collection: str) -> dict[str, Any] | None:
@@ -196,13 +219,21 @@ def _check_mode(generation: Generation, mode: str) -> None:
         raise ValueError(f"unknown sparse mode {mode!r}; choose from {sorted(SPARSE_MODES)}")
     method = generation.sparse.tokenizer.config.method
     if mode == "idf" and method != "lucene":
-        raise ValueError(f"Qdrant's IDF modifier is the lucene IDF; this index's BM25 is {method!r}: export "
-                         "with the IDF folded in (idf_modifier=False)")
+        raise ValueError(
+            f"Qdrant's IDF modifier is the lucene IDF; this index's BM25 is {method!r}: export "
+            "with the IDF folded in (idf_modifier=False)"
+        )
 
 
-def export_generation(generation: Generation, client: Any, collection: str | None = None, *,
-                      idf_modifier: bool = False, shard_number: int | None = None,
-                      replication_factor: int | None = None) -> str:
+def export_generation(
+    generation: Generation,
+    client: Any,
+    collection: str | None = None,
+    *,
+    idf_modifier: bool = False,
+    shard_number: int | None = None,
+    replication_factor: int | None = None,
+) -> str:
     """Write a local generation into a fresh Qdrant collection (dropped first if present), marked as
     its mirror; its name. `idf_modifier=True` stores IDF-free weights and lets Qdrant apply its IDF
     modifier (compared in :mod:`bench.qdrant`; the default folds bm25s's IDF into the
@@ -212,18 +243,26 @@ def export_generation(generation: Generation, client: Any, collection: str | Non
     _check_mode(generation, mode)
     collisions = term_collisions(generation.sparse)
     if collisions:
-        logger.warning("%d terms of %s share a 32-bit sparse index with another term: their BM25 weights add up "
-                       "in Qdrant", collisions, generation.index_dir)
+        logger.warning(
+            "%d terms of %s share a 32-bit sparse index with another term: their BM25 weights add up "
+            "in Qdrant",
+            collisions,
+            generation.index_dir,
+        )
     collection = collection or collection_name(generation)
     if client.collection_exists(collection):
         client.delete_collection(collection)
     client.create_collection(
         collection,
-        vectors_config={model: models.VectorParams(size=dense.dim, distance=models.Distance.DOT)
-                        for model, dense in generation.dense.items()},
-        sparse_vectors_config={SPARSE: models.SparseVectorParams(
-            modifier=models.Modifier.IDF if idf_modifier else None)},
-        shard_number=shard_number, replication_factor=replication_factor,
+        vectors_config={
+            model: models.VectorParams(size=dense.dim, distance=models.Distance.DOT)
+            for model, dense in generation.dense.items()
+        },
+        sparse_vectors_config={
+            SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF if idf_modifier else None)
+        },
+        shard_number=shard_number,
+        replication_factor=replication_factor,
     )
     with warnings.catch_warnings():  # the local mode says payload indexes have no effect there
         warnings.simplefilter("ignore", UserWarning)
@@ -243,8 +282,9 @@ def _live_generation(index_dir: str | os.PathLike) -> Iterator[Generation]:
         generation.store.close()
 
 
-def export_index(index_dir: str | os.PathLike, client: Any, collection: str | None = None, *,
-                 idf_modifier: bool = False) -> str:
+def export_index(
+    index_dir: str | os.PathLike, client: Any, collection: str | None = None, *, idf_modifier: bool = False
+) -> str:
     """Export the live generation of `index_dir` (see :func:`export_generation`); the collection's name."""
     with _live_generation(index_dir) as generation:
         return export_generation(generation, client, collection, idf_modifier=idf_modifier)
@@ -255,12 +295,17 @@ def _upsert_rows(generation: Generation, client: Any, collection: str, rows: Ite
     weights = sparse_weights(generation, fold_idf=mode == "folded", rows=rows)
     hashes = _document_hashes(generation)
     for start in range(0, len(rows), BATCH):
-        client.upsert(collection, points=_points(generation, rows[start:start + BATCH], weights, hashes, mode),
-                      wait=True)
+        client.upsert(
+            collection,
+            points=_points(generation, rows[start : start + BATCH], weights, hashes, mode),
+            wait=True,
+        )
     return len(rows)
 
 
-def reweight_rows(generation: Generation, client: Any, collection: str, rows: Iterable[int], mode: str) -> int:
+def reweight_rows(
+    generation: Generation, client: Any, collection: str, rows: Iterable[int], mode: str
+) -> int:
     """Rewrite only the sparse vectors of `rows` with the generation's BM25 weights (dense vectors and
     payload untouched); rows written."""
     models = qdrant_models()
@@ -268,9 +313,11 @@ def reweight_rows(generation: Generation, client: Any, collection: str, rows: It
     weights = sparse_weights(generation, fold_idf=mode == "folded", rows=rows)
     written = 0
     for start in range(0, len(rows), BATCH):
-        points = [models.PointVectors(id=int(generation.chunk_ids[row]), vector={SPARSE: vector})
-                  for row in rows[start:start + BATCH]
-                  if (vector := _sparse_vector(weights[row], mode)) is not None]
+        points = [
+            models.PointVectors(id=int(generation.chunk_ids[row]), vector={SPARSE: vector})
+            for row in rows[start : start + BATCH]
+            if (vector := _sparse_vector(weights[row], mode)) is not None
+        ]
         if points:
             client.update_vectors(collection, points=points, wait=True)
             written += len(points)
@@ -287,7 +334,7 @@ def delete_documents(client: Any, collection: str, doc_ids: Sequence[str]) -> No
     """Delete every chunk of the documents `doc_ids` (a payload filter on `doc_id`)."""
     models, doc_ids = qdrant_models(), list(doc_ids)
     for start in range(0, len(doc_ids), BATCH):
-        batch = models.FieldCondition(key="doc_id", match=models.MatchAny(any=doc_ids[start:start + BATCH]))
+        batch = models.FieldCondition(key="doc_id", match=models.MatchAny(any=doc_ids[start : start + BATCH]))
         points = models.FilterSelector(filter=models.Filter(must=[batch]))
         client.delete(collection, points_selector=points, wait=True)
 
@@ -298,17 +345,22 @@ def upsert_documents(generation: Generation, client: Any, collection: str, doc_i
     statistics of their last write: :func:`sync_generation` re-weights them too."""
     delete_documents(client, collection, doc_ids)
     wanted = set(doc_ids)
-    return _upsert_rows(generation, client, collection,
-                        [row for row, doc_id in enumerate(generation.doc_ids) if doc_id in wanted],
-                        _collection_mode(client, collection))
+    return _upsert_rows(
+        generation,
+        client,
+        collection,
+        [row for row, doc_id in enumerate(generation.doc_ids) if doc_id in wanted],
+        _collection_mode(client, collection),
+    )
 
 
 def _scroll(client: Any, collection: str, with_payload: Any) -> Iterator[Any]:
     """Every point of the collection (`with_payload` as `client.scroll` takes it; no vectors)."""
     offset = None
     while True:
-        points, offset = client.scroll(collection, limit=1024, offset=offset, with_payload=with_payload,
-                                       with_vectors=False)
+        points, offset = client.scroll(
+            collection, limit=1024, offset=offset, with_payload=with_payload, with_vectors=False
+        )
         yield from points
         if offset is None:
             return
@@ -347,13 +399,17 @@ class SyncReport:
 
     def summary(self) -> str:
         if self.action == "full":
-            return (f"Qdrant collection {self.collection!r}: full export of generation {self.generation} "
-                    f"({self.points_upserted} points; {self.reason}) in {self.seconds:.1f}s")
+            return (
+                f"Qdrant collection {self.collection!r}: full export of generation {self.generation} "
+                f"({self.points_upserted} points; {self.reason}) in {self.seconds:.1f}s"
+            )
         if self.action == "unchanged":
             return f"Qdrant collection {self.collection!r} already mirrors generation {self.generation}"
-        return (f"Qdrant collection {self.collection!r} -> generation {self.generation}: {self.upserted_documents} "
-                f"documents upserted ({self.points_upserted} points), {self.deleted_documents} deleted, "
-                f"{self.points_reweighted} points re-weighted, in {self.seconds:.1f}s")
+        return (
+            f"Qdrant collection {self.collection!r} -> generation {self.generation}: {self.upserted_documents} "
+            f"documents upserted ({self.points_upserted} points), {self.deleted_documents} deleted, "
+            f"{self.points_reweighted} points re-weighted, in {self.seconds:.1f}s"
+        )
 
 
 def _incompatibility(generation: Generation, marker: dict[str, Any] | None, mode: str) -> str | None:
@@ -371,8 +427,14 @@ def _incompatibility(generation: Generation, marker: dict[str, Any] | None, mode
     return None
 
 
-def sync_generation(generation: Generation, client: Any, collection: str | None = None, *,
-                    idf_modifier: bool | None = None, reweight: bool = True) -> SyncReport:
+def sync_generation(
+    generation: Generation,
+    client: Any,
+    collection: str | None = None,
+    *,
+    idf_modifier: bool | None = None,
+    reweight: bool = True,
+) -> SyncReport:
     """Make the collection mirror `generation`: a full export when it is new or incompatible (another
     index configuration, model set or sparse mode; `idf_modifier=None` keeps the collection's mode),
     else upsert the documents whose content hash changed or that are new, delete the removed ones by
@@ -382,16 +444,29 @@ def sync_generation(generation: Generation, client: Any, collection: str | None 
     collection = collection or collection_name(generation)
     marker = mirror_marker(client, collection)
     if idf_modifier is None:
-        mode = (marker or {}).get("sparse") if (marker or {}).get("sparse") in SPARSE_MODES else DEFAULT_SPARSE
+        mode = (
+            (marker or {}).get("sparse") if (marker or {}).get("sparse") in SPARSE_MODES else DEFAULT_SPARSE
+        )
     else:
         mode = "idf" if idf_modifier else "folded"
     _check_mode(generation, mode)
-    reason = _incompatibility(generation, marker, mode) if client.collection_exists(collection) else "new collection"
+    reason = (
+        _incompatibility(generation, marker, mode)
+        if client.collection_exists(collection)
+        else "new collection"
+    )
 
     def full(why: str) -> SyncReport:
         export_generation(generation, client, collection, idf_modifier=mode == "idf")
-        return SyncReport(collection, generation.number, "full", why, upserted_documents=len(set(generation.doc_ids)),
-                          points_upserted=generation.n_chunks, seconds=time.perf_counter() - started)
+        return SyncReport(
+            collection,
+            generation.number,
+            "full",
+            why,
+            upserted_documents=len(set(generation.doc_ids)),
+            points_upserted=generation.n_chunks,
+            seconds=time.perf_counter() - started,
+        )
 
     if reason is not None:
         return full(reason)
@@ -405,20 +480,40 @@ def sync_generation(generation: Generation, client: Any, collection: str | None 
     changed_set = set(changed)
     kept = [doc_id for doc_id in rows_of if doc_id in held and doc_id not in changed_set]
     kept_rows = [row for doc_id in kept for row in rows_of[doc_id]]
-    if sorted(p for doc_id in kept for p in points_of[doc_id]) != sorted(int(generation.chunk_ids[r]) for r in kept_rows):
+    if sorted(p for doc_id in kept for p in points_of[doc_id]) != sorted(
+        int(generation.chunk_ids[r]) for r in kept_rows
+    ):
         return full("the unchanged documents' chunks differ from the collection's points")
     if not changed and not removed and marker.get("generation") == generation.number:
-        return SyncReport(collection, generation.number, "unchanged", "", seconds=time.perf_counter() - started)
+        return SyncReport(
+            collection, generation.number, "unchanged", "", seconds=time.perf_counter() - started
+        )
     delete_documents(client, collection, [*removed, *(d for d in changed if d in held)])
-    upserted = _upsert_rows(generation, client, collection, [row for d in changed for row in rows_of[d]], mode)
-    reweighted = reweight_rows(generation, client, collection, kept_rows, mode) if reweight and (changed or removed) else 0
+    upserted = _upsert_rows(
+        generation, client, collection, [row for d in changed for row in rows_of[d]], mode
+    )
+    reweighted = (
+        reweight_rows(generation, client, collection, kept_rows, mode)
+        if reweight and (changed or removed)
+        else 0
+    )
     client.update_collection(collection, metadata={MARKER: _marker(generation, mode)})
-    return SyncReport(collection, generation.number, "incremental", "", upserted_documents=len(changed),
-                      deleted_documents=len(removed), points_upserted=upserted, points_reweighted=reweighted,
-                      seconds=time.perf_counter() - started)
+    return SyncReport(
+        collection,
+        generation.number,
+        "incremental",
+        "",
+        upserted_documents=len(changed),
+        deleted_documents=len(removed),
+        points_upserted=upserted,
+        points_reweighted=reweighted,
+        seconds=time.perf_counter() - started,
+    )
 
 
-def sync_index(index_dir: str | os.PathLike, client: Any, collection: str | None = None, **options: Any) -> SyncReport:
+def sync_index(
+    index_dir: str | os.PathLike, client: Any, collection: str | None = None, **options: Any
+) -> SyncReport:
     """:func:`sync_generation` of the live generation of `index_dir`."""
     with _live_generation(index_dir) as generation:
         return sync_generation(generation, client, collection, **options)

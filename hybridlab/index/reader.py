@@ -1,5 +1,6 @@
 """Reading one index generation: its segments' stores, BM25 and FAISS files, checked, as one immutable object.
 See docs/internals/index.md#reader."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -168,7 +169,9 @@ class Segment:
     dense: Mapping[str, DenseIndex]
     pinned: store.PinnedFiles | None = None  # a Parquet segment's table files, held open
     tag_locals: Mapping[str, np.ndarray] = field(default_factory=dict)  # tag -> its local rows (ascending)
-    assigned: Mapping[str, np.ndarray] = field(default_factory=dict)  # model -> chunk ids DuckDB assigns it (ascending)
+    assigned: Mapping[str, np.ndarray] = field(
+        default_factory=dict
+    )  # model -> chunk ids DuckDB assigns it (ascending)
     #: per-row details read on first need and kept with the segment (immutable, so across refreshes):
     #: "rows" -> (chunk texts, document tags, document dates), by local row
     details: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -207,7 +210,9 @@ class SegmentCache:
 RETIRED_WAIT_SECONDS = 60.0
 
 
-def read_generation(index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None) -> Generation:
+def read_generation(
+    index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None
+) -> Generation:
     """Open the live generation of `index_dir` (checksums checked; with `check`, also that DuckDB,
     BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command. With a
     `cache`, segments loaded before are reused and only new ones are read.
@@ -231,13 +236,16 @@ def read_generation(index_dir: str | Path, *, check: bool = True, cache: Segment
                 raise
 
 
-def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool,
-                     cache: SegmentCache | None) -> Generation:
+def _read_generation(
+    index_dir: Path, stamp: tuple[int, int] | None, check: bool, cache: SegmentCache | None
+) -> Generation:
     manifest = layout.read_manifest(index_dir)
     if not manifest.has_segments:
-        raise IndexFormatError(f"index {index_dir} was written before segments (manifest format 1), which hybridlab "
-                               f"no longer reads; rebuild it: `hybridlab index PATHS --index {index_dir} --force` "
-                               f"(or `hybridlab verify --repair --index {index_dir}`)")
+        raise IndexFormatError(
+            f"index {index_dir} was written before segments (manifest format 1), which hybridlab "
+            f"no longer reads; rebuild it: `hybridlab index PATHS --index {index_dir} --force` "
+            f"(or `hybridlab verify --repair --index {index_dir}`)"
+        )
     log = wal.wal_path(index_dir, manifest.generation)
     logged = wal.read_wal(log) if manifest.next_chunk_id is not None else wal.WalContents(log)
     damaged = layout.open_problems(index_dir, manifest)
@@ -246,8 +254,10 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
     entries = list(manifest.segment_list)
     keys = [_segment_key(manifest, entry.name) for entry in entries]
     cache = SegmentCache() if cache is None else cache  # a fresh one: every segment loaded
-    segments = [cache.get_or_load(key, lambda entry=entry: _load_segment(index_dir, manifest, entry))
-                for entry, key in zip(entries, keys)]
+    segments = [
+        cache.get_or_load(key, lambda entry=entry: _load_segment(index_dir, manifest, entry))
+        for entry, key in zip(entries, keys)
+    ]
     cache.keep(set(keys))
     rows = None
     touched = logged.doc_ids  # deleted or put again by the log: the segments' versions are hidden
@@ -264,8 +274,16 @@ def _read_generation(index_dir: Path, stamp: tuple[int, int] | None, check: bool
         entries = [*entries, SegmentRecord(name=wal.WAL_PREFIX.rstrip("-"))]
     reader = _open_store(index_dir, segments, entries, rows)
     try:
-        generation = _combine(index_dir, manifest, (stamp, logged.size), reader, segments, entries, cache,
-                              logged=(len(puts), rows.chunks if rows else 0, len(logged.deleted)))
+        generation = _combine(
+            index_dir,
+            manifest,
+            (stamp, logged.size),
+            reader,
+            segments,
+            entries,
+            cache,
+            logged=(len(puts), rows.chunks if rows else 0, len(logged.deleted)),
+        )
         if check:
             problems = consistency_problems(generation)
             if problems:
@@ -299,25 +317,44 @@ def _cut_graph(graph: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def _segment_key(manifest: Manifest, name: str) -> tuple[str, str]:
-    recorded = next((record for key in (*(f"{name}/{f}" for f in store.STORE_FILES), layout.STORE_FILE)
-                     if (record := manifest.file(key)) is not None), None)
+    recorded = next(
+        (
+            record
+            for key in (*(f"{name}/{f}" for f in store.STORE_FILES), layout.STORE_FILE)
+            if (record := manifest.file(key)) is not None
+        ),
+        None,
+    )
     return name, recorded.sha256 if recorded else ""
 
 
-def _open_store(index_dir: Path, segments: Sequence[Segment], entries: Sequence[SegmentRecord],
-                logged: wal.LoggedRows | None = None) -> StoreReader:
+def _open_store(
+    index_dir: Path,
+    segments: Sequence[Segment],
+    entries: Sequence[SegmentRecord],
+    logged: wal.LoggedRows | None = None,
+) -> StoreReader:
     """The generation's store; `logged`: the log's rows (the last segment), whose in-memory tables
     the store's views take over (and drop when it closes)."""
     files = segments[:-1] if logged is not None else segments
     paths = [segment.folder / layout.STORE_FILE for segment in files]
-    deleted = [list(entry.deleted) for entry in entries[:len(files)]]
+    deleted = [list(entry.deleted) for entry in entries[: len(files)]]
     try:
-        if logged is None and len(paths) == 1 and not deleted[0] and not store.is_parquet_segment(segments[0].folder):
+        if (
+            logged is None
+            and len(paths) == 1
+            and not deleted[0]
+            and not store.is_parquet_segment(segments[0].folder)
+        ):
             con = store.connect(paths[0], read_only=True)
             prefixes = [""]
         else:
-            con = store.connect_segments(paths, deleted, [segment.pinned for segment in files],
-                                         inline=logged.con if logged is not None else None)
+            con = store.connect_segments(
+                paths,
+                deleted,
+                [segment.pinned for segment in files],
+                inline=logged.con if logged is not None else None,
+            )
             prefixes = [f"{store.segment_alias(con, i)}." for i in range(len(paths))]
     except StoreError as error:
         if logged is not None:
@@ -373,34 +410,57 @@ def _segment_tables(con: Any) -> tuple[list[tuple], list[tuple], list[tuple]]:
         "ORDER BY c.chunk_id"
     ).fetchall()
     tag_rows = con.execute("SELECT tag, chunk_id FROM tags ORDER BY tag, chunk_id").fetchall()
-    assigned_rows = con.execute("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id").fetchall()
+    assigned_rows = con.execute(
+        "SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id"
+    ).fetchall()
     return rows, tag_rows, assigned_rows
 
 
-def _segment(name: str, folder: Path, tables: tuple[list[tuple], list[tuple], list[tuple]], sparse: SparseIndex,
-             dense: Mapping[str, DenseIndex], pinned: store.PinnedFiles | None) -> Segment:
+def _segment(
+    name: str,
+    folder: Path,
+    tables: tuple[list[tuple], list[tuple], list[tuple]],
+    sparse: SparseIndex,
+    dense: Mapping[str, DenseIndex],
+    pinned: store.PinnedFiles | None,
+) -> Segment:
     rows, tag_rows, assigned_rows = tables
     chunk_ids = _readonly(np.asarray([r[0] for r in rows], dtype=np.int64))
     tags = tuple((tag, int(np.searchsorted(chunk_ids, chunk_id))) for tag, chunk_id in tag_rows)
     return Segment(
-        name=name, folder=folder, chunk_ids=chunk_ids, doc_ids=tuple(r[1] for r in rows),
-        sections=tuple(r[2] or "" for r in rows), chunk_types=tuple(r[3] for r in rows),
-        collections=tuple(r[4] for r in rows), titles=tuple(r[5] or "" for r in rows),
-        times=_readonly(np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)),
-        tags=tags, bm25_ids=sparse.chunk_ids, postings=sparse.parts[0],
-        tokenizer=sparse.tokenizer, dense=MappingProxyType(dict(dense)), pinned=pinned,
-        tag_locals=MappingProxyType(_grouped(tags)), assigned=MappingProxyType(_grouped(assigned_rows)),
+        name=name,
+        folder=folder,
+        chunk_ids=chunk_ids,
+        doc_ids=tuple(r[1] for r in rows),
+        sections=tuple(r[2] or "" for r in rows),
+        chunk_types=tuple(r[3] for r in rows),
+        collections=tuple(r[4] for r in rows),
+        titles=tuple(r[5] or "" for r in rows),
+        times=_readonly(
+            np.asarray([np.nan if r[6] is None else float(r[6]) for r in rows], dtype=np.float64)
+        ),
+        tags=tags,
+        bm25_ids=sparse.chunk_ids,
+        postings=sparse.parts[0],
+        tokenizer=sparse.tokenizer,
+        dense=MappingProxyType(dict(dense)),
+        pinned=pinned,
+        tag_locals=MappingProxyType(_grouped(tags)),
+        assigned=MappingProxyType(_grouped(assigned_rows)),
     )
 
 
 def _grouped(pairs: Iterable[tuple[str, int]]) -> dict[str, np.ndarray]:
     """`{key: its values as a read-only int64 array}` of (key, value) pairs ordered by key."""
-    return {key: _readonly(np.asarray([value for _, value in group], dtype=np.int64))
-            for key, group in itertools.groupby(pairs, key=operator.itemgetter(0))}
+    return {
+        key: _readonly(np.asarray([value for _, value in group], dtype=np.int64))
+        for key, group in itertools.groupby(pairs, key=operator.itemgetter(0))
+    }
 
 
-def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Manifest,
-                    segments: Sequence[Segment]) -> Segment:
+def _logged_segment(
+    index_dir: Path, logged: wal.LoggedRows, manifest: Manifest, segments: Sequence[Segment]
+) -> Segment:
     """The write-ahead log's rows as the generation's last segment, held in memory: BM25 postings
     and exact (flat) FAISS indexes built from its records; its chunk ids follow every segment's
     (`_combine` checks that they do)."""
@@ -416,8 +476,10 @@ def _logged_segment(index_dir: Path, logged: wal.LoggedRows, manifest: Manifest,
 def segment_details(con: Any, prefix: str = "") -> tuple[list[str], list[tuple[str, ...]], list[Any]]:
     """Every row's chunk text, document tags and date (updated, else created) of the segment whose
     tables are `<prefix>chunks` and `<prefix>documents` in `con`, in chunk-id order."""
-    rows = con.execute(f"SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM {prefix}chunks c "
-                       f"JOIN {prefix}documents d USING (doc_id) ORDER BY c.chunk_id").fetchall()
+    rows = con.execute(
+        f"SELECT c.text, d.tags, COALESCE(d.updated_at, d.created_at) FROM {prefix}chunks c "
+        f"JOIN {prefix}documents d USING (doc_id) ORDER BY c.chunk_id"
+    ).fetchall()
     return [r[0] for r in rows], [tuple(r[1] or ()) for r in rows], [r[2] for r in rows]
 
 
@@ -428,8 +490,11 @@ class RowTags(Mapping):
     def __init__(self, tag_rows: Mapping[str, np.ndarray]) -> None:
         names = sorted(tag_rows)
         rows = np.concatenate([tag_rows[name] for name in names]) if names else np.zeros(0, np.int64)
-        tags = np.concatenate([np.full(len(tag_rows[name]), i, np.int64) for i, name in enumerate(names)]) \
-            if names else np.zeros(0, np.int64)
+        tags = (
+            np.concatenate([np.full(len(tag_rows[name]), i, np.int64) for i, name in enumerate(names)])
+            if names
+            else np.zeros(0, np.int64)
+        )
         order = np.lexsort((tags, rows))
         self._names = names
         self._rows, self._tags = rows[order], tags[order]
@@ -453,9 +518,16 @@ class RowTags(Mapping):
         return len(self._tagged())
 
 
-def _combine(index_dir: Path, manifest: Manifest, stamp: tuple[Any, int], reader: StoreReader,
-             segments: Sequence[Segment], entries: Sequence[SegmentRecord],
-             cache: SegmentCache | None = None, logged: tuple[int, int, int] = (0, 0, 0)) -> Generation:
+def _combine(
+    index_dir: Path,
+    manifest: Manifest,
+    stamp: tuple[Any, int],
+    reader: StoreReader,
+    segments: Sequence[Segment],
+    entries: Sequence[SegmentRecord],
+    cache: SegmentCache | None = None,
+    logged: tuple[int, int, int] = (0, 0, 0),
+) -> Generation:
     """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
     chunks, tombstones) of the write-ahead log, whose segment is the last; an entry's "masked" ids:
     those the log hides (see `_mask_logged`)."""
@@ -472,24 +544,35 @@ def _combine(index_dir: Path, manifest: Manifest, stamp: tuple[Any, int], reader
             masked = set(entry.masked)
             hidden.append(segment.chunk_ids[np.asarray([d in masked for d in segment.doc_ids], dtype=bool)])
     hidden_ids = np.concatenate(hidden) if hidden else np.zeros(0, np.int64)
-    pick = lambda attribute: tuple(itertools.chain.from_iterable(
-        getattr(s, attribute) if m is None else itertools.compress(getattr(s, attribute), m)
-        for s, m in zip(segments, live)))
-    chunk_ids = _readonly(np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
-                          if segments else np.zeros(0, np.int64))
+    pick = lambda attribute: tuple(
+        itertools.chain.from_iterable(
+            getattr(s, attribute) if m is None else itertools.compress(getattr(s, attribute), m)
+            for s, m in zip(segments, live)
+        )
+    )
+    chunk_ids = _readonly(
+        np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
+        if segments
+        else np.zeros(0, np.int64)
+    )
     if len(chunk_ids) > 1 and not np.all(chunk_ids[1:] > chunk_ids[:-1]):
-        raise CorruptIndexError(f"segments of {index_dir} overlap in chunk ids; "
-                                f"run `hybridlab verify --repair --index {index_dir}`")
+        raise CorruptIndexError(
+            f"segments of {index_dir} overlap in chunk ids; "
+            f"run `hybridlab verify --repair --index {index_dir}`"
+        )
     chunk_types, collections = pick("chunk_types"), pick("collections")
     by_tag: dict[str, list[np.ndarray]] = {}
-    for segment, rows_of in zip(segments, global_rows([s.rows for s in segments], live)):  # one numpy step a tag
+    for segment, rows_of in zip(
+        segments, global_rows([s.rows for s in segments], live)
+    ):  # one numpy step a tag
         for tag, local in segment.tag_locals.items():
             rows = rows_of[local]
             by_tag.setdefault(tag, []).append(rows[rows >= 0])
     tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
     tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
-    sparse = SparseIndex([s.postings for s in segments], live, chunk_ids, segments[0].tokenizer,
-                         groups=cache.postings)
+    sparse = SparseIndex(
+        [s.postings for s in segments], live, chunk_ids, segments[0].tokenizer, groups=cache.postings
+    )
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}
     for model, info in manifest.models.items():
@@ -497,14 +580,20 @@ def _combine(index_dir: Path, manifest: Manifest, stamp: tuple[Any, int], reader
         if len(parts) == 1 and parts[0][1] is None:
             dense[model] = parts[0][0].dense[model]
         else:
-            masks = [None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m])) for s, m in parts]
+            masks = [
+                None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m]))
+                for s, m in parts
+            ]
             dense[model] = SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
         if info.graph:  # one graph over the generation's live vectors, in its dense rows
             path = index_dir / (info.graph_dir or manifest.path) / info.graph
             unlinked = len(segments[-1].dense[model].ids) if logged[0] and model in segments[-1].dense else 0
-            committed = dense[model].ids[:dense[model].size - unlinked]  # the graph's rows when it was built
-            cut = hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))] \
-                if len(hidden_ids) else hidden_ids
+            committed = dense[model].ids[: dense[model].size - unlinked]  # the graph's rows when it was built
+            cut = (
+                hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))]
+                if len(hidden_ids)
+                else hidden_ids
+            )
             try:
                 graph = load_graph(path, len(committed) + len(cut))
             except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
@@ -514,19 +603,40 @@ def _combine(index_dir: Path, manifest: Manifest, stamp: tuple[Any, int], reader
             if unlinked:  # the log's rows are in no neighbour list and have none (-1: nothing to expand)
                 graph = np.concatenate([graph, np.full((unlinked, graph.shape[1]), -1, dtype=graph.dtype)])
             graphs[model] = graph
-    dense_rows_to_index = {model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()}
+    dense_rows_to_index = {
+        model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()
+    }
     known_chunk_types, known_collections = tuple(sorted(set(chunk_types))), tuple(sorted(set(collections)))
     return Generation(
-        index_dir=index_dir, manifest=manifest, stamp=stamp, store=reader, chunk_ids=chunk_ids,
-        doc_ids=pick("doc_ids"), sections=pick("sections"), chunk_types=chunk_types, collections=collections,
+        index_dir=index_dir,
+        manifest=manifest,
+        stamp=stamp,
+        store=reader,
+        chunk_ids=chunk_ids,
+        doc_ids=pick("doc_ids"),
+        sections=pick("sections"),
+        chunk_types=chunk_types,
+        collections=collections,
         titles=pick("titles"),
-        times=_readonly(np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
-                        if segments else np.zeros(0)),
-        known_chunk_types=known_chunk_types, known_collections=known_collections,
-        tag_rows=MappingProxyType(tag_rows), row_tags=RowTags(tag_rows),
-        sparse=sparse, dense=MappingProxyType(dense), graphs=MappingProxyType(graphs),
-        dense_rows_to_index=MappingProxyType(dense_rows_to_index), segments=tuple(segments), live=tuple(live),
-        logged_records=logged[0], logged_chunks=logged[1], logged_deletes=logged[2], masked_chunks=len(hidden_ids),
+        times=_readonly(
+            np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
+            if segments
+            else np.zeros(0)
+        ),
+        known_chunk_types=known_chunk_types,
+        known_collections=known_collections,
+        tag_rows=MappingProxyType(tag_rows),
+        row_tags=RowTags(tag_rows),
+        sparse=sparse,
+        dense=MappingProxyType(dense),
+        graphs=MappingProxyType(graphs),
+        dense_rows_to_index=MappingProxyType(dense_rows_to_index),
+        segments=tuple(segments),
+        live=tuple(live),
+        logged_records=logged[0],
+        logged_chunks=logged[1],
+        logged_deletes=logged[2],
+        masked_chunks=len(hidden_ids),
     )
 
 
@@ -534,13 +644,16 @@ def _assigned_ids(generation: Generation) -> dict[str, np.ndarray]:
     """model -> the live chunk ids DuckDB assigns it, ascending (from each segment's assignments,
     read once when the segment was loaded; tombstoned chunks left out)."""
     if not generation.segments:  # a generation built by hand (tests): ask the store
-        return _grouped(generation.store.fetchall("SELECT model, chunk_id FROM chunk_vectors "
-                                                  "ORDER BY model, chunk_id"))
+        return _grouped(
+            generation.store.fetchall("SELECT model, chunk_id FROM chunk_vectors ORDER BY model, chunk_id")
+        )
     parts: dict[str, list[np.ndarray]] = {}
     for segment, mask in zip(generation.segments, generation.live or [None] * len(generation.segments)):
         dead = segment.chunk_ids[~mask] if mask is not None else None
         for model, ids in segment.assigned.items():
-            parts.setdefault(model, []).append(ids if dead is None or not len(dead) else ids[~np.isin(ids, dead)])
+            parts.setdefault(model, []).append(
+                ids if dead is None or not len(dead) else ids[~np.isin(ids, dead)]
+            )
     return {model: np.concatenate(chunks) for model, chunks in parts.items()}
 
 
@@ -553,24 +666,36 @@ def consistency_problems(generation: Generation) -> list[str]:
     if counts.chunks + generation.logged_chunks - generation.masked_chunks != generation.n_chunks:
         logged = f" plus {generation.logged_chunks} logged" if generation.logged_chunks else ""
         logged += f" less {generation.masked_chunks} hidden by the log" if generation.masked_chunks else ""
-        problems.append(f"manifest says {counts.chunks} chunks{logged}, {folder / layout.STORE_FILE} has "
-                        f"{generation.n_chunks}")
+        problems.append(
+            f"manifest says {counts.chunks} chunks{logged}, {folder / layout.STORE_FILE} has "
+            f"{generation.n_chunks}"
+        )
     for segment in generation.segments:
         if not np.array_equal(segment.bm25_ids, segment.chunk_ids):
-            problems.append(f"BM25 rows in {segment.folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
+            problems.append(
+                f"BM25 rows in {segment.folder / layout.BM25_DIR} do not match the chunk ids in DuckDB"
+            )
     if not np.array_equal(generation.sparse.chunk_ids, generation.chunk_ids):
         problems.append(f"BM25 rows in {folder / layout.BM25_DIR} do not match the chunk ids in DuckDB")
     expected_ids = _assigned_ids(generation)
     assigned = {model: len(ids) for model, ids in expected_ids.items() if len(ids)}
     if set(assigned) - set(generation.dense):
-        problems.append(f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(generation.dense)}")
+        problems.append(
+            f"models in DuckDB {sorted(assigned)} differ from FAISS indexes {sorted(generation.dense)}"
+        )
     if set(generation.dense) != set(manifest.models):
-        problems.append(f"models in the manifest {sorted(manifest.models)} differ from FAISS indexes "
-                        f"{sorted(generation.dense)}")
+        problems.append(
+            f"models in the manifest {sorted(manifest.models)} differ from FAISS indexes "
+            f"{sorted(generation.dense)}"
+        )
     for model, dense in generation.dense.items():
         expected = expected_ids.get(model, np.zeros(0, np.int64))
         if not np.array_equal(dense.ids, expected):
-            problems.append(f"FAISS ids of {model!r} ({folder / layout.dense_file(model)}) do not match DuckDB")
+            problems.append(
+                f"FAISS ids of {model!r} ({folder / layout.dense_file(model)}) do not match DuckDB"
+            )
         if model in manifest.models and manifest.models[model].dim != dense.dim:
-            problems.append(f"FAISS dimension of {model!r} is {dense.dim}, manifest says {manifest.models[model].dim}")
+            problems.append(
+                f"FAISS dimension of {model!r} is {dense.dim}, manifest says {manifest.models[model].dim}"
+            )
     return problems

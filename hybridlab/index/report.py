@@ -1,4 +1,5 @@
 """What one write of an index did: `IndexReport` (counts, timings, the generation it committed)."""
+
 from __future__ import annotations
 
 import dataclasses

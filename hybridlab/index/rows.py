@@ -1,6 +1,7 @@
 """The rows of a segment: a document's chunks, the text each is indexed as, and the inserts that
 put documents, chunks, tags and per-model vector assignments into a segment's DuckDB tables.
 Shared by the writer (`build`) and the write-ahead log's reader (`wal`), so both build the same rows."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,9 @@ from hybridlab.ingest.sources import Document
 
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
 SMALL_INSERT = 16  # up to this many hashes are looked up with a list parameter, not a pandas frame
-VALUES_INSERT = 32  # up to this many documents are inserted by one multi-row INSERT (faster than pandas frames below ~30)
+VALUES_INSERT = (
+    32  # up to this many documents are inserted by one multi-row INSERT (faster than pandas frames below ~30)
+)
 
 
 #: the whitespace :func:`normalised_content` collapses, the same class in Python and in DuckDB's regex
@@ -43,8 +46,9 @@ def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
     conversation turn before it), then the chunk's text."""
     memory = document.doc_type == "memory"
     context = str((document.metadata or {}).get("context") or "") if memory else ""
-    return embedding_text(chunk, "" if memory else document.title,
-                          document.tags if config.index_tags else (), context)
+    return embedding_text(
+        chunk, "" if memory else document.title, document.tags if config.index_tags else (), context
+    )
 
 
 def memory_chunks(document: Document, config: ChunkConfig) -> list[Chunk]:
@@ -54,9 +58,15 @@ def memory_chunks(document: Document, config: ChunkConfig) -> list[Chunk]:
     text = document.text
     if len(text) <= config.chunk_size:
         return single_chunk(text, chunk_type="memory", language=document.language)
-    spans = [(start, end) for start, end in split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
-             if text[start:end].strip()]
-    return [Chunk(i, text[start:end], start, end, "", "memory", document.language) for i, (start, end) in enumerate(spans)]
+    spans = [
+        (start, end)
+        for start, end in split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
+        if text[start:end].strip()
+    ]
+    return [
+        Chunk(i, text[start:end], start, end, "", "memory", document.language)
+        for i, (start, end) in enumerate(spans)
+    ]
 
 
 def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
@@ -65,46 +75,99 @@ def chunk_document(document: Document, config: IndexConfig) -> list[Chunk]:
         return memory_chunks(document, config.chunk)
     if document.doc_type == "beir" or config.chunk.strategy == "whole":
         chunk_type = "memory" if document.doc_type == "memory" else "text"
-        return single_chunk(document.text or document.title, section=document.title, chunk_type=chunk_type,
-                            language=document.language)
+        return single_chunk(
+            document.text or document.title,
+            section=document.title,
+            chunk_type=chunk_type,
+            language=document.language,
+        )
     fmt = {"markdown": "markdown", "notebook": "markdown", "rst": "rst"}.get(document.doc_type, "text")
     default_language = "markdown" if document.doc_type == "notebook" else document.language
     return chunk_text(document.text, config.chunk, fmt=fmt, title=document.title, language=default_language)
 
 
-def insert_documents(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
+def insert_documents(
+    con, documents: Sequence[Document], config: IndexConfig, next_id: int
+) -> tuple[int, int]:
     """Insert documents, their chunks and tags, `INSERT_BATCH` documents at a time (so chunk texts
     exist in Python for one batch only); returns (next free chunk id, chunks inserted)."""
     inserted = 0
     for start in range(0, len(documents), INSERT_BATCH):
         con.execute("BEGIN TRANSACTION")
-        next_id, count = _insert_batch(con, documents[start:start + INSERT_BATCH], config, next_id)
+        next_id, count = _insert_batch(con, documents[start : start + INSERT_BATCH], config, next_id)
         con.execute("COMMIT")
         inserted += count
     return next_id, inserted
 
 
 def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
-    docs: dict[str, list] = {k: [] for k in ("doc_id", "source", "collection", "title", "text", "doc_type",
-                                               "created_at", "updated_at", "metadata", "language", "tags", "content_sha256",
-                                               "content_key")}
-    chunks: dict[str, list] = {k: [] for k in ("chunk_id", "doc_id", "chunk_index", "section", "chunk_type", "text",
-                                                 "start_char", "end_char", "language", "embed_text", "embed_sha256")}
+    docs: dict[str, list] = {
+        k: []
+        for k in (
+            "doc_id",
+            "source",
+            "collection",
+            "title",
+            "text",
+            "doc_type",
+            "created_at",
+            "updated_at",
+            "metadata",
+            "language",
+            "tags",
+            "content_sha256",
+            "content_key",
+        )
+    }
+    chunks: dict[str, list] = {
+        k: []
+        for k in (
+            "chunk_id",
+            "doc_id",
+            "chunk_index",
+            "section",
+            "chunk_type",
+            "text",
+            "start_char",
+            "end_char",
+            "language",
+            "embed_text",
+            "embed_sha256",
+        )
+    }
     tags: dict[str, list] = {"chunk_id": [], "doc_id": [], "tag": []}
     for document in documents:
-        for key, value in (("doc_id", document.doc_id), ("source", document.source), ("collection", document.collection),
-                           ("title", document.title), ("text", document.text), ("doc_type", document.doc_type),
-                           ("created_at", document.created_at), ("updated_at", document.updated_at),
-                           ("metadata", store.metadata_json(document.metadata)), ("language", document.language),
-                           ("tags", list(document.tags)), ("content_sha256", document.content_sha256),
-                           ("content_key", content_key(document))):
+        for key, value in (
+            ("doc_id", document.doc_id),
+            ("source", document.source),
+            ("collection", document.collection),
+            ("title", document.title),
+            ("text", document.text),
+            ("doc_type", document.doc_type),
+            ("created_at", document.created_at),
+            ("updated_at", document.updated_at),
+            ("metadata", store.metadata_json(document.metadata)),
+            ("language", document.language),
+            ("tags", list(document.tags)),
+            ("content_sha256", document.content_sha256),
+            ("content_key", content_key(document)),
+        ):
             docs[key].append(value)
         for chunk in chunk_document(document, config):
             text = indexed_text(chunk, document, config.chunk)
-            for key, value in (("chunk_id", next_id), ("doc_id", document.doc_id), ("chunk_index", chunk.chunk_index),
-                               ("section", chunk.section), ("chunk_type", chunk.chunk_type), ("text", chunk.text),
-                               ("start_char", chunk.start_char), ("end_char", chunk.end_char),
-                               ("language", chunk.language), ("embed_text", text), ("embed_sha256", text_sha256(text))):
+            for key, value in (
+                ("chunk_id", next_id),
+                ("doc_id", document.doc_id),
+                ("chunk_index", chunk.chunk_index),
+                ("section", chunk.section),
+                ("chunk_type", chunk.chunk_type),
+                ("text", chunk.text),
+                ("start_char", chunk.start_char),
+                ("end_char", chunk.end_char),
+                ("language", chunk.language),
+                ("embed_text", text),
+                ("embed_sha256", text_sha256(text)),
+            ):
                 chunks[key].append(value)
             for tag in document.tags:
                 tags["chunk_id"].append(next_id)
@@ -118,8 +181,10 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
             rows = list(zip(*columns.values()))
             if rows:  # one statement: executemany runs one per row (~0.5 ms each)
                 values = ", ".join([f"({', '.join('?' * len(columns))})"] * len(rows))
-                con.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values}",
-                            [value for row in rows for value in row])
+                con.execute(
+                    f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values}",
+                    [value for row in rows for value in row],
+                )
         return next_id, len(chunks["chunk_id"])
     if docs["doc_id"]:
         import pandas as pd

@@ -1,5 +1,6 @@
 """File signatures of folder sources: which files a re-index may skip (size, inode, mtime, ctime as
 recorded when the file was last read), stored beside the generation that committed them."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: Manifest | None 
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != recorded.sha256:
             raise ValueError("it does not match its sha256 in the manifest")
-        table = {source: {doc_id: tuple(signature) for doc_id, signature in files.items()}
-                 for source, files in json.loads(data)["sources"].items()}
+        table = {
+            source: {doc_id: tuple(signature) for doc_id, signature in files.items()}
+            for source, files in json.loads(data)["sources"].items()
+        }
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         logger.warning("not using the file signatures %s (every file is read): %s", path, error)
         return {}
@@ -60,9 +63,14 @@ def recorded_signatures(index_dir: str | os.PathLike, manifest: Manifest | None 
     return table
 
 
-def next_signatures(index_dir: Path, manifest: Manifest | None, scans: Sequence[FolderScan],
-                     to_insert: Sequence[Document], to_delete: Sequence[str],
-                     existing: dict[str, tuple[str, str, int]]) -> Signatures | None:
+def next_signatures(
+    index_dir: Path,
+    manifest: Manifest | None,
+    scans: Sequence[FolderScan],
+    to_insert: Sequence[Document],
+    to_delete: Sequence[str],
+    existing: dict[str, tuple[str, str, int]],
+) -> Signatures | None:
     """The signatures this write commits; None when they are the live generation's, unchanged.
 
     A scanned source's are replaced: the files left unread keep their recorded signature (when it
@@ -79,20 +87,29 @@ def next_signatures(index_dir: Path, manifest: Manifest | None, scans: Sequence[
     if not scans and not set(info.sources if info is not None else ()) & set(touched):
         return None  # e.g. a memory write: no recorded source touched
     old = recorded_signatures(index_dir, manifest) if manifest else {}
-    table = {source: {d: s for d, s in files.items() if d not in touched.get(source, ())}
-             for source, files in old.items() if source not in scanned}
+    table = {
+        source: {d: s for d, s in files.items() if d not in touched.get(source, ())}
+        for source, files in old.items()
+        if source not in scanned
+    }
     for scan in scans:
         before = old.get(scan.source, {})
-        files = {doc_id: signature for doc_id, signature in scan.unchanged.items()
-                 if before.get(doc_id) == signature and existing.get(doc_id, ("",))[0] == scan.source}
-        files.update((d.doc_id, scan.signatures[d.doc_id]) for d in scan.documents if d.doc_id in scan.signatures)
+        files = {
+            doc_id: signature
+            for doc_id, signature in scan.unchanged.items()
+            if before.get(doc_id) == signature and existing.get(doc_id, ("",))[0] == scan.source
+        }
+        files.update(
+            (d.doc_id, scan.signatures[d.doc_id]) for d in scan.documents if d.doc_id in scan.signatures
+        )
         table[scan.source] = files
     table = {source: files for source, files in table.items() if files}
     return None if table == old else table
 
 
-def commit_signatures(index_dir: Path, old: Manifest | None, table: Signatures | None, folder: Path,
-                       name: str, live: set[str]) -> tuple[FileSignaturesRecord | None, FileRecord | None]:
+def commit_signatures(
+    index_dir: Path, old: Manifest | None, table: Signatures | None, folder: Path, name: str, live: set[str]
+) -> tuple[FileSignaturesRecord | None, FileRecord | None]:
     """The manifest's `file_signatures` for a commit into `folder` (becoming `name`) whose live
     segments are `live`, and the `files` entry of a signatures file kept where it is (None: written
     now). `table` None keeps the old generation's: by reference while their folder stays live, else
@@ -107,11 +124,16 @@ def commit_signatures(index_dir: Path, old: Manifest | None, table: Signatures |
         table = recorded_signatures(index_dir, old)
     if not table:
         return None, None
-    payload = {"reader": READER_VERSION,
-               "sources": {source: {doc_id: list(signature) for doc_id, signature in sorted(files.items())}
-                           for source, files in sorted(table.items())}}
+    payload = {
+        "reader": READER_VERSION,
+        "sources": {
+            source: {doc_id: list(signature) for doc_id, signature in sorted(files.items())}
+            for source, files in sorted(table.items())
+        },
+    }
     (folder / SIGNATURES_FILE).write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
-    return FileSignaturesRecord(f"{name}/{SIGNATURES_FILE}", READER_VERSION,
-                                {source: len(files) for source, files in sorted(table.items())}), None
-
-
+    return FileSignaturesRecord(
+        f"{name}/{SIGNATURES_FILE}",
+        READER_VERSION,
+        {source: len(files) for source, files in sorted(table.items())},
+    ), None

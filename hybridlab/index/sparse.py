@@ -1,5 +1,6 @@
 """The lexical retriever: BM25 over one or more segments, scored at query time with global statistics.
 See docs/internals/index.md#sparse."""
+
 from __future__ import annotations
 
 import json
@@ -90,8 +91,11 @@ class Postings:
         vocab = dict(parts[0].vocab) if parts else {}
         maps = [np.arange(len(vocab), dtype=np.int64)] if parts else []
         for part in parts[1:]:
-            maps.append(np.fromiter((vocab.setdefault(term, len(vocab)) for term in part.vocab), np.int64,
-                                    len(part.vocab)))
+            maps.append(
+                np.fromiter(
+                    (vocab.setdefault(term, len(vocab)) for term in part.vocab), np.int64, len(part.vocab)
+                )
+            )
         counts = np.zeros(len(vocab), dtype=np.int64)
         for part, to_global in zip(parts, maps):
             counts[to_global] += np.diff(part.indptr)
@@ -103,7 +107,9 @@ class Postings:
         offset = 0
         for part, to_global in zip(parts, maps):
             sizes = np.diff(part.indptr)
-            destination = np.repeat(filled[to_global] - part.indptr[:-1], sizes) + np.arange(len(part.indices))
+            destination = np.repeat(filled[to_global] - part.indptr[:-1], sizes) + np.arange(
+                len(part.indices)
+            )
             indices[destination] = part.indices + offset
             tf[destination] = part.tf
             filled[to_global] += sizes
@@ -125,22 +131,41 @@ class Postings:
         np.save(folder / "indptr.csc.index.npy", self.indptr, allow_pickle=False)
         np.save(folder / "lengths.npy", self.lengths, allow_pickle=False)
         (folder / "vocab.index.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
-        params = {"format": POSTINGS_FORMAT, "version": POSTINGS_VERSION, "k1": config.k1, "b": config.b,
-                  "method": config.method, "rows": self.rows, "terms": len(self.vocab)}
+        params = {
+            "format": POSTINGS_FORMAT,
+            "version": POSTINGS_VERSION,
+            "k1": config.k1,
+            "b": config.b,
+            "method": config.method,
+            "rows": self.rows,
+            "terms": len(self.vocab),
+        }
         (folder / "params.index.json").write_text(json.dumps(params), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> Postings:
         params = json.loads((folder / "params.index.json").read_text(encoding="utf-8"))
         if params.get("version") != POSTINGS_VERSION:
-            raise ValueError(f"{folder}: postings version {params.get('version')!r}, expected {POSTINGS_VERSION}")
+            raise ValueError(
+                f"{folder}: postings version {params.get('version')!r}, expected {POSTINGS_VERSION}"
+            )
         vocab = json.loads((folder / "vocab.index.json").read_text(encoding="utf-8"))
         load = lambda name: np.load(folder / name, allow_pickle=False)
-        postings = cls(vocab, load("indptr.csc.index.npy").astype(np.int64, copy=False),
-                       load("indices.csc.index.npy"), load("data.csc.index.npy"), load("lengths.npy"))
-        if (not isinstance(vocab, dict) or len(postings.indptr) != len(vocab) + 1 or postings.rows != params["rows"]
-                or len(postings.indices) != len(postings.tf) or postings.indptr[-1] != len(postings.tf)
-                or (len(postings.indices) and int(postings.indices.max()) >= postings.rows)):
+        postings = cls(
+            vocab,
+            load("indptr.csc.index.npy").astype(np.int64, copy=False),
+            load("indices.csc.index.npy"),
+            load("data.csc.index.npy"),
+            load("lengths.npy"),
+        )
+        if (
+            not isinstance(vocab, dict)
+            or len(postings.indptr) != len(vocab) + 1
+            or postings.rows != params["rows"]
+            or len(postings.indices) != len(postings.tf)
+            or postings.indptr[-1] != len(postings.tf)
+            or (len(postings.indices) and int(postings.indices.max()) >= postings.rows)
+        ):
             raise ValueError(f"{folder}: postings arrays do not agree with each other")
         return postings
 
@@ -212,17 +237,27 @@ class SparseIndex:
     Global row `r` runs over the live rows of the segments in order (ascending chunk ids). `live[i]`
     is segment i's boolean row mask (None = every row live)."""
 
-    def __init__(self, parts: Sequence[Postings], live: Sequence[np.ndarray | None], chunk_ids: np.ndarray,
-                 tokenizer: Tokenizer, groups: GroupCache | None = None) -> None:
+    def __init__(
+        self,
+        parts: Sequence[Postings],
+        live: Sequence[np.ndarray | None],
+        chunk_ids: np.ndarray,
+        tokenizer: Tokenizer,
+        groups: GroupCache | None = None,
+    ) -> None:
         self.parts = tuple(parts)
         self.chunk_ids = chunk_ids
         self.tokenizer = tokenizer
         config = tokenizer.config
         if config.method not in IDF:
-            raise ValueError(f"BM25 method {config.method!r} is not supported by segmented indexes; "
-                             f"choose from {sorted(IDF)}")
+            raise ValueError(
+                f"BM25 method {config.method!r} is not supported by segmented indexes; "
+                f"choose from {sorted(IDF)}"
+            )
         rows_of = global_rows([part.rows for part in self.parts], live)
-        lengths = [part.lengths if mask is None else part.lengths[mask] for part, mask in zip(self.parts, live)]
+        lengths = [
+            part.lengths if mask is None else part.lengths[mask] for part, mask in zip(self.parts, live)
+        ]
         self.n_live = offset = sum(len(part_lengths) for part_lengths in lengths)
         if offset != len(chunk_ids):
             raise ValueError(f"{offset} live BM25 rows for {len(chunk_ids)} chunk ids")
@@ -247,16 +282,22 @@ class SparseIndex:
 
     # ------------------------------------------------------------------ building and files (one segment)
     @classmethod
-    def build(cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False) -> SparseIndex:
+    def build(
+        cls, texts: Iterable[str], chunk_ids: np.ndarray, config: Bm25Config, show_progress: bool = False
+    ) -> SparseIndex:
         """Index `texts` as one segment (any iterable, e.g. streamed from the store; row i = chunk_ids[i])."""
         _bm25s()  # its logger follows the application's logging from the first build on
         tokenizer = Tokenizer(config)
         vocab: dict[str, int] = {}
-        ids = [array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)])
-               for text in texts]  # int32 arrays: half the memory of lists of ints
+        ids = [
+            array("i", [vocab.setdefault(term, len(vocab)) for term in tokenizer.tokenize(text)])
+            for text in texts
+        ]  # int32 arrays: half the memory of lists of ints
         if len(ids) != len(chunk_ids):
             raise ValueError(f"{len(ids)} texts for {len(chunk_ids)} chunk ids")
-        return cls([Postings.from_token_ids(ids, vocab)], [None], np.asarray(chunk_ids, dtype=np.int64), tokenizer)
+        return cls(
+            [Postings.from_token_ids(ids, vocab)], [None], np.asarray(chunk_ids, dtype=np.int64), tokenizer
+        )
 
     def save(self, folder: Path) -> None:
         """Write a one-segment index (a segment's `bm25/` folder)."""
@@ -266,7 +307,9 @@ class SparseIndex:
         self.parts[0].save(folder, self.tokenizer.config)
         np.save(folder / "ids.npy", self.chunk_ids, allow_pickle=False)
         stopwords = sorted(self.tokenizer.stopwords)
-        (folder / "tokenizer.json").write_text(json.dumps({"config": asdict(self.tokenizer.config), "stopwords": stopwords}))
+        (folder / "tokenizer.json").write_text(
+            json.dumps({"config": asdict(self.tokenizer.config), "stopwords": stopwords})
+        )
 
     @staticmethod
     def load_tokenizer(folder: Path) -> Tokenizer:
@@ -281,13 +324,30 @@ class SparseIndex:
         if chunk_ids.dtype.kind not in "iu":
             raise ValueError(f"{folder / 'ids.npy'} does not hold integer chunk ids")
         params = folder / "params.index.json"  # an empty segment has none
-        if params.exists() and json.loads(params.read_text(encoding="utf-8")).get("format") != POSTINGS_FORMAT:
-            raise IndexFormatError(f"{folder} holds a BM25 index written before segments (a bm25s score matrix), which "
-                                  "hybridlab no longer reads; rebuild the index: `hybridlab index PATHS --index DIR --force` "
-                                  "(or `hybridlab verify --repair --index DIR`)")
+        if (
+            params.exists()
+            and json.loads(params.read_text(encoding="utf-8")).get("format") != POSTINGS_FORMAT
+        ):
+            raise IndexFormatError(
+                f"{folder} holds a BM25 index written before segments (a bm25s score matrix), which "
+                "hybridlab no longer reads; rebuild the index: `hybridlab index PATHS --index DIR --force` "
+                "(or `hybridlab verify --repair --index DIR`)"
+            )
         if not len(chunk_ids) and not (folder / "params.index.json").exists():
-            return cls([Postings({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
-                                  np.zeros(0, np.int32))], [None], chunk_ids.astype(np.int64), tokenizer)
+            return cls(
+                [
+                    Postings(
+                        {},
+                        np.zeros(1, np.int64),
+                        np.zeros(0, np.int32),
+                        np.zeros(0, np.float32),
+                        np.zeros(0, np.int32),
+                    )
+                ],
+                [None],
+                chunk_ids.astype(np.int64),
+                tokenizer,
+            )
         postings = Postings.load(folder)
         if postings.rows != len(chunk_ids):
             raise ValueError(f"{folder}: {postings.rows} BM25 rows for {len(chunk_ids)} chunk ids")
@@ -330,12 +390,16 @@ class SparseIndex:
             return np.zeros(len(rows))
         unseen = (len(terms) - len(known_terms)) * float(lucene_idf(np.zeros(1), self.size)[0])
         # each distinct term's live postings read once (per group: ascending rows), for its IDF and matches
-        columns = {term: [found for found, _, _ in self._live_column(term, lengths=False)]
-                   for term in dict.fromkeys(known_terms)}
+        columns = {
+            term: [found for found, _, _ in self._live_column(term, lengths=False)]
+            for term in dict.fromkeys(known_terms)
+        }
         fn = IDF[self.method]
         frequencies = {term: sum(len(found) for found in column) for term, column in columns.items()}
-        weights = np.asarray([fn(frequencies[t], self.n_live) if frequencies[t] else 0.0 for t in known_terms],
-                             dtype=np.float64)
+        weights = np.asarray(
+            [fn(frequencies[t], self.n_live) if frequencies[t] else 0.0 for t in known_terms],
+            dtype=np.float64,
+        )
         total = float(weights.sum()) + unseen
         if not len(rows) or total <= 0:
             return np.zeros(len(rows))
@@ -365,7 +429,9 @@ class SparseIndex:
             self._vocab = vocab
         return self._vocab
 
-    def _live_column(self, term: str, lengths: bool = True) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    def _live_column(
+        self, term: str, lengths: bool = True
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
         """Per group of segments: (global rows ascending, tf, lengths or None) of the live rows containing `term`."""
         found = []
         for group, to_global in zip(self._groups, self._group_rows):
@@ -390,7 +456,9 @@ class SparseIndex:
 
     def query_terms(self, query: str) -> list[str]:
         """The query's terms the index has (tokenised as the documents were; repeats kept)."""
-        return [t for t in self.tokenizer.query_terms(query) if any(t in group.vocab for group in self._groups)]
+        return [
+            t for t in self.tokenizer.query_terms(query) if any(t in group.vocab for group in self._groups)
+        ]
 
     def query_idf(self, query: str) -> dict[str, float]:
         """For the query's in-vocabulary terms, the IDF of each (see :meth:`term_idf`); k1 and b are
@@ -411,7 +479,9 @@ class SparseIndex:
         df = np.bincount(term_of, minlength=len(distinct))
         idf_of = IDF[self.method]
         idf = np.asarray([idf_of(int(n), self.n_live) if n else 0.0 for n in df], dtype=np.float32)
-        contribution = (idf[term_of] * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32)
+        contribution = (idf[term_of] * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(
+            np.float32
+        )
         # float32 additions term by term, in query order (repeats included), as bm25s adds them
         by_term = np.argsort(term_of, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(df)])
@@ -419,7 +489,7 @@ class SparseIndex:
             order = by_term
         else:
             position = {term: i for i, term in enumerate(distinct)}
-            order = np.concatenate([by_term[bounds[position[t]]:bounds[position[t] + 1]] for t in terms])
+            order = np.concatenate([by_term[bounds[position[t]] : bounds[position[t] + 1]] for t in terms])
         np.add.at(scores, rows[order], contribution[order])
         return scores
 
@@ -441,8 +511,10 @@ class SparseIndex:
             else:
                 local = np.concatenate([group.indices[start:end] for _, start, end in slices])
                 tf = np.concatenate([group.tf[start:end] for _, start, end in slices])
-            which = np.repeat(np.asarray([i for i, _, _ in slices], dtype=np.int64),
-                              [end - start for _, start, end in slices])
+            which = np.repeat(
+                np.asarray([i for i, _, _ in slices], dtype=np.int64),
+                [end - start for _, start, end in slices],
+            )
             global_rows, keep = _global_rows(local, to_global)
             if keep is not None:
                 local, tf, which, global_rows = local[keep], tf[keep], which[keep], global_rows[keep]
@@ -457,7 +529,9 @@ class SparseIndex:
             return rows[0], tfs[0], lengths[0], term_of[0]
         return np.concatenate(rows), np.concatenate(tfs), np.concatenate(lengths), np.concatenate(term_of)
 
-    def top_terms(self, terms: Sequence[str], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def top_terms(
+        self, terms: Sequence[str], depth: int, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
         scores = self.score_terms(terms)
         if mask is not None:
@@ -478,7 +552,9 @@ class SparseIndex:
         """BM25 score of every row (0 where no query term occurs)."""
         return self.score_terms(self._terms_of(term_ids))
 
-    def top(self, term_ids: list[int], depth: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def top(
+        self, term_ids: list[int], depth: int, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(rows, scores) of the best `depth` rows with a positive score, within `mask`."""
         return self.top_terms(self._terms_of(term_ids), depth, mask)
 
@@ -493,7 +569,9 @@ class SparseIndex:
             for found, tf, lengths in column:
                 rows.append(found)
                 terms.append(np.full(len(found), term_id, dtype=np.int64))
-                values.append((idf * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32))
+                values.append(
+                    (idf * _tfc(self.method, tf, lengths, self.avgdl, self.k1, self.b)).astype(np.float32)
+                )
         return np.concatenate(rows), np.concatenate(terms), np.concatenate(values)
 
 

@@ -3,6 +3,7 @@
 DuckDB is the single source of ids: chunk ids are int64 assigned here, FAISS ids and BM25 rows
 align to them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,13 +87,18 @@ def get_meta(con, key: str, default: str | None = None) -> str | None:
 def set_meta(con, values: dict[str, Any]) -> None:
     """Set meta keys (two statements whatever their number)."""
     con.execute("DELETE FROM meta WHERE list_contains(?::VARCHAR[], key)", [list(values)])
-    con.execute(f"INSERT INTO meta VALUES {', '.join(['(?, ?)'] * len(values))}",
-                [item for key, value in values.items() for item in (key, str(value))])
+    con.execute(
+        f"INSERT INTO meta VALUES {', '.join(['(?, ?)'] * len(values))}",
+        [item for key, value in values.items() for item in (key, str(value))],
+    )
 
 
 def document_hashes(con) -> dict[str, tuple[str, str]]:
     """`{doc_id: (source, content_sha256)}` of every stored document."""
-    return {row[0]: (row[1], row[2]) for row in con.execute("SELECT doc_id, source, content_sha256 FROM documents").fetchall()}
+    return {
+        row[0]: (row[1], row[2])
+        for row in con.execute("SELECT doc_id, source, content_sha256 FROM documents").fetchall()
+    }
 
 
 @contextlib.contextmanager
@@ -112,8 +118,10 @@ def delete_documents(con, doc_ids: Sequence[str]) -> None:
     if not doc_ids:
         return
     with registered(con, "doomed", {"doc_id": list(doc_ids)}):
-        con.execute("DELETE FROM chunk_vectors WHERE chunk_id IN "
-                    "(SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed))")
+        con.execute(
+            "DELETE FROM chunk_vectors WHERE chunk_id IN "
+            "(SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT doc_id FROM doomed))"
+        )
         for table in ("tags", "chunks", "documents"):
             con.execute(f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM doomed)")
 
@@ -138,12 +146,20 @@ def counts(con) -> dict[str, Any]:
         "documents": one("SELECT count(*) FROM documents"),
         "chunks": one("SELECT count(*) FROM chunks"),
         "tags": one("SELECT count(DISTINCT tag) FROM tags"),
-        "by_collection": dict(con.execute(
-            "SELECT d.collection, count(*) FROM chunks c JOIN documents d USING (doc_id) GROUP BY 1 ORDER BY 1").fetchall()),
-        "documents_by_collection": dict(con.execute(
-            "SELECT collection, count(*) FROM documents GROUP BY 1 ORDER BY 1").fetchall()),
-        "by_chunk_type": dict(con.execute("SELECT chunk_type, count(*) FROM chunks GROUP BY 1 ORDER BY 1").fetchall()),
-        "vectors_by_model": dict(con.execute("SELECT model, count(*) FROM chunk_vectors GROUP BY 1 ORDER BY 1").fetchall()),
+        "by_collection": dict(
+            con.execute(
+                "SELECT d.collection, count(*) FROM chunks c JOIN documents d USING (doc_id) GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+        ),
+        "documents_by_collection": dict(
+            con.execute("SELECT collection, count(*) FROM documents GROUP BY 1 ORDER BY 1").fetchall()
+        ),
+        "by_chunk_type": dict(
+            con.execute("SELECT chunk_type, count(*) FROM chunks GROUP BY 1 ORDER BY 1").fetchall()
+        ),
+        "vectors_by_model": dict(
+            con.execute("SELECT model, count(*) FROM chunk_vectors GROUP BY 1 ORDER BY 1").fetchall()
+        ),
     }
 
 
@@ -292,7 +308,9 @@ def attach_segment(con, folder: Path, alias: str, pinned: PinnedFiles | None = N
         paths = pinned.paths if pinned is not None else {t: folder / parquet_file(t) for t in PARQUET_TABLES}
         register(alias, f"ATTACH ':memory:' AS {alias}")
         for table in PARQUET_TABLES:
-            con.execute(f"CREATE VIEW {alias}.{table} AS SELECT * FROM read_parquet({quote_path(paths[table])})")
+            con.execute(
+                f"CREATE VIEW {alias}.{table} AS SELECT * FROM read_parquet({quote_path(paths[table])})"
+            )
     else:
         register(alias, f"ATTACH {quote_path(folder / 'store.duckdb')} AS {alias} (READ_ONLY)")
 
@@ -311,8 +329,10 @@ def open_segment(folder: Path, pinned: PinnedFiles | None = None):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({quote_path(paths[table])})")
     except duckdb.Error as error:
         con.close()
-        raise StoreError(f"cannot read the Parquet tables of {folder}: {str(error).splitlines()[0][:200]}; "
-                         "run `hybridlab verify --repair --index DIR`") from None
+        raise StoreError(
+            f"cannot read the Parquet tables of {folder}: {str(error).splitlines()[0][:200]}; "
+            "run `hybridlab verify --repair --index DIR`"
+        ) from None
     except BaseException:
         con.close()
         raise
@@ -322,8 +342,10 @@ def open_segment(folder: Path, pinned: PinnedFiles | None = None):
 def write_parquet(con, folder: Path) -> None:
     """Write `con`'s segment tables as one Parquet file each into `folder` (zstd-compressed)."""
     for table in PARQUET_TABLES:
-        con.execute(f"COPY (SELECT * FROM {table}) TO {quote_path(Path(folder) / parquet_file(table))} "
-                    "(FORMAT parquet, COMPRESSION zstd)")
+        con.execute(
+            f"COPY (SELECT * FROM {table}) TO {quote_path(Path(folder) / parquet_file(table))} "
+            "(FORMAT parquet, COMPRESSION zstd)"
+        )
 
 
 def segment_alias(con: ScratchConnection, i: int) -> str:
@@ -331,8 +353,12 @@ def segment_alias(con: ScratchConnection, i: int) -> str:
     return f"{con.database}_s{i}"
 
 
-def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
-                     pinned: Sequence[PinnedFiles | None] | None = None, inline: ScratchConnection | None = None):
+def connect_segments(
+    paths: Sequence[Path],
+    deleted: Sequence[Sequence[str]],
+    pinned: Sequence[PinnedFiles | None] | None = None,
+    inline: ScratchConnection | None = None,
+):
     """One read-only view over several segment stores: a database of the scratch instance that
     attaches each segment (`store.duckdb` read-only, or its Parquet tables; `paths` are the
     segments' `store.duckdb` paths, present or not) and defines `documents`, `chunks`, `tags`,
@@ -357,19 +383,24 @@ def connect_segments(paths: Sequence[Path], deleted: Sequence[Sequence[str]],
                     "run `hybridlab verify --repair --index DIR`"
                 ) from None
         con.execute("CREATE TABLE deleted_docs (segment INTEGER, doc_id VARCHAR)")
-        rows = {"segment": [i for i, ids in enumerate(deleted) for _ in ids],
-                "doc_id": [doc_id for ids in deleted for doc_id in ids]}
+        rows = {
+            "segment": [i for i, ids in enumerate(deleted) for _ in ids],
+            "doc_id": [doc_id for ids in deleted for doc_id in ids],
+        }
         insert_rows(con, "deleted_docs", rows)
         parts: dict[str, list[str]] = {table: [] for table in TABLES}
         for i in range(len(paths)):
             gone = f"(SELECT doc_id FROM deleted_docs WHERE segment = {i})"
             if deleted[i]:
-                parts["documents"].append(f"SELECT * FROM {con.database}_s{i}.documents WHERE doc_id NOT IN {gone}")
+                parts["documents"].append(
+                    f"SELECT * FROM {con.database}_s{i}.documents WHERE doc_id NOT IN {gone}"
+                )
                 parts["chunks"].append(f"SELECT * FROM {con.database}_s{i}.chunks WHERE doc_id NOT IN {gone}")
                 parts["tags"].append(f"SELECT * FROM {con.database}_s{i}.tags WHERE doc_id NOT IN {gone}")
                 parts["chunk_vectors"].append(
                     f"SELECT * FROM {con.database}_s{i}.chunk_vectors WHERE chunk_id NOT IN "
-                    f"(SELECT chunk_id FROM {con.database}_s{i}.chunks WHERE doc_id IN {gone})")
+                    f"(SELECT chunk_id FROM {con.database}_s{i}.chunks WHERE doc_id IN {gone})"
+                )
             else:
                 for table in TABLES:
                     parts[table].append(f"SELECT * FROM {con.database}_s{i}.{table}")

@@ -4,6 +4,7 @@
 identifier plus `err`, `tls`, `cert`, `altnam`, `invalid`. Whole identifiers are kept unstemmed;
 plain words and identifier parts are lower-cased, stop-worded and stemmed.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """Vectors computed elsewhere (issue 30): a vectors file read, checked and handed to a build.
 See docs/internals/index.md#vectors_import."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,11 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
         import duckdb
 
         try:
-            table = duckdb.connect().execute("SELECT id::VARCHAR AS id, vector FROM read_parquet(?)",
-                                             [str(path)]).fetchnumpy()
+            table = (
+                duckdb.connect()
+                .execute("SELECT id::VARCHAR AS id, vector FROM read_parquet(?)", [str(path)])
+                .fetchnumpy()
+            )
         except duckdb.Error as error:
             raise ValueError(f"{path}: not a Parquet file with columns id and vector: {error}") from None
         ids, rows = [str(i) for i in table["id"]], list(table["vector"])
@@ -54,10 +58,17 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     dim, seen = len(rows[0]), set()
     for row, (key, vector) in enumerate(zip(ids, rows, strict=True)):
         values = np.asarray(vector if vector is not None else [], dtype=np.float64)
-        problem = (f"{len(values)} values, expected {dim} (the first row's)" if len(values) != dim
-                   else "a value that is not finite (NaN or inf)" if not np.isfinite(values).all()
-                   else "an all-zero vector" if not values.any()
-                   else "an id given before" if key in seen else "")
+        problem = (
+            f"{len(values)} values, expected {dim} (the first row's)"
+            if len(values) != dim
+            else "a value that is not finite (NaN or inf)"
+            if not np.isfinite(values).all()
+            else "an all-zero vector"
+            if not values.any()
+            else "an id given before"
+            if key in seen
+            else ""
+        )
         if problem:
             raise ValueError(f"{path}: row {row} (id {key!r}) has {problem}")
         seen.add(key)
@@ -72,12 +83,15 @@ def vectors_by_id(path: str | Path, wanted: list[str], what: str = "query") -> d
     row_of = {key: row for row, key in enumerate(ids)}
     missing = [key for key in wanted if key not in row_of]
     if missing:
-        raise ValueError(f"{path}: no vector for {what} {missing[0]!r} ({len(missing)} of {len(wanted)} lack one)")
+        raise ValueError(
+            f"{path}: no vector for {what} {missing[0]!r} ({len(missing)} of {len(wanted)} lack one)"
+        )
     return {key: matrix[row_of[key]] for key in wanted}
 
 
-def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: str,
-                by: str = "document") -> Callable[[Any, Any], int]:
+def import_hook(
+    path: str | Path, ids: list[str], vectors: np.ndarray, model: str, by: str = "document"
+) -> Callable[[Any, Any], int]:
     """A build step (`apply_changes(imported=...)`) that matches the file's rows to the chunks of
     `model` in the segment being built (`con`) and puts their vectors into the embeddings cache under
     the chunks' text hashes; returns the number of vectors put (distinct texts). Raises ValueError (the
@@ -89,7 +103,9 @@ def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: st
     def put(con, cache) -> int:
         chunks = con.execute(
             "SELECT c.chunk_id::VARCHAR, c.doc_id, v.embed_sha256 FROM chunk_vectors v JOIN chunks c USING (chunk_id) "
-            "WHERE v.model = ? ORDER BY c.chunk_id", [model]).fetchall()
+            "WHERE v.model = ? ORDER BY c.chunk_id",
+            [model],
+        ).fetchall()
         sha_of, several = {}, set()
         for chunk_id, doc_id, sha in chunks:
             key = chunk_id if by == "chunk" else doc_id
@@ -98,24 +114,31 @@ def import_hook(path: str | Path, ids: list[str], vectors: np.ndarray, model: st
             sha_of[key] = sha
         for row, key in enumerate(ids):
             if key not in sha_of:
-                raise ValueError(f"{path}: row {row} (id {key!r}) is not a {by} id of the index"
-                                 + (" (chunk ids are the index's integer chunk_id)" if by == "chunk" else ""))
+                raise ValueError(
+                    f"{path}: row {row} (id {key!r}) is not a {by} id of the index"
+                    + (" (chunk ids are the index's integer chunk_id)" if by == "chunk" else "")
+                )
             if key in several:
-                raise ValueError(f"{path}: row {row} (id {key!r}) is a document of several chunks; give chunk "
-                                 f"vectors (--vectors-by chunk) or index with a --chunk-size that keeps it whole")
+                raise ValueError(
+                    f"{path}: row {row} (id {key!r}) is a document of several chunks; give chunk "
+                    f"vectors (--vectors-by chunk) or index with a --chunk-size that keeps it whole"
+                )
         given = set(ids)
         missing = [key for key in sha_of if key not in given]
         if missing:
-            raise ValueError(f"{path}: no vector for {by} {missing[0]!r} ({len(missing)} of the index's "
-                             f"{len(sha_of)} {by}s of {model!r} lack one)")
+            raise ValueError(
+                f"{path}: no vector for {by} {missing[0]!r} ({len(missing)} of the index's "
+                f"{len(sha_of)} {by}s of {model!r} lack one)"
+            )
         cache.put(cache_model(model), [sha_of[key] for key in ids], vectors, replace=True)
         return len({sha_of[key] for key in ids})
 
     return put
 
 
-def import_step(path: str | Path, model: str, index_dir: str | Path, by: str = "document",
-                **given: Any) -> Callable[[Any, Any], int]:
+def import_step(
+    path: str | Path, model: str, index_dir: str | Path, by: str = "document", **given: Any
+) -> Callable[[Any, Any], int]:
     """The build step importing vectors file `path` as model `model`'s (`import_hook`). A model that
     loads here (preset, folder, cached hub id) keeps its own spec and the file must have its
     dimension; any other name gets an external spec (`registry.external_spec`: the file's dimension,
@@ -130,5 +153,7 @@ def import_step(path: str | Path, model: str, index_dir: str | Path, by: str = "
         spec = external_spec(model, vectors.shape[1], **{k: v for k, v in given.items() if v is not None})
         register_external(spec)
     if spec.dim != vectors.shape[1]:
-        raise ValueError(f"{path} holds {vectors.shape[1]}-d vectors but model {model!r} gives {spec.dim}-d ones")
+        raise ValueError(
+            f"{path} holds {vectors.shape[1]}-d vectors but model {model!r} gives {spec.dim}-d ones"
+        )
     return import_hook(path, ids, vectors, spec.name, by)

@@ -1,5 +1,6 @@
 """Check an index folder and repair what can be rebuilt: `hybridlab verify --index DIR [--repair]`.
 See docs/internals/index.md#verify."""
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,11 @@ def cache_path(index_dir: Path, manifest: Manifest) -> Path:
 
 def _stores_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     """Problems opening or reading the DuckDB store of any segment of the manifest."""
-    return [problem for entry in manifest.segment_list
-            for problem in _store_problems(Path(index_dir) / entry.name)]
+    return [
+        problem
+        for entry in manifest.segment_list
+        for problem in _store_problems(Path(index_dir) / entry.name)
+    ]
 
 
 def _intact(index_dir: Path, folder: Path) -> Manifest | None:
@@ -109,13 +113,18 @@ def verify(index_dir: str | Path) -> list[str]:
 def _duplicate_problems(generation) -> list[str]:
     """Document ids live more than once (in two segments, or twice in one): written before one id
     meant one document; `--repair` keeps the newest version of each."""
-    rows = generation.store.fetchall("SELECT doc_id, count(*) FROM documents GROUP BY doc_id HAVING count(*) > 1 "
-                                     "ORDER BY doc_id LIMIT 3")
+    rows = generation.store.fetchall(
+        "SELECT doc_id, count(*) FROM documents GROUP BY doc_id HAVING count(*) > 1 ORDER BY doc_id LIMIT 3"
+    )
     if not rows:
         return []
     listed = ", ".join(f"{doc_id!r} ({count} versions)" for doc_id, count in rows)
-    return [(f"document ids held more than once: {listed}; `hybridlab verify --repair --index "
-             f"{generation.index_dir}` keeps the newest version of each")]
+    return [
+        (
+            f"document ids held more than once: {listed}; `hybridlab verify --repair --index "
+            f"{generation.index_dir}` keeps the newest version of each"
+        )
+    ]
 
 
 def _log_problems(index_dir: Path, manifest: Manifest) -> list[str]:
@@ -123,8 +132,12 @@ def _log_problems(index_dir: Path, manifest: Manifest) -> list[str]:
     contents = wal.read_wal(wal.wal_path(index_dir, manifest.generation))
     if contents.problem is None:
         return []
-    return [(f"{contents.problem}; the {len(contents.records)} records before it are intact "
-            f"(`hybridlab verify --repair --index {index_dir}` cuts the rest)")]
+    return [
+        (
+            f"{contents.problem}; the {len(contents.records)} records before it are intact "
+            f"(`hybridlab verify --repair --index {index_dir}` cuts the rest)"
+        )
+    ]
 
 
 def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
@@ -145,38 +158,58 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
         cut = wal.truncate_torn_tail(log) if log.exists() else None
         if cut:
             actions.append(f"cut the write-ahead log back to its intact records ({cut})")
-        damaged_stores = [name for name in _damaged_files(index_dir, manifest) if Path(name).name in store.STORE_FILES]
+        damaged_stores = [
+            name for name in _damaged_files(index_dir, manifest) if Path(name).name in store.STORE_FILES
+        ]
         if _stores_problems(index_dir, manifest) or damaged_stores:
-            reason = f"{layout.file_base(index_dir, manifest) / damaged_stores[0]} is damaged" if damaged_stores \
+            reason = (
+                f"{layout.file_base(index_dir, manifest) / damaged_stores[0]} is damaged"
+                if damaged_stores
                 else _stores_problems(index_dir, manifest)[0]
+            )
             manifest = _restore_manifest(index_dir, manifest, actions, reason=reason)
         cache = cache_path(index_dir, manifest)
         if _cache_problems(cache):
             if cache.resolve() != (index_dir / layout.CACHE_FILE).resolve():
                 raise layout.CorruptIndexError(
                     f"the shared embeddings cache {cache} is corrupt; move it aside and run "
-                    f"`hybridlab verify --repair --index {index_dir}` again (vectors will be re-embedded)")
+                    f"`hybridlab verify --repair --index {index_dir}` again (vectors will be re-embedded)"
+                )
             aside = cache.with_name(f"{cache.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             cache.rename(aside)
             Path(f"{cache}.wal").unlink(missing_ok=True)
             actions.append(f"moved the corrupt embeddings cache aside to {aside}")
         rebuild = bool(verify(index_dir))
     if rebuild:
-        report = apply_changes(index_dir, [], None, progress=progress, force=True,
-                               cache_path=cache_path(index_dir, layout.read_manifest(index_dir)))
-        actions.append(f"rebuilt BM25 and FAISS from DuckDB and the embeddings cache as generation "
-                       f"{report.generation} ({report.cache_hits} vectors from cache, {report.embedded} re-embedded)")
+        report = apply_changes(
+            index_dir,
+            [],
+            None,
+            progress=progress,
+            force=True,
+            cache_path=cache_path(index_dir, layout.read_manifest(index_dir)),
+        )
+        actions.append(
+            f"rebuilt BM25 and FAISS from DuckDB and the embeddings cache as generation "
+            f"{report.generation} ({report.cache_hits} vectors from cache, {report.embedded} re-embedded)"
+        )
     remaining = verify(index_dir)
     if remaining:
-        raise layout.CorruptIndexError(f"index {index_dir} is still inconsistent after repair: {remaining[0]}; "
-                                       "rebuild it from its sources with `hybridlab index PATHS --index DIR`")
+        raise layout.CorruptIndexError(
+            f"index {index_dir} is still inconsistent after repair: {remaining[0]}; "
+            "rebuild it from its sources with `hybridlab index PATHS --index DIR`"
+        )
     return actions
 
 
 def _damaged_files(index_dir: Path, manifest: Manifest) -> list[str]:
     generation = layout.file_base(index_dir, manifest)
-    return [name for problem in layout.file_problems(index_dir, manifest, hash_all=True)
-            for name in manifest.files or {} if problem.startswith(f"{generation / name} ")]
+    return [
+        name
+        for problem in layout.file_problems(index_dir, manifest, hash_all=True)
+        for name in manifest.files or {}
+        if problem.startswith(f"{generation / name} ")
+    ]
 
 
 def _restore_manifest(index_dir: Path, live: Manifest | None, actions: list[str], reason: str) -> Manifest:
@@ -212,8 +245,12 @@ def cli_verify(args: argparse.Namespace) -> int:
     else:
         problems = verify(index_dir)
     if getattr(args, "json", False):
-        print(json.dumps({"index": str(index_dir), "ok": not problems, "problems": problems, "repaired": actions},
-                         indent=2))
+        print(
+            json.dumps(
+                {"index": str(index_dir), "ok": not problems, "problems": problems, "repaired": actions},
+                indent=2,
+            )
+        )
     else:
         for action in actions:
             print(f"repaired: {action}")
@@ -221,8 +258,10 @@ def cli_verify(args: argparse.Namespace) -> int:
             for problem in problems:
                 print(f"PROBLEM: {problem}")
             if not getattr(args, "repair", False):
-                print(f"run `hybridlab verify --repair --index {index_dir}` to rebuild what is inconsistent",
-                      file=sys.stderr)
+                print(
+                    f"run `hybridlab verify --repair --index {index_dir}` to rebuild what is inconsistent",
+                    file=sys.stderr,
+                )
         else:
             print(f"OK: {index_dir} is consistent")
     return 1 if problems else 0

@@ -1,5 +1,6 @@
 """The write-ahead log: a stored memory is durable after one append and one fsync, searchable at
 once, and folded into a segment later. See docs/internals/index.md#wal."""
+
 from __future__ import annotations
 
 import base64
@@ -28,6 +29,8 @@ HEADER = struct.Struct("<II")  # payload bytes, crc32 of the payload
 MAX_RECORD_BYTES = 64 << 20
 #: records a log holds before the memory writer folds it into a segment (`HYBRIDLAB_WAL_RECORDS`)
 FOLD_RECORDS = 64
+
+
 def fold_records() -> int:
     """Records a log may hold before the memory writer folds it (0 = no log: every store commits a segment)."""
     value = os.environ.get("HYBRIDLAB_WAL_RECORDS", str(FOLD_RECORDS)).strip()
@@ -62,17 +65,36 @@ def _time(value: datetime | None) -> str | None:
 
 def document_json(document: Document) -> dict[str, Any]:
     """A document's fields as JSON values (dates as ISO-8601, time zone kept)."""
-    return {"doc_id": document.doc_id, "source": document.source, "collection": document.collection,
-            "title": document.title, "text": document.text, "doc_type": document.doc_type,
-            "created_at": _time(document.created_at), "updated_at": _time(document.updated_at),
-            "metadata": document.metadata, "tags": list(document.tags), "language": document.language}
+    return {
+        "doc_id": document.doc_id,
+        "source": document.source,
+        "collection": document.collection,
+        "title": document.title,
+        "text": document.text,
+        "doc_type": document.doc_type,
+        "created_at": _time(document.created_at),
+        "updated_at": _time(document.updated_at),
+        "metadata": document.metadata,
+        "tags": list(document.tags),
+        "language": document.language,
+    }
 
 
 def document_from_json(value: Mapping[str, Any]) -> Document:
     parse = lambda text: None if text is None else datetime.fromisoformat(text)
-    return Document(value["doc_id"], value["source"], value["collection"], value["title"], value["text"],
-                    value["doc_type"], parse(value.get("created_at")), parse(value.get("updated_at")),
-                    dict(value.get("metadata") or {}), tuple(value.get("tags") or ()), value.get("language"))
+    return Document(
+        value["doc_id"],
+        value["source"],
+        value["collection"],
+        value["title"],
+        value["text"],
+        value["doc_type"],
+        parse(value.get("created_at")),
+        parse(value.get("updated_at")),
+        dict(value.get("metadata") or {}),
+        tuple(value.get("tags") or ()),
+        value.get("language"),
+    )
 
 
 def encode_record(record: WalRecord) -> bytes:
@@ -80,9 +102,15 @@ def encode_record(record: WalRecord) -> bytes:
     vectors = {}
     for model, matrix in record.vectors.items():
         matrix = np.ascontiguousarray(matrix, dtype="<f4")
-        vectors[model] = {"shape": list(matrix.shape), "f32": base64.b64encode(matrix.tobytes()).decode("ascii")}
-    value = {"delete": record.deleted} if record.document is None else \
-        {"document": document_json(record.document), "vectors": vectors}
+        vectors[model] = {
+            "shape": list(matrix.shape),
+            "f32": base64.b64encode(matrix.tobytes()).decode("ascii"),
+        }
+    value = (
+        {"delete": record.deleted}
+        if record.document is None
+        else {"document": document_json(record.document), "vectors": vectors}
+    )
     payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
@@ -152,7 +180,7 @@ def read_wal(path: str | os.PathLike) -> WalContents:
     if len(data) < len(MAGIC):
         problem = None if not data or MAGIC.startswith(data) else f"{path}: not a hybridlab write-ahead log"
         return WalContents(path, (), len(data), 0, problem)
-    if data[:len(MAGIC)] != MAGIC:
+    if data[: len(MAGIC)] != MAGIC:
         return WalContents(path, (), len(data), 0, f"{path}: not a hybridlab write-ahead log (bad magic)")
     records: list[WalRecord] = []
     offset, problem = len(MAGIC), None
@@ -163,7 +191,9 @@ def read_wal(path: str | os.PathLike) -> WalContents:
         length, crc = HEADER.unpack_from(data, offset)
         start, end = offset + HEADER.size, offset + HEADER.size + length
         if length > MAX_RECORD_BYTES or end > len(data):
-            problem = f"{path}: record {len(records) + 1} at byte {offset} is cut short ({length} bytes announced)"
+            problem = (
+                f"{path}: record {len(records) + 1} at byte {offset} is cut short ({length} bytes announced)"
+            )
             break
         payload = data[start:end]
         if zlib.crc32(payload) != crc:
@@ -187,8 +217,9 @@ def log_size(path: str | os.PathLike) -> int:
 
 
 # ------------------------------------------------------------------------------------------ writing
-def embed_documents(documents: Sequence[Document], config: IndexConfig,
-                    encode: Callable[[str, list[str]], np.ndarray]) -> list[WalRecord]:
+def embed_documents(
+    documents: Sequence[Document], config: IndexConfig, encode: Callable[[str, list[str]], np.ndarray]
+) -> list[WalRecord]:
     """Each document's record: its chunks as the index would cut them, each embedded by the models
     the index assigns it (`encode(model, texts)`: one call per model for all documents)."""
     wanted: dict[str, list[tuple[int, str]]] = {}
@@ -202,11 +233,15 @@ def embed_documents(documents: Sequence[Document], config: IndexConfig,
         vectors = np.asarray(encode(model, [text for _, text in items]), dtype=np.float32)
         for (position, _), vector in zip(items, vectors, strict=True):
             per_document[position].setdefault(model, []).append(vector)
-    return [WalRecord(document, {model: np.stack(rows) for model, rows in vectors.items()})
-            for document, vectors in zip(documents, per_document)]
+    return [
+        WalRecord(document, {model: np.stack(rows) for model, rows in vectors.items()})
+        for document, vectors in zip(documents, per_document)
+    ]
 
 
-def record_vectors(records: Sequence[WalRecord], config: IndexConfig) -> dict[str, tuple[list[str], np.ndarray]]:
+def record_vectors(
+    records: Sequence[WalRecord], config: IndexConfig
+) -> dict[str, tuple[list[str], np.ndarray]]:
     """model -> (embedding-text hashes, vectors) of the records' chunks under `config`: what a write
     puts into its vector source so that logged memories are not embedded again. Chunks the record
     has no vector for (another config) are left out: the write embeds them."""
@@ -320,7 +355,9 @@ class LoggedRows:
     chunks: int
 
 
-def logged_rows(records: Sequence[WalRecord], config: IndexConfig, next_chunk_id: int, path: Path) -> LoggedRows:
+def logged_rows(
+    records: Sequence[WalRecord], config: IndexConfig, next_chunk_id: int, path: Path
+) -> LoggedRows:
     """Build the rows of a log's records exactly as a write would (same chunking, inserts and
     vector assignment), their chunk ids following `next_chunk_id` (tombstones make no rows)."""
     records = [record for record in records if record.document is not None]
@@ -329,18 +366,27 @@ def logged_rows(records: Sequence[WalRecord], config: IndexConfig, next_chunk_id
         store.create_schema(con)
         insert_documents(con, [record.document for record in records], config, next_chunk_id)
         assign_vectors(con, config)
-        ids = con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id").fetchnumpy()["chunk_id"].astype(np.int64)
+        ids = (
+            con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")
+            .fetchnumpy()["chunk_id"]
+            .astype(np.int64)
+        )
         vectors: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for model in config.all_models:
-            assigned = con.execute("SELECT chunk_id FROM chunk_vectors WHERE model = ? ORDER BY chunk_id",
-                                   [model]).fetchnumpy()["chunk_id"].astype(np.int64)
+            assigned = (
+                con.execute("SELECT chunk_id FROM chunk_vectors WHERE model = ? ORDER BY chunk_id", [model])
+                .fetchnumpy()["chunk_id"]
+                .astype(np.int64)
+            )
             if not len(assigned):
                 continue
             parts = [record.vectors[model] for record in records if model in record.vectors]
             matrix = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
             if len(matrix) != len(assigned):
-                raise CorruptIndexError(f"{path}: its records carry {len(matrix)} vectors of {model!r} for "
-                                        f"{len(assigned)} chunks; run `hybridlab verify --repair`")
+                raise CorruptIndexError(
+                    f"{path}: its records carry {len(matrix)} vectors of {model!r} for "
+                    f"{len(assigned)} chunks; run `hybridlab verify --repair`"
+                )
             vectors[model] = (assigned, np.ascontiguousarray(matrix, dtype=np.float32))
         return LoggedRows(con, ids, vectors, len(ids))
     except BaseException:

@@ -5,6 +5,7 @@ not headers. Sections are cut at the configured header levels, long sections spl
 boundaries with overlap, tiny ones merged into their neighbour. Every chunk is an exact slice
 `text[start_char:end_char]` of its document and the slices cover the whole document.
 """
+
 from __future__ import annotations
 
 import functools
@@ -120,7 +121,9 @@ def _sections(text: str, headings: list[tuple[int, int, str]], levels: tuple[int
         else:
             cuts[-1] = (cuts[-1][0], cuts[-1][1] or path)
     bounds = [start for start, _ in cuts] + [len(text)]
-    return [_Section(bounds[i], bounds[i + 1], cuts[i][1]) for i in range(len(cuts)) if bounds[i] < bounds[i + 1]]
+    return [
+        _Section(bounds[i], bounds[i + 1], cuts[i][1]) for i in range(len(cuts)) if bounds[i] < bounds[i + 1]
+    ]
 
 
 def _merge_tiny(sections: list[_Section], min_size: int) -> list[_Section]:
@@ -131,8 +134,10 @@ def _merge_tiny(sections: list[_Section], min_size: int) -> list[_Section]:
         if pending is not None:
             # A tiny intro ("# Tabulator" + one line) merged into its first subsection takes the
             # subsection's longer path ("Tabulator › Editors"); otherwise the tiny one's path wins.
-            nested = section.path[:len(pending.path)] == pending.path
-            section = _Section(pending.start, section.end, section.path if nested else pending.path or section.path)
+            nested = section.path[: len(pending.path)] == pending.path
+            section = _Section(
+                pending.start, section.end, section.path if nested else pending.path or section.path
+            )
             pending = None
         if section.end - section.start < min_size:
             pending = section
@@ -195,8 +200,14 @@ def _chunk_kind(piece: str, default_language: str | None) -> tuple[str, str | No
     return "text", default_language
 
 
-def chunk_text(text: str, config: ChunkConfig | None = None, *, fmt: str = "markdown", title: str = "",
-               language: str | None = None) -> list[Chunk]:
+def chunk_text(
+    text: str,
+    config: ChunkConfig | None = None,
+    *,
+    fmt: str = "markdown",
+    title: str = "",
+    language: str | None = None,
+) -> list[Chunk]:
     """Chunk one document (default config: `ChunkConfig()`). `fmt` is `markdown`, `rst` or `text`;
     empty text gives no chunks."""
     config = config or ChunkConfig()
@@ -214,14 +225,18 @@ def chunk_text(text: str, config: ChunkConfig | None = None, *, fmt: str = "mark
     for section in sections:
         full = section.path if section.path[:1] == root else root + section.path
         path = SECTION_SEPARATOR.join(full) or title
-        for start, end in split_span(text, section.start, section.end, config.chunk_size, config.chunk_overlap):
+        for start, end in split_span(
+            text, section.start, section.end, config.chunk_size, config.chunk_overlap
+        ):
             piece = text[start:end]
             kind, piece_language = _chunk_kind(piece, language)
             chunks.append(Chunk(len(chunks), piece, start, end, path, kind, piece_language))
     return chunks
 
 
-def single_chunk(text: str, *, section: str = "", chunk_type: str = "text", language: str | None = None) -> list[Chunk]:
+def single_chunk(
+    text: str, *, section: str = "", chunk_type: str = "text", language: str | None = None
+) -> list[Chunk]:
     """A whole document as one chunk (memories, BEIR abstracts)."""
     return [Chunk(0, text, 0, len(text), section, chunk_type, language)] if text.strip() else []
 
@@ -246,5 +261,5 @@ def embedding_text(chunk: Chunk, title: str, tags: Sequence[str] = (), context: 
     text = f"{heading}\n{body}" if heading and not body.startswith(heading) else body
     if tags:
         lead = f"{heading}\n" if text.startswith(f"{heading}\n") and heading else ""
-        text = f"{lead}Tags: {', '.join(tags)}\n{text[len(lead):]}"
+        text = f"{lead}Tags: {', '.join(tags)}\n{text[len(lead) :]}"
     return text

@@ -1,4 +1,5 @@
 """Reading the files documents come in: JSON lines (plain or gzipped), found by name."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,7 +29,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not valid UTF-8 (byte {error.start} of the line)") from None
+                raise ValueError(
+                    f"{path}:{line_number}: not valid UTF-8 (byte {error.start} of the line)"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -4,6 +4,7 @@
 Bad files inside a folder are skipped with a warning (counted); a malformed memories line or a
 missing path is an error naming the file, line and field.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,13 @@ from hybridlab.ingest.files import find_file, iter_jsonl
 
 logger = logging.getLogger(__name__)
 
-TEXT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".txt": "text", ".ipynb": "notebook"}
+TEXT_SUFFIXES = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".rst": "rst",
+    ".txt": "text",
+    ".ipynb": "notebook",
+}
 SKIP_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", "node_modules", "_build", ".hybridlab"}
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_MEMORY_CHARS = 100_000
@@ -51,9 +58,19 @@ class Document:
     def content_sha256(self) -> str:
         """Hash of everything that shapes the indexed chunks (text, title, tags, dates, metadata)."""
         payload = json.dumps(
-            [self.title, self.text, self.doc_type, self.collection, list(self.tags), self.language,
-             str(self.created_at), str(self.updated_at), self.metadata],
-            sort_keys=True, default=str,
+            [
+                self.title,
+                self.text,
+                self.doc_type,
+                self.collection,
+                list(self.tags),
+                self.language,
+                str(self.created_at),
+                str(self.updated_at),
+                self.metadata,
+            ],
+            sort_keys=True,
+            default=str,
         )
         return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -92,7 +109,9 @@ def irds_dataset(source: str | os.PathLike):
     try:
         return ir_datasets.load(dataset_id)
     except KeyError:
-        raise ValueError(f"{source}: ir_datasets has no dataset {dataset_id!r} (see ir-datasets.com)") from None
+        raise ValueError(
+            f"{source}: ir_datasets has no dataset {dataset_id!r} (see ir-datasets.com)"
+        ) from None
 
 
 def irds_items(source: str | os.PathLike, kind: str) -> Iterator[Any]:
@@ -104,8 +123,10 @@ def irds_items(source: str | os.PathLike, kind: str) -> Iterator[Any]:
     try:
         yield from getattr(dataset, f"{kind}_iter")()
     except OSError as error:  # requests' connection errors are OSErrors
-        raise ValueError(f"{source}: ir_datasets could not fetch its {kind} ({type(error).__name__}); offline it "
-                         "reads only what its cache holds (IR_DATASETS_HOME, default ~/.ir_datasets)") from None
+        raise ValueError(
+            f"{source}: ir_datasets could not fetch its {kind} ({type(error).__name__}); offline it "
+            "reads only what its cache holds (IR_DATASETS_HOME, default ~/.ir_datasets)"
+        ) from None
 
 
 def iter_irds(source: str | os.PathLike) -> Iterator[Document]:
@@ -114,8 +135,19 @@ def iter_irds(source: str | os.PathLike) -> Iterator[Document]:
     dataset_id = str(source).removeprefix(IRDS)
     for doc in irds_items(source, "docs"):
         text = doc.text if isinstance(getattr(doc, "text", None), str) else doc.default_text()
-        yield Document(str(doc.doc_id), str(source), dataset_id, str(getattr(doc, "title", "") or ""), text,
-                       "beir", None, None, {}, (), "text")
+        yield Document(
+            str(doc.doc_id),
+            str(source),
+            dataset_id,
+            str(getattr(doc, "title", "") or ""),
+            text,
+            "beir",
+            None,
+            None,
+            {},
+            (),
+            "text",
+        )
 
 
 def source_id(path: Path) -> str:
@@ -176,10 +208,15 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
         # would log each as an ERROR with a cell dump on every index check
         notebook = nbformat.convert(nbformat.reader.reads(raw), 4)
     except Exception as error:  # noqa: BLE001 (nbformat raises several types for bad JSON / schema)
-        raise ValueError(f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})") from None
+        raise ValueError(
+            f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
+        ) from None
     metadata = notebook.get("metadata", {})
-    language = ((metadata.get("kernelspec", {}) or {}).get("language")
-                or (metadata.get("language_info", {}) or {}).get("name") or "python")
+    language = (
+        (metadata.get("kernelspec", {}) or {}).get("language")
+        or (metadata.get("language_info", {}) or {}).get("name")
+        or "python"
+    )
     parts: list[str] = []
     for cell in notebook.get("cells", []):
         source = cell.get("source", "")
@@ -197,15 +234,22 @@ def first_heading(text: str, fmt: str) -> str | None:
     """The first top-level (H1) heading of a markdown/reST text (reST: the first adornment style).
     A document whose headings start at H2 or deeper (e.g. Panel's reference notebooks, whose first
     heading is "Parameters:") has none: its file name is the better title."""
-    headings = markdown_headings(text) if fmt in {"markdown", "notebook"} else rst_headings(text) if fmt == "rst" else []
+    headings = (
+        markdown_headings(text)
+        if fmt in {"markdown", "notebook"}
+        else rst_headings(text)
+        if fmt == "rst"
+        else []
+    )
     for _, level, title in headings:
         if title and level == 1:
             return title
     return None
 
 
-def read_document_file(path: Path, doc_id: str, source: str, collection: str,
-                       info: os.stat_result | None = None) -> Document:
+def read_document_file(
+    path: Path, doc_id: str, source: str, collection: str, info: os.stat_result | None = None
+) -> Document:
     """One markdown/reST/text/notebook file as a Document (ValueError when unreadable); `info`: its
     `os.stat` taken before reading (the document's `updated_at` is its mtime)."""
     fmt = TEXT_SUFFIXES[path.suffix.lower()]
@@ -214,7 +258,9 @@ def read_document_file(path: Path, doc_id: str, source: str, collection: str,
     text, language = notebook_text(raw) if fmt == "notebook" else (raw, fmt)  # its format names its language
     title = first_heading(text, fmt) or path.stem
     updated = datetime.fromtimestamp(info.st_mtime, tz=UTC)
-    return Document(doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language)
+    return Document(
+        doc_id, source, collection, title, text, fmt, None, updated, {"path": doc_id}, (), language
+    )
 
 
 #: bumped whenever reading a file into a Document changes (text, title, dates, metadata): file
@@ -258,8 +304,12 @@ def _folder_files(root: Path) -> Iterator[tuple[str, str]]:
                 yield prefix + name, os.path.join(dirpath, name)
 
 
-def read_folder(root: Path, report: IngestReport, recorded: dict[str, FileSignature] | None = None,
-                settled_ns: int = 2_000_000_000) -> FolderScan:
+def read_folder(
+    root: Path,
+    report: IngestReport,
+    recorded: dict[str, FileSignature] | None = None,
+    settled_ns: int = 2_000_000_000,
+) -> FolderScan:
     """The documents of a folder tree; bad files are warned about, counted and skipped.
 
     With `recorded` (`{doc_id: signature}` as an index recorded them), a file whose signature
@@ -313,7 +363,9 @@ def iter_beir(folder: Path) -> Iterator[Document]:
             raise ValueError(f"{path}:{line_number}: field 'text' must be a string")  # noqa: TRY004
         title = str(obj.get("title") or "")
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        yield Document(str(obj["_id"]), source, folder.name, title, text, "beir", None, None, metadata, (), "text")
+        yield Document(
+            str(obj["_id"]), source, folder.name, title, text, "beir", None, None, metadata, (), "text"
+        )
 
 
 def memory_document(obj: dict, where: str, source: str) -> Document:
@@ -343,7 +395,19 @@ def memory_document(obj: dict, where: str, source: str) -> Document:
     collection = str(metadata.get("project") or "memories")
     title = content.strip().splitlines()[0][:80]
     clean_tags = tuple(dict.fromkeys(tag.strip().lower() for tag in tags if tag.strip()))
-    return Document(memory_id.strip(), source, collection, title, content, "memory", created, updated, metadata, clean_tags, "text")
+    return Document(
+        memory_id.strip(),
+        source,
+        collection,
+        title,
+        content,
+        "memory",
+        created,
+        updated,
+        metadata,
+        clean_tags,
+        "text",
+    )
 
 
 def iter_memories(path: Path) -> Iterator[Document]:
@@ -361,13 +425,19 @@ def iter_memories(path: Path) -> Iterator[Document]:
 def read_source(path: Path, report: IngestReport) -> list[Document]:
     """All documents of one source path (folder, single file, BEIR dataset or memories JSONL)."""
     kind = source_kind(path)
-    readers = {"beir": iter_beir, "irds": iter_irds, "memories": iter_memories,
-               "folder": lambda folder: read_folder(folder, report).documents}
+    readers = {
+        "beir": iter_beir,
+        "irds": iter_irds,
+        "memories": iter_memories,
+        "folder": lambda folder: read_folder(folder, report).documents,
+    }
     if kind in readers:
         documents = list(readers[kind](path))
     else:
         try:
-            documents = [read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")]
+            documents = [
+                read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")
+            ]
         except (OSError, ValueError) as error:  # one file given by name: an error naming it, not a skip
             raise ValueError(f"{path}: {error}") from None
     report.documents += len(documents)

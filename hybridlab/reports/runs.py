@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#report-runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,26 +61,40 @@ def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, di
     if cv:
         tuned_run = out_of_fold_run(evaluator, cv["folds"], cv["configs"], split)
     else:
-        tuned_run = evaluator.run(record["best"]["search"], IndexConfig.from_manifest(record["best"]["index"]), split)
-    runs = {"defaults": evaluator.run(BASELINES["defaults"], base, split),
-            "tuned": tuned_run,
-            "bm25": evaluator.run(BASELINES["bm25"], base, split),
-            "vector": evaluator.run(BASELINES["vector"], base, split)}
+        tuned_run = evaluator.run(
+            record["best"]["search"], IndexConfig.from_manifest(record["best"]["index"]), split
+        )
+    runs = {
+        "defaults": evaluator.run(BASELINES["defaults"], base, split),
+        "tuned": tuned_run,
+        "bm25": evaluator.run(BASELINES["bm25"], base, split),
+        "vector": evaluator.run(BASELINES["vector"], base, split),
+    }
     return runs, evaluator.dataset(split).qrels
 
 
-def wins_losses_table(comparison, metric: str, a: str = "tuned", b: str = "defaults",
-                      queries: Mapping[str, str] | None = None, show: int = 5) -> str:
+def wins_losses_table(
+    comparison,
+    metric: str,
+    a: str = "tuned",
+    b: str = "defaults",
+    queries: Mapping[str, str] | None = None,
+    show: int = 5,
+) -> str:
     """Markdown: how many queries `a` wins/ties/loses against `b` on `metric`, and the largest
     differences either way, each with its query text (`queries`)."""
     from hybridlab.eval.evaluate import wins_losses
 
     per_a, per_b = comparison.per_query[a][metric], comparison.per_query[b][metric]
     outcome = wins_losses(per_a, per_b)
-    counts = (f"{a} vs {b} on {metric}: {len(outcome['wins'])} wins, {len(outcome['ties'])} ties, "
-              f"{len(outcome['losses'])} losses")
+    counts = (
+        f"{a} vs {b} on {metric}: {len(outcome['wins'])} wins, {len(outcome['ties'])} ties, "
+        f"{len(outcome['losses'])} losses"
+    )
     if not outcome["wins"] and not outcome["losses"]:
-        return f"{counts} — all ties: {a} ranks every query as well as {b}, so there is no difference to list."
+        return (
+            f"{counts} — all ties: {a} ranks every query as well as {b}, so there is no difference to list."
+        )
     lines = [counts, "", "| query | text | " + a + " | " + b + " | Δ |", "|---|---|---|---|---|"]
     ranked = sorted(per_a, key=lambda q: per_a[q] - per_b.get(q, 0.0))
     picks = ranked[-show:][::-1] + [q for q in ranked[:show] if q not in ranked[-show:]]
@@ -101,8 +116,12 @@ def split_label(record: Mapping[str, Any]) -> str:
     return f"{scope}, {n} queries" if n else scope
 
 
-def plot_comparison(per_query: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str,
-                    path: str | os.PathLike, labels: Mapping[str, str] | None = None) -> Path:
+def plot_comparison(
+    per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
+    metric: str,
+    path: str | os.PathLike,
+    labels: Mapping[str, str] | None = None,
+) -> Path:
     """One panel per dataset: each system's mean `metric` with its 95% t interval over the queries
     (`per_query[dataset][system]` = `{qid: value}`), on an axis zoomed to the intervals so close
     systems can be told apart; `labels[dataset]` names the split (:func:`split_label`)."""
@@ -115,14 +134,24 @@ def plot_comparison(per_query: Mapping[str, Mapping[str, Mapping[str, float]]], 
     from hybridlab.eval.significance import mean_ci
 
     datasets = list(per_query)
-    figure, axes = plt.subplots(1, max(1, len(datasets)), figsize=(3.6 * max(1, len(datasets)), 3.4), squeeze=False)
+    figure, axes = plt.subplots(
+        1, max(1, len(datasets)), figsize=(3.6 * max(1, len(datasets)), 3.4), squeeze=False
+    )
     for axis, dataset in zip(axes[0], datasets):
         systems = list(per_query[dataset])
         intervals = [mean_ci(list(per_query[dataset][s].values())) for s in systems]
         for x, ci in enumerate(intervals):
-            axis.errorbar([x], [ci.mean], yerr=[[ci.mean - ci.low], [ci.high - ci.mean]], fmt="o", capsize=4,
-                          color="#2563eb" if x else "#111827")
-            axis.annotate(f"{ci.mean:.3f}", (x, ci.mean), textcoords="offset points", xytext=(6, -3), fontsize=8)
+            axis.errorbar(
+                [x],
+                [ci.mean],
+                yerr=[[ci.mean - ci.low], [ci.high - ci.mean]],
+                fmt="o",
+                capsize=4,
+                color="#2563eb" if x else "#111827",
+            )
+            axis.annotate(
+                f"{ci.mean:.3f}", (x, ci.mean), textcoords="offset points", xytext=(6, -3), fontsize=8
+            )
         low, high = min(ci.low for ci in intervals), max(ci.high for ci in intervals)
         margin = max(0.01, 0.08 * (high - low))
         axis.set_ylim(max(0.0, low - margin), high + margin)
@@ -142,8 +171,10 @@ def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
     from hybridlab.tune.runs import engine_state
 
     current = engine_state()
-    reasons = {Path(run).name: stale_reason(json.loads((Path(run) / "metrics.json").read_text()), current)
-               for run in runs}
+    reasons = {
+        Path(run).name: stale_reason(json.loads((Path(run) / "metrics.json").read_text()), current)
+        for run in runs
+    }
     return {name: reason for name, reason in reasons.items() if reason}
 
 
@@ -166,25 +197,37 @@ def cli_report(args: argparse.Namespace) -> int:
         with run_lock(args.reports):
             stale = stale_sweeps(runs)
             for name, reason in stale.items():
-                print(f"WARNING: STALE SWEEP {name}: {reason}; its figures may not hold for today's engine — "
-                      f"re-run it (make sweep)", file=sys.stderr, flush=True)
+                print(
+                    f"WARNING: STALE SWEEP {name}: {reason}; its figures may not hold for today's engine — "
+                    f"re-run it (make sweep)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             run_dir = new_run_dir(args.reports, "report")
             print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
-            run_notebook("report", run_dir, {"runs": [os.path.relpath(r.resolve(), run_dir.resolve()) for r in runs],
-                                             "run_dir": "."})
+            run_notebook(
+                "report",
+                run_dir,
+                {"runs": [os.path.relpath(r.resolve(), run_dir.resolve()) for r in runs], "run_dir": "."},
+            )
             update_index(args.reports)
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
-        print(f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
-              f" (see {run_dir / 'report.ipynb'})", file=sys.stderr)
+        print(
+            f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
+            f" (see {run_dir / 'report.ipynb'})",
+            file=sys.stderr,
+        )
         return 1
     print(f"wrote {run_dir / 'summary.md'}" + (f" (STALE: {', '.join(stale)})" if stale else ""))
     return 0
 
 
-def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = False) -> dict[str, Any]:
+def report_dataset(
+    run: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = False
+) -> dict[str, Any]:
     """Everything the report shows for one sweep run: its study's figures and importances, the
     report-split comparison (defaults = baseline, tuned, BM25, vector) with significance marks,
     the per-query wins and losses of the tuned config against the defaults with the query text,
@@ -208,18 +251,30 @@ def report_dataset(run: str | os.PathLike, out_dir: str | os.PathLike, progress:
     per_query = {system: comparison.per_query[system][metric] for system in runs}
     kinds = query_kinds(evaluator.evalset, per_query)
     if kinds:
-        plot_kinds(per_query, kind_of_query(evaluator.evalset), metric, out_dir / f"{name}-kinds.png", title=name)
+        plot_kinds(
+            per_query, kind_of_query(evaluator.evalset), metric, out_dir / f"{name}-kinds.png", title=name
+        )
         figures.append(out_dir / f"{name}-kinds.png")
     return {
-        "dataset": name, "run": run.name, "record": record, "importances": importances(study),
-        "figures": [str(Path(f).name) for f in figures], "comparison": comparison,
+        "dataset": name,
+        "run": run.name,
+        "record": record,
+        "importances": importances(study),
+        "figures": [str(Path(f).name) for f in figures],
+        "comparison": comparison,
         "wins_losses": wins_losses_table(comparison, metric, queries=queries),
-        "per_kind": kinds, "stale": stale_reason(record),
+        "per_kind": kinds,
+        "stale": stale_reason(record),
     }
 
 
-def plot_kinds(per_query: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str], metric: str,
-               path: str | os.PathLike, title: str = "") -> Path:
+def plot_kinds(
+    per_query: Mapping[str, Mapping[str, float]],
+    kinds: Mapping[str, str],
+    metric: str,
+    path: str | os.PathLike,
+    title: str = "",
+) -> Path:
     """`metric` per query kind (groups) and system (one point each, side by side): the mean over the
     kind's queries with its 95% t interval, on an axis zoomed to the intervals. `per_query[system]`
     = `{qid: value}`, `kinds` = `{qid: kind}` (queries without a kind are left out)."""
@@ -240,8 +295,15 @@ def plot_kinds(per_query: Mapping[str, Mapping[str, float]], kinds: Mapping[str,
     for i, system in enumerate(systems):
         intervals = [mean_ci([per_query[system].get(q, 0.0) for q in members[kind]]) for kind in names]
         xs = [x - 0.4 + width * (i + 0.5) for x in range(len(names))]
-        axes.errorbar(xs, [ci.mean for ci in intervals], yerr=[[ci.mean - ci.low for ci in intervals],
-                      [ci.high - ci.mean for ci in intervals]], fmt="o", capsize=3, markersize=4, label=system)
+        axes.errorbar(
+            xs,
+            [ci.mean for ci in intervals],
+            yerr=[[ci.mean - ci.low for ci in intervals], [ci.high - ci.mean for ci in intervals]],
+            fmt="o",
+            capsize=3,
+            markersize=4,
+            label=system,
+        )
         lows += [ci.low for ci in intervals]
         highs += [ci.high for ci in intervals]
     margin = max(0.01, 0.05 * (max(highs) - min(lows)))
@@ -262,32 +324,77 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
     run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
     metric = sections[0]["record"]["metric"] if sections else "ndcg@10"
     if sections:
-        plot_comparison({s["dataset"]: {system: values[metric] for system, values in s["comparison"].per_query.items()}
-                         for s in sections}, metric, run_dir / "comparison.png",
-                        {s["dataset"]: split_label(s["record"]) for s in sections})
+        plot_comparison(
+            {
+                s["dataset"]: {system: values[metric] for system, values in s["comparison"].per_query.items()}
+                for s in sections
+            },
+            metric,
+            run_dir / "comparison.png",
+            {s["dataset"]: split_label(s["record"]) for s in sections},
+        )
     verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
     stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
-    (run_dir / "metrics.json").write_text(json.dumps({
-        s["dataset"]: {"sweep": s["run"], "split": s["record"].get("split", "test"),
-                       "comparison": s["comparison"].to_dict(), "importances": s["importances"],
-                       "best": s["record"]["best"], "verdict": s["record"]["verdict"],
-                       "per_kind": s.get("per_kind"), "stale": s.get("stale")} for s in sections
-    }, indent=2, default=str), encoding="utf-8")
-    banner = (f"**STALE:** {len(stale)} of {len(sections)} sweeps ran on another engine than today's — "
-              + "; ".join(f"{run}: {reason}" for run, reason in stale.items())
-              + ". Their figures may not hold; re-run them (`make sweep`). ") if stale else ""
-    lines = [f"# Report — {run_dir.name}", "", f"**Verdict:** {banner}{verdicts or 'no sweeps'}.", "",
-             ("Each sweep's report split (SciFact: all 300 test queries, tuned on train; memories and HoloViz: "
-              "nested cross-validation, the tuned row = out-of-fold scores). `defaults` (first row) is the "
-              "baseline of the paired tests. The figure: each system's mean with its 95% interval over the "
-              "queries, on an axis zoomed to the intervals."), "", "![comparison](comparison.png)", ""]
+    (run_dir / "metrics.json").write_text(
+        json.dumps(
+            {
+                s["dataset"]: {
+                    "sweep": s["run"],
+                    "split": s["record"].get("split", "test"),
+                    "comparison": s["comparison"].to_dict(),
+                    "importances": s["importances"],
+                    "best": s["record"]["best"],
+                    "verdict": s["record"]["verdict"],
+                    "per_kind": s.get("per_kind"),
+                    "stale": s.get("stale"),
+                }
+                for s in sections
+            },
+            indent=2,
+            default=str,
+        ),
+        encoding="utf-8",
+    )
+    banner = (
+        (
+            f"**STALE:** {len(stale)} of {len(sections)} sweeps ran on another engine than today's — "
+            + "; ".join(f"{run}: {reason}" for run, reason in stale.items())
+            + ". Their figures may not hold; re-run them (`make sweep`). "
+        )
+        if stale
+        else ""
+    )
+    lines = [
+        f"# Report — {run_dir.name}",
+        "",
+        f"**Verdict:** {banner}{verdicts or 'no sweeps'}.",
+        "",
+        (
+            "Each sweep's report split (SciFact: all 300 test queries, tuned on train; memories and HoloViz: "
+            "nested cross-validation, the tuned row = out-of-fold scores). `defaults` (first row) is the "
+            "baseline of the paired tests. The figure: each system's mean with its 95% interval over the "
+            "queries, on an axis zoomed to the intervals."
+        ),
+        "",
+        "![comparison](comparison.png)",
+        "",
+    ]
     for s in sections:
         lines += [f"## {s['dataset']} (sweep {s['run']})", ""]
         if s.get("stale"):
             lines += [f"> **STALE:** {s['stale']}.", ""]
-        lines += [describe_splits(s["record"]), "", s["comparison"].to_markdown(), "",
-                  "Best trial's parameters, most important first:", "",
-                  params_table(s["record"]["best"]["params"], s["importances"]), "", s["wins_losses"], ""]
+        lines += [
+            describe_splits(s["record"]),
+            "",
+            s["comparison"].to_markdown(),
+            "",
+            "Best trial's parameters, most important first:",
+            "",
+            params_table(s["record"]["best"]["params"], s["importances"]),
+            "",
+            s["wins_losses"],
+            "",
+        ]
         if s.get("per_kind"):
             lines += [kinds_table(s["per_kind"], metric), ""]
         else:

@@ -7,6 +7,7 @@ fusion, recency; every query vector is encoded once up front, so encoding is exc
 recall@k where judgements exist, and the top-k overlap with the parallel search. The benchmarks of a
 checkout (`bench/staged_runs.py`: repeats, P95/P99, fallbacks) measure the same thing at more depth.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ from hybridlab.tune.runs import metrics_table
 def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = 10) -> float:
     """|top-k(other) ∩ top-k(reference)| / |top-k(reference)| of two `{doc: score}` results (ties by
     doc id); 1.0 when the reference is empty."""
+
     def best(results: Mapping[str, float]) -> set[str]:
         return set(sorted(results, key=lambda doc: (-results[doc], doc))[:top])
 
@@ -40,9 +42,16 @@ def _condition(index, queries: Mapping[str, str], options: Mapping[str, Any]) ->
     return run, statistics.median(samples)
 
 
-def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]] | None,
-                    candidates: Sequence[int], *, now: str | None = None, k: int = 10,
-                    expand_hops: int | None = None) -> list[dict[str, Any]]:
+def staged_tradeoff(
+    index,
+    queries: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]] | None,
+    candidates: Sequence[int],
+    *,
+    now: str | None = None,
+    k: int = 10,
+    expand_hops: int | None = None,
+) -> list[dict[str, Any]]:
     """Rows of the trade-off: parallel hybrid first, then staged search per candidate count (never
     falling back to parallel; `expand_hops` None = the engine's default), at `limit` = `k`:
     `candidates` (None for parallel), `staged`, `median_ms`, nDCG@k and recall@k (when `qrels`),
@@ -53,17 +62,25 @@ def staged_tradeoff(index, queries: Mapping[str, str], qrels: Mapping[str, Mappi
         index.encode_queries(index.choose_model(None, None), list(queries.values()))
     hops = {} if expand_hops is None else {"expand_hops": expand_hops}
     conditions: list[tuple[int | None, dict[str, Any]]] = [(None, {"staged": False})]
-    conditions += [(count, {"staged": True, "candidates": count, "fallback_threshold": 0, **hops})
-                   for count in candidates]
+    conditions += [
+        (count, {"staged": True, "candidates": count, "fallback_threshold": 0, **hops})
+        for count in candidates
+    ]
     metrics = (f"ndcg@{k}", f"recall@{k}")
     rows, reference = [], None
     for count, options in conditions:
         run, median_ms = _condition(index, queries, {"now": now, "limit": k, **options})
         reference = reference if reference is not None else run
         overlap = statistics.fmean(top_overlap(reference[q], run[q], k) for q in queries)
-        rows.append({"candidates": count, "staged": count is not None, "median_ms": median_ms,
-                     **(score(dict(qrels), run, list(metrics)) if qrels is not None else {}),
-                     f"overlap@{k}": overlap})
+        rows.append(
+            {
+                "candidates": count,
+                "staged": count is not None,
+                "median_ms": median_ms,
+                **(score(dict(qrels), run, list(metrics)) if qrels is not None else {}),
+                f"overlap@{k}": overlap,
+            }
+        )
     return rows
 
 
@@ -87,7 +104,7 @@ def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) ->
     for key in ("ndcg@10", "recall@10", "overlap@10"):
         if key not in full:
             continue
-        line, = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
+        (line,) = right.plot(xs, [r[key] for r in staged], marker="o", label=key)
         right.axhline(full[key], linestyle="--", color=line.get_color(), alpha=0.5)
     right.set(xscale="log", xlabel="BM25 candidates", ylabel="value (dashed: parallel hybrid)")
     right.legend()
@@ -99,7 +116,9 @@ def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) ->
 
 def tradeoff_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per condition (parallel hybrid, then staged per candidate count)."""
-    named = {("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows}
+    named = {
+        ("parallel hybrid" if not r["staged"] else f"staged, {r['candidates']} candidates"): r for r in rows
+    }
     columns = [c for c in ("median_ms", "ndcg@10", "recall@10", "overlap@10") if c in rows[0]]
     return metrics_table(named, columns)
 
@@ -110,11 +129,21 @@ def write_staged_summary(run_dir: str | os.PathLike, dataset: str, rows: Sequenc
     run_dir = Path(run_dir)
     full = next(r for r in rows if not r["staged"])
     close = [r["candidates"] for r in rows if r["staged"] and r["overlap@10"] >= 0.95]
-    verdict = (f"staged search keeps ≥95% of the parallel top-10 from {min(close)} candidates on"
-               if close else "staged search never keeps 95% of the parallel top-10 on")
-    lines = [f"# Staged trade-off {dataset} — {run_dir.name}", "",
-             f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).", "",
-             tradeoff_table(rows), "", "![trade-off](staged.png)", ""]
+    verdict = (
+        f"staged search keeps ≥95% of the parallel top-10 from {min(close)} candidates on"
+        if close
+        else "staged search never keeps 95% of the parallel top-10 on"
+    )
+    lines = [
+        f"# Staged trade-off {dataset} — {run_dir.name}",
+        "",
+        f"**Verdict:** {verdict} {dataset} (parallel: {full['median_ms']:.1f} ms median per query).",
+        "",
+        tradeoff_table(rows),
+        "",
+        "![trade-off](staged.png)",
+        "",
+    ]
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

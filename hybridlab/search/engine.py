@@ -1,5 +1,6 @@
 """The hybrid search engine: dense + BM25 + tag signals, fused, with recency and pushed-down filters.
 See docs/internals/search.md#engine."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,16 @@ from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, 
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
 
-__all__ = ["Index", "RunResponse", "SearchResponse", "SearchResult", "iso_utc", "make_snippet", "open_index",
-           "resolve_now"]
+__all__ = [
+    "Index",
+    "RunResponse",
+    "SearchResponse",
+    "SearchResult",
+    "iso_utc",
+    "make_snippet",
+    "open_index",
+    "resolve_now",
+]
 
 MAX_QUERY_CHARS = pipeline.MAX_QUERY_CHARS
 QUERY_CACHE_SIZE = 4096
@@ -47,11 +56,26 @@ def _tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:
     return () if values is None else (values,) if isinstance(values, str) else tuple(values)
 
 
-def make_filters(*, tags: Sequence[str] = (), tags_any: bool = False, chunk_types=None, collection=None,
-                 since=None, until=None, embedding_model: str | None = None) -> Filters:
+def make_filters(
+    *,
+    tags: Sequence[str] = (),
+    tags_any: bool = False,
+    chunk_types=None,
+    collection=None,
+    since=None,
+    until=None,
+    embedding_model: str | None = None,
+) -> Filters:
     """Filters from search arguments (a single string or a sequence for the any-of fields)."""
-    return Filters(chunk_types=_tuple(chunk_types), tags=tuple(tags), tags_any=tags_any, collections=_tuple(collection),
-                   since=parse_when(since, "since"), until=parse_when(until, "until"), embedding_model=embedding_model)
+    return Filters(
+        chunk_types=_tuple(chunk_types),
+        tags=tuple(tags),
+        tags_any=tags_any,
+        collections=_tuple(collection),
+        since=parse_when(since, "since"),
+        until=parse_when(until, "until"),
+        embedding_model=embedding_model,
+    )
 
 
 class Index:
@@ -59,8 +83,14 @@ class Index:
 
     Safe to share between threads: each call works on the snapshot it took at its start."""
 
-    def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None,
-                 *, check: bool = True, backend: Callable[[Generation], Snapshot] = snapshot_of) -> None:
+    def __init__(
+        self,
+        index_dir: str | os.PathLike,
+        config: str | os.PathLike | Mapping | None = None,
+        *,
+        check: bool = True,
+        backend: Callable[[Generation], Snapshot] = snapshot_of,
+    ) -> None:
         self.index_dir = Path(index_dir)
         self.config_file = dict(config) if isinstance(config, Mapping) else load_config_file(config)
         self.config_path = None if isinstance(config, Mapping) else config
@@ -73,7 +103,9 @@ class Index:
         self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
         self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
         self._segments = SegmentCache()  # segments are immutable: a refresh reads only new ones
-        self._snapshot: Snapshot = open_snapshot(self.index_dir, check=check, backend=backend, cache=self._segments)
+        self._snapshot: Snapshot = open_snapshot(
+            self.index_dir, check=check, backend=backend, cache=self._segments
+        )
 
     # ---------------------------------------------------------------- the snapshot
     def snapshot(self) -> Snapshot:
@@ -89,10 +121,14 @@ class Index:
         """Re-open if another process committed a new generation; True when it did. Searches
         running meanwhile finish on the generation they started with."""
         with self._lock:
-            if index_stamp(self.index_dir, self._snapshot.generation.number) == self._snapshot.generation.stamp:
+            if (
+                index_stamp(self.index_dir, self._snapshot.generation.number)
+                == self._snapshot.generation.stamp
+            ):
                 return False
-            self._snapshot = open_snapshot(self.index_dir, check=self._check, backend=self._backend,
-                                           cache=self._segments)
+            self._snapshot = open_snapshot(
+                self.index_dir, check=self._check, backend=self._backend, cache=self._segments
+            )
             # the old snapshot's DuckDB connection closes when its last search lets go of it
             return True
 
@@ -193,7 +229,9 @@ class Index:
                 recorded = self._snapshot.generation.manifest.encoders.get(model)
                 if recorded:
                     check_query_encoder(model, recorded)
-                self._encoders[model] = load_query_encoder(model, overrides=(recorded or {}).get("settings") or {})
+                self._encoders[model] = load_query_encoder(
+                    model, overrides=(recorded or {}).get("settings") or {}
+                )
             return self._encoders[model]
 
     def _encode(self, model: str, queries: list[str]) -> np.ndarray:
@@ -214,9 +252,9 @@ class Index:
     def put_query_vectors(self, model: str, vectors: Mapping[str, np.ndarray]) -> None:
         """Use these vectors (query text -> vector, e.g. read from a file) for `model`'s queries; all
         are kept while they are used (`LruCache.put_many`)."""
-        self._query_vectors.put_many(((model, query), np.asarray(vector, dtype=np.float32))
-                                     for query, vector in vectors.items())
-
+        self._query_vectors.put_many(
+            ((model, query), np.asarray(vector, dtype=np.float32)) for query, vector in vectors.items()
+        )
 
     def learned_ranker(self, setting: str):
         """The learned fusion model of a `learned_model` setting, loaded once per index object."""
@@ -245,11 +283,26 @@ class Index:
     def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
         return resolve_search_config(options, config_file=self.config_file, n_chunks=self._snapshot.n_chunks)
 
-    def _retrieve(self, query: str, options: Mapping[str, Any], filters: Filters,
-                  boost_tags: Sequence[str] | None, now: datetime) -> pipeline.Retrieval:
+    def _retrieve(
+        self,
+        query: str,
+        options: Mapping[str, Any],
+        filters: Filters,
+        boost_tags: Sequence[str] | None,
+        now: datetime,
+    ) -> pipeline.Retrieval:
         """Ranked hits with every retriever's run on the current snapshot (for tests and tools)."""
-        return pipeline.retrieve(self._snapshot, query, options, filters, boost_tags, now, self.config_file,
-                                 self.query_vector, self.learned_ranker)
+        return pipeline.retrieve(
+            self._snapshot,
+            query,
+            options,
+            filters,
+            boost_tags,
+            now,
+            self.config_file,
+            self.query_vector,
+            self.learned_ranker,
+        )
 
     def search(
         self,
@@ -293,8 +346,18 @@ class Index:
         under irrelevant new ones, which a full multiplication by the decay factor would.
         """
         return self.search_response(
-            query, tags=tags, tags_any=tags_any, chunk_types=chunk_types, collection=collection, since=since,
-            until=until, embedding_model=embedding_model, language=language, now=now, explain=explain, **options,
+            query,
+            tags=tags,
+            tags_any=tags_any,
+            chunk_types=chunk_types,
+            collection=collection,
+            since=since,
+            until=until,
+            embedding_model=embedding_model,
+            language=language,
+            now=now,
+            explain=explain,
+            **options,
         ).results
 
     def search_response(
@@ -322,40 +385,84 @@ class Index:
         tag_list = None if tags is None else _tuple(tags)
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
             raise ValueError(f"tags must be non-empty strings, got {list(tag_list)!r}")
-        vectors_of = pipeline.choose_model(snapshot, self.config_file, embedding_model, None) if embedding_model else None
-        filters = make_filters(tags=resolve_tags(tag_list, snapshot.tag_vocabulary) if tag_list else (),
-                               tags_any=tags_any, chunk_types=chunk_types, collection=collection,
-                               since=since, until=until, embedding_model=vectors_of)
+        vectors_of = (
+            pipeline.choose_model(snapshot, self.config_file, embedding_model, None)
+            if embedding_model
+            else None
+        )
+        filters = make_filters(
+            tags=resolve_tags(tag_list, snapshot.tag_vocabulary) if tag_list else (),
+            tags_any=tags_any,
+            chunk_types=chunk_types,
+            collection=collection,
+            since=since,
+            until=until,
+            embedding_model=vectors_of,
+        )
         options = {**options, "embedding_model": embedding_model, "language": language}
         retrieval, hits = self._ranked(snapshot, query, options, filters, tag_list, now)
         results = pipeline.hydrate(snapshot, hits[: retrieval.config.limit], retrieval, query, explain)
         return SearchResponse(results, retrieval.timings, retrieval.mode, snapshot.number)
 
-    def _ranked(self, snapshot: Snapshot, query: str, options: Mapping[str, Any], filters: Filters,
-                tags: Sequence[str] | None, now: str | datetime | None) -> tuple[pipeline.Retrieval, list[pipeline.Hit]]:
+    def _ranked(
+        self,
+        snapshot: Snapshot,
+        query: str,
+        options: Mapping[str, Any],
+        filters: Filters,
+        tags: Sequence[str] | None,
+        now: str | datetime | None,
+    ) -> tuple[pipeline.Retrieval, list[pipeline.Hit]]:
         """The retrieval, reranked, and its hits grouped by document when `group_by_document`."""
-        retrieval = pipeline.retrieve(snapshot, query, options, filters, tags, resolve_now(now), self.config_file,
-                                      self.query_vector, self.learned_ranker)
+        retrieval = pipeline.retrieve(
+            snapshot,
+            query,
+            options,
+            filters,
+            tags,
+            resolve_now(now),
+            self.config_file,
+            self.query_vector,
+            self.learned_ranker,
+        )
         retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
         config = retrieval.config
-        return retrieval, pipeline.group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits
+        return retrieval, pipeline.group(
+            snapshot, retrieval.hits, config
+        ) if config.group_by_document else retrieval.hits
 
-    def run(self, query: str, *, now: str | datetime | None = None, filters: Filters | None = None,
-            tags: Sequence[str] | None = None, **options: Any) -> dict[str, float]:
+    def run(
+        self,
+        query: str,
+        *,
+        now: str | datetime | None = None,
+        filters: Filters | None = None,
+        tags: Sequence[str] | None = None,
+        **options: Any,
+    ) -> dict[str, float]:
         """`{doc_id: score}` for evaluation: documents ranked by their best chunk, `limit` of them."""
         return self.run_response(query, now=now, filters=filters, tags=tags, **options).run
 
-    def run_response(self, query: str, *, now: str | datetime | None = None, filters: Filters | None = None,
-                     tags: Sequence[str] | None = None, **options: Any) -> RunResponse:
+    def run_response(
+        self,
+        query: str,
+        *,
+        now: str | datetime | None = None,
+        filters: Filters | None = None,
+        tags: Sequence[str] | None = None,
+        **options: Any,
+    ) -> RunResponse:
         """What :meth:`run` returns, with the search's timings, mode and the generation that answered
         (the current one: `run` does not look for a newer generation, call `refresh`)."""
         snapshot = self._snapshot
         options.setdefault("limit", 100)
-        retrieval, hits = self._ranked(snapshot, query, options, filters or Filters(),
-                                       None if tags is None else _tuple(tags), now)
+        retrieval, hits = self._ranked(
+            snapshot, query, options, filters or Filters(), None if tags is None else _tuple(tags), now
+        )
         doc_ids = snapshot.generation.doc_ids
-        return RunResponse({doc_ids[hit.row]: hit.score for hit in hits}, retrieval.timings, retrieval.mode,
-                           snapshot.number)
+        return RunResponse(
+            {doc_ids[hit.row]: hit.score for hit in hits}, retrieval.timings, retrieval.mode, snapshot.number
+        )
 
     # ---------------------------------------------------------------- documents and stats
     def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
@@ -365,8 +472,15 @@ class Index:
             raise ValueError("doc_id must be a non-empty string")
         return _document(self.snapshot() if snapshot is None else snapshot, doc_id)
 
-    def search_by_tag(self, tags: Sequence[str], *, match: str = "all", limit: int = 10,
-                      since: str | datetime | None = None, until: str | datetime | None = None) -> list[dict[str, Any]]:
+    def search_by_tag(
+        self,
+        tags: Sequence[str],
+        *,
+        match: str = "all",
+        limit: int = 10,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+    ) -> list[dict[str, Any]]:
         """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`)."""
         if match not in {"all", "any"}:
             raise ValueError(f"unknown match {match!r}; choose from ['all', 'any']")
@@ -374,10 +488,19 @@ class Index:
             raise ValueError("tags must be a non-empty list of non-empty strings")
         return self.list_documents(tags=tags, match=match, since=since, until=until, limit=limit)[0]
 
-    def list_documents(self, *, tags: Sequence[str] = (), match: str = "all", since: str | datetime | None = None,
-                       until: str | datetime | None = None, chunk_types: Sequence[str] = (),
-                       collection: str | None = None, prefix: str | None = None,
-                       limit: int | None = None, cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    def list_documents(
+        self,
+        *,
+        tags: Sequence[str] = (),
+        match: str = "all",
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        chunk_types: Sequence[str] = (),
+        collection: str | None = None,
+        prefix: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
         """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`),
         only `collection`'s (ValueError when the index has no such collection) and those whose doc id
         starts with `prefix`; an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
@@ -385,11 +508,19 @@ class Index:
         if any(t not in snapshot.generation.known_chunk_types for t in chunk_types):
             return [], None
         wanted = resolve_tags(tags, snapshot.tag_vocabulary) if tags else ()
-        filters = make_filters(tags=wanted, tags_any=match == "any", chunk_types=chunk_types, since=since, until=until,
-                               collection=collection)
+        filters = make_filters(
+            tags=wanted,
+            tags_any=match == "any",
+            chunk_types=chunk_types,
+            since=since,
+            until=until,
+            collection=collection,
+        )
         page = listing.newest_documents(snapshot, filters, limit=limit, cursor=cursor, prefix=prefix)
-        documents = [{"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k != "source"}}
-                     for i, doc_id in enumerate(page.doc_ids)]
+        documents = [
+            {"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k != "source"}}
+            for i, doc_id in enumerate(page.doc_ids)
+        ]
         return documents, page.next_cursor
 
     def list_collections(self, top_tags: int = 20) -> list[dict[str, Any]]:
@@ -406,21 +537,38 @@ class Index:
         for tag, rows in generation.tag_rows.items():
             for name, _doc in {(collections[row], doc_ids[row]) for row in rows.tolist()}:
                 tags[name][tag] += 1
-        return [{"name": name, "documents": len(documents[name]), "chunks": sum(chunks[name].values()),
-                 "chunk_types": dict(sorted(chunks[name].items())),
-                 "tags": dict(sorted(tags[name].items(), key=lambda item: (-item[1], item[0]))[:top_tags]),
-                 "tag_count": len(tags[name])}
-                for name in generation.known_collections]
+        return [
+            {
+                "name": name,
+                "documents": len(documents[name]),
+                "chunks": sum(chunks[name].values()),
+                "chunk_types": dict(sorted(chunks[name].items())),
+                "tags": dict(sorted(tags[name].items(), key=lambda item: (-item[1], item[0]))[:top_tags]),
+                "tag_count": len(tags[name]),
+            }
+            for name in generation.known_collections
+        ]
 
     def chunk_texts(self, chunk_ids: Sequence[int], *, snapshot: Snapshot | None = None) -> list[str | None]:
         """The text of each chunk id in `snapshot`, else in the current generation (None for one it
         does not hold: a chunk a newer generation replaced)."""
         snapshot = self.snapshot() if snapshot is None else snapshot
         known = snapshot.generation.chunk_ids
-        rows = np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64)) if len(chunk_ids) else np.zeros(0, np.int64)
-        held = [row < len(known) and int(known[row]) == int(chunk_id) for row, chunk_id in zip(rows.tolist(), chunk_ids)]
+        rows = (
+            np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64))
+            if len(chunk_ids)
+            else np.zeros(0, np.int64)
+        )
+        held = [
+            row < len(known) and int(known[row]) == int(chunk_id)
+            for row, chunk_id in zip(rows.tolist(), chunk_ids)
+        ]
         present = [int(row) for row, ok in zip(rows.tolist(), held) if ok]
-        texts = {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))} if present else {}
+        texts = (
+            {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))}
+            if present
+            else {}
+        )
         return [texts[int(row)] if ok else None for row, ok in zip(rows.tolist(), held)]
 
     def stats(self, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
@@ -430,21 +578,34 @@ class Index:
         snapshot = self.snapshot() if snapshot is None else snapshot
         manifest = snapshot.generation.manifest
         return {
-            "index": str(self.index_dir), "generation": manifest.generation,
-            "built_at": manifest.built_at, **snapshot.store.counts(),
-            "models": {m: {"dim": info.dim, "vectors": info.vectors, "index": info.index,
-                           "encoder": info.encoder}  # the spec that built its vectors (None: older index)
-                       for m, info in manifest.models.items()},
-            "bm25": manifest.bm25.to_json(), "chunking": dataclasses.asdict(manifest.index_config.chunk),
-            "segments": [{"name": s.name, "chunks": s.chunks, "tombstones": len(s.deleted)}
-                         for s in manifest.segment_list],
+            "index": str(self.index_dir),
+            "generation": manifest.generation,
+            "built_at": manifest.built_at,
+            **snapshot.store.counts(),
+            "models": {
+                m: {
+                    "dim": info.dim,
+                    "vectors": info.vectors,
+                    "index": info.index,
+                    "encoder": info.encoder,
+                }  # the spec that built its vectors (None: older index)
+                for m, info in manifest.models.items()
+            },
+            "bm25": manifest.bm25.to_json(),
+            "chunking": dataclasses.asdict(manifest.index_config.chunk),
+            "segments": [
+                {"name": s.name, "chunks": s.chunks, "tombstones": len(s.deleted)}
+                for s in manifest.segment_list
+            ],
             "tombstones": sum(len(s.deleted) for s in manifest.segment_list)
             + snapshot.generation.logged_deletes,  # the segments' and the log's (not folded yet)
             "last_merge": manifest.last_merge.to_json() if manifest.last_merge else None,
-            "write_ahead_log": {"file": wal.wal_path(self.index_dir, manifest.generation).name,
-                                "memories": snapshot.generation.logged_records,
-                                "chunks": snapshot.generation.logged_chunks,
-                                "tombstones": snapshot.generation.logged_deletes},
+            "write_ahead_log": {
+                "file": wal.wal_path(self.index_dir, manifest.generation).name,
+                "memories": snapshot.generation.logged_records,
+                "chunks": snapshot.generation.logged_chunks,
+                "tombstones": snapshot.generation.logged_deletes,
+            },
         }
 
 

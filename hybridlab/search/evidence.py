@@ -1,5 +1,6 @@
 """What a query itself says about how to fuse it: pure functions over signals known at query time.
 See docs/internals/search.md#evidence."""
+
 from __future__ import annotations
 
 import re
@@ -15,9 +16,25 @@ EVIDENCE_DEPTH = 10
 
 #: Words and phrases by which a query asks for the latest state of something.
 RECENCY_CUES: tuple[str, ...] = (
-    "current", "currently", "now", "nowadays", "latest", "newest", "most recent", "recent", "recently",
-    "still", "anymore", "any more", "today", "these days", "at the moment", "right now", "up to date",
-    "up-to-date", "as of",
+    "current",
+    "currently",
+    "now",
+    "nowadays",
+    "latest",
+    "newest",
+    "most recent",
+    "recent",
+    "recently",
+    "still",
+    "anymore",
+    "any more",
+    "today",
+    "these days",
+    "at the moment",
+    "right now",
+    "up to date",
+    "up-to-date",
+    "as of",
 )
 _RECENCY = re.compile(r"\b(?:" + "|".join(re.escape(cue) for cue in RECENCY_CUES) + r")\b", re.IGNORECASE)
 
@@ -38,11 +55,18 @@ class QueryEvidence:
     date_weight: float = 0.0  # how much rows created outside that time lose (0: not applied)
 
     def to_dict(self) -> dict[str, object]:
-        return {"query_dates": self.dates.to_dict() if self.dates else None, "date_weight_used": self.date_weight,
-                "lexical_evidence": self.lexical, "retriever_agreement": self.agreement,
-                "recency_intent": self.recency_intent, "lexical_factor": self.lexical_factor,
-                "recency_weight_used": self.recency_weight, "rare_term": self.rare_term,
-                "rare_term_df": self.rare_term_df, "rare_term_rows": len(self.rare_rows)}
+        return {
+            "query_dates": self.dates.to_dict() if self.dates else None,
+            "date_weight_used": self.date_weight,
+            "lexical_evidence": self.lexical,
+            "retriever_agreement": self.agreement,
+            "recency_intent": self.recency_intent,
+            "lexical_factor": self.lexical_factor,
+            "recency_weight_used": self.recency_weight,
+            "rare_term": self.rare_term,
+            "rare_term_df": self.rare_term_df,
+            "rare_term_rows": len(self.rare_rows),
+        }
 
 
 def asks_for_latest(query: str) -> bool:
@@ -70,7 +94,9 @@ def lexical_factor(lexical: float | None, floor: float, ceiling: float) -> float
     return (lexical - floor) / (ceiling - floor)
 
 
-def top_agreement(a: Mapping[int, float], b: Mapping[int, float], depth: int = EVIDENCE_DEPTH) -> float | None:
+def top_agreement(
+    a: Mapping[int, float], b: Mapping[int, float], depth: int = EVIDENCE_DEPTH
+) -> float | None:
     """Share of the `depth` best rows of run `a` that are also among the `depth` best of run `b`
     (ties by ascending row); None when either run is empty."""
     if not a or not b:
@@ -98,8 +124,7 @@ def rarest_term(frequencies: Mapping[str, int]) -> tuple[str | None, int | None]
     return term, df
 
 
-def rare_term_lift(scores: np.ndarray, rare: np.ndarray, lexical: np.ndarray,
-                   gap: float = 1e-6) -> float:
+def rare_term_lift(scores: np.ndarray, rare: np.ndarray, lexical: np.ndarray, gap: float = 1e-6) -> float:
     """What to add to the scores of the `rare` rows (boolean mask) so that every one of them is
     above every row without lexical evidence (`~lexical`, rows BM25 did not return) by at least
     `gap`: `max(0, max(scores[unmatched]) - min(scores[rare]) + gap)`. One amount for all of them,

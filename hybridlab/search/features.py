@@ -1,5 +1,6 @@
 """Features of (query, candidate) pairs for learned fusion: a pure, vectorised function.
 See docs/internals/search.md#features."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,9 +16,23 @@ RANK_K = 60  # the constant of the rank feature 1 / (RANK_K + rank)
 PER_RETRIEVER = ("score", "norm", "rank", "present")
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"{name}_{kind}" for name in RETRIEVERS for kind in PER_RETRIEVER),
-    "dense_gap", "bm25_ratio", "both_top10", "n_retrievers", "rare_row",
-    "lexical_evidence", "agreement", "recency_intent", "rare_term_df", "query_terms", "tag_factor",
-    "dense_top", "bm25_top", "newness", "first_chunk", "doc_candidates", "fused",
+    "dense_gap",
+    "bm25_ratio",
+    "both_top10",
+    "n_retrievers",
+    "rare_row",
+    "lexical_evidence",
+    "agreement",
+    "recency_intent",
+    "rare_term_df",
+    "query_terms",
+    "tag_factor",
+    "dense_top",
+    "bm25_top",
+    "newness",
+    "first_chunk",
+    "doc_candidates",
+    "fused",
 )
 FUSED = FEATURE_NAMES.index("fused")  # the base fusion's score in [0, 1] (the model corrects it)
 
@@ -62,9 +77,16 @@ def _newness(days: np.ndarray) -> np.ndarray:
     return np.where(known, (high - np.nan_to_num(days, nan=high)) / (high - low), 0.0)
 
 
-def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, query: QueryFacts,
-             rows: np.ndarray, fused: np.ndarray, days: np.ndarray, doc_ids: Sequence[str],
-             first_chunk: np.ndarray) -> np.ndarray:
+def features(
+    runs: Mapping[str, Mapping[int, float]],
+    evidence: QueryEvidence,
+    query: QueryFacts,
+    rows: np.ndarray,
+    fused: np.ndarray,
+    days: np.ndarray,
+    doc_ids: Sequence[str],
+    first_chunk: np.ndarray,
+) -> np.ndarray:
     """The float32 matrix (len(rows) x len(FEATURE_NAMES)) of the candidates `rows`; `fused` = the
     base fusion's score of each row in [0, 1], `days` = each row's age in days (NaN: unknown),
     `doc_ids` / `first_chunk` = each row's document and whether it is that document's first chunk."""
@@ -84,7 +106,10 @@ def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, q
         evidence.agreement if evidence.agreement is not None else -1.0,
         float(evidence.recency_intent),
         np.log1p(evidence.rare_term_df) if evidence.rare_term_df is not None else -1.0,
-        float(query.terms), query.tag_factor, dense_top, np.log1p(max(bm25_top, 0.0)),
+        float(query.terms),
+        query.tag_factor,
+        dense_top,
+        np.log1p(max(bm25_top, 0.0)),
     ]
     columns += [
         np.where(dense[3] > 0, dense_top - dense[0], 2.0),
@@ -92,7 +117,8 @@ def features(runs: Mapping[str, Mapping[int, float]], evidence: QueryEvidence, q
         ((dense[2] >= top) & (bm25[2] >= top)).astype(np.float64),
         dense[3] + bm25[3] + per["tags"][3],
         np.fromiter((row in evidence.rare_rows for row in rows.tolist()), np.float64, n)
-        if evidence.rare_rows else np.zeros(n),
+        if evidence.rare_rows
+        else np.zeros(n),
         *(np.full(n, value, np.float64) for value in query_level),
         _newness(days),
         np.asarray(first_chunk, np.float64),

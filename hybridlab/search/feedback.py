@@ -1,5 +1,6 @@
 """Pseudo-relevance feedback for the dense side of a hybrid search: pure functions.
 See docs/internals/search.md#feedback."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -1,4 +1,5 @@
 """Metadata filters, resolved in DuckDB to the set of chunk ids a search may return."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,8 +41,15 @@ class Filters:
 
     @property
     def empty(self) -> bool:
-        return not (self.chunk_types or self.tags or self.collections or self.since or self.until
-                    or self.embedding_model or self.doc_ids)
+        return not (
+            self.chunk_types
+            or self.tags
+            or self.collections
+            or self.since
+            or self.until
+            or self.embedding_model
+            or self.doc_ids
+        )
 
     def sql(self) -> tuple[str, list[Any]]:
         """A `SELECT chunk_id ...` query and its parameters."""
@@ -77,4 +85,7 @@ class Filters:
             clauses.append("c.chunk_id IN (SELECT chunk_id FROM chunk_vectors WHERE model = ?)")
             params.append(self.embedding_model)
         where = " AND ".join(clauses) or "TRUE"
-        return f"SELECT c.chunk_id FROM chunks c JOIN documents d USING (doc_id) WHERE {where} ORDER BY c.chunk_id", params
+        return (
+            f"SELECT c.chunk_id FROM chunks c JOIN documents d USING (doc_id) WHERE {where} ORDER BY c.chunk_id",
+            params,
+        )

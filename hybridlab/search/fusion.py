@@ -1,13 +1,24 @@
 """Score normalisation and rank fusion for ONE query, as pure functions.
 See docs/internals/search.md#fusion."""
+
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ["FUSERS", "NORMALIZERS", "THEORETICAL_MIN", "alpha_weights", "convex", "dbsf", "fuse", "normalize", "rank",
-           "rrf"]
+__all__ = [
+    "FUSERS",
+    "NORMALIZERS",
+    "THEORETICAL_MIN",
+    "alpha_weights",
+    "convex",
+    "dbsf",
+    "fuse",
+    "normalize",
+    "rank",
+    "rrf",
+]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -37,7 +48,9 @@ def _std(values: Sequence[float], mean: float, ddof: int = 0) -> float:
     if std > 0.0:
         return std
     scale = max(abs(v - mean) for v in values)
-    return 0.0 if scale == 0.0 else scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / n)
+    return (
+        0.0 if scale == 0.0 else scale * math.sqrt(math.fsum(((v - mean) / scale) ** 2 for v in values) / n)
+    )
 
 
 def _z_score(scores: Mapping[K, float], theoretical_min: float | None = None) -> dict[K, float]:
@@ -98,7 +111,9 @@ def _check_finite(scores: Mapping, retriever: str) -> None:
         raise ValueError(f"run {retriever!r} has a non-finite score {scores[bad]!r} for item {bad!r}")
 
 
-def normalize(scores: Mapping[K, float], method: str, *, theoretical_min: float | None = None) -> dict[K, float]:
+def normalize(
+    scores: Mapping[K, float], method: str, *, theoretical_min: float | None = None
+) -> dict[K, float]:
     """Normalise one run with a method of :data:`NORMALIZERS` (``theoretical_min`` for
     ``"theoretical-min-max"``, Bruch et al. 2023)."""
     normalizer = _normalizer(method)
@@ -133,8 +148,9 @@ def alpha_weights(alpha: float, tag_weight: float = 0.0) -> dict[str, float]:
 
 
 # Fusion ==========================================================================================
-def _active_runs(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], rrf_k: int,
-                 normalization: str) -> list[tuple[str, Mapping[K, float], float]]:
+def _active_runs(
+    runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], rrf_k: int, normalization: str
+) -> list[tuple[str, Mapping[K, float], float]]:
     """Validate the arguments shared by all fusers; the ``(name, run, weight)`` with weight > 0."""
     if not (isinstance(rrf_k, (int, float)) and rrf_k > 0 and math.isfinite(rrf_k)):
         raise ValueError(f"rrf_k must be > 0, got {rrf_k!r}")
@@ -160,8 +176,13 @@ def _weighted_sum(parts: list[tuple[Mapping[K, float], float]]) -> dict[K, float
     return fused
 
 
-def rrf(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *, rrf_k: int = 60,
-        normalization: str = "min-max") -> dict[K, float]:
+def rrf(
+    runs: Mapping[str, Mapping[K, float]],
+    weights: Mapping[str, float],
+    *,
+    rrf_k: int = 60,
+    normalization: str = "min-max",
+) -> dict[K, float]:
     """Weighted Reciprocal Rank Fusion (Cormack, Clarke & Büttcher 2009): Σ_r w_r / (rrf_k + rank_r(d)).
 
     Ranks are 1-based by descending score within each run, ties broken by ascending id. An item
@@ -170,12 +191,21 @@ def rrf(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *, 
     classic RRF.
     """
     active = _active_runs(runs, weights, rrf_k, normalization)
-    return _weighted_sum([({item: 1.0 / (rrf_k + position) for position, item in enumerate(_ranked_ids(run), 1)}, weight)
-                          for _, run, weight in active])
+    return _weighted_sum(
+        [
+            ({item: 1.0 / (rrf_k + position) for position, item in enumerate(_ranked_ids(run), 1)}, weight)
+            for _, run, weight in active
+        ]
+    )
 
 
-def convex(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *, rrf_k: int = 60,
-           normalization: str = "min-max") -> dict[K, float]:
+def convex(
+    runs: Mapping[str, Mapping[K, float]],
+    weights: Mapping[str, float],
+    *,
+    rrf_k: int = 60,
+    normalization: str = "min-max",
+) -> dict[K, float]:
     """Convex combination (Bruch, Gai & Ingber 2023): Σ_r w_r · norm_r(s_r(d)).
 
     Each run is normalised on its own (``theoretical-min-max`` uses ``THEORETICAL_MIN[r]``); an item
@@ -190,7 +220,9 @@ def convex(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], 
         floor = None
         if normalization == "theoretical-min-max":
             if name not in THEORETICAL_MIN:
-                raise ValueError(f"no theoretical minimum for retriever {name!r}; choose from {sorted(THEORETICAL_MIN)}")
+                raise ValueError(
+                    f"no theoretical minimum for retriever {name!r}; choose from {sorted(THEORETICAL_MIN)}"
+                )
             floor = THEORETICAL_MIN[name]
         parts.append((normalizer(run, floor), weight))
     return _weighted_sum(parts)
@@ -216,8 +248,13 @@ def _distribution_norm(scores: Mapping[K, float]) -> dict[K, float]:
     return {item: (score - low) / span for item, score in scores.items()}
 
 
-def dbsf(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *, rrf_k: int = 60,
-         normalization: str = "min-max") -> dict[K, float]:
+def dbsf(
+    runs: Mapping[str, Mapping[K, float]],
+    weights: Mapping[str, float],
+    *,
+    rrf_k: int = 60,
+    normalization: str = "min-max",
+) -> dict[K, float]:
     """Distribution-Based Score Fusion (Qdrant v1.11; Mazzeschi 2023): Σ_r w_r · dbsf_norm_r(s_r(d)).
 
     Each run is mapped from [μ - 3σ, μ + 3σ] onto [0, 1] (sample std, as Qdrant); an item missing
@@ -231,8 +268,14 @@ def dbsf(runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *,
 FUSERS: dict[str, Callable[..., dict]] = {"rrf": rrf, "convex": convex, "dbsf": dbsf}
 
 
-def fuse(method: str, runs: Mapping[str, Mapping[K, float]], weights: Mapping[str, float], *, rrf_k: int = 60,
-         normalization: str = "min-max") -> dict[K, float]:
+def fuse(
+    method: str,
+    runs: Mapping[str, Mapping[K, float]],
+    weights: Mapping[str, float],
+    *,
+    rrf_k: int = 60,
+    normalization: str = "min-max",
+) -> dict[K, float]:
     """Fuse one query's runs with a method of :data:`FUSERS` (``"rrf"``, ``"convex"``, ``"dbsf"``)."""
     try:
         fuser = FUSERS[method]

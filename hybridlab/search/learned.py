@@ -1,5 +1,6 @@
 """A learned fusion model (`fusion="learned"`): plain files, checked on load, scored over features.
 See docs/internals/search.md#learned."""
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,14 @@ def metadata(kind: str, training_sets: Sequence[str], trained_at: str, **extra: 
     """The `model.json` record of a model trained now on `training_sets`."""
     if kind not in KINDS:
         raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
-    return {"kind": kind, "feature_names": list(FEATURE_NAMES), "engine_version": __version__,
-            "training_sets": list(training_sets), "trained_at": trained_at, **extra}
+    return {
+        "kind": kind,
+        "feature_names": list(FEATURE_NAMES),
+        "engine_version": __version__,
+        "training_sets": list(training_sets),
+        "trained_at": trained_at,
+        **extra,
+    }
 
 
 def save_model(folder: str | Path, meta: Mapping[str, Any], booster: Any = None) -> Path:
@@ -89,18 +96,26 @@ def load_ranker(folder: str | Path) -> Ranker:
     """The model of a folder; ValueError when its feature names are not this engine's."""
     folder = Path(folder)
     if not (folder / META).is_file():
-        raise FileNotFoundError(f"no learned fusion model at {folder} (train one: hybridlab learn-fusion --out DIR)")
+        raise FileNotFoundError(
+            f"no learned fusion model at {folder} (train one: hybridlab learn-fusion --out DIR)"
+        )
     meta = json.loads((folder / META).read_text(encoding="utf-8"))
     names = list(meta.get("feature_names") or [])
     if names != list(FEATURE_NAMES):
         missing, extra = sorted(set(FEATURE_NAMES) - set(names)), sorted(set(names) - set(FEATURE_NAMES))
-        raise ValueError(f"the learned model at {folder} was trained on other features (engine "
-                         f"{meta.get('engine_version')}): missing {missing}, unknown {extra}; "
-                         f"order must be {list(FEATURE_NAMES)}; retrain with hybridlab learn-fusion")
+        raise ValueError(
+            f"the learned model at {folder} was trained on other features (engine "
+            f"{meta.get('engine_version')}): missing {missing}, unknown {extra}; "
+            f"order must be {list(FEATURE_NAMES)}; retrain with hybridlab learn-fusion"
+        )
     if set(meta.get("used_features") or ()) - set(FEATURE_NAMES):
-        raise ValueError(f"unknown used_features in {folder / META}: {sorted(set(meta['used_features']) - set(FEATURE_NAMES))}")
+        raise ValueError(
+            f"unknown used_features in {folder / META}: {sorted(set(meta['used_features']) - set(FEATURE_NAMES))}"
+        )
     if meta.get("kind") not in KINDS:
-        raise ValueError(f"unknown model kind {meta.get('kind')!r} in {folder / META}; choose from {list(KINDS)}")
+        raise ValueError(
+            f"unknown model kind {meta.get('kind')!r} in {folder / META}; choose from {list(KINDS)}"
+        )
     if meta["kind"] == "linear":
         return Ranker(meta)
     require("lightgbm", extra="learn")

@@ -1,5 +1,6 @@
 """Documents newest first under pushed-down filters, paged by an opaque cursor.
 See docs/internals/search.md#listing."""
+
 from __future__ import annotations
 
 import base64
@@ -36,12 +37,19 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         time, doc_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         return float(time), str(doc_id)
     except (ValueError, TypeError) as error:
-        raise InvalidValueError(f"invalid cursor {cursor[:40]!r}: pass the next_cursor of the previous page",
-                                "cursor") from error
+        raise InvalidValueError(
+            f"invalid cursor {cursor[:40]!r}: pass the next_cursor of the previous page", "cursor"
+        ) from error
 
 
-def newest_documents(snapshot: Snapshot, filters: Filters, *, limit: int | None = None,
-                     cursor: str | None = None, prefix: str | None = None) -> Page:
+def newest_documents(
+    snapshot: Snapshot,
+    filters: Filters,
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+    prefix: str | None = None,
+) -> Page:
     """Up to `limit` (None: all) doc ids matching `filters` (and starting with `prefix`), newest first, after `cursor`."""
     if limit is not None and limit < 1:
         raise InvalidValueError(f"limit must be >= 1, got {limit}", "limit")
@@ -75,8 +83,9 @@ def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
             missing.append(doc_id)
             continue
         if document["doc_type"] != "memory":
-            raise InvalidValueError(f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted",
-                                    "ids")
+            raise InvalidValueError(
+                f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted", "ids"
+            )
         found.append(doc_id)
     return found, missing
 
@@ -90,8 +99,9 @@ class NearestMemory:
     similarity: float
 
 
-def nearest_memory(snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *,
-                   exclude: str | None = None) -> NearestMemory | None:
+def nearest_memory(
+    snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *, exclude: str | None = None
+) -> NearestMemory | None:
     """The memory of `snapshot` whose vector is nearest to a memory's `vectors` (model -> its unit
     vector, as :meth:`hybridlab.index.memory.MemoryWriter.embed` gives them: embedded as a document,
     like the memories it is compared with), `exclude` left out; None when there is none. Compared by
@@ -105,6 +115,9 @@ def nearest_memory(snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *,
     allowed = snapshot.store.allowed(Filters(chunk_types=("memory",)))
     rows, scores = snapshot.dense[model].search(np.asarray(vectors[model], dtype=np.float32), 3, allowed)
     doc_ids = snapshot.generation.doc_ids
-    found = [NearestMemory(doc_ids[row], float(score)) for row, score in zip(rows.tolist(), scores.tolist(), strict=True)
-             if doc_ids[row] != exclude]
+    found = [
+        NearestMemory(doc_ids[row], float(score))
+        for row, score in zip(rows.tolist(), scores.tolist(), strict=True)
+        if doc_ids[row] != exclude
+    ]
     return max(found, key=lambda near: near.similarity, default=None)

@@ -4,6 +4,7 @@ Each object wraps what :func:`hybridlab.index.reader.read_generation` loaded and
 as the snapshot that holds it, so its caches (filter masks, chunk details, FAISS filter state) never
 mix generations. Every one may be used by several threads at once.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,7 +41,9 @@ class Bm25Retriever:
 
     def document_frequencies(self, query: str) -> dict[str, int]:
         """The live document frequency of each distinct in-vocabulary term of `query`."""
-        return {term: self.index.document_frequency(term) for term in dict.fromkeys(self.index.query_terms(query))}
+        return {
+            term: self.index.document_frequency(term) for term in dict.fromkeys(self.index.query_terms(query))
+        }
 
     def term_rows(self, term: str, depth: int, allowed: RowFilter) -> np.ndarray:
         """Up to `depth` allowed rows holding `term`, ascending (its BM25 score is positive exactly there)."""
@@ -52,8 +55,13 @@ class FaissRetriever:
     """:class:`~hybridlab.search.retrievers.DenseRetriever` over one model's FAISS index (ids =
     chunk ids) and its corpus graph; FAISS rows are mapped to snapshot rows with `to_rows`."""
 
-    def __init__(self, index: DenseIndex | SegmentedDense, chunk_ids: np.ndarray, to_rows: np.ndarray,
-                 graph: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        index: DenseIndex | SegmentedDense,
+        chunk_ids: np.ndarray,
+        to_rows: np.ndarray,
+        graph: np.ndarray | None,
+    ) -> None:
         self.index = index
         self.model = index.model
         self.dim = index.dim
@@ -66,7 +74,9 @@ class FaissRetriever:
         return self._graph is not None
 
     def search(self, vector: np.ndarray, depth: int, allowed: RowFilter) -> tuple[np.ndarray, np.ndarray]:
-        ids, scores = self.index.search(vector, depth, None if allowed.mask is None else self._chunk_ids[allowed.mask])
+        ids, scores = self.index.search(
+            vector, depth, None if allowed.mask is None else self._chunk_ids[allowed.mask]
+        )
         return np.searchsorted(self._chunk_ids, ids), scores
 
     def _score(self, vector: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -82,15 +92,24 @@ class FaissRetriever:
         dense_rows = self.index.rows_of(self._chunk_ids[np.asarray(rows, dtype=np.int64)])
         return self._to_rows[dense_rows], self.index.take(dense_rows)
 
-    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
-                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+    def score_pool(
+        self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int, allowed: RowFilter
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         dense_rows, scores = self._score(vector, rows)  # FAISS rows, scored once, no id round trip
         added = 0
         if self._graph is not None and hops > 0:
             mask, to_rows = allowed.mask, self._to_rows
             keep = None if mask is None else (lambda candidates: mask[to_rows[candidates]])
-            grown, scores = expand_by_graph(RowGather(self.index), self._graph, vector, dense_rows, scores, hops=hops,
-                                            seeds=seeds, keep=keep)
+            grown, scores = expand_by_graph(
+                RowGather(self.index),
+                self._graph,
+                vector,
+                dense_rows,
+                scores,
+                hops=hops,
+                seeds=seeds,
+                keep=keep,
+            )
             added = len(grown) - len(dense_rows)
             dense_rows = grown
         return self._to_rows[dense_rows], scores, added
@@ -116,10 +135,14 @@ class DuckDBStore:
         generation = self._generation
         for chunk_type in filters.chunk_types:
             if chunk_type not in generation.known_chunk_types:
-                raise ValueError(f"unknown chunk type {chunk_type!r}; this index has {list(generation.known_chunk_types)}")
+                raise ValueError(
+                    f"unknown chunk type {chunk_type!r}; this index has {list(generation.known_chunk_types)}"
+                )
         for collection in filters.collections:
             if collection not in generation.known_collections:
-                raise ValueError(f"unknown collection {collection!r}; this index has {list(generation.known_collections)}")
+                raise ValueError(
+                    f"unknown collection {collection!r}; this index has {list(generation.known_collections)}"
+                )
         sql, params = filters.sql()
         ids = np.asarray([r[0] for r in generation.store.fetchall(sql, params)], dtype=np.int64)
         mask = np.zeros(generation.n_chunks, dtype=bool)
@@ -149,7 +172,9 @@ class DuckDBStore:
         if locations is None:
             generation = self._generation
             segments, locals_ = [], []
-            for i, (segment, mask) in enumerate(zip(generation.segments, generation.live or [None] * len(generation.segments))):
+            for i, (segment, mask) in enumerate(
+                zip(generation.segments, generation.live or [None] * len(generation.segments))
+            ):
                 local = np.arange(segment.rows, dtype=np.int64) if mask is None else np.flatnonzero(mask)
                 segments.append(np.full(len(local), i, dtype=np.int32))
                 locals_.append(local)
@@ -173,14 +198,18 @@ class DuckDBStore:
         if not len(rows):
             return []
         chunk_ids = self._generation.chunk_ids[np.asarray(rows, dtype=np.int64)].tolist()
-        found = dict(self._generation.store.fetchall(
-            f"SELECT chunk_id, COALESCE(embed_text, text) FROM chunks WHERE chunk_id IN ({', '.join('?' * len(chunk_ids))})",
-            chunk_ids))
+        found = dict(
+            self._generation.store.fetchall(
+                f"SELECT chunk_id, COALESCE(embed_text, text) FROM chunks WHERE chunk_id IN ({', '.join('?' * len(chunk_ids))})",
+                chunk_ids,
+            )
+        )
         return [found[chunk_id] for chunk_id in chunk_ids]
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
         row = self._generation.store.fetchone(
-            f"SELECT {', '.join(DOCUMENT_FIELDS)} FROM documents WHERE doc_id = ?", [doc_id])
+            f"SELECT {', '.join(DOCUMENT_FIELDS)} FROM documents WHERE doc_id = ?", [doc_id]
+        )
         return None if row is None else dict(zip(DOCUMENT_FIELDS, row))
 
     def counts(self) -> dict[str, Any]:
@@ -188,5 +217,15 @@ class DuckDBStore:
             return store.counts(con)
 
 
-DOCUMENT_FIELDS = ("doc_id", "source", "collection", "title", "text", "doc_type", "created_at", "updated_at",
-                   "metadata", "tags")
+DOCUMENT_FIELDS = (
+    "doc_id",
+    "source",
+    "collection",
+    "title",
+    "text",
+    "doc_type",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "tags",
+)

@@ -1,5 +1,6 @@
 """One search over one snapshot, as a pipeline of small steps.
 See docs/internals/search.md#pipeline."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -110,7 +111,9 @@ class Retrieval:
     evidence: QueryEvidence = field(default_factory=QueryEvidence)  # the query's signals (adaptive fusion)
     feedback_rows: tuple[int, ...] = ()  # dense feedback: the rows whose vectors moved the query
     query_dense: Run = field(default_factory=dict)  # dense feedback: the dense run of the query itself
-    facts: QueryFacts = field(default_factory=QueryFacts)  # what the learned fusion's features know of the query
+    facts: QueryFacts = field(
+        default_factory=QueryFacts
+    )  # what the learned fusion's features know of the query
     now: datetime | None = None  # the reference time of recency
 
 
@@ -126,8 +129,9 @@ def clean_query(query: str) -> str:
     return query
 
 
-def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_model: str | None,
-                 language: str | None) -> str:
+def choose_model(
+    snapshot: Snapshot, config_file: Mapping[str, Any], embedding_model: str | None, language: str | None
+) -> str:
     """embedding_model > language (via the index's language table) > the index's single model."""
     if embedding_model:
         from hybridlab.encoders.registry import canonical_name
@@ -140,8 +144,10 @@ def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_m
         table = dict(snapshot.generation.manifest.index_config.model_by_language)
         table.update(config_file.get("language_models", {}))
         if language not in table:
-            raise ValueError(f"no embedding model configured for language {language!r}; "
-                             f"known languages: {sorted(table)}; or pass embedding_model")
+            raise ValueError(
+                f"no embedding model configured for language {language!r}; "
+                f"known languages: {sorted(table)}; or pass embedding_model"
+            )
         return choose_model(snapshot, config_file, table[language], None)
     if len(snapshot.dense) == 1:
         return next(iter(snapshot.dense))
@@ -153,15 +159,20 @@ def choose_model(snapshot: Snapshot, config_file: Mapping[str, Any], embedding_m
     )
 
 
-def settings(snapshot: Snapshot, options: Mapping[str, Any], filters: Filters,
-             config_file: Mapping[str, Any]) -> tuple[SearchConfig, str, RowFilter, str | None]:
+def settings(
+    snapshot: Snapshot, options: Mapping[str, Any], filters: Filters, config_file: Mapping[str, Any]
+) -> tuple[SearchConfig, str, RowFilter, str | None]:
     """The search settings (auto values resolved) and where alpha came from, the rows the filters
     allow, and the dense model (None when no dense signal is asked for)."""
     options = dict(options)
     embedding_model = options.pop("embedding_model", None)
     language = options.pop("language", None)
-    config, sources = resolve_search_config(options, config_file=config_file, n_chunks=snapshot.n_chunks,
-                                            memory_share=snapshot.generation.memory_share)
+    config, sources = resolve_search_config(
+        options,
+        config_file=config_file,
+        n_chunks=snapshot.n_chunks,
+        memory_share=snapshot.generation.memory_share,
+    )
     config = resolve_auto(config, snapshot.n_chunks)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)
@@ -188,21 +199,29 @@ def tag_information(share: float) -> float:
     return math.log(UNTELLING_TAG_SHARE / share) / math.log(UNTELLING_TAG_SHARE / TELLING_TAG_SHARE)
 
 
-def query_tags(snapshot: Snapshot, query: str, config: SearchConfig, boost_tags: Sequence[str] | None) -> QueryTags:
+def query_tags(
+    snapshot: Snapshot, query: str, config: SearchConfig, boost_tags: Sequence[str] | None
+) -> QueryTags:
     """The tags (and collections) the query names, or the explicit `boost_tags` as given."""
     if boost_tags is None:
         match = snapshot.tag_vocabulary.extract(query)
         tags, matched_terms, coverage = match.tags, match.matched_terms, match.coverage
         collections = tuple(snapshot.collection_vocabulary.extract(query).tags)
     else:
-        tags, matched_terms, coverage = resolve_tags(boost_tags, snapshot.tag_vocabulary), len(boost_tags), 1.0
+        tags, matched_terms, coverage = (
+            resolve_tags(boost_tags, snapshot.tag_vocabulary),
+            len(boost_tags),
+            1.0,
+        )
         collections = ()
     boost = config.tag_boost if matched_terms >= config.tag_boost_min_terms else 1.0
     information = 1.0
     if boost_tags is None and tags and not collections:  # named by the query, not given: how telling
         rows = snapshot.generation.tag_rows
-        information = max(tag_information(len(rows[tag]) / max(snapshot.n_chunks, 1)) if tag in rows else 1.0
-                          for tag in tags)
+        information = max(
+            tag_information(len(rows[tag]) / max(snapshot.n_chunks, 1)) if tag in rows else 1.0
+            for tag in tags
+        )
     return QueryTags(tuple(tags), collections, boost, coverage, information)
 
 
@@ -250,12 +269,19 @@ def tag_run(snapshot: Snapshot, request: Request, depth: int, counts: np.ndarray
     return dict(zip(rows.tolist(), scores.tolist()))
 
 
-def staged_dense_run(snapshot: Snapshot, request: Request, candidate_rows: np.ndarray, depth: int) -> tuple[Run, int]:
+def staged_dense_run(
+    snapshot: Snapshot, request: Request, candidate_rows: np.ndarray, depth: int
+) -> tuple[Run, int]:
     """Exact dense scores of the staged candidates, grown along the corpus graph by `expand_hops`
     hops from the `expand_seeds` best; the top `depth` and how many rows the graph added."""
     config = request.config
     rows, scores, added = snapshot.dense[request.model].score_pool(
-        request.vector, candidate_rows, hops=config.expand_hops, seeds=config.expand_seeds, allowed=request.allowed)
+        request.vector,
+        candidate_rows,
+        hops=config.expand_hops,
+        seeds=config.expand_seeds,
+        allowed=request.allowed,
+    )
     order = np.lexsort((rows, -scores))[:depth]
     return dict(zip(rows[order].tolist(), scores[order].tolist())), added
 
@@ -270,8 +296,9 @@ def fill_dense(snapshot: Snapshot, request: Request, dense_run: Run, bm25_run: R
     return {**dense_run, **dict(zip(rows.tolist(), cosine.tolist()))}
 
 
-def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
-            candidates: int) -> tuple[dict[str, Run], str, int, bool]:
+def attempt(
+    snapshot: Snapshot, request: Request, stage: str, depth: int, candidates: int
+) -> tuple[dict[str, Run], str, int, bool]:
     """Every retriever's run at this `depth` (`candidates` for staged BM25): (runs, stage, rows
     the graph added, whether BM25 ran out of hits). Staged turns into "fallback" here when BM25
     finds fewer than `fallback_threshold` hits."""
@@ -289,12 +316,18 @@ def attempt(snapshot: Snapshot, request: Request, stage: str, depth: int,
         runs["tags"] = tag_run(snapshot, request, depth, counts)
     if stage == "staged" and len(runs["bm25"]) < config.fallback_threshold:
         stage = "fallback"
-        logger.info("staged search fell back to parallel hybrid: BM25 found %d < %d hits (query %r)",
-                    len(runs["bm25"]), config.fallback_threshold, request.query[:80])
+        logger.info(
+            "staged search fell back to parallel hybrid: BM25 found %d < %d hits (query %r)",
+            len(runs["bm25"]),
+            config.fallback_threshold,
+            request.query[:80],
+        )
     added = 0
     if stage == "staged":
-        pool = np.union1d(np.fromiter(runs["bm25"], np.int64, len(runs["bm25"])),
-                          np.fromiter(runs["tags"], np.int64, len(runs["tags"])))
+        pool = np.union1d(
+            np.fromiter(runs["bm25"], np.int64, len(runs["bm25"])),
+            np.fromiter(runs["tags"], np.int64, len(runs["tags"])),
+        )
         runs["dense"], added = staged_dense_run(snapshot, request, pool, depth)
         if len(runs["bm25"]) > depth:
             runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
@@ -314,8 +347,9 @@ def with_candidate_tags(runs: dict[str, Run], counts: np.ndarray) -> Run:
     a score fusion the tag signal is a per-row bonus, and a candidate must not lose it to its row
     number (a store's newest memories would, behind its oldest)."""
     tags = runs["tags"]
-    rows = np.fromiter({row for name in ("bm25", "dense") for row in runs.get(name) or () if row not in tags},
-                       np.int64)
+    rows = np.fromiter(
+        {row for name in ("bm25", "dense") for row in runs.get(name) or () if row not in tags}, np.int64
+    )
     scores = counts[rows]
     keep = np.flatnonzero(scores)
     return {**tags, **dict(zip(rows[keep].tolist(), scores[keep].tolist()))} if len(keep) else tags
@@ -340,16 +374,36 @@ def query_evidence(snapshot: Snapshot, request: Request, runs: dict[str, Run]) -
         lexical = float(snapshot.sparse.lexical_evidence(content, rows).max()) if len(rows) else 0.0
         term, df = rarest_term(snapshot.sparse.document_frequencies(content))
     if not config.adaptive_fusion or config.mode != "hybrid":
-        return QueryEvidence(lexical, top_agreement(bm25, dense), intent, 1.0, config.recency_weight, term, df,
-                             dates=dates, date_weight=date_weight)
+        return QueryEvidence(
+            lexical,
+            top_agreement(bm25, dense),
+            intent,
+            1.0,
+            config.recency_weight,
+            term,
+            df,
+            dates=dates,
+            date_weight=date_weight,
+        )
     factor = lexical_factor(lexical, config.lexical_floor, config.lexical_ceiling)
     recency = max(config.recency_weight, config.recency_intent_weight) if intent else config.recency_weight
-    return QueryEvidence(lexical, top_agreement(bm25, dense), intent, factor, recency, term, df,
-                         rare_rows(snapshot, request, content, term, df), dates, date_weight)
+    return QueryEvidence(
+        lexical,
+        top_agreement(bm25, dense),
+        intent,
+        factor,
+        recency,
+        term,
+        df,
+        rare_rows(snapshot, request, content, term, df),
+        dates,
+        date_weight,
+    )
 
 
-def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | None,
-              df: int | None) -> frozenset[int]:
+def rare_rows(
+    snapshot: Snapshot, request: Request, content: str, term: str | None, df: int | None
+) -> frozenset[int]:
     """The rows the rare-term lift raises: when the query's rarest term is held by at most
     `rare_term_max_df` rows, the allowed ones holding it that match the query fully (lexical
     evidence 1: every query term, so no term the index never saw either)."""
@@ -364,8 +418,9 @@ def rare_rows(snapshot: Snapshot, request: Request, content: str, term: str | No
 
 
 # ------------------------------------------------------------------------------------ feedback
-def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], hits: list[Hit], stage: str,
-                   depth: int) -> tuple[dict[str, Run], tuple[int, ...]]:
+def dense_feedback(
+    snapshot: Snapshot, request: Request, runs: dict[str, Run], hits: list[Hit], stage: str, depth: int
+) -> tuple[dict[str, Run], tuple[int, ...]]:
     """The runs with the dense run of the query moved toward the vectors of the best
     `feedback_docs` documents of `hits` (:func:`~hybridlab.search.feedback.rocchio`), and those
     rows. Staged: the same candidates (BM25, tags, the first dense run) scored and grown along the
@@ -378,7 +433,9 @@ def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], h
         return runs, ()
     moved = dataclasses.replace(request, vector=rocchio(request.vector, vectors, config.feedback_weight))
     if stage == "staged":
-        pool = np.fromiter({row for name in ("bm25", "tags", "dense") for row in runs.get(name) or ()}, np.int64)
+        pool = np.fromiter(
+            {row for name in ("bm25", "tags", "dense") for row in runs.get(name) or ()}, np.int64
+        )
         moved_run, _ = staged_dense_run(snapshot, moved, pool, depth)
     else:
         found, scores = dense.search(moved.vector, depth, request.allowed)
@@ -392,7 +449,9 @@ def dense_feedback(snapshot: Snapshot, request: Request, runs: dict[str, Run], h
 BASE_FUSION = "convex"  # the formula whose score the learned model corrects (today's default)
 
 
-def fixed_fusion(runs: Mapping[str, Run], config: SearchConfig, tag_factor: float, evidence: QueryEvidence) -> Run:
+def fixed_fusion(
+    runs: Mapping[str, Run], config: SearchConfig, tag_factor: float, evidence: QueryEvidence
+) -> Run:
     """Fused (hybrid) or single-run scores by the configured formula, weights from alpha, the tag
     factor and the evidence. `fusion="learned"`: its base, the convex combination of every active
     run divided by the sum of their weights, in [0, 1]."""
@@ -402,7 +461,9 @@ def fixed_fusion(runs: Mapping[str, Run], config: SearchConfig, tag_factor: floa
     active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
     if config.fusion == "learned" and active:
         total = sum(weights[name] for name in active)
-        fused = fuse(BASE_FUSION, {name: runs[name] for name in active}, weights, normalization=config.normalization)
+        fused = fuse(
+            BASE_FUSION, {name: runs[name] for name in active}, weights, normalization=config.normalization
+        )
         return {row: score / total for row, score in fused.items()}
     if len(active) > 1:
         return fuse(config.fusion, runs, weights, rrf_k=config.rrf_k, normalization=config.normalization)
@@ -413,22 +474,38 @@ def fixed_fusion(runs: Mapping[str, Run], config: SearchConfig, tag_factor: floa
     return dict(next(iter(runs.values()), {}))
 
 
-def candidate_features(snapshot: Snapshot, runs: Mapping[str, Run], evidence: QueryEvidence, facts: QueryFacts,
-                       now: datetime, config: SearchConfig) -> tuple[np.ndarray, np.ndarray]:
+def candidate_features(
+    snapshot: Snapshot,
+    runs: Mapping[str, Run],
+    evidence: QueryEvidence,
+    facts: QueryFacts,
+    now: datetime,
+    config: SearchConfig,
+) -> tuple[np.ndarray, np.ndarray]:
     """The candidates (the union of the runs) and their feature matrix (search/features.py)."""
     rows = candidate_rows(runs)
     base = fixed_fusion(runs, dataclasses.replace(config, fusion="learned"), facts.tag_factor, evidence)
     generation = snapshot.generation
     doc_ids = [generation.doc_ids[row] for row in rows.tolist()]
-    first = np.fromiter((row == 0 or generation.doc_ids[row - 1] != doc for row, doc in zip(rows.tolist(), doc_ids)),
-                        bool, len(rows))
+    first = np.fromiter(
+        (row == 0 or generation.doc_ids[row - 1] != doc for row, doc in zip(rows.tolist(), doc_ids)),
+        bool,
+        len(rows),
+    )
     days = (now.timestamp() - generation.times[rows]) / 86400.0
     fused = np.fromiter((base.get(row, 0.0) for row in rows.tolist()), np.float64, len(rows))
     return rows, features(runs, evidence, facts, rows, fused, days, doc_ids, first)
 
 
-def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, now: datetime, evidence: QueryEvidence,
-            facts: QueryFacts, rankers: Rankers | None) -> tuple[list[Hit], int]:
+def combine(
+    snapshot: Snapshot,
+    runs: dict[str, Run],
+    config: SearchConfig,
+    now: datetime,
+    evidence: QueryEvidence,
+    facts: QueryFacts,
+    rankers: Rankers | None,
+) -> tuple[list[Hit], int]:
     """Fused (hybrid) or single-run scores, scaled by recency, best first (ties by row), cut at
     `min_score`; and how many rows were scored before that cut. `evidence` scales BM25's weight
     and sets the recency weight (adaptive fusion). `fusion="learned"` (hybrid mode): the model
@@ -451,8 +528,9 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, now:
         factors = np.where(np.isnan(decayed), 1.0, decayed)
     final = scores * (1.0 - recency_weight + recency_weight * factors) if config.decay > 0 else scores
     if evidence.date_weight > 0:  # rows created outside the time the query names lose date_weight
-        final = final * date_factors(snapshot.generation.times[rows], evidence.dates, evidence.date_weight,
-                                     config.date_grace_days)
+        final = final * date_factors(
+            snapshot.generation.times[rows], evidence.dates, evidence.date_weight, config.date_grace_days
+        )
     lifts = np.zeros(len(rows))
     if evidence.rare_rows:
         # rows holding a rare query term above every row BM25 did not return (dense-only hits)
@@ -462,8 +540,18 @@ def combine(snapshot: Snapshot, runs: dict[str, Run], config: SearchConfig, now:
         lifts[rare] = rare_term_lift(final, rare, lexical)
         final = final + lifts
     order = np.lexsort((rows, -final))
-    hits = list(map(Hit._make, zip(rows[order].tolist(), final[order].tolist(), scores[order].tolist(),
-                                   factors[order].tolist(), lifts[order].tolist())))
+    hits = list(
+        map(
+            Hit._make,
+            zip(
+                rows[order].tolist(),
+                final[order].tolist(),
+                scores[order].tolist(),
+                factors[order].tolist(),
+                lifts[order].tolist(),
+            ),
+        )
+    )
     n_scored = len(hits)
     if config.min_score is not None:
         hits = [hit for hit in hits if hit.score >= config.min_score]
@@ -475,7 +563,11 @@ def group(snapshot: Snapshot, hits: list[Hit], config: SearchConfig) -> list[Hit
     mode) a document scores by all its chunks (:func:`document_scores`); when no two hits share a
     document (one chunk per document: memories, abstracts) that is the same, and skipped."""
     doc_ids = snapshot.generation.doc_ids
-    if config.chunk_decay > 0 and config.mode == "hybrid" and len({doc_ids[hit.row] for hit in hits}) < len(hits):
+    if (
+        config.chunk_decay > 0
+        and config.mode == "hybrid"
+        and len({doc_ids[hit.row] for hit in hits}) < len(hits)
+    ):
         return document_scores(hits, doc_ids, config.chunk_decay)[: config.limit]
     return best_chunks(hits, doc_ids, config.limit)
 
@@ -511,9 +603,17 @@ def document_scores(hits: Sequence[Hit], doc_ids: Sequence[str], decay: float) -
 
 
 # ------------------------------------------------------------------------------------ the loop
-def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters: Filters,
-             boost_tags: Sequence[str] | None, now: datetime, config_file: Mapping[str, Any],
-             encode: Encode, rankers: Rankers | None = None) -> Retrieval:
+def retrieve(
+    snapshot: Snapshot,
+    query: str,
+    options: Mapping[str, Any],
+    filters: Filters,
+    boost_tags: Sequence[str] | None,
+    now: datetime,
+    config_file: Mapping[str, Any],
+    encode: Encode,
+    rankers: Rankers | None = None,
+) -> Retrieval:
     """Run the retrievers and fuse, widening until `limit` results come back or nothing more is
     allowed: staged falls back to parallel, otherwise `depth` (and `candidates`) grow 4x."""
     query = clean_query(query)
@@ -525,8 +625,16 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         vector = encode(model, query)
         timings["encode_ms"] = (time.perf_counter() - started) * 1000
     started = time.perf_counter()
-    request = Request(query, config, alpha_source, allowed, model, vector, query_tags(snapshot, query, config, boost_tags),
-                      dates_in_query(query, now))
+    request = Request(
+        query,
+        config,
+        alpha_source,
+        allowed,
+        model,
+        vector,
+        query_tags(snapshot, query, config, boost_tags),
+        dates_in_query(query, now),
+    )
     n_allowed = allowed.count
     staged = config.staged and config.mode == "hybrid" and model is not None
     stage = "staged" if staged else "parallel"
@@ -538,15 +646,22 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         evidence = query_evidence(snapshot, request, runs)
         hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
         # documents found: the count only, so no document scores here (group computes them once)
-        found = len(best_chunks(hits, snapshot.generation.doc_ids, config.limit)) if config.group_by_document \
+        found = (
+            len(best_chunks(hits, snapshot.generation.doc_ids, config.limit))
+            if config.group_by_document
             else len(hits)
+        )
         if found >= config.limit or (n_scored >= config.limit and config.min_score is not None):
             break
         if stage == "staged" and bm25_exhausted:
             # BM25 has no more candidates to offer: only a parallel search can fill `limit`
             stage = "fallback"
-            logger.info("staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
-                        found, config.limit, query[:80])
+            logger.info(
+                "staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
+                found,
+                config.limit,
+                query[:80],
+            )
             continue
         if depth >= n_allowed and (stage != "staged" or candidates >= n_allowed):
             break
@@ -558,10 +673,23 @@ def retrieve(snapshot: Snapshot, query: str, options: Mapping[str, Any], filters
         if feedback_rows:
             hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
-    return Retrieval(hits, runs, stage if config.mode == "hybrid" else config.mode, config.alpha, alpha_source, config,
-                     model, request.tags, timings,
-                     added if stage == "staged" else 0, evidence=evidence, feedback_rows=feedback_rows,
-                     query_dense=query_dense if feedback_rows else {}, facts=facts, now=now)
+    return Retrieval(
+        hits,
+        runs,
+        stage if config.mode == "hybrid" else config.mode,
+        config.alpha,
+        alpha_source,
+        config,
+        model,
+        request.tags,
+        timings,
+        added if stage == "staged" else 0,
+        evidence=evidence,
+        feedback_rows=feedback_rows,
+        query_dense=query_dense if feedback_rows else {},
+        facts=facts,
+        now=now,
+    )
 
 
 # ------------------------------------------------------------------------------------ rerank
@@ -594,16 +722,19 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
     if config.rerank_depth <= 0 or not retrieval.hits:
         return retrieval
     started = time.perf_counter()
-    head, tail = retrieval.hits[: config.rerank_depth], retrieval.hits[config.rerank_depth:]
+    head, tail = retrieval.hits[: config.rerank_depth], retrieval.hits[config.rerank_depth :]
     rows = [hit.row for hit in head]
-    cross = np.asarray(score(config.rerank_model, clean_query(query), snapshot.store.passages(rows)), dtype=np.float64)
+    cross = np.asarray(
+        score(config.rerank_model, clean_query(query), snapshot.store.passages(rows)), dtype=np.float64
+    )
     mix = rerank_mix(np.array([hit.score for hit in head]), cross, config.rerank_weight)
     lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
     order = np.lexsort((np.asarray(rows), -mix))
     hits = [head[i]._replace(score=float(lift + mix[i])) for i in order.tolist()] + tail
     timings = {**retrieval.timings, "rerank_ms": (time.perf_counter() - started) * 1000}
-    return dataclasses.replace(retrieval, hits=hits, timings=timings,
-                               reranked=dict(zip(rows, cross.tolist())))
+    return dataclasses.replace(
+        retrieval, hits=hits, timings=timings, reranked=dict(zip(rows, cross.tolist()))
+    )
 
 
 # ------------------------------------------------------------------------------------ results
@@ -611,14 +742,17 @@ def feature_table(snapshot: Snapshot, retrieval: Retrieval) -> tuple[np.ndarray,
     """The learned fusion's candidates and feature matrix of a hybrid retrieval (for `explain`), else None."""
     if retrieval.now is None or retrieval.config.mode != "hybrid":
         return None
-    return candidate_features(snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now,
-                              retrieval.config)
+    return candidate_features(
+        snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, retrieval.now, retrieval.config
+    )
 
 
-def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
-            table: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+def explain(
+    snapshot: Snapshot, hit: Hit, retrieval: Retrieval, table: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[str, Any]:
     """Where a hit's score came from: each retriever's rank and score, tags, recency, settings.
     `table`: the retrieval's `feature_table`, computed once for all its hits (else here)."""
+
     def rank_and_score(run: Mapping[int, float]) -> tuple[int | None, float | None]:
         if hit.row not in run:
             return None, None
@@ -640,42 +774,73 @@ def explain(snapshot: Snapshot, hit: Hit, retrieval: Retrieval,
         if at < len(rows) and rows[at] == hit.row:
             vector = dict(zip(FEATURE_NAMES, matrix[at].tolist()))
     return {
-        "dense_score": dense_score, "dense_rank": dense_rank,
-        "bm25_score": bm25_score, "bm25_rank": bm25_rank,
+        "dense_score": dense_score,
+        "dense_rank": dense_rank,
+        "bm25_score": bm25_score,
+        "bm25_rank": bm25_rank,
         "matched_tags": sorted(chunk_tags & set(named.tags)),
-        "query_tags": list(named.tags), "query_collections": list(named.collections),
+        "query_tags": list(named.tags),
+        "query_collections": list(named.collections),
         "matched_collection": snapshot.generation.collections[hit.row] in named.collections,
-        "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row), "tag_boost": named.boost,
-        "tag_coverage": named.coverage, "tag_information": named.information,
-        "recency_factor": hit.recency, "fused_score": hit.fused, "final_score": hit.score,
+        "tag_score": (retrieval.runs.get("tags") or {}).get(hit.row),
+        "tag_boost": named.boost,
+        "tag_coverage": named.coverage,
+        "tag_information": named.information,
+        "recency_factor": hit.recency,
+        "fused_score": hit.fused,
+        "final_score": hit.score,
         "rare_term_lift": hit.lift,
-        "date_factor": float(date_factors(snapshot.generation.times[[hit.row]], retrieval.evidence.dates,
-                                          retrieval.evidence.date_weight, config.date_grace_days)[0]),
+        "date_factor": float(
+            date_factors(
+                snapshot.generation.times[[hit.row]],
+                retrieval.evidence.dates,
+                retrieval.evidence.date_weight,
+                config.date_grace_days,
+            )[0]
+        ),
         "date_grace_days": config.date_grace_days,
-        "fusion": config.fusion, "rrf_k": config.rrf_k,
-        "normalization": config.normalization, "alpha": retrieval.alpha,
-        "alpha_source": retrieval.alpha_source, "mode": retrieval.mode, "embedding_model": retrieval.model,
-        "fill_dense": config.fill_dense, "decay": config.decay,
-        "recency_weight": config.recency_weight, "adaptive_fusion": config.adaptive_fusion,
+        "fusion": config.fusion,
+        "rrf_k": config.rrf_k,
+        "normalization": config.normalization,
+        "alpha": retrieval.alpha,
+        "alpha_source": retrieval.alpha_source,
+        "mode": retrieval.mode,
+        "embedding_model": retrieval.model,
+        "fill_dense": config.fill_dense,
+        "decay": config.decay,
+        "recency_weight": config.recency_weight,
+        "adaptive_fusion": config.adaptive_fusion,
         "rare_term_max_df": config.rare_term_max_df,
         **retrieval.evidence.to_dict(),
-        "feedback_weight": config.feedback_weight, "chunk_decay": config.chunk_decay,
+        "feedback_weight": config.feedback_weight,
+        "chunk_decay": config.chunk_decay,
         "learned_model": str(model_path(config.learned_model)) if config.fusion == "learned" else None,
         "features": vector,
         "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],
-        "query_dense_score": query_dense_score, "query_dense_rank": query_dense_rank,
-        "rerank_score": rerank_score, "rerank_rank": rerank_rank, "rerank_depth": config.rerank_depth,
+        "query_dense_score": query_dense_score,
+        "query_dense_rank": query_dense_rank,
+        "rerank_score": rerank_score,
+        "rerank_rank": rerank_rank,
+        "rerank_depth": config.rerank_depth,
         "rerank_weight": config.rerank_weight if config.rerank_depth else None,
         "rerank_model": config.rerank_model if config.rerank_depth else None,
-        "staged_pool": ({"candidates": config.candidates, "graph_added": retrieval.graph_added,
-                         "expand_hops": config.expand_hops, "expand_seeds": config.expand_seeds,
-                         "graph": snapshot.dense[retrieval.model].has_graph}
-                        if retrieval.mode == "staged" else None),
+        "staged_pool": (
+            {
+                "candidates": config.candidates,
+                "graph_added": retrieval.graph_added,
+                "expand_hops": config.expand_hops,
+                "expand_seeds": config.expand_seeds,
+                "graph": snapshot.dense[retrieval.model].has_graph,
+            }
+            if retrieval.mode == "staged"
+            else None
+        ),
     }
 
 
-def hydrate(snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: str,
-            with_explain: bool) -> list[SearchResult]:
+def hydrate(
+    snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: str, with_explain: bool
+) -> list[SearchResult]:
     """SearchResults of the hits, ranked from 1: texts, tags and dates from the store, snippets."""
     if not hits:
         return []
@@ -685,12 +850,20 @@ def hydrate(snapshot: Snapshot, hits: list[Hit], retrieval: Retrieval, query: st
     results = []
     for rank, (hit, (text, doc_tags, when)) in enumerate(zip(hits, details), start=1):
         row = hit.row
-        results.append(SearchResult(
-            rank=rank, doc_id=generation.doc_ids[row], chunk_id=int(generation.chunk_ids[row]),
-            title=generation.titles[row], section=generation.sections[row], score=round(hit.score, 6),
-            snippet=make_snippet(text, query, retrieval.config.snippet_chars),
-            collection=generation.collections[row], chunk_type=generation.chunk_types[row],
-            tags=tuple(doc_tags or ()), updated_at=iso_utc(when),
-            explain=explain(snapshot, hit, retrieval, table) if with_explain else None,
-        ))
+        results.append(
+            SearchResult(
+                rank=rank,
+                doc_id=generation.doc_ids[row],
+                chunk_id=int(generation.chunk_ids[row]),
+                title=generation.titles[row],
+                section=generation.sections[row],
+                score=round(hit.score, 6),
+                snippet=make_snippet(text, query, retrieval.config.snippet_chars),
+                collection=generation.collections[row],
+                chunk_type=generation.chunk_types[row],
+                tags=tuple(doc_tags or ()),
+                updated_at=iso_utc(when),
+                explain=explain(snapshot, hit, retrieval, table) if with_explain else None,
+            )
+        )
     return results

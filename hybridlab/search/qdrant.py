@@ -1,5 +1,6 @@
 """The Qdrant backend behind the retriever seam: BM25 and dense retrieval served by a Qdrant collection.
 See docs/internals/search.md#qdrant."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,19 +39,34 @@ def payload_filter(filters: Filters) -> Any:
     if filters.empty:
         return None
     models = qdrant_models()
-    any_of = (("chunk_type", filters.chunk_types), ("collection", filters.collections), ("doc_id", filters.doc_ids))
-    must: list[Any] = [models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
-                       for key, values in any_of if values]
+    any_of = (
+        ("chunk_type", filters.chunk_types),
+        ("collection", filters.collections),
+        ("doc_id", filters.doc_ids),
+    )
+    must: list[Any] = [
+        models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
+        for key, values in any_of
+        if values
+    ]
     if filters.since is not None or filters.until is not None:
-        must.append(models.FieldCondition(key="time", range=models.Range(
-            gte=None if filters.since is None else filters.since.timestamp(),
-            lte=None if filters.until is None else filters.until.timestamp())))
+        must.append(
+            models.FieldCondition(
+                key="time",
+                range=models.Range(
+                    gte=None if filters.since is None else filters.since.timestamp(),
+                    lte=None if filters.until is None else filters.until.timestamp(),
+                ),
+            )
+        )
     if filters.tags:
         if filters.tags_any:
             must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(filters.tags))))
         else:
-            must.extend(models.FieldCondition(key="tags", match=models.MatchValue(value=tag))
-                        for tag in sorted(set(filters.tags)))
+            must.extend(
+                models.FieldCondition(key="tags", match=models.MatchValue(value=tag))
+                for tag in sorted(set(filters.tags))
+            )
     if filters.embedding_model:
         must.append(models.HasVectorCondition(has_vector=filters.embedding_model))
     return models.Filter(must=must)
@@ -100,8 +116,14 @@ class QdrantSparseRetriever(Bm25Retriever):
         vector = self.query_vector(query)
         if vector is None or depth <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        points = self.client.query_points(self.collection, query=vector, using=SPARSE, limit=depth,
-                                          query_filter=_query_filter(allowed), with_payload=False).points
+        points = self.client.query_points(
+            self.collection,
+            query=vector,
+            using=SPARSE,
+            limit=depth,
+            query_filter=_query_filter(allowed),
+            with_payload=False,
+        ).points
         return _ranked(self._chunk_ids, [p for p in points if p.score > 0], depth)
 
 
@@ -110,8 +132,16 @@ class QdrantDenseRetriever:
     of L2-normalised vectors = cosine). Staged search grows its pool along the index's corpus graph,
     scoring the new rows with vectors fetched from Qdrant."""
 
-    def __init__(self, client: Any, collection: str, model: str, dim: int, chunk_ids: np.ndarray,
-                 graph: np.ndarray | None = None, graph_ids: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        collection: str,
+        model: str,
+        dim: int,
+        chunk_ids: np.ndarray,
+        graph: np.ndarray | None = None,
+        graph_ids: np.ndarray | None = None,
+    ) -> None:
         self.client, self.collection = client, collection
         self.model, self.dim = model, dim
         self._chunk_ids = chunk_ids
@@ -131,21 +161,31 @@ class QdrantDenseRetriever:
         query_filter = _query_filter(allowed)
         models = qdrant_models()
         has_vector = models.HasVectorCondition(has_vector=self.model)
-        query_filter = models.Filter(must=[has_vector] if query_filter is None else [query_filter, has_vector])
+        query_filter = models.Filter(
+            must=[has_vector] if query_filter is None else [query_filter, has_vector]
+        )
         points = self.client.query_points(
-            self.collection, query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
-            using=self.model, limit=depth, query_filter=query_filter, with_payload=False,
-            search_params=self._exact if allowed.mask is not None else None).points
+            self.collection,
+            query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
+            using=self.model,
+            limit=depth,
+            query_filter=query_filter,
+            with_payload=False,
+            search_params=self._exact if allowed.mask is not None else None,
+        ).points
         return _ranked(self._chunk_ids, points, depth)
 
     def vectors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return rows, np.zeros((0, self.dim), np.float32)
-        points = self.client.retrieve(self.collection, ids=self._chunk_ids[rows].tolist(), with_payload=False,
-                                      with_vectors=[self.model])
+        points = self.client.retrieve(
+            self.collection, ids=self._chunk_ids[rows].tolist(), with_payload=False, with_vectors=[self.model]
+        )
         found = {int(p.id): p.vector.get(self.model) for p in points if p.vector and p.vector.get(self.model)}
-        kept = np.asarray([row for row in rows.tolist() if int(self._chunk_ids[row]) in found], dtype=np.int64)
+        kept = np.asarray(
+            [row for row in rows.tolist() if int(self._chunk_ids[row]) in found], dtype=np.int64
+        )
         matrix = np.asarray([found[int(self._chunk_ids[row])] for row in kept], dtype=np.float32)
         return kept, matrix.reshape(len(kept), self.dim)
 
@@ -153,18 +193,30 @@ class QdrantDenseRetriever:
         kept, matrix = self.vectors(rows)
         return kept, matrix @ np.asarray(vector, dtype=np.float32).reshape(-1)
 
-    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
-                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+    def score_pool(
+        self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int, allowed: RowFilter
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         scored, scores = self.score(vector, rows)
         if self._graph is None or hops < 1 or not len(scored):
             return scored, scores, 0
         graph_ids, chunk_ids = self._graph_ids, self._chunk_ids
         nodes = np.searchsorted(graph_ids, chunk_ids[scored])
         mask = allowed.mask
-        keep = None if mask is None else (lambda candidates: mask[np.searchsorted(chunk_ids, graph_ids[candidates])])
-        grown, scores = expand_by_graph(_FetchedVectors(self, graph_ids), self._graph,
-                                        np.asarray(vector, dtype=np.float32).reshape(-1), nodes, scores,
-                                        hops=hops, seeds=seeds, keep=keep)
+        keep = (
+            None
+            if mask is None
+            else (lambda candidates: mask[np.searchsorted(chunk_ids, graph_ids[candidates])])
+        )
+        grown, scores = expand_by_graph(
+            _FetchedVectors(self, graph_ids),
+            self._graph,
+            np.asarray(vector, dtype=np.float32).reshape(-1),
+            nodes,
+            scores,
+            hops=hops,
+            seeds=seeds,
+            keep=keep,
+        )
         return np.searchsorted(chunk_ids, graph_ids[grown]), scores, len(grown) - len(nodes)
 
 
@@ -175,7 +227,9 @@ class _FetchedVectors:
         self._retriever, self._graph_ids = retriever, graph_ids
 
     def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
-        ids = self._graph_ids[np.asarray(nodes, dtype=np.int64)]  # chunk ids of the model's vectors: each has one
+        ids = self._graph_ids[
+            np.asarray(nodes, dtype=np.int64)
+        ]  # chunk ids of the model's vectors: each has one
         return self._retriever.vectors(np.searchsorted(self._retriever._chunk_ids, ids))[1]
 
 
@@ -189,15 +243,28 @@ def qdrant_snapshot(generation: Generation, client: Any, collection: str | None 
         raise ValueError(f"no Qdrant collection {collection!r}; sync the index into it first ({SYNC_HINT})")
     ids = point_ids(client, collection)
     if not np.array_equal(ids, generation.chunk_ids):
-        raise ValueError(f"Qdrant collection {collection!r} holds {len(ids)} points that are not this index's "
-                         f"{generation.n_chunks} chunks; sync or re-export it ({SYNC_HINT})")
+        raise ValueError(
+            f"Qdrant collection {collection!r} holds {len(ids)} points that are not this index's "
+            f"{generation.n_chunks} chunks; sync or re-export it ({SYNC_HINT})"
+        )
     local = snapshot_of(generation)
     return dataclasses.replace(
         local,
         sparse=QdrantSparseRetriever(client, collection, generation),
-        dense=MappingProxyType({model: QdrantDenseRetriever(client, collection, model, dense.dim, generation.chunk_ids,
-                                                            generation.graphs.get(model), dense.ids)
-                                for model, dense in generation.dense.items()}),
+        dense=MappingProxyType(
+            {
+                model: QdrantDenseRetriever(
+                    client,
+                    collection,
+                    model,
+                    dense.dim,
+                    generation.chunk_ids,
+                    generation.graphs.get(model),
+                    dense.ids,
+                )
+                for model, dense in generation.dense.items()
+            }
+        ),
     )
 
 
@@ -205,42 +272,66 @@ def qdrant_backend(client: Any, collection: str | None = None, *, sync: bool = F
     """A snapshot factory for :class:`~hybridlab.search.engine.Index` (`backend=`). With `sync`, each
     generation the index opens is first mirrored into the collection (:func:`sync_generation`; the MCP
     server, which writes memories, uses it), so a search never sees a generation the collection lacks."""
+
     def snapshot(generation: Generation) -> Snapshot:
         if sync:
             report = sync_generation(generation, client, collection)
             if report.action != "unchanged":
                 logger.info("%s", report.summary())
         return qdrant_snapshot(generation, client, collection)
+
     return snapshot
 
 
 BACKENDS = ("local", "qdrant")
 
 
-def open_backend_index(index_dir: str | os.PathLike, config: Any = None, *, backend: str = "local",
-                       url: str | None = None, path: str | os.PathLike | None = None,
-                       collection: str | None = None, sync: bool = True) -> Index:
+def open_backend_index(
+    index_dir: str | os.PathLike,
+    config: Any = None,
+    *,
+    backend: str = "local",
+    url: str | None = None,
+    path: str | os.PathLike | None = None,
+    collection: str | None = None,
+    sync: bool = True,
+) -> Index:
     """An :class:`~hybridlab.search.engine.Index` of `index_dir` searched on `backend`: "local", or
     "qdrant" (a server at `url` or the local mode at `path`; the collection, by default the index
     folder's name, mirrored first when `sync`). The notebooks' `backend` parameters come here."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
     if backend == "local":
-        given = [name for name, value in (("qdrant_url", url), ("qdrant_path", path), ("qdrant_collection", collection))
-                 if value]
+        given = [
+            name
+            for name, value in (("qdrant_url", url), ("qdrant_path", path), ("qdrant_collection", collection))
+            if value
+        ]
         if given:
             raise ValueError(f"{', '.join(given)} only apply to backend 'qdrant'")
         return Index(index_dir, config)
     if not (url or path):
         raise ValueError("backend 'qdrant' needs a qdrant_url or a qdrant_path")
-    return Index(index_dir, config, backend=qdrant_backend(connect(url=url, path=path), collection, sync=sync))
+    return Index(
+        index_dir, config, backend=qdrant_backend(connect(url=url, path=path), collection, sync=sync)
+    )
 
 
 FUSIONS = ("dbsf", "rrf")
 
 
-def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str, *, fusion: str = "rrf",
-                  rrf_k: int = 60, depth: int = 100, limit: int = 10, filters: Filters | None = None) -> dict[int, float]:
+def server_fusion(
+    snapshot: Snapshot,
+    query: str,
+    vector: np.ndarray,
+    model: str,
+    *,
+    fusion: str = "rrf",
+    rrf_k: int = 60,
+    depth: int = 100,
+    limit: int = 10,
+    filters: Filters | None = None,
+) -> dict[int, float]:
     """Qdrant's own fusion of BM25 and the dense `model`, equally weighted (alpha 0.5): a prefetch per
     retriever (`depth` each, the filter pushed into both) and a fusion query; `{row: fused score}`
     best first. RRF is `Rrf(k=rrf_k)`: 1/(rrf_k + rank) summed, twice
@@ -257,14 +348,25 @@ def server_fusion(snapshot: Snapshot, query: str, vector: np.ndarray, model: str
         raise TypeError("server-side fusion needs a Qdrant snapshot")
     allowed = snapshot.store.allowed(filters or Filters())
     query_filter = _query_filter(allowed)
-    prefetch = [models.Prefetch(query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
-                                using=model, limit=depth, filter=query_filter)]
+    prefetch = [
+        models.Prefetch(
+            query=np.asarray(vector, dtype=np.float32).reshape(-1).astype(float).tolist(),
+            using=model,
+            limit=depth,
+            filter=query_filter,
+        )
+    ]
     sparse_vector = sparse.query_vector(query)
     if sparse_vector is not None:
         prefetch.append(models.Prefetch(query=sparse_vector, using=SPARSE, limit=depth, filter=query_filter))
-    points = sparse.client.query_points(sparse.collection, prefetch=prefetch,
-                                        query=models.RrfQuery(rrf=models.Rrf(k=rrf_k)) if fusion == "rrf"
-                                        else models.FusionQuery(fusion=models.Fusion.DBSF),
-                                        limit=limit, with_payload=False).points
+    points = sparse.client.query_points(
+        sparse.collection,
+        prefetch=prefetch,
+        query=models.RrfQuery(rrf=models.Rrf(k=rrf_k))
+        if fusion == "rrf"
+        else models.FusionQuery(fusion=models.Fusion.DBSF),
+        limit=limit,
+        with_payload=False,
+    ).points
     rows, scores = _ranked(snapshot.generation.chunk_ids, points, limit)
     return dict(zip(rows.tolist(), scores.astype(float).tolist()))

@@ -11,6 +11,7 @@ search for dates in free text (`dateparser.search.search_dates`) also takes "may
 for dates. Relative expressions are resolved against the query's `now` by :func:`parse_time`
 (dateparser) when that package is installed, else skipped.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,35 +25,66 @@ from hybridlab.search.time_range import TimeRange, parse_time
 
 __all__ = ["QueryDates", "date_factors", "dates_in_query"]
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _MONTH_ABBREVIATIONS = {name[:3]: number for number, name in enumerate(MONTHS, 1)} | {"sept": 9}
 _MONTH = r"(?P<month>" + "|".join(MONTHS) + r"|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 #: (start month, months long) of the seasons of the northern hemisphere; winter starts in December
 SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-            "eight": 8, "nine": 9, "ten": 10, "couple of": 2, "few": 3}
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "couple of": 2,
+    "few": 3,
+}
 
 #: explicit calendar expressions, most specific first; a bare month name needs "in"/"of"/"during"
 #: before it ("may" and "march" are verbs too)
-_EXPLICIT = [re.compile(pattern, re.IGNORECASE) for pattern in (
-    r"\b(?P<iso>(?:19|20)\d\d-[01]\d(?:-[0-3]\d)?)\b",
-    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b",
-    rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b",
-    rf"\b(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?{_YEAR}\b",
-    rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b",
-    rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*(?:19|20)\d\d)",
-    rf"\b{_MONTH}\s+{_DAY}\b(?!\s*,?\s*(?:19|20)\d\d)(?!\s*(?:%|[a-z]))",
-    rf"\b(?:in|during|of|since|by|before|after|until)\s+(?:early\s+|late\s+|mid-?\s*)?{_YEAR}\b",
-    rf"\b(?:in|during|of)\s+(?:early\s+|late\s+|mid-?\s*)?{_MONTH}\b(?!\s*,?\s*(?:19|20)\d\d)",
-)]
+_EXPLICIT = [
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"\b(?P<iso>(?:19|20)\d\d-[01]\d(?:-[0-3]\d)?)\b",
+        rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b",
+        rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b",
+        rf"\b(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?{_YEAR}\b",
+        rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b",
+        rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*(?:19|20)\d\d)",
+        rf"\b{_MONTH}\s+{_DAY}\b(?!\s*,?\s*(?:19|20)\d\d)(?!\s*(?:%|[a-z]))",
+        rf"\b(?:in|during|of|since|by|before|after|until)\s+(?:early\s+|late\s+|mid-?\s*)?{_YEAR}\b",
+        rf"\b(?:in|during|of)\s+(?:early\s+|late\s+|mid-?\s*)?{_MONTH}\b(?!\s*,?\s*(?:19|20)\d\d)",
+    )
+]
 #: relative expressions, resolved against `now` by :func:`parse_time`
 _RELATIVE = re.compile(
     r"\b(?:yesterday|the day before yesterday|last\s+(?:week|weekend|month|year|monday|tuesday|wednesday|"
     r"thursday|friday|saturday|sunday)|(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few|\d+)"
-    r"\s+(?:days?|weeks?|months?|years?)\s+ago)\b", re.IGNORECASE)
+    r"\s+(?:days?|weeks?|months?|years?)\s+ago)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +102,10 @@ class QueryDates:
         return since, until
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"expression": self.expression, **{k: v for k, v in self.period.to_dict().items() if k != "expression"}}
+        return {
+            "expression": self.expression,
+            **{k: v for k, v in self.period.to_dict().items() if k != "expression"},
+        }
 
 
 def dates_in_query(query: str, now: datetime) -> QueryDates | None:
@@ -147,4 +182,6 @@ def _add_months(start: datetime, months: int) -> datetime:
 
 
 def _month_number(name: str) -> int:
-    return _MONTH_ABBREVIATIONS[name.lower().rstrip(".")[:4] if name.lower().startswith("sept") else name.lower()[:3]]
+    return _MONTH_ABBREVIATIONS[
+        name.lower().rstrip(".")[:4] if name.lower().startswith("sept") else name.lower()[:3]
+    ]

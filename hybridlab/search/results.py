@@ -1,4 +1,5 @@
 """What a search returns: results, and responses that carry their own timings, mode and generation."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -72,5 +73,5 @@ def make_snippet(text: str, query: str, width: int) -> str:
     positions = [lower.find(w.lower()) for w in query.split() if len(w) > 2]
     positions = [p for p in positions if p >= 0]
     start = max(0, min(positions) - width // 4) if positions else 0
-    snippet = flat[start:start + width]
+    snippet = flat[start : start + width]
     return ("…" if start else "") + snippet + ("…" if start + width < len(flat) else "")

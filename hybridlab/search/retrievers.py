@@ -1,5 +1,6 @@
 """The seam between the search pipeline and what stores an index: three small protocols.
 See docs/internals/search.md#retrievers."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -72,8 +73,9 @@ class DenseRetriever(Protocol):
         vector are left out); feeds the dense pseudo-relevance feedback."""
         ...
 
-    def score_pool(self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int,
-                   allowed: RowFilter) -> tuple[np.ndarray, np.ndarray, int]:
+    def score_pool(
+        self, vector: np.ndarray, rows: np.ndarray, *, hops: int, seeds: int, allowed: RowFilter
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """Staged search: the exact scores of the candidate `rows` (as :meth:`score`), the pool
         grown `hops` times along the corpus graph from its `seeds` best (allowed rows only, see
         :func:`~hybridlab.index.graph.expand_by_graph`); (rows, scores, rows the graph added),

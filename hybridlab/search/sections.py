@@ -4,6 +4,7 @@ Markdown (and notebooks) and reST documents are cut at their headings of the lev
 chunks by (`ChunkConfig.header_levels`, default 1 and 2), with the parser the chunker uses; other
 documents are one section. Sections are contiguous: together they are the text, each character once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -48,7 +49,9 @@ def document_sections(text: str, doc_type: str, levels: Sequence[int] = (1, 2)) 
             cuts.append((offset, path))
     bounds = [start for start, _ in cuts] + [len(text)]
     spans = [(bounds[i], bounds[i + 1], cuts[i][1]) for i in range(len(cuts)) if bounds[i] < bounds[i + 1]]
-    return [Section(i, path, start, end) for i, (start, end, path) in enumerate(spans)] or [Section(0, (), 0, 0)]
+    return [Section(i, path, start, end) for i, (start, end, path) in enumerate(spans)] or [
+        Section(0, (), 0, 0)
+    ]
 
 
 def find_section(sections: Sequence[Section], wanted: int | str) -> Section:
@@ -59,11 +62,15 @@ def find_section(sections: Sequence[Section], wanted: int | str) -> Section:
     if isinstance(wanted, int):
         if 0 <= wanted < len(sections):
             return sections[wanted]
-        raise ValueError(f"section {wanted} does not exist: this document has sections 0..{len(sections) - 1}")
+        raise ValueError(
+            f"section {wanted} does not exist: this document has sections 0..{len(sections) - 1}"
+        )
     key = wanted.strip().lower()
     for match in (lambda s: s.title.lower() == key, lambda s: bool(s.path) and s.path[-1].lower() == key):
         found = next((s for s in sections if match(s)), None)
         if found is not None:
             return found
     shown = ", ".join(repr(s.title) for s in sections[:5])
-    raise ValueError(f"no section titled {wanted!r}; give its number (0..{len(sections) - 1}) or a title, e.g. {shown}")
+    raise ValueError(
+        f"no section titled {wanted!r}; give its number (0..{len(sections) - 1}) or a title, e.g. {shown}"
+    )

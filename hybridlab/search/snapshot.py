@@ -1,5 +1,6 @@
 """An immutable snapshot of one index generation, as a search sees it.
 See docs/internals/search.md#snapshot."""
+
 from __future__ import annotations
 
 import os
@@ -54,30 +55,45 @@ def snapshot_of(generation: Generation) -> Snapshot:
     return Snapshot(
         generation=generation,
         sparse=Bm25Retriever(generation.sparse),
-        dense=MappingProxyType({
-            model: FaissRetriever(dense, generation.chunk_ids, generation.dense_rows_to_index[model],
-                                  generation.graphs.get(model))
-            for model, dense in generation.dense.items()
-        }),
+        dense=MappingProxyType(
+            {
+                model: FaissRetriever(
+                    dense,
+                    generation.chunk_ids,
+                    generation.dense_rows_to_index[model],
+                    generation.graphs.get(model),
+                )
+                for model, dense in generation.dense.items()
+            }
+        ),
         store=DuckDBStore(generation),
         tag_vocabulary=TagVocabulary(generation.tag_rows, stopwords=stopwords),
         # a query naming a collection (a memory store's project) scopes the tag signal to it; only
         # meaningful when there is more than one collection
-        collection_vocabulary=TagVocabulary(known_collections if len(known_collections) > 1 else (),
-                                            stopwords=stopwords),
+        collection_vocabulary=TagVocabulary(
+            known_collections if len(known_collections) > 1 else (), stopwords=stopwords
+        ),
         # a tag worn across many collections (`architecture` on ten projects) says less about which
         # chunk is meant than one worn by a single collection (`rathole`): weight = 1 / sqrt(collections)
-        tag_specificity=MappingProxyType({
-            tag: len(set(collection_array[rows].tolist())) ** -0.5 if len(known_collections) > 1 else 1.0
-            for tag, rows in generation.tag_rows.items()
-        }),
-        collection_rows=MappingProxyType({name: np.flatnonzero(collection_array == name) for name in known_collections}),
+        tag_specificity=MappingProxyType(
+            {
+                tag: len(set(collection_array[rows].tolist())) ** -0.5 if len(known_collections) > 1 else 1.0
+                for tag, rows in generation.tag_rows.items()
+            }
+        ),
+        collection_rows=MappingProxyType(
+            {name: np.flatnonzero(collection_array == name) for name in known_collections}
+        ),
     )
 
 
-def open_snapshot(index_dir: str | os.PathLike, *, check: bool = True,
-                  backend: Callable[[Generation], Snapshot] = snapshot_of,
-                  cache: SegmentCache | None = None) -> Snapshot:
+def open_snapshot(
+    index_dir: str | os.PathLike,
+    *,
+    check: bool = True,
+    backend: Callable[[Generation], Snapshot] = snapshot_of,
+    cache: SegmentCache | None = None,
+) -> Snapshot:
     """Open the live generation of `index_dir` as a snapshot (see :func:`~hybridlab.index.reader.read_generation`);
     `backend` builds it (the local retrievers by default, e.g. :func:`hybridlab.search.qdrant.qdrant_backend`);
     with a `cache`, only segments not loaded before are read."""

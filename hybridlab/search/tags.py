@@ -3,6 +3,7 @@
 Case-insensitive; `-`, `_` and spaces are interchangeable; multi-word tags match as phrases; stop
 words are dropped from the query first.
 """
+
 from __future__ import annotations
 
 import re
@@ -55,7 +56,7 @@ class TagVocabulary:
         i = 0
         while i < len(words):
             for n in range(min(self.max_words, len(words) - i), 0, -1):
-                gram = words[i:i + n]
+                gram = words[i : i + n]
                 if n == 1 and gram[0] in self.stopwords:
                     continue
                 phrase = " ".join(gram)

@@ -1,5 +1,6 @@
 """Time in words: "yesterday", "last week", "2 days ago", "in March", "since Monday" as a (since, until) range.
 See docs/internals/search.md#time-range."""
+
 from __future__ import annotations
 
 import re
@@ -56,13 +57,23 @@ def _point(text: str, now: datetime, original: str) -> tuple[datetime, datetime]
     require("dateparser")
     from dateparser.date import DateDataParser
 
-    parser = DateDataParser(languages=["en"], settings={
-        "RELATIVE_BASE": now.astimezone(UTC).replace(tzinfo=None), "PREFER_DATES_FROM": "past",
-        "RETURN_TIME_AS_PERIOD": True, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True})
+    parser = DateDataParser(
+        languages=["en"],
+        settings={
+            "RELATIVE_BASE": now.astimezone(UTC).replace(tzinfo=None),
+            "PREFER_DATES_FROM": "past",
+            "RETURN_TIME_AS_PERIOD": True,
+            "TIMEZONE": "UTC",
+            "TO_TIMEZONE": "UTC",
+            "RETURN_AS_TIMEZONE_AWARE": True,
+        },
+    )
     data = parser.get_date_data(text)
     if data.date_obj is None:
-        raise ValueError(f"time: cannot read {original!r} as a time expression; try {EXAMPLES}, "
-                         f"or give since/until as ISO-8601 dates")
+        raise ValueError(
+            f"time: cannot read {original!r} as a time expression; try {EXAMPLES}, "
+            f"or give since/until as ISO-8601 dates"
+        )
     point = data.date_obj.astimezone(UTC)
     if data.period == "time":  # "5 hours ago": from then on
         return point, now + TICK
@@ -83,19 +94,21 @@ def parse_time(expression: str, now: datetime) -> TimeRange:
         return TimeRange(now - width, now, expression)
     for prefix in ("since ", "after ", "from "):
         if text.startswith(prefix):
-            start, _ = _point(text[len(prefix):], now, expression)
+            start, _ = _point(text[len(prefix) :], now, expression)
             return TimeRange(start, now, expression)
     if text.startswith("until "):
-        _, end = _point(text[len("until "):], now, expression)
+        _, end = _point(text[len("until ") :], now, expression)
         return TimeRange(None, end - TICK, expression)
     if text.startswith("before "):
-        start, _ = _point(text[len("before "):], now, expression)
+        start, _ = _point(text[len("before ") :], now, expression)
         return TimeRange(None, start - TICK, expression)
     start, end = _point(text, now, expression)
     return TimeRange(start, min(end - TICK, now) if start <= now < end else end - TICK, expression)
 
 
-def resolve_time_range(time: str | None, since: str | None, until: str | None, now: datetime) -> TimeRange | None:
+def resolve_time_range(
+    time: str | None, since: str | None, until: str | None, now: datetime
+) -> TimeRange | None:
     """The filter of a call's `time` expression or ISO `since`/`until` (not both); None = no filter."""
     if time is not None and (since or until):
         raise ValueError("give either time (an expression) or since/until (ISO-8601 dates), not both")

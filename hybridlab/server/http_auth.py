@@ -1,5 +1,6 @@
 """Securing the streamable-HTTP transport: a bearer token, Host/Origin allow-lists, a request size cap.
 See docs/internals/search.md#http-auth."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,10 @@ CLIENT_ID = "hybridlab-shared-token"
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 §2.1 b64token: what may follow "Bearer "
 _HOST_VALUE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._]+)(:(\d{1,5}|\*))?")
 _ORIGIN = re.compile(r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._]+)(:(\d{1,5}|\*))?")
-_TOKEN_HINT = ("put a token in a file readable only by you and pass --auth-token-file PATH, or set "
-               f"{TOKEN_ENV}; generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+_TOKEN_HINT = (
+    "put a token in a file readable only by you and pass --auth-token-file PATH, or set "
+    f"{TOKEN_ENV}; generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,10 @@ class HttpSecurity:
     def describe(self) -> str:
         """One log line, without the token."""
         auth = f"bearer token from {self.token_source}" if self.token else "no authentication (loopback)"
-        return (f"{auth}; allowed Host {list(self.allowed_hosts)}; allowed Origin {list(self.allowed_origins)}; "
-                f"request bodies up to {self.max_request_bytes} bytes")
+        return (
+            f"{auth}; allowed Host {list(self.allowed_hosts)}; allowed Origin {list(self.allowed_origins)}; "
+            f"request bodies up to {self.max_request_bytes} bytes"
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -83,15 +88,21 @@ def _checked(option: str, value: str, pattern: re.Pattern[str], problem: str) ->
 def check_token(token: str, source: str) -> str:
     """`token` if usable as a bearer token (RFC 6750 characters, >= 16 long); else ValueError naming `source`."""
     if len(token) < MIN_TOKEN_LENGTH:
-        raise ValueError(f"the bearer token from {source} has {len(token)} characters; use at least "
-                         f"{MIN_TOKEN_LENGTH} ({_TOKEN_HINT})")
+        raise ValueError(
+            f"the bearer token from {source} has {len(token)} characters; use at least "
+            f"{MIN_TOKEN_LENGTH} ({_TOKEN_HINT})"
+        )
     if not _B64TOKEN.fullmatch(token):
-        raise ValueError(f"the bearer token from {source} contains characters a Bearer header cannot carry; "
-                         "use letters, digits and - . _ ~ + / (optionally ending in =)")
+        raise ValueError(
+            f"the bearer token from {source} contains characters a Bearer header cannot carry; "
+            "use letters, digits and - . _ ~ + / (optionally ending in =)"
+        )
     return token
 
 
-def read_token(token_file: str | os.PathLike | None, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+def read_token(
+    token_file: str | os.PathLike | None, environ: Mapping[str, str]
+) -> tuple[str | None, str | None]:
     """(token, where it came from): the file wins over the `HYBRIDLAB_MCP_TOKEN` variable; (None, None) if
     neither is given. The token is never a command-line argument, where `ps` would show it."""
     if token_file is not None:
@@ -112,10 +123,16 @@ def read_token(token_file: str | os.PathLike | None, environ: Mapping[str, str])
     return check_token(token, TOKEN_ENV), TOKEN_ENV
 
 
-def http_security(host: str, port: int, *, token_file: str | os.PathLike | None = None,
-                  environ: Mapping[str, str] | None = None, allowed_hosts: Iterable[str] = (),
-                  allowed_origins: Iterable[str] = (),
-                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> HttpSecurity:
+def http_security(
+    host: str,
+    port: int,
+    *,
+    token_file: str | os.PathLike | None = None,
+    environ: Mapping[str, str] | None = None,
+    allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> HttpSecurity:
     """What to enforce when serving on `host`:`port`; ValueError when binding beyond loopback without a
     token, or for a malformed option. `environ` defaults to `os.environ`."""
     if not 0 < port < 65536:
@@ -124,27 +141,49 @@ def http_security(host: str, port: int, *, token_file: str | os.PathLike | None 
         raise ValueError(f"--max-request-bytes must be a positive number of bytes, not {max_request_bytes}")
     token, source = read_token(token_file, os.environ if environ is None else environ)
     if token is None and not is_loopback(host):
-        raise ValueError(f"refusing to serve on {host_with_port(host, port)} without a bearer token: anyone who "
-                         f"can reach the port could search and write the index; {_TOKEN_HINT}")
+        raise ValueError(
+            f"refusing to serve on {host_with_port(host, port)} without a bearer token: anyone who "
+            f"can reach the port could search and write the index; {_TOKEN_HINT}"
+        )
     hosts = default_allowed_hosts(host, port) + tuple(
-        _checked("--allowed-host", h, _HOST_VALUE, "is not a Host header value; give 'name:port' (e.g. "
-                 "'mcp.example.org:8765'), 'name' for the default port of a proxy, or 'name:*' for any port")
-        for h in allowed_hosts)
+        _checked(
+            "--allowed-host",
+            h,
+            _HOST_VALUE,
+            "is not a Host header value; give 'name:port' (e.g. "
+            "'mcp.example.org:8765'), 'name' for the default port of a proxy, or 'name:*' for any port",
+        )
+        for h in allowed_hosts
+    )
     # pages served by this very server and its loopback names, and those given
     origins = tuple(f"http://{name}" for name in default_allowed_hosts(host, port)) + tuple(
-        _checked("--allowed-origin", o, _ORIGIN, "is not an origin; give 'scheme://name[:port]' with no path "
-                 "(e.g. 'https://mcp.example.org' or 'http://localhost:*')")
-        for o in allowed_origins)
-    return HttpSecurity(token=token, token_source=source, allowed_hosts=tuple(dict.fromkeys(hosts)),
-                        allowed_origins=tuple(dict.fromkeys(origins)), max_request_bytes=max_request_bytes)
+        _checked(
+            "--allowed-origin",
+            o,
+            _ORIGIN,
+            "is not an origin; give 'scheme://name[:port]' with no path "
+            "(e.g. 'https://mcp.example.org' or 'http://localhost:*')",
+        )
+        for o in allowed_origins
+    )
+    return HttpSecurity(
+        token=token,
+        token_source=source,
+        allowed_hosts=tuple(dict.fromkeys(hosts)),
+        allowed_origins=tuple(dict.fromkeys(origins)),
+        max_request_bytes=max_request_bytes,
+    )
 
 
 def transport_security_settings(security: HttpSecurity) -> Any:
     """The SDK's DNS-rebinding settings for `security` (always enabled)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=list(security.allowed_hosts),
-                                     allowed_origins=list(security.allowed_origins))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(security.allowed_hosts),
+        allowed_origins=list(security.allowed_origins),
+    )
 
 
 def auth_settings() -> Any:

@@ -5,6 +5,7 @@ memory writer, the server's settings) whose docstring is the tool's description 
 result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS` with the
 service bound. `search`, `get_document` and `stats` each read one snapshot of the index, so a writer
 committing meanwhile mixes no newer generation into a response. See docs/internals/search.md#mcp-server."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,14 @@ INSTRUCTIONS = (
     "for later, `update_memory` / `delete_memory` to correct or forget one, `list_memories` and "
     "`search_by_tag` for the newest items, `list_collections` / `list_documents` to browse, and `stats` to see "
     "what the index holds. Long texts come in pages (`get_document` takes `offset`, `max_chars`). "
-    "Searches and lists take `time` in words (\"yesterday\", \"last week\") or ISO `since`/`until`."
+    'Searches and lists take `time` in words ("yesterday", "last week") or ISO `since`/`until`.'
 )
 
-WARM_QUERIES = ("warm up", "how is the project configured",
-                "which editor and terminal settings does the user prefer for python development on the laptop")
+WARM_QUERIES = (
+    "warm up",
+    "how is the project configured",
+    "which editor and terminal settings does the user prefer for python development on the laptop",
+)
 
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"results to return, 1..{MAX_LIMIT}")]
 #: the default budgets keep a response under ~10k characters: search's text fields (snippets or texts,
@@ -55,7 +59,9 @@ SEARCH_MAX_CHARS = 5_000
 DOCUMENT_MAX_CHARS = 8_000
 TOC_CHARS = 1_000  # the section titles listed on a document's first page (JSON quoting included)
 MAX_CHARS_CAP = 200_000
-SearchChars = Annotated[int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")]
+SearchChars = Annotated[
+    int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")
+]
 PageChars = Annotated[int, Field(ge=1, le=MAX_CHARS_CAP, description="characters of text in this page")]
 MEMORY_CHUNK_TYPES = ("memory",)
 #: store_memory reports the nearest memory at this cosine or above: 0 of the 274 distinct demo memories
@@ -216,7 +222,9 @@ class StoredMemoryResponse(BaseModel):
     updated_at: str | None = None
     batch_size: int = Field(description="memories committed together")
     seconds: float
-    pending: bool = Field(False, description="commit deferred (--commit-delay); still found by the next search")
+    pending: bool = Field(
+        False, description="commit deferred (--commit-delay); still found by the next search"
+    )
     created: bool = Field(True, description="false: an equal memory existed and is returned unchanged")
     duplicate_of: str | None = None
     near_duplicate_of: str | None = Field(None, description="most similar memory, cosine >= near_threshold")
@@ -264,8 +272,6 @@ def _tool_error(error: BaseException):
 LIBRARY_ERRORS = (HybridlabError, ValueError, FileNotFoundError)
 
 
-
-
 def _tool(server: Any, service: Service) -> Callable[[Callable[..., Any]], Any]:
     """Registers a tool function `name(service, ...)` on `server` as the tool `name(...)` over
     `service`, its errors saying who is at fault (issue 40): a `HybridlabError` raised anywhere in it
@@ -286,8 +292,10 @@ def _tool(server: Any, service: Service) -> Callable[[Callable[..., Any]], Any]:
                 raise _tool_error(error) from None
             except Exception as error:
                 logger.exception("internal error in tool %s", function.__name__)
-                raise ToolError(f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
-                                f"hybridlab, not in the call; the server's log has the traceback") from None
+                raise ToolError(
+                    f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
+                    f"hybridlab, not in the call; the server's log has the traceback"
+                ) from None
 
         # the tool's arguments are the function's after `service`: the SDK reads them from this signature
         signature = inspect.signature(function, eval_str=True)
@@ -314,21 +322,36 @@ class Service:
     run side by side, each on the generation it started with; after a memory commit the index re-opens
     and later reads see the new generation."""
 
-    def __init__(self, index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None,
-                 lock_wait: float, commit_delay: float, backend: Callable[[Any], Any] | None = None,
-                 backend_name: str = "local", wal_records: int | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | os.PathLike,
+        config: str | os.PathLike | Mapping | None,
+        lock_wait: float,
+        commit_delay: float,
+        backend: Callable[[Any], Any] | None = None,
+        backend_name: str = "local",
+        wal_records: int | None = None,
+    ) -> None:
         from hybridlab.index.memory import MemoryWriter, create_memory_index
         from hybridlab.search.engine import Index
 
         self.index_dir = Path(index_dir)
         if create_memory_index(self.index_dir):
-            logger.info("created an empty memory index at %s (default model and settings, in its manifest); "
-                        "store_memory works now", self.index_dir)
+            logger.info(
+                "created an empty memory index at %s (default model and settings, in its manifest); "
+                "store_memory works now",
+                self.index_dir,
+            )
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.backend_name = backend_name
-        self.index = Index(self.index_dir, config) if backend is None else Index(self.index_dir, config, backend=backend)
-        self.writer = MemoryWriter(self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay,
-                                   wal_records=wal_records)
+        self.index = (
+            Index(self.index_dir, config)
+            if backend is None
+            else Index(self.index_dir, config, backend=backend)
+        )
+        self.writer = MemoryWriter(
+            self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay, wal_records=wal_records
+        )
         self.warm_seconds: float | None = None
         self.lifecycle = threading.Lock()  # an update or delete reads, then writes: one at a time
         #: normalised content -> [its lock, calls holding or waiting for it]: equal stores one at a time
@@ -364,7 +387,9 @@ class Service:
         try:
             self.index.refresh()
         except Exception as error:  # noqa: BLE001 - committed and durable: an error would make a client retry it
-            logger.warning("%s is committed, but re-opening the index failed (the next read retries): %s", what, error)
+            logger.warning(
+                "%s is committed, but re-opening the index failed (the next read retries): %s", what, error
+            )
 
     def warm(self) -> None:
         """Load the embedding model and encode a few queries, so the first real search is quick."""
@@ -387,7 +412,9 @@ class Service:
             if flush and self.writer.commit_delay > 0:
                 self.writer.flush()
         except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
-            logger.warning("could not commit %d queued memories before reading: %s", self.writer.pending, error)
+            logger.warning(
+                "could not commit %d queued memories before reading: %s", self.writer.pending, error
+            )
         with _tool_errors(*LIBRARY_ERRORS, KeyError):
             yield self.index
 
@@ -425,11 +452,22 @@ def search(
     Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
     window = service.time_range(time, since, until)
     with service.reading() as index:
-        snapshot = index.snapshot()  # ranks and gives the texts, though a writer may commit a newer one meanwhile
+        snapshot = (
+            index.snapshot()
+        )  # ranks and gives the texts, though a writer may commit a newer one meanwhile
         results = index.search_response(
-            query, snapshot=snapshot, limit=limit, tags=tags, chunk_types=chunk_types, collection=collection,
-            min_score=min_score, staged=staged, explain=explain, since=window and window.since,
-            until=window and window.until).results
+            query,
+            snapshot=snapshot,
+            limit=limit,
+            tags=tags,
+            chunk_types=chunk_types,
+            collection=collection,
+            min_score=min_score,
+            staged=staged,
+            explain=explain,
+            since=window and window.since,
+            until=window and window.until,
+        ).results
         hits = [SearchHit(**r.to_dict()) for r in results]
         if explain and window is not None:
             for hit in hits:
@@ -444,8 +482,14 @@ def search(
     _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
     return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
-def get_document(service: Service, doc_id: str, offset: Annotated[int, Field(ge=0)] = 0,
-                 max_chars: PageChars = DOCUMENT_MAX_CHARS, section: int | str | None = None) -> DocumentResponse:
+
+def get_document(
+    service: Service,
+    doc_id: str,
+    offset: Annotated[int, Field(ge=0)] = 0,
+    max_chars: PageChars = DOCUMENT_MAX_CHARS,
+    section: int | str | None = None,
+) -> DocumentResponse:
     """Read one document by the doc_id a search returned, a page at a time: at most max_chars
     characters (default 8000) from offset. next_offset (null at the end) starts the next page;
     remaining_chars is what follows. A first page lists the document's header sections;
@@ -464,15 +508,27 @@ def get_document(service: Service, doc_id: str, offset: Annotated[int, Field(ge=
         part = find_section(sections, section) if section is not None else None
     start, stop = (part.start, part.end) if part else (0, len(text))
     if start + offset > stop:
-        raise _tool_error(ValueError(f"offset {offset} is past the end of {doc_id!r} "
-                                     f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"))
+        raise _tool_error(
+            ValueError(
+                f"offset {offset} is past the end of {doc_id!r} "
+                f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"
+            )
+        )
     end = min(start + offset + max_chars, stop)
     titles = _titles(sections, TOC_CHARS) if part is None and offset == 0 and len(sections) > 1 else None
     return DocumentResponse(
-        **document, text=text[start + offset:end], offset=offset, total_chars=len(text),
-        next_offset=end - start if end < stop else None, remaining_chars=len(text) - end,
-        section_count=len(sections), section=part and part.title, sections=titles,
-        next_section=part.index + 1 if part and part.index + 1 < len(sections) else None)
+        **document,
+        text=text[start + offset : end],
+        offset=offset,
+        total_chars=len(text),
+        next_offset=end - start if end < stop else None,
+        remaining_chars=len(text) - end,
+        section_count=len(sections),
+        section=part and part.title,
+        sections=titles,
+        next_section=part.index + 1 if part and part.index + 1 < len(sections) else None,
+    )
+
 
 def store_memory(
     service: Service,
@@ -503,10 +559,17 @@ def store_memory(
         queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
         if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
             return StoredMemoryResponse(
-                id=queued.doc_id, generation=None, tags=list(queued.tags),
-                created_at=iso_z(queued.created_at) or "", updated_at=iso_z(queued.updated_at) or "",
-                batch_size=0, seconds=round(time.perf_counter() - started, 3),
-                pending=True, created=False, duplicate_of=queued.doc_id)
+                id=queued.doc_id,
+                generation=None,
+                tags=list(queued.tags),
+                created_at=iso_z(queued.created_at) or "",
+                updated_at=iso_z(queued.updated_at) or "",
+                batch_size=0,
+                seconds=round(time.perf_counter() - started, 3),
+                pending=True,
+                created=False,
+                duplicate_of=queued.doc_id,
+            )
         if key:
             with service.reading(flush=False) as index:
                 snapshot = index.snapshot()
@@ -514,8 +577,14 @@ def store_memory(
                 if existing is not None:
                     return _existing(index, snapshot, existing, started)
         with _tool_errors(*LIBRARY_ERRORS):
-            document = make_memory(content, tags, memory_type, created_at, source=service.writer.source,
-                                   metadata={"context": context} if context else None)
+            document = make_memory(
+                content,
+                tags,
+                memory_type,
+                created_at,
+                source=service.writer.source,
+                metadata={"context": context} if context else None,
+            )
             # embedded once, as a document: the near-duplicate look-up compares it with the stored
             # memories' vectors, and the log records the same vectors
             memory = service.writer.embed(document) if key and near_threshold is not None else None
@@ -526,16 +595,33 @@ def store_memory(
                 near = nearest_memory(snapshot, memory.vectors)
                 near = near if near and near.similarity >= near_threshold else None
                 if near and skip_near_duplicate:
-                    return _existing(index, snapshot, near.doc_id, started, near_duplicate_of=near.doc_id,
-                                     similarity=round(near.similarity, 4))
+                    return _existing(
+                        index,
+                        snapshot,
+                        near.doc_id,
+                        started,
+                        near_duplicate_of=near.doc_id,
+                        similarity=round(near.similarity, 4),
+                    )
         with _tool_errors(*LIBRARY_ERRORS):
-            stored = service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
+            stored = (
+                service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
+            )
         service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
-    return StoredMemoryResponse(**stored.to_dict(), near_duplicate_of=near and near.doc_id,
-                                similarity=near and round(near.similarity, 4))
+    return StoredMemoryResponse(
+        **stored.to_dict(),
+        near_duplicate_of=near and near.doc_id,
+        similarity=near and round(near.similarity, 4),
+    )
 
-def update_memory(service: Service, memory_id: str, content: str | None = None, tags: list[str] | None = None,
-                  memory_type: str | None = None) -> StoredMemoryResponse:
+
+def update_memory(
+    service: Service,
+    memory_id: str,
+    content: str | None = None,
+    tags: list[str] | None = None,
+    memory_type: str | None = None,
+) -> StoredMemoryResponse:
     """Correct a memory: the fields given replace its content, tags and/or type; same id and
     created_at, updated_at now.
     Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
@@ -547,15 +633,25 @@ def update_memory(service: Service, memory_id: str, content: str | None = None, 
         service.refresh(f"memory {memory_id}")
     return StoredMemoryResponse(**stored.to_dict())
 
-def delete_memory(service: Service, ids: list[str] | None = None, tags: list[str] | None = None,
-                  match: Literal["all", "any"] = "any", time: str | None = None, since: str | None = None,
-                  until: str | None = None, dry_run: bool = False) -> DeletedResponse:
+
+def delete_memory(
+    service: Service,
+    ids: list[str] | None = None,
+    tags: list[str] | None = None,
+    match: Literal["all", "any"] = "any",
+    time: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    dry_run: bool = False,
+) -> DeletedResponse:
     """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
     range (as in `search`). dry_run=true only lists them.
     Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
     window = service.time_range(time, since, until)
     if bool(ids) == bool(tags or window):
-        raise _tool_error(ValueError("give ids, or tags and/or a time range (time, since, until): one of the two"))
+        raise _tool_error(
+            ValueError("give ids, or tags and/or a time range (time, since, until): one of the two")
+        )
     with service.lifecycle:
         with service.reading() as index:
             if ids:
@@ -563,22 +659,50 @@ def delete_memory(service: Service, ids: list[str] | None = None, tags: list[str
 
                 found, not_found = memories_by_id(index, ids)
             else:
-                found = [d["doc_id"] for d in index.list_documents(
-                    tags=tags or (), match=match, since=window and window.since, until=window and window.until,
-                    chunk_types=MEMORY_CHUNK_TYPES)[0]]
+                found = [
+                    d["doc_id"]
+                    for d in index.list_documents(
+                        tags=tags or (),
+                        match=match,
+                        since=window and window.since,
+                        until=window and window.until,
+                        chunk_types=MEMORY_CHUNK_TYPES,
+                    )[0]
+                ]
                 not_found = []
         if dry_run or not found:
-            return DeletedResponse(dry_run=dry_run, count=len(found), ids=found, not_found=not_found,
-                                   generation=service.index.generation, time_range=_window(window))
+            return DeletedResponse(
+                dry_run=dry_run,
+                count=len(found),
+                ids=found,
+                not_found=not_found,
+                generation=service.index.generation,
+                time_range=_window(window),
+            )
         with _tool_errors(*LIBRARY_ERRORS):
             deleted = service.writer.delete(found)
         service.refresh(f"the deletion of {len(found)} memories")
-    return DeletedResponse(dry_run=False, count=len(found), ids=found, not_found=not_found,
-                           generation=deleted.generation, time_range=_window(window))
+    return DeletedResponse(
+        dry_run=False,
+        count=len(found),
+        ids=found,
+        not_found=not_found,
+        generation=deleted.generation,
+        time_range=_window(window),
+    )
 
-def list_memories(service: Service, limit: Limit = 10, cursor: str | None = None,
-                  tags: list[str] | None = None, match: Literal["all", "any"] = "all", time: str | None = None,
-                  since: str | None = None, until: str | None = None, max_chars: SearchChars = SEARCH_MAX_CHARS) -> MemoryList:
+
+def list_memories(
+    service: Service,
+    limit: Limit = 10,
+    cursor: str | None = None,
+    tags: list[str] | None = None,
+    match: Literal["all", "any"] = "all",
+    time: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    max_chars: SearchChars = SEARCH_MAX_CHARS,
+) -> MemoryList:
     """List memories newest first, a page at a time (limit default 10); only those with tags and/or
     in a time range if given. Pass next_cursor back as cursor. max_chars (default 5000) is shared by
     the texts (a cut one has truncated=true).
@@ -586,23 +710,43 @@ def list_memories(service: Service, limit: Limit = 10, cursor: str | None = None
     window = service.time_range(time, since, until)
     with service.reading() as index:
         found, next_cursor = index.list_documents(
-            tags=tags or (), match=match, since=window and window.since, until=window and window.until,
-            chunk_types=MEMORY_CHUNK_TYPES, limit=limit, cursor=cursor)
+            tags=tags or (),
+            match=match,
+            since=window and window.since,
+            until=window and window.until,
+            chunk_types=MEMORY_CHUNK_TYPES,
+            limit=limit,
+            cursor=cursor,
+        )
     results = _tagged(found, max_chars)
-    return MemoryList(count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window))
+    return MemoryList(
+        count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window)
+    )
 
-def search_by_tag(service: Service, tags: list[str], match: Literal["all", "any"] = "all", limit: Limit = 10,
-                  time: str | None = None, since: str | None = None, until: str | None = None,
-                  max_chars: SearchChars = SEARCH_MAX_CHARS) -> TagResponse:
+
+def search_by_tag(
+    service: Service,
+    tags: list[str],
+    match: Literal["all", "any"] = "all",
+    limit: Limit = 10,
+    time: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    max_chars: SearchChars = SEARCH_MAX_CHARS,
+) -> TagResponse:
     """The newest documents with all (match="all") or any of the tags; time as in `search`.
     max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
     window = service.time_range(time, since, until)
     with service.reading() as index:
-        found = index.search_by_tag(tags, match=match, limit=limit, since=window and window.since,
-                                    until=window and window.until)
+        found = index.search_by_tag(
+            tags, match=match, limit=limit, since=window and window.since, until=window and window.until
+        )
     results = _tagged(found, max_chars)
-    return TagResponse(tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window))
+    return TagResponse(
+        tags=list(tags), match=match, count=len(results), results=results, time_range=_window(window)
+    )
+
 
 def list_collections(service: Service) -> CollectionList:
     """The collections to browse: documents, chunks per type, top tags. Then list_documents or
@@ -611,17 +755,30 @@ def list_collections(service: Service) -> CollectionList:
         collections = [CollectionInfo(**c) for c in index.list_collections()]
     return CollectionList(count=len(collections), collections=collections)
 
-def list_documents(service: Service, collection: str | None = None, prefix: str | None = None,
-                   cursor: str | None = None, limit: Limit = 20) -> DocumentList:
+
+def list_documents(
+    service: Service,
+    collection: str | None = None,
+    prefix: str | None = None,
+    cursor: str | None = None,
+    limit: Limit = 20,
+) -> DocumentList:
     """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
     collection and/or doc_id prefix. Pass next_cursor back as cursor; read one with get_document.
     Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
     with service.reading() as index:
-        found, next_cursor = index.list_documents(collection=collection, prefix=prefix or None,
-                                                  limit=limit, cursor=cursor)
-    results = [DocumentEntry(**{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
-                             total_chars=len(doc["text"])) for doc in found]
+        found, next_cursor = index.list_documents(
+            collection=collection, prefix=prefix or None, limit=limit, cursor=cursor
+        )
+    results = [
+        DocumentEntry(
+            **{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
+            total_chars=len(doc["text"]),
+        )
+        for doc in found
+    ]
     return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
+
 
 def stats(service: Service) -> StatsResponse:
     """The index: documents and chunks per collection and type, tags, models, and the search
@@ -635,23 +792,54 @@ def stats(service: Service) -> StatsResponse:
         generation = snapshot.generation
         collections, chunk_types = list(generation.known_collections), list(generation.known_chunk_types)
     writer = service.writer
-    activity = ServerActivity(memory_commits=writer.commits, memory_log_appends=writer.appends,
-                              memory_log_folds=writer.folds, wal_records=writer.wal_records,
-                              memories_pending=writer.pending, commit_delay=writer.commit_delay,
-                              warm_seconds=service.warm_seconds, backend=service.backend_name)
-    return StatsResponse(**facts, collections=collections, chunk_types=chunk_types, search_config=asdict(config),
-                         search_config_sources=sources, config_file=service.config_path, server=activity)
+    activity = ServerActivity(
+        memory_commits=writer.commits,
+        memory_log_appends=writer.appends,
+        memory_log_folds=writer.folds,
+        wal_records=writer.wal_records,
+        memories_pending=writer.pending,
+        commit_delay=writer.commit_delay,
+        warm_seconds=service.warm_seconds,
+        backend=service.backend_name,
+    )
+    return StatsResponse(
+        **facts,
+        collections=collections,
+        chunk_types=chunk_types,
+        search_config=asdict(config),
+        search_config_sources=sources,
+        config_file=service.config_path,
+        server=activity,
+    )
 
 
 #: the tools, in the order clients list them
-TOOLS = (search, get_document, store_memory, update_memory, delete_memory, list_memories, search_by_tag,
-         list_collections, list_documents, stats)
+TOOLS = (
+    search,
+    get_document,
+    store_memory,
+    update_memory,
+    delete_memory,
+    list_memories,
+    search_by_tag,
+    list_collections,
+    list_documents,
+    stats,
+)
 
 
-def create_server(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None, *,
-                  warm: bool = False, lock_wait: float = 10.0, commit_delay: float = 0.0,
-                  auth_token: str | None = None, backend: Callable[[Any], Any] | None = None,
-                  backend_name: str = "local", wal_records: int | None = None) -> Any:
+def create_server(
+    index_dir: str | os.PathLike,
+    config: str | os.PathLike | Mapping | None = None,
+    *,
+    warm: bool = False,
+    lock_wait: float = 10.0,
+    commit_delay: float = 0.0,
+    auth_token: str | None = None,
+    backend: Callable[[Any], Any] | None = None,
+    backend_name: str = "local",
+    wal_records: int | None = None,
+) -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
     in the background as the server starts; `lock_wait` = seconds `store_memory` waits for another
@@ -742,10 +930,18 @@ def _titles(sections: list[Any], budget: int) -> list[str]:
 def _existing(index: Any, snapshot: Any, doc_id: str, started: float, **near: Any) -> StoredMemoryResponse:
     """The response of a store that returns the memory `doc_id` of `snapshot` instead of a new one."""
     document = index.get_document(doc_id, snapshot=snapshot)
-    return StoredMemoryResponse(id=doc_id, generation=snapshot.number, tags=document["tags"],
-                                created_at=document["created_at"] or "", updated_at=document["updated_at"],
-                                batch_size=0, seconds=round(time.perf_counter() - started, 3), created=False,
-                                duplicate_of=doc_id, **near)
+    return StoredMemoryResponse(
+        id=doc_id,
+        generation=snapshot.number,
+        tags=document["tags"],
+        created_at=document["created_at"] or "",
+        updated_at=document["updated_at"],
+        batch_size=0,
+        seconds=round(time.perf_counter() - started, 3),
+        created=False,
+        duplicate_of=doc_id,
+        **near,
+    )
 
 
 def _window(window: Any) -> TimeWindow | None:
@@ -777,12 +973,17 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def _configure_logging(log_file: str | None, verbose: int) -> None:
-    level = logging.INFO if verbose <= 1 else logging.DEBUG  # INFO at least: the server logs its start and commits
-    handler: logging.Handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else StderrHandler()
+    level = (
+        logging.INFO if verbose <= 1 else logging.DEBUG
+    )  # INFO at least: the server logs its start and commits
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8") if log_file else StderrHandler()
+    )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # Our own records from `level` up, the libraries' (bm25s logs at DEBUG on its own) from WARNING up.
-    handler.addFilter(lambda record: record.levelno >= (level if record.name.startswith("hybridlab")
-                                                        else logging.WARNING))
+    handler.addFilter(
+        lambda record: record.levelno >= (level if record.name.startswith("hybridlab") else logging.WARNING)
+    )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -790,8 +991,12 @@ def _configure_logging(log_file: str | None, verbose: int) -> None:
     root.setLevel(level)
 
 
-HTTP_ONLY_OPTIONS = {"auth_token_file": "--auth-token-file", "allowed_hosts": "--allowed-host",
-                     "allowed_origins": "--allowed-origin", "max_request_bytes": "--max-request-bytes"}
+HTTP_ONLY_OPTIONS = {
+    "auth_token_file": "--auth-token-file",
+    "allowed_hosts": "--allowed-host",
+    "allowed_origins": "--allowed-origin",
+    "max_request_bytes": "--max-request-bytes",
+}
 
 
 def _http_security(args: argparse.Namespace) -> Any:
@@ -805,10 +1010,14 @@ def _http_security(args: argparse.Namespace) -> Any:
             raise ValueError(f"{', '.join(given)}: only for --transport streamable-http, not stdio")
         return None
     max_bytes = getattr(args, "max_request_bytes", None)
-    return http_security(args.host, args.port, token_file=getattr(args, "auth_token_file", None),
-                         allowed_hosts=getattr(args, "allowed_hosts", None) or (),
-                         allowed_origins=getattr(args, "allowed_origins", None) or (),
-                         max_request_bytes=DEFAULT_MAX_REQUEST_BYTES if max_bytes is None else max_bytes)
+    return http_security(
+        args.host,
+        args.port,
+        token_file=getattr(args, "auth_token_file", None),
+        allowed_hosts=getattr(args, "allowed_hosts", None) or (),
+        allowed_origins=getattr(args, "allowed_origins", None) or (),
+        max_request_bytes=DEFAULT_MAX_REQUEST_BYTES if max_bytes is None else max_bytes,
+    )
 
 
 def cli_mcp(args: argparse.Namespace) -> int:
@@ -821,23 +1030,40 @@ def cli_mcp(args: argparse.Namespace) -> int:
     client, backend, backend_name = _backend(args)
     try:
         with stdout_to_stderr():
-            server = create_server(args.index_dir, args.config, warm=True, lock_wait=args.lock_wait,
-                                   commit_delay=args.commit_delay, auth_token=security and security.token,
-                                   backend=backend, backend_name=backend_name,
-                                   wal_records=getattr(args, "wal_records", None))
+            server = create_server(
+                args.index_dir,
+                args.config,
+                warm=True,
+                lock_wait=args.lock_wait,
+                commit_delay=args.commit_delay,
+                auth_token=security and security.token,
+                backend=backend,
+                backend_name=backend_name,
+                wal_records=getattr(args, "wal_records", None),
+            )
         index = server.service.index
-        logger.info("serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs", args.index_dir,
-                    index.n_chunks, index.manifest.generation, backend_name, args.transport,
-                    time.perf_counter() - started)
+        logger.info(
+            "serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs",
+            args.index_dir,
+            index.n_chunks,
+            index.manifest.generation,
+            backend_name,
+            args.transport,
+            time.perf_counter() - started,
+        )
         if security is None:
             server.run("stdio")
         else:
             from hybridlab.server.http_auth import transport_security_settings
 
             logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
-            server.run("streamable-http", host=args.host, port=args.port,
-                       max_request_body_size=security.max_request_bytes,
-                       transport_security=transport_security_settings(security))
+            server.run(
+                "streamable-http",
+                host=args.host,
+                port=args.port,
+                max_request_body_size=security.max_request_bytes,
+                transport_security=transport_security_settings(security),
+            )
     finally:
         if client is not None:
             client.close()

@@ -2,6 +2,7 @@
 as an assistant would use it. Per haystack, an empty index; every turn stored with `store_memory` (its text as content, the speaker
 as tag, the session date as `created_at`, the turn before it as `context`), every question asked
 with the `search` tool (the server's defaults; `HYBRIDLAB_NOW` set to the question's date)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,14 @@ from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, _ses
 MCP_LIMIT = 50  # results per search (the tool allows up to 100)
 
 
-def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str | Path, *,
-               config: str | None = None, progress: bool = True) -> BenchResult:
+def run_served(
+    haystacks: Sequence[Haystack],
+    settings: BenchSettings,
+    work: str | Path,
+    *,
+    config: str | None = None,
+    progress: bool = True,
+) -> BenchResult:
     """The hybrid system's rankings, through the MCP tools of a server per haystack."""
     from tqdm.auto import tqdm
 
@@ -46,21 +53,45 @@ def run_served(haystacks: Sequence[Haystack], settings: BenchSettings, work: str
             service.writer.close()
             service.index.close()
     session_of, session_turns = _sessions(haystacks)
-    return BenchResult(BenchSettings(settings.granularity, ("hybrid",), settings.depth, settings.options,
-                                     settings.index_config, settings.context, settings.scoring),
-                       {"hybrid": rankings}, questions, session_of, session_turns, seconds)
+    return BenchResult(
+        BenchSettings(
+            settings.granularity,
+            ("hybrid",),
+            settings.depth,
+            settings.options,
+            settings.index_config,
+            settings.context,
+            settings.scoring,
+        ),
+        {"hybrid": rankings},
+        questions,
+        session_of,
+        session_turns,
+        seconds,
+    )
 
 
-async def _serve(server: Any, haystack: Haystack, settings: BenchSettings, rankings: dict[str, list[str]],
-                 questions: dict[str, Any], seconds: dict[str, float]) -> None:
+async def _serve(
+    server: Any,
+    haystack: Haystack,
+    settings: BenchSettings,
+    rankings: dict[str, list[str]],
+    questions: dict[str, Any],
+    seconds: dict[str, float],
+) -> None:
     from mcp import Client
 
     async with Client(server) as client:
         started = time.perf_counter()
         ids: dict[str, str] = {}  # the server's memory id -> the benchmark's id
         for memory in haystack.memories(settings.granularity, settings.context):
-            arguments = {"content": memory["content"], "tags": memory["tags"], "memory_type": memory["memory_type"],
-                         "allow_duplicate": True, "near_threshold": None}
+            arguments = {
+                "content": memory["content"],
+                "tags": memory["tags"],
+                "memory_type": memory["memory_type"],
+                "allow_duplicate": True,
+                "near_threshold": None,
+            }
             if memory.get("created_at"):
                 arguments["created_at"] = memory["created_at"]
             if memory["metadata"].get("context"):
@@ -76,7 +107,9 @@ async def _serve(server: Any, haystack: Haystack, settings: BenchSettings, ranki
             if now is not None:
                 os.environ["HYBRIDLAB_NOW"] = now.isoformat()
             started = time.perf_counter()
-            result = await client.call_tool("search", {"query": question.text, "limit": min(settings.depth, MCP_LIMIT)})
+            result = await client.call_tool(
+                "search", {"query": question.text, "limit": min(settings.depth, MCP_LIMIT)}
+            )
             seconds["hybrid"] += time.perf_counter() - started
             if result.is_error:
                 raise RuntimeError(f"search failed for {question.question_id}: {result.content[0].text}")

@@ -1,4 +1,5 @@
 """A logging handler for command-line and server processes that log to standard error."""
+
 from __future__ import annotations
 
 import logging

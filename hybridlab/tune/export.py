@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#exported-configs (the gate and the document's fields).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,10 @@ MAX_P = 0.05  # significance level of the export gate, after Holm's correction
 DEFAULT_TEST = "randomization"
 #: Sets the shipped defaults were chosen on: their figures there are in sample, said next to them.
 DEFAULTS_FITTED_ON = {
-    "memories": ("the shipped defaults (tag_weight, decay, recency_weight, convex fusion) were themselves chosen "
-                 "on these memories queries (2026-11-22), so the defaults' figure here is in sample"),
+    "memories": (
+        "the shipped defaults (tag_weight, decay, recency_weight, convex fusion) were themselves chosen "
+        "on these memories queries (2026-11-22), so the defaults' figure here is in sample"
+    ),
 }
 
 
@@ -95,8 +98,9 @@ class Pinned:
     index: IndexConfig
 
 
-def pin(evaluator: Evaluator, name: str, trial: int | None, search: Mapping[str, Any],
-        index: IndexConfig) -> Pinned:
+def pin(
+    evaluator: Evaluator, name: str, trial: int | None, search: Mapping[str, Any], index: IndexConfig
+) -> Pinned:
     """`search` (its SearchConfig fields) and `index` pinned for the index they build."""
     n_chunks = evaluator.index(index).n_chunks
     search = {k: v for k, v in search.items() if k in SEARCH_FIELDS}
@@ -122,8 +126,9 @@ def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
         return set(record["tuned_on_queries"])
     name = record.get("tuned_on", "dev")
     if name == CROSS_VALIDATED:
-        raise ValueError("a cross-validated sweep is exported from its out-of-fold scores, which this "
-                         "record does not hold")
+        raise ValueError(
+            "a cross-validated sweep is exported from its out-of-fold scores, which this record does not hold"
+        )
     recorded = (record.get("queries") or {}).get(name)
     current = set(evaluator.dataset(name).queries)
     if recorded is None or recorded == len(current):
@@ -132,8 +137,10 @@ def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
         legacy = set(split_query_ids(evaluator.dataset("all").qrels, name))
         if len(legacy) == recorded:
             return legacy
-    raise ValueError(f"cannot tell which queries the sweep was tuned on: it records {recorded} {name!r} "
-                     f"queries, the {name!r} split has {len(current)} today")
+    raise ValueError(
+        f"cannot tell which queries the sweep was tuned on: it records {recorded} {name!r} "
+        f"queries, the {name!r} split has {len(current)} today"
+    )
 
 
 def out_of_sample_ids(record: Mapping[str, Any], evaluator: Evaluator) -> list[str]:
@@ -141,21 +148,25 @@ def out_of_sample_ids(record: Mapping[str, Any], evaluator: Evaluator) -> list[s
     split = evaluator.evalset.report_split
     ids = sorted(set(evaluator.dataset(split).queries) - tuned_on_ids(record, evaluator))
     if not ids:
-        raise ValueError(f"the sweep was tuned on every query of the report split {split!r}: nothing out of sample")
+        raise ValueError(
+            f"the sweep was tuned on every query of the report split {split!r}: nothing out of sample"
+        )
     return ids
 
 
 # ------------------------------------------------------------------ measuring
-def subset_run(evaluator: Evaluator, search: Mapping[str, Any], index: IndexConfig, split: str,
-               query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+def subset_run(
+    evaluator: Evaluator, search: Mapping[str, Any], index: IndexConfig, split: str, query_ids: Sequence[str]
+) -> dict[str, dict[str, float]]:
     """The run of these settings restricted to `query_ids` of `split` (a query without results maps
     to an empty ranking)."""
     run = evaluator.run(search, index, split)
     return {q: run.get(q, {}) for q in query_ids}
 
 
-def score_run(evaluator: Evaluator, run: Mapping[str, Mapping[str, float]], split: str,
-              metric: str) -> tuple[dict[str, float], dict[str, float]]:
+def score_run(
+    evaluator: Evaluator, run: Mapping[str, Mapping[str, float]], split: str, metric: str
+) -> tuple[dict[str, float], dict[str, float]]:
     """(per-query `metric`, mean of every metric) of a run over exactly its queries of `split`."""
     qrels = evaluator.dataset(split).qrels
     subset = {q: qrels[q] for q in run}
@@ -163,32 +174,51 @@ def score_run(evaluator: Evaluator, run: Mapping[str, Mapping[str, float]], spli
     return score_per_query(subset, dict(run), [metric])[metric], score(subset, dict(run), metrics)
 
 
-def measure_settings(evaluator: Evaluator, search: Mapping[str, Any], index: IndexConfig, split: str,
-                     query_ids: Sequence[str], metric: str) -> tuple[dict[str, float], dict[str, float]]:
+def measure_settings(
+    evaluator: Evaluator,
+    search: Mapping[str, Any],
+    index: IndexConfig,
+    split: str,
+    query_ids: Sequence[str],
+    metric: str,
+) -> tuple[dict[str, float], dict[str, float]]:
     """(per-query `metric`, mean of every metric) of settings over `query_ids` of `split`."""
     return score_run(evaluator, subset_run(evaluator, search, index, split, query_ids), split, metric)
 
 
-def measure(evaluator: Evaluator, pinned: Pinned, split: str, query_ids: Sequence[str],
-            metric: str) -> tuple[dict[str, float], dict[str, float]]:
+def measure(
+    evaluator: Evaluator, pinned: Pinned, split: str, query_ids: Sequence[str], metric: str
+) -> tuple[dict[str, float], dict[str, float]]:
     """(per-query `metric`, mean of every metric) of pinned settings over `query_ids` of `split`."""
     return measure_settings(evaluator, pinned.search, pinned.index, split, query_ids, metric)
 
 
-def out_of_fold_run(evaluator: Evaluator, folds: Sequence[Sequence[str]], configs: Sequence[Mapping[str, Any]],
-                    split: str = CROSS_VALIDATED) -> dict[str, dict[str, float]]:
+def out_of_fold_run(
+    evaluator: Evaluator,
+    folds: Sequence[Sequence[str]],
+    configs: Sequence[Mapping[str, Any]],
+    split: str = CROSS_VALIDATED,
+) -> dict[str, dict[str, float]]:
     """Nested cross-validation's run: each fold's queries ranked by the config chosen for that fold
     (`configs[i]` = `{search, index}`, tuned without fold i's queries)."""
     if len(folds) != len(configs):
         raise ValueError(f"{len(folds)} folds but {len(configs)} fold configs")
     run: dict[str, dict[str, float]] = {}
     for fold, config in zip(folds, configs):
-        run.update(subset_run(evaluator, config["search"], IndexConfig.from_dict(config["index"]), split, fold))
+        run.update(
+            subset_run(evaluator, config["search"], IndexConfig.from_dict(config["index"]), split, fold)
+        )
     return run
 
 
-def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p: float = MAX_P,
-                  permutations: int = DEFAULT_PERMUTATIONS, evaluator: Evaluator | None = None) -> dict[str, Any]:
+def export_config(
+    run_dir: str | os.PathLike,
+    *,
+    test: str = DEFAULT_TEST,
+    max_p: float = MAX_P,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    evaluator: Evaluator | None = None,
+) -> dict[str, Any]:
     """The config document to serve from a finished sweep run: its winner when it beats the
     defaults out of sample and significantly, else the defaults with the verdict (docs/internals/tune-eval.md).
 
@@ -198,7 +228,9 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
     record = read_record(run_dir)
     evaluator = evaluator or Evaluator(record_evalset(record))
     if record.get("cross_validation"):
-        return export_cross_validated(run_dir, record, evaluator, test=test, max_p=max_p, permutations=permutations)
+        return export_cross_validated(
+            run_dir, record, evaluator, test=test, max_p=max_p, permutations=permutations
+        )
     evalset = evaluator.evalset
     metric, split = record["metric"], evalset.report_split
     query_ids = out_of_sample_ids(record, evaluator)
@@ -206,63 +238,123 @@ def export_config(run_dir: str | os.PathLike, *, test: str = DEFAULT_TEST, max_p
     best = record["best"]
     defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
     listed = record.get("candidates") or [best]
-    candidates = [pin(evaluator, f"trial {c.get('trial')}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
-                  for c in listed]
+    candidates = [
+        pin(
+            evaluator,
+            f"trial {c.get('trial')}",
+            c.get("trial"),
+            c["search"],
+            IndexConfig.from_dict(c["index"]),
+        )
+        for c in listed
+    ]
 
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
     measured = [measure(evaluator, c, split, query_ids, metric) for c in candidates]
-    tests = [paired_test(per_query, defaults_per_query, test, **_test_options(test, permutations))
-             for per_query, _ in measured]
+    tests = [
+        paired_test(per_query, defaults_per_query, test, **_test_options(test, permutations))
+        for per_query, _ in measured
+    ]
     adjusted = holm([t.p_value for t in tests])
-    rows = [{"name": c.name, "trial": c.trial, "test_metrics": metrics, **t.to_dict(), "p_holm": p,
-             "significant": p < max_p and t.difference > 0}
-            for c, (_, metrics), t, p in zip(candidates, measured, tests, adjusted)]
+    rows = [
+        {
+            "name": c.name,
+            "trial": c.trial,
+            "test_metrics": metrics,
+            **t.to_dict(),
+            "p_holm": p,
+            "significant": p < max_p and t.difference > 0,
+        }
+        for c, (_, metrics), t, p in zip(candidates, measured, tests, adjusted)
+    ]
     winners = [i for i, row in enumerate(rows) if row["significant"]]
     chosen = max(winners, key=lambda i: rows[i]["mean_a"]) if winners else None
     exported = candidates[chosen] if chosen is not None else defaults
     exported_metrics = measured[chosen][1] if chosen is not None else defaults_metrics
     top = rows[chosen] if chosen is not None else max(rows, key=lambda r: r["mean_a"])
     split_size = len(evaluator.dataset(split).queries)
-    scope = (f"{len(query_ids)} out-of-sample queries of the report split {split!r}"
-             + (f" ({split_size - len(query_ids)} the sweep tuned on left out)" if len(query_ids) < split_size else ""))
+    scope = f"{len(query_ids)} out-of-sample queries of the report split {split!r}" + (
+        f" ({split_size - len(query_ids)} the sweep tuned on left out)" if len(query_ids) < split_size else ""
+    )
     correction = f"Holm over {len(rows)} candidates" if len(rows) > 1 else "1 candidate"
     outcome = "exported the tuned config" if chosen is not None else "kept the defaults"
-    verdict = (f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
-               f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
-               f"({describe_test(test)} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
-               f"threshold {max_p})")
-    return _document(run_dir, record, evaluator, exported, chosen is not None, split, query_ids,
-                     record.get("tuned_on", "dev"), exported_metrics, defaults_metrics, verdict, rows,
-                     {"test": test, "max_p": max_p, "correction": "holm", "permutations": permutations})
+    verdict = (
+        f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
+        f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
+        f"({describe_test(test)} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
+        f"threshold {max_p})"
+    )
+    return _document(
+        run_dir,
+        record,
+        evaluator,
+        exported,
+        chosen is not None,
+        split,
+        query_ids,
+        record.get("tuned_on", "dev"),
+        exported_metrics,
+        defaults_metrics,
+        verdict,
+        rows,
+        {"test": test, "max_p": max_p, "correction": "holm", "permutations": permutations},
+    )
 
 
-def _document(run_dir: Path, record: Mapping[str, Any], evaluator: Evaluator, exported: Pinned, beats: bool,
-              split: str, query_ids: Sequence[str], tuned_on: str, exported_metrics: Mapping[str, float],
-              defaults_metrics: Mapping[str, float], verdict: str, candidates: list[dict[str, Any]],
-              significance: Mapping[str, Any], scope: str | None = None,
-              cross_validation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def _document(
+    run_dir: Path,
+    record: Mapping[str, Any],
+    evaluator: Evaluator,
+    exported: Pinned,
+    beats: bool,
+    split: str,
+    query_ids: Sequence[str],
+    tuned_on: str,
+    exported_metrics: Mapping[str, float],
+    defaults_metrics: Mapping[str, float],
+    verdict: str,
+    candidates: list[dict[str, Any]],
+    significance: Mapping[str, Any],
+    scope: str | None = None,
+    cross_validation: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The exported config document: `exported`'s settings and the provenance of the verdict."""
     metric, best = record["metric"], record["best"]
     return {
         "search": exported.search,
         "index": exported.index.to_dict(),
         "provenance": {
-            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"), "now": evaluator.evalset.now,
-            "split": split, "query_ids": list(query_ids), "queries": len(query_ids),
-            "tuned_on": tuned_on, "metric": metric,
-            "exported": "tuned" if beats else "defaults", "trial": exported.trial,
-            "test_metrics": exported_metrics, "test_value": exported_metrics[metric],
+            "dataset": record["dataset"],
+            "dataset_path": record.get("dataset_path"),
+            "now": evaluator.evalset.now,
+            "split": split,
+            "query_ids": list(query_ids),
+            "queries": len(query_ids),
+            "tuned_on": tuned_on,
+            "metric": metric,
+            "exported": "tuned" if beats else "defaults",
+            "trial": exported.trial,
+            "test_metrics": exported_metrics,
+            "test_value": exported_metrics[metric],
             **({"test_metrics_scope": scope} if scope else {}),
             "defaults_test_metrics": defaults_metrics,
-            "beats_defaults": beats, "verdict": verdict,
+            "beats_defaults": beats,
+            "verdict": verdict,
             "significance": {**significance, "seed": DEFAULT_SEED},
             "candidates": candidates,
             **({"cross_validation": cross_validation} if cross_validation else {}),
-            "sweep": {"run": run_dir.name, "study": record.get("study"), "best_trial": best["trial"],
-                      "dev_value": best.get("dev_value"), "test_metrics": best.get("test_metrics"),
-                      "verdict": record.get("verdict")},
+            "sweep": {
+                "run": run_dir.name,
+                "study": record.get("study"),
+                "best_trial": best["trial"],
+                "dev_value": best.get("dev_value"),
+                "test_metrics": best.get("test_metrics"),
+                "verdict": record.get("verdict"),
+            },
             "eval_limit": record.get("eval_limit", EVAL_LIMIT),
-            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
+            "package_version": package_version(),
+            "git_commit": git_commit(),
+            "date": _now_utc(),
         },
     }
 
@@ -270,8 +362,10 @@ def _document(run_dir: Path, record: Mapping[str, Any], evaluator: Evaluator, ex
 def defaults_index(record: Mapping[str, Any]) -> IndexConfig:
     """The index config the record's defaults ran on (the sweep's base index)."""
     best = record["best"]
-    return IndexConfig.from_dict((record.get("defaults") or {}).get("index")
-                                 or {"models": best["index"].get("models", IndexConfig().models)})
+    return IndexConfig.from_dict(
+        (record.get("defaults") or {}).get("index")
+        or {"models": best["index"].get("models", IndexConfig().models)}
+    )
 
 
 def _test_options(test: str, permutations: int) -> dict[str, int]:
@@ -283,9 +377,15 @@ def describe_test(test: str) -> str:
     return test if test.endswith("test") else f"{test} test"
 
 
-def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: Evaluator, *,
-                           test: str = DEFAULT_TEST, max_p: float = MAX_P,
-                           permutations: int = DEFAULT_PERMUTATIONS) -> dict[str, Any]:
+def export_cross_validated(
+    run_dir: Path,
+    record: Mapping[str, Any],
+    evaluator: Evaluator,
+    *,
+    test: str = DEFAULT_TEST,
+    max_p: float = MAX_P,
+    permutations: int = DEFAULT_PERMUTATIONS,
+) -> dict[str, Any]:
     """The config to serve from a cross-validated sweep (memories, holoviz). Nested k-fold CV scores
     the tuning *procedure* out of sample: each fold's queries ranked by the config tuned without
     them. The fold configs and the defaults are re-run now, and compared per query with a paired
@@ -299,13 +399,18 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
     query_ids = sorted(evaluator.dataset(split).queries)
     folds = [list(fold) for fold in cv["folds"]]
     if sorted(q for fold in folds for q in fold) != query_ids:
-        raise ValueError(f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
-                         f"{record['dataset']}: re-run the sweep")
+        raise ValueError(
+            f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
+            f"{record['dataset']}: re-run the sweep"
+        )
 
-    fold_configs = [pin(evaluator, f"fold {i + 1}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
-                    for i, c in enumerate(cv["configs"])]
-    run = out_of_fold_run(evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs],
-                          split)
+    fold_configs = [
+        pin(evaluator, f"fold {i + 1}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
+        for i, c in enumerate(cv["configs"])
+    ]
+    run = out_of_fold_run(
+        evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs], split
+    )
     tuned_per_query, tuned_metrics = score_run(evaluator, run, split, metric)
     defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
@@ -315,31 +420,71 @@ def export_cross_validated(run_dir: Path, record: Mapping[str, Any], evaluator: 
     defaults_ci = mean_ci([defaults_per_query[q] for q in query_ids])
 
     best = record["best"]
-    final = pin(evaluator, f"trial {best['trial']}", best["trial"], best["search"], IndexConfig.from_dict(best["index"]))
+    final = pin(
+        evaluator,
+        f"trial {best['trial']}",
+        best["trial"],
+        best["search"],
+        IndexConfig.from_dict(best["index"]),
+    )
     exported = final if significant else defaults
-    exported_metrics = measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
+    exported_metrics = (
+        measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
+    )
     k = len(folds)
-    scope = (f"nested {k}-fold cross-validation over {len(query_ids)} queries ({cv.get('trials_per_fold')} trials "
-             f"per fold): out-of-fold {metric} {tuned_ci.mean:.4f} [{tuned_ci.low:.4f}, {tuned_ci.high:.4f}] vs "
-             f"defaults {defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
-             f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {max_p})")
-    verdict = (f"exported the config tuned on all queries (trial {best['trial']}): the tuning procedure beats the "
-               f"defaults in {scope}" if significant else
-               f"kept the defaults: the tuning procedure does not significantly beat the defaults in {scope}")
+    scope = (
+        f"nested {k}-fold cross-validation over {len(query_ids)} queries ({cv.get('trials_per_fold')} trials "
+        f"per fold): out-of-fold {metric} {tuned_ci.mean:.4f} [{tuned_ci.low:.4f}, {tuned_ci.high:.4f}] vs "
+        f"defaults {defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
+        f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {max_p})"
+    )
+    verdict = (
+        f"exported the config tuned on all queries (trial {best['trial']}): the tuning procedure beats the "
+        f"defaults in {scope}"
+        if significant
+        else f"kept the defaults: the tuning procedure does not significantly beat the defaults in {scope}"
+    )
     if record["dataset"] in DEFAULTS_FITTED_ON:
         verdict += f"; {DEFAULTS_FITTED_ON[record['dataset']]}"
-    row = {"name": f"nested {k}-fold CV", "trial": best["trial"], "test_metrics": tuned_metrics, **outcome.to_dict(),
-           "p_holm": outcome.p_value, "significant": significant}
-    scope = ("in sample (the exported config was tuned on these queries; its out-of-sample estimate is "
-             "cross_validation.tuned)" if significant else "the defaults on every query (untuned by this sweep)")
-    return _document(run_dir, record, evaluator, exported, significant, split, query_ids, CROSS_VALIDATED,
-                     exported_metrics, defaults_metrics, verdict, [row],
-                     {"test": test, "max_p": max_p, "correction": "none (one comparison)", "permutations": permutations},
-                     scope, {"k": k, "trials_per_fold": cv.get("trials_per_fold"), "folds": folds,
-                             "fold_trials": [c.trial for c in fold_configs],
-                             "tuned": {"metrics": tuned_metrics, **tuned_ci.to_dict()},
-                             "defaults": {"metrics": defaults_metrics, **defaults_ci.to_dict()},
-                             "test": outcome.to_dict()})
+    row = {
+        "name": f"nested {k}-fold CV",
+        "trial": best["trial"],
+        "test_metrics": tuned_metrics,
+        **outcome.to_dict(),
+        "p_holm": outcome.p_value,
+        "significant": significant,
+    }
+    scope = (
+        "in sample (the exported config was tuned on these queries; its out-of-sample estimate is "
+        "cross_validation.tuned)"
+        if significant
+        else "the defaults on every query (untuned by this sweep)"
+    )
+    return _document(
+        run_dir,
+        record,
+        evaluator,
+        exported,
+        significant,
+        split,
+        query_ids,
+        CROSS_VALIDATED,
+        exported_metrics,
+        defaults_metrics,
+        verdict,
+        [row],
+        {"test": test, "max_p": max_p, "correction": "none (one comparison)", "permutations": permutations},
+        scope,
+        {
+            "k": k,
+            "trials_per_fold": cv.get("trials_per_fold"),
+            "folds": folds,
+            "fold_trials": [c.trial for c in fold_configs],
+            "tuned": {"metrics": tuned_metrics, **tuned_ci.to_dict()},
+            "defaults": {"metrics": defaults_metrics, **defaults_ci.to_dict()},
+            "test": outcome.to_dict(),
+        },
+    )
 
 
 def write_config(config: Mapping[str, Any], path: str | os.PathLike) -> Path:
@@ -351,7 +496,9 @@ def write_config(config: Mapping[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> list[tuple[str, float, float, bool]]:
+def repro(
+    config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE
+) -> list[tuple[str, float, float, bool]]:
     """Re-run the evaluation a config records: its dataset's split (only its `query_ids` when it
     lists them), its exact index and search settings (as arguments, so env variables cannot change
     them), its fixed `now`. Returns (metric, recorded, measured, ok) per recorded test metric."""
@@ -366,11 +513,15 @@ def repro(config: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE) -> li
         query_ids = provenance["query_ids"]
         run = evaluator.run(search, index, split)
         qrels = evaluator.dataset(split).qrels
-        measured = score({q: qrels[q] for q in query_ids}, {q: run.get(q, {}) for q in query_ids}, list(recorded))
+        measured = score(
+            {q: qrels[q] for q in query_ids}, {q: run.get(q, {}) for q in query_ids}, list(recorded)
+        )
     else:
         measured = evaluator.score(search, index, split, metrics=list(recorded))
-    return [(m, float(recorded[m]), measured[m], abs(measured[m] - float(recorded[m])) <= tolerance)
-            for m in recorded]
+    return [
+        (m, float(recorded[m]), measured[m], abs(measured[m] - float(recorded[m])) <= tolerance)
+        for m in recorded
+    ]
 
 
 def cli_export_config(args: argparse.Namespace) -> int:
@@ -384,8 +535,12 @@ def cli_export_config(args: argparse.Namespace) -> int:
 def cli_repro(args: argparse.Namespace) -> int:
     """`hybridlab repro CONFIG` (OK/FAIL per metric of an exported config) or `hybridlab repro --all`
     (every condition of the reproduction record); exit 1 on any FAIL."""
-    if (getattr(args, "all", False) or getattr(args, "cheap", False) or getattr(args, "names", None)
-            or getattr(args, "record", False)):
+    if (
+        getattr(args, "all", False)
+        or getattr(args, "cheap", False)
+        or getattr(args, "names", None)
+        or getattr(args, "record", False)
+    ):
         return cli_repro_all(args)
     if not args.config:
         raise ValueError("give a config file to reproduce, or --all for the reproduction record")
@@ -393,12 +548,16 @@ def cli_repro(args: argparse.Namespace) -> int:
     rows = repro(config, args.tolerance)
     provenance = config["provenance"]
     trial = provenance.get("trial")
-    print(f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
-          f"({provenance.get('queries', 'all')} queries; {'defaults' if trial is None else f'trial {trial}'}, "
-          f"commit {provenance.get('git_commit')})")
+    print(
+        f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
+        f"({provenance.get('queries', 'all')} queries; {'defaults' if trial is None else f'trial {trial}'}, "
+        f"commit {provenance.get('git_commit')})"
+    )
     for metric, recorded, measured, ok in rows:
-        print(f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
-              f"(Δ {measured - recorded:+.4f}, tolerance ±{args.tolerance})")
+        print(
+            f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
+            f"(Δ {measured - recorded:+.4f}, tolerance ±{args.tolerance})"
+        )
     failed = sum(not ok for *_, ok in rows)
     print("all metrics reproduced" if not failed else f"{failed} metric(s) FAILED")
     return 1 if failed else 0

@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#parameter-grids (commands, outputs, `--cv`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,12 @@ def parse_values(param: str, text: str) -> list[Any]:
     if field is None:
         choices = sorted(set(SEARCH_FIELDS) | set(CHUNK_FIELDS) | set(BM25_FIELDS))
         raise ValueError(f"unknown parameter {param!r}; choose from {choices}")
-    parsers: dict[type, Any] = {bool: lambda item: item.lower() in {"1", "true", "yes", "on"}, int: int, float: float,
-                                tuple: lambda item: tuple(int(level) for level in item.split("+"))}  # header_levels: 1+2+3
+    parsers: dict[type, Any] = {
+        bool: lambda item: item.lower() in {"1", "true", "yes", "on"},
+        int: int,
+        float: float,
+        tuple: lambda item: tuple(int(level) for level in item.split("+")),
+    }  # header_levels: 1+2+3
     parse = parsers.get(type(field.default), lambda item: None if item.lower() == "none" else item)
     return [parse(item) for item in items]
 
@@ -69,13 +74,27 @@ def cross_validated_choice(per_query: dict[str, dict[str, float]], k: int) -> di
 
     result = nested_cv(list(baseline), tune, lambda v, fold: {q: per_query[v][q] for q in fold}, k=k)
     test = paired_test(result.per_query, baseline)
-    return {"k": k, "chosen": result.configs, "mean": result.mean, "low": result.interval.low,
-            "high": result.interval.high, "baseline_value": values[0],
-            "baseline_mean": sum(baseline.values()) / len(baseline), "p_value": test.p_value}
+    return {
+        "k": k,
+        "chosen": result.configs,
+        "mean": result.mean,
+        "low": result.interval.low,
+        "high": result.interval.high,
+        "baseline_value": values[0],
+        "baseline_mean": sum(baseline.values()) / len(baseline),
+        "p_value": test.p_value,
+    }
 
 
-def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = False, cv: int = 0,
-                  metric: str = "ndcg@10", models: tuple[str, ...] = ()) -> dict[str, Any]:
+def sweep_dataset(
+    name: str,
+    param: str,
+    values: list[Any],
+    progress: bool = False,
+    cv: int = 0,
+    metric: str = "ndcg@10",
+    models: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """`{fusion: {value: {split: {metric: mean}}}}` for one dataset, plus timings; with `cv` the
     default hybrid too and the cross-validated choice of its value (:func:`cross_validated_choice`)."""
     fusions = {DEFAULT_SYSTEM: {}, **FUSION_SYSTEMS} if cv else FUSION_SYSTEMS
@@ -96,12 +115,20 @@ def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = Fal
                 default_per_query[json.dumps(value)] = score_per_query(dataset.qrels, run, [metric])[metric]
             cell = {}
             for split in SPLITS:
-                qrels = dataset.qrels if split == "all" else {q: r for q, r in dataset.qrels.items() if q in split_ids[split]}
+                qrels = (
+                    dataset.qrels
+                    if split == "all"
+                    else {q: r for q, r in dataset.qrels.items() if q in split_ids[split]}
+                )
                 cell[split] = score(qrels, run) if qrels else {}
             grid[fusion][json.dumps(value)] = cell
         print(f"{name} {param}={value}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    result = {"dataset": name, "queries": len(dataset.queries), "grid": grid,
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = {
+        "dataset": name,
+        "queries": len(dataset.queries),
+        "grid": grid,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     if cv:
         result["cross_validated"] = {"metric": metric, **cross_validated_choice(default_per_query, cv)}
     return result
@@ -109,20 +136,35 @@ def sweep_dataset(name: str, param: str, values: list[Any], progress: bool = Fal
 
 def best_cells(result: dict[str, Any], metric: str, split: str) -> tuple[str, str, float]:
     """(fusion, value, score) of the best cell."""
-    cells = [(fusion, value, metrics[split].get(metric, float("nan")))
-             for fusion, by_value in result["grid"].items() for value, metrics in by_value.items()]
+    cells = [
+        (fusion, value, metrics[split].get(metric, float("nan")))
+        for fusion, by_value in result["grid"].items()
+        for value, metrics in by_value.items()
+    ]
     return max(cells, key=lambda cell: cell[2])
 
 
-def render_markdown(results: list[dict[str, Any]], param: str, values: list[Any], metric: str, command: str) -> str:
-    lines = [f"# Sweep of `{param}` — {metric}", "",
-             (f"Command: `{command}`. Cells: {metric} on all judged queries (dev / test split in brackets; "
-             "the split is by sha1 of the query id). Other settings are the defaults; "
-             "`sweep.json` has every metric."), ""]
+def render_markdown(
+    results: list[dict[str, Any]], param: str, values: list[Any], metric: str, command: str
+) -> str:
+    lines = [
+        f"# Sweep of `{param}` — {metric}",
+        "",
+        (
+            f"Command: `{command}`. Cells: {metric} on all judged queries (dev / test split in brackets; "
+            "the split is by sha1 of the query id). Other settings are the defaults; "
+            "`sweep.json` has every metric."
+        ),
+        "",
+    ]
     for result in results:
         fusion_names = list(result["grid"])
-        lines += [f"## {result['dataset']} ({result['queries']} queries, {result['seconds']:.0f} s)", "",
-                  f"| {param} | " + " | ".join(fusion_names) + " |", "|---|" + "---|" * len(fusion_names)]
+        lines += [
+            f"## {result['dataset']} ({result['queries']} queries, {result['seconds']:.0f} s)",
+            "",
+            f"| {param} | " + " | ".join(fusion_names) + " |",
+            "|---|" + "---|" * len(fusion_names),
+        ]
         for value in values:
             key = json.dumps(value)
             cells = []
@@ -133,15 +175,26 @@ def render_markdown(results: list[dict[str, Any]], param: str, values: list[Any]
                 cells.append(f"{cell['all'][metric]:.4f}{split_text}")
             lines.append(f"| {value} | " + " | ".join(cells) + " |")
         fusion, value, best = best_cells(result, metric, "dev")
-        lines += ["", (f"Best on dev: {fusion} at {param} = {value} ({metric} {best:.4f} on dev, "
-                      f"{result['grid'][fusion][value]['test'].get(metric, float('nan')):.4f} on test)."), ""]
+        lines += [
+            "",
+            (
+                f"Best on dev: {fusion} at {param} = {value} ({metric} {best:.4f} on dev, "
+                f"{result['grid'][fusion][value]['test'].get(metric, float('nan')):.4f} on test)."
+            ),
+            "",
+        ]
         chosen = result.get("cross_validated")
         if chosen:
-            lines += [(f"Cross-validated choice for the default hybrid ({chosen['k']} folds, {chosen['metric']}): "
-                       f"the folds chose {param} = {', '.join(chosen['chosen'])}; out of fold **{chosen['mean']:.4f}** "
-                       f"[{chosen['low']:.4f}, {chosen['high']:.4f}] against {chosen['baseline_mean']:.4f} at "
-                       f"{param} = {chosen['baseline_value']} on the same queries (paired randomisation p "
-                       f"{chosen['p_value']:.2f})."), ""]
+            lines += [
+                (
+                    f"Cross-validated choice for the default hybrid ({chosen['k']} folds, {chosen['metric']}): "
+                    f"the folds chose {param} = {', '.join(chosen['chosen'])}; out of fold **{chosen['mean']:.4f}** "
+                    f"[{chosen['low']:.4f}, {chosen['high']:.4f}] against {chosen['baseline_mean']:.4f} at "
+                    f"{param} = {chosen['baseline_value']} on the same queries (paired randomisation p "
+                    f"{chosen['p_value']:.2f})."
+                ),
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -173,21 +226,38 @@ def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: s
 
 def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
     """The grid's options (`python -m hybridlab.tune.grid` and `hybridlab grid`)."""
-    parser.add_argument("--dataset", default="all", help=f"evaluation sets, comma-separated, or 'all' ({', '.join(DATASETS)})")
+    parser.add_argument(
+        "--dataset", default="all", help=f"evaluation sets, comma-separated, or 'all' ({', '.join(DATASETS)})"
+    )
     parser.add_argument("--param", default="alpha", help="a SearchConfig, ChunkConfig or Bm25Config field")
     parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
     parser.add_argument("--metric", default="ndcg@10", choices=list(METRICS))
     parser.add_argument("--out", help="output folder (default reports/sweeps/<param>-<date>)")
-    parser.add_argument("--cv", type=int, default=0,
-                        help="also choose the default hybrid's value by K-fold cross-validation (0 = no)")
-    parser.add_argument("--json", action="store_true",
-                        help="with --cv: print the first set's cross-validated choice as {queries, metrics} JSON "
-                             "(what a reproduction-record condition reads)")
+    parser.add_argument(
+        "--cv",
+        type=int,
+        default=0,
+        help="also choose the default hybrid's value by K-fold cross-validation (0 = no)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="with --cv: print the first set's cross-validated choice as {queries, metrics} JSON "
+        "(what a reproduction-record condition reads)",
+    )
     parser.add_argument("--progress", action="store_true")
-    parser.add_argument("--evalsets", metavar="PATH", help="a TOML file declaring evaluation sets, besides the "
-                        "packaged ones (env HYBRIDLAB_EVALSETS)")
-    parser.add_argument("--model", action="append", dest="models", metavar="NAME",
-                        help="embedding model of the indexes (repeatable; default all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--evalsets",
+        metavar="PATH",
+        help="a TOML file declaring evaluation sets, besides the packaged ones (env HYBRIDLAB_EVALSETS)",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="NAME",
+        help="embedding model of the indexes (repeatable; default all-MiniLM-L6-v2)",
+    )
 
 
 def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -202,18 +272,33 @@ def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     else:
         raise ValueError(f"--values is required for --param {args.param}")
     use_evalsets(args.evalsets)
-    names = list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
+    names = (
+        list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
+    )
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
-    results = [sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric, tuple(args.models or ()))
-               for name in names]
+    results = [
+        sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric, tuple(args.models or ()))
+        for name in names
+    ]
     out.mkdir(parents=True, exist_ok=True)
     command = "hybridlab grid " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "sweep.md").write_text(render_markdown(results, args.param, values, args.metric, command.strip()),
-                                  encoding="utf-8")
-    (out / "sweep.json").write_text(json.dumps({"param": args.param, "values": values, "date": date,
-                                                "command": command.strip(), "results": results}, indent=1),
-                                    encoding="utf-8")
+    (out / "sweep.md").write_text(
+        render_markdown(results, args.param, values, args.metric, command.strip()), encoding="utf-8"
+    )
+    (out / "sweep.json").write_text(
+        json.dumps(
+            {
+                "param": args.param,
+                "values": values,
+                "date": date,
+                "command": command.strip(),
+                "results": results,
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     plot(results, args.param, values, args.metric, out / "sweep.png")
     if args.json:
         print(json.dumps(cross_validated_metrics(results[0]), indent=2))
@@ -237,10 +322,16 @@ def cross_validated_metrics(result: dict[str, Any]) -> dict[str, Any]:
     """A set's cross-validated choice as `{"queries", "metrics"}`: the out-of-fold mean of the metric
     with its interval, the first value's mean on the same queries and the paired test's p."""
     chosen, metric = result["cross_validated"], result["cross_validated"]["metric"]
-    return {"queries": result["queries"], "metrics": {
-        metric: round(chosen["mean"], 4), f"{metric}_low": round(chosen["low"], 4),
-        f"{metric}_high": round(chosen["high"], 4), f"baseline_{metric}": round(chosen["baseline_mean"], 4),
-        "p_value": round(chosen["p_value"], 4)}}
+    return {
+        "queries": result["queries"],
+        "metrics": {
+            metric: round(chosen["mean"], 4),
+            f"{metric}_low": round(chosen["low"], 4),
+            f"{metric}_high": round(chosen["high"], 4),
+            f"baseline_{metric}": round(chosen["baseline_mean"], 4),
+            "p_value": round(chosen["p_value"], 4),
+        },
+    }
 
 
 if __name__ == "__main__":

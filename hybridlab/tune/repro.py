@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#reproduction-record (the file's fields and placeholders).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
 DEFAULT_CONDITIONS = REPO_ROOT / "repro" / "conditions.yaml"
 DEFAULT_TOLERANCE = 0.0005
 #: the uncommitted files a condition may need: name -> how to get it (its path: env HYBRIDLAB_<NAME>)
-NEEDS = {"locomo": "LoCoMo's data/locomo10.json (github.com/snap-research/LoCoMo, commit 3eb6f2c; CC BY-NC 4.0, "
-                   "never committed here)"}
+NEEDS = {
+    "locomo": "LoCoMo's data/locomo10.json (github.com/snap-research/LoCoMo, commit 3eb6f2c; CC BY-NC 4.0, "
+    "never committed here)"
+}
 REQUIRED = ("name", "dataset", "split", "command", "metrics")
 
 
@@ -83,7 +86,9 @@ def missing_need(condition: Condition, env: Mapping[str, str] | None = None) -> 
         variable = f"HYBRIDLAB_{name.upper()}"
         path = env.get(variable)
         if not path or not Path(path).is_file():
-            return f"needs {NEEDS[name]}: set {variable}=/path/to/it" + (f" ({path} is not a file)" if path else "")
+            return f"needs {NEEDS[name]}: set {variable}=/path/to/it" + (
+                f" ({path} is not a file)" if path else ""
+            )
     return None
 
 
@@ -109,14 +114,22 @@ def load_conditions(path: str | os.PathLike = DEFAULT_CONDITIONS) -> list[Condit
         if name in seen:
             raise ValueError(f"{path}: condition {name!r} appears twice")
         seen.add(name)
-        conditions.append(Condition(**{**entry, "metrics": {k: float(v) for k, v in entry["metrics"].items()},
-                                       "index": dict(entry.get("index") or {}),
-                                       "needs": tuple(entry.get("needs") or ())}))
+        conditions.append(
+            Condition(
+                **{
+                    **entry,
+                    "metrics": {k: float(v) for k, v in entry["metrics"].items()},
+                    "index": dict(entry.get("index") or {}),
+                    "needs": tuple(entry.get("needs") or ()),
+                }
+            )
+        )
     return conditions
 
 
-def select(conditions: Sequence[Condition], *, cheap: bool = False,
-           names: Sequence[str] | None = None) -> list[Condition]:
+def select(
+    conditions: Sequence[Condition], *, cheap: bool = False, names: Sequence[str] | None = None
+) -> list[Condition]:
     """The cheap ones and/or the named ones (ValueError for an unknown name, listing the choices)."""
     if names:
         known = {c.name for c in conditions}
@@ -136,8 +149,9 @@ def command_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**{k: v for k, v in env.items() if k not in drop}, **offline_environment()}
 
 
-def expand(condition: Condition, index_dir: Path | None, tmp_dir: Path | None = None,
-           command: str | None = None) -> list[str]:
+def expand(
+    condition: Condition, index_dir: Path | None, tmp_dir: Path | None = None, command: str | None = None
+) -> list[str]:
     """The condition's command (or one of its steps) as argv: placeholders filled, `hybridlab` run by
     this interpreter."""
     values = {"data": str(data_dir())}
@@ -169,16 +183,22 @@ def _ensure_waiting(condition: Condition, progress: bool, timeout: float, poll_s
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return ensure_index(get_evalset(condition.dataset), IndexConfig.from_dict(condition.index),
-                                progress=progress)
+            return ensure_index(
+                get_evalset(condition.dataset), IndexConfig.from_dict(condition.index), progress=progress
+            )
         except (IndexLockedError, StoreLockedError):  # the index, or the embeddings cache, is being written
             if time.monotonic() > deadline:
                 raise
             time.sleep(poll_s)
 
 
-def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *, progress: bool = False,
-                  timeout: float = 3600.0) -> Outcome:
+def run_condition(
+    condition: Condition,
+    tolerance: float = DEFAULT_TOLERANCE,
+    *,
+    progress: bool = False,
+    timeout: float = 3600.0,
+) -> Outcome:
     """Build (or reuse) the index, run the command, compare the metrics it prints as JSON."""
     started = time.perf_counter()
     absent = missing_need(condition)
@@ -188,14 +208,22 @@ def run_condition(condition: Condition, tolerance: float = DEFAULT_TOLERANCE, *,
         return _run_condition(condition, tolerance, progress, timeout, Path(tmp), started)
 
 
-def _run_condition(condition: Condition, tolerance: float, progress: bool, timeout: float, tmp_dir: Path,
-                   started: float) -> Outcome:
+def _run_condition(
+    condition: Condition, tolerance: float, progress: bool, timeout: float, tmp_dir: Path, started: float
+) -> Outcome:
     def failed(message: str) -> Outcome:
         return Outcome(condition, [], None, time.perf_counter() - started, message)
 
     def run(argv: Sequence[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, cwd=REPO_ROOT, env=command_environment(), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            argv,
+            cwd=REPO_ROOT,
+            env=command_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def last_line(done: subprocess.CompletedProcess) -> str:
         return (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -215,7 +243,9 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     is_eval = last[:2] == ["hybridlab", "eval"] and "--run" not in last
     first_run = tmp_dir / "first.trec"
 
-    def saving(run_file: Path) -> list[str]:  # an eval logs at INFO (which encoders it loads) and saves its run
+    def saving(
+        run_file: Path,
+    ) -> list[str]:  # an eval logs at INFO (which encoders it loads) and saves its run
         return [*argv[:3], "-v", *argv[3:], "--save-run", str(run_file)] if is_eval else argv
 
     done = run(saving(first_run))  # the run is kept only if the condition fails
@@ -225,8 +255,10 @@ def _run_condition(condition: Condition, tolerance: float, progress: bool, timeo
     if printed is None:
         return failed("the command printed no JSON metrics (does it pass --json?)")
     measured = printed["metrics"]
-    rows = [(m, expected, measured.get(m), m in measured and abs(measured[m] - expected) <= tolerance)
-            for m, expected in condition.metrics.items()]
+    rows = [
+        (m, expected, measured.get(m), m in measured and abs(measured[m] - expected) <= tolerance)
+        for m, expected in condition.metrics.items()
+    ]
     queries = printed.get("queries")
     if condition.queries is not None and queries != condition.queries:
         rows.append(("queries", float(condition.queries), None if queries is None else float(queries), False))
@@ -248,20 +280,30 @@ def failure_folder(condition: Condition) -> Path:
     return folder
 
 
-def _keep_evidence(folder: Path, argv: Sequence[str], index_dir: Path | None,
-                   attempts: Sequence[subprocess.CompletedProcess]) -> None:
+def _keep_evidence(
+    folder: Path, argv: Sequence[str], index_dir: Path | None, attempts: Sequence[subprocess.CompletedProcess]
+) -> None:
     """The command, both attempts' output (an eval's at INFO level) and the index's manifest and
     file listing, to diff against a passing run (the runs are first.trec and rerun.trec)."""
     lines = [shlex.join(argv)]
     for number, attempt in enumerate(attempts, 1):
-        lines += [f"## attempt {number}: exit {attempt.returncode}", "### stdout", attempt.stdout,
-                  "### stderr", attempt.stderr]
+        lines += [
+            f"## attempt {number}: exit {attempt.returncode}",
+            "### stdout",
+            attempt.stdout,
+            "### stderr",
+            attempt.stderr,
+        ]
     (folder / "commands.txt").write_text("\n".join(lines), encoding="utf-8")
     if index_dir is not None and (Path(index_dir) / "manifest.json").exists():
-        (folder / "manifest.json").write_text((Path(index_dir) / "manifest.json").read_text(encoding="utf-8"),
-                                              encoding="utf-8")
-        listing = [f"{p.relative_to(index_dir)}\t{p.stat().st_size}\t{p.stat().st_mtime_ns}"
-                   for p in sorted(Path(index_dir).rglob("*")) if p.is_file()]
+        (folder / "manifest.json").write_text(
+            (Path(index_dir) / "manifest.json").read_text(encoding="utf-8"), encoding="utf-8"
+        )
+        listing = [
+            f"{p.relative_to(index_dir)}\t{p.stat().st_size}\t{p.stat().st_mtime_ns}"
+            for p in sorted(Path(index_dir).rglob("*"))
+            if p.is_file()
+        ]
         (folder / "index-files.tsv").write_text("\n".join(listing), encoding="utf-8")
 
 
@@ -276,8 +318,11 @@ def _printed_metrics(stdout: str) -> dict[str, Any] | None:
         if isinstance(printed, dict) and isinstance(printed.get("scores"), dict) and "baseline" in printed:
             # a run report: {"baseline": run, "scores": {run: {metric: {"mean": ...}}}}
             baseline = printed["baseline"]
-            printed["metrics"] = {(m if run == baseline else f"{run}/{m}"): interval["mean"]
-                                  for run, by_metric in printed["scores"].items() for m, interval in by_metric.items()}
+            printed["metrics"] = {
+                (m if run == baseline else f"{run}/{m}"): interval["mean"]
+                for run, by_metric in printed["scores"].items()
+                for m, interval in by_metric.items()
+            }
         return printed if isinstance(printed, dict) and isinstance(printed.get("metrics"), dict) else None
     return None
 
@@ -315,24 +360,39 @@ def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
     """OK/FAIL lines of one condition."""
     condition = outcome.condition
     queries = outcome.queries if outcome.queries is not None else "?"
-    lines = [f"# {condition.name} ({condition.dataset} {condition.split}, {queries} queries, {outcome.seconds:.0f} s)"]
+    lines = [
+        f"# {condition.name} ({condition.dataset} {condition.split}, {queries} queries, {outcome.seconds:.0f} s)"
+    ]
     if outcome.skipped:
         return [*lines, f"SKIP {outcome.skipped}"]
     if outcome.error:
         return [*lines, f"FAIL {outcome.error}"]
     for metric, expected, measured, ok in outcome.rows:
         shown = "missing" if measured is None else f"{measured:.4f}"
-        delta = "" if measured is None else f"  (Δ {round(measured - expected, 4) + 0.0:+.4f}, tolerance ±{tolerance})"
-        lines.append(f"{'OK  ' if ok else 'FAIL'} {metric:<12} expected {expected:.4f}  measured {shown}{delta}")
+        delta = (
+            ""
+            if measured is None
+            else f"  (Δ {round(measured - expected, 4) + 0.0:+.4f}, tolerance ±{tolerance})"
+        )
+        lines.append(
+            f"{'OK  ' if ok else 'FAIL'} {metric:<12} expected {expected:.4f}  measured {shown}{delta}"
+        )
     if not outcome.ok and outcome.rerun is not None:
-        same = all(abs(outcome.rerun.get(m, float("nan")) - v) <= 1e-9 for m, _, v, _ in outcome.rows
-                   if v is not None and m != "queries")
+        same = all(
+            abs(outcome.rerun.get(m, float("nan")) - v) <= 1e-9
+            for m, _, v, _ in outcome.rows
+            if v is not None and m != "queries"
+        )
         shown = ", ".join(f"{m} {outcome.rerun[m]:.4f}" for m in condition.metrics if m in outcome.rerun)
-        lines.append(f"     the same command run again: {shown} ("
-                     + ("the same: a persistent change" if same else "different: a one-off, look for what differed")
-                     + ")")
-        lines.append(f"     evidence (both attempts' output and TREC runs, the index manifest): "
-                     f"{_relative(failure_folder_root() / condition.name)}-*")
+        lines.append(
+            f"     the same command run again: {shown} ("
+            + ("the same: a persistent change" if same else "different: a one-off, look for what differed")
+            + ")"
+        )
+        lines.append(
+            f"     evidence (both attempts' output and TREC runs, the index manifest): "
+            f"{_relative(failure_folder_root() / condition.name)}-*"
+        )
     return lines
 
 
@@ -344,7 +404,9 @@ def cli_repro_all(args: argparse.Namespace) -> int:
     """`hybridlab repro --all [--cheap] [--condition NAME] [--conditions FILE]`."""
     path = Path(args.conditions) if getattr(args, "conditions", None) else DEFAULT_CONDITIONS
     tolerance = getattr(args, "tolerance", DEFAULT_TOLERANCE)
-    conditions = select(load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None))
+    conditions = select(
+        load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None)
+    )
     if not conditions:
         raise ValueError(f"no condition of {path} selected")
     print(f"repro {_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
@@ -355,15 +417,20 @@ def cli_repro_all(args: argparse.Namespace) -> int:
         print("\n".join(format_outcome(outcome, tolerance)), flush=True)
         if record and outcome.error is None and not outcome.ok:
             measured = {metric: value for metric, _, value, _ in outcome.rows if metric in condition.metrics}
-            path.write_text(recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8")
+            path.write_text(
+                recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8"
+            )
             print(f"recorded the measured values of {condition.name} in {_relative(path)}", flush=True)
             continue
         if not outcome.ok:
             failed.append(condition.name)
     skipped = [c.name for c in conditions if missing_need(c)]
     ran = len(conditions) - len(skipped)
-    print(f"all {ran} conditions reproduced" if not failed
-          else f"{len(failed)} of {ran} condition(s) FAILED: {', '.join(failed)}")
+    print(
+        f"all {ran} conditions reproduced"
+        if not failed
+        else f"{len(failed)} of {ran} condition(s) FAILED: {', '.join(failed)}"
+    )
     if skipped:
         print(f"{len(skipped)} skipped (a file they need is absent): {', '.join(skipped)}")
     return 1 if failed else 0

@@ -1,6 +1,7 @@
 """Run folders under `reports/` (`reports/<YYYY-MM-DD>-<name>/`: executed notebooks, figures,
 `metrics.json`, `summary.md`), an Optuna study's figures, `reports/index.md` listing them, and the
 engine state a sweep records so a report can tell when its figures are stale."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -58,15 +59,22 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
 #: search, encoders, the config defaults) and what scores (eval/evaluate.py). Its state is the sha256
 #: of these files' contents (*.py, by path), so it holds outside git and for uncommitted changes; the
 #: newest git commit touching them is recorded too, for people.
-ENGINE_PATHS = ("hybridlab/config.py", "hybridlab/encoders", "hybridlab/eval/evaluate.py", "hybridlab/index",
-                "hybridlab/ingest", "hybridlab/search")
+ENGINE_PATHS = (
+    "hybridlab/config.py",
+    "hybridlab/encoders",
+    "hybridlab/eval/evaluate.py",
+    "hybridlab/index",
+    "hybridlab/ingest",
+    "hybridlab/search",
+)
 
 
 def git(*args: str, repo: Path = REPO_ROOT) -> str | None:
     """The stdout of `git -C repo args...`, or None outside git (or when git fails)."""
     try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-                              timeout=10).stdout
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -81,8 +89,13 @@ def engine_state(root: Path = REPO_ROOT) -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    state: dict[str, Any] = {"source_sha256": digest.hexdigest(), "commit": None, "date": None, "dirty": None,
-                             "paths": list(ENGINE_PATHS)}
+    state: dict[str, Any] = {
+        "source_sha256": digest.hexdigest(),
+        "commit": None,
+        "date": None,
+        "dirty": None,
+        "paths": list(ENGINE_PATHS),
+    }
     log = (git("log", "-1", "--format=%H %cI", "--", *ENGINE_PATHS, repo=root) or "").split()
     status = git("status", "--porcelain", "--untracked-files=no", "--", *ENGINE_PATHS, repo=root)
     if len(log) == 2 and status is not None:
@@ -95,16 +108,25 @@ def stale_reason(record: Mapping[str, Any], current: Mapping[str, Any] | None = 
     are today's): the engine changed since, or the record predates engine records."""
     current = current or engine_state()
     recorded = record.get("engine")
-    last = (f"the engine last changed in {current['commit'][:10]} ({current['date']})" if current.get("commit")
-            else "the engine's sources differ")
+    last = (
+        f"the engine last changed in {current['commit'][:10]} ({current['date']})"
+        if current.get("commit")
+        else "the engine's sources differ"
+    )
     if not recorded:
         return f"the sweep predates engine records (hybridlab.tune.runs.ENGINE_PATHS); {last}"
     if recorded.get("source_sha256") == current["source_sha256"]:
         return None
-    swept = (f"swept on {recorded['commit'][:10]}{' + uncommitted changes' if recorded.get('dirty') else ''}"
-             if recorded.get("commit") else "swept on another engine")
-    now = (f"now {current['commit'][:10]} ({current['date']}){' + uncommitted changes' if current.get('dirty') else ''}"
-           if current.get("commit") else "now other sources")
+    swept = (
+        f"swept on {recorded['commit'][:10]}{' + uncommitted changes' if recorded.get('dirty') else ''}"
+        if recorded.get("commit")
+        else "swept on another engine"
+    )
+    now = (
+        f"now {current['commit'][:10]} ({current['date']}){' + uncommitted changes' if current.get('dirty') else ''}"
+        if current.get("commit")
+        else "now other sources"
+    )
     return f"the engine changed since the sweep ({swept}; {now})"
 
 
@@ -222,8 +244,16 @@ def plot_params(study, path: str | os.PathLike, top: int = 4) -> Path | None:
             categories = sorted({str(v) for v in values})
             xs = [categories.index(str(v)) for v in values]
             axis.set_xticks(range(len(categories)), categories, rotation=30, ha="right", fontsize=8)
-        axis.scatter(xs, [t.value for t in trials], c=[t.number for t in trials], cmap="Blues", vmin=-len(complete) / 3,
-                     vmax=max(1, len(complete)), s=18, edgecolors="none")
+        axis.scatter(
+            xs,
+            [t.value for t in trials],
+            c=[t.number for t in trials],
+            cmap="Blues",
+            vmin=-len(complete) / 3,
+            vmax=max(1, len(complete)),
+            s=18,
+            edgecolors="none",
+        )
         if name in best.params:
             x_best = float(best.params[name]) if numeric else categories.index(str(best.params[name]))
             axis.scatter([x_best], [best.value], marker="*", s=140, color="#dc2626", zorder=3, label="best")
@@ -235,7 +265,9 @@ def plot_params(study, path: str | os.PathLike, top: int = 4) -> Path | None:
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("objective", fontsize=9)
     axes[0][0].legend(fontsize=8, loc="lower right")
-    figure.suptitle(f"The {len(names)} most important parameters: each trial's value (darker = later)", fontsize=10)
+    figure.suptitle(
+        f"The {len(names)} most important parameters: each trial's value (darker = later)", fontsize=10
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -263,13 +295,19 @@ def params_table(params: Mapping[str, Any], importance: Mapping[str, float] | No
     """Markdown parameter × value (and its importance, when given; most important first)."""
     importance = importance or {}
     names = sorted(params, key=lambda n: (-importance.get(n, -1.0), n))
+
     def value(v: Any) -> str:
         number = isinstance(v, int | float) and not isinstance(v, bool)
         return f"{v:.4g}" if number else f"`{v}`"
+
     if importance:
         lines = ["| parameter | value | importance |", "|---|---:|---:|"]
-        lines += [f"| {n} | {value(params[n])} | {importance[n]:.3f} |" if n in importance
-                  else f"| {n} | {value(params[n])} | — |" for n in names]
+        lines += [
+            f"| {n} | {value(params[n])} | {importance[n]:.3f} |"
+            if n in importance
+            else f"| {n} | {value(params[n])} | — |"
+            for n in names
+        ]
     else:
         lines = ["| parameter | value |", "|---|---:|"] + [f"| {n} | {value(params[n])} |" for n in names]
     return "\n".join(lines)
@@ -295,9 +333,14 @@ def space_table(space: Sequence[Any]) -> str:
         if param.kind == "categorical":
             values = ", ".join(f"`{choice}`" for choice in param.choices)
         else:
-            values = (f"{param.low:g} – {param.high:g}" + (" (log)" if param.log else "")
-                      + (f", step {param.step:g}" if param.step else ""))
-        when = f"`{param.when[0]}` in {', '.join(f'`{v}`' for v in param.when[1])}" if param.when else "always"
+            values = (
+                f"{param.low:g} – {param.high:g}"
+                + (" (log)" if param.log else "")
+                + (f", step {param.step:g}" if param.step else "")
+            )
+        when = (
+            f"`{param.when[0]}` in {', '.join(f'`{v}`' for v in param.when[1])}" if param.when else "always"
+        )
         lines.append(f"| {param.name} | {param.kind} | {values} | {when} |")
     return "\n".join(lines)
 
@@ -319,8 +362,10 @@ class TrialBar:
             return
         self.bar.update(1)
         best = study.best_trial
-        self.bar.set_postfix_str(f"best {best.value:.4f} (#{best.number}"
-                                 + (f", {study.study_name})" if "-fold" in study.study_name else ")"))
+        self.bar.set_postfix_str(
+            f"best {best.value:.4f} (#{best.number}"
+            + (f", {study.study_name})" if "-fold" in study.study_name else ")")
+        )
 
     def close(self) -> None:
         self.bar.close()
@@ -335,7 +380,10 @@ class TrialBar:
 def metrics_table(systems: Mapping[str, Mapping[str, float]], metrics: Sequence[str] = METRICS) -> str:
     """Markdown systems × metrics."""
     lines = ["| system | " + " | ".join(metrics) + " |", "|" + "---|" * (len(metrics) + 1)]
-    lines += [f"| {name} | " + " | ".join(f"{values[m]:.4f}" for m in metrics) + " |" for name, values in systems.items()]
+    lines += [
+        f"| {name} | " + " | ".join(f"{values[m]:.4f}" for m in metrics) + " |"
+        for name, values in systems.items()
+    ]
     return "\n".join(lines)
 
 
@@ -357,17 +405,26 @@ def cross_validation_table(cv: Mapping[str, Any]) -> str:
     was tuned on, and the held-out fold's mean for the tuned config and the defaults; then the
     out-of-fold mean with its interval."""
     metric = cv["metric"]
-    lines = ["| fold | queries | chosen trial | tuned on the other folds | held-out fold, tuned | held-out fold, defaults |",
-             "|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        "| fold | queries | chosen trial | tuned on the other folds | held-out fold, tuned | held-out fold, defaults |",
+        "|---:|---:|---|---:|---:|---:|",
+    ]
     for i, (fold, config) in enumerate(zip(cv["folds"], cv["configs"])):
         chosen = f"#{config['trial']}" + (" (the defaults)" if config.get("defaults") else "")
-        lines.append(f"| {i + 1} | {len(fold)} | {chosen} | {config['tuning_value']:.4f} | "
-                     f"{cv['tuned']['fold_means'][i]:.4f} | {cv['defaults']['fold_means'][i]:.4f} |")
+        lines.append(
+            f"| {i + 1} | {len(fold)} | {chosen} | {config['tuning_value']:.4f} | "
+            f"{cv['tuned']['fold_means'][i]:.4f} | {cv['defaults']['fold_means'][i]:.4f} |"
+        )
     level = round(100 * cv["tuned"]["confidence"])
-    lines += ["", (f"Out of fold, {metric}: tuned {cv['tuned']['mean']:.4f} ({level}% CI {cv['tuned']['low']:.4f}–"
-                   f"{cv['tuned']['high']:.4f}) vs defaults {cv['defaults']['mean']:.4f} ({cv['defaults']['low']:.4f}–"
-                   f"{cv['defaults']['high']:.4f}); paired {cv['comparison']['test']} p = "
-                   f"{cv['comparison']['p_value']:.4g} over {cv['comparison']['n']} queries.")]
+    lines += [
+        "",
+        (
+            f"Out of fold, {metric}: tuned {cv['tuned']['mean']:.4f} ({level}% CI {cv['tuned']['low']:.4f}–"
+            f"{cv['tuned']['high']:.4f}) vs defaults {cv['defaults']['mean']:.4f} ({cv['defaults']['low']:.4f}–"
+            f"{cv['defaults']['high']:.4f}); paired {cv['comparison']['test']} p = "
+            f"{cv['comparison']['p_value']:.4g} over {cv['comparison']['n']} queries."
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -377,12 +434,16 @@ def describe_splits(record: Mapping[str, Any]) -> str:
     tuned_on, split = record.get("tuned_on", "dev"), record.get("split", "test")
     cv = record.get("cross_validation")
     if cv:
-        return (f"Nested {cv['k']}-fold cross-validation over all {queries.get(split)} judged queries: each fold "
-                f"scored by the config a {cv['trials_per_fold']}-trial study chose on the other folds; the main "
-                f"study tuned on all queries (in sample) gives the config that is served only when the "
-                f"cross-validation is significant.")
-    return (f"Tuned on the `{tuned_on}` split ({queries.get(tuned_on, queries.get('dev'))} queries), reported on the "
-            f"`{split}` split ({queries.get(split, queries.get('test'))} queries).")
+        return (
+            f"Nested {cv['k']}-fold cross-validation over all {queries.get(split)} judged queries: each fold "
+            f"scored by the config a {cv['trials_per_fold']}-trial study chose on the other folds; the main "
+            f"study tuned on all queries (in sample) gives the config that is served only when the "
+            f"cross-validation is significant."
+        )
+    return (
+        f"Tuned on the `{tuned_on}` split ({queries.get(tuned_on, queries.get('dev'))} queries), reported on the "
+        f"`{split}` split ({queries.get(split, queries.get('test'))} queries)."
+    )
 
 
 def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path:
@@ -397,33 +458,58 @@ def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path
     metric = record["metric"]
     engine = record.get("engine") or {}
     lines = [
-        f"# Sweep {record['dataset']} — {run_dir.name}", "",
-        f"**Verdict:** {record['verdict']}.", "",
+        f"# Sweep {record['dataset']} — {run_dir.name}",
+        "",
+        f"**Verdict:** {record['verdict']}.",
+        "",
         describe_splits(record),
-        (f"{record['trials']['complete']} trials completed, {record['trials']['pruned']} pruned (index-config cap, "
-         f"repeated parameters); best trial #{best['trial']} ({'all queries, in sample' if cv else record.get('tuned_on', 'dev')} "
-         f"{metric} {best['dev_value']:.4f}; defaults there {record['defaults']['dev_metrics'][metric]:.4f})."),
+        (
+            f"{record['trials']['complete']} trials completed, {record['trials']['pruned']} pruned (index-config cap, "
+            f"repeated parameters); best trial #{best['trial']} ({'all queries, in sample' if cv else record.get('tuned_on', 'dev')} "
+            f"{metric} {best['dev_value']:.4f}; defaults there {record['defaults']['dev_metrics'][metric]:.4f})."
+        ),
     ]
     if record.get("elapsed_s") is not None:
         lines.append(f"Wall time of the sweep notebook: {record['elapsed_s']:.0f} s.")
     if (run_dir / "config.json").is_file():
         exported = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["provenance"]
-        lines += ["", f"**Export gate** ([config.json](config.json), what may be served): {exported['verdict']}."]
+        lines += [
+            "",
+            f"**Export gate** ([config.json](config.json), what may be served): {exported['verdict']}.",
+        ]
     if engine.get("source_sha256"):
-        lines.append(f"Engine: sources {engine['source_sha256'][:12]}, last engine commit "
-                     f"{(engine.get('commit') or '?')[:10]}{' + uncommitted changes' if engine.get('dirty') else ''}.")
+        lines.append(
+            f"Engine: sources {engine['source_sha256'][:12]}, last engine commit "
+            f"{(engine.get('commit') or '?')[:10]}{' + uncommitted changes' if engine.get('dirty') else ''}."
+        )
     lines += ["", f"## {'Out-of-fold' if cv else 'Report-split'} metrics", "", metrics_table(systems)]
     if cv:
         lines += ["", "## Nested cross-validation", "", cross_validation_table(cv)]
     if record.get("per_kind"):
         lines += ["", "## Per query kind", "", kinds_table(record["per_kind"], metric)]
-    lines += ["", "## Best settings", "", "```json",
-              json.dumps({"params": best["params"], "bm25": {"k1": index["bm25"]["k1"], "b": index["bm25"]["b"]},
-                          "chunk": {k: index["chunk"][k] for k in ("chunk_size", "chunk_overlap", "strategy")}},
-                         indent=2), "```", "",
-              "## Files", ""]
-    lines += [f"- [{p.name}]({p.name})" for p in sorted(run_dir.iterdir())
-              if p.suffix in {".ipynb", ".html", ".png", ".json"} or p.name == "study.db"]
+    lines += [
+        "",
+        "## Best settings",
+        "",
+        "```json",
+        json.dumps(
+            {
+                "params": best["params"],
+                "bm25": {"k1": index["bm25"]["k1"], "b": index["bm25"]["b"]},
+                "chunk": {k: index["chunk"][k] for k in ("chunk_size", "chunk_overlap", "strategy")},
+            },
+            indent=2,
+        ),
+        "```",
+        "",
+        "## Files",
+        "",
+    ]
+    lines += [
+        f"- [{p.name}]({p.name})"
+        for p in sorted(run_dir.iterdir())
+        if p.suffix in {".ipynb", ".html", ".png", ".json"} or p.name == "study.db"
+    ]
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -433,14 +519,24 @@ def update_index(reports: str | os.PathLike) -> Path:
     """`reports/index.md`: every run folder (newest first) with the first verdict line of its summary."""
     reports = Path(reports)
     rows = []
-    for summary in sorted(reports.glob("*/summary.md"), key=lambda p: (p.parent.name[:10], p.stat().st_mtime),
-                          reverse=True):
+    for summary in sorted(
+        reports.glob("*/summary.md"), key=lambda p: (p.parent.name[:10], p.stat().st_mtime), reverse=True
+    ):
         text = summary.read_text(encoding="utf-8").splitlines()
-        verdict = next((line.replace("**Verdict:**", "").strip() for line in text if line.startswith("**Verdict")), "")
+        verdict = next(
+            (line.replace("**Verdict:**", "").strip() for line in text if line.startswith("**Verdict")), ""
+        )
         title = text[0].lstrip("# ").strip() if text else summary.parent.name
         rows.append(f"| [{summary.parent.name}]({summary.parent.name}/summary.md) | {title} | {verdict} |")
-    content = ["# Reports", "", "Generated by `hybridlab sweep` / `hybridlab report` (newest first).", "",
-               "| run | title | verdict |", "|---|---|---|", *rows]
+    content = [
+        "# Reports",
+        "",
+        "Generated by `hybridlab sweep` / `hybridlab report` (newest first).",
+        "",
+        "| run | title | verdict |",
+        "|---|---|---|",
+        *rows,
+    ]
     path = reports / "index.md"
     path.write_text("\n".join(content) + "\n", encoding="utf-8")
     return path

@@ -2,6 +2,7 @@
 
 See docs/internals/tune-eval.md#sweeps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,12 @@ SLOT_POLL_S = 1.0
 STALE_AFTER_S = 2 * 3600.0
 #: seconds between two progress lines of the process that waits for its workers
 PROGRESS_EVERY_S = 30.0
-INDEX_TARGETS = {"bm25_k1": ("bm25", "k1"), "bm25_b": ("bm25", "b"),
-                 "chunk_size": ("chunk", "chunk_size"), "chunk_overlap": ("chunk", "chunk_overlap")}
+INDEX_TARGETS = {
+    "bm25_k1": ("bm25", "k1"),
+    "bm25_b": ("bm25", "b"),
+    "chunk_size": ("chunk", "chunk_size"),
+    "chunk_overlap": ("chunk", "chunk_overlap"),
+}
 
 
 @dataclass(frozen=True)
@@ -93,16 +98,24 @@ class Param:
 
     def __post_init__(self) -> None:
         if self.kind not in {"float", "int", "categorical"}:
-            raise ValueError(f"unknown parameter kind {self.kind!r}; choose from ['categorical', 'float', 'int']")
+            raise ValueError(
+                f"unknown parameter kind {self.kind!r}; choose from ['categorical', 'float', 'int']"
+            )
         if self.name not in {f.name for f in dataclasses.fields(SearchConfig)} | set(INDEX_TARGETS):
-            raise ValueError(f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}")
+            raise ValueError(
+                f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}"
+            )
 
     def contains(self, value: Any) -> bool:
         """Whether the sampler can propose `value`: one of the choices, or within [low, high] and
         on the step grid."""
         if self.kind == "categorical":
             return any(value == choice and type(value) is type(choice) for choice in self.choices)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not self.low <= value <= self.high:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not self.low <= value <= self.high
+        ):
             return False
         if self.kind == "int" and value != int(value):
             return False
@@ -115,8 +128,12 @@ class Param:
 FUSION = Param("fusion", "categorical", choices=("rrf", "convex", "dbsf"))
 ALPHA = Param("alpha", "float", 0.0, 1.0, step=0.05)
 RRF_K = Param("rrf_k", "int", 5, 200, log=True, when=("fusion", ("rrf",)))
-NORMALIZATION = Param("normalization", "categorical", choices=("min-max", "z-score", "theoretical-min-max"),
-                      when=("fusion", ("convex",)))
+NORMALIZATION = Param(
+    "normalization",
+    "categorical",
+    choices=("min-max", "z-score", "theoretical-min-max"),
+    when=("fusion", ("convex",)),
+)
 STAGED = Param("staged", "categorical", choices=(False, True))
 #: candidates below the evaluation depth act as EVAL_LIMIT (the engine takes max(candidates, limit))
 CANDIDATES = Param("candidates", "int", EVAL_LIMIT, 1000, log=True, when=("staged", (True,)))
@@ -130,7 +147,9 @@ ADAPTIVE = Param("adaptive_fusion", "categorical", choices=(False, True))
 #: floor <= 0.4 <= ceiling, so every pair is a valid ramp (SearchConfig asks floor <= ceiling)
 LEXICAL_FLOOR = Param("lexical_floor", "float", 0.0, 0.4, step=0.05, when=("adaptive_fusion", (True,)))
 LEXICAL_CEILING = Param("lexical_ceiling", "float", 0.4, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
-RECENCY_INTENT = Param("recency_intent_weight", "float", 0.0, 1.0, step=0.05, when=("adaptive_fusion", (True,)))
+RECENCY_INTENT = Param(
+    "recency_intent_weight", "float", 0.0, 1.0, step=0.05, when=("adaptive_fusion", (True,))
+)
 #: dense pseudo-relevance feedback (search/feedback.py): 0 = off; documents only where it is on
 FEEDBACK_WEIGHT = Param("feedback_weight", "categorical", choices=(0.0, 0.25, 0.5, 1.0))
 FEEDBACK_DOCS = Param("feedback_docs", "int", 1, 3, when=("feedback_weight", (0.25, 0.5, 1.0)))
@@ -141,8 +160,22 @@ BM25_B = Param("bm25_b", "categorical", choices=(0.5, 0.75, 0.9))
 CHUNK_SIZE = Param("chunk_size", "categorical", choices=(800, 1500, 2500))
 CHUNK_OVERLAP = Param("chunk_overlap", "categorical", choices=(0, 150))
 
-_SEARCH_TIME = (FUSION, ALPHA, RRF_K, NORMALIZATION, STAGED, CANDIDATES, FALLBACK, EXPAND_HOPS, FILL_DENSE,
-                ADAPTIVE, LEXICAL_FLOOR, LEXICAL_CEILING, FEEDBACK_WEIGHT, FEEDBACK_DOCS)
+_SEARCH_TIME = (
+    FUSION,
+    ALPHA,
+    RRF_K,
+    NORMALIZATION,
+    STAGED,
+    CANDIDATES,
+    FALLBACK,
+    EXPAND_HOPS,
+    FILL_DENSE,
+    ADAPTIVE,
+    LEXICAL_FLOOR,
+    LEXICAL_CEILING,
+    FEEDBACK_WEIGHT,
+    FEEDBACK_DOCS,
+)
 #: Search spaces by dataset. Memories are short (<300 chars: one chunk each) and dated and tagged;
 #: BEIR sets have one chunk per document, no dates and no tags, so only fusion, staging and BM25
 #: matter there. Chunk size and overlap (CHUNK_SIZE, CHUNK_OVERLAP) re-chunk and re-embed the corpus per
@@ -177,14 +210,17 @@ def suggest(trial, space: Sequence[Param]) -> dict[str, Any]:
     return params
 
 
-def split_params(params: Mapping[str, Any], base: IndexConfig | None = None) -> tuple[dict[str, Any], IndexConfig]:
+def split_params(
+    params: Mapping[str, Any], base: IndexConfig | None = None
+) -> tuple[dict[str, Any], IndexConfig]:
     """Trial parameters -> (search settings, index config built from `base`)."""
     base = base or IndexConfig()
     search = {k: v for k, v in params.items() if k not in INDEX_TARGETS}
     chunk = {INDEX_TARGETS[k][1]: v for k, v in params.items() if INDEX_TARGETS.get(k, ("",))[0] == "chunk"}
     bm25 = {INDEX_TARGETS[k][1]: v for k, v in params.items() if INDEX_TARGETS.get(k, ("",))[0] == "bm25"}
-    config = dataclasses.replace(base, chunk=dataclasses.replace(base.chunk, **chunk),
-                                 bm25=dataclasses.replace(base.bm25, **bm25))
+    config = dataclasses.replace(
+        base, chunk=dataclasses.replace(base.chunk, **chunk), bm25=dataclasses.replace(base.bm25, **bm25)
+    )
     return search, config
 
 
@@ -198,11 +234,19 @@ class Objective:
     """The value of one trial: `metric` of its settings on the `split` queries (the evaluation set's
     tuning split by default), or on only `query_ids` of it (a fold study of a cross-validation)."""
 
-    def __init__(self, evaluator: Evaluator, space: Sequence[Param], *, metric: str = DEFAULT_METRIC,
-                 split: str | None = None, query_ids: Sequence[str] | None = None,
-                 base_index: IndexConfig | None = None,
-                 max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS, trials: int | None = None,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        space: Sequence[Param],
+        *,
+        metric: str = DEFAULT_METRIC,
+        split: str | None = None,
+        query_ids: Sequence[str] | None = None,
+        base_index: IndexConfig | None = None,
+        max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+        trials: int | None = None,
+        seed: int | None = None,
+    ) -> None:
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
         if max_index_configs < 1:
@@ -226,8 +270,11 @@ class Objective:
             raise optuna.TrialPruned(f"same parameters as trial #{twin}")
         search, config = split_params(params, self.base_index)
         key = index_key(config)
-        used = {t.user_attrs.get("index_key") for t in trial.study.get_trials(deepcopy=False)
-                if t.number != trial.number and t.state.name in {"COMPLETE", "RUNNING"}}
+        used = {
+            t.user_attrs.get("index_key")
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number != trial.number and t.state.name in {"COMPLETE", "RUNNING"}
+        }
         used.discard(None)
         trial.set_user_attr("index_key", key)
         if key not in used and len(used) >= self.max_index_configs:
@@ -242,7 +289,9 @@ class Objective:
         if self.query_ids is None:
             metrics = self.evaluator.score(search, config, self.split)
         else:
-            metrics = measure_settings(self.evaluator, search, config, self.split, self.query_ids, self.metric)[1]
+            metrics = measure_settings(
+                self.evaluator, search, config, self.split, self.query_ids, self.metric
+            )[1]
         trial.set_user_attr("metrics", metrics)
         return metrics[self.metric]
 
@@ -261,9 +310,15 @@ class Objective:
                 trial.study.stop()
                 raise optuna.TrialPruned("the study holds its trials")
             now = dt.datetime.now()
-            ahead = sum(t.number < trial.number and (
-                t.state == TrialState.COMPLETE or t.datetime_start is None
-                or (now - t.datetime_start).total_seconds() < STALE_AFTER_S) for t in trials)
+            ahead = sum(
+                t.number < trial.number
+                and (
+                    t.state == TrialState.COMPLETE
+                    or t.datetime_start is None
+                    or (now - t.datetime_start).total_seconds() < STALE_AFTER_S
+                )
+                for t in trials
+            )
             if ahead < self.trials:
                 return
             time.sleep(SLOT_POLL_S)
@@ -309,13 +364,16 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
         else:
             values[p.name] = getattr(defaults, p.name)
         if not p.contains(values[p.name]):
-            raise ValueError(f"the default {p.name}={values[p.name]!r} lies outside its sweep range {p}: the first "
-                             "trial would not measure the defaults")
+            raise ValueError(
+                f"the default {p.name}={values[p.name]!r} lies outside its sweep range {p}: the first "
+                "trial would not measure the defaults"
+            )
     return values
 
 
-def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, join_seed: int,
-                  attempts: int = 10):
+def _create_study(
+    optuna, name: str, storage: str | None, run_dir, seed: int, join_seed: int, attempts: int = 10
+):
     """(study, created): create the study with a TPE sampler seeded `seed`, or load it (sampler
     seeded `join_seed`) when it exists. The storage refuses a second study of one name, so exactly
     one process creates it. Processes starting together on a fresh database may race to create the
@@ -328,11 +386,16 @@ def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, jo
 
     def create():
         try:
-            return optuna.create_study(study_name=name, storage=storage_for(storage, run_dir),
-                                       sampler=sampler(seed), direction="maximize"), True
+            return optuna.create_study(
+                study_name=name,
+                storage=storage_for(storage, run_dir),
+                sampler=sampler(seed),
+                direction="maximize",
+            ), True
         except optuna.exceptions.DuplicatedStudyError:
-            return optuna.load_study(study_name=name, storage=storage_for(storage, run_dir),
-                                     sampler=sampler(join_seed)), False
+            return optuna.load_study(
+                study_name=name, storage=storage_for(storage, run_dir), sampler=sampler(join_seed)
+            ), False
 
     for attempt in range(attempts - 1):
         try:
@@ -342,13 +405,26 @@ def _create_study(optuna, name: str, storage: str | None, run_dir, seed: int, jo
     return create()
 
 
-def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = None,
-              study_name: str | None = None, run_dir: str | os.PathLike | None = None,
-              metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
-              base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-              evaluator: Evaluator | None = None, progress: bool = False, enqueue_defaults: bool = True,
-              workers: int = 1, split: str | None = None, query_ids: Sequence[str] | None = None,
-              callbacks: Sequence[Any] = ()):
+def run_study(
+    dataset: str | os.PathLike,
+    *,
+    trials: int,
+    storage: str | None = None,
+    study_name: str | None = None,
+    run_dir: str | os.PathLike | None = None,
+    metric: str = DEFAULT_METRIC,
+    seed: int = 0,
+    max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+    base_index: IndexConfig | None = None,
+    space: Sequence[Param] | None = None,
+    evaluator: Evaluator | None = None,
+    progress: bool = False,
+    enqueue_defaults: bool = True,
+    workers: int = 1,
+    split: str | None = None,
+    query_ids: Sequence[str] | None = None,
+    callbacks: Sequence[Any] = (),
+):
     """Create or join a study and work until it holds `trials` completed trials (shared across all
     workers of the same storage + study; pruned trials — index-config cap, duplicate parameter sets,
     a full study — do not count). Trials are scored on `split` (default: the set's tuning split;
@@ -389,23 +465,59 @@ def run_study(dataset: str | os.PathLike, *, trials: int, storage: str | None = 
     if workers > 1:
         url = storage or f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
         evaluator.index(base_index or IndexConfig())  # built once here, not by every worker at once
-        spawn_workers(workers, study, dataset=dataset, trials=trials, storage=url, study_name=name,
-                      metric=metric, seed=seed, max_index_configs=max_index_configs, base_index=base_index,
-                      space=custom_space, log_dir=run_dir, split=split, query_ids=query_ids)
+        spawn_workers(
+            workers,
+            study,
+            dataset=dataset,
+            trials=trials,
+            storage=url,
+            study_name=name,
+            metric=metric,
+            seed=seed,
+            max_index_configs=max_index_configs,
+            base_index=base_index,
+            space=custom_space,
+            log_dir=run_dir,
+            split=split,
+            query_ids=query_ids,
+        )
         return study
-    objective = Objective(evaluator, space, metric=metric, split=split, query_ids=query_ids,
-                          base_index=base_index, max_index_configs=max_index_configs, trials=trials,
-                          seed=seed if created else join_seed)
-    study.optimize(objective, n_trials=trials * 5,
-                   callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,)), *callbacks])
+    objective = Objective(
+        evaluator,
+        space,
+        metric=metric,
+        split=split,
+        query_ids=query_ids,
+        base_index=base_index,
+        max_index_configs=max_index_configs,
+        trials=trials,
+        seed=seed if created else join_seed,
+    )
+    study.optimize(
+        objective,
+        n_trials=trials * 5,
+        callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,)), *callbacks],
+    )
     return study
 
 
-def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int, storage: str, study_name: str,
-                  metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
-                  base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-                  log_dir: str | os.PathLike | None = None, split: str | None = None,
-                  query_ids: Sequence[str] | None = None) -> None:
+def spawn_workers(
+    count: int,
+    study,
+    *,
+    dataset: str | os.PathLike,
+    trials: int,
+    storage: str,
+    study_name: str,
+    metric: str = DEFAULT_METRIC,
+    seed: int = 0,
+    max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+    base_index: IndexConfig | None = None,
+    space: Sequence[Param] | None = None,
+    log_dir: str | os.PathLike | None = None,
+    split: str | None = None,
+    query_ids: Sequence[str] | None = None,
+) -> None:
     """Run `count` worker processes (``python -m hybridlab.tune.sweep``) on `study_name` in `storage`
     until the study holds `trials` completed trials (scored on `split`, only its `query_ids` when
     given), printing progress every PROGRESS_EVERY_S; each worker logs to `log_dir/worker-<i>.log`
@@ -413,10 +525,29 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
     others finished); an interrupt stops them all (their running trials end as FAIL)."""
     import tempfile
 
-    argv = [sys.executable, "-m", "hybridlab.tune.sweep", "--dataset", str(dataset), "--trials", str(trials),
-            "--storage", storage, "--study", study_name, "--metric", metric, "--seed", str(seed),
-            "--max-index-configs", str(max_index_configs),
-            "--index", json.dumps((base_index or IndexConfig()).to_dict()), "--parent", str(os.getpid())]
+    argv = [
+        sys.executable,
+        "-m",
+        "hybridlab.tune.sweep",
+        "--dataset",
+        str(dataset),
+        "--trials",
+        str(trials),
+        "--storage",
+        storage,
+        "--study",
+        study_name,
+        "--metric",
+        metric,
+        "--seed",
+        str(seed),
+        "--max-index-configs",
+        str(max_index_configs),
+        "--index",
+        json.dumps((base_index or IndexConfig()).to_dict()),
+        "--parent",
+        str(os.getpid()),
+    ]
     if space is not None:
         argv += ["--space", json.dumps([dataclasses.asdict(p) for p in space])]
     if split is not None:
@@ -430,9 +561,12 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
     try:
         for log in logs:
             with open(log, "wb") as out:
-                processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL))
-        print(f"{count} workers on study {study_name!r} (logs: {log_dir / f'{prefix}worker-*.log'})", flush=True)
+                processes.append(
+                    subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                )
+        print(
+            f"{count} workers on study {study_name!r} (logs: {log_dir / f'{prefix}worker-*.log'})", flush=True
+        )
         last = time.monotonic()
         while any(p.poll() is None for p in processes):
             time.sleep(0.5)
@@ -454,14 +588,18 @@ def spawn_workers(count: int, study, *, dataset: str | os.PathLike, trials: int,
     if failed:
         i, code = failed[0]
         tail = logs[i].read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{len(failed)} of {count} sweep workers failed; worker {i} exited {code}:\n{tail}")
+        raise RuntimeError(
+            f"{len(failed)} of {count} sweep workers failed; worker {i} exited {code}:\n{tail}"
+        )
 
 
 def progress_line(study, trials: int) -> str:
     """`<complete>/<trials> complete, <n> running, <n> pruned, <n> failed; best <value> (#<trial>)`."""
     counts = Counter(t.state.name for t in study.get_trials(deepcopy=False))
-    line = (f"{counts['COMPLETE']}/{trials} complete, {counts['RUNNING']} running, "
-            f"{counts['PRUNED']} pruned, {counts['FAIL']} failed")
+    line = (
+        f"{counts['COMPLETE']}/{trials} complete, {counts['RUNNING']} running, "
+        f"{counts['PRUNED']} pruned, {counts['FAIL']} failed"
+    )
     if counts["COMPLETE"]:
         best = study.best_trial
         line += f"; best {best.value:.4f} (#{best.number})"
@@ -489,14 +627,20 @@ def public_storage(url: str | None) -> str | None:
     from sqlalchemy.engine import URL, make_url
 
     parsed = make_url(url)
-    return URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database,
-                      parsed.query).render_as_string(hide_password=False)
+    return URL.create(
+        parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database, parsed.query
+    ).render_as_string(hide_password=False)
 
 
 def _param_from_dict(data: Mapping[str, Any]) -> Param:
     when = data.get("when")
-    return Param(**{**data, "choices": tuple(data.get("choices", ())),
-                    "when": (when[0], tuple(when[1])) if when else None})
+    return Param(
+        **{
+            **data,
+            "choices": tuple(data.get("choices", ())),
+            "when": (when[0], tuple(when[1])) if when else None,
+        }
+    )
 
 
 def _stop_with_parent(parent: int, every_s: float = 2.0) -> None:
@@ -521,8 +665,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    parser = argparse.ArgumentParser(prog="python -m hybridlab.tune.sweep",
-                                     description="one worker of a shared Optuna sweep")
+    parser = argparse.ArgumentParser(
+        prog="python -m hybridlab.tune.sweep", description="one worker of a shared Optuna sweep"
+    )
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--trials", type=int, required=True)
     parser.add_argument("--storage", required=True)
@@ -534,7 +679,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--space", help="the search space as a JSON list of Param fields")
     parser.add_argument("--parent", type=int, help="stop when this process (the one waiting) is gone")
     parser.add_argument("--split", help="the split trials are scored on (default: the set's tuning split)")
-    parser.add_argument("--queries", help="score only these query ids of the split (a JSON list; a fold study)")
+    parser.add_argument(
+        "--queries", help="score only these query ids of the split (a JSON list; a fold study)"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
     if args.parent is not None:
@@ -544,13 +691,26 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     base_index = IndexConfig.from_dict(json.loads(args.index)) if args.index else None
     space = tuple(_param_from_dict(p) for p in json.loads(args.space)) if args.space else None
     evaluator = Evaluator(resolve_evalset(args.dataset), progress=False)
-    print(f"worker {worker_id()} joins study {args.study!r} (seed {derive_seed(args.seed, worker_id())})",
-          flush=True)
-    study = run_study(args.dataset, trials=args.trials, storage=args.storage, study_name=args.study,
-                      metric=args.metric, seed=args.seed, max_index_configs=args.max_index_configs,
-                      base_index=base_index, space=space, evaluator=evaluator, progress=True,
-                      enqueue_defaults=False, split=args.split,
-                      query_ids=json.loads(args.queries) if args.queries else None)
+    print(
+        f"worker {worker_id()} joins study {args.study!r} (seed {derive_seed(args.seed, worker_id())})",
+        flush=True,
+    )
+    study = run_study(
+        args.dataset,
+        trials=args.trials,
+        storage=args.storage,
+        study_name=args.study,
+        metric=args.metric,
+        seed=args.seed,
+        max_index_configs=args.max_index_configs,
+        base_index=base_index,
+        space=space,
+        evaluator=evaluator,
+        progress=True,
+        enqueue_defaults=False,
+        split=args.split,
+        query_ids=json.loads(args.queries) if args.queries else None,
+    )
     print(progress_line(study, args.trials), flush=True)
     return 0
 
@@ -560,11 +720,23 @@ def fold_trials(trials: int, k: int) -> int:
     return max(MIN_FOLD_TRIALS, trials // k)
 
 
-def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: int, storage: str | None = None,
-                   study_name: str | None = None, run_dir: str | os.PathLike | None = None,
-                   metric: str = DEFAULT_METRIC, seed: int = 0, max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
-                   base_index: IndexConfig | None = None, space: Sequence[Param] | None = None,
-                   workers: int = 1, test: str = DEFAULT_TEST, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
+def cross_validate(
+    dataset: str | os.PathLike,
+    evaluator: Evaluator,
+    *,
+    trials: int,
+    storage: str | None = None,
+    study_name: str | None = None,
+    run_dir: str | os.PathLike | None = None,
+    metric: str = DEFAULT_METRIC,
+    seed: int = 0,
+    max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+    base_index: IndexConfig | None = None,
+    space: Sequence[Param] | None = None,
+    workers: int = 1,
+    test: str = DEFAULT_TEST,
+    callbacks: Sequence[Any] = (),
+) -> dict[str, Any]:
     """Nested k-fold cross-validation of the tuning procedure on a cross-validated set (memories,
     holoviz; `k` = its `cv_folds`): for each fold a study of `trials` trials (defaults enqueued first,
     like every study) tunes on the other folds' queries, and the fold's queries are scored by the
@@ -575,8 +747,10 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
     each fold study (:func:`run_study`)."""
     evalset = evaluator.evalset
     if not evalset.cross_validated:
-        raise ValueError(f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
-                         f"reported on {evalset.report_split!r}")
+        raise ValueError(
+            f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
+            f"reported on {evalset.report_split!r}"
+        )
     split, k = CROSS_VALIDATED, evalset.cv_folds
     ids = sorted(evaluator.dataset(split).queries)
     folds = k_folds(ids, k)
@@ -586,14 +760,34 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
     def tune(train: list[str]) -> dict[str, Any]:
         held_out = set(ids) - set(train)
         fold = next(i for i, members in enumerate(folds) if set(members) == held_out)
-        study = run_study(dataset, trials=trials, storage=storage, study_name=f"{name}-fold{fold + 1}of{k}",
-                          run_dir=run_dir, metric=metric, seed=seed, max_index_configs=max_index_configs,
-                          base_index=base_index, space=space, evaluator=evaluator, workers=workers,
-                          split=split, query_ids=train, callbacks=callbacks)
+        study = run_study(
+            dataset,
+            trials=trials,
+            storage=storage,
+            study_name=f"{name}-fold{fold + 1}of{k}",
+            run_dir=run_dir,
+            metric=metric,
+            seed=seed,
+            max_index_configs=max_index_configs,
+            base_index=base_index,
+            space=space,
+            evaluator=evaluator,
+            workers=workers,
+            split=split,
+            query_ids=train,
+            callbacks=callbacks,
+        )
         best = study.best_trial
-        return {"fold": fold + 1, "study": study.study_name, "trial": best.number, "params": best.params,
-                "tuning_value": best.value, "defaults": bool(best.user_attrs.get("defaults")),
-                "search": best.user_attrs["search"], "index": best.user_attrs["index"]}
+        return {
+            "fold": fold + 1,
+            "study": study.study_name,
+            "trial": best.number,
+            "params": best.params,
+            "tuning_value": best.value,
+            "defaults": bool(best.user_attrs.get("defaults")),
+            "search": best.user_attrs["search"],
+            "index": best.user_attrs["index"],
+        }
 
     def score(config: Mapping[str, Any], fold_ids: list[str]) -> dict[str, float]:
         fold_run = out_of_fold_run(evaluator, [fold_ids], [config], split)
@@ -602,42 +796,66 @@ def cross_validate(dataset: str | os.PathLike, evaluator: Evaluator, *, trials: 
 
     result = nested_cv(ids, tune, score, k=k)
     tuned_metrics = score_run(evaluator, {q: run[q] for q in ids}, split, metric)[1]
-    defaults_per_query, defaults_metrics = measure_settings(evaluator, {}, base_index or IndexConfig(), split,
-                                                            ids, metric)
+    defaults_per_query, defaults_metrics = measure_settings(
+        evaluator, {}, base_index or IndexConfig(), split, ids, metric
+    )
     defaults_ci = mean_ci([defaults_per_query[q] for q in ids])
     outcome = paired_test(result.per_query, defaults_per_query, test)
     significant = outcome.p_value < MAX_P and outcome.difference > 0
     tuned = result.to_dict()
-    verdict = (f"the tuning procedure {'beats' if significant else 'does NOT significantly beat'} the defaults out of "
-               f"fold (nested {k}-fold cross-validation over {len(ids)} queries, {trials} trials per fold): {metric} "
-               f"{result.interval.mean:.4f} [{result.interval.low:.4f}, {result.interval.high:.4f}] vs "
-               f"{defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
-               f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {MAX_P})")
+    verdict = (
+        f"the tuning procedure {'beats' if significant else 'does NOT significantly beat'} the defaults out of "
+        f"fold (nested {k}-fold cross-validation over {len(ids)} queries, {trials} trials per fold): {metric} "
+        f"{result.interval.mean:.4f} [{result.interval.low:.4f}, {result.interval.high:.4f}] vs "
+        f"{defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
+        f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {MAX_P})"
+    )
     if evalset.name in DEFAULTS_FITTED_ON:
         verdict += f"; {DEFAULTS_FITTED_ON[evalset.name]}"
     return {
-        "k": k, "trials_per_fold": trials, "metric": metric, "folds": result.folds, "configs": result.configs,
-        "tuned": {"metrics": tuned_metrics, **{key: tuned[key] for key in
-                                               ("fold_means", "mean", "low", "high", "confidence", "method",
-                                                "per_query")}},
-        "defaults": {"metrics": defaults_metrics, "fold_means": [sum(defaults_per_query[q] for q in fold) / len(fold)
-                                                                 for fold in result.folds],
-                     **defaults_ci.to_dict(), "per_query": dict(sorted(defaults_per_query.items()))},
-        "comparison": outcome.to_dict(), "significant": significant, "verdict": verdict,
+        "k": k,
+        "trials_per_fold": trials,
+        "metric": metric,
+        "folds": result.folds,
+        "configs": result.configs,
+        "tuned": {
+            "metrics": tuned_metrics,
+            **{
+                key: tuned[key]
+                for key in ("fold_means", "mean", "low", "high", "confidence", "method", "per_query")
+            },
+        },
+        "defaults": {
+            "metrics": defaults_metrics,
+            "fold_means": [sum(defaults_per_query[q] for q in fold) / len(fold) for fold in result.folds],
+            **defaults_ci.to_dict(),
+            "per_query": dict(sorted(defaults_per_query.items())),
+        },
+        "comparison": outcome.to_dict(),
+        "significant": significant,
+        "verdict": verdict,
     }
 
 
 def query_kinds(evalset: EvalSet, per_query: Mapping[str, Mapping[str, float]]) -> dict[str, dict] | None:
     """{system: {kind: {n, mean}}} of one metric's per-query values, or None when the set's queries
     carry no `metadata.kind` (the BEIR sets)."""
-    kinds = {system: per_kind(evalset.queries_path, values, evalset.kinds) for system, values in per_query.items()}
+    kinds = {
+        system: per_kind(evalset.queries_path, values, evalset.kinds) for system, values in per_query.items()
+    }
     if all(set(by_kind) <= {"-"} for by_kind in kinds.values()):
         return None
     return kinds
 
 
-def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
-             base_index: IndexConfig | None = None, cv: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def finalize(
+    study,
+    evaluator: Evaluator,
+    *,
+    metric: str = DEFAULT_METRIC,
+    base_index: IndexConfig | None = None,
+    cv: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The sweep's record. The best trial of `study` (tuned on the set's tuning split) and the
     defaults, BM25 and vector search scored on the report split, with a paired test of tuned vs
     defaults, per query kind where the queries have kinds. A cross-validated set needs `cv`
@@ -657,31 +875,52 @@ def finalize(study, evaluator: Evaluator, *, metric: str = DEFAULT_METRIC,
     per_query: dict[str, dict[str, float]] = {"tuned": {}}  # the tuned column first
     baselines: dict[str, dict[str, float]] = {}
     for name, options in BASELINES.items():
-        per_query[name], baselines[name] = measure_settings(evaluator, options, base_index, report, report_ids, metric)
+        per_query[name], baselines[name] = measure_settings(
+            evaluator, options, base_index, report, report_ids, metric
+        )
     if cv is None:
         per_query["tuned"], test = measure_settings(evaluator, search, config, report, report_ids, metric)
         outcome = paired_test(per_query["tuned"], per_query["defaults"], DEFAULT_TEST)
         beats = outcome.p_value < MAX_P and outcome.difference > 0
-        verdict = (f"the tuned config {'beats' if beats else 'does NOT significantly beat'} the defaults on the "
-                   f"{report} split ({len(report_ids)} queries; tuned on {tuning}, "
-                   f"{len(evaluator.dataset(tuning).queries)} queries) {metric}: {test[metric]:.4f} vs "
-                   f"{baselines['defaults'][metric]:.4f} ({describe_test(DEFAULT_TEST)} p = {outcome.p_value:.4g})")
+        verdict = (
+            f"the tuned config {'beats' if beats else 'does NOT significantly beat'} the defaults on the "
+            f"{report} split ({len(report_ids)} queries; tuned on {tuning}, "
+            f"{len(evaluator.dataset(tuning).queries)} queries) {metric}: {test[metric]:.4f} vs "
+            f"{baselines['defaults'][metric]:.4f} ({describe_test(DEFAULT_TEST)} p = {outcome.p_value:.4g})"
+        )
         comparison = outcome.to_dict()
     else:
         per_query["tuned"], test = dict(cv["tuned"]["per_query"]), dict(cv["tuned"]["metrics"])
         beats, verdict, comparison = bool(cv["significant"]), cv["verdict"], dict(cv["comparison"])
-    enqueued = [t for t in study.trials if t.user_attrs.get("defaults") and t.state.name == "COMPLETE"
-                and t.user_attrs.get("index") == base_index.to_dict()]
+    enqueued = [
+        t
+        for t in study.trials
+        if t.user_attrs.get("defaults")
+        and t.state.name == "COMPLETE"
+        and t.user_attrs.get("index") == base_index.to_dict()
+    ]
     defaults_dev = enqueued[0].user_attrs["metrics"] if enqueued else evaluator.score({}, base_index, tuning)
     return {
-        "dataset": evaluator.evalset.name, "metric": metric, "split": report, "tuned_on": tuning,
-        "now": evaluator.evalset.now, "study": study.study_name,
-        "trials": {"complete": sum(t.state.name == "COMPLETE" for t in study.trials),
-                   "pruned": sum(t.state.name == "PRUNED" for t in study.trials)},
+        "dataset": evaluator.evalset.name,
+        "metric": metric,
+        "split": report,
+        "tuned_on": tuning,
+        "now": evaluator.evalset.now,
+        "study": study.study_name,
+        "trials": {
+            "complete": sum(t.state.name == "COMPLETE" for t in study.trials),
+            "pruned": sum(t.state.name == "PRUNED" for t in study.trials),
+        },
         "queries": {tuning: len(evaluator.dataset(tuning).queries), report: len(report_ids)},
-        "best": {"trial": best.number, "params": best.params, "dev_value": best.value,
-                 "dev_metrics": best.user_attrs.get("metrics"), "search": search, "index": config.to_dict(),
-                 "test_metrics": test},
+        "best": {
+            "trial": best.number,
+            "params": best.params,
+            "dev_value": best.value,
+            "dev_metrics": best.user_attrs.get("metrics"),
+            "search": search,
+            "index": config.to_dict(),
+            "test_metrics": test,
+        },
         "defaults": {"index": base_index.to_dict(), "dev_metrics": defaults_dev},
         "baselines": baselines,
         "comparison": comparison,
@@ -710,23 +949,37 @@ def cli_sweep(args: argparse.Namespace) -> int:
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
-    parameters = {"dataset": str(args.dataset), "trials": trials, "storage": absolute_storage(args.storage),
-                  "study": args.study, "workers": workers,
-                  "metric": args.metric, "seed": getattr(args, "seed", 0),
-                  "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
-                  "models": getattr(args, "models", None), "fold_trials": getattr(args, "fold_trials", None),
-                  "run_dir": "."}
-    folds = (f", nested {evalset.cv_folds}-fold CV with "
-             f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
-             if evalset.cross_validated else "")
-    print(f"sweep {args.dataset}: {trials} trials{folds}{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
-          flush=True)
+    parameters = {
+        "dataset": str(args.dataset),
+        "trials": trials,
+        "storage": absolute_storage(args.storage),
+        "study": args.study,
+        "workers": workers,
+        "metric": args.metric,
+        "seed": getattr(args, "seed", 0),
+        "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
+        "models": getattr(args, "models", None),
+        "fold_trials": getattr(args, "fold_trials", None),
+        "run_dir": ".",
+    }
+    folds = (
+        f", nested {evalset.cv_folds}-fold CV with "
+        f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
+        if evalset.cross_validated
+        else ""
+    )
+    print(
+        f"sweep {args.dataset}: {trials} trials{folds}{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
+        flush=True,
+    )
     started = time.perf_counter()
     try:
         run_notebook("sweep", run_dir, parameters)
     except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
-        print(f"error: the sweep notebook failed: {error.ename}: {error.evalue} (see {run_dir / 'sweep.ipynb'})",
-              file=sys.stderr)
+        print(
+            f"error: the sweep notebook failed: {error.ename}: {error.evalue} (see {run_dir / 'sweep.ipynb'})",
+            file=sys.stderr,
+        )
         return 1
     metrics = json.loads((run_dir / "metrics.json").read_text())
     config = export_config(run_dir)  # what may be served, kept with the run: config.json

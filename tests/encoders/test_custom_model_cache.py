@@ -2,6 +2,7 @@
 after the folder's weights change, `reindex --drop-model M` then `reindex --model M` embeds the
 texts again with the new weights (the old vectors stay cached under the old revision and are
 never served for the new one); registry presets keep their plain-name keys. Nothing downloads."""
+
 from __future__ import annotations
 
 import json
@@ -54,10 +55,15 @@ def test_changed_weights_are_embedded_again_after_drop_and_readd(tmp_path, capsy
     changing = save_tiny_model(tmp_path / "changing" / "model")
     data = tmp_path / "data"
     data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
+    (data / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()
+        )
+    )
     index = tmp_path / "index"
-    assert cli.main(["index", str(data), "--index", str(index), "--model", keep, "--model", changing, "-q"]) == 0
+    assert (
+        cli.main(["index", str(data), "--index", str(index), "--model", keep, "--model", changing, "-q"]) == 0
+    )
     name, kept = "model", "keep"  # folder models are recorded by their folders' names (issue 40)
     old_revision = encoder_record(changing)["revision"]
     assert cache_model(name) == f"{name}@{old_revision}"
@@ -95,8 +101,11 @@ def test_changed_weights_are_embedded_again_after_drop_and_readd(tmp_path, capsy
     # both revisions' vectors are kept, each under its own key; nothing under the bare name
     cache = EmbeddingCache(manifest["embedding_cache"], read_only=True)
     try:
-        assert (cache.count(f"{name}@{old_revision}"), cache.count(f"{name}@{new_revision}"),
-                cache.count(name)) == (len(DOCS), len(DOCS), 0)
+        assert (
+            cache.count(f"{name}@{old_revision}"),
+            cache.count(f"{name}@{new_revision}"),
+            cache.count(name),
+        ) == (len(DOCS), len(DOCS), 0)
     finally:
         cache.close()
 

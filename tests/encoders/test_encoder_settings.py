@@ -2,6 +2,7 @@
 length recorded in the spec and used for queries; fp16/bf16 refused on the CPU; the dtype rule
 (fp16 vectors meet fp32 queries, bf16 ones do not); the embeddings cache keeps other settings'
 vectors apart. The tiny random BERT of test_custom_models; nothing downloads."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ def test_precedence_argument_env_config():
     env = {"HYBRIDLAB_DEVICE": "cuda:1", "HYBRIDLAB_BATCH_SIZE": "8", "HYBRIDLAB_DTYPE": "bf16"}
     config = {"device": "mps", "max_seq_length": 128, "query_prompt": "q: "}
     settings = resolve_encoder_settings({"device": "cpu", "dtype": None}, config, env)
-    assert settings == EncoderSettings(device="cpu", batch_size=8, dtype="bfloat16", max_seq_length=128,
-                                       query_prompt="q: ")
+    assert settings == EncoderSettings(
+        device="cpu", batch_size=8, dtype="bfloat16", max_seq_length=128, query_prompt="q: "
+    )
     assert resolve_encoder_settings({}, None, {}) == EncoderSettings()
     with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
         resolve_encoder_settings({"dtype": "fp8"}, None, {})
@@ -46,11 +48,16 @@ def corpus(tmp_path, monkeypatch):
     model = save_tiny_model(tmp_path / "tiny-bert")
     monkeypatch.setenv("HYBRIDLAB_MODEL_PATHS", f"tiny-bert={model}")
     registry.register_recorded({})  # no settings recorded by another test's index of a "tiny-bert"
-    assert registry.canonical_name(model) == "tiny-bert"  # also this folder under settings without model_paths
+    assert (
+        registry.canonical_name(model) == "tiny-bert"
+    )  # also this folder under settings without model_paths
     data = tmp_path / "data"
     data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
+    (data / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()
+        )
+    )
     yield "tiny-bert", data
     registry.configure(None)
 
@@ -62,8 +69,16 @@ def test_prompts_and_max_length_are_recorded_and_used_for_queries(corpus, tmp_pa
     index = tmp_path / "index"
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", *SETTINGS]) == 0
     record = json.loads((index / "manifest.json").read_text())["models"][model]["encoder"]
-    assert (record["query_prefix"], record["document_prefix"], record["max_seq_length"]) == ("search: ", "doc: ", 16)
-    assert record["settings"] == {"query_prefix": "search: ", "document_prefix": "doc: ", "max_seq_length": 16}
+    assert (record["query_prefix"], record["document_prefix"], record["max_seq_length"]) == (
+        "search: ",
+        "doc: ",
+        16,
+    )
+    assert record["settings"] == {
+        "query_prefix": "search: ",
+        "document_prefix": "doc: ",
+        "max_seq_length": 16,
+    }
     plain = load_encoder(model).model  # the model as its folder configures it (query:/passage:, 64 tokens)
     plain_max = plain.max_seq_length
     with open_index(index) as opened:  # a process without settings: the recorded ones encode queries
@@ -80,10 +95,16 @@ def test_prompts_and_max_length_are_recorded_and_used_for_queries(corpus, tmp_pa
     assert cli.main(["stats", "--index", str(index)]) == 0
     assert "'query_prefix': 'search: '" in capsys.readouterr().out
     # a later write without settings uses the recorded ones; another prompt is another encoder, refused
-    (data / "corpus.jsonl").write_text((data / "corpus.jsonl").read_text() + json.dumps(
-        {"_id": "d4", "title": "", "text": "Statins lower cholesterol."}) + "\n")
+    (data / "corpus.jsonl").write_text(
+        (data / "corpus.jsonl").read_text()
+        + json.dumps({"_id": "d4", "title": "", "text": "Statins lower cholesterol."})
+        + "\n"
+    )
     before = (index / "manifest.json").read_text()
-    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--query-prompt", "q: "]) == 2
+    assert (
+        cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--query-prompt", "q: "])
+        == 2
+    )
     assert "give the encoder settings it was built with again" in capsys.readouterr().err
     assert (index / "manifest.json").read_text() == before
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 0
@@ -118,10 +139,28 @@ def test_half_precision_needs_a_gpu_and_bf16_indexes_need_bf16_queries(corpus, t
     model, data = corpus
     index = tmp_path / "index"
     capsys.readouterr()
-    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--device", "cpu",
-                     "--dtype", "fp16"]) == 2
+    assert (
+        cli.main(
+            [
+                "index",
+                str(data),
+                "--index",
+                str(index),
+                "--model",
+                model,
+                "-q",
+                "--device",
+                "cpu",
+                "--dtype",
+                "fp16",
+            ]
+        )
+        == 2
+    )
     assert "dtype float16 of" in capsys.readouterr().err and not (index / "manifest.json").exists()
-    assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--device", "cpu"]) == 0
+    assert (
+        cli.main(["index", str(data), "--index", str(index), "--model", model, "-q", "--device", "cpu"]) == 0
+    )
     copy = tmp_path / "as-if-bf16"
     shutil.copytree(index, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -145,16 +184,30 @@ def test_memory_stores_use_the_recorded_settings(corpus, data_dir, tmp_path):
 
     model, _ = corpus
     index = tmp_path / "index"
-    assert cli.main(["index", str(data_dir / "corpus" / "memories.jsonl"), "--index", str(index), "--model", model,
-                     "-q", *SETTINGS]) == 0
+    assert (
+        cli.main(
+            [
+                "index",
+                str(data_dir / "corpus" / "memories.jsonl"),
+                "--index",
+                str(index),
+                "--model",
+                model,
+                "-q",
+                *SETTINGS,
+            ]
+        )
+        == 0
+    )
     writer = MemoryWriter(index)  # this process has no encoder settings: the index's are used
     stored = writer.store("Statins lower cholesterol in older adults.")
     writer.close()
     fold_log(index)
     plain = load_encoder(model).model
     with open_index(index) as opened:
-        (chunk, text) = opened._con.execute("SELECT chunk_id, embed_text FROM chunks WHERE doc_id = ?",
-                                            [stored.id]).fetchone()
+        (chunk, text) = opened._con.execute(
+            "SELECT chunk_id, embed_text FROM chunks WHERE doc_id = ?", [stored.id]
+        ).fetchone()
         dense = opened.dense[model]
         vector = dense.take(dense.rows_of(np.array([chunk])))[0]
     plain_max, plain.max_seq_length = plain.max_seq_length, 16

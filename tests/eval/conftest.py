@@ -1,5 +1,6 @@
 """Session fixtures for the quality gates: each evaluation index is ensured (built once into
 .cache/indexes, then reused) and opened once per test session; each run is made once."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Deterministic k folds and nested cross-validation."""
+
 from __future__ import annotations
 
 import pytest

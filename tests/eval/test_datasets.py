@@ -1,4 +1,5 @@
 """Tests for hybridlab.eval.datasets (BEIR reading, dev/test splits) and hybridlab.eval.evalsets (named sets)."""
+
 from __future__ import annotations
 
 import gzip
@@ -34,12 +35,23 @@ def beir(tmp_path):
     """A gzipped BEIR dataset with qrels in `qrels/test.tsv` (the upstream layout)."""
     folder = tmp_path / "tinyset"
     (folder / "qrels").mkdir(parents=True)
-    write_jsonl(folder / "corpus.jsonl.gz", [{"_id": "d1", "title": "One", "text": "first"},
-                                            {"_id": "d2", "title": "", "text": "second"}], compress=True)
-    write_jsonl(folder / "queries.jsonl.gz", [{"_id": "q1", "text": "find one", "metadata": {"kind": "a"}},
-                                             {"_id": "q2", "text": "find two"},
-                                             {"_id": "q9", "text": "unjudged"}], compress=True)
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\nq2\td1\t0\n")
+    write_jsonl(
+        folder / "corpus.jsonl.gz",
+        [{"_id": "d1", "title": "One", "text": "first"}, {"_id": "d2", "title": "", "text": "second"}],
+        compress=True,
+    )
+    write_jsonl(
+        folder / "queries.jsonl.gz",
+        [
+            {"_id": "q1", "text": "find one", "metadata": {"kind": "a"}},
+            {"_id": "q2", "text": "find two"},
+            {"_id": "q9", "text": "unjudged"},
+        ],
+        compress=True,
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\nq2\td1\t0\n"
+    )
     return folder
 
 

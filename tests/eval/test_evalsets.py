@@ -1,5 +1,6 @@
 """Evaluation sets declared in TOML files (hybridlab.eval.evalsets): the packaged file, a user's file
 through `eval`, `grid --cv` and `repro`, the errors; datasets by ir_datasets id; BEIR files as sources."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ def write_beir(folder: Path) -> Path:
         for i, text in enumerate(texts):
             docs.append({"_id": f"{topic}-{i}", "title": topic.title(), "text": f"Notes on {topic}: {text}."})
             qrels.append(f"q-{topic} {topic}-{i} {2 - i}")
-        queries.append({"_id": f"q-{topic}", "text": f"{topic} {texts[0].split()[0]}",
-                        "metadata": {"kind": "short" if t % 2 else "topic"}})
+        queries.append(
+            {
+                "_id": f"q-{topic}",
+                "text": f"{topic} {texts[0].split()[0]}",
+                "metadata": {"kind": "short" if t % 2 else "topic"},
+            }
+        )
     (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
     (folder / "qrels.txt").write_text("\n".join(qrels) + "\n")
@@ -47,27 +53,46 @@ def user_sets(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("HYBRIDLAB_EVALSETS", raising=False)  # restored after the test (use_evalsets sets it)
     write_beir(tmp_path / "tiny")
     path = tmp_path / "sets.toml"
-    path.write_text('[tiny]\ncorpus = "tiny/corpus.jsonl"\nqrels = "tiny/qrels.txt"\nqueries = "tiny/queries.jsonl"\n'
-                    'tuning_split = "cv"\nreport_split = "cv"\ncv_folds = 2\nkinds = "kind"\n')
+    path.write_text(
+        '[tiny]\ncorpus = "tiny/corpus.jsonl"\nqrels = "tiny/qrels.txt"\nqueries = "tiny/queries.jsonl"\n'
+        'tuning_split = "cv"\nreport_split = "cv"\ncv_folds = 2\nkinds = "kind"\n'
+    )
     return path
 
 
 def test_packaged_sets_are_the_entries_of_the_shipped_file():
-    assert list(read_evalsets(PACKAGED_EVALSETS)) == ["memories", "holoviz", "scifact", "cisi", "cranfield", "med"]
+    assert list(read_evalsets(PACKAGED_EVALSETS)) == [
+        "memories",
+        "holoviz",
+        "scifact",
+        "cisi",
+        "cranfield",
+        "med",
+    ]
     memories = get_evalset("memories")
-    assert (memories.now, memories.cv_folds, memories.sources[0].name) == ("2026-11-01T00:00:00Z", 5, "memories.jsonl")
+    assert (memories.now, memories.cv_folds, memories.sources[0].name) == (
+        "2026-11-01T00:00:00Z",
+        5,
+        "memories.jsonl",
+    )
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ('[x]\nqrels = "q.tsv"\n', r"set 'x': field 'corpus' is missing"),
-    ('[x]\ncorpus = "c"\nqrel = "q.tsv"\n', r"set 'x': unknown field 'qrel'; fields are \['corpus'"),
-    ('[x]\ncorpus = "c"\ncv_folds = "5"\n', r"set 'x': field 'cv_folds' has the wrong type \('5'\)"),
-    ('[x]\ncorpus = "c"\ntuning_split = true\n', r"set 'x': field 'tuning_split' has the wrong type"),
-    ('[x]\ncorpus = "${nowhere}/c"\n', r"set 'x': field 'corpus': unknown placeholder"),
-    ('[x]\ncorpus = "c"\ntuning_split = "cv"\nreport_split = "cv"\n', r"set 'x': cv_folds \(None\) goes with"),
-    ('x = 1\n', r"'x' is not a set: declare it as a table, \[x\]"),
-    ('[x\n', r"not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('[x]\nqrels = "q.tsv"\n', r"set 'x': field 'corpus' is missing"),
+        ('[x]\ncorpus = "c"\nqrel = "q.tsv"\n', r"set 'x': unknown field 'qrel'; fields are \['corpus'"),
+        ('[x]\ncorpus = "c"\ncv_folds = "5"\n', r"set 'x': field 'cv_folds' has the wrong type \('5'\)"),
+        ('[x]\ncorpus = "c"\ntuning_split = true\n', r"set 'x': field 'tuning_split' has the wrong type"),
+        ('[x]\ncorpus = "${nowhere}/c"\n', r"set 'x': field 'corpus': unknown placeholder"),
+        (
+            '[x]\ncorpus = "c"\ntuning_split = "cv"\nreport_split = "cv"\n',
+            r"set 'x': cv_folds \(None\) goes with",
+        ),
+        ("x = 1\n", r"'x' is not a set: declare it as a table, \[x\]"),
+        ("[x\n", r"not valid TOML"),
+    ],
+)
 def test_errors_name_the_file_the_set_and_the_field(tmp_path, entry, message):
     path = tmp_path / "sets.toml"
     path.write_text(entry)
@@ -79,14 +104,18 @@ def test_errors_name_the_file_the_set_and_the_field(tmp_path, entry, message):
 def test_a_missing_path_is_named_when_the_set_is_used(user_sets, monkeypatch):
     user_sets.write_text('[gone]\ncorpus = "nowhere"\n')
     monkeypatch.setenv("HYBRIDLAB_EVALSETS", str(user_sets))
-    with pytest.raises(FileNotFoundError, match=rf"{user_sets}: set 'gone': field 'corpus': .*nowhere does not exist"):
+    with pytest.raises(
+        FileNotFoundError, match=rf"{user_sets}: set 'gone': field 'corpus': .*nowhere does not exist"
+    ):
         get_evalset("gone")
     assert main(["eval", "--evalsets", str(user_sets), "--dataset", "nope", "--json"]) == 2
 
 
 @pytest.mark.slow  # about 18 s: a grid and a repro subprocess
 def test_a_user_declared_set_runs_through_eval_grid_cv_and_repro(user_sets, tmp_path, capsys):
-    assert main(["eval", "--evalsets", str(user_sets), "--dataset", "x"]) == 2  # user sets are added, not alone
+    assert (
+        main(["eval", "--evalsets", str(user_sets), "--dataset", "x"]) == 2
+    )  # user sets are added, not alone
     assert "unknown dataset 'x'; choose from ['memories'" in capsys.readouterr().err
     evalset = get_evalset("tiny")
     assert (evalset.cv_folds, len(evalset.report_dataset().queries)) == (2, 6)
@@ -95,11 +124,48 @@ def test_a_user_declared_set_runs_through_eval_grid_cv_and_repro(user_sets, tmp_
     assert main(["eval", "--dataset", "tiny", "--index", str(index), "--mode", "bm25", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["queries"] == 6 and printed["metrics"]["ndcg@10"] > 0.5
-    assert main(["eval", "--dataset", "tiny", "--index", str(index), "--mode", "bm25", "--kind", "short", "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--dataset",
+                "tiny",
+                "--index",
+                str(index),
+                "--mode",
+                "bm25",
+                "--kind",
+                "short",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["queries"] == 3
 
-    assert main(["grid", "--evalsets", str(user_sets), "--dataset", "tiny", "--param", "alpha", "--values", "0,1",
-                 "--cv", "2", "--model", "wordllama", "--out", str(tmp_path / "grid"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "grid",
+                "--evalsets",
+                str(user_sets),
+                "--dataset",
+                "tiny",
+                "--param",
+                "alpha",
+                "--values",
+                "0,1",
+                "--cv",
+                "2",
+                "--model",
+                "wordllama",
+                "--out",
+                str(tmp_path / "grid"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     grid = json.loads(capsys.readouterr().out)
     assert grid["queries"] == 6 and 0 < grid["metrics"]["ndcg@10"] <= 1
 
@@ -108,7 +174,8 @@ def test_a_user_declared_set_runs_through_eval_grid_cv_and_repro(user_sets, tmp_
         "conditions:\n- name: tiny-bm25\n  dataset: tiny\n  split: cv\n  queries: 6\n  cheap: true\n"
         "  index: {models: [wordllama]}\n"
         "  command: hybridlab eval --index ${index} --dataset tiny --mode bm25 --json\n"
-        f"  metrics: {{ndcg@10: {printed['metrics']['ndcg@10']:.4f}}}\n")
+        f"  metrics: {{ndcg@10: {printed['metrics']['ndcg@10']:.4f}}}\n"
+    )
     assert main(["repro", "--evalsets", str(user_sets), "--conditions", str(conditions), "--all"]) == 0
     assert "all 1 conditions reproduced" in capsys.readouterr().out
 
@@ -124,9 +191,12 @@ def test_a_beir_corpus_file_is_read_as_beir_and_qrels_columns_may_be_spaces(tmp_
     spaced, tabbed = folder / "qrels.txt", folder / "qrels.tsv"
     tabbed.write_text("query-id\tcorpus-id\tscore\n" + spaced.read_text().replace(" ", "\t"))
     trec = folder / "qrels.trec"
-    trec.write_text("".join(f"{q} 0 {d} {r}\n" for q, d, r in (line.split() for line in spaced.read_text().splitlines())))
-    assert load_qrels(spaced) == load_qrels(tabbed) == load_qrels(trec) and load_qrels(spaced)["q-docker"] == {
-        "docker-0": 2, "docker-1": 1}
+    trec.write_text(
+        "".join(f"{q} 0 {d} {r}\n" for q, d, r in (line.split() for line in spaced.read_text().splitlines()))
+    )
+    assert load_qrels(spaced) == load_qrels(tabbed) == load_qrels(trec) and load_qrels(spaced)[
+        "q-docker"
+    ] == {"docker-0": 2, "docker-1": 1}
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +213,22 @@ def local_irds(tmp_path_factory) -> str:
     queries = [json.loads(line) for line in (folder / "queries.jsonl").read_text().splitlines()]
     (folder / "docs.tsv").write_text("".join(f"{d['_id']}\t{d['title']}. {d['text']}\n" for d in docs))
     (folder / "queries.tsv").write_text("".join(f"{q['_id']}\t{q['text']}\n" for q in queries))
-    (folder / "qrels.trec").write_text("".join(f"{q} 0 {d} {r}\n" for q, d, r in
-                                               (line.split() for line in (folder / "qrels.txt").read_text().splitlines())))
+    (folder / "qrels.trec").write_text(
+        "".join(
+            f"{q} 0 {d} {r}\n"
+            for q, d, r in (line.split() for line in (folder / "qrels.txt").read_text().splitlines())
+        )
+    )
     name = "hybridlab-test/tiny"
     if name not in ir_datasets.registry._registered:
-        ir_datasets.registry.register(name, Dataset(TsvDocs(LocalDownload(folder / "docs.tsv")),
-                                                    TsvQueries(LocalDownload(folder / "queries.tsv")),
-                                                    TrecQrels(LocalDownload(folder / "qrels.trec"), {0: "no", 1: "yes"})))
+        ir_datasets.registry.register(
+            name,
+            Dataset(
+                TsvDocs(LocalDownload(folder / "docs.tsv")),
+                TsvQueries(LocalDownload(folder / "queries.tsv")),
+                TrecQrels(LocalDownload(folder / "qrels.trec"), {0: "no", 1: "yes"}),
+            ),
+        )
     return f"irds:{name}"
 
 

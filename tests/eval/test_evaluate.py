@@ -2,6 +2,7 @@
 
 Expected values are derived by hand in the comments (ranx: nDCG with linear gain, log2(rank + 1)).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,12 +49,14 @@ def test_score_per_query_hand_values():
 
 
 def test_score_means_over_all_judged_queries():
-    assert score(QRELS, RUN) == pytest.approx({
-        "hit_rate@10": 2 / 3,
-        "mrr": (1 / 3 + 1 + 0) / 3,
-        "ndcg@10": (0.5 + NDCG_Q2 + 0) / 3,
-        "recall@100": 2 / 3,
-    })
+    assert score(QRELS, RUN) == pytest.approx(
+        {
+            "hit_rate@10": 2 / 3,
+            "mrr": (1 / 3 + 1 + 0) / 3,
+            "ndcg@10": (0.5 + NDCG_Q2 + 0) / 3,
+            "recall@100": 2 / 3,
+        }
+    )
 
 
 def test_hit_rate_cuts_at_ten_but_recall_at_hundred_does_not():
@@ -97,7 +100,9 @@ SAME = _ranked_run({q: 2 if (i % 2 or i == 0) else 3 for i, q in enumerate(QRELS
 
 
 def test_ranked_run_helper_places_the_relevant_document():
-    assert score_per_query({"q00": {"rel-q00": 1}}, {"q00": BASELINE["q00"]})["mrr"]["q00"] == pytest.approx(1 / 3)
+    assert score_per_query({"q00": {"rel-q00": 1}}, {"q00": BASELINE["q00"]})["mrr"]["q00"] == pytest.approx(
+        1 / 3
+    )
 
 
 def test_compare_scores_and_significance():
@@ -116,8 +121,11 @@ def test_compare_scores_and_significance():
 
 def test_compare_markdown_marks_non_significant_differences():
     table = compare(QRELS_N, {"baseline": BASELINE, "better": BETTER, "same": SAME}, ["mrr"]).to_markdown()
-    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table.splitlines()
-            if line.startswith("| ") and "system" not in line}
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in table.splitlines()
+        if line.startswith("| ") and "system" not in line
+    }
     assert rows == {
         "baseline (baseline)": f"{(10 / 2 + 10 / 3) / N:.4f}",
         "better": "**1.0000**",
@@ -181,8 +189,10 @@ def test_make_run_searches_every_query_with_limit_100():
     index = FakeIndex()
     run = make_run(index, {"q1": "one", "q2": "two"}, mode="bm25", now="2026-01-01")
     assert run == {"q1": {"doc-one": 1.0}, "q2": {"doc-two": 1.0}}
-    assert index.calls == [("one", {"limit": 100, "mode": "bm25", "now": "2026-01-01"}),
-                           ("two", {"limit": 100, "mode": "bm25", "now": "2026-01-01"})]
+    assert index.calls == [
+        ("one", {"limit": 100, "mode": "bm25", "now": "2026-01-01"}),
+        ("two", {"limit": 100, "mode": "bm25", "now": "2026-01-01"}),
+    ]
 
 
 # ------------------------------------------------------------------ the CLI on a tiny index
@@ -209,11 +219,19 @@ def tiny(tmp_path_factory):
     for name, text in DOCS.items():
         (docs / name).write_text(text)
     index_dir = root / "index"
-    index_paths([docs], index_dir, IndexConfig(models=("wordllama",)), progress=False,
-                cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [docs],
+        index_dir,
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     queries = root / "queries.jsonl"
-    queries.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items())
-                       + json.dumps({"_id": "unjudged", "text": "violin rosin"}) + "\n")
+    queries.write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items())
+        + json.dumps({"_id": "unjudged", "text": "violin rosin"})
+        + "\n"
+    )
     qrels = root / "qrels-test.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in CLI_QRELS.items()))
     return {"root": root, "index": index_dir, "queries": queries, "qrels": qrels}
@@ -222,8 +240,19 @@ def tiny(tmp_path_factory):
 def _eval(tiny, *extra, capsys):
     from hybridlab.cli import main
 
-    code = main(["eval", "--index", str(tiny["index"]), "--queries", str(tiny["queries"]),
-                 "--qrels", str(tiny["qrels"]), "-q", *extra])
+    code = main(
+        [
+            "eval",
+            "--index",
+            str(tiny["index"]),
+            "--queries",
+            str(tiny["queries"]),
+            "--qrels",
+            str(tiny["qrels"]),
+            "-q",
+            *extra,
+        ]
+    )
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -238,8 +267,12 @@ def test_cli_eval_bm25_json(tiny, capsys):
 def test_cli_eval_prints_a_markdown_table(tiny, capsys):
     code, out, _ = _eval(tiny, "--mode", "bm25", capsys=capsys)
     assert code == 0
-    assert out.splitlines() == ["4 queries", "| metric | value |", "|---|---|",
-                                *(f"| {m} | 1.0000 |" for m in METRICS)]
+    assert out.splitlines() == [
+        "4 queries",
+        "| metric | value |",
+        "|---|---|",
+        *(f"| {m} | 1.0000 |" for m in METRICS),
+    ]
 
 
 def test_cli_eval_save_run_matches_printed_metrics(tiny, capsys):
@@ -274,7 +307,9 @@ def test_cli_eval_without_judged_queries_is_an_error(tiny, capsys, tmp_path):
     qrels.write_text("nobody\tvolcano.md\t1\n")
     from hybridlab.cli import main
 
-    code = main(["eval", "--index", str(tiny["index"]), "--queries", str(tiny["queries"]), "--qrels", str(qrels)])
+    code = main(
+        ["eval", "--index", str(tiny["index"]), "--queries", str(tiny["queries"]), "--qrels", str(qrels)]
+    )
     assert code == 2
     assert "error: no query of" in capsys.readouterr().err
 
@@ -284,8 +319,9 @@ def test_cli_eval_split_scores_one_half_of_the_queries(tiny, capsys):
     scored = {}
     for split in ("dev", "test"):
         path = tiny["root"] / f"{split}.trec"
-        code, out, _ = _eval(tiny, "--mode", "bm25", "--json", "--split", split, "--save-run", str(path),
-                             capsys=capsys)
+        code, out, _ = _eval(
+            tiny, "--mode", "bm25", "--json", "--split", split, "--save-run", str(path), capsys=capsys
+        )
         assert code == 0 and json.loads(out)["queries"] == 2
         scored[split] = {line.split()[0] for line in path.read_text().splitlines()}
     assert scored == {"dev": {"v", "o"}, "test": {"b", "c"}}

@@ -1,5 +1,6 @@
 """Fusing run files (hybridlab.eval.fuse_runs, `hybridlab fuse`): hand values, agreement with
 `ranx.fuse`, and a tuning that cannot see the report split."""
+
 from __future__ import annotations
 
 import copy
@@ -39,8 +40,10 @@ def test_rrf_of_two_runs_by_hand():
     fused = fuse_runs(runs, FusionSetting("rrf", (("a", 1.0), ("b", 2.0)), rrf_k=10))
     assert fused == {"q": {"y": 1 / 12 + 2 / 11, "x": 1 / 11, "z": 2 / 12}, "q2": {"x": 2 / 11}}
     assert list(fused["q"]) == ["y", "z", "x"]
-    assert fuse_runs(runs, FusionSetting("rrf", (("a", 1.0), ("b", 2.0)), rrf_k=10), limit=1) == \
-        {"q": {"y": 1 / 12 + 2 / 11}, "q2": {"x": 2 / 11}}
+    assert fuse_runs(runs, FusionSetting("rrf", (("a", 1.0), ("b", 2.0)), rrf_k=10), limit=1) == {
+        "q": {"y": 1 / 12 + 2 / 11},
+        "q2": {"x": 2 / 11},
+    }
     assert runs == before
 
 
@@ -71,24 +74,51 @@ def test_weight_grid():
 
 
 @pytest.mark.filterwarnings("ignore:unsafe cast")  # numba warning inside ranx's rrf
-@pytest.mark.parametrize(("method", "normalization", "weights", "ranx_method", "ranx_norm"), [
-    ("rrf", "min-max", ["1", "1"], "rrf", None),
-    ("convex", "min-max", ["0.3", "0.7"], "wsum", "min-max"),
-    ("convex", "z-score", ["0.6", "0.4"], "wsum", "zmuv"),
-    ("convex", "none", ["0.5", "2"], "wsum", None),
-])
-def test_fuse_files_equals_ranx_fuse(tmp_path, capsys, method, normalization, weights, ranx_method, ranx_norm):
+@pytest.mark.parametrize(
+    ("method", "normalization", "weights", "ranx_method", "ranx_norm"),
+    [
+        ("rrf", "min-max", ["1", "1"], "rrf", None),
+        ("convex", "min-max", ["0.3", "0.7"], "wsum", "min-max"),
+        ("convex", "z-score", ["0.6", "0.4"], "wsum", "zmuv"),
+        ("convex", "none", ["0.5", "2"], "wsum", None),
+    ],
+)
+def test_fuse_files_equals_ranx_fuse(
+    tmp_path, capsys, method, normalization, weights, ranx_method, ranx_norm
+):
     ranx = pytest.importorskip("ranx")
     runs = _random_runs()
     write_run(runs["bm25"], tmp_path / "bm25.trec")
     write_run(runs["dense"], tmp_path / "dense.json.gz")
     out = tmp_path / "fused.trec"
-    assert main(["fuse", str(tmp_path / "bm25.trec"), str(tmp_path / "dense.json.gz"), "--method", method,
-                 "--normalization", normalization, "--weights", *weights, "--limit", "1000", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fuse",
+                str(tmp_path / "bm25.trec"),
+                str(tmp_path / "dense.json.gz"),
+                "--method",
+                method,
+                "--normalization",
+                normalization,
+                "--weights",
+                *weights,
+                "--limit",
+                "1000",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"fused 2 runs ({method}" in capsys.readouterr().out
     params = {"k": 60} if ranx_method == "rrf" else {"weights": [float(w) for w in weights]}
-    theirs = ranx.fuse([ranx.Run(copy.deepcopy(runs[n]), name=n) for n in ("bm25", "dense")], norm=ranx_norm,
-                       method=ranx_method, params=params).to_dict()
+    theirs = ranx.fuse(
+        [ranx.Run(copy.deepcopy(runs[n]), name=n) for n in ("bm25", "dense")],
+        norm=ranx_norm,
+        method=ranx_method,
+        params=params,
+    ).to_dict()
     ours = read_run(out)
     assert set(ours) == set(theirs)
     for qid, docs in theirs.items():
@@ -125,8 +155,12 @@ def test_tuning_never_sees_the_report_split():
     assert dict(union.weights)["sem"] > 0.5
     assert score(report_qrels, fuse_runs(runs, best))["ndcg@10"] < score(report_qrels, runs["sem"])["ndcg@10"]
     # the report queries' results do not matter to the tuning: scramble them, same choice and values
-    scrambled = {name: {q: ({d: -s for d, s in docs.items()} if q.startswith("r") else docs)
-                        for q, docs in run.items()} for name, run in runs.items()}
+    scrambled = {
+        name: {
+            q: ({d: -s for d, s in docs.items()} if q.startswith("r") else docs) for q, docs in run.items()
+        }
+        for name, run in runs.items()
+    }
     assert tune_fusion(scrambled, tune_qrels, settings) == (best, table)
 
 
@@ -138,13 +172,22 @@ def test_optuna_tuning_never_sees_the_report_split():
     settings = candidate_settings(list(runs), step=0.25)
     best, table = tune_fusion_optuna(runs, tune_qrels, settings, trials=20)
     assert len(table) == 20 and max(row["ndcg@10"] for row in table) == 1.0
-    assert dict(best.weights)["lex"] > 0.5  # a tuning that peeked would give `sem` the weight (as `union` does)
+    assert (
+        dict(best.weights)["lex"] > 0.5
+    )  # a tuning that peeked would give `sem` the weight (as `union` does)
     assert score(tune_qrels, fuse_runs(runs, best))["ndcg@10"] == 1.0
     union, _ = tune_fusion_optuna(runs, {**tune_qrels, **report_qrels}, settings, trials=20)
     assert dict(union.weights)["sem"] > 0.5
-    assert score(report_qrels, fuse_runs(runs, union))["ndcg@10"] > score(report_qrels, fuse_runs(runs, best))["ndcg@10"]
-    scrambled = {name: {q: ({d: -s for d, s in docs.items()} if q.startswith("r") else docs)
-                        for q, docs in run.items()} for name, run in runs.items()}
+    assert (
+        score(report_qrels, fuse_runs(runs, union))["ndcg@10"]
+        > score(report_qrels, fuse_runs(runs, best))["ndcg@10"]
+    )
+    scrambled = {
+        name: {
+            q: ({d: -s for d, s in docs.items()} if q.startswith("r") else docs) for q, docs in run.items()
+        }
+        for name, run in runs.items()
+    }
     assert tune_fusion_optuna(scrambled, tune_qrels, settings, trials=20) == (best, table)
 
 
@@ -153,10 +196,20 @@ def test_cli_tune_on_report_on(tmp_path, capsys):
     for name, run in runs.items():
         write_run(run, tmp_path / f"{name}.trec")
     for name, qrels in (("tune", tune_qrels), ("report", report_qrels)):
-        (tmp_path / f"{name}.tsv").write_text("".join(f"{q}\t{d}\t{r}\n" for q, ds in qrels.items()
-                                                      for d, r in ds.items()))
-    args = ["fuse", str(tmp_path / "lex.trec"), str(tmp_path / "sem.trec"), "--out", str(tmp_path / "f.trec"),
-            "--tune-on", str(tmp_path / "tune.tsv"), "--grid-step", "0.5"]
+        (tmp_path / f"{name}.tsv").write_text(
+            "".join(f"{q}\t{d}\t{r}\n" for q, ds in qrels.items() for d, r in ds.items())
+        )
+    args = [
+        "fuse",
+        str(tmp_path / "lex.trec"),
+        str(tmp_path / "sem.trec"),
+        "--out",
+        str(tmp_path / "f.trec"),
+        "--tune-on",
+        str(tmp_path / "tune.tsv"),
+        "--grid-step",
+        "0.5",
+    ]
     assert main([*args, "--report-on", str(tmp_path / "report.tsv"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["setting"]["weights"] == {"lex": 1.0, "sem": 0.0}
@@ -167,9 +220,27 @@ def test_cli_tune_on_report_on(tmp_path, capsys):
     assert read_run(tmp_path / "f.trec").keys() == runs["lex"].keys()
     assert main([*args, "--report-on", str(tmp_path / "report.tsv")]) == 0
     assert "Paired tests against fused" in capsys.readouterr().out
-    assert main([*args, "--search", "optuna", "--trials", "8", "--report-on", str(tmp_path / "report.tsv"), "--json"]) == 0
+    assert (
+        main(
+            [
+                *args,
+                "--search",
+                "optuna",
+                "--trials",
+                "8",
+                "--report-on",
+                str(tmp_path / "report.tsv"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
-    assert data["tuning"]["search"] == "optuna" and data["tuning"]["settings"] == 8 and data["report"]["queries"] == 12
+    assert (
+        data["tuning"]["search"] == "optuna"
+        and data["tuning"]["settings"] == 8
+        and data["report"]["queries"] == 12
+    )
     assert main([*args, "--report-on", str(tmp_path / "tune.tsv")]) == 2
     assert "share 4 queries" in capsys.readouterr().err
 
@@ -180,10 +251,27 @@ def test_cli_errors(tmp_path, capsys):
     out = str(tmp_path / "f.trec")
     assert main(["fuse", str(tmp_path / "a.trec"), "--out", out]) == 2
     assert "at least two runs" in capsys.readouterr().err
-    assert main(["fuse", str(tmp_path / "a.trec"), f"b={tmp_path / 'a.trec'}", "--weights", "1", "--out", out]) == 2
+    assert (
+        main(["fuse", str(tmp_path / "a.trec"), f"b={tmp_path / 'a.trec'}", "--weights", "1", "--out", out])
+        == 2
+    )
     assert "one weight per run (2), got 1" in capsys.readouterr().err
-    assert main(["fuse", f"x={tmp_path / 'a.trec'}", f"y={tmp_path / 'a.trec'}", "--method", "convex",
-                 "--normalization", "theoretical-min-max", "--out", out]) == 2
+    assert (
+        main(
+            [
+                "fuse",
+                f"x={tmp_path / 'a.trec'}",
+                f"y={tmp_path / 'a.trec'}",
+                "--method",
+                "convex",
+                "--normalization",
+                "theoretical-min-max",
+                "--out",
+                out,
+            ]
+        )
+        == 2
+    )
     assert "no theoretical minimum for retriever 'x'" in capsys.readouterr().err
 
 
@@ -200,7 +288,10 @@ def test_fused_files_equal_the_unstaged_engine(scifact, tmp_path):
         files[name] = read_run(tmp_path / f"{name}.trec")
     fused = fuse_runs(files, FusionSetting("convex", (("bm25", 0.4), ("dense", 0.6)), "min-max"), 100)
     engine = scifact.run(adaptive_fusion=False, staged=False, fill_dense=False)
-    ours, theirs = score_per_query(scifact.dataset.qrels, fused), score_per_query(scifact.dataset.qrels, engine)
+    ours, theirs = (
+        score_per_query(scifact.dataset.qrels, fused),
+        score_per_query(scifact.dataset.qrels, engine),
+    )
     assert len(ours["ndcg@10"]) == 300
     for metric, values in ours.items():
         assert all(abs(values[q] - theirs[metric][q]) <= 1e-9 for q in values), metric

@@ -1,4 +1,5 @@
 """The ground truth in `ground_truth/` passes its checks, and the checks name file, line and field."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,30 @@ from ground_truth.validate import RULES, ground_truth_sets, main, validate_set
 from hybridlab.eval.evalsets import GROUND_TRUTH, corpora_dir
 
 MEMORIES = [
-    {"id": "m1", "content": "The tunnel listens on port 2333 for its control channel.",
-     "tags": ["rathole", "release_process"],
-     "created_at": "2024-01-01T10:00:00Z", "memory_type": "fact", "metadata": {"project": "rathole"}},
-    {"id": "m2", "content": "Certificates renew every sixty days through certbot.",
-     "tags": ["rathole", "release process"],
-     "created_at": "2024-02-01T10:00:00Z", "memory_type": "note", "metadata": {"project": "rathole"}},
-    {"id": "m3", "content": "User prefers short answers with the code first.", "tags": ["communication"],
-     "created_at": "2024-03-01T10:00:00Z", "memory_type": "preference", "metadata": {"scope": "user"}},
+    {
+        "id": "m1",
+        "content": "The tunnel listens on port 2333 for its control channel.",
+        "tags": ["rathole", "release_process"],
+        "created_at": "2024-01-01T10:00:00Z",
+        "memory_type": "fact",
+        "metadata": {"project": "rathole"},
+    },
+    {
+        "id": "m2",
+        "content": "Certificates renew every sixty days through certbot.",
+        "tags": ["rathole", "release process"],
+        "created_at": "2024-02-01T10:00:00Z",
+        "memory_type": "note",
+        "metadata": {"project": "rathole"},
+    },
+    {
+        "id": "m3",
+        "content": "User prefers short answers with the code first.",
+        "tags": ["communication"],
+        "created_at": "2024-03-01T10:00:00Z",
+        "memory_type": "preference",
+        "metadata": {"scope": "user"},
+    },
 ]
 QUERIES = [
     {"_id": "q1", "text": "which port does the control channel use", "metadata": {"kind": "identifier"}},
@@ -30,8 +47,16 @@ QRELS = ["query-id\tcorpus-id\tscore", "q1\tm1\t2", "q2\tm1\t1", "q2\tm2\t1", "q
 def write_set(folder: Path, memories=MEMORIES, queries=QUERIES, qrels=QRELS) -> Path:
     """A tiny memories-style set: eval.json, memories.jsonl, queries.jsonl, qrels-test.tsv."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "eval.json").write_text(json.dumps({"now": "2026-11-01T00:00:00Z", "corpus": "memories.jsonl",
-                                                  "queries": "queries.jsonl", "qrels": "qrels-test.tsv"}))
+    (folder / "eval.json").write_text(
+        json.dumps(
+            {
+                "now": "2026-11-01T00:00:00Z",
+                "corpus": "memories.jsonl",
+                "queries": "queries.jsonl",
+                "qrels": "qrels-test.tsv",
+            }
+        )
+    )
     for name, rows in (("memories.jsonl", memories), ("queries.jsonl", queries)):
         lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
         (folder / name).write_text("".join(line + "\n" for line in lines))
@@ -78,36 +103,66 @@ def test_a_valid_tiny_set_passes(tmp_path):
 
 
 def test_broken_files_are_named_by_line_and_field(tmp_path):
-    memories = [*MEMORIES,
-                {"id": "m1", "content": "again", "tags": ["x"], "created_at": "2024-01-01T00:00:00Z",
-                 "memory_type": "note"},                                               # line 4: duplicate id
-                {"id": "m5", "content": "", "tags": ["Upper"], "created_at": "yesterday",
-                 "memory_type": "musing", "metadata": {"project": "ferrox"}},         # line 5
-                {"id": "m6", "content": "From the future.", "tags": ["x"],
-                 "created_at": "2027-01-01T00:00:00Z", "memory_type": "note"},          # line 6: after now
-                "{not json"]                                                          # line 7
-    queries = [*QUERIES,
-               {"_id": "q1", "text": "again", "metadata": {"kind": "general"}},      # line 4: duplicate id
-               {"_id": "q5", "text": "Release-Process", "metadata": {"kind": "vibes"}},  # line 5: kind, text
-               {"_id": "q6", "text": "never judged", "metadata": {"kind": "general"}}]  # line 6
-    qrels = [*QRELS,
-             "q9\tm1\t1",        # line 6: unknown query
-             "q1\tm404\t1",      # line 7: unknown memory
-             "q1\tm3\tthree",    # line 8: score not an integer
-             "q1\tm1\t1",        # line 9: judged twice
-             "q5\tm1\t3",        # line 10: grade outside {1, 2}
-             "q1\tm2"]           # line 11: two columns
+    memories = [
+        *MEMORIES,
+        {
+            "id": "m1",
+            "content": "again",
+            "tags": ["x"],
+            "created_at": "2024-01-01T00:00:00Z",
+            "memory_type": "note",
+        },  # line 4: duplicate id
+        {
+            "id": "m5",
+            "content": "",
+            "tags": ["Upper"],
+            "created_at": "yesterday",
+            "memory_type": "musing",
+            "metadata": {"project": "ferrox"},
+        },  # line 5
+        {
+            "id": "m6",
+            "content": "From the future.",
+            "tags": ["x"],
+            "created_at": "2027-01-01T00:00:00Z",
+            "memory_type": "note",
+        },  # line 6: after now
+        "{not json",
+    ]  # line 7
+    queries = [
+        *QUERIES,
+        {"_id": "q1", "text": "again", "metadata": {"kind": "general"}},  # line 4: duplicate id
+        {"_id": "q5", "text": "Release-Process", "metadata": {"kind": "vibes"}},  # line 5: kind, text
+        {"_id": "q6", "text": "never judged", "metadata": {"kind": "general"}},
+    ]  # line 6
+    qrels = [
+        *QRELS,
+        "q9\tm1\t1",  # line 6: unknown query
+        "q1\tm404\t1",  # line 7: unknown memory
+        "q1\tm3\tthree",  # line 8: score not an integer
+        "q1\tm1\t1",  # line 9: judged twice
+        "q5\tm1\t3",  # line 10: grade outside {1, 2}
+        "q1\tm2",
+    ]  # line 11: two columns
     report = validate_set(write_set(tmp_path / "memories", memories, queries, qrels))
     assert where(report) == {
         ("memories.jsonl", 4, "id"),
-        ("memories.jsonl", 5, "content"), ("memories.jsonl", 5, "tags"), ("memories.jsonl", 5, "created_at"),
+        ("memories.jsonl", 5, "content"),
+        ("memories.jsonl", 5, "tags"),
+        ("memories.jsonl", 5, "created_at"),
         ("memories.jsonl", 5, "memory_type"),
         ("memories.jsonl", 6, "created_at"),
         ("memories.jsonl", 7, "line"),
-        ("queries.jsonl", 4, "_id"), ("queries.jsonl", 5, "text"), ("queries.jsonl", 5, "metadata.kind"),
+        ("queries.jsonl", 4, "_id"),
+        ("queries.jsonl", 5, "text"),
+        ("queries.jsonl", 5, "metadata.kind"),
         ("queries.jsonl", 6, "_id"),
-        ("qrels-test.tsv", 6, "query-id"), ("qrels-test.tsv", 7, "corpus-id"), ("qrels-test.tsv", 8, "score"),
-        ("qrels-test.tsv", 9, "corpus-id"), ("qrels-test.tsv", 10, "score"), ("qrels-test.tsv", 11, "line"),
+        ("qrels-test.tsv", 6, "query-id"),
+        ("qrels-test.tsv", 7, "corpus-id"),
+        ("qrels-test.tsv", 8, "score"),
+        ("qrels-test.tsv", 9, "corpus-id"),
+        ("qrels-test.tsv", 10, "score"),
+        ("qrels-test.tsv", 11, "line"),
     }
     messages = "\n".join(str(problem) for problem in report.problems)
     assert "memories.jsonl:4: id: duplicate id 'm1' (first on line 1)" in messages
@@ -116,24 +171,38 @@ def test_broken_files_are_named_by_line_and_field(tmp_path):
 
 
 def test_the_judgement_rules_of_the_memories_set(tmp_path):
-    memories = [*MEMORIES,
-                {"id": "m4", "content": "Renewal hooks reload the tunnel after new certificates arrive.",
-                 "tags": ["rathole", "release-process"], "created_at": "2024-04-01T10:00:00Z",
-                 "memory_type": "fact", "metadata": {"project": "rathole"}}]
+    memories = [
+        *MEMORIES,
+        {
+            "id": "m4",
+            "content": "Renewal hooks reload the tunnel after new certificates arrive.",
+            "tags": ["rathole", "release-process"],
+            "created_at": "2024-04-01T10:00:00Z",
+            "memory_type": "fact",
+            "metadata": {"project": "rathole"},
+        },
+    ]
     queries = [*QUERIES, {"_id": "q4", "text": "current tunnel port", "metadata": {"kind": "current"}}]
-    qrels = ["query-id\tcorpus-id\tscore",
-             "q1\tm1\t2", "q1\tm2\t2",     # lines 2-3: two grade-2 answers
-             "q2\tm1\t1", "q2\tm3\t1",     # lines 4-5: m3 lacks the tag, m2 and m4 carry it unjudged
-             "q3\tm3\t2", "q3\tm1\t1",     # lines 6-7: q3 shares "answers" with m3, "port" with m1
-             "q4\tm1\t1", "q4\tm4\t1"]     # a `current` query with two answers
+    qrels = [
+        "query-id\tcorpus-id\tscore",
+        "q1\tm1\t2",
+        "q1\tm2\t2",  # lines 2-3: two grade-2 answers
+        "q2\tm1\t1",
+        "q2\tm3\t1",  # lines 4-5: m3 lacks the tag, m2 and m4 carry it unjudged
+        "q3\tm3\t2",
+        "q3\tm1\t1",  # lines 6-7: q3 shares "answers" with m3, "port" with m1
+        "q4\tm1\t1",
+        "q4\tm4\t1",
+    ]  # a `current` query with two answers
     queries[2] = {"_id": "q3", "text": "which port do answers use", "metadata": {"kind": "paraphrase"}}
     report = validate_set(write_set(tmp_path / "memories", memories, queries, qrels))
     assert where(report) == {
-        ("queries.jsonl", 1, "score"),                                     # q1: two grade-2
-        ("queries.jsonl", 2, "corpus-id"),                                 # q2: m2, m4 carry the tag unjudged
-        ("qrels-test.tsv", 5, "corpus-id"),                                # q2: m3 judged without the tag
-        ("qrels-test.tsv", 6, "text"), ("qrels-test.tsv", 7, "text"),    # q3 shares "answers"/"port"
-        ("queries.jsonl", 4, "_id"),                                       # q4: current, two answers
+        ("queries.jsonl", 1, "score"),  # q1: two grade-2
+        ("queries.jsonl", 2, "corpus-id"),  # q2: m2, m4 carry the tag unjudged
+        ("qrels-test.tsv", 5, "corpus-id"),  # q2: m3 judged without the tag
+        ("qrels-test.tsv", 6, "text"),
+        ("qrels-test.tsv", 7, "text"),  # q3 shares "answers"/"port"
+        ("queries.jsonl", 4, "_id"),  # q4: current, two answers
     }
     messages = [str(problem) for problem in report.problems]
     assert sum("carries the tag but is not judged" in m for m in messages) == 2
@@ -159,10 +228,13 @@ def test_judgements_of_a_folder_corpus_name_its_files(tmp_path):
     (corpus / "panel" / "Tabulator.ipynb").write_text("{}")
     folder = tmp_path / "holoviz"
     folder.mkdir()
-    (folder / "queries.jsonl").write_text(json.dumps({"_id": "h1", "text": "frozen columns",
-                                                      "metadata": {"kind": "api"}}) + "\n")
-    (folder / "qrels-test.tsv").write_text("query-id\tcorpus-id\tscore\nh1\tpanel/Tabulator.ipynb\t2\n"
-                                           "h1\tpanel/Missing.ipynb\t1\nh1\t../corpus/panel/Tabulator.ipynb\t1\n")
+    (folder / "queries.jsonl").write_text(
+        json.dumps({"_id": "h1", "text": "frozen columns", "metadata": {"kind": "api"}}) + "\n"
+    )
+    (folder / "qrels-test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nh1\tpanel/Tabulator.ipynb\t2\n"
+        "h1\tpanel/Missing.ipynb\t1\nh1\t../corpus/panel/Tabulator.ipynb\t1\n"
+    )
     report = validate_set(folder, corpus)
     assert where(report) == {("qrels-test.tsv", 3, "corpus-id"), ("qrels-test.tsv", 4, "corpus-id")}
     unchecked = validate_set(folder, tmp_path / "nowhere")

@@ -9,6 +9,7 @@ figures themselves (`hybridlab repro`). Indexes come from `ensure_index` (built 
 .cache/indexes, then reused). Measured numbers are written next to each gate, from
 `.venv/bin/python -m pytest tests/eval -q` on this machine (reports/quality/ has the full tables).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -31,11 +32,20 @@ def assert_better(gate, metrics: dict[str, tuple[str, ...]], baselines: dict[str
     """The default hybrid beats each baseline on the listed metrics: a higher mean with p < MAX_P
     (paired randomisation test, Holm-corrected over every comparison of the call)."""
     ours = gate.per_query()
-    results = {f"{metric}, default hybrid vs {name}": paired_test(ours[metric], gate.per_query(**baselines[name])[metric], TEST)
-               for name, names in metrics.items() for metric in names}
+    results = {
+        f"{metric}, default hybrid vs {name}": paired_test(
+            ours[metric], gate.per_query(**baselines[name])[metric], TEST
+        )
+        for name, names in metrics.items()
+        for metric in names
+    }
     adjusted = dict(zip(results, holm([r.p_value for r in results.values()])))
-    failed = [_line(k, r, adjusted[k]) for k, r in results.items() if not (r.difference > 0 and adjusted[k] < MAX_P)]
-    assert not failed, f"not significantly better (need a higher mean at Holm-corrected p < {MAX_P}): {failed}"
+    failed = [
+        _line(k, r, adjusted[k]) for k, r in results.items() if not (r.difference > 0 and adjusted[k] < MAX_P)
+    ]
+    assert not failed, (
+        f"not significantly better (need a higher mean at Holm-corrected p < {MAX_P}): {failed}"
+    )
 
 
 def assert_not_worse(gate, metrics: tuple[str, ...], baselines: dict[str, dict]) -> None:
@@ -67,14 +77,16 @@ TOLERANCE = 0.01
 
 def test_scifact_bm25_matches_published_lucene_bm25(scifact):
     ndcg = scifact.score(mode="bm25")["ndcg@10"]
-    assert ndcg == pytest.approx(SCIFACT_BM25_NDCG, abs=TOLERANCE), \
+    assert ndcg == pytest.approx(SCIFACT_BM25_NDCG, abs=TOLERANCE), (
         f"BM25 nDCG@10 {ndcg:.4f}, published {SCIFACT_BM25_NDCG} ± {TOLERANCE}"
+    )
 
 
 def test_scifact_dense_matches_published_minilm(scifact):
     ndcg = scifact.score(mode="vector")["ndcg@10"]
-    assert ndcg == pytest.approx(SCIFACT_DENSE_NDCG, abs=TOLERANCE), \
+    assert ndcg == pytest.approx(SCIFACT_DENSE_NDCG, abs=TOLERANCE), (
         f"dense nDCG@10 {ndcg:.4f}, published {SCIFACT_DENSE_NDCG} ± {TOLERANCE}"
+    )
 
 
 # The default hybrid against its two components on the 300 test queries. Measured 2026-11-25
@@ -101,8 +113,9 @@ def test_scifact_staged_agrees_with_parallel_hybrid(scifact):
     assert overlap >= STAGED_MIN_OVERLAP, f"mean top-10 overlap {overlap:.3f} < {STAGED_MIN_OVERLAP}"
     staged_ndcg = scifact.score(staged=True)["ndcg@10"]
     parallel_ndcg = scifact.score(staged=False)["ndcg@10"]
-    assert abs(staged_ndcg - parallel_ndcg) <= STAGED_NDCG_TOLERANCE * parallel_ndcg, \
+    assert abs(staged_ndcg - parallel_ndcg) <= STAGED_NDCG_TOLERANCE * parallel_ndcg, (
         f"staged nDCG@10 {staged_ndcg:.4f} vs parallel {parallel_ndcg:.4f}: more than {STAGED_NDCG_TOLERANCE:.0%} apart"
+    )
     assert staged_ndcg == pytest.approx(scifact.score()["ndcg@10"])  # the default on SciFact is staged
 
 
@@ -126,8 +139,9 @@ def test_memories_default_hybrid_beats_bm25_and_vector(memories):
 def test_holoviz_chunked_hybrid_beats_whole_document_dense(holoviz, holoviz_whole):
     ours, theirs = holoviz.per_query()["ndcg@10"], holoviz_whole.per_query(mode="vector")["ndcg@10"]
     result = paired_test(ours, theirs, TEST)
-    assert result.difference > 0 and result.p_value < MAX_P, _line("chunked hybrid vs whole-document dense", result,
-                                                                   result.p_value)
+    assert result.difference > 0 and result.p_value < MAX_P, _line(
+        "chunked hybrid vs whole-document dense", result, result.p_value
+    )
 
 
 def test_holoviz_default_hybrid_beats_dense_and_is_not_worse_than_bm25(holoviz):
@@ -148,8 +162,10 @@ def test_project_name_query_returns_that_projects_memories_first(memories):
     untagged = index.search(query, now=now, limit=5, tags=[])
     assert top[0].collection == "rathole", [(r.doc_id, r.collection) for r in top]
     share = sum(r.collection == "rathole" for r in top) / 5
-    assert share > sum(r.collection == "rathole" for r in untagged) / 5, \
-        ([(r.doc_id, r.collection) for r in top], [(r.doc_id, r.collection) for r in untagged])
+    assert share > sum(r.collection == "rathole" for r in untagged) / 5, (
+        [(r.doc_id, r.collection) for r in top],
+        [(r.doc_id, r.collection) for r in untagged],
+    )
     assert any(r.collection != "rathole" for r in untagged[:3])
 
 
@@ -169,13 +185,22 @@ def test_project_name_queries_favour_the_named_project(memories, memories_tag_bl
     assert all(row["project"] for row in projects.values()), projects
     ours = {qid: row["shares"]["hybrid (default)"] for qid, row in projects.items()}
     others = [name for name in PROJECT_SYSTEMS if name != "hybrid (default)"]
-    results = {f"{name}, tags not in the text": paired_test(
-        ours, {qid: row["shares"][name] for qid, row in blind.items()}, TEST) for name in others}
+    results = {
+        f"{name}, tags not in the text": paired_test(
+            ours, {qid: row["shares"][name] for qid, row in blind.items()}, TEST
+        )
+        for name in others
+    }
     adjusted = dict(zip(results, holm([r.p_value for r in results.values()])))
-    failed = [_line(name, r, adjusted[name]) for name, r in results.items()
-              if not (r.difference > 0 and adjusted[name] < MAX_P)]
-    assert not failed, (f"project share of the top 5 not significantly higher (Holm p < {MAX_P}): {failed}",
-                        {qid: (projects[qid]["query"], share) for qid, share in ours.items() if share < 1})
+    failed = [
+        _line(name, r, adjusted[name])
+        for name, r in results.items()
+        if not (r.difference > 0 and adjusted[name] < MAX_P)
+    ]
+    assert not failed, (
+        f"project share of the top 5 not significantly higher (Holm p < {MAX_P}): {failed}",
+        {qid: (projects[qid]["query"], share) for qid, share in ours.items() if share < 1},
+    )
     means = mean_shares(projects)
     assert all(means["hybrid (default)"] >= means[name] for name in others), means
 
@@ -192,9 +217,13 @@ NO_REGRET = 0.95  # the hybrid keeps >= 95% of the best single retriever's MRR o
 def test_memories_adaptive_fusion_is_no_regret_on_every_query_kind(memories):
     from hybridlab.eval.datasets import load_query_metadata
 
-    kinds = {q: (m or {}).get("kind") for q, m in load_query_metadata(memories.opened.evalset.judgements).items()}
-    runs = {name: memories.per_query(**options)["mrr"] for name, options in
-            {"hybrid": {}, "bm25": BM25, "vector": VECTOR}.items()}
+    kinds = {
+        q: (m or {}).get("kind") for q, m in load_query_metadata(memories.opened.evalset.judgements).items()
+    }
+    runs = {
+        name: memories.per_query(**options)["mrr"]
+        for name, options in {"hybrid": {}, "bm25": BM25, "vector": VECTOR}.items()
+    }
     failed = []
     for kind in sorted({k for k in kinds.values() if k}):
         ids = [q for q, k in kinds.items() if k == kind and q in runs["hybrid"]]
@@ -213,14 +242,22 @@ def test_memories_adaptive_fusion_beats_fixed_weights_on_paraphrases(memories):
     ours = {q: v for q, v in memories.per_query()["mrr"].items() if q in ids}
     fixed = {q: v for q, v in memories.per_query(adaptive_fusion=False)["mrr"].items() if q in ids}
     result = paired_test(ours, fixed, TEST)
-    assert result.difference > 0 and result.p_value < MAX_P, _line("paraphrase MRR, adaptive vs fixed", result,
-                                                                   result.p_value)
+    assert result.difference > 0 and result.p_value < MAX_P, _line(
+        "paraphrase MRR, adaptive vs fixed", result, result.p_value
+    )
 
 
 # --------------------------------------------------------------------------- CISI, Cranfield, MED (never tuned on)
 # The out-of-domain check of every default: the default hybrid is not significantly worse than
 # BM25, dense, an untuned RRF (k=60) of the same runs, or the same hybrid with fixed weights.
 def test_out_of_domain_default_hybrid_is_not_worse_than_its_parts_or_rrf(out_of_domain):
-    assert_not_worse(out_of_domain, ALL_METRICS, {
-        "bm25": BM25, "vector": VECTOR, "rrf k=60": {"fusion": "rrf", "rrf_k": 60, "adaptive_fusion": False},
-        "fixed weights": {"adaptive_fusion": False}})
+    assert_not_worse(
+        out_of_domain,
+        ALL_METRICS,
+        {
+            "bm25": BM25,
+            "vector": VECTOR,
+            "rrf k=60": {"fusion": "rrf", "rrf_k": 60, "adaptive_fusion": False},
+            "fixed weights": {"adaptive_fusion": False},
+        },
+    )

@@ -1,4 +1,5 @@
 """Fast tests of the sweep script's and the quality report's pure helpers (no index, no model)."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ def test_parse_values_types_each_parameter_like_its_field():
 
 
 def test_parse_values_rejects_unknown_parameters_and_bad_values():
-    with pytest.raises(ValueError, match=r"unknown parameter 'colour'; choose from \[.*'alpha'.*'chunk_size'"):
+    with pytest.raises(
+        ValueError, match=r"unknown parameter 'colour'; choose from \[.*'alpha'.*'chunk_size'"
+    ):
         sweep_alpha.parse_values("colour", "1")
     with pytest.raises(ValueError, match="setting 'rrf_k': cannot parse 'x'"):
         sweep_alpha.parse_values("rrf_k", "x")
@@ -41,16 +44,40 @@ def test_index_config_for_changes_only_index_parameters():
 def _record(name: str) -> dict:
     scores = {system: {m: 0.5 for m in ("hit_rate@10", "mrr", "ndcg@10", "recall@100")} for system in SYSTEMS}
     scores["bm25"]["ndcg@10"] = 0.25
-    p_values = {system: {m: 0.5 for m in ("hit_rate@10", "mrr", "ndcg@10", "recall@100")}
-                for system in SYSTEMS if system != DEFAULT_SYSTEM}
+    p_values = {
+        system: {m: 0.5 for m in ("hit_rate@10", "mrr", "ndcg@10", "recall@100")}
+        for system in SYSTEMS
+        if system != DEFAULT_SYSTEM
+    }
     p_values["bm25"]["ndcg@10"] = 0.001
     return {
-        "dataset": name, "split": "all", "queries": 3, "now": None, "chunks": 4, "documents": 2,
-        "default_settings": {"fusion": "rrf", "alpha": 0.5, "alpha_source": "adaptive", "staged": False,
-                             "rrf_k": 60, "normalization": "min-max", "decay": 0.01},
-        "comparison": {"systems": list(SYSTEMS), "metrics": ["hit_rate@10", "mrr", "ndcg@10", "recall@100"],
-                       "scores": scores, "p_values": p_values, "max_p": 0.05, "stat_test": "student"},
-        "wins_losses_ndcg@10": {"bm25": {"wins": 2, "ties": 1, "losses": 0}, "dense": {"wins": 0, "ties": 3, "losses": 0}},
+        "dataset": name,
+        "split": "all",
+        "queries": 3,
+        "now": None,
+        "chunks": 4,
+        "documents": 2,
+        "default_settings": {
+            "fusion": "rrf",
+            "alpha": 0.5,
+            "alpha_source": "adaptive",
+            "staged": False,
+            "rrf_k": 60,
+            "normalization": "min-max",
+            "decay": 0.01,
+        },
+        "comparison": {
+            "systems": list(SYSTEMS),
+            "metrics": ["hit_rate@10", "mrr", "ndcg@10", "recall@100"],
+            "scores": scores,
+            "p_values": p_values,
+            "max_p": 0.05,
+            "stat_test": "student",
+        },
+        "wins_losses_ndcg@10": {
+            "bm25": {"wins": 2, "ties": 1, "losses": 0},
+            "dense": {"wins": 0, "ties": 3, "losses": 0},
+        },
     }
 
 
@@ -95,14 +122,32 @@ def test_top_overlap_is_share_of_the_reference_top_k():
 def test_engine_report_markdown_has_every_section_and_the_means():
     systems = list(PROJECT_SYSTEMS)
     results = {
-        "date": "2026-01-02", "model": "m", "memories_now": "2026-01-01",
+        "date": "2026-01-02",
+        "model": "m",
+        "memories_now": "2026-01-01",
         "project_queries": {
-            "q1": {"query": "rathole codebase", "project": ["rathole"], "shares": dict(zip(systems, (1.0, 0.4, 0.2)))},
-            "q2": {"query": "cachekit tls", "project": ["cachekit"], "shares": dict(zip(systems, (0.8, 0.6, 0.4)))},
+            "q1": {
+                "query": "rathole codebase",
+                "project": ["rathole"],
+                "shares": dict(zip(systems, (1.0, 0.4, 0.2))),
+            },
+            "q2": {
+                "query": "cachekit tls",
+                "project": ["cachekit"],
+                "shares": dict(zip(systems, (0.8, 0.6, 0.4))),
+            },
         },
         "memories": {"queries": 2, "markdown": "| system | mrr |"},
-        "scifact_staged": {"queries": 3, "chunks": 10, "mean_overlap": 0.97, "min_overlap": 0.8, "queries_below_0.8": 0,
-                           "ndcg_staged": 0.71, "ndcg_parallel": 0.70, "ndcg_relative_difference": 0.01 / 0.70},
+        "scifact_staged": {
+            "queries": 3,
+            "chunks": 10,
+            "mean_overlap": 0.97,
+            "min_overlap": 0.8,
+            "queries_below_0.8": 0,
+            "ndcg_staged": 0.71,
+            "ndcg_parallel": 0.70,
+            "ndcg_relative_difference": 0.01 / 0.70,
+        },
     }
     text = engine_render_markdown(results)
     assert "| **mean** | | **0.900** | **0.500** | **0.300** |" in text

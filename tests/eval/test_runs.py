@@ -1,5 +1,6 @@
 """Runs from files (hybridlab.eval.runs) and their report (hybridlab.eval.run_report, `eval --run`):
 a hand-written TREC run scores as ranx and ir_measures score it."""
+
 from __future__ import annotations
 
 import gzip
@@ -48,8 +49,11 @@ KINDS = {"q1": "lookup", "q2": "lookup", "q3": "howto", "q4": "howto", "q5": "ho
 
 
 def write_qrels(path, qrels=QRELS):
-    path.write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q}\t{d}\t{r}\n" for q, docs in qrels.items() for d, r in docs.items()), encoding="utf-8")
+    path.write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t{r}\n" for q, docs in qrels.items() for d, r in docs.items()),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -92,26 +96,36 @@ def test_scores_as_ir_measures_and_ranx(files):
 
     run_path, _qrels_path = files
     ours = score(QRELS, read_run(run_path))
-    theirs = ir_measures.calc_aggregate([Success @ 10, RR, nDCG @ 10, R @ 100], QRELS,
-                                        ir_measures.read_trec_run(str(run_path)))
-    expected = {"hit_rate@10": theirs[Success @ 10], "mrr": theirs[RR], "ndcg@10": theirs[nDCG @ 10],
-                "recall@100": theirs[R @ 100]}
+    theirs = ir_measures.calc_aggregate(
+        [Success @ 10, RR, nDCG @ 10, R @ 100], QRELS, ir_measures.read_trec_run(str(run_path))
+    )
+    expected = {
+        "hit_rate@10": theirs[Success @ 10],
+        "mrr": theirs[RR],
+        "ndcg@10": theirs[nDCG @ 10],
+        "recall@100": theirs[R @ 100],
+    }
     assert ours == pytest.approx(expected, abs=1e-9)
     plain = ranx.evaluate(ranx.Qrels(QRELS), ranx.Run.from_file(str(run_path), kind="trec"), list(expected))
     assert ours == pytest.approx(plain, abs=1e-9)
     # one hand value (linear gains, as trec_eval): q1 ranks d3 (0), d1 (2), d9 (0), d4 (1); ideal d1, d4
     q1 = (2 / math.log2(3) + 1 / math.log2(5)) / (2 + 1 / math.log2(3))
-    assert score_per_query(QRELS, read_run(run_path), ["ndcg@10"])["ndcg@10"]["q1"] == pytest.approx(q1, abs=1e-12)
+    assert score_per_query(QRELS, read_run(run_path), ["ndcg@10"])["ndcg@10"]["q1"] == pytest.approx(
+        q1, abs=1e-12
+    )
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2\n", ":2: expected 6 fields"),
-    ("q1 Q0 d1 1 high t\n", ":1: score 'high' is not a number"),
-    ("q1 Q0 d1 1 nan t\n", ":1: score 'nan' is not a finite number"),
-    ("\nq1 Q0 d1 1 0.5 t\nq1 Q0 d1 2 0.4 t\n", ":3: document 'd1' listed twice for query 'q1'"),
-    ('{"q1": {"d1": 0.5,}}', ":1: not valid JSON"),
-    ('{"q1": {"d1": "x"}}', "(query 'q1'): score 'x' is not a number"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2\n", ":2: expected 6 fields"),
+        ("q1 Q0 d1 1 high t\n", ":1: score 'high' is not a number"),
+        ("q1 Q0 d1 1 nan t\n", ":1: score 'nan' is not a finite number"),
+        ("\nq1 Q0 d1 1 0.5 t\nq1 Q0 d1 2 0.4 t\n", ":3: document 'd1' listed twice for query 'q1'"),
+        ('{"q1": {"d1": 0.5,}}', ":1: not valid JSON"),
+        ('{"q1": {"d1": "x"}}', "(query 'q1'): score 'x' is not a number"),
+    ],
+)
 def test_malformed_runs_name_file_and_line(tmp_path, text, message):
     path = tmp_path / "bad.run"
     path.write_text(text)
@@ -138,9 +152,13 @@ def test_report_tests_each_run_against_the_first_with_holm(files):
     runs = _runs(run_path)
     report = score_runs(QRELS, runs, kinds=KINDS)
     for metric in report.metrics:
-        raw = [paired_test(score_per_query(QRELS, runs[s], [metric])[metric],
-                           score_per_query(QRELS, runs["other"], [metric])[metric]).p_value
-               for s in ("perfect", "partial")]
+        raw = [
+            paired_test(
+                score_per_query(QRELS, runs[s], [metric])[metric],
+                score_per_query(QRELS, runs["other"], [metric])[metric],
+            ).p_value
+            for s in ("perfect", "partial")
+        ]
         assert [report.tests[s][metric]["p_value"] for s in ("perfect", "partial")] == pytest.approx(raw)
         assert [report.tests[s][metric]["p_holm"] for s in ("perfect", "partial")] == pytest.approx(holm(raw))
         assert report.intervals["other"][metric].mean == pytest.approx(score(QRELS, runs["other"])[metric])
@@ -158,9 +176,20 @@ def test_cli_eval_runs(tmp_path, files, capsys):
     write_run(runs["perfect"], perfect)
     write_run(runs["partial"], partial)
     queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join(json.dumps({"_id": q, "text": q, "metadata": {"kind": k}}) + "\n"
-                               for q, k in KINDS.items()))
-    args = ["eval", "--qrels", str(qrels_path), "--run", str(run_path), "--run", str(perfect), "--run", str(partial)]
+    queries.write_text(
+        "".join(json.dumps({"_id": q, "text": q, "metadata": {"kind": k}}) + "\n" for q, k in KINDS.items())
+    )
+    args = [
+        "eval",
+        "--qrels",
+        str(qrels_path),
+        "--run",
+        str(run_path),
+        "--run",
+        str(perfect),
+        "--run",
+        str(partial),
+    ]
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["systems"] == ["other", "perfect", "partial"] and data["baseline"] == "other"

@@ -1,4 +1,5 @@
 """Paired tests, Holm's correction and confidence intervals, with hand-derived expected values."""
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,13 @@ def test_t_test_against_the_closed_form_for_two_degrees_of_freedom():
 
 def test_paired_test_needs_the_same_queries_and_a_known_test():
     outcome = paired_test(scores([1, 2]), scores([0, 0]), "randomization")
-    assert (outcome.n, outcome.mean_a, outcome.mean_b, outcome.difference, outcome.p_value) == (2, 1.5, 0.0, 1.5, 0.5)
+    assert (outcome.n, outcome.mean_a, outcome.mean_b, outcome.difference, outcome.p_value) == (
+        2,
+        1.5,
+        0.0,
+        1.5,
+        0.5,
+    )
     with pytest.raises(ValueError, match="same queries"):
         paired_test({"a": 1.0}, {"b": 1.0})
     with pytest.raises(ValueError, match=r"unknown test 'z'; choose from \['randomization', 't-test'\]"):

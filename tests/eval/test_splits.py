@@ -1,4 +1,5 @@
 """Declared splits: SciFact's official train/test, cross-validated small sets, never-tuned sets."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,12 +18,16 @@ def official(tmp_path):
     """A BEIR folder with an official train split (its own queries file) and a test split."""
     folder = tmp_path / "official"
     folder.mkdir()
-    (folder / "queries.jsonl").write_text("".join(f'{{"_id": "t{i}", "text": "test {i}"}}\n' for i in range(6)))
-    (folder / "queries-train.jsonl").write_text("".join(f'{{"_id": "r{i}", "text": "train {i}"}}\n'
-                                                        for i in range(4)))
+    (folder / "queries.jsonl").write_text(
+        "".join(f'{{"_id": "t{i}", "text": "test {i}"}}\n' for i in range(6))
+    )
+    (folder / "queries-train.jsonl").write_text(
+        "".join(f'{{"_id": "r{i}", "text": "train {i}"}}\n' for i in range(4))
+    )
     (folder / "qrels-test.tsv").write_text("".join(f"t{i}\td{i}\t1\n" for i in range(6)))
-    (folder / "qrels-train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"r{i}\td{i}\t1\n"
-                                                                                     for i in range(4)))
+    (folder / "qrels-train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"r{i}\td{i}\t1\n" for i in range(4))
+    )
     return folder
 
 
@@ -48,7 +53,11 @@ def test_a_single_qrels_folder_keeps_its_sha1_halves(official):
 
 def test_named_sets_declare_their_splits():
     memories = get_evalset("memories")
-    assert (memories.tuning_split, memories.report_split, memories.cv_folds) == (CROSS_VALIDATED, CROSS_VALIDATED, 5)
+    assert (memories.tuning_split, memories.report_split, memories.cv_folds) == (
+        CROSS_VALIDATED,
+        CROSS_VALIDATED,
+        5,
+    )
     assert memories.cross_validated and len(memories.report_dataset().queries) == 79
     assert tuning_dataset(memories).queries == memories.dataset("all").queries
 
@@ -59,7 +68,9 @@ def test_out_of_domain_sets_are_never_tuned_on(name):
         pytest.skip(f"{name} is not in the data dir")
     evalset = get_evalset(name)
     assert evalset.tuning_split is None and evalset.report_split == "all"
-    with pytest.raises(ValueError, match=rf"{name} is never tuned on \(tuning_split = false\): it is an out-of-domain check"):
+    with pytest.raises(
+        ValueError, match=rf"{name} is never tuned on \(tuning_split = false\): it is an out-of-domain check"
+    ):
         tuning_dataset(evalset)
     with pytest.raises(ValueError, match="never tuned on"):
         check_tunable(evalset)

@@ -1,6 +1,7 @@
 """Dense retrieval: filtered searches are exact and fill `depth` whichever plan they take (gathered
 subset, row-bitmap scan, full scan, cached contiguous subset; flat or approximate index); HNSW's
 efSearch comes from the index config."""
+
 from __future__ import annotations
 
 import gc
@@ -60,9 +61,14 @@ def test_filtered_search_is_exact_on_every_path(data, factory, share, cache_byte
     vectors, ids, query = data
     index = DenseIndex.build(vectors, ids, "m", factory, ef_search=16)
     allowed = ids[np.random.default_rng(int(share * 100)).random(N) < share]
-    assert index._subset_for(allowed).plan == {"Flat": {0.02: "gather", 0.3: "bitmap", 0.9: "bitmap"},
-                                                "HNSW32": {0.02: "gather", 0.3: "bitmap", 0.9: "bitmap"},
-                                                "IVF16,Flat": {0.02: "gather", 0.3: "gather", 0.9: "full"}}[factory][share]
+    assert (
+        index._subset_for(allowed).plan
+        == {
+            "Flat": {0.02: "gather", 0.3: "bitmap", 0.9: "bitmap"},
+            "HNSW32": {0.02: "gather", 0.3: "bitmap", 0.9: "bitmap"},
+            "IVF16,Flat": {0.02: "gather", 0.3: "gather", 0.9: "full"},
+        }[factory][share]
+    )
     for depth in (1, 10, 200):
         got_ids, got_scores = index.search(query, depth, allowed)
         want_ids, want_scores = exact_top(vectors, ids, query, allowed, depth)
@@ -154,13 +160,30 @@ def test_hnsw_ef_search_round_trips_through_config_manifest_and_load(tmp_path):
 
     config = IndexConfig(models=("wordllama",), dense_index="HNSW16", hnsw_ef_search=40)
     assert IndexConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    assert IndexConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "hnsw_ef_search"}).hnsw_ef_search == 128
-    lines = [json.dumps({"id": f"m{i}", "content": f"note {i} about {w} and more {w}",
-                         "metadata": {"project": f"p{i % 2}"}})
-             for i, w in enumerate(["tunnel", "cache", "kernel", "backup", "schema"] * 8)]
+    assert (
+        IndexConfig.from_dict(
+            {k: v for k, v in config.to_dict().items() if k != "hnsw_ef_search"}
+        ).hnsw_ef_search
+        == 128
+    )
+    lines = [
+        json.dumps(
+            {
+                "id": f"m{i}",
+                "content": f"note {i} about {w} and more {w}",
+                "metadata": {"project": f"p{i % 2}"},
+            }
+        )
+        for i, w in enumerate(["tunnel", "cache", "kernel", "backup", "schema"] * 8)
+    ]
     (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
-    index_paths([tmp_path / "m.jsonl"], tmp_path / "index", config, progress=False,
-                cache_path=tmp_path / "embeddings.duckdb")
+    index_paths(
+        [tmp_path / "m.jsonl"],
+        tmp_path / "index",
+        config,
+        progress=False,
+        cache_path=tmp_path / "embeddings.duckdb",
+    )
     with open_index(tmp_path / "index") as index:
         assert index.manifest.index_config.hnsw_ef_search == 40
         dense = index.dense["wordllama"]

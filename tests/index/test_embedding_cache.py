@@ -1,5 +1,6 @@
 """The embeddings cache: vectors keyed by (model, sha256 of the exact text embedded), so re-indexing
 unchanged text, or re-chunking, embeds only text never embedded before by that model."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +69,8 @@ def write_corpus(root):
     split at 1000)."""
     root.mkdir(parents=True)
     for d in range(4):
-        short = section(f"Short {d}", 60, d)             # ~450 characters
-        long = section(f"Long {d}", 170, 100 + d)         # ~1,300 characters
+        short = section(f"Short {d}", 60, d)  # ~450 characters
+        long = section(f"Long {d}", 170, 100 + d)  # ~1,300 characters
         (root / f"doc{d}.md").write_text(f"# Doc {d}\n\n{short}\n{long}", encoding="utf-8")
     return root
 
@@ -78,7 +79,10 @@ def chunk_hashes(index_dir) -> list[str]:
     from hybridlab.search.engine import open_index
 
     with open_index(index_dir) as index:
-        return [row[0] for row in index._con.execute("SELECT embed_sha256 FROM chunks ORDER BY chunk_id").fetchall()]
+        return [
+            row[0]
+            for row in index._con.execute("SELECT embed_sha256 FROM chunks ORDER BY chunk_id").fetchall()
+        ]
 
 
 @needs_wordllama

@@ -1,4 +1,5 @@
 """The corpus graph: exact neighbours, safe storage, and expansion of a scored pool."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,13 +75,24 @@ def test_expansion_is_off_with_zero_hops_or_seeds_and_respects_the_filter():
         assert rows.tolist() == [2]
     allowed = np.asarray([True, True, True, False, True, True])
     rows, _ = expand_by_graph(VECTORS, LINE, QUERY, *start, hops=5, seeds=3, keep=lambda r: allowed[r])
-    assert 3 not in rows.tolist() and rows.tolist() == [2, 1, 0]  # row 3 is filtered out, so 4 and 5 are unreachable
+    assert 3 not in rows.tolist() and rows.tolist() == [
+        2,
+        1,
+        0,
+    ]  # row 3 is filtered out, so 4 and 5 are unreachable
 
 
 def test_expansion_never_scores_a_row_twice():
     graph = build_corpus_graph(unit_rows(40, seed=3), k=6)
-    rows, scores = expand_by_graph(unit_rows(40, seed=3), graph, unit_rows(1, seed=9)[0], np.arange(5),
-                                   np.zeros(5, np.float32), hops=4, seeds=5)
+    rows, scores = expand_by_graph(
+        unit_rows(40, seed=3),
+        graph,
+        unit_rows(1, seed=9)[0],
+        np.arange(5),
+        np.zeros(5, np.float32),
+        hops=4,
+        seeds=5,
+    )
     assert len(rows) == len(set(rows.tolist())) == len(scores)
 
 
@@ -126,7 +138,9 @@ def test_mostly_changed_vectors_get_a_full_build():
     assert how == "built" and np.array_equal(updated, build_corpus_graph(vectors, 4))
 
 
-def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_only_what_they_must(monkeypatch):
+def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_only_what_they_must(
+    monkeypatch,
+):
     """With reserve columns, rows that lose a neighbour take the next known one instead of a search;
     after each of several updates (deletes and adds) the first k columns are a full build's graph."""
     import hybridlab.index.graph as graph_module
@@ -217,7 +231,6 @@ def test_merge_alone_matches_the_combined_search_and_merge():
     assert np.array_equal(combined, build_corpus_graph(vectors, 8))
 
 
-
 def test_above_the_exact_limit_kept_lists_still_take_new_rows_exactly(monkeypatch):
     """Above `EXACT_GRAPH_MAX` fresh rows get the approximate (HNSW) search of a full build, but
     the new rows are merged into every kept list exactly (`_merge_added`)."""
@@ -230,6 +243,7 @@ def test_above_the_exact_limit_kept_lists_still_take_new_rows_exactly(monkeypatc
     monkeypatch.setattr(graph_module, "EXACT_GRAPH_MAX", 100)
     rows, how = update_corpus_graph(vectors, start, old_to_new, 6, reserve=3)
     assert how == "updated" and np.array_equal(rows[:400], exact[:400])
+
 
 def test_fresh_lists_break_ties_by_row_even_at_the_cut():
     """Equal scores are ordered by row, lowest first, and the lowest rows make the cut."""
@@ -287,7 +301,8 @@ def test_update_restores_blas_threads_and_gives_the_same_graph_either_way(monkey
 
 
 def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_per_folder(
-        tmp_path, embedding_cache_path):
+    tmp_path, embedding_cache_path
+):
     """Through `apply_changes`: changed documents tombstone the first segment; the updated graph
     (its live vectors copied once from the segments) equals a fresh build's. The tombstones' chunk
     ids are kept for the next write, per folder identity and tombstone list."""
@@ -303,8 +318,13 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
     words = ["panel", "widget", "holoviews", "stream", "plot", "bokeh", "server", "layout", "data", "table"]
 
     def memory(i: int, version: int = 0):
-        text = " ".join(words[(i * 7 + j * (version + 3)) % len(words)] for j in range(6)) + f" note {i} v{version}"
-        return make_memory(text, [], created_at="2026-10-01T12:00:00Z", memory_id=f"m{i:03d}", source="mcp:memories")
+        text = (
+            " ".join(words[(i * 7 + j * (version + 3)) % len(words)] for j in range(6))
+            + f" note {i} v{version}"
+        )
+        return make_memory(
+            text, [], created_at="2026-10-01T12:00:00Z", memory_id=f"m{i:03d}", source="mcp:memories"
+        )
 
     def graph_of(index_dir):  # each row's neighbours as document ids (one chunk a memory)
         from hybridlab.index import store
@@ -325,18 +345,34 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
 
     index_dir, fresh = tmp_path / "index", tmp_path / "fresh"
     documents = {i: memory(i) for i in range(40)}
-    apply_changes(index_dir, [("mcp:memories", list(documents.values()), True)], config, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir,
+        [("mcp:memories", list(documents.values()), True)],
+        config,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     for step in range(3):
         for i in range(step * 5, step * 5 + 4):
             documents[i] = memory(i, step + 1)
-        apply_changes(index_dir, [("mcp:memories", list(documents.values()), True)], config, progress=False,
-                      cache_path=embedding_cache_path, merge=False)
+        apply_changes(
+            index_dir,
+            [("mcp:memories", list(documents.values()), True)],
+            config,
+            progress=False,
+            cache_path=embedding_cache_path,
+            merge=False,
+        )
     manifest = layout.read_manifest(index_dir)
     first = manifest.segment_list[0]
     assert len(first.deleted) == 12 and manifest.models["wordllama"].graph_build == "updated"
-    apply_changes(fresh, [("mcp:memories", list(documents.values()), True)], config, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        fresh,
+        [("mcp:memories", list(documents.values()), True)],
+        config,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     assert graph_of(index_dir) == graph_of(fresh)
     folder = index_dir / first.name
     dead = segments.dead_chunk_ids(folder, first)
@@ -359,7 +395,10 @@ def test_segment_rows_update_like_the_copied_vectors(monkeypatch, cells):
     monkeypatch.setattr(graph_module, "_MERGE_CELLS", cells)
     old = unit_rows(300, dim=16, seed=81)
     graph = build_corpus_graph(old, 5, reserve=3)
-    first, second = old[:200], np.concatenate([old[200:], unit_rows(30, dim=16, seed=82)])  # 100 kept + 30 new
+    first, second = (
+        old[:200],
+        np.concatenate([old[200:], unit_rows(30, dim=16, seed=82)]),
+    )  # 100 kept + 30 new
     dead_first, dead_second = np.array([3, 50, 51, 199]), np.array([0, 7])
     live_first = np.setdiff1d(np.arange(200), dead_first)
     live_second = np.setdiff1d(np.arange(130), dead_second)

@@ -2,6 +2,7 @@
 that never give up on a healthy index during a stream of commits; fair writer locks with true
 messages; the write path's process-wide caches under thread switches (issue 28). Each test here
 reproduces a failure of main 0668538."""
+
 from __future__ import annotations
 
 import os
@@ -26,15 +27,21 @@ def _base(tmp_path, embedding_cache_path, n: int = 8):
     rng = random.Random(3)
     documents = [_memory(f"m{i:03d}", _text(rng), 1 + i % 27, ()) for i in range(n)]
     index_dir = tmp_path / "index"
-    apply_changes(index_dir, [(SOURCE, documents, False)], CONFIG, progress=False, cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir, [(SOURCE, documents, False)], CONFIG, progress=False, cache_path=embedding_cache_path
+    )
     return index_dir
 
 
 def _versions(index_dir, doc_id: str) -> list[str]:
     """The texts the index holds for `doc_id` (exactly one when one id is one document)."""
     with open_index(index_dir) as index:
-        return [row[0] for row in index.snapshot().generation.store.fetchall(
-            "SELECT text FROM documents WHERE doc_id = ?", [doc_id])]
+        return [
+            row[0]
+            for row in index.snapshot().generation.store.fetchall(
+                "SELECT text FROM documents WHERE doc_id = ?", [doc_id]
+            )
+        ]
 
 
 def test_last_versions_keeps_the_last_document_of_an_id_per_source():
@@ -46,9 +53,12 @@ def test_last_versions_keeps_the_last_document_of_an_id_per_source():
 
 def test_the_same_id_twice_in_one_write_keeps_the_last_version(tmp_path, embedding_cache_path):
     index_dir = _base(tmp_path, embedding_cache_path)
-    report = apply_changes(index_dir, [(SOURCE, [_memory("dup", "version one", 4, ()),
-                                                 _memory("dup", "version two", 5, ())], False)],
-                           progress=False, cache_path=embedding_cache_path)
+    report = apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("dup", "version one", 4, ()), _memory("dup", "version two", 5, ())], False)],
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     assert (report.added, report.documents) == (1, 1)
     assert _versions(index_dir, "dup") == ["version two"]
     assert verify(index_dir) == []
@@ -80,12 +90,20 @@ def _group_commit(writer: MemoryWriter, documents) -> None:
         thread.join()
 
 
-def test_a_group_commit_replacing_one_id_twice_during_a_fold_keeps_the_last_version(tmp_path, embedding_cache_path):
+def test_a_group_commit_replacing_one_id_twice_during_a_fold_keeps_the_last_version(
+    tmp_path, embedding_cache_path
+):
     index_dir = _base(tmp_path, embedding_cache_path)
     writer = MemoryWriter(index_dir, wal_records=2)
     writer.store_document(_memory("dup", "version zero", 3, ()))  # in the log
-    _group_commit(writer, [_memory("fill", "fills the log", 3, ()), _memory("dup", "version one", 4, ()),
-                           _memory("dup", "version two", 5, ())])
+    _group_commit(
+        writer,
+        [
+            _memory("fill", "fills the log", 3, ()),
+            _memory("dup", "version one", 4, ()),
+            _memory("dup", "version two", 5, ()),
+        ],
+    )
     assert _versions(index_dir, "dup") == ["version two"]
     writer.store_document(_memory("more", "after the fold", 6, ()))
     writer.store_document(_memory("more2", "folds again", 6, ()))
@@ -118,8 +136,12 @@ def test_a_log_holding_one_id_twice_reads_and_folds_as_its_last_version(tmp_path
     records = wal.read_wal(wal.wal_path(index_dir, manifest.generation)).records
     vectors = records[0].vectors
     writer = wal.WalWriter(wal.wal_path(index_dir, manifest.generation))
-    writer.append([wal.WalRecord(_memory("twice", "first", 4, ()), vectors),
-                   wal.WalRecord(_memory("twice", "second", 5, ()), vectors)])
+    writer.append(
+        [
+            wal.WalRecord(_memory("twice", "first", 4, ()), vectors),
+            wal.WalRecord(_memory("twice", "second", 5, ()), vectors),
+        ]
+    )
     writer.close()
     assert _versions(index_dir, "twice") == ["second"]
     build.fold_log(index_dir)
@@ -127,17 +149,25 @@ def test_a_log_holding_one_id_twice_reads_and_folds_as_its_last_version(tmp_path
     assert verify(index_dir) == []
 
 
-def test_repair_keeps_the_newest_version_of_an_id_written_twice_by_older_code(tmp_path, embedding_cache_path,
-                                                                               monkeypatch):
+def test_repair_keeps_the_newest_version_of_an_id_written_twice_by_older_code(
+    tmp_path, embedding_cache_path, monkeypatch
+):
     index_dir = _base(tmp_path, embedding_cache_path)
     before = _versions(index_dir, "m003")
     with monkeypatch.context() as patched:  # yesterday's write path: both copies inserted
         patched.setattr(build, "last_versions", lambda batches: list(batches))
-        apply_changes(index_dir, [(SOURCE, [_memory("dup", "version one", 4, ()),
-                                            _memory("dup", "version two", 5, ())], False)],
-                      progress=False, cache_path=embedding_cache_path)
-        apply_changes(index_dir, [(SOURCE, [_memory("m003", "m003 rewritten", 6, ())], False)],
-                      progress=False, cache_path=embedding_cache_path)
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory("dup", "version one", 4, ()), _memory("dup", "version two", 5, ())], False)],
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory("m003", "m003 rewritten", 6, ())], False)],
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
     with pytest.raises(layout.CorruptIndexError, match="overlap in chunk ids"):
         open_index(index_dir)
     assert verify(index_dir)
@@ -149,13 +179,18 @@ def test_repair_keeps_the_newest_version_of_an_id_written_twice_by_older_code(tm
         assert len(set(index.snapshot().generation.doc_ids)) == 9  # the 8 and "dup"
 
 
-def test_verify_finds_an_id_live_in_two_segments_and_repair_keeps_the_newest(tmp_path, embedding_cache_path,
-                                                                            monkeypatch):
+def test_verify_finds_an_id_live_in_two_segments_and_repair_keeps_the_newest(
+    tmp_path, embedding_cache_path, monkeypatch
+):
     index_dir = _base(tmp_path, embedding_cache_path)
     with monkeypatch.context() as patched:  # a write that did not tombstone the older copy
         patched.setattr(build, "existing_documents", lambda *args: {})
-        apply_changes(index_dir, [(SOURCE, [_memory("m002", "a second copy of m002", 6, ())], False)],
-                      progress=False, cache_path=embedding_cache_path)
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory("m002", "a second copy of m002", 6, ())], False)],
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
     problems = verify(index_dir)
     assert problems and "'m002' (2 versions)" in problems[0]
     repair(index_dir)
@@ -234,8 +269,12 @@ def test_two_threads_writing_one_index_queue_instead_of_failing(tmp_path, embedd
     def write(t: int) -> None:
         for i in range(5):
             try:
-                apply_changes(index_dir, [(SOURCE, [_memory(f"t{t}-{i}", f"thread {t} write {i}", 2, ())], False)],
-                              progress=False, cache_path=embedding_cache_path)
+                apply_changes(
+                    index_dir,
+                    [(SOURCE, [_memory(f"t{t}-{i}", f"thread {t} write {i}", 2, ())], False)],
+                    progress=False,
+                    cache_path=embedding_cache_path,
+                )
             except BaseException as error:  # noqa: BLE001 - counted
                 errors.append(error)
 
@@ -264,8 +303,11 @@ def test_lock_messages_say_who_holds_the_lock(tmp_path):
     held.wait(10)
     try:
         started = time.monotonic()
-        with pytest.raises(layout.IndexLockedError, match=rf"locked by PID {os.getpid()} \(this process: "
-                                                          r"thread 'the-holder'"):
+        with pytest.raises(
+            layout.IndexLockedError,
+            match=rf"locked by PID {os.getpid()} \(this process: "
+            r"thread 'the-holder'",
+        ):
             layout.WriterLock(index_dir, timeout=0.3).__enter__()
         assert 0.25 < time.monotonic() - started < 5  # it waited, without failing at once
     finally:
@@ -282,9 +324,13 @@ def test_a_waiting_writer_gets_the_lock_when_another_process_lets_go(tmp_path):
 
     index_dir = tmp_path / "index"
     index_dir.mkdir()
-    code = ("import sys, time; from hybridlab.index.layout import WriterLock\n"
-            "with WriterLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n")
-    other = subprocess.Popen([sys.executable, "-c", code, str(index_dir), "1.5"], stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys, time; from hybridlab.index.layout import WriterLock\n"
+        "with WriterLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code, str(index_dir), "1.5"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert other.stdout.readline().strip() == "held"
         with pytest.raises(layout.IndexLockedError, match=rf"locked by PID {other.pid} \(another process"):
@@ -302,8 +348,16 @@ def test_the_write_path_caches_hold_under_constant_thread_switches():
     """The process-wide caches of the write path are LRU objects with one lock: 8 threads evicting
     and reading them with a thread switch every microsecond raise nothing and keep the bound."""
     caches = WRITE_CACHES
-    assert all(isinstance(cache, LruCache) for cache in (caches.dense, caches.dead, caches.small_documents,
-                                                          caches.signatures, caches.uncommitted_documents))
+    assert all(
+        isinstance(cache, LruCache)
+        for cache in (
+            caches.dense,
+            caches.dead,
+            caches.small_documents,
+            caches.signatures,
+            caches.uncommitted_documents,
+        )
+    )
     cache: LruCache[tuple[int, int], int] = LruCache(16)
     errors: list[BaseException] = []
 
@@ -349,8 +403,9 @@ def test_writer_threads_storing_updating_and_folding_while_others_search(tmp_pat
     writing.set()
 
     def ranked(index, snapshot, query: str) -> list[tuple[str, float]]:
-        retrieval = pipeline.retrieve(snapshot, query, {"limit": 10}, Filters(), None, now, index.config_file,
-                                      index.query_vector)
+        retrieval = pipeline.retrieve(
+            snapshot, query, {"limit": 10}, Filters(), None, now, index.config_file, index.query_vector
+        )
         doc_ids = snapshot.generation.doc_ids
         return [(doc_ids[hit.row], round(float(hit.score), 9)) for hit in retrieval.hits[:10]]
 
@@ -415,8 +470,12 @@ def test_no_module_of_the_index_layer_keeps_a_cache_of_its_own():
 
     import hybridlab.index as index_package
 
-    shared_state = {("layout.py", "_PROCESS_LOCKS"), ("caches.py", "WRITE_CACHES"),
-                    ("artifacts.py", "_versions"), ("tokenizer.py", "_stopwords")}
+    shared_state = {
+        ("layout.py", "_PROCESS_LOCKS"),
+        ("caches.py", "WRITE_CACHES"),
+        ("artifacts.py", "_versions"),
+        ("tokenizer.py", "_stopwords"),
+    }
     found = []
     for path in sorted(Path(index_package.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -424,9 +483,15 @@ def test_no_module_of_the_index_layer_keeps_a_cache_of_its_own():
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 target = ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target)
                 value = node.value
-                is_cache = isinstance(value, ast.Dict) and not target.isupper() or (
-                    isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1]
-                    in {"LruCache", "OrderedDict", "dict", "defaultdict", "WeakValueDictionary"})
+                is_cache = (
+                    isinstance(value, ast.Dict)
+                    and not target.isupper()
+                    or (
+                        isinstance(value, ast.Call)
+                        and ast.unparse(value.func).split(".")[-1]
+                        in {"LruCache", "OrderedDict", "dict", "defaultdict", "WeakValueDictionary"}
+                    )
+                )
                 if is_cache and (path.name, target) not in shared_state:
                     found.append(f"{path.name}: {target}")
             if isinstance(node, ast.FunctionDef):

@@ -1,4 +1,5 @@
 """Indexing: incremental updates embed only new chunk texts; failed runs leave the old index intact."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,20 @@ def live_generation(index_dir: Path) -> str:
 
 
 def counts(report: IndexReport) -> dict[str, int]:
-    return {k: getattr(report, k) for k in ("documents", "added", "changed", "removed", "unchanged", "chunks",
-                                            "new_chunks", "embedded", "cache_hits")}
+    return {
+        k: getattr(report, k)
+        for k in (
+            "documents",
+            "added",
+            "changed",
+            "removed",
+            "unchanged",
+            "chunks",
+            "new_chunks",
+            "embedded",
+            "cache_hits",
+        )
+    }
 
 
 def test_incremental_reindex_updates_only_what_changed(tmp_path):
@@ -64,14 +77,32 @@ def test_incremental_reindex_updates_only_what_changed(tmp_path):
     index_dir = tmp_path / "index"
 
     first = index_paths([source], index_dir, progress=False)
-    assert counts(first) == {"documents": 3, "added": 3, "changed": 0, "removed": 0, "unchanged": 0, "chunks": 4,
-                                 "new_chunks": 4, "embedded": 4, "cache_hits": 0}
+    assert counts(first) == {
+        "documents": 3,
+        "added": 3,
+        "changed": 0,
+        "removed": 0,
+        "unchanged": 0,
+        "chunks": 4,
+        "new_chunks": 4,
+        "embedded": 4,
+        "cache_hits": 0,
+    }
     assert first.committed and first.generation == 1
     assert top_doc_ids(index_dir, "caribou") == ["c.md"]
 
     again = index_paths([source], index_dir, progress=False)
-    assert counts(again) == {"documents": 3, "added": 0, "changed": 0, "removed": 0, "unchanged": 3, "chunks": 4,
-                                 "new_chunks": 0, "embedded": 0, "cache_hits": 0}
+    assert counts(again) == {
+        "documents": 3,
+        "added": 0,
+        "changed": 0,
+        "removed": 0,
+        "unchanged": 3,
+        "chunks": 4,
+        "new_chunks": 0,
+        "embedded": 0,
+        "cache_hits": 0,
+    }
     assert not again.committed and again.generation == 1
     assert "no change (index untouched)" in again.summary()
 
@@ -81,8 +112,17 @@ def test_incremental_reindex_updates_only_what_changed(tmp_path):
     (source / "d.md").write_text(section("Delta", "dingo", 1))
     update = index_paths([source], index_dir, progress=False)
     # new chunks: b's two + d's one; embedded: only b's new section and d (b's first is cached)
-    assert counts(update) == {"documents": 3, "added": 1, "changed": 1, "removed": 1, "unchanged": 1, "chunks": 4,
-                                  "new_chunks": 3, "embedded": 2, "cache_hits": 2}
+    assert counts(update) == {
+        "documents": 3,
+        "added": 1,
+        "changed": 1,
+        "removed": 1,
+        "unchanged": 1,
+        "chunks": 4,
+        "new_chunks": 3,
+        "embedded": 2,
+        "cache_hits": 2,
+    }
     assert update.committed and update.generation == 2
     assert top_doc_ids(index_dir, "dingo") == ["d.md"]
     assert top_doc_ids(index_dir, "bonobo") == ["b.md"]
@@ -110,7 +150,9 @@ def test_changed_chunking_rechunks_but_embeds_only_new_texts(tmp_path):
     index_dir = tmp_path / "index"
     index_paths([source], index_dir, progress=False)
     # header_levels=(1,) folds b's "## Second" into its H1 chunk: one new text; a and c unchanged
-    report = index_paths([source], index_dir, IndexConfig(chunk=ChunkConfig(header_levels=(1,))), progress=False)
+    report = index_paths(
+        [source], index_dir, IndexConfig(chunk=ChunkConfig(header_levels=(1,))), progress=False
+    )
     assert (report.unchanged, report.chunks, report.new_chunks, report.embedded) == (3, 3, 3, 1)
     assert report.committed
 
@@ -136,8 +178,16 @@ def test_tags_are_a_line_of_the_indexed_text_and_old_configs_keep_theirs():
     from hybridlab.ingest.chunking import embedding_text, single_chunk
     from hybridlab.ingest.sources import memory_document
 
-    memory = memory_document({"id": "m", "content": "Pins Terraform 1.5.7.", "tags": ["terrabase", "Toolchain"],
-                              "created_at": "2024-01-01T00:00:00Z"}, "memories.jsonl:1", "memories.jsonl")
+    memory = memory_document(
+        {
+            "id": "m",
+            "content": "Pins Terraform 1.5.7.",
+            "tags": ["terrabase", "Toolchain"],
+            "created_at": "2024-01-01T00:00:00Z",
+        },
+        "memories.jsonl:1",
+        "memories.jsonl",
+    )
     chunk = single_chunk(memory.text)[0]
     assert indexed_text(chunk, memory, ChunkConfig()) == "Tags: terrabase, toolchain\nPins Terraform 1.5.7."
     assert indexed_text(chunk, memory, ChunkConfig(index_tags=False)) == "Pins Terraform 1.5.7."
@@ -158,19 +208,23 @@ def test_same_doc_id_from_two_sources_is_an_error(tmp_path):
 
 def test_a_second_writer_is_refused(tmp_path):
     source = write_docs(tmp_path / "docs", DOCS)
-    with layout.WriterLock(tmp_path / "index"), \
-            pytest.raises(layout.IndexLockedError, match=f"locked by PID {os.getpid()}"):
+    with (
+        layout.WriterLock(tmp_path / "index"),
+        pytest.raises(layout.IndexLockedError, match=f"locked by PID {os.getpid()}"),
+    ):
         index_paths([source], tmp_path / "index", progress=False)
 
 
 def test_report_records_time_and_chunks_per_second():
-    report = IndexReport("ix", documents=2, added=2, chunks=10, new_chunks=10, seconds=4.0, committed=True,
-                         generation=1)
+    report = IndexReport(
+        "ix", documents=2, added=2, chunks=10, new_chunks=10, seconds=4.0, committed=True, generation=1
+    )
     assert report.chunks_per_second == 2.5
     assert report.to_dict()["chunks_per_second"] == 2.5
     assert report.summary() == (
         "2 documents: 2 added, 0 changed, 0 removed, 0 unchanged; 10 chunks (10 new), 0 embedded, "
-        "0 from cache; 0 files skipped; 4.0 s, 2.5 chunks/s; generation 1")
+        "0 from cache; 0 files skipped; 4.0 s, 2.5 chunks/s; generation 1"
+    )
 
 
 # ------------------------------------------------------------------ failures
@@ -194,8 +248,16 @@ def new_doc(tag: str) -> str:
     return section("Delta", "dingo", 1) + f"written by {tag}\n"
 
 
-PRE_COMMIT_STAGES = ["start", "store-copied", "store-committed", "embedded-batch", "bm25-written",
-                     "faiss-written", "generation-flushed", "generation-renamed"]
+PRE_COMMIT_STAGES = [
+    "start",
+    "store-copied",
+    "store-committed",
+    "embedded-batch",
+    "bm25-written",
+    "faiss-written",
+    "generation-flushed",
+    "generation-renamed",
+]
 
 
 class Boom(RuntimeError):
@@ -209,6 +271,7 @@ def fail_at(stage: str, error: BaseException):
         seen.append(name)
         if name == stage:
             raise error
+
     return hook, seen
 
 
@@ -290,8 +353,14 @@ def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
     before = results(index_dir, "buffalo")
     (source / "d.md").write_text(section("Delta", "dingo", 1))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(source), str(index_dir), stage],
-                          check=False, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(source), str(index_dir), stage],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == -9, done.stderr
     assert list(index_dir.glob("gen-000002*")), "the killed run left its unfinished generation behind"
     assert results(index_dir, "buffalo") == before
@@ -308,17 +377,27 @@ def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
     generation = tiny_index / layout.read_manifest(tiny_index).path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
     try:
-        rows = con.execute("SELECT chunk_index, section, start_char, embed_text FROM chunks "
-                           "WHERE doc_id = 'panel/tabulator.md' ORDER BY chunk_index").fetchall()
-        memory = con.execute("SELECT chunk_index, section, chunk_type, embed_text FROM chunks "
-                             "WHERE doc_id = 'm1'").fetchall()
+        rows = con.execute(
+            "SELECT chunk_index, section, start_char, embed_text FROM chunks "
+            "WHERE doc_id = 'panel/tabulator.md' ORDER BY chunk_index"
+        ).fetchall()
+        memory = con.execute(
+            "SELECT chunk_index, section, chunk_type, embed_text FROM chunks WHERE doc_id = 'm1'"
+        ).fetchall()
     finally:
         con.close()
     assert [(r[0], r[1]) for r in rows] == [(0, "Tabulator › Editors"), (1, "Tabulator › Filters")]
     assert rows[1][2] > 0
     assert rows[0][3].startswith("Tabulator › Editors\n# Tabulator\n")
     assert rows[1][3].startswith("Tabulator › Filters\n## Filters\n")
-    assert memory == [(0, "", "memory", "Tags: build, decision\nDecided to pin torch to the CPU build so installs never pull CUDA wheels.")]
+    assert memory == [
+        (
+            0,
+            "",
+            "memory",
+            "Tags: build, decision\nDecided to pin torch to the CPU build so installs never pull CUDA wheels.",
+        )
+    ]
 
 
 def test_dense_search_after_an_update_that_leaves_gaps_in_chunk_ids(tmp_path, embedding_cache_path):
@@ -356,14 +435,19 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
         assert whole.sparse.vocab == batched.sparse.vocab
         model = whole.models[0]
         np.testing.assert_array_equal(whole.dense[model].vectors, batched.dense[model].vectors)
-        assert [r.doc_id for r in whole.search("bison", mode="bm25")] == [r.doc_id for r in batched.search("bison", mode="bm25")]
+        assert [r.doc_id for r in whole.search("bison", mode="bm25")] == [
+            r.doc_id for r in batched.search("bison", mode="bm25")
+        ]
 
 
 def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
     from hybridlab.index import store
 
     con = store.connect(tmp_path / "w.duckdb")
-    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {"512.0 MiB", "488.2 MiB"}
+    assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {
+        "512.0 MiB",
+        "488.2 MiB",
+    }
     con.close()
     monkeypatch.setenv("HYBRIDLAB_DUCKDB_MEMORY", "512MiB")
     con = store.connect(tmp_path / "w.duckdb")
@@ -377,8 +461,28 @@ def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
 def _word_docs(ids, version: int = 0) -> dict[str, str]:
     import random
 
-    words = ["otter", "heron", "maple", "granite", "comet", "violin", "saffron", "glacier", "lantern", "harbor",
-             "meadow", "cobalt", "falcon", "orchid", "tundra", "walnut", "ember", "quartz", "willow", "canyon"]
+    words = [
+        "otter",
+        "heron",
+        "maple",
+        "granite",
+        "comet",
+        "violin",
+        "saffron",
+        "glacier",
+        "lantern",
+        "harbor",
+        "meadow",
+        "cobalt",
+        "falcon",
+        "orchid",
+        "tundra",
+        "walnut",
+        "ember",
+        "quartz",
+        "willow",
+        "canyon",
+    ]
     docs = {}
     for i in ids:
         rng = random.Random(i * 31 + version)

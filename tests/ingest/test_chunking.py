@@ -1,4 +1,5 @@
 """Chunking: header sections, size bound with overlap, tiny-section merging, exact slices."""
+
 from __future__ import annotations
 
 import itertools
@@ -36,7 +37,7 @@ def assert_exact_cover(text: str, chunks: list[Chunk]) -> None:
     assert chunks[0].start_char == 0
     assert chunks[-1].end_char == len(text)
     for chunk in chunks:
-        assert chunk.text == text[chunk.start_char:chunk.end_char]
+        assert chunk.text == text[chunk.start_char : chunk.end_char]
     for before, after in itertools.pairwise(chunks):
         assert after.start_char <= before.end_char, "gap between chunks"
         assert after.start_char > before.start_char
@@ -72,7 +73,7 @@ def test_a_document_without_h1_gets_its_title_at_the_head_of_the_path():
 
 
 def test_header_levels_are_configurable():
-    text = ("# A\n\n" + para("alpha", 60) + "## B\n\n" + para("bravo", 60) + "### C\n\n" + para("charlie", 60))
+    text = "# A\n\n" + para("alpha", 60) + "## B\n\n" + para("bravo", 60) + "### C\n\n" + para("charlie", 60)
     only_h1 = chunk_text(text, ChunkConfig(header_levels=(1,)))
     assert [c.section for c in only_h1] == ["A"]
     three = chunk_text(text, ChunkConfig(header_levels=(1, 2, 3)))
@@ -82,7 +83,8 @@ def test_header_levels_are_configurable():
 
 def test_hash_lines_inside_code_fences_are_not_headers():
     text = (
-        "# Real\n\n" + para("intro", 60)
+        "# Real\n\n"
+        + para("intro", 60)
         + "```python\n# not a header\nx = 1\n```\n\n"
         + "~~~bash\n## also not a header\n~~~\n\n"
         + para("tail", 60)
@@ -108,7 +110,12 @@ def test_rst_headings_levels_follow_adornment_order():
         "Part two\n--------\n\nEnd.\n"
     )
     found = rst_headings(text)
-    assert [(level, title) for _, level, title in found] == [(1, "Title"), (2, "Part one"), (3, "Detail"), (2, "Part two")]
+    assert [(level, title) for _, level, title in found] == [
+        (1, "Title"),
+        (2, "Part one"),
+        (3, "Detail"),
+        (2, "Part two"),
+    ]
     assert found[0][0] == 0  # an overlined title starts at its overline
     assert found[1][0] == text.index("Part one")
     chunks = chunk_text(text, NO_MERGE, fmt="rst")
@@ -231,7 +238,7 @@ def test_beir_documents_are_single_chunks_and_long_memories_pieces():
     assert len(pieces) > 1 and all(len(p.text) <= 1500 and p.chunk_type == "memory" for p in pieces)
     assert pieces[0].start_char == 0 and pieces[-1].end_char == len(long_text)
     assert all(b.start_char < a.end_char for a, b in itertools.pairwise(pieces))  # they overlap
-    assert all(long_text[p.start_char:p.end_char] == p.text for p in pieces)
+    assert all(long_text[p.start_char : p.end_char] == p.text for p in pieces)
     (beir,) = chunk_document(_document("beir", long_text, title="Vitamin D"), IndexConfig())
     assert (beir.text, beir.chunk_type, beir.section) == (long_text, "text", "Vitamin D")
 
@@ -248,11 +255,13 @@ def test_notebook_markdown_is_chunked_by_its_headers():
 
     from hybridlab.ingest.sources import notebook_text
 
-    notebook = new_notebook(cells=[
-        new_markdown_cell("# Plots\n\n" + para("plot", 50)),
-        new_code_cell("# a comment, not a header\nplot()"),
-        new_markdown_cell("## Colours\n\n" + para("colour", 50)),
-    ])
+    notebook = new_notebook(
+        cells=[
+            new_markdown_cell("# Plots\n\n" + para("plot", 50)),
+            new_code_cell("# a comment, not a header\nplot()"),
+            new_markdown_cell("## Colours\n\n" + para("colour", 50)),
+        ]
+    )
     text, language = notebook_text(nbformat.writes(notebook))
     document = Document("nb.ipynb", "s", "c", "Plots", text, "notebook", language=language)
     chunks = chunk_document(document, IndexConfig())
@@ -264,8 +273,22 @@ def test_notebook_markdown_is_chunked_by_its_headers():
 MARKDOWNISH = st.lists(
     st.one_of(
         st.text(max_size=200),
-        st.sampled_from(["# H1\n", "## H2\n", "### H3\n", "\n\n", "```\n# x\n```\n", "\r", "\r\n",
-                         "Title\n=====\n", "    # indented\n", " ", "\u2028", "\x00"]),
+        st.sampled_from(
+            [
+                "# H1\n",
+                "## H2\n",
+                "### H3\n",
+                "\n\n",
+                "```\n# x\n```\n",
+                "\r",
+                "\r\n",
+                "Title\n=====\n",
+                "    # indented\n",
+                " ",
+                "\u2028",
+                "\x00",
+            ]
+        ),
         st.text(alphabet="ab \n#", max_size=400),
     ),
     max_size=30,
@@ -273,9 +296,14 @@ MARKDOWNISH = st.lists(
 
 CONFIGS = st.builds(
     lambda size, overlap_share, min_size, levels: ChunkConfig(
-        chunk_size=size, chunk_overlap=int(overlap_share * (size // 2 - 1)), min_chunk_size=min_size,
-        header_levels=levels),
-    st.integers(50, 400), st.floats(0, 1), st.integers(0, 300),
+        chunk_size=size,
+        chunk_overlap=int(overlap_share * (size // 2 - 1)),
+        min_chunk_size=min_size,
+        header_levels=levels,
+    ),
+    st.integers(50, 400),
+    st.floats(0, 1),
+    st.integers(0, 300),
     st.lists(st.integers(1, 6), min_size=1, max_size=3).map(tuple),
 )
 
@@ -305,7 +333,12 @@ def test_any_unicode_text_with_default_config(text):
 
 
 def test_chunk_offsets_survive_windows_line_endings():
-    text = "# A\r\n\r\n" + para("a", 60).replace("\n", "\r\n") + "## B\r\n\r\n" + para("b", 60).replace("\n", "\r\n")
+    text = (
+        "# A\r\n\r\n"
+        + para("a", 60).replace("\n", "\r\n")
+        + "## B\r\n\r\n"
+        + para("b", 60).replace("\n", "\r\n")
+    )
     chunks = chunk_text(text, NO_MERGE)
     assert [c.section for c in chunks] == ["A", "A › B"]
     assert re.match(r"## B", chunks[1].text)

@@ -1,4 +1,5 @@
 """Reading sources: folders of docs and notebooks, BEIR corpora, memories JSONL; bad input."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,7 +26,9 @@ def read(path: Path) -> tuple[dict, IngestReport]:
 # ------------------------------------------------------------------ folders
 def test_folder_reads_each_suffix_with_ids_collections_and_titles(corpus_copy):
     docs = corpus_copy / "docs"
-    (docs / "panel" / "extra.markdown").write_text("Intro line without a heading.\n\n## Later heading\n\ntext\n")
+    (docs / "panel" / "extra.markdown").write_text(
+        "Intro line without a heading.\n\n## Later heading\n\ntext\n"
+    )
     (docs / "script.py").write_text("print('not indexed')\n")
     (docs / "image.png").write_bytes(b"\x89PNG\r\n")
     (docs / ".git").mkdir()
@@ -33,8 +36,13 @@ def test_folder_reads_each_suffix_with_ids_collections_and_titles(corpus_copy):
     (docs / "hvplot" / ".ipynb_checkpoints").mkdir()
     (docs / "hvplot" / ".ipynb_checkpoints" / "scatter-checkpoint.ipynb").write_text("{}")
     found, report = read(docs)
-    assert sorted(found) == ["faq.txt", "hvplot/scatter.ipynb", "panel/deploy.rst", "panel/extra.markdown",
-                             "panel/tabulator.md"]
+    assert sorted(found) == [
+        "faq.txt",
+        "hvplot/scatter.ipynb",
+        "panel/deploy.rst",
+        "panel/extra.markdown",
+        "panel/tabulator.md",
+    ]
     assert report.documents == 5 and report.skipped == []
     summary = {doc_id: (d.collection, d.title, d.doc_type) for doc_id, d in found.items()}
     assert summary == {
@@ -144,7 +152,8 @@ def test_beir_corpus_documents(tiny_corpus):
     (chunk,) = chunk_document(d1, IndexConfig())
     assert embedding_text(chunk, d1.title) == (
         "Vitamin D and bone health\nVitamin D supplementation in older adults did not lower the rate of "
-        "hip fractures in a randomised trial.")
+        "hip fractures in a randomised trial."
+    )
     (untitled,) = chunk_document(found["d3"], IndexConfig())
     assert embedding_text(untitled, "") == found["d3"].text
 
@@ -186,26 +195,31 @@ def test_memories_jsonl(tiny_corpus):
 
 
 def test_memory_tags_are_normalised():
-    document = memory_document({"id": " x ", "content": "c", "tags": ["Build", "build", " TLS ", ""]}, "w", "s")
+    document = memory_document(
+        {"id": " x ", "content": "c", "tags": ["Build", "build", " TLS ", ""]}, "w", "s"
+    )
     assert document.doc_id == "x" and document.tags == ("build", "tls")
 
 
 GOOD = {"id": "m", "content": "text", "tags": ["a"], "created_at": "2026-01-01T00:00:00Z"}
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"id": ""}, "id"),
-    ({"id": 7}, "id"),
-    ({"content": None}, "content"),
-    ({"content": "   "}, "content"),
-    ({"content": "x" * 100_001}, "content"),
-    ({"tags": "a,b"}, "tags"),
-    ({"tags": ["a", 3]}, "tags"),
-    ({"created_at": "yesterday"}, "created_at"),
-    ({"created_at": 1700000000}, "created_at"),
-    ({"memory_type": 5}, "memory_type"),
-    ({"metadata": [1, 2]}, "metadata"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"id": ""}, "id"),
+        ({"id": 7}, "id"),
+        ({"content": None}, "content"),
+        ({"content": "   "}, "content"),
+        ({"content": "x" * 100_001}, "content"),
+        ({"tags": "a,b"}, "tags"),
+        ({"tags": ["a", 3]}, "tags"),
+        ({"created_at": "yesterday"}, "created_at"),
+        ({"created_at": 1700000000}, "created_at"),
+        ({"memory_type": 5}, "memory_type"),
+        ({"metadata": [1, 2]}, "metadata"),
+    ],
+)
 def test_memory_with_a_bad_field_names_file_line_and_field(tmp_path, change, field):
     path = tmp_path / "memories.jsonl"
     lines = [json.dumps({**GOOD, "id": "ok"}), json.dumps({**GOOD, **change})]

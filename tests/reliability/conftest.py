@@ -1,4 +1,5 @@
 """Fixtures of the reliability tests."""
+
 from __future__ import annotations
 
 import os

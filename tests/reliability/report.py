@@ -7,6 +7,7 @@ The tests add their figures (kill points survived, hypothesis examples, malforme
 held) to a JSON record named by `HYBRIDLAB_RELIABILITY_RECORD`; this module runs pytest with it set
 and renders the record with the pytest outcome.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,14 @@ def run_tests(soak: bool) -> tuple[dict[str, Any], str, int, float]:
         marker = ["-m", "soak or not soak"] if soak else ["-m", "not soak"]
         command = [sys.executable, "-m", "pytest", str(TESTS), "-q", "-p", "no:cacheprovider", *marker]
         started = time.perf_counter()
-        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                                env={**os.environ, **offline_environment(),
-                                     "HYBRIDLAB_RELIABILITY_RECORD": str(record)})
+        result = subprocess.run(
+            command,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **offline_environment(), "HYBRIDLAB_RELIABILITY_RECORD": str(record)},
+        )
         seconds = time.perf_counter() - started
         data = json.loads(record.read_text()) if record.exists() else {}
     lines = [line for line in result.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
@@ -56,40 +62,84 @@ def render(record: dict[str, Any], summary: str, code: int, seconds: float, soak
     examples = record.get("hypothesis_examples", {})
     load = record.get("mcp_load_soak") or record.get("mcp_load_small") or {}
     rows = [
-        ("SIGKILL points survived (one per indexer stage, `make test`)", kill_points,
-         ("index opens, `verify` clean, results identical to before the run; the next run completes it "
-         "(results equal the uninterrupted run's) and re-embeds only what the killed run had not cached")),
-        ("SIGKILL points survived (time-based, soak)", soak_kills if soak else "not run", f"same checks, two kills per copy (the second on the resuming run); outcomes {json.dumps(soak_states)}"),
-        ("kill outcomes", json.dumps(record.get("kill_stage_states", {})), ("previous = killed before the "
-         "manifest swap, committed = after")),
-        ("corruption cases", record.get("corruption_cases", 0), ("each: CorruptIndexError naming the file and "
-         "`hybridlab verify --repair`; repair restores the results")),
+        (
+            "SIGKILL points survived (one per indexer stage, `make test`)",
+            kill_points,
+            (
+                "index opens, `verify` clean, results identical to before the run; the next run completes it "
+                "(results equal the uninterrupted run's) and re-embeds only what the killed run had not cached"
+            ),
+        ),
+        (
+            "SIGKILL points survived (time-based, soak)",
+            soak_kills if soak else "not run",
+            f"same checks, two kills per copy (the second on the resuming run); outcomes {json.dumps(soak_states)}",
+        ),
+        (
+            "kill outcomes",
+            json.dumps(record.get("kill_stage_states", {})),
+            ("previous = killed before the manifest swap, committed = after"),
+        ),
+        (
+            "corruption cases",
+            record.get("corruption_cases", 0),
+            (
+                "each: CorruptIndexError naming the file and "
+                "`hybridlab verify --repair`; repair restores the results"
+            ),
+        ),
         ("hypothesis examples", sum(examples.values()), json.dumps(examples)),
-        ("malformed inputs tried", record.get("malformed_inputs", 0), ("tests/data/bad/ + 3 generated (50 MB file, "
-         "200 kB line, 20,000 headings); each skipped/warned/errored as the table in test_bad_inputs.py says")),
+        (
+            "malformed inputs tried",
+            record.get("malformed_inputs", 0),
+            (
+                "tests/data/bad/ + 3 generated (50 MB file, "
+                "200 kB line, 20,000 headings); each skipped/warned/errored as the table in test_bad_inputs.py says"
+            ),
+        ),
         ("odd queries", record.get("odd_queries", 0), "answered or refused with a ValueError, in 3 modes"),
-        ("MCP mixed load", f"{load.get('calls', 0)} calls, {load.get('concurrency', 0)} concurrent",
-         (f"{load.get('stored', 0)} memories stored, {load.get('errors', 'n/a')} errors, every memory found "
-         f"afterwards; {load.get('seconds', 'n/a')} s")),
+        (
+            "MCP mixed load",
+            f"{load.get('calls', 0)} calls, {load.get('concurrency', 0)} concurrent",
+            (
+                f"{load.get('stored', 0)} memories stored, {load.get('errors', 'n/a')} errors, every memory found "
+                f"afterwards; {load.get('seconds', 'n/a')} s"
+            ),
+        ),
     ]
-    for key, label in (("processes_short", "3 writer + 2 reader processes (`make test`)"),
-                       ("processes_soak", "3 writer + 2 reader processes (soak)")):
+    for key, label in (
+        ("processes_short", "3 writer + 2 reader processes (`make test`)"),
+        ("processes_soak", "3 writer + 2 reader processes (soak)"),
+    ):
         run = record.get(key)
-        rows.append((label, f"{run['seconds']:.0f} s, wal_records {run['wal_records']}" if run else "not run",
-                     (f"{run['stores']} stores, {run['acknowledged_ids']} ids, {run['reader_opens']} reader opens, "
-                      f"{run['errors']} errors; every acknowledged memory found as one document; verify clean")
-                     if run else ""))
+        rows.append(
+            (
+                label,
+                f"{run['seconds']:.0f} s, wal_records {run['wal_records']}" if run else "not run",
+                (
+                    f"{run['stores']} stores, {run['acknowledged_ids']} ids, {run['reader_opens']} reader opens, "
+                    f"{run['errors']} errors; every acknowledged memory found as one document; verify clean"
+                )
+                if run
+                else "",
+            )
+        )
     two = record.get("mcp_load_two_servers")
     if two:
-        rows.append(("two MCP server processes on one index", f"{two['calls']} calls, {two['clients']} clients",
-                     f"{two['acknowledged']} memories stored, {two['errors']} errors, nothing lost"))
+        rows.append(
+            (
+                "two MCP server processes on one index",
+                f"{two['calls']} calls, {two['clients']} clients",
+                f"{two['acknowledged']} memories stored, {two['errors']} errors, nothing lost",
+            )
+        )
     table = "\n".join(f"| {name} | {value} | {note} |" for name, value, note in rows)
     status = "all passed" if code == 0 else f"FAILURES (pytest exit {code})"
     command = "python tests/reliability/report.py" + (" --soak" if soak else "")
     return f"""# Reliability
 
-Generated by `{command}` on {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} in {seconds:.0f} s:
-pytest `tests/reliability` {'with' if soak else 'without'} the soak loops: **{summary}** ({status}).
+Generated by `{command}` on {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")} in {seconds:.0f} s:
+pytest `tests/reliability` {"with" if soak else "without"} the soak loops: **{summary}** ({status}).
 
 | check | figure | what held |
 |---|---|---|

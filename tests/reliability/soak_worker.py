@@ -2,6 +2,7 @@
 and ids that every writer stores at about the same time) or a reader opening, refreshing and
 searching, until a deadline. Each acknowledged store is one line of the output file, flushed at once;
 the last line of a reader's file is its JSON summary."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,19 @@ def read(index_dir: str, seconds: float, name: str, out: str, wal_records: int =
             errors += 1
             traceback.print_exc()
     with open(out, "a", encoding="utf-8") as log:
-        log.write(json.dumps({"summary": {"opens": opens, "searches": searches, "errors": errors,
-                                          "duplicates": duplicates}}) + "\n")
+        log.write(
+            json.dumps(
+                {
+                    "summary": {
+                        "opens": opens,
+                        "searches": searches,
+                        "errors": errors,
+                        "duplicates": duplicates,
+                    }
+                }
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

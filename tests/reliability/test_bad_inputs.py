@@ -1,5 +1,6 @@
 """Malformed inputs (tests/data/bad/, plus big files generated in tmp_path) each give the expected
 skip warning or error naming the file; odd queries are answered or refused clearly."""
+
 from __future__ import annotations
 
 import logging
@@ -102,14 +103,23 @@ def test_bad_memories_file_is_an_error_naming_file_and_line(name, tmp_path):
     from hybridlab.config import IndexConfig
 
     with pytest.raises(ValueError) as caught:
-        index_paths([BAD / "memories" / name], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)
+        index_paths(
+            [BAD / "memories" / name], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False
+        )
     assert f"{name}{MEMORY_CASES[name]}" in str(caught.value)
     assert not (tmp_path / "index" / "manifest.json").exists()  # nothing half-written
 
 
 def test_bad_memories_file_via_cli_exits_2_with_message(tmp_path):
-    result = cli("index", str(BAD / "memories" / "invalid_utf8.jsonl"), "--index", str(tmp_path / "i"),
-                 *MODEL_ARGS, "-q", check=False)
+    result = cli(
+        "index",
+        str(BAD / "memories" / "invalid_utf8.jsonl"),
+        "--index",
+        str(tmp_path / "i"),
+        *MODEL_ARGS,
+        "-q",
+        check=False,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "invalid_utf8.jsonl:1: not valid UTF-8" in result.stderr
     assert "Traceback" not in result.stderr
@@ -120,7 +130,7 @@ QUERIES = {
     "100 kB": "panel widget " * 8_000,
     "only stop words": "the of and to in is it that a",
     "only punctuation": "?!.,;:()[]{}<>/\\|@#$%^&*-_=+~`'\"" * 3,
-    "emoji": "\U0001F600\U0001F680\U0001F469\u200d\U0001F4BB\u2764\ufe0f",
+    "emoji": "\U0001f600\U0001f680\U0001f469\u200d\U0001f4bb\u2764\ufe0f",
     "whitespace": " \t\n ",
     "empty": "",
     "NUL": "panel\x00widget",
@@ -147,6 +157,7 @@ def opened(small_index):
 def test_odd_queries_are_answered_or_refused_in_bounded_time(opened, label):
     """Answered (finite scores) or refused with a ValueError that says why; a 20 s alarm bounds
     the time (a safety net against hangs, not a speed assertion)."""
+
     def alarm(*_args):
         raise _Timeout(label)
 

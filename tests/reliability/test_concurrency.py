@@ -1,5 +1,6 @@
 """Concurrent use: two writers (the second is refused clearly), readers during a commit, and the MCP
 server under a bounded mixed load from a local client (nothing lost)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,20 @@ def test_second_writer_gets_a_clear_lock_message(small_index, tmp_path):
     corpus = tmp_path / "more"
     write_corpus(corpus, range(500, 560))
     first = subprocess.Popen(
-        [sys.executable, "-m", "hybridlab.cli", "index", str(corpus), "--index", str(index), *MODEL_ARGS, "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hybridlab.cli",
+            "index",
+            str(corpus),
+            "--index",
+            str(index),
+            *MODEL_ARGS,
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         env=env(HYBRIDLAB_TRACE_STAGES="1", HYBRIDLAB_EMBED_BATCH="4"),
     )
     try:
@@ -30,8 +43,16 @@ def test_second_writer_gets_a_clear_lock_message(small_index, tmp_path):
             if line.startswith("STAGE embedded-batch"):
                 break  # holds the lock and has work left
         # a writer waits for the lock up to HYBRIDLAB_LOCK_WAIT seconds (default 30), then says who holds it
-        second = cli("index", str(corpus), "--index", str(index), *MODEL_ARGS, "-q", check=False,
-                     HYBRIDLAB_LOCK_WAIT="0")
+        second = cli(
+            "index",
+            str(corpus),
+            "--index",
+            str(index),
+            *MODEL_ARGS,
+            "-q",
+            check=False,
+            HYBRIDLAB_LOCK_WAIT="0",
+        )
         assert second.returncode == 2
         assert f"index {index} is locked by PID {first.pid}" in second.stderr
         assert second.stderr.startswith("error: ")
@@ -56,8 +77,22 @@ def test_reader_sees_consistent_generations_while_a_writer_commits(small_index, 
     write_corpus(corpus, range(700, 740))
     index = open_index(index_dir)
     writer = subprocess.Popen(
-        [sys.executable, "-m", "hybridlab.cli", "index", str(corpus), "--index", str(index_dir), *MODEL_ARGS, "-q"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env(HYBRIDLAB_EMBED_BATCH="4"))
+        [
+            sys.executable,
+            "-m",
+            "hybridlab.cli",
+            "index",
+            str(corpus),
+            "--index",
+            str(index_dir),
+            *MODEL_ARGS,
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(HYBRIDLAB_EMBED_BATCH="4"),
+    )
     answered = 0
     while writer.poll() is None:
         for query in QUERIES:
@@ -87,14 +122,21 @@ async def _mixed_load(server, calls: int, concurrency: int, seed: int) -> tuple[
         kind = rng.random()
         async with semaphore:
             if kind < 0.1:
-                result = await client.call_tool("store_memory", {
-                    "content": f"Load memory {n}: the quokka{n} dashboard uses panel widgets", "tags": ["load", f"n{n % 7}"]})
+                result = await client.call_tool(
+                    "store_memory",
+                    {
+                        "content": f"Load memory {n}: the quokka{n} dashboard uses panel widgets",
+                        "tags": ["load", f"n{n % 7}"],
+                    },
+                )
                 if not result.is_error:
                     stored.append(result.structured_content["id"])
             elif kind < 0.7:
                 result = await client.call_tool("search", {"query": rng.choice(QUERIES), "limit": 5})
             elif kind < 0.9:
-                result = await client.call_tool("search_by_tag", {"tags": ["load"], "match": "any", "limit": 5})
+                result = await client.call_tool(
+                    "search_by_tag", {"tags": ["load"], "match": "any", "limit": 5}
+                )
             else:
                 result = await client.call_tool("stats", {})
             if result.is_error:
@@ -133,8 +175,13 @@ def _run_load(small_index: Path, tmp_path: Path, calls: int, concurrency: int) -
     assert errors == 0
     assert stored
     _check_all_found(index_dir, stored)
-    return {"calls": calls, "concurrency": concurrency, "stored": len(stored), "errors": errors,
-            "seconds": round(seconds, 1)}
+    return {
+        "calls": calls,
+        "concurrency": concurrency,
+        "stored": len(stored),
+        "errors": errors,
+        "seconds": round(seconds, 1),
+    }
 
 
 def test_mcp_mixed_load(small_index, tmp_path):

@@ -1,5 +1,6 @@
 """Corrupt or truncated index files give a clear error naming the file and the repair command (never
 a crash or a silent wrong answer), `hybridlab verify` reports them and `--repair` restores the index."""
+
 from __future__ import annotations
 
 import json
@@ -51,14 +52,31 @@ def garble(path: Path) -> None:
 # the second run adds a small segment: its rows are Parquet tables (documents, chunks, ...), not a store.duckdb
 STORE = "chunks.parquet"
 STORE_FILES = ("chunks.parquet", "documents.parquet", "tags.parquet", "chunk_vectors.parquet", "meta.parquet")
-DAMAGE = {"truncate-0": lambda p: truncate(p, 0.0), "truncate-half": lambda p: truncate(p, 0.5), "garble": garble}
-BM25_FILES = ("bm25/data.csc.index.npy", "bm25/indices.csc.index.npy", "bm25/indptr.csc.index.npy", "bm25/ids.npy",
-              "bm25/vocab.index.json", "bm25/params.index.json", "bm25/tokenizer.json")
+DAMAGE = {
+    "truncate-0": lambda p: truncate(p, 0.0),
+    "truncate-half": lambda p: truncate(p, 0.5),
+    "garble": garble,
+}
+BM25_FILES = (
+    "bm25/data.csc.index.npy",
+    "bm25/indices.csc.index.npy",
+    "bm25/indptr.csc.index.npy",
+    "bm25/ids.npy",
+    "bm25/vocab.index.json",
+    "bm25/params.index.json",
+    "bm25/tokenizer.json",
+)
 # every damage of the FAISS and DuckDB files; each BM25 file truncated, two of them also emptied/garbled
-CASES = [(name, damage) for name in ("dense-wordllama.faiss", STORE) for damage in sorted(DAMAGE)] + \
-    [(name, "truncate-half") for name in STORE_FILES if name != STORE] + \
-    [(name, "truncate-half") for name in BM25_FILES] + \
-    [("bm25/data.csc.index.npy", "garble"), ("bm25/ids.npy", "truncate-0"), ("bm25/vocab.index.json", "garble")]
+CASES = (
+    [(name, damage) for name in ("dense-wordllama.faiss", STORE) for damage in sorted(DAMAGE)]
+    + [(name, "truncate-half") for name in STORE_FILES if name != STORE]
+    + [(name, "truncate-half") for name in BM25_FILES]
+    + [
+        ("bm25/data.csc.index.npy", "garble"),
+        ("bm25/ids.npy", "truncate-0"),
+        ("bm25/vocab.index.json", "garble"),
+    ]
+)
 
 
 def _expect_clear_error(index_dir: Path, path: Path) -> str:
@@ -85,7 +103,9 @@ def test_damaged_generation_file(two_generations, tmp_path, name, damage):
     assert snapshot(index) == expected
 
 
-@pytest.mark.parametrize("damage", ["truncate-0", "truncate-half", "garble", "delete", "not-a-manifest", "dangling"])
+@pytest.mark.parametrize(
+    "damage", ["truncate-0", "truncate-half", "garble", "delete", "not-a-manifest", "dangling"]
+)
 def test_damaged_manifest(two_generations, tmp_path, damage):
     index = tmp_path / "index"
     shutil.copytree(two_generations["index"], index)
@@ -215,8 +235,9 @@ def test_reopening_hashes_only_files_that_changed(two_generations, tmp_path, mon
 
 
 @pytest.mark.parametrize("name", [STORE, "dense-wordllama.faiss"])
-def test_a_file_garbled_after_a_clean_open_is_caught_even_with_its_mtime_put_back(two_generations, tmp_path,
-                                                                                   monkeypatch, name):
+def test_a_file_garbled_after_a_clean_open_is_caught_even_with_its_mtime_put_back(
+    two_generations, tmp_path, monkeypatch, name
+):
     index = tmp_path / "index"
     shutil.copytree(two_generations["index"], index)
     monkeypatch.setattr(layout, "SETTLED_NS", 0)

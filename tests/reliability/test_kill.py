@@ -1,6 +1,7 @@
 """Fault injection: SIGKILL an `index` run at many points; the index must stay consistent and answer
 exactly as before the run, and the next run must complete it (results then equal those of the same
 update run left uninterrupted)."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,8 @@ import pytest
 from .helpers import MODEL_ARGS, cli, env, record, snapshot, write_corpus
 
 EMBED_BATCH = "10"
+
+
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     """A base index of corpus v1, the corpus changed to v2 in place, and an uninterrupted update to v2."""
@@ -34,8 +37,14 @@ def scenario(tmp_path_factory):
     clean = root / "clean"
     shutil.copytree(base, clean)
     cli("index", str(corpus), "--index", str(clean), *MODEL_ARGS, "-q")
-    return {"root": root, "corpus": corpus, "base": base, "base_results": snapshot(base),
-            "clean_results": snapshot(clean), "generation": _generation(base)}
+    return {
+        "root": root,
+        "corpus": corpus,
+        "base": base,
+        "base_results": snapshot(base),
+        "clean_results": snapshot(clean),
+        "generation": _generation(base),
+    }
 
 
 def _generation(index_dir: Path) -> int:
@@ -44,8 +53,20 @@ def _generation(index_dir: Path) -> int:
 
 def _start(corpus: Path, index_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "hybridlab.cli", "index", str(corpus), "--index", str(index_dir), *MODEL_ARGS, "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hybridlab.cli",
+            "index",
+            str(corpus),
+            "--index",
+            str(index_dir),
+            *MODEL_ARGS,
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         env=env(HYBRIDLAB_TRACE_STAGES="1", HYBRIDLAB_EMBED_BATCH=EMBED_BATCH),
     )
 
@@ -113,7 +134,9 @@ def complete(scenario, index_dir: Path) -> dict:
     from hybridlab.cli import build_parser, index_config_from_args
     from hybridlab.index.build import index_paths
 
-    args = build_parser().parse_args(["index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q"])
+    args = build_parser().parse_args(
+        ["index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q"]
+    )
     report = index_paths(args.paths, index_dir, index_config_from_args(args), progress=False).to_dict()
     assert snapshot(index_dir) == scenario["clean_results"]
     leftovers = sorted(p.name for p in index_dir.iterdir() if ".tmp-" in p.name)
@@ -176,7 +199,8 @@ def _close(got: dict, expected: dict) -> bool:
     """Same documents per query, scores equal to 1e-6 (a merge may change a cosine's last float bit)."""
     return got.keys() == expected.keys() and all(
         run.keys() == expected[q].keys() and all(abs(s - expected[q][d]) <= 1e-6 for d, s in run.items())
-        for q, run in got.items())
+        for q, run in got.items()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +224,13 @@ def segment_scenario(tmp_path_factory):
     cli("index", str(corpus), "--index", str(clean), *MODEL_ARGS, "-q", HYBRIDLAB_MERGE_FACTOR="3")
     clean_manifest = json.loads((clean / "manifest.json").read_text())
     assert clean_manifest["last_merge"]["reason"] == "tiered policy"
-    return {"corpus": corpus, "base": base, "base_results": snapshot(base), "clean_results": snapshot(clean),
-            "generation": _generation(base)}
+    return {
+        "corpus": corpus,
+        "base": base,
+        "base_results": snapshot(base),
+        "clean_results": snapshot(clean),
+        "generation": _generation(base),
+    }
 
 
 @pytest.mark.slow
@@ -214,9 +243,22 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
 
     def start(index_dir: Path) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "hybridlab.cli", "index", str(scenario["corpus"]), "--index", str(index_dir),
-             *MODEL_ARGS, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=env(HYBRIDLAB_TRACE_STAGES="1", HYBRIDLAB_MERGE_FACTOR="3"))
+            [
+                sys.executable,
+                "-m",
+                "hybridlab.cli",
+                "index",
+                str(scenario["corpus"]),
+                "--index",
+                str(index_dir),
+                *MODEL_ARGS,
+                "-q",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env(HYBRIDLAB_TRACE_STAGES="1", HYBRIDLAB_MERGE_FACTOR="3"),
+        )
 
     probe = tmp_path / "probe"
     shutil.copytree(scenario["base"], probe)
@@ -224,7 +266,9 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
     all_stages = [line.split()[1] for line in process.stdout if line.startswith("STAGE ")]
     process.wait(timeout=120)
     process.stdout.close()
-    assert all_stages.count("manifest-committed") == 1 and "merge-start" in all_stages  # one commit, merge included
+    assert (
+        all_stages.count("manifest-committed") == 1 and "merge-start" in all_stages
+    )  # one commit, merge included
     states = []
     for k in range(1, len(all_stages) + 1):
         index_dir = tmp_path / f"s{k:02d}"
@@ -235,7 +279,15 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
         results = snapshot(index_dir)
         assert _close(results, scenario["clean_results"] if committed else scenario["base_results"])
         states.append("committed" if committed else "previous")
-        cli("index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q", HYBRIDLAB_MERGE_FACTOR="3")
+        cli(
+            "index",
+            str(scenario["corpus"]),
+            "--index",
+            str(index_dir),
+            *MODEL_ARGS,
+            "-q",
+            HYBRIDLAB_MERGE_FACTOR="3",
+        )
         assert _close(snapshot(index_dir), scenario["clean_results"])
         assert sorted(p.name for p in index_dir.iterdir() if ".tmp-" in p.name) == []
         shutil.rmtree(index_dir)
@@ -264,8 +316,13 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
     from hybridlab.search.engine import open_index
 
     def start(index_dir: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", STORE_SCRIPT, str(index_dir)], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=env(HYBRIDLAB_TRACE_STAGES="1"))
+        return subprocess.Popen(
+            [sys.executable, "-c", STORE_SCRIPT, str(index_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env(HYBRIDLAB_TRACE_STAGES="1"),
+        )
 
     probe = tmp_path / "probe"
     shutil.copytree(segment_scenario["base"], probe)
@@ -279,13 +336,17 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
     for k in range(1, len(stages) + 1):
         index_dir = tmp_path / f"w{k:02d}"
         shutil.copytree(segment_scenario["base"], index_dir)
-        acknowledged = [line.split()[1] for line in kill_at_stage(start(index_dir), k) if line.startswith("ACK ")]
+        acknowledged = [
+            line.split()[1] for line in kill_at_stage(start(index_dir), k) if line.startswith("ACK ")
+        ]
         assert verify(index_dir) == [], k
         with open_index(index_dir) as index:
             held = set(index.snapshot().generation.doc_ids)
             assert set(acknowledged) <= held, (k, stages[k - 1])
             states.append(index.stats()["write_ahead_log"]["memories"])
-        after = MemoryWriter(index_dir, wal_records=3).store("zqafter a memory stored after the kill", ["kill"])
+        after = MemoryWriter(index_dir, wal_records=3).store(
+            "zqafter a memory stored after the kill", ["kill"]
+        )
         optimize(index_dir)
         assert verify(index_dir) == []
         with open_index(index_dir) as index:
@@ -339,8 +400,13 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
     seeds = {row["id"]: row["content"] for row in memory_rows(20)}
 
     def start(index_dir: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", LIFECYCLE_SCRIPT, str(index_dir)], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=env(HYBRIDLAB_TRACE_STAGES="1"))
+        return subprocess.Popen(
+            [sys.executable, "-c", LIFECYCLE_SCRIPT, str(index_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env(HYBRIDLAB_TRACE_STAGES="1"),
+        )
 
     def run(index_dir: Path, kill_at: int | None) -> list[list[str]]:
         process = start(index_dir)
@@ -363,21 +429,31 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
         shutil.copytree(base, index_dir)
         lines = run(index_dir, k)
         assert verify(index_dir) == [], k
-        stored = {line[2]: f"zqkill{line[3]} memory {line[3]} in the log" for line in lines if line[:2] == ["ACK", "store"]}
+        stored = {
+            line[2]: f"zqkill{line[3]} memory {line[3]} in the log"
+            for line in lines
+            if line[:2] == ["ACK", "store"]
+        }
         olds = {**seeds, **stored}
         acked = {(line[1], line[2]) for line in lines if line[0] == "ACK" and line[1] != "store"}
         begun = [(line[1], line[2]) for line in lines if line[0] == "BEGIN"]
         with open_index(index_dir) as index:
+
             def text(doc_id: str) -> str | None:
                 try:
                     return index.get_document(doc_id)["text"]
                 except KeyError:
                     return None
+
             assert all(text(doc_id) is not None or ("delete", doc_id) in begun for doc_id in stored), k
             for op, doc_id in begun:
                 now = text(doc_id)
                 if (op, doc_id) in acked:
-                    assert now is None if op == "delete" else now is not None and now.endswith("revised"), (k, op, doc_id)
+                    assert now is None if op == "delete" else now is not None and now.endswith("revised"), (
+                        k,
+                        op,
+                        doc_id,
+                    )
                 elif op == "delete":  # in flight at the kill: all or nothing
                     assert now in {None, olds[doc_id]}, (k, op, doc_id, now)
                     states.append(("in flight", op, stages[k - 1]))
@@ -388,6 +464,7 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
                 assert text(doc_id) == seeds[doc_id], (k, doc_id)
         shutil.rmtree(index_dir)
     # killed in the log append of an update and of a delete (written, not yet synced; synced, not acknowledged)
-    assert len(stages) >= 20 and {("in flight", op, stage) for op in ("update", "delete")
-                                  for stage in ("wal-written", "wal-synced")} <= set(states), sorted(set(states))
+    assert len(stages) >= 20 and {
+        ("in flight", op, stage) for op in ("update", "delete") for stage in ("wal-written", "wal-synced")
+    } <= set(states), sorted(set(states))
     record("kill_memory_lifecycle_points", len(stages))

@@ -7,6 +7,7 @@ by any call started after its deletion), every store, update or delete in flight
 done whole or not at all, the index verifying after the kill and at the end. The scenario lives in
 `bench.mcp_load` (its docstring has the details), which also benchmarks it.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,16 +28,28 @@ def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     started = time.perf_counter()
     result = run_load(LoadConfig(calls=CALLS, clients=CLIENTS, kill_at=0.5, timeout=600), tmp_path)
     seconds = time.perf_counter() - started
-    record("mcp_load_kill", {"calls": result.calls, "clients": CLIENTS, "errors": len(result.errors),
-                             "acknowledged": result.acknowledged, "interrupted": result.interrupted,
-                             "updates": result.updates, "deletes": result.deletes,
-                             "in_flight_changes": result.in_flight_changes,
-                             "calls_per_second": round(result.calls_per_second, 1), "seconds": round(seconds, 1)})
+    record(
+        "mcp_load_kill",
+        {
+            "calls": result.calls,
+            "clients": CLIENTS,
+            "errors": len(result.errors),
+            "acknowledged": result.acknowledged,
+            "interrupted": result.interrupted,
+            "updates": result.updates,
+            "deletes": result.deletes,
+            "in_flight_changes": result.in_flight_changes,
+            "calls_per_second": round(result.calls_per_second, 1),
+            "seconds": round(seconds, 1),
+        },
+    )
 
     assert result.errors == [], f"{len(result.errors)} errors, the first: {result.errors[:5]}"
     assert result.calls == CALLS
     assert all(result.latencies[tool] for tool in result.latencies)  # every tool was called
-    assert result.updates >= 20 and result.deletes >= 20  # acknowledged, each checked after restart and at the end
+    assert (
+        result.updates >= 20 and result.deletes >= 20
+    )  # acknowledged, each checked after restart and at the end
     # the kill landed mid-run, with calls in flight, on an index holding acknowledged memories
     assert result.killed and result.interrupted >= 1
     assert 0 < result.acknowledged_before_kill < result.acknowledged
@@ -57,9 +70,17 @@ def test_two_server_processes_on_one_index_lose_nothing(tmp_path):
 
     started = time.perf_counter()
     result = run_load(LoadConfig(calls=600, clients=CLIENTS, kill_at=None, servers=2, timeout=600), tmp_path)
-    record("mcp_load_two_servers", {"calls": result.calls, "clients": CLIENTS, "servers": 2,
-                                    "errors": len(result.errors), "acknowledged": result.acknowledged,
-                                    "seconds": round(time.perf_counter() - started, 1)})
+    record(
+        "mcp_load_two_servers",
+        {
+            "calls": result.calls,
+            "clients": CLIENTS,
+            "servers": 2,
+            "errors": len(result.errors),
+            "acknowledged": result.acknowledged,
+            "seconds": round(time.perf_counter() - started, 1),
+        },
+    )
     assert result.errors == [], f"{len(result.errors)} errors, the first: {result.errors[:5]}"
     assert result.calls == 600 and result.acknowledged > 0 and result.updates > 0 and result.deletes > 0
     assert result.verify_at_end == [] and result.checked_at_end == result.acknowledged

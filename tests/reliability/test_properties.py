@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) that complement tests/ingest/test_chunking.py and tests/search/test_fusion.py:
 the chunker on empty, huge and deeply nested input, the BM25 query tokeniser, tag extraction, fusion
 invariance under re-ordering and monotone rescaling, and whole searches on arbitrary query text."""
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ ANY_TEXT = st.text(st.characters(codec="utf-8"), max_size=400)
 def _covered(text: str, chunks) -> None:
     """Every non-blank character of the text is in some chunk, at its offsets, once per chunk."""
     for chunk in chunks:
-        assert text[chunk.start_char:chunk.end_char] == chunk.text
+        assert text[chunk.start_char : chunk.end_char] == chunk.text
     covered = [False] * len(text)
     for chunk in chunks:
         for i in range(chunk.start_char, chunk.end_char):
@@ -44,8 +45,9 @@ def test_chunker_deeply_nested_headers(depth, body):
     _covered(text, chunks)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.data_too_large])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(unit=st.text(st.characters(codec="utf-8"), min_size=1, max_size=20), repeat=st.integers(1000, 20_000))
 def test_chunker_huge_input_is_bounded_and_lossless(unit, repeat):
     EXAMPLES["chunker"] += 1
@@ -59,7 +61,9 @@ def test_chunker_huge_input_is_bounded_and_lossless(unit, repeat):
         assert chunks == []
 
 
-@pytest.mark.parametrize("text", ["", " ", "\n\n\n", "\x00", "#", "# ", "######", "```", "\ufeff", "\u2028\u2029"])
+@pytest.mark.parametrize(
+    "text", ["", " ", "\n\n\n", "\x00", "#", "# ", "######", "```", "\ufeff", "\u2028\u2029"]
+)
 def test_chunker_degenerate_inputs(text):
     chunks = chunk_text(text)
     if text.strip():
@@ -80,8 +84,11 @@ def test_query_terms_are_distinct_lowercase_and_free_of_stopwords(text):
     assert len(terms) == len(set(terms))
     assert set(terms) <= set(TOKENIZER.tokenize(text))
     assert all(term and term == term.lower() for term in terms)
-    assert not [t for t in terms if t in TOKENIZER.stopwords and " " not in t and len(t) > 1
-                and t in [w.lower() for w in text.split()]]
+    assert not [
+        t
+        for t in terms
+        if t in TOKENIZER.stopwords and " " not in t and len(t) > 1 and t in [w.lower() for w in text.split()]
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -95,8 +102,11 @@ def test_tokenize_is_word_local(words):
 
 
 # Tag extraction =================================================================================
-TAG = st.lists(st.sampled_from(["release", "process", "python", "ci", "Docker", "k8s", "data-science", "é"]),
-               min_size=1, max_size=3).map(lambda parts: "-".join(parts))
+TAG = st.lists(
+    st.sampled_from(["release", "process", "python", "ci", "Docker", "k8s", "data-science", "é"]),
+    min_size=1,
+    max_size=3,
+).map(lambda parts: "-".join(parts))
 
 
 @settings(max_examples=300, deadline=None)
@@ -111,15 +121,21 @@ def test_tag_extraction_finds_only_known_tags(tags, query):
 
 
 @settings(max_examples=200, deadline=None)
-@given(tags=st.lists(TAG, min_size=1, max_size=8), pick=st.integers(0, 7), noise=st.sampled_from(["", "how to ", "about the "]))
+@given(
+    tags=st.lists(TAG, min_size=1, max_size=8),
+    pick=st.integers(0, 7),
+    noise=st.sampled_from(["", "how to ", "about the "]),
+)
 def test_a_query_naming_a_tag_finds_it(tags, pick, noise):
     EXAMPLES["tags"] += 1
     tag = tags[pick % len(tags)]
     vocabulary = TagVocabulary(tags)
     match = vocabulary.extract(f"{noise}{tag.replace('-', ' ')}")
     normal = normalize_tag(tag)
-    assert any(normalize_tag(found) == normal or normal in normalize_tag(found) or normalize_tag(found) in normal
-               for found in match.tags)
+    assert any(
+        normalize_tag(found) == normal or normal in normalize_tag(found) or normalize_tag(found) in normal
+        for found in match.tags
+    )
 
 
 # Fusion =========================================================================================
@@ -132,7 +148,9 @@ def test_fusion_ignores_the_order_runs_are_given_in(dense, bm25, method, alpha):
     EXAMPLES["fusion"] += 1
     weights = {"dense": alpha, "bm25": 1 - alpha}
     forward = fuse(method, {"dense": dense, "bm25": bm25}, weights)
-    backward = fuse(method, {"bm25": dict(reversed(bm25.items())), "dense": dict(reversed(dense.items()))}, weights)
+    backward = fuse(
+        method, {"bm25": dict(reversed(bm25.items())), "dense": dict(reversed(dense.items()))}, weights
+    )
     assert forward.keys() == backward.keys()
     assert all(math.isclose(forward[k], backward[k], rel_tol=1e-12, abs_tol=1e-12) for k in forward)
 
@@ -146,7 +164,9 @@ def test_rrf_depends_only_on_ranks(dense, bm25, scale, shift):
     moved = {k: v * scale + shift for k, v in bm25.items()}
     ranks_kept = sorted(bm25, key=lambda k: (-bm25[k], k)) == sorted(moved, key=lambda k: (-moved[k], k))
     if ranks_kept:  # float rounding can merge close values; only compare when it did not
-        assert fuse("rrf", {"dense": dense, "bm25": bm25}, weights) == fuse("rrf", {"dense": dense, "bm25": moved}, weights)
+        assert fuse("rrf", {"dense": dense, "bm25": bm25}, weights) == fuse(
+            "rrf", {"dense": dense, "bm25": moved}, weights
+        )
 
 
 # Whole searches on arbitrary text ================================================================
@@ -162,8 +182,11 @@ def opened(small_index, tmp_path_factory):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=st.text(st.characters(codec="utf-8"), min_size=1, max_size=300),
-       mode=st.sampled_from(["hybrid", "vector", "bm25"]), fusion=st.sampled_from(sorted(FUSERS)))
+@given(
+    query=st.text(st.characters(codec="utf-8"), min_size=1, max_size=300),
+    mode=st.sampled_from(["hybrid", "vector", "bm25"]),
+    fusion=st.sampled_from(sorted(FUSERS)),
+)
 def test_any_query_text_is_answered_or_refused_clearly(opened, query, mode, fusion):
     EXAMPLES["search"] += 1
     try:

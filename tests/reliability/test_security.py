@@ -1,5 +1,6 @@
 """Security properties: no pickle in load paths, index files parsed (never executed), documents
 looked up by id (no path access), the HTTP transport on loopback by default."""
+
 from __future__ import annotations
 
 import re
@@ -9,8 +10,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hybridlab"
-UNSAFE = re.compile(r"\b(import pickle|from pickle|pickle\.loads?|cPickle|dill|joblib|torch\.load|cloudpickle|"
-                    r"marshal\.loads?|shelve|(?<![.\w])eval\(|(?<![.\w])exec\(|yaml\.load\()")
+UNSAFE = re.compile(
+    r"\b(import pickle|from pickle|pickle\.loads?|cPickle|dill|joblib|torch\.load|cloudpickle|"
+    r"marshal\.loads?|shelve|(?<![.\w])eval\(|(?<![.\w])exec\(|yaml\.load\()"
+)
 NP_LOAD = re.compile(r"\bnp\.load\((?P<args>[^)]*)\)")
 
 
@@ -67,13 +70,27 @@ def test_an_object_array_in_bm25_ids_is_refused(small_index, tmp_path):
     manifest = json.loads((index_dir / layout.MANIFEST).read_text())
     manifest.pop("files")  # as if the attacker also rewrote the checksums away
     (index_dir / layout.MANIFEST).write_text(json.dumps(manifest))
-    np.save(index_dir / manifest["path"] / "bm25" / "ids.npy", np.array([object()], dtype=object), allow_pickle=True)
+    np.save(
+        index_dir / manifest["path"] / "bm25" / "ids.npy",
+        np.array([object()], dtype=object),
+        allow_pickle=True,
+    )
     with pytest.raises(layout.CorruptIndexError, match="verify --repair"):
         open_index(index_dir)
 
 
-@pytest.mark.parametrize("doc_id", ["../../etc/passwd", "/etc/passwd", "..", "manifest.json",
-                                    "gen-000001/store.duckdb", "doc0001.md/../../../x", "%2e%2e/%2e%2e"])
+@pytest.mark.parametrize(
+    "doc_id",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "..",
+        "manifest.json",
+        "gen-000001/store.duckdb",
+        "doc0001.md/../../../x",
+        "%2e%2e/%2e%2e",
+    ],
+)
 def test_get_document_cannot_escape_the_index(small_index, doc_id):
     from hybridlab.search.engine import open_index
 

@@ -1,5 +1,6 @@
 """Reports worth reading: tables instead of JSON, "all ties" instead of an empty table, readable
 figures without warnings, static HTML that fetches nothing, a trial bar."""
+
 from __future__ import annotations
 
 import warnings
@@ -36,37 +37,59 @@ def test_wins_and_losses_say_all_ties_instead_of_an_empty_table():
 
 
 def test_parameters_and_importances_are_tables_most_important_first():
-    assert params_table({"alpha": 0.35, "fusion": "rrf", "k": 3}, {"fusion": 0.7, "alpha": 0.2}).splitlines() == [
-        "| parameter | value | importance |", "|---|---:|---:|",
-        "| fusion | `rrf` | 0.700 |", "| alpha | 0.35 | 0.200 |", "| k | 3 | — |"]
+    assert params_table(
+        {"alpha": 0.35, "fusion": "rrf", "k": 3}, {"fusion": 0.7, "alpha": 0.2}
+    ).splitlines() == [
+        "| parameter | value | importance |",
+        "|---|---:|---:|",
+        "| fusion | `rrf` | 0.700 |",
+        "| alpha | 0.35 | 0.200 |",
+        "| k | 3 | — |",
+    ]
     assert params_table({"b": True, "a": 0.5}).splitlines()[2:] == ["| a | 0.5 |", "| b | `True` |"]
     assert importances_table({"a": 0.1, "b": 0.6, "c": 0.3}, top=2).splitlines()[2:] == [
-        "| b | 0.600 |", "| c | 0.300 |", "| 1 others | 0.100 |"]
+        "| b | 0.600 |",
+        "| c | 0.300 |",
+        "| 1 others | 0.100 |",
+    ]
     assert importances_table({}).startswith("No parameter importances")
 
 
 def test_the_search_space_is_a_table():
-    space = [Param("fusion", "categorical", choices=("rrf", "convex")),
-             Param("rrf_k", "int", 5, 200, log=True, when=("fusion", ("rrf",))),
-             Param("alpha", "float", 0.0, 1.0, step=0.05)]
+    space = [
+        Param("fusion", "categorical", choices=("rrf", "convex")),
+        Param("rrf_k", "int", 5, 200, log=True, when=("fusion", ("rrf",))),
+        Param("alpha", "float", 0.0, 1.0, step=0.05),
+    ]
     assert space_table(space).splitlines()[2:] == [
         "| fusion | categorical | `rrf`, `convex` | always |",
         "| rrf_k | int | 5 – 200 (log) | `fusion` in `rrf` |",
-        "| alpha | float | 0 – 1, step 0.05 | always |"]
+        "| alpha | float | 0 – 1, step 0.05 | always |",
+    ]
 
 
 def test_split_labels_name_cross_validation_and_splits():
-    assert split_label({"split": "cv", "queries": {"cv": 79}, "cross_validation": {"k": 5}}) == "out of fold, 79 queries"
+    assert (
+        split_label({"split": "cv", "queries": {"cv": 79}, "cross_validation": {"k": 5}})
+        == "out of fold, 79 queries"
+    )
     assert split_label({"split": "test", "queries": {"test": 300}}) == "test split, 300 queries"
 
 
 def test_the_comparison_figure_has_a_panel_per_set(tmp_path):
-    per_query = {"memories": {"defaults": {"q1": 0.8, "q2": 0.9, "q3": 0.85}, "bm25": {"q1": 0.5, "q2": 0.7, "q3": 0.6}},
-                 "scifact": {"defaults": {"q1": 0.7, "q2": 0.75}, "bm25": {"q1": 0.69, "q2": 0.71}}}
+    per_query = {
+        "memories": {
+            "defaults": {"q1": 0.8, "q2": 0.9, "q3": 0.85},
+            "bm25": {"q1": 0.5, "q2": 0.7, "q3": 0.6},
+        },
+        "scifact": {"defaults": {"q1": 0.7, "q2": 0.75}, "bm25": {"q1": 0.69, "q2": 0.71}},
+    }
     path = plot_comparison(per_query, "ndcg@10", tmp_path / "c.png", {"memories": "out of fold, 3 queries"})
     assert path.stat().st_size > 0
     kinds = {"q1": "tag", "q2": "tag", "q3": "identifier"}  # a kind of one query has a zero-width interval
-    assert plot_kinds(per_query["memories"], kinds, "ndcg@10", tmp_path / "k.png", title="m").stat().st_size > 0
+    assert (
+        plot_kinds(per_query["memories"], kinds, "ndcg@10", tmp_path / "k.png", title="m").stat().st_size > 0
+    )
 
 
 def _study(values):
@@ -75,9 +98,14 @@ def _study(values):
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     for i, value in enumerate(values):
         study.enqueue_trial({"alpha": i / len(values), "fusion": ["rrf", "convex"][i % 2], "k1": 1.2})
-        study.optimize(lambda trial, value=value: (trial.suggest_float("alpha", 0, 1), value)[1]
-                       + 0 * len(trial.suggest_categorical("fusion", ["rrf", "convex"]))
-                       + 0 * trial.suggest_float("k1", 0.5, 2.0), n_trials=1)
+        study.optimize(
+            lambda trial, value=value: (
+                (trial.suggest_float("alpha", 0, 1), value)[1]
+                + 0 * len(trial.suggest_categorical("fusion", ["rrf", "convex"]))
+                + 0 * trial.suggest_float("k1", 0.5, 2.0)
+            ),
+            n_trials=1,
+        )
     return study
 
 
@@ -102,32 +130,46 @@ def test_the_trial_bar_counts_completed_trials_and_shows_the_best(tmp_path):
 
 def test_static_html_loads_nothing_from_the_network_and_notes_widgets():
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("box")])
-    book.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={
-        "application/vnd.jupyter.widget-view+json": {"model_id": "x"}, "text/plain": "VBox(...)"}, execution_count=1)]
+    book.cells[0].outputs = [
+        nbformat.v4.new_output(
+            "execute_result",
+            data={"application/vnd.jupyter.widget-view+json": {"model_id": "x"}, "text/plain": "VBox(...)"},
+            execution_count=1,
+        )
+    ]
     book.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
     copy = static_copy(book)
     assert "widgets" not in copy.metadata and copy.cells[0].outputs[0]["data"] == {"text/plain": WIDGET_NOTE}
     assert "widgets" in book.metadata  # the notebook itself is left alone
-    page = ('<script src="https://cdnjs.cloudflare.com/x/require.min.js"></script><script src="local.js"></script>'
-            '<script type="text/javascript" src="//cdn.example/mathjax.js?config=TeX"> </script>'
-            '<script type="module">\nif (!n) {return;}\nconst m = (await import("https://cdn.example/m.mjs")).default;\n'
-            '</script><script>var kept = 1;</script>')
+    page = (
+        '<script src="https://cdnjs.cloudflare.com/x/require.min.js"></script><script src="local.js"></script>'
+        '<script type="text/javascript" src="//cdn.example/mathjax.js?config=TeX"> </script>'
+        '<script type="module">\nif (!n) {return;}\nconst m = (await import("https://cdn.example/m.mjs")).default;\n'
+        "</script><script>var kept = 1;</script>"
+    )
     assert EXTERNAL_SCRIPT.sub("", page) == '<script src="local.js"></script><script>var kept = 1;</script>'
 
 
 def test_staged_overlap_and_table():
     assert top_overlap({"a": 3, "b": 2, "c": 1}, {"a": 3, "c": 2, "z": 1}, top=2) == 0.5  # {a, c} vs {a, b}
     assert top_overlap({}, {"a": 1}) == 1.0
-    rows = [{"candidates": None, "staged": False, "median_ms": 2.0, "overlap@10": 1.0},
-            {"candidates": 50, "staged": True, "median_ms": 1.0, "overlap@10": 0.9}]
-    assert tradeoff_table(rows).splitlines() == ["| system | median_ms | overlap@10 |", "|---|---|---|",
-                                                 "| parallel hybrid | 2.0000 | 1.0000 |",
-                                                 "| staged, 50 candidates | 1.0000 | 0.9000 |"]
+    rows = [
+        {"candidates": None, "staged": False, "median_ms": 2.0, "overlap@10": 1.0},
+        {"candidates": 50, "staged": True, "median_ms": 1.0, "overlap@10": 0.9},
+    ]
+    assert tradeoff_table(rows).splitlines() == [
+        "| system | median_ms | overlap@10 |",
+        "|---|---|---|",
+        "| parallel hybrid | 2.0000 | 1.0000 |",
+        "| staged, 50 candidates | 1.0000 | 0.9000 |",
+    ]
 
 
 def test_a_report_reads_without_its_code(tmp_path):
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print_the_secret_sauce()")])
-    book.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": "**Verdict:** kept"})]
+    book.cells[0].outputs = [
+        nbformat.v4.new_output("display_data", data={"text/markdown": "**Verdict:** kept"})
+    ]
     nbformat.write(book, tmp_path / "report.ipynb")
     assert "print_the_secret_sauce" in to_html(tmp_path / "report.ipynb").read_text()
     page = to_html(tmp_path / "report.ipynb", code=False).read_text()

@@ -6,6 +6,7 @@ generation right after it was committed. Every commit rewrites, deletes and adds
 rows shift between generations: a search that mixed two generations, a cache that leaked across
 them or a DuckDB connection used by two threads at once would show as a mismatch or an exception.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,16 @@ RUN_CASE = ("quokka dashboard widgets", {"limit": 30})
 def write_notes(corpus: Path, commit: int) -> None:
     """Notes q(commit-4)..q(commit), each reworded at every commit: the oldest one is deleted, one
     is added, the others change (new chunks, so later rows shift)."""
-    rows = [{"id": f"q{j}", "content": f"Note {j}, revision {commit}: the quokka dashboard uses panel widgets "
-                                       f"and {'tables' if (j + commit) % 2 else 'plots'}.",
-             "tags": ["quokka", f"n{j % 3}"], "created_at": f"2026-10-{j + 1:02d}T08:00:00Z"}
-            for j in range(max(0, commit - 4), commit + 1)]
+    rows = [
+        {
+            "id": f"q{j}",
+            "content": f"Note {j}, revision {commit}: the quokka dashboard uses panel widgets "
+            f"and {'tables' if (j + commit) % 2 else 'plots'}.",
+            "tags": ["quokka", f"n{j % 3}"],
+            "created_at": f"2026-10-{j + 1:02d}T08:00:00Z",
+        }
+        for j in range(max(0, commit - 4), commit + 1)
+    ]
     (corpus / "notes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
@@ -54,7 +61,9 @@ def commit(corpus: Path, index_dir: Path, cache: Path, number: int) -> int:
     from hybridlab.index.build import index_paths
 
     write_notes(corpus, number)
-    report = index_paths([corpus / name for name in SOURCES], index_dir, CONFIG, progress=False, cache_path=cache)
+    report = index_paths(
+        [corpus / name for name in SOURCES], index_dir, CONFIG, progress=False, cache_path=cache
+    )
     assert report.committed
     return report.generation
 
@@ -133,8 +142,9 @@ def test_searches_under_refresh_match_single_threaded_results_of_their_generatio
     assert all(len(entries) >= SEARCHES for entries in seen)
     generations_seen = {generation for generation, _, _ in answered}
     assert len(generations_seen) >= COMMITS // 2, generations_seen  # the searches really ran across commits
-    mismatches = [(generation, case) for generation, case, payload in answered
-                  if payload != expected[generation][case]]
+    mismatches = [
+        (generation, case) for generation, case, payload in answered if payload != expected[generation][case]
+    ]
     assert mismatches == [], f"{len(mismatches)} of {len(answered)} answers differ, e.g. {mismatches[:5]}"
     # consecutive generations answer differently, so a stale or mixed generation would show
     first, second = sorted(expected)[:2]

@@ -1,5 +1,6 @@
 """Query-adaptive fusion: the signals (pure functions), the sparse side's lexical evidence, and the
 pipeline using them (BM25's weight, recency intent, explain)."""
+
 from __future__ import annotations
 
 import math
@@ -18,11 +19,20 @@ from hybridlab.search.evidence import (
 )
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("what is the current deploy target", True), ("do we still use postgres", True),
-    ("latest release notes", True), ("which editor now", True), ("not anymore?", True),
-    ("currency conversion", False), ("known issues", False), ("stillwater project", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what is the current deploy target", True),
+        ("do we still use postgres", True),
+        ("latest release notes", True),
+        ("which editor now", True),
+        ("not anymore?", True),
+        ("currency conversion", False),
+        ("known issues", False),
+        ("stillwater project", False),
+        ("", False),
+    ],
+)
 def test_recency_intent_is_read_from_whole_words(query, expected):
     assert asks_for_latest(query) is expected
 
@@ -90,7 +100,13 @@ def test_idf_agrees_with_bm25s_scores():
 def test_recency_cues_do_not_count_against_lexical_evidence():
     from hybridlab.search.evidence import without_recency_cues
 
-    assert without_recency_cues("what is the current deploy target").split() == ["what", "is", "the", "deploy", "target"]
+    assert without_recency_cues("what is the current deploy target").split() == [
+        "what",
+        "is",
+        "the",
+        "deploy",
+        "target",
+    ]
     assert without_recency_cues("currency rates") == "currency rates"
 
 

@@ -1,6 +1,7 @@
 """Dense pseudo-relevance feedback: the Rocchio update (pure), and the pipeline step that moves the
 query toward the fused list's best documents, searches again and fuses again; and document scores
 from all of a document's chunks (`chunk_decay`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +40,9 @@ def test_settings_are_checked_and_old_exports_keep_feedback_off():
     with pytest.raises(ValueError, match="feedback_docs"):
         SearchConfig(feedback_docs=0)
     assert SearchConfig().feedback_weight == 0.0  # off by default: it did not hold on every set
-    config, sources = resolve_search_config({}, env={"HYBRIDLAB_FEEDBACK_WEIGHT": "0.5", "HYBRIDLAB_FEEDBACK_DOCS": "2"})
+    config, sources = resolve_search_config(
+        {}, env={"HYBRIDLAB_FEEDBACK_WEIGHT": "0.5", "HYBRIDLAB_FEEDBACK_DOCS": "2"}
+    )
     assert (config.feedback_weight, config.feedback_docs) == (0.5, 2) and sources["feedback_weight"] == "env"
 
 
@@ -70,7 +73,7 @@ def test_feedback_scores_the_dense_run_with_the_moved_query(index, staged):  # n
     assert moved.runs["bm25"] == plain.runs["bm25"]
     if not staged:  # parallel: a new exact top `depth` with the moved query
         order = np.argsort(-(vectors.vectors(np.arange(index.n_chunks))[1] @ expected))
-        assert set(moved.runs["dense"]) == set(order[:len(moved.runs["dense"])].tolist())
+        assert set(moved.runs["dense"]) == set(order[: len(moved.runs["dense"])].tolist())
 
 
 def test_feedback_is_explained_and_off_outside_hybrid_mode(index):  # noqa: F811
@@ -82,7 +85,9 @@ def test_feedback_is_explained_and_off_outside_hybrid_mode(index):  # noqa: F811
     [plain] = index.search(query, limit=1, now=NOW, explain=True)
     assert plain.explain["feedback_documents"] == [] and plain.explain["query_dense_rank"] is None
     for mode in ("vector", "bm25"):
-        assert ids(index.search(query, mode=mode, now=NOW, feedback_weight=1.0)) == ids(index.search(query, mode=mode, now=NOW))
+        assert ids(index.search(query, mode=mode, now=NOW, feedback_weight=1.0)) == ids(
+            index.search(query, mode=mode, now=NOW)
+        )
 
 
 def test_cli_takes_the_feedback_flags(capsys, memory_index_dir):  # noqa: F811
@@ -90,8 +95,22 @@ def test_cli_takes_the_feedback_flags(capsys, memory_index_dir):  # noqa: F811
 
     from hybridlab.cli import main
 
-    code = main(["search", "inbound connections relay", "--index", str(memory_index_dir), "--feedback-weight", "0.5",
-                 "--feedback-docs", "2", "--explain", "--json", "--now", NOW])
+    code = main(
+        [
+            "search",
+            "inbound connections relay",
+            "--index",
+            str(memory_index_dir),
+            "--feedback-weight",
+            "0.5",
+            "--feedback-docs",
+            "2",
+            "--explain",
+            "--json",
+            "--now",
+            NOW,
+        ]
+    )
     first = json.loads(capsys.readouterr().out)[0]
     assert code == 0
     assert first["explain"]["feedback_weight"] == 0.5 and len(first["explain"]["feedback_documents"]) == 2
@@ -102,8 +121,13 @@ def test_document_scores_sum_a_documents_chunks_with_decay():
     from hybridlab.search.pipeline import Hit, document_scores
 
     doc_ids = ["a", "a", "b", "a", "c"]
-    hits = [Hit(2, 1.0, 1.0, 1.0), Hit(0, 0.9, 0.9, 1.0), Hit(1, 0.8, 0.8, 1.0), Hit(4, 0.5, 0.5, 1.0),
-            Hit(3, -0.2, -0.2, 1.0)]
+    hits = [
+        Hit(2, 1.0, 1.0, 1.0),
+        Hit(0, 0.9, 0.9, 1.0),
+        Hit(1, 0.8, 0.8, 1.0),
+        Hit(4, 0.5, 0.5, 1.0),
+        Hit(3, -0.2, -0.2, 1.0),
+    ]
     scored = document_scores(hits, doc_ids, 0.5)
     assert [doc_ids[hit.row] for hit in scored] == ["a", "b", "c"]  # a: 0.9 + 0.5 * 0.8 + 0 (negative)
     assert scored[0].row == 0 and scored[0].score == pytest.approx(1.3) and scored[0].fused == 0.9
@@ -120,12 +144,16 @@ def test_chunk_decay_ranks_documents_by_all_their_chunks(opened_tiny_index):
     assert summed[0].explain["chunk_decay"] == 0.5 and maxp[0].explain["chunk_decay"] == 0.0
     # a document's score is its chunks' final scores, best first, decayed
     chunks = tiny.search_response(query, group_by_document=False, **{**options, "limit": 100}).results
-    assert any(sum(c.doc_id == r.doc_id for c in chunks) > 1 for r in summed)  # a document with several chunks
+    assert any(
+        sum(c.doc_id == r.doc_id for c in chunks) > 1 for r in summed
+    )  # a document with several chunks
     for result in summed:
         own = sorted((c.score for c in chunks if c.doc_id == result.doc_id), reverse=True)
-        expected = sum(max(score, 0.0) * 0.5 ** i if i else score for i, score in enumerate(own))
+        expected = sum(max(score, 0.0) * 0.5**i if i else score for i, score in enumerate(own))
         assert result.score == pytest.approx(expected, abs=1e-5)
     assert len({r.doc_id for r in summed}) == len(summed)
     # bm25 and vector modes stay the best chunk alone
     for mode in ("bm25", "vector"):
-        assert ids(tiny.search(query, mode=mode, chunk_decay=0.5)) == ids(tiny.search(query, mode=mode, chunk_decay=0.0))
+        assert ids(tiny.search(query, mode=mode, chunk_decay=0.5)) == ids(
+            tiny.search(query, mode=mode, chunk_decay=0.0)
+        )

@@ -1,4 +1,5 @@
 """Filters: DuckDB SQL, and pushed into both retrievers so rare filters still fill `limit`."""
+
 from __future__ import annotations
 
 import json
@@ -37,19 +38,58 @@ def test_empty_filters_select_everything():
 
 
 def test_sql_combines_every_filter_with_parameters():
-    filters = Filters(chunk_types=("memory", "code"), tags=("a", "b"), collections=("p",),
-                      since=parse_when("2025-01-01", "since"), until=parse_when("2025-12-31", "until"),
-                      embedding_model="wordllama")
+    filters = Filters(
+        chunk_types=("memory", "code"),
+        tags=("a", "b"),
+        collections=("p",),
+        since=parse_when("2025-01-01", "since"),
+        until=parse_when("2025-12-31", "until"),
+        embedding_model="wordllama",
+    )
     sql, params = filters.sql()
     assert "c.chunk_type IN (?, ?)" in sql and "d.collection IN (?)" in sql
     assert "HAVING count(DISTINCT tag) = 2" in sql  # all of the tags
-    assert params == ["memory", "code", "p", datetime(2025, 1, 1), datetime(2025, 12, 31), "a", "b", "wordllama"]
+    assert params == [
+        "memory",
+        "code",
+        "p",
+        datetime(2025, 1, 1),
+        datetime(2025, 12, 31),
+        "a",
+        "b",
+        "wordllama",
+    ]
     any_sql, _ = Filters(tags=("a", "b"), tags_any=True).sql()
     assert "HAVING" not in any_sql and "tag IN (?, ?)" in any_sql
 
 
 # ------------------------------------------------------------------ a 20k-chunk index
-WORDS = ["server", "tunnel", "cache", "index", "query", "vector", "port", "config", "deploy", "build", "test", "release", "network", "storage", "backup", "editor", "shell", "kernel", "driver", "schema", "migration", "queue", "worker", "cluster"]
+WORDS = [
+    "server",
+    "tunnel",
+    "cache",
+    "index",
+    "query",
+    "vector",
+    "port",
+    "config",
+    "deploy",
+    "build",
+    "test",
+    "release",
+    "network",
+    "storage",
+    "backup",
+    "editor",
+    "shell",
+    "kernel",
+    "driver",
+    "schema",
+    "migration",
+    "queue",
+    "worker",
+    "cluster",
+]
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +109,26 @@ def big_index(tmp_path_factory):
     for i in range(N_CHUNKS):
         project = "tiny" if i in rare_collection else f"proj{i % 3}"
         day = "2020-06-15" if i in rare_date else f"{2025 + i % 2}-{1 + i % 12:02d}-{1 + i % 28:02d}"
-        lines.append(json.dumps({
-            "id": f"m{i:05d}", "content": f"note {i}: " + " ".join(rng.choice(WORDS) for _ in range(10)),
-            "tags": ["zircon"] if i in rare_tag else [f"t{i % 3}"], "created_at": f"{day}T08:00:00Z",
-            "metadata": {"project": project},
-        }))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"m{i:05d}",
+                    "content": f"note {i}: " + " ".join(rng.choice(WORDS) for _ in range(10)),
+                    "tags": ["zircon"] if i in rare_tag else [f"t{i % 3}"],
+                    "created_at": f"{day}T08:00:00Z",
+                    "metadata": {"project": project},
+                }
+            )
+        )
     source = root / "memories.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    index_paths([source], root / "index", IndexConfig(models=("wordllama",)), progress=False,
-                cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [source],
+        root / "index",
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     index = open_index(root / "index")
     yield index, {"tag": rare_tag, "collection": rare_collection, "date": rare_date}
     index.close()
@@ -95,12 +146,14 @@ def test_rare_tag_filter_fills_the_limit_exactly(big_index, staged, group_by_doc
     index, rare = big_index
     assert index.n_chunks == N_CHUNKS
     for limit in (10, RARE):
-        results = index.search(query, tags=["zircon"], limit=limit, staged=staged,
-                               group_by_document=group_by_document, now=NOW)
+        results = index.search(
+            query, tags=["zircon"], limit=limit, staged=staged, group_by_document=group_by_document, now=NOW
+        )
         assert len(results) == limit
         assert {_number(r.doc_id) for r in results} <= rare["tag"]
-    results = index.search(query, tags=["zircon"], limit=RARE + 5, staged=staged,
-                           group_by_document=group_by_document, now=NOW)
+    results = index.search(
+        query, tags=["zircon"], limit=RARE + 5, staged=staged, group_by_document=group_by_document, now=NOW
+    )
     assert {_number(r.doc_id) for r in results} == rare["tag"]  # all that match, no more
 
 
@@ -110,7 +163,9 @@ def test_rare_collection_and_date_filters_fill_the_limit(big_index, staged):
     index, rare = big_index
     by_collection = index.search("server tunnel", collection="tiny", limit=15, staged=staged, now=NOW)
     assert len(by_collection) == 15 and {_number(r.doc_id) for r in by_collection} <= rare["collection"]
-    by_date = index.search("server tunnel", since="2020-01-01", until="2020-12-31", limit=15, staged=staged, now=NOW)
+    by_date = index.search(
+        "server tunnel", since="2020-01-01", until="2020-12-31", limit=15, staged=staged, now=NOW
+    )
     assert len(by_date) == 15 and {_number(r.doc_id) for r in by_date} <= rare["date"]
     assert index.search("server", collection="tiny", tags=["zircon"], limit=5, now=NOW) == []
 

@@ -1,4 +1,5 @@
 """Tests for hybridlab.search.fusion: hand-derived values, invariants, and agreement with ranx."""
+
 from __future__ import annotations
 
 import copy
@@ -407,7 +408,9 @@ def test_matches_ranx(ranx_cases, case):
     assert set(ours) == set(theirs) == {f"q{q}" for q in range(N_QUERIES)}
     for qid in ours:
         assert set(ours[qid]) == set(theirs[qid])
-        assert ours[qid] == {doc: pytest.approx(score, rel=1e-9, abs=1e-12) for doc, score in theirs[qid].items()}
+        assert ours[qid] == {
+            doc: pytest.approx(score, rel=1e-9, abs=1e-12) for doc, score in theirs[qid].items()
+        }
         _assert_same_ranking(ours[qid], theirs[qid])
 
 
@@ -420,7 +423,9 @@ def test_dbsf_matches_independent_reference():
             values = list(run[qid].values())
             mean, std = sum(values) / len(values), sample_std(values)
             for doc, score in run[qid].items():
-                expected[doc] = expected.get(doc, 0.0) + WEIGHTS[name] * (score - (mean - 3 * std)) / (6 * std)
+                expected[doc] = expected.get(doc, 0.0) + WEIGHTS[name] * (score - (mean - 3 * std)) / (
+                    6 * std
+                )
         out = dbsf({name: run[qid] for name, run in runs.items()}, WEIGHTS)
         assert out == approx_dict(expected)
 
@@ -438,11 +443,18 @@ grid = st.integers(-(10**6), 10**6).map(lambda i: i / 1000)
 
 
 @settings(max_examples=60, deadline=None)
-@given(runs=runs_strategy, weights=weights_strategy, method=st.sampled_from(sorted(FUSERS)),
-       norm=st.sampled_from(NORMS), rrf_k=st.integers(1, 100))
+@given(
+    runs=runs_strategy,
+    weights=weights_strategy,
+    method=st.sampled_from(sorted(FUSERS)),
+    norm=st.sampled_from(NORMS),
+    rrf_k=st.integers(1, 100),
+)
 def test_property_finite_and_union_of_keys(runs, weights, method, norm, rrf_k):
     if norm == "theoretical-min-max":  # keep scores at or above each retriever's floor
-        runs = {name: {k: max(v, THEORETICAL_MIN[name]) for k, v in run.items()} for name, run in runs.items()}
+        runs = {
+            name: {k: max(v, THEORETICAL_MIN[name]) for k, v in run.items()} for name, run in runs.items()
+        }
     before = copy.deepcopy(runs)
     out = fuse(method, runs, weights, rrf_k=rrf_k, normalization=norm)
     assert all(math.isfinite(score) for score in out.values())
@@ -451,8 +463,10 @@ def test_property_finite_and_union_of_keys(runs, weights, method, norm, rrf_k):
 
 
 @settings(max_examples=60, deadline=None)
-@given(scores=st.dictionaries(st.integers(-20, 20), st.sampled_from([0.0, 0.5, 1.0, -2.0]), max_size=30),
-       limit=st.integers(0, 35))
+@given(
+    scores=st.dictionaries(st.integers(-20, 20), st.sampled_from([0.0, 0.5, 1.0, -2.0]), max_size=30),
+    limit=st.integers(0, 35),
+)
 def test_property_rank_is_tie_stable(scores, limit):
     expected = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
     reordered = dict(reversed(list(scores.items())))
@@ -461,10 +475,13 @@ def test_property_rank_is_tie_stable(scores, limit):
 
 
 @settings(max_examples=60, deadline=None)
-@given(dense=st.dictionaries(st.integers(0, 40), grid, min_size=1, max_size=25),
-       others=st.dictionaries(st.integers(0, 60), grid, max_size=25),
-       method=st.sampled_from(sorted(FUSERS)), norm=st.sampled_from(NORMS),
-       tag_weight=st.floats(0.0, 5.0))
+@given(
+    dense=st.dictionaries(st.integers(0, 40), grid, min_size=1, max_size=25),
+    others=st.dictionaries(st.integers(0, 60), grid, max_size=25),
+    method=st.sampled_from(sorted(FUSERS)),
+    norm=st.sampled_from(NORMS),
+    tag_weight=st.floats(0.0, 5.0),
+)
 def test_property_alpha_one_is_dense_order(dense, others, method, norm, tag_weight):
     dense = {k: max(v, -1.0) if norm == "theoretical-min-max" else v for k, v in dense.items()}
     runs = {"dense": dense, "bm25": others, "tags": others}

@@ -1,4 +1,5 @@
 """Learned fusion (issue 33): features, model files, the engine path, training, the missing extra."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ from hybridlab.search.learned import load_ranker, save_model, squash
 from hybridlab.tune.learn import RECIPES, Examples, train
 
 RUNS = {"dense": {3: 0.8, 5: 0.6, 9: 0.1}, "bm25": {5: 12.0, 7: 3.0}, "tags": {}}
-EVIDENCE = QueryEvidence(lexical=0.7, agreement=0.5, recency_intent=True, rare_term="x", rare_term_df=2,
-                         rare_rows=frozenset({7}))
+EVIDENCE = QueryEvidence(
+    lexical=0.7, agreement=0.5, recency_intent=True, rare_term="x", rare_term_df=2, rare_rows=frozenset({7})
+)
 
 
 def matrix_of(runs=RUNS):
@@ -22,8 +24,16 @@ def matrix_of(runs=RUNS):
     days = np.array([1.0, np.nan, 30.0, 400.0])[: len(rows)]
     docs = ["a", "a", "b", "c"][: len(rows)]
     fused = np.array([0.9, 1.0, 0.2, 0.0])[: len(rows)]
-    return rows, features(runs, EVIDENCE, QueryFacts(terms=4, tag_factor=1.0), rows, fused, days, docs,
-                          np.array([True, False, True, True])[: len(rows)])
+    return rows, features(
+        runs,
+        EVIDENCE,
+        QueryFacts(terms=4, tag_factor=1.0),
+        rows,
+        fused,
+        days,
+        docs,
+        np.array([True, False, True, True])[: len(rows)],
+    )
 
 
 def test_features_are_finite_named_and_deterministic():
@@ -78,7 +88,9 @@ def test_feature_name_mismatch_is_refused(tmp_path):
     save_model(tmp_path, meta)
     with pytest.raises(ValueError, match="trained on other features"):
         load_ranker(tmp_path)
-    (tmp_path / "model.json").write_text(json.dumps({**meta, "feature_names": list(FEATURE_NAMES), "kind": "svm"}))
+    (tmp_path / "model.json").write_text(
+        json.dumps({**meta, "feature_names": list(FEATURE_NAMES), "kind": "svm"})
+    )
     with pytest.raises(ValueError, match="unknown model kind"):
         load_ranker(tmp_path)
 
@@ -101,8 +113,9 @@ def test_learned_fusion_through_the_engine(opened_tiny_index, tmp_path):
     meta, _ = train([synthetic("a")], "linear")
     save_model(tmp_path, meta)
     index = opened_tiny_index
-    results = index.search("how do I configure the cache", fusion="learned", learned_model=str(tmp_path),
-                           explain=True, limit=5)
+    results = index.search(
+        "how do I configure the cache", fusion="learned", learned_model=str(tmp_path), explain=True, limit=5
+    )
     assert results and all(0 < r.score < 2 for r in results)
     explained = results[0].explain
     assert explained["fusion"] == "learned" and explained["learned_model"] == str(tmp_path)
@@ -131,7 +144,9 @@ def test_recipe_reads_only_its_features(tmp_path):
 
     recipe = Recipe(drop=COLLECTION_SPECIFIC, rounds=10)
     meta, booster = train([synthetic("a"), synthetic("b", seed=1)], recipe=recipe)
-    assert meta["used_features"] == recipe.used() and not set(COLLECTION_SPECIFIC) & set(meta["used_features"])
+    assert meta["used_features"] == recipe.used() and not set(COLLECTION_SPECIFIC) & set(
+        meta["used_features"]
+    )
     shares = importance(booster)
     assert set(shares) == set(recipe.used()) and sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
     probe = synthetic("c", seed=2).matrix
@@ -146,8 +161,10 @@ def test_recipe_reads_only_its_features(tmp_path):
 def test_no_regret_flags_kinds_under_the_floor():
     from hybridlab.tune.learn import no_regret_markdown
 
-    kinds = {s: {"a": {"n": 3, "mean": m}, "b": {"n": 2, "mean": 1.0}} for s, m in
-             (("default", 0.8), ("bm25", 0.5), ("vector", 0.9), ("learned-lightgbm", 0.84))}
+    kinds = {
+        s: {"a": {"n": 3, "mean": m}, "b": {"n": 2, "mean": 1.0}}
+        for s, m in (("default", 0.8), ("bm25", 0.5), ("vector", 0.9), ("learned-lightgbm", 0.84))
+    }
     lines = no_regret_markdown({"memories": {"mrr_per_kind": kinds}})
     assert "| memories | a (3) | 0.800 | 0.840 | 0.900 (vector) | 0.93 **< 0.95** |" in lines
     assert "| memories | b (2) | 1.000 | 1.000 | 1.000 (bm25) | 1.00 |" in lines
@@ -157,5 +174,8 @@ def test_importance_table_lists_each_models_top_features():
     from hybridlab.tune.learn import importance_markdown
 
     lines = importance_markdown({"cisi": {"bm25_rank": 0.6, "fused": 0.4}, "med": {"fused": 1.0}}, top=2)
-    assert lines[0] == "| # | cisi | med |" and lines[2:] == ["| 1 | bm25_rank 0.60 | fused 1.00 |", "| 2 | fused 0.40 |  |"]
+    assert lines[0] == "| # | cisi | med |" and lines[2:] == [
+        "| 1 | bm25_rank 0.60 | fused 1.00 |",
+        "| 2 | fused 0.40 |  |",
+    ]
     assert importance_markdown({}) == []

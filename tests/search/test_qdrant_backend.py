@@ -1,4 +1,5 @@
 """The Qdrant backend (client's local mode) ranks like the local backend on the small memory index."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ from hybridlab.search.engine import Index, open_index
 from hybridlab.search.filters import Filters
 from hybridlab.search.retrievers import RowFilter
 
-QUERIES = ["where does the tunnel server run", "cachelib codebase architecture", "release process wheels",
-           "axolotl tank heater", "rate limiting per token", "what does the user prefer"]
+QUERIES = [
+    "where does the tunnel server run",
+    "cachelib codebase architecture",
+    "release process wheels",
+    "axolotl tank heater",
+    "rate limiting per token",
+    "what does the user prefer",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +37,13 @@ def index_dir(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("qdrant-index")
     source = write_memories(root / "memories.jsonl")
-    index_paths([source], root / "index", IndexConfig(models=("wordllama",)), progress=False,
-                cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [source],
+        root / "index",
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     return root / "index"
 
 
@@ -62,8 +74,10 @@ def remote(index_dir, client):
 
 
 def ranked(index: Index, query: str, **options) -> list[tuple[int, float]]:
-    return [(r.chunk_id, pytest.approx(r.score, rel=1e-4, abs=1e-6))
-            for r in index.search(query, limit=10, now=NOW, **options)]
+    return [
+        (r.chunk_id, pytest.approx(r.score, rel=1e-4, abs=1e-6))
+        for r in index.search(query, limit=10, now=NOW, **options)
+    ]
 
 
 def test_sparse_vectors_reproduce_bm25s_scores(index_dir, remote):
@@ -79,26 +93,50 @@ def test_sparse_vectors_reproduce_bm25s_scores(index_dir, remote):
         generation.store.close()
 
 
-@pytest.mark.parametrize("options", [
-    {"mode": "bm25"}, {"mode": "vector"}, {},
-    {"fusion": "rrf"}, {"fusion": "convex", "normalization": "min-max"},
-    {"fusion": "convex", "normalization": "z-score"}, {"fusion": "dbsf"}, {"alpha": 0.3, "tags": []},
-    {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "expand_seeds": 2},
-    {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "collection": "cachelib"},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"mode": "bm25"},
+        {"mode": "vector"},
+        {},
+        {"fusion": "rrf"},
+        {"fusion": "convex", "normalization": "min-max"},
+        {"fusion": "convex", "normalization": "z-score"},
+        {"fusion": "dbsf"},
+        {"alpha": 0.3, "tags": []},
+        {"staged": True, "candidates": 3, "fallback_threshold": 1, "expand_hops": 2, "expand_seeds": 2},
+        {
+            "staged": True,
+            "candidates": 3,
+            "fallback_threshold": 1,
+            "expand_hops": 2,
+            "collection": "cachelib",
+        },
+    ],
+)
 def test_same_top_10_as_the_local_backend(local, remote, options):
     for query in QUERIES:
         assert ranked(remote, query, **options) == ranked(local, query, **options), (query, options)
 
 
-@pytest.mark.parametrize("filters", [
-    {"collection": "tunnelx"}, {"tags": ["home"]}, {"tags": ["architecture", "cachelib"]},
-    {"tags": ["hosting", "pets"], "tags_any": True}, {"since": "2025-01-01"}, {"until": "2024-03-06"},
-    {"embedding_model": "wordllama"},
-])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"collection": "tunnelx"},
+        {"tags": ["home"]},
+        {"tags": ["architecture", "cachelib"]},
+        {"tags": ["hosting", "pets"], "tags_any": True},
+        {"since": "2025-01-01"},
+        {"until": "2024-03-06"},
+        {"embedding_model": "wordllama"},
+    ],
+)
 def test_filters_are_pushed_down_and_fill_limit(local, remote, filters):
-    mask = local.snapshot().store.allowed(
-        local.make_filters(**{k: v for k, v in filters.items() if k != "embedding_model"})).mask
+    mask = (
+        local.snapshot()
+        .store.allowed(local.make_filters(**{k: v for k, v in filters.items() if k != "embedding_model"}))
+        .mask
+    )
     allowed = local.n_chunks if mask is None else int(mask.sum())
     for query in QUERIES:
         for mode in ("bm25", "vector", "hybrid"):
@@ -122,11 +160,25 @@ def test_server_side_fusion_agrees_with_client_side(remote):
     for query in QUERIES:
         vector = remote.query_vector(model, query)
         for fusion in ("rrf", "dbsf"):
-            server = qdrant.server_fusion(snapshot, query, vector, model, fusion=fusion, rrf_k=60, depth=100, limit=10)
-            retrieval = remote._retrieve(query, {"fusion": fusion, "recency_weight": 0.0, "limit": 10, "depth": 100,
-                                                 "alpha": 0.5, "rrf_k": 60, "staged": False, "adaptive_fusion": False},
-                                         Filters(), [],
-                                         remote_now())
+            server = qdrant.server_fusion(
+                snapshot, query, vector, model, fusion=fusion, rrf_k=60, depth=100, limit=10
+            )
+            retrieval = remote._retrieve(
+                query,
+                {
+                    "fusion": fusion,
+                    "recency_weight": 0.0,
+                    "limit": 10,
+                    "depth": 100,
+                    "alpha": 0.5,
+                    "rrf_k": 60,
+                    "staged": False,
+                    "adaptive_fusion": False,
+                },
+                Filters(),
+                [],
+                remote_now(),
+            )
             assert list(server) == [hit.row for hit in retrieval.hits[:10]], (query, fusion)
 
 
@@ -147,10 +199,14 @@ def test_upsert_and_delete_by_document(index_dir, tmp_path):
             target = "m10"  # the only memory about the axolotl tank
             doc_id = target
             qdrant_mirror.delete_documents(client, "copy", [doc_id])
-            assert len(qdrant_mirror.point_ids(client, "copy")) == generation.n_chunks - generation.doc_ids.count(doc_id)
+            assert len(
+                qdrant_mirror.point_ids(client, "copy")
+            ) == generation.n_chunks - generation.doc_ids.count(doc_id)
             with pytest.raises(ValueError, match="re-export"):
                 qdrant.qdrant_snapshot(generation, client, "copy")
-            assert qdrant_mirror.upsert_documents(generation, client, "copy", [doc_id]) == generation.doc_ids.count(doc_id)
+            assert qdrant_mirror.upsert_documents(
+                generation, client, "copy", [doc_id]
+            ) == generation.doc_ids.count(doc_id)
             snapshot = qdrant.qdrant_snapshot(generation, client, "copy")
             rows, _ = snapshot.sparse.search("axolotl tank", 5, snapshot.store.allowed(Filters()))
             assert generation.doc_ids[rows[0]] == doc_id
@@ -201,14 +257,37 @@ def test_cli_eval_on_the_qdrant_backend(index_dir, tmp_path, capsys):
     finally:
         client.close()
     (tmp_path / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES[:3])))
+        "".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES[:3]))
+    )
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tm03\t1\nq1\tm05\t1\nq2\tm08\t1\n")
-    command = ["eval", "--index", str(index_dir), "--queries", str(tmp_path / "queries.jsonl"),
-               "--qrels", str(tmp_path / "qrels.tsv"), "--json", "--now", NOW]
+    command = [
+        "eval",
+        "--index",
+        str(index_dir),
+        "--queries",
+        str(tmp_path / "queries.jsonl"),
+        "--qrels",
+        str(tmp_path / "qrels.tsv"),
+        "--json",
+        "--now",
+        NOW,
+    ]
     assert cli.main(command) == 0
     ours = json.loads(capsys.readouterr().out)
-    assert cli.main([*command, "--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"),
-                     "--qdrant-collection", "eval"]) == 0
+    assert (
+        cli.main(
+            [
+                *command,
+                "--backend",
+                "qdrant",
+                "--qdrant-path",
+                str(tmp_path / "qdrant"),
+                "--qdrant-collection",
+                "eval",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == ours
 
 
@@ -230,8 +309,14 @@ def edit_memories(path: Path) -> None:
     for row in rows:
         if row["id"] == "m10":
             row["content"] += " The heater thermostat was replaced in November."
-    rows.append({"id": "m99", "content": "Zymurgy notes: the sourdough starter lives in the garage fridge.",
-                 "tags": ["home"], "created_at": "2026-10-30T12:00:00Z"})
+    rows.append(
+        {
+            "id": "m99",
+            "content": "Zymurgy notes: the sourdough starter lives in the garage fridge.",
+            "tags": ["home"],
+            "created_at": "2026-10-30T12:00:00Z",
+        }
+    )
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
@@ -287,7 +372,10 @@ def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
         index_paths([source], tmp_path / "index", config, progress=False, cache_path=tmp_path / "e.duckdb")
         generation = read_generation(tmp_path / "index")
         try:
-            assert qdrant_mirror.sync_generation(generation, client, "mem", reweight=False).points_reweighted == 0
+            assert (
+                qdrant_mirror.sync_generation(generation, client, "mem", reweight=False).points_reweighted
+                == 0
+            )
             with pytest.raises(AssertionError):
                 bm25_matches(generation, client, "mem")
         finally:
@@ -299,7 +387,11 @@ def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
 def test_sparse_indices_are_term_hashes_shared_by_generations(index_dir):
     generation = read_generation(index_dir)
     try:
-        assert qdrant_mirror.term_index("tunnel") == qdrant_mirror.term_index("tunnel") != qdrant_mirror.term_index("tunnels")
+        assert (
+            qdrant_mirror.term_index("tunnel")
+            == qdrant_mirror.term_index("tunnel")
+            != qdrant_mirror.term_index("tunnels")
+        )
         assert 0 <= qdrant_mirror.term_index("tunnel") < 2**32
         assert qdrant_mirror.term_collisions(generation.sparse) == 0
         weights = qdrant_mirror.sparse_weights(generation)
@@ -315,14 +407,31 @@ def test_cli_index_twice_upserts_only_the_changes(tmp_path, capsys):
 
     source = write_memories(tmp_path / "memories.jsonl")
     backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "cli"]
-    command = ["index", str(source), "--index", str(tmp_path / "index"), "--model", "wordllama", "-q", *backend]
+    command = [
+        "index",
+        str(source),
+        "--index",
+        str(tmp_path / "index"),
+        "--model",
+        "wordllama",
+        "-q",
+        *backend,
+    ]
     assert cli.main(command) == 0
     assert "full export of generation 1" in capsys.readouterr().err
     edit_memories(source)
     assert cli.main(command) == 0
     err = capsys.readouterr().err
     assert "-> generation 2: 2 documents upserted" in err and "1 deleted" in err, err
-    query = ["search", "zymurgy sourdough starter", "--index", str(tmp_path / "index"), "--json", "--now", NOW]
+    query = [
+        "search",
+        "zymurgy sourdough starter",
+        "--index",
+        str(tmp_path / "index"),
+        "--json",
+        "--now",
+        NOW,
+    ]
     assert cli.main([*query, *backend]) == 0
     theirs = json.loads(capsys.readouterr().out)
     assert cli.main(query) == 0
@@ -351,7 +460,9 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
             bm25_matches(before, client, "idf")
             idf_retriever = qdrant.QdrantSparseRetriever(client, "idf", before)
             everything = RowFilter(Filters(), None, before.n_chunks)
-            scores_before = dict(zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)]))
+            scores_before = dict(
+                zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)])
+            )
         finally:
             before.store.close()
         edit_memories(source)
@@ -360,8 +471,12 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
         try:
             assert qdrant_mirror.sync_generation(generation, client, "folded").action == "incremental"
             bm25_matches(generation, client, "folded")
-            qdrant_mirror.delete_documents(client, "idf", ["m05", "m06", "m07"])  # IDF statistics should move...
-            scores_after = dict(zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)]))
+            qdrant_mirror.delete_documents(
+                client, "idf", ["m05", "m06", "m07"]
+            )  # IDF statistics should move...
+            scores_after = dict(
+                zip(*[a.tolist() for a in idf_retriever.search("tunnel server", 50, everything)])
+            )
             assert all(scores_after[row] == scores_before[row] for row in scores_after)  # ...but do not
         finally:
             generation.store.close()
@@ -373,7 +488,11 @@ def test_points_of_a_newer_generation_are_never_mapped_to_other_rows():
     """A search on the previous snapshot while a sync writes new chunk ids: unknown ids are left out."""
     from types import SimpleNamespace
 
-    points = [SimpleNamespace(id=5, score=1.0), SimpleNamespace(id=7, score=3.0), SimpleNamespace(id=11, score=2.0),
-              SimpleNamespace(id=2, score=0.5)]
+    points = [
+        SimpleNamespace(id=5, score=1.0),
+        SimpleNamespace(id=7, score=3.0),
+        SimpleNamespace(id=11, score=2.0),
+        SimpleNamespace(id=2, score=0.5),
+    ]
     rows, scores = qdrant._ranked(np.asarray([2, 5, 9], dtype=np.int64), points, 10)
     assert rows.tolist() == [1, 0] and scores.tolist() == [1.0, 0.5]

@@ -7,6 +7,7 @@ the token, and the memory holding the token is long and about something else (it
 run's last row). Above 500 chunks the default alpha is 0.6, where BM25's single row (min-max 1.0,
 weight 0.4) loses to the dense-nearest distractors (weight 0.6) without the rare-term lift.
 """
+
 from __future__ import annotations
 
 import random
@@ -30,13 +31,49 @@ DISTRACTORS = [
     "Lorqa, the internal chat bot, answers on-call questions.",
     "The vex cluster hosts the queue workers; lorqa runs beside it.",
 ]
-WORDS = ["router", "laptop", "cable", "printer", "garage", "shelf", "vault", "password", "backup", "disk", "server",
-         "deploy", "token", "build", "test", "host", "queue", "worker", "cluster", "payment", "rewrite", "chat", "bot",
-         "call", "weekly", "rotate", "farm", "tag", "retry", "flaky", "stage", "admin", "family", "winter", "tyre",
-         "box"]
-STORED = (f"Moved the spare router, two old laptops, a box of cables, the printer and winter tyres from the hall "
-          f"closet to the garage shelves on Saturday; the router is labelled {TOKEN} and its admin password is "
-          f"kept in the family vault.")
+WORDS = [
+    "router",
+    "laptop",
+    "cable",
+    "printer",
+    "garage",
+    "shelf",
+    "vault",
+    "password",
+    "backup",
+    "disk",
+    "server",
+    "deploy",
+    "token",
+    "build",
+    "test",
+    "host",
+    "queue",
+    "worker",
+    "cluster",
+    "payment",
+    "rewrite",
+    "chat",
+    "bot",
+    "call",
+    "weekly",
+    "rotate",
+    "farm",
+    "tag",
+    "retry",
+    "flaky",
+    "stage",
+    "admin",
+    "family",
+    "winter",
+    "tyre",
+    "box",
+]
+STORED = (
+    f"Moved the spare router, two old laptops, a box of cables, the printer and winter tyres from the hall "
+    f"closet to the garage shelves on Saturday; the router is labelled {TOKEN} and its admin password is "
+    f"kept in the family vault."
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +86,17 @@ def stored(tmp_path_factory):
     root = tmp_path_factory.mktemp("rare-word")
     rng = random.Random(0)
     filler = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(600)]
-    documents = [make_memory(text, [], created_at=DAY, memory_id=f"m{i:03d}")
-                 for i, text in enumerate(DISTRACTORS + filler)]
-    apply_changes(root / "index", [("mcp:memories", documents, False)], IndexConfig(models=("wordllama",)),
-                  progress=False, cache_path=root / "embeddings.duckdb")
+    documents = [
+        make_memory(text, [], created_at=DAY, memory_id=f"m{i:03d}")
+        for i, text in enumerate(DISTRACTORS + filler)
+    ]
+    apply_changes(
+        root / "index",
+        [("mcp:memories", documents, False)],
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     writer = MemoryWriter(root / "index", wal_records=64)
     try:
         memory = writer.store(STORED, created_at=DAY)  # same age as the rest: recency does not decide
@@ -86,8 +130,9 @@ def test_a_stored_unique_token_is_found_first_right_after_the_store(index, store
     off = index.search(TOKEN, limit=10, now=NOW, rare_term_max_df=0, explain=True, alpha=0.6)
     assert off[0].doc_id != memory_id and memory_id in [r.doc_id for r in off]
     assert off[0].explain["rare_term"] == TOKEN and off[0].explain["rare_term_rows"] == 0
-    assert [r.doc_id for r in index.search(TOKEN, limit=10, now=NOW, adaptive_fusion=False, alpha=0.6)] == \
-        [r.doc_id for r in off]
+    assert [r.doc_id for r in index.search(TOKEN, limit=10, now=NOW, adaptive_fusion=False, alpha=0.6)] == [
+        r.doc_id for r in off
+    ]
 
 
 def test_no_lift_where_the_rare_term_is_a_small_part_of_the_query(index, stored):

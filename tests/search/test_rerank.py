@@ -2,6 +2,7 @@
 re-ordered by a cross-encoder (mixed with the hybrid score by `rerank_weight`); bad values refused.
 
 Runs on the hand-written memory store of `test_search.py` (wordllama vectors)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,13 @@ def index(tmp_path_factory):
     from hybridlab.index.build import index_paths
 
     root = tmp_path_factory.mktemp("rerank-index")
-    index_paths([write_memories(root / "memories.jsonl")], root / "index", IndexConfig(models=("wordllama",)),
-                progress=False, cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [write_memories(root / "memories.jsonl")],
+        root / "index",
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     opened = open_index(root / "index")
     yield opened
     opened.close()
@@ -47,9 +53,11 @@ def ranked(results) -> list[tuple[str, float]]:
 
 def fake_scores(table: dict[str, float]):
     """A stand-in cross-encoder: the score of the first table key a passage contains, else 0."""
+
     def score(model: str, query: str, passages: list[str]) -> np.ndarray:
         assert model == "ms-marco-MiniLM-L-12-v2"
         return np.array([next((v for k, v in table.items() if k in p), 0.0) for p in passages])
+
     return score
 
 
@@ -79,11 +87,15 @@ def test_rerank_mix_formula():
 
 
 def test_rerank_reorders_the_head_and_keeps_the_tail(index):
-    before = index._retrieve(QUERY, {"limit": 10, "group_by_document": False}, Filters(), None, resolve_now(NOW))
+    before = index._retrieve(
+        QUERY, {"limit": 10, "group_by_document": False}, Filters(), None, resolve_now(NOW)
+    )
     head = before.hits[:4]
     table = {"axolotl": 9.0, "Falkenstein": 5.0, "Nuremberg": -1.0}
     snapshot = index.snapshot()
-    cross = fake_scores(table)("ms-marco-MiniLM-L-12-v2", QUERY, snapshot.store.passages([h.row for h in head]))
+    cross = fake_scores(table)(
+        "ms-marco-MiniLM-L-12-v2", QUERY, snapshot.store.passages([h.row for h in head])
+    )
     deeper = dataclasses.replace(before, config=dataclasses.replace(before.config, rerank_depth=4))
     after = pipeline.rerank(snapshot, deeper, QUERY, fake_scores(table))
     expected_mix = pipeline.rerank_mix(np.array([h.score for h in head]), cross, 1.0)
@@ -94,7 +106,9 @@ def test_rerank_reorders_the_head_and_keeps_the_tail(index):
     assert after.hits[4:] == before.hits[4:]  # the tail: same hits, same order, same scores
     assert after.hits[3].score > after.hits[4].score  # the run stays in rank order
     assert after.reranked == dict(zip([h.row for h in head], cross.tolist()))
-    assert [(h.fused, h.recency) for h in sorted(after.hits[:4])] == [(h.fused, h.recency) for h in sorted(head)]
+    assert [(h.fused, h.recency) for h in sorted(after.hits[:4])] == [
+        (h.fused, h.recency) for h in sorted(head)
+    ]
     assert "rerank_ms" in after.timings and "rerank_ms" not in before.timings
 
 
@@ -103,8 +117,15 @@ def test_weight_mixes_min_max_normalised_scores(index, monkeypatch):
     monkeypatch.setattr(index, "rerank_scores", fake_scores(table))
     base = index.search_response(QUERY, limit=3, now=NOW, explain=True, group_by_document=False).results
     for weight in (1.0, 0.5, 0.0):
-        results = index.search(QUERY, limit=3, now=NOW, explain=True, group_by_document=False,
-                               rerank_depth=3, rerank_weight=weight)
+        results = index.search(
+            QUERY,
+            limit=3,
+            now=NOW,
+            explain=True,
+            group_by_document=False,
+            rerank_depth=3,
+            rerank_weight=weight,
+        )
         hybrid = {r.chunk_id: r.score for r in base}
         ce = {r.chunk_id: r.explain["rerank_score"] for r in results}
         assert set(ce) == set(hybrid)
@@ -114,14 +135,18 @@ def test_weight_mixes_min_max_normalised_scores(index, monkeypatch):
         assert [r.chunk_id for r in results] == [i for i, _ in expected]
         if weight == 0.0:
             assert [r.chunk_id for r in results] == [r.chunk_id for r in base]
-        assert results[0].explain["rerank_weight"] == weight and results[0].explain["rerank_model"] == "ms-marco-MiniLM-L-12-v2"
+        assert (
+            results[0].explain["rerank_weight"] == weight
+            and results[0].explain["rerank_model"] == "ms-marco-MiniLM-L-12-v2"
+        )
 
 
 # ------------------------------------------------------------------ the real cross-encoder
 def test_rerank_orders_by_the_cross_encoder_scores(index):
     depth = 6
-    response = index.search_response(QUERY, limit=depth, now=NOW, explain=True, group_by_document=False,
-                                     rerank_depth=depth)
+    response = index.search_response(
+        QUERY, limit=depth, now=NOW, explain=True, group_by_document=False, rerank_depth=depth
+    )
     snapshot = index.snapshot()
     plain = index.search(QUERY, limit=depth, now=NOW, group_by_document=False)
     rows = [int(np.searchsorted(snapshot.generation.chunk_ids, r.chunk_id)) for r in plain]
@@ -157,15 +182,18 @@ def test_rerank_from_several_threads_matches_one(index):
 
 
 # ------------------------------------------------------------------ settings
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("rerank_depth", -1, "rerank_depth must be an integer >= 0 (0 = no rerank), got -1"),
-    ("rerank_depth", 2.5, "rerank_depth must be an integer >= 0 (0 = no rerank), got 2.5"),
-    ("rerank_depth", True, "rerank_depth must be an integer >= 0 (0 = no rerank), got True"),
-    ("rerank_weight", 1.5, "rerank_weight must be in [0, 1], got 1.5"),
-    ("rerank_weight", -0.1, "rerank_weight must be in [0, 1], got -0.1"),
-    ("rerank_weight", float("nan"), "rerank_weight must be in [0, 1], got nan"),
-    ("rerank_model", "", "rerank_model must be a model name, got ''"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rerank_depth", -1, "rerank_depth must be an integer >= 0 (0 = no rerank), got -1"),
+        ("rerank_depth", 2.5, "rerank_depth must be an integer >= 0 (0 = no rerank), got 2.5"),
+        ("rerank_depth", True, "rerank_depth must be an integer >= 0 (0 = no rerank), got True"),
+        ("rerank_weight", 1.5, "rerank_weight must be in [0, 1], got 1.5"),
+        ("rerank_weight", -0.1, "rerank_weight must be in [0, 1], got -0.1"),
+        ("rerank_weight", float("nan"), "rerank_weight must be in [0, 1], got nan"),
+        ("rerank_model", "", "rerank_model must be a model name, got ''"),
+    ],
+)
 def test_bad_rerank_settings_raise(field, value, message):
     with pytest.raises(ValueError) as error:
         SearchConfig(**{field: value})
@@ -173,14 +201,27 @@ def test_bad_rerank_settings_raise(field, value, message):
 
 
 def test_unknown_rerank_model_names_the_choices(index):
-    with pytest.raises(ValueError, match=r"unknown rerank model 'nope'; choose from \['ms-marco-MiniLM-L-12-v2'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown rerank model 'nope'; choose from \['ms-marco-MiniLM-L-12-v2'\]"
+    ):
         index.search(QUERY, now=NOW, rerank_depth=3, rerank_model="nope")
     assert index.search(QUERY, now=NOW, rerank_depth=0, rerank_model="nope")  # off: never loaded
 
 
 def test_rerank_settings_come_from_env_and_config_file():
-    config, sources = resolve_search_config({}, env={"HYBRIDLAB_RERANK_DEPTH": "20", "HYBRIDLAB_RERANK_WEIGHT": "0.5"},
-                                            config_file={"search": {"rerank_model": "ms-marco-MiniLM-L-12-v2"}})
-    assert (config.rerank_depth, config.rerank_weight, config.rerank_model) == (20, 0.5, "ms-marco-MiniLM-L-12-v2")
-    assert (sources["rerank_depth"], sources["rerank_weight"], sources["rerank_model"]) == ("env", "env", "config")
+    config, sources = resolve_search_config(
+        {},
+        env={"HYBRIDLAB_RERANK_DEPTH": "20", "HYBRIDLAB_RERANK_WEIGHT": "0.5"},
+        config_file={"search": {"rerank_model": "ms-marco-MiniLM-L-12-v2"}},
+    )
+    assert (config.rerank_depth, config.rerank_weight, config.rerank_model) == (
+        20,
+        0.5,
+        "ms-marco-MiniLM-L-12-v2",
+    )
+    assert (sources["rerank_depth"], sources["rerank_weight"], sources["rerank_model"]) == (
+        "env",
+        "env",
+        "config",
+    )
     assert SearchConfig().rerank_depth == 0  # off by default

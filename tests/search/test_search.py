@@ -5,6 +5,7 @@ Memories (invented for this test): project `tunnelx` talks about ports, TLS and 
 pair of endpoint memories differs only in date; one old memory is the only one about an axolotl tank,
 among newer filler memories.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,44 +21,119 @@ from hybridlab.search.engine import open_index
 
 NOW = "2026-11-01T00:00:00Z"
 MEMORIES = [
-    ("m01", "Tunnel server listens on port 2333 with TLS over the noise transport; systemd restarts both ends.",
-     ["tunnelx", "networking"], "2024-01-10", "tunnelx"),
-    ("m02", ("How the tunnel fits together: a client half and a server half, forwarded services listed in "
-     "server.toml."), ["tunnelx", "architecture"], "2024-01-12", "tunnelx"),
-    ("m03", "Public endpoint of the tunnel server is 203.0.113.5 on a small VPS in Falkenstein.",
-     ["tunnelx", "hosting"], "2024-02-01", "tunnelx"),
-    ("m04", "Public endpoint of the tunnel server is now 198.51.100.7 on a small VPS in Nuremberg.",
-     ["tunnelx", "hosting"], "2026-09-01", "tunnelx"),
-    ("m05", ("Overview of the cachelib codebase architecture: a small core with pluggable backends, project "
-     "layout under src/."), ["cachelib", "architecture"], "2024-03-01", "cachelib"),
-    ("m06", "The cachelib project codebase has a layered architecture with a serializer module.",
-     ["cachelib", "architecture"], "2024-03-05", "cachelib"),
-    ("m07", "searchy project codebase architecture: tokenizer, inverted index and query planner modules.",
-     ["searchy", "architecture", "project-structure"], "2024-03-10", "searchy"),
-    ("m08", "Release process for searchy: tag the commit, build wheels, publish to the package index.",
-     ["searchy", "release_process"], "2025-05-01", "searchy"),
+    (
+        "m01",
+        "Tunnel server listens on port 2333 with TLS over the noise transport; systemd restarts both ends.",
+        ["tunnelx", "networking"],
+        "2024-01-10",
+        "tunnelx",
+    ),
+    (
+        "m02",
+        (
+            "How the tunnel fits together: a client half and a server half, forwarded services listed in "
+            "server.toml."
+        ),
+        ["tunnelx", "architecture"],
+        "2024-01-12",
+        "tunnelx",
+    ),
+    (
+        "m03",
+        "Public endpoint of the tunnel server is 203.0.113.5 on a small VPS in Falkenstein.",
+        ["tunnelx", "hosting"],
+        "2024-02-01",
+        "tunnelx",
+    ),
+    (
+        "m04",
+        "Public endpoint of the tunnel server is now 198.51.100.7 on a small VPS in Nuremberg.",
+        ["tunnelx", "hosting"],
+        "2026-09-01",
+        "tunnelx",
+    ),
+    (
+        "m05",
+        (
+            "Overview of the cachelib codebase architecture: a small core with pluggable backends, project "
+            "layout under src/."
+        ),
+        ["cachelib", "architecture"],
+        "2024-03-01",
+        "cachelib",
+    ),
+    (
+        "m06",
+        "The cachelib project codebase has a layered architecture with a serializer module.",
+        ["cachelib", "architecture"],
+        "2024-03-05",
+        "cachelib",
+    ),
+    (
+        "m07",
+        "searchy project codebase architecture: tokenizer, inverted index and query planner modules.",
+        ["searchy", "architecture", "project-structure"],
+        "2024-03-10",
+        "searchy",
+    ),
+    (
+        "m08",
+        "Release process for searchy: tag the commit, build wheels, publish to the package index.",
+        ["searchy", "release_process"],
+        "2025-05-01",
+        "searchy",
+    ),
     ("m09", "User prefers short answers without emoji.", ["style"], "2025-01-01", None),
     ("m10", "The aquarium heater for the axolotl tank is set to 17 degrees.", ["pets"], "2023-01-01", None),
-    ("m11", "API gateway throttles clients at 50 requests per second.", ["rate limiting", "cachelib"],
-     "2025-06-01", "cachelib"),
-    ("m12", "Burst limits are configured per access token.", ["rate-limiting", "searchy"], "2025-06-02", "searchy"),
+    (
+        "m11",
+        "API gateway throttles clients at 50 requests per second.",
+        ["rate limiting", "cachelib"],
+        "2025-06-01",
+        "cachelib",
+    ),
+    (
+        "m12",
+        "Burst limits are configured per access token.",
+        ["rate-limiting", "searchy"],
+        "2025-06-02",
+        "searchy",
+    ),
 ]
 FILLER = [
-    "Weekly groceries: oats, lentils, coffee beans and oranges.", "Tomato seedlings go outside after the last frost.",
-    "The bike needs a new chain before the spring ride.", "Dentist appointment moved to Thursday morning.",
-    "Sourdough starter is fed twice a day with rye flour.", "The living room lamp uses a warm white bulb.",
-    "Library books are due back on the first of the month.", "Houseplants get watered every Sunday evening.",
+    "Weekly groceries: oats, lentils, coffee beans and oranges.",
+    "Tomato seedlings go outside after the last frost.",
+    "The bike needs a new chain before the spring ride.",
+    "Dentist appointment moved to Thursday morning.",
+    "Sourdough starter is fed twice a day with rye flour.",
+    "The living room lamp uses a warm white bulb.",
+    "Library books are due back on the first of the month.",
+    "Houseplants get watered every Sunday evening.",
 ]
 
 
 def write_memories(path: Path) -> Path:
     rows = []
     for memory_id, content, tags, day, project in MEMORIES:
-        rows.append({"id": memory_id, "content": content, "tags": tags, "created_at": f"{day}T12:00:00Z",
-                     "metadata": {"project": project} if project else {"scope": "user"}})
+        rows.append(
+            {
+                "id": memory_id,
+                "content": content,
+                "tags": tags,
+                "created_at": f"{day}T12:00:00Z",
+                "metadata": {"project": project} if project else {"scope": "user"},
+            }
+        )
     for i, content in enumerate(FILLER):
-        rows.append({"id": f"f{i:02d}", "content": content, "tags": ["home"],
-                     "created_at": f"2026-10-{10 + i:02d}T12:00:00Z", "memory_type": "fact"})
+        rows.append(
+            {
+                "id": f"f{i:02d}",
+                "content": content,
+                "tags": ["home"],
+                "created_at": f"2026-10-{10 + i:02d}T12:00:00Z",
+                "memory_type": "fact",
+            }
+        )
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 
@@ -68,8 +144,13 @@ def memory_index_dir(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("memory-index")
     source = write_memories(root / "memories.jsonl")
-    index_paths([source], root / "index", IndexConfig(models=("wordllama",)), progress=False,
-                cache_path=root / "embeddings.duckdb")
+    index_paths(
+        [source],
+        root / "index",
+        IndexConfig(models=("wordllama",)),
+        progress=False,
+        cache_path=root / "embeddings.duckdb",
+    )
     return root / "index"
 
 
@@ -129,7 +210,9 @@ def test_alpha_source_argument_config_adaptive(memory_index_dir):
 
 
 def test_unknown_fusion_lists_the_choices(index):
-    with pytest.raises(ValueError, match=r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown fusion 'borda'; choose from \['convex', 'dbsf', 'learned', 'rrf'\]"
+    ):
         index.search("tunnel", fusion="borda")
 
 
@@ -137,8 +220,9 @@ def test_depth_bounds_each_retriever_and_is_separate_from_limit(index):
     from hybridlab.search.engine import resolve_now
     from hybridlab.search.filters import Filters
 
-    outcome = index._retrieve("tunnel server endpoint", {"depth": 3, "limit": 2, "staged": False}, Filters(),
-                              None, resolve_now(NOW))
+    outcome = index._retrieve(
+        "tunnel server endpoint", {"depth": 3, "limit": 2, "staged": False}, Filters(), None, resolve_now(NOW)
+    )
     assert len(outcome.runs["dense"]) == 3 and len(outcome.runs["bm25"]) == 3
     assert len(index.search("tunnel server endpoint", depth=3, limit=2, now=NOW)) == 2
 
@@ -203,8 +287,9 @@ def test_newest_of_near_identical_memories_wins(index):
     assert ids(results) == ["m04", "m03"]
     assert results[0].explain["recency_factor"] > results[1].explain["recency_factor"]
     # with recency off the older one is not behind because of its age alone
-    assert index.search("public endpoint of the tunnel server", decay=0, limit=2, now=NOW)[0].score == pytest.approx(
-        max(r.explain["fused_score"] for r in results))
+    assert index.search("public endpoint of the tunnel server", decay=0, limit=2, now=NOW)[
+        0
+    ].score == pytest.approx(max(r.explain["fused_score"] for r in results))
 
 
 def test_only_relevant_old_memory_still_ranks_first(index):
@@ -215,14 +300,17 @@ def test_only_relevant_old_memory_still_ranks_first(index):
 
 
 def test_recency_factor_formula(index):
-    results = index.search("axolotl aquarium heater", limit=1, now=NOW, decay=0.01, recency_weight=0.5,
-                           explain=True)
+    results = index.search(
+        "axolotl aquarium heater", limit=1, now=NOW, decay=0.01, recency_weight=0.5, explain=True
+    )
     explained = results[0].explain
     import math
 
     days = (1_793_491_200 - 1_672_574_400) / 86400  # 2026-11-01T00:00Z - 2023-01-01T12:00Z
     assert explained["recency_factor"] == pytest.approx(math.exp(-0.01 * days))
-    assert explained["final_score"] == pytest.approx(explained["fused_score"] * (0.5 + 0.5 * math.exp(-0.01 * days)))
+    assert explained["final_score"] == pytest.approx(
+        explained["fused_score"] * (0.5 + 0.5 * math.exp(-0.01 * days))
+    )
 
 
 def test_now_from_env_equals_now_argument(index, monkeypatch):
@@ -244,8 +332,11 @@ def test_recency_decay_env_alias(index, monkeypatch):
 def test_unknown_chunk_type_and_collection_list_the_choices(index):
     with pytest.raises(ValueError, match=r"unknown chunk type 'poem'; this index has \['memory'\]"):
         index.search("tunnel", chunk_types=["poem"])
-    with pytest.raises(ValueError, match=r"unknown collection 'nope'; this index has \['cachelib', 'memories', "
-                                         r"'searchy', 'tunnelx'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown collection 'nope'; this index has \['cachelib', 'memories', "
+        r"'searchy', 'tunnelx'\]",
+    ):
         index.search("tunnel", collection="nope")
 
 
@@ -273,7 +364,9 @@ def test_staged_scores_bm25_candidates_with_stored_vectors(index):
     from hybridlab.search.filters import Filters
 
     options = {"staged": True, "candidates": 6, "fallback_threshold": 2, "limit": 3, "expand_hops": 0}
-    outcome = index._retrieve("the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW))
+    outcome = index._retrieve(
+        "the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW)
+    )
     assert outcome.mode == "staged" and outcome.graph_added == 0
     assert set(outcome.runs["dense"]) <= set(outcome.runs["bm25"])  # no vector outside the candidates
     assert len(outcome.runs["bm25"]) <= 6
@@ -285,9 +378,17 @@ def test_staged_grows_its_pool_along_the_corpus_graph(index):
     from hybridlab.search.engine import resolve_now
     from hybridlab.search.filters import Filters
 
-    options = {"staged": True, "candidates": 3, "fallback_threshold": 1, "limit": 3, "expand_hops": 1,
-               "expand_seeds": 2}
-    outcome = index._retrieve("the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW))
+    options = {
+        "staged": True,
+        "candidates": 3,
+        "fallback_threshold": 1,
+        "limit": 3,
+        "expand_hops": 1,
+        "expand_seeds": 2,
+    }
+    outcome = index._retrieve(
+        "the tunnel server public endpoint", dict(options), Filters(), [], resolve_now(NOW)
+    )
     model = outcome.model
     bm25_rows = set(outcome.runs["bm25"])
     extra = set(outcome.runs["dense"]) - bm25_rows
@@ -330,16 +431,31 @@ def test_fill_dense_is_auto_on_above_the_staged_threshold(index):
     query = "tunnel server endpoint"
     small = index.search(query, explain=True, now=NOW, limit=1)[0].explain
     assert small["fill_dense"] is False and small["mode"] == "parallel"  # the fixture index is small
-    large = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fallback_threshold=1)[0].explain
+    large = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fallback_threshold=1)[
+        0
+    ].explain
     assert large["fill_dense"] is True and large["mode"] == "staged"
     assert large["staged_pool"]["expand_hops"] == 3 and large["staged_pool"]["graph"] is True
-    forced = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fill_dense=False)[0].explain
+    forced = index.search(query, explain=True, now=NOW, limit=1, staged_threshold=1, fill_dense=False)[
+        0
+    ].explain
     assert forced["fill_dense"] is False
 
 
 def test_staged_graph_expansion_keeps_filters(index):
-    results = index.search("tunnel server", staged=True, candidates=2, fallback_threshold=1, expand_hops=3,
-                           expand_seeds=5, collection="tunnelx", tags=[], limit=3, explain=True, now=NOW)
+    results = index.search(
+        "tunnel server",
+        staged=True,
+        candidates=2,
+        fallback_threshold=1,
+        expand_hops=3,
+        expand_seeds=5,
+        collection="tunnelx",
+        tags=[],
+        limit=3,
+        explain=True,
+        now=NOW,
+    )
     assert results[0].explain["mode"] == "staged"
     assert len(results) == 3 and all(r.collection == "tunnelx" for r in results)
 
@@ -352,26 +468,58 @@ def test_staged_falls_back_when_bm25_finds_too_little(index, caplog):
 
 
 def test_staged_auto_enables_above_the_threshold(index):
-    auto = index.search("tunnel server", staged_threshold=10, limit=1, explain=True, fallback_threshold=1,
-                        now=NOW)
+    auto = index.search(
+        "tunnel server", staged_threshold=10, limit=1, explain=True, fallback_threshold=1, now=NOW
+    )
     assert auto[0].explain["mode"] == "staged"  # 20 chunks > 10
     assert index.search("tunnel server", limit=1, explain=True, now=NOW)[0].explain["mode"] == "parallel"
-    explicit = index.search("tunnel server", staged=False, staged_threshold=10, limit=1, explain=True, now=NOW)
+    explicit = index.search(
+        "tunnel server", staged=False, staged_threshold=10, limit=1, explain=True, now=NOW
+    )
     assert explicit[0].explain["mode"] == "parallel"
 
 
 def test_explain_has_every_field(index):
     explained = index.search("tunnelx architecture", limit=1, explain=True, now=NOW)[0].explain
-    for key in ("dense_score", "dense_rank", "bm25_score", "bm25_rank", "matched_tags", "tag_boost", "recency_factor",
-                "fused_score", "final_score", "fusion", "alpha", "alpha_source", "mode"):
+    for key in (
+        "dense_score",
+        "dense_rank",
+        "bm25_score",
+        "bm25_rank",
+        "matched_tags",
+        "tag_boost",
+        "recency_factor",
+        "fused_score",
+        "final_score",
+        "fusion",
+        "alpha",
+        "alpha_source",
+        "mode",
+    ):
         assert key in explained, key
     assert explained["fusion"] == "convex" and explained["mode"] == "parallel"
 
 
 # ------------------------------------------------------------------ CLI
 def test_cli_search_flags(capsys, memory_index_dir):
-    code = cli.main(["search", "tunnelx project codebase architecture", "--index", str(memory_index_dir),
-                     "--json", "--explain", "--now", NOW, "--fusion", "rrf", "--rrf-k", "10", "--limit", "2"])
+    code = cli.main(
+        [
+            "search",
+            "tunnelx project codebase architecture",
+            "--index",
+            str(memory_index_dir),
+            "--json",
+            "--explain",
+            "--now",
+            NOW,
+            "--fusion",
+            "rrf",
+            "--rrf-k",
+            "10",
+            "--limit",
+            "2",
+        ]
+    )
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and len(payload) == 2
     explained = payload[0]["explain"]
@@ -380,8 +528,26 @@ def test_cli_search_flags(capsys, memory_index_dir):
 
 
 def test_cli_filters_and_alpha(capsys, memory_index_dir):
-    code = cli.main(["search", "limits", "--index", str(memory_index_dir), "--json", "--tag", "rate limiting",
-                     "--tag", "pets", "--tags-any", "--alpha", "1.0", "--no-staged", "--now", NOW, "--explain"])
+    code = cli.main(
+        [
+            "search",
+            "limits",
+            "--index",
+            str(memory_index_dir),
+            "--json",
+            "--tag",
+            "rate limiting",
+            "--tag",
+            "pets",
+            "--tags-any",
+            "--alpha",
+            "1.0",
+            "--no-staged",
+            "--now",
+            NOW,
+            "--explain",
+        ]
+    )
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and sorted(r["doc_id"] for r in payload) == ["m10", "m11", "m12"]
     assert payload[0]["explain"]["alpha_source"] == "argument"
@@ -400,12 +566,14 @@ def test_search_by_tag_newest_first_and_variant_spelling(index):
 
 def test_staged_falls_back_when_its_candidates_cannot_fill_the_limit(index):
     # "tunnel" occurs in 4 memories: enough for fallback_threshold 2, not for 15 results
-    results = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW,
-                           expand_hops=0)
+    results = index.search(
+        "tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW, expand_hops=0
+    )
     assert len(results) == 15 and results[0].explain["mode"] == "fallback"
     # the corpus graph can fill the limit from the 4 candidates' neighbours without a parallel search
-    grown = index.search("tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW,
-                         expand_hops=3)
+    grown = index.search(
+        "tunnel", staged=True, fallback_threshold=2, limit=15, tags=[], explain=True, now=NOW, expand_hops=3
+    )
     assert len(grown) == 15 and grown[0].explain["mode"] == "staged"
     few = index.search("tunnel", staged=True, fallback_threshold=2, limit=3, tags=[], explain=True, now=NOW)
     assert few[0].explain["mode"] == "staged"
@@ -429,8 +597,13 @@ def test_weak_lexical_evidence_takes_bm25_out_of_the_fusion(index):
 def test_strong_lexical_evidence_keeps_the_fixed_weights(index):
     query = "tunnel server port 2333 TLS"
     [top] = index.search(query, limit=1, now=NOW, explain=True)
-    assert top.explain["lexical_evidence"] >= SearchConfig().lexical_ceiling and top.explain["lexical_factor"] == 1.0
-    assert ids(index.search(query, limit=5, now=NOW)) == ids(index.search(query, limit=5, now=NOW, adaptive_fusion=False))
+    assert (
+        top.explain["lexical_evidence"] >= SearchConfig().lexical_ceiling
+        and top.explain["lexical_factor"] == 1.0
+    )
+    assert ids(index.search(query, limit=5, now=NOW)) == ids(
+        index.search(query, limit=5, now=NOW, adaptive_fusion=False)
+    )
 
 
 def test_a_query_for_the_latest_state_weighs_recency_more(index):
@@ -446,8 +619,9 @@ def test_a_query_for_the_latest_state_weighs_recency_more(index):
 def test_adaptive_fusion_changes_nothing_outside_hybrid_mode(index):
     for mode in ("vector", "bm25"):
         query = "what is the current tunnel endpoint"
-        assert ids(index.search(query, mode=mode, now=NOW)) == ids(index.search(query, mode=mode, now=NOW,
-                                                                                  adaptive_fusion=False))
+        assert ids(index.search(query, mode=mode, now=NOW)) == ids(
+            index.search(query, mode=mode, now=NOW, adaptive_fusion=False)
+        )
 
 
 def test_chunk_texts_answer_none_for_an_id_the_generation_does_not_hold(index):

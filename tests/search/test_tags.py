@@ -1,11 +1,21 @@
 """Tag extraction from queries: case, `-`/`_`/space variants, multi-word tags, stop words."""
+
 from __future__ import annotations
 
 import pytest
 
 from hybridlab.search.tags import TagVocabulary, normalize_tag, resolve_tags
 
-TAGS = ["rathole", "Release_Process", "rate limiting", "rate-limiting", "ci", "project-structure", "the-end", "api"]
+TAGS = [
+    "rathole",
+    "Release_Process",
+    "rate limiting",
+    "rate-limiting",
+    "ci",
+    "project-structure",
+    "the-end",
+    "api",
+]
 STOPWORDS = {"the", "a", "of", "how", "it", "and", "end"}
 
 
@@ -14,7 +24,9 @@ def vocabulary() -> TagVocabulary:
     return TagVocabulary(TAGS, stopwords=STOPWORDS)
 
 
-@pytest.mark.parametrize("text", ["Release_Process", "release-process", "release process", "  RELEASE   process "])
+@pytest.mark.parametrize(
+    "text", ["Release_Process", "release-process", "release process", "  RELEASE   process "]
+)
 def test_normalize_tag_variants(text):
     assert normalize_tag(text) == "release process"
 
@@ -62,7 +74,11 @@ def test_tags_match_whole_words_only(vocabulary):
 
 def test_resolve_tags_maps_variants_to_the_index_spelling(vocabulary):
     assert resolve_tags(["release-process", "RATE_LIMITING", "Unknown Tag"], vocabulary) == (
-        "Release_Process", "rate limiting", "rate-limiting", "unknown tag")
+        "Release_Process",
+        "rate limiting",
+        "rate-limiting",
+        "unknown tag",
+    )
 
 
 def test_coverage_is_the_share_of_non_stop_words_that_named_tags(vocabulary):

@@ -1,4 +1,5 @@
 """Time in words against a fixed now (Wednesday 2026-11-25 15:30 UTC): the range each expression names."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime

@@ -1,6 +1,7 @@
 """Responses and a tool list that fit a context window (issue 32 items 5 and 7), driven by the SDK's
 client: list_memories and search_by_tag under ~10k characters by default (their texts share a
 max_chars budget), explain shows the parsed time range, and the tool list's size in tokens."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,15 @@ def server(tmp_path_factory):
     from hybridlab.server.mcp import create_server
 
     folder = tmp_path_factory.mktemp("mcp-budgets")
-    memories = [{"id": f"m{n:02d}", "content": f"Memory {n} about the otter project. " + "Detail. " * 250,
-                 "tags": ["otter"], "created_at": f"2026-11-{10 + n % 15:02d}T09:00:00Z"} for n in range(30)]
+    memories = [
+        {
+            "id": f"m{n:02d}",
+            "content": f"Memory {n} about the otter project. " + "Detail. " * 250,
+            "tags": ["otter"],
+            "created_at": f"2026-11-{10 + n % 15:02d}T09:00:00Z",
+        }
+        for n in range(30)
+    ]
     (folder / "memories.jsonl").write_text("".join(json.dumps(m) + "\n" for m in memories), encoding="utf-8")
     index_paths([folder / "memories.jsonl"], folder / "index", progress=False)
     return create_server(folder / "index")
@@ -56,11 +64,21 @@ def test_lists_fit_by_default_and_explain_shows_the_time_range(server, monkeypat
             for tool, arguments in [("list_memories", {}), ("search_by_tag", {"tags": ["otter"]})]:
                 many = (await client.call_tool(tool, {**arguments, "limit": 30})).structured_content
                 assert many["count"] == 30 and sum(len(r["text"]) for r in many["results"]) <= 5_000
-            wide = (await client.call_tool("list_memories", {"limit": 2, "max_chars": 20_000})).structured_content
-            assert not any(r["truncated"] for r in wide["results"]) and len(wide["results"][0]["text"]) > 2_000
-            found = (await client.call_tool("search", {"query": "otter project", "time": "last week",
-                                                       "explain": True, "limit": 3})).structured_content  # not a default
-            assert fits(await client.call_tool("search", {"query": "otter project", "content": "full"}))["count"] == 10
+            wide = (
+                await client.call_tool("list_memories", {"limit": 2, "max_chars": 20_000})
+            ).structured_content
+            assert (
+                not any(r["truncated"] for r in wide["results"]) and len(wide["results"][0]["text"]) > 2_000
+            )
+            found = (
+                await client.call_tool(
+                    "search", {"query": "otter project", "time": "last week", "explain": True, "limit": 3}
+                )
+            ).structured_content  # not a default
+            assert (
+                fits(await client.call_tool("search", {"query": "otter project", "content": "full"}))["count"]
+                == 10
+            )
             assert found["count"] == 3 and found["time_range"]["expression"] == "last week"
             assert all(r["explain"]["time_range"] == found["time_range"] for r in found["results"])
 

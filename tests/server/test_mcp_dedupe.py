@@ -1,6 +1,7 @@
 """No duplicate memories over MCP (issue 32 item 4), driven by the SDK's client: a store whose
 normalised content (whitespace collapsed, stripped, lowercased) equals a memory's returns that memory
 unchanged; allow_duplicate=true stores a copy; equal stores at the same time keep one."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +9,13 @@ import json
 
 import pytest
 
-MEMORIES = [{"id": f"m{n}", "content": text, "tags": ["t"], "created_at": f"2024-01-0{n}T09:00:00Z"}
-            for n, text in [(1, "User's main editor is VS Code with the Vim extension."),
-                            (2, "The walrus project deploys on Fridays.")]]
+MEMORIES = [
+    {"id": f"m{n}", "content": text, "tags": ["t"], "created_at": f"2024-01-0{n}T09:00:00Z"}
+    for n, text in [
+        (1, "User's main editor is VS Code with the Vim extension."),
+        (2, "The walrus project deploys on Fridays."),
+    ]
+]
 
 
 @pytest.fixture
@@ -54,13 +59,20 @@ def test_find_duplicate_by_content_key_and_in_stores_written_before_it(column):
     from hybridlab.index.rows import content_key
 
     con = duckdb.connect()
-    con.execute("CREATE TABLE documents (doc_id VARCHAR, text VARCHAR, doc_type VARCHAR, created_at TIMESTAMP"
-                + (", content_key VARCHAR)" if column != "none" else ")"))
-    for doc_id, text, doc_type in [("a", "The Walrus  project deploys.", "memory"), ("b", "Other text.", "memory"),
-                                   ("c", "the walrus project deploys.", "markdown")]:
+    con.execute(
+        "CREATE TABLE documents (doc_id VARCHAR, text VARCHAR, doc_type VARCHAR, created_at TIMESTAMP"
+        + (", content_key VARCHAR)" if column != "none" else ")")
+    )
+    for doc_id, text, doc_type in [
+        ("a", "The Walrus  project deploys.", "memory"),
+        ("b", "Other text.", "memory"),
+        ("c", "the walrus project deploys.", "markdown"),
+    ]:
         key = content_key(make_memory(text)) if column == "keyed" and doc_type == "memory" else None
-        con.execute("INSERT INTO documents VALUES (?, ?, ?, NULL" + (", ?)" if column != "none" else ")"),
-                    [doc_id, text, doc_type] + ([key] if column != "none" else []))
+        con.execute(
+            "INSERT INTO documents VALUES (?, ?, ?, NULL" + (", ?)" if column != "none" else ")"),
+            [doc_id, text, doc_type] + ([key] if column != "none" else []),
+        )
     store = _Store(con)
     assert find_duplicate(store, "the walrus\nPROJECT deploys. ") == "a"
     assert find_duplicate(store, "the walrus project") is None
@@ -83,17 +95,25 @@ def test_a_duplicate_returns_the_existing_memory(index_dir):
 
             new = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry."}))
             assert new["created"] is True and new["duplicate_of"] is None
-            again = data(await client.call_tool("store_memory", {"content": "the heron project uses poetry."}))
+            again = data(
+                await client.call_tool("store_memory", {"content": "the heron project uses poetry."})
+            )
             assert again["created"] is False and again["id"] == new["id"]  # found in the write-ahead log
-            forced = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry.",
-                                                                  "allow_duplicate": True}))
+            forced = data(
+                await client.call_tool(
+                    "store_memory", {"content": "The heron project uses Poetry.", "allow_duplicate": True}
+                )
+            )
             assert forced["created"] is True and forced["id"] != new["id"]
-            different = data(await client.call_tool("store_memory", {"content": "The heron project uses Poetry!"}))
+            different = data(
+                await client.call_tool("store_memory", {"content": "The heron project uses Poetry!"})
+            )
             assert different["created"] is True
 
             # equal stores at the same time: one memory, the others return it
-            results = await asyncio.gather(*(client.call_tool("store_memory", {"content": "Badger  notes, v2."})
-                                             for _ in range(4)))
+            results = await asyncio.gather(
+                *(client.call_tool("store_memory", {"content": "Badger  notes, v2."}) for _ in range(4))
+            )
             stored = [data(r) for r in results]
             assert len({s["id"] for s in stored}) == 1 and sum(s["created"] for s in stored) == 1
             assert data(await client.call_tool("stats"))["documents"] == 2 + 4
@@ -110,7 +130,6 @@ def test_a_duplicate_returns_the_existing_memory(index_dir):
             assert back["created"] is True and back["id"] != "m2"  # a deleted memory is no duplicate
 
     asyncio.run(restarted(create_server(index_dir)))
-
 
 
 def test_a_duplicate_of_a_deferred_memory_does_not_force_its_commit(index_dir):
@@ -146,14 +165,34 @@ def test_a_near_duplicate_is_reported_and_stored_unless_asked(index_dir):
     async def session(server) -> None:
         async with Client(server) as client:
             near = data(await client.call_tool("store_memory", edit))
-            assert near["created"] is True and near["near_duplicate_of"] == "m2" and near["similarity"] >= 0.95
-            other = data(await client.call_tool("store_memory", {"content": "Lunch is at noon in the atrium."}))
-            assert other["created"] is True and other["near_duplicate_of"] is None and other["similarity"] is None
-            skipped = data(await client.call_tool("store_memory", {
-                **edit, "content": "The walrus project deploys on Fridays, only.", "skip_near_duplicate": True}))
+            assert (
+                near["created"] is True and near["near_duplicate_of"] == "m2" and near["similarity"] >= 0.95
+            )
+            other = data(
+                await client.call_tool("store_memory", {"content": "Lunch is at noon in the atrium."})
+            )
+            assert (
+                other["created"] is True
+                and other["near_duplicate_of"] is None
+                and other["similarity"] is None
+            )
+            skipped = data(
+                await client.call_tool(
+                    "store_memory",
+                    {
+                        **edit,
+                        "content": "The walrus project deploys on Fridays, only.",
+                        "skip_near_duplicate": True,
+                    },
+                )
+            )
             assert skipped["created"] is False and skipped["duplicate_of"] in {"m2", near["id"]}
-            off = data(await client.call_tool("store_memory", {
-                **edit, "content": "The walrus project deploys on Fridays!", "near_threshold": None}))
+            off = data(
+                await client.call_tool(
+                    "store_memory",
+                    {**edit, "content": "The walrus project deploys on Fridays!", "near_threshold": None},
+                )
+            )
             assert off["created"] is True and off["near_duplicate_of"] is None
             assert data(await client.call_tool("stats"))["documents"] == 2 + 3
 
@@ -174,8 +213,12 @@ def test_an_index_written_before_content_key_reads_merges_and_finds_duplicates(t
     from hybridlab.search.engine import open_index
 
     source = tmp_path / "m.jsonl"
-    source.write_text("".join(json.dumps({"id": f"m{i}", "content": f"Memory {i} about walruses."}) + "\n"
-                              for i in range(5)), encoding="utf-8")
+    source.write_text(
+        "".join(
+            json.dumps({"id": f"m{i}", "content": f"Memory {i} about walruses."}) + "\n" for i in range(5)
+        ),
+        encoding="utf-8",
+    )
     index_dir = tmp_path / "index"
     index_paths([source], index_dir, IndexConfig(models=("wordllama",)), progress=False)
     for store in index_dir.rglob("store.duckdb"):

@@ -2,6 +2,7 @@
 the client as a tool error carrying its message (the user's to fix); anything else is an internal
 error: the client reads that it is a bug, without the exception's text, and the server's log holds
 the traceback. Driven by the SDK's client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -66,13 +67,22 @@ def test_anything_else_is_an_internal_error_logged_with_its_traceback(index_dir,
 
 def test_a_users_mistake_stays_a_tool_error(index_dir):
     result = call(index_dir, "store_memory", {"content": "x" * 20_001})
-    assert result.is_error and "content is 20001 characters long; at most 20000 are allowed" in result.content[0].text
+    assert (
+        result.is_error
+        and "content is 20001 characters long; at most 20000 are allowed" in result.content[0].text
+    )
 
 
-@pytest.mark.parametrize(("arguments", "field"), [({"content": " "}, "content"), ({"content": "x" * 20_001}, "content"),
-                                                  ({"content": "x", "tags": ["t" * 101]}, "tags"),
-                                                  ({"content": "x", "memory_type": ""}, "memory_type"),
-                                                  ({"content": "bad \ud800 text"}, "content")])
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"content": " "}, "content"),
+        ({"content": "x" * 20_001}, "content"),
+        ({"content": "x", "tags": ["t" * 101]}, "tags"),
+        ({"content": "x", "memory_type": ""}, "memory_type"),
+        ({"content": "bad \ud800 text"}, "content"),
+    ],
+)
 def test_a_memory_that_is_not_allowed_raises_an_error_naming_its_field(arguments, field):
     from hybridlab.errors import HybridlabError, InvalidValueError
     from hybridlab.index.memory import make_memory
@@ -80,4 +90,6 @@ def test_a_memory_that_is_not_allowed_raises_an_error_naming_its_field(arguments
     with pytest.raises(InvalidValueError) as error:
         make_memory(**arguments)
     assert error.value.field == field and field in str(error.value)
-    assert isinstance(error.value, HybridlabError) and isinstance(error.value, ValueError)  # old excepts match
+    assert isinstance(error.value, HybridlabError) and isinstance(
+        error.value, ValueError
+    )  # old excepts match

@@ -1,5 +1,6 @@
 """The memory lifecycle over MCP, driven by the SDK's client: an empty start, update, delete (also
 after a restart), list with a cursor, and time in words pushed down as a filter."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,9 @@ def base_index(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("mcp-memories")
     source = folder / "memories.jsonl"
-    source.write_text("".join(MEMORIES.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8")
+    source.write_text(
+        "".join(MEMORIES.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8"
+    )
     index_paths([source], folder / "index", progress=False)
     return folder / "index"
 
@@ -39,8 +42,12 @@ def index_dir(base_index, tmp_path) -> Path:
 def server_params(index_dir: Path):
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
-                                 env={**ENV, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
+        env={**ENV, "PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
 
 
 async def call(client, tool: str, **arguments):
@@ -71,9 +78,14 @@ def test_empty_start_creates_a_memory_index_and_stores_at_once(tmp_path, caplog)
             assert data(await call(client, "stats"))["documents"] == 0
             assert data(await call(client, "search", query="anything"))["results"] == []
             assert data(await call(client, "list_memories"))["results"] == []
-            stored = data(await call(client, "store_memory", content="The office plant is watered on Mondays.",
-                                     tags=["office"]))
-            assert doc_ids(await call(client, "search", query="office plant watered", limit=1)) == [stored["id"]]
+            stored = data(
+                await call(
+                    client, "store_memory", content="The office plant is watered on Mondays.", tags=["office"]
+                )
+            )
+            assert doc_ids(await call(client, "search", query="office plant watered", limit=1)) == [
+                stored["id"]
+            ]
 
     asyncio.run(session())
     manifest = json.loads((missing / "manifest.json").read_text(encoding="utf-8"))
@@ -97,16 +109,40 @@ def test_update_delete_list_and_a_restart(index_dir, monkeypatch):
         async with Client(server_params(index_dir)) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"update_memory", "delete_memory", "list_memories"} <= names
-            stored = data(await call(client, "store_memory", content="The staging deploy key is in the Ops vault.",
-                                     tags=["deploy"], created_at="2024-02-27T08:00:00Z"))
-            scratch = [data(await call(client, "store_memory", content=f"Scratch note {n} about a yak shave.",
-                                       tags=["scratch"]))["id"] for n in range(2)]
-            updated = data(await call(client, "update_memory", memory_id=stored["id"],
-                                      content="The staging deploy key moved to the Infra vault.",
-                                      tags=["deploy", "secrets"]))
+            stored = data(
+                await call(
+                    client,
+                    "store_memory",
+                    content="The staging deploy key is in the Ops vault.",
+                    tags=["deploy"],
+                    created_at="2024-02-27T08:00:00Z",
+                )
+            )
+            scratch = [
+                data(
+                    await call(
+                        client,
+                        "store_memory",
+                        content=f"Scratch note {n} about a yak shave.",
+                        tags=["scratch"],
+                    )
+                )["id"]
+                for n in range(2)
+            ]
+            updated = data(
+                await call(
+                    client,
+                    "update_memory",
+                    memory_id=stored["id"],
+                    content="The staging deploy key moved to the Infra vault.",
+                    tags=["deploy", "secrets"],
+                )
+            )
             assert updated["id"] == stored["id"] and updated["created_at"] == "2024-02-27T08:00:00Z"
             assert updated["updated_at"] > updated["created_at"]
-            assert doc_ids(await call(client, "search", query="deploy key Infra vault", limit=1)) == [stored["id"]]
+            assert doc_ids(await call(client, "search", query="deploy key Infra vault", limit=1)) == [
+                stored["id"]
+            ]
             document = data(await call(client, "get_document", doc_id=stored["id"]))
             assert document["text"] == "The staging deploy key moved to the Infra vault."
             assert document["tags"] == ["deploy", "secrets"] and document["metadata"]["memory_type"] == "note"
@@ -116,7 +152,9 @@ def test_update_delete_list_and_a_restart(index_dir, monkeypatch):
 
             seen, cursor = [], None
             while True:
-                page = data(await call(client, "list_memories", limit=7, **({"cursor": cursor} if cursor else {})))
+                page = data(
+                    await call(client, "list_memories", limit=7, **({"cursor": cursor} if cursor else {}))
+                )
                 seen += [hit["doc_id"] for hit in page["results"]]
                 cursor = page["next_cursor"]
                 if cursor is None:
@@ -145,8 +183,13 @@ def test_update_delete_list_and_a_restart(index_dir, monkeypatch):
         async with Client(server_params(index_dir)) as client:
             listed = data(await call(client, "list_memories", limit=100))
             assert listed["count"] == 30 and not set(deleted) & {hit["doc_id"] for hit in listed["results"]}
-            assert not set(deleted) & set(doc_ids(await call(client, "search", query="deploy key vault yak", limit=50)))
-            assert data(await call(client, "get_document", doc_id="mem-0001"))["metadata"]["memory_type"] == "fact"
+            assert not set(deleted) & set(
+                doc_ids(await call(client, "search", query="deploy key vault yak", limit=50))
+            )
+            assert (
+                data(await call(client, "get_document", doc_id="mem-0001"))["metadata"]["memory_type"]
+                == "fact"
+            )
 
     state = asyncio.run(first_session())
     asyncio.run(second_session(state["deleted"]))
@@ -175,23 +218,32 @@ def test_time_in_words_is_pushed_down_and_reported(index_dir, monkeypatch):
             for expression, expected in TIME_CASES:
                 listed = data(await call(client, "list_memories", time=expression))
                 assert [hit["doc_id"] for hit in listed["results"]] == expected, expression
-                found = data(await call(client, "search", query="architecture docs ports", time=expression, limit=5))
+                found = data(
+                    await call(client, "search", query="architecture docs ports", time=expression, limit=5)
+                )
                 assert sorted(hit["doc_id"] for hit in found["results"]) == sorted(expected), expression
                 assert found["time_range"]["expression"] == expression
             week = data(await call(client, "search", query="project", time="last week"))
-            assert week["time_range"] == {"expression": "last week", "since": "2024-02-19T00:00:00Z",
-                                          "until": "2024-02-25T23:59:59.999999Z"}
+            assert week["time_range"] == {
+                "expression": "last week",
+                "since": "2024-02-19T00:00:00Z",
+                "until": "2024-02-25T23:59:59.999999Z",
+            }
             # pushed down: exactly `limit` results whenever that many match (February holds 16+ memories)
-            february = data(await call(client, "search", query="user preferences", time="in February", limit=10))
+            february = data(
+                await call(client, "search", query="user preferences", time="in February", limit=10)
+            )
             assert february["count"] == 10
             assert all(hit["updated_at"].startswith("2024-02") for hit in february["results"])
             tagged = data(await call(client, "search_by_tag", tags=["ports"], time="since 2024-02-11"))
             assert [hit["doc_id"] for hit in tagged["results"]] == ["mem-0023"]
             iso = data(await call(client, "list_memories", since="2024-02-25", until="2024-02-26T23:59:59Z"))
             assert [hit["doc_id"] for hit in iso["results"]] == ["mem-0030", "mem-0029"]
-            for arguments, message in [({"time": "blah"}, "cannot read 'blah'"),
-                                       ({"time": "yesterday", "since": "2024-01-01"}, "not both"),
-                                       ({"since": "last tuesday"}, "not an ISO-8601 date")]:
+            for arguments, message in [
+                ({"time": "blah"}, "cannot read 'blah'"),
+                ({"time": "yesterday", "since": "2024-01-01"}, "not both"),
+                ({"since": "last tuesday"}, "not an ISO-8601 date"),
+            ]:
                 refused = await call(client, "list_memories", **arguments)
                 assert refused.is_error and message in refused.content[0].text, arguments
             bad_cursor = await call(client, "list_memories", cursor="not-a-cursor")

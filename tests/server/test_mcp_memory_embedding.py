@@ -3,6 +3,7 @@
 the write-ahead log together; `nearest_memory` returns a typed result whose similarity is the cosine
 of the stored vectors (no debug dict read as an API). Driven by the SDK's client on a wordllama index
 (static embeddings: fast, the look-up's logic is the same for every model)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,10 @@ import json
 import numpy as np
 import pytest
 
-MEMORIES = [{"id": "m1", "content": "The walrus project deploys on Fridays.", "tags": ["t"]},
-            {"id": "m2", "content": "Lunch is at noon in the atrium.", "tags": ["t"]}]
+MEMORIES = [
+    {"id": "m1", "content": "The walrus project deploys on Fridays.", "tags": ["t"]},
+    {"id": "m2", "content": "Lunch is at noon in the atrium.", "tags": ["t"]},
+]
 
 
 @pytest.fixture
@@ -33,7 +36,7 @@ def data(result) -> dict:
 
 def long_memory(chars: int) -> str:
     words = " ".join(f"okapi{n} grazes near the river bank" for n in range(chars))
-    return ("Zebrafinch ledger: " + words)[:chars - 1].rstrip() + "."
+    return ("Zebrafinch ledger: " + words)[: chars - 1].rstrip() + "."
 
 
 def test_a_20000_character_memory_stores_and_is_found(index_dir):
@@ -48,9 +51,13 @@ def test_a_20000_character_memory_stores_and_is_found(index_dir):
         async with Client(server) as client:
             stored = data(await client.call_tool("store_memory", {"content": content, "tags": ["long"]}))
             assert stored["created"] is True and stored["near_duplicate_of"] is None
-            hits = data(await client.call_tool("search", {"query": "zebrafinch ledger", "limit": 3}))["results"]
+            hits = data(await client.call_tool("search", {"query": "zebrafinch ledger", "limit": 3}))[
+                "results"
+            ]
             assert hits[0]["doc_id"] == stored["id"]
-            edit = data(await client.call_tool("store_memory", {"content": content[:-40] + ".", "tags": ["long"]}))
+            edit = data(
+                await client.call_tool("store_memory", {"content": content[:-40] + ".", "tags": ["long"]})
+            )
             assert edit["created"] is True and edit["near_duplicate_of"] == stored["id"]
             assert edit["similarity"] >= 0.95
 
@@ -115,16 +122,24 @@ def test_concurrent_stores_all_land(index_dir):
 
     from hybridlab.server.mcp import create_server
 
-    contents = [f"Memory {n}: the {animal} project ships on {day}." for n, (animal, day) in
-                enumerate([("heron", "Mondays"), ("okapi", "Tuesdays"), ("badger", "Wednesdays"), ("lynx", "Thursdays")])]
+    contents = [
+        f"Memory {n}: the {animal} project ships on {day}."
+        for n, (animal, day) in enumerate(
+            [("heron", "Mondays"), ("okapi", "Tuesdays"), ("badger", "Wednesdays"), ("lynx", "Thursdays")]
+        )
+    ]
 
     async def session(server) -> None:
         async with Client(server) as client:
-            results = await asyncio.gather(*(client.call_tool("store_memory", {"content": c}) for c in contents))
+            results = await asyncio.gather(
+                *(client.call_tool("store_memory", {"content": c}) for c in contents)
+            )
             ids = [data(r)["id"] for r in results]
             assert len(set(ids)) == 4
             for content, memory_id in zip(contents, ids, strict=True):
-                hits = data(await client.call_tool("search", {"query": content, "limit": 1, "mode": "vector"}))
+                hits = data(
+                    await client.call_tool("search", {"query": content, "limit": 1, "mode": "vector"})
+                )
                 assert hits["results"][0]["doc_id"] == memory_id
 
     asyncio.run(session(create_server(index_dir)))
@@ -144,8 +159,11 @@ def test_vectors_embedded_under_another_config_are_embedded_again(index_dir, mon
     other = dataclasses.replace(other, config=dataclasses.replace(other.config, embed_batch_size=7))
     embedded: list[str] = []
     original = Encoder.encode_documents
-    monkeypatch.setattr(Encoder, "encode_documents",
-                        lambda self, texts, **kwargs: embedded.extend(texts) or original(self, texts, **kwargs))
+    monkeypatch.setattr(
+        Encoder,
+        "encode_documents",
+        lambda self, texts, **kwargs: embedded.extend(texts) or original(self, texts, **kwargs),
+    )
     writer.store_embedded(same)
     assert embedded == []
     writer.store_embedded(other)

@@ -3,6 +3,7 @@
 A small memories index (the first 30 ground-truth memories, MiniLM) is built once per module; tests
 that write get their own copy.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,12 +20,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MEMORIES = REPO / "ground_truth" / "memories" / "memories.jsonl"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-TOOLS = {"search", "get_document", "store_memory", "update_memory", "delete_memory", "list_memories", "search_by_tag",
-         "list_collections", "list_documents", "stats"}
+TOOLS = {
+    "search",
+    "get_document",
+    "store_memory",
+    "update_memory",
+    "delete_memory",
+    "list_memories",
+    "search_by_tag",
+    "list_collections",
+    "list_documents",
+    "stats",
+}
 NEW_MEMORIES = [  # content, tags, created_at (None = now)
-    ("The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.", ["backup", "drill"],
-     "2026-05-01T09:00:00Z"),
-    ("Team lunch on Fridays is at the Vietnamese place near the canal.", ["lunch", "drill"], "2026-06-01T09:00:00Z"),
+    (
+        "The quarterly backup drill restores the Postgres dump onto the spare Hetzner box.",
+        ["backup", "drill"],
+        "2026-05-01T09:00:00Z",
+    ),
+    (
+        "Team lunch on Fridays is at the Vietnamese place near the canal.",
+        ["lunch", "drill"],
+        "2026-06-01T09:00:00Z",
+    ),
     ("The flaky integration test in ledgerly is caused by a timezone-naive datetime.", ["flaky-test"], None),
 ]
 
@@ -35,7 +53,9 @@ def base_index(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("mcp")
     source = folder / "memories.jsonl"
-    source.write_text("".join(MEMORIES.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8")
+    source.write_text(
+        "".join(MEMORIES.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8"
+    )
     index_paths([source], folder / "index", progress=False)
     return folder / "index"
 
@@ -50,9 +70,12 @@ def index_dir(base_index, tmp_path) -> Path:
 def server_params(index_dir: Path, *extra: str):
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index",
-                                                               str(index_dir), *extra],
-                                 env={**ENV, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir), *extra],
+        env={**ENV, "PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
 
 
 async def call(client, tool: str, **arguments):
@@ -97,31 +120,53 @@ def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(ind
             await check_bad_input_and_lock(client, index_dir)
             ids = []
             for content, tags, created_at in NEW_MEMORIES:
-                stored = await call(client, "store_memory", content=content, tags=tags, memory_type="fact",
-                                    **({"created_at": created_at} if created_at else {}))
+                stored = await call(
+                    client,
+                    "store_memory",
+                    content=content,
+                    tags=tags,
+                    memory_type="fact",
+                    **({"created_at": created_at} if created_at else {}),
+                )
                 assert not stored.is_error, stored.content[0].text
                 ids.append(stored.structured_content["id"])
             assert len(set(ids)) == 3
             # searchable by the very next call
-            assert doc_ids(await call(client, "search", query="quarterly backup drill Postgres", limit=3))[0] == ids[0]
-            assert doc_ids(await call(client, "search", query="team lunch Vietnamese canal", limit=3))[0] == ids[1]
+            assert (
+                doc_ids(await call(client, "search", query="quarterly backup drill Postgres", limit=3))[0]
+                == ids[0]
+            )
+            assert (
+                doc_ids(await call(client, "search", query="team lunch Vietnamese canal", limit=3))[0]
+                == ids[1]
+            )
             tagged = await call(client, "search_by_tag", tags=["drill"])
             assert doc_ids(tagged) == [ids[1], ids[0]]  # both carry "drill"; newest first
-            assert doc_ids(await call(client, "search_by_tag", tags=["drill", "backup"], match="all")) == [ids[0]]
-            assert set(doc_ids(await call(client, "search_by_tag", tags=["lunch", "flaky-test"], match="any"))) \
-                == {ids[1], ids[2]}
+            assert doc_ids(await call(client, "search_by_tag", tags=["drill", "backup"], match="all")) == [
+                ids[0]
+            ]
+            assert set(
+                doc_ids(await call(client, "search_by_tag", tags=["lunch", "flaky-test"], match="any"))
+            ) == {ids[1], ids[2]}
             document = await call(client, "get_document", doc_id=ids[2])
             assert document.structured_content["text"] == NEW_MEMORIES[2][0]
             assert document.structured_content["tags"] == ["flaky-test"]
             assert document.structured_content["metadata"]["memory_type"] == "fact"
-            explained = await call(client, "search", query="flaky integration test timezone", limit=1, explain=True)
+            explained = await call(
+                client, "search", query="flaky integration test timezone", limit=1, explain=True
+            )
             assert doc_ids(explained) == [ids[2]]
-            assert {"dense_rank", "bm25_rank", "alpha", "fusion"} <= set(explained.structured_content["results"][0]["explain"])
+            assert {"dense_rank", "bm25_rank", "alpha", "fusion"} <= set(
+                explained.structured_content["results"][0]["explain"]
+            )
             return ids
 
     async def second_session(ids: list[str]) -> None:
         async with Client(server_params(index_dir)) as client:
-            assert doc_ids(await call(client, "search", query="flaky integration test timezone", limit=3))[0] == ids[2]
+            assert (
+                doc_ids(await call(client, "search", query="flaky integration test timezone", limit=3))[0]
+                == ids[2]
+            )
             assert set(doc_ids(await call(client, "search_by_tag", tags=["drill"]))) == {ids[0], ids[1]}
             stats = (await call(client, "stats")).structured_content
             assert stats["documents"] == 33
@@ -140,7 +185,9 @@ async def check_bad_input_and_lock(client, index_dir: Path) -> None:
         result = await client.call_tool(tool, arguments)
         assert result.is_error, (tool, arguments)
         assert message in result.content[0].text, (tool, arguments, result.content[0].text)
-    assert doc_ids(await call(client, "search", query="which editor does the user use", limit=1)) == ["mem-0001"]
+    assert doc_ids(await call(client, "search", query="which editor does the user use", limit=1)) == [
+        "mem-0001"
+    ]
     assert (await call(client, "stats")).structured_content["documents"] == 30  # nothing was stored
     with WriterLock(index_dir):  # as if `hybridlab index` were writing the index in another process
         locked = await call(client, "store_memory", content="written while another process holds the lock")
@@ -162,15 +209,30 @@ def test_stdout_carries_nothing_but_protocol_messages(index_dir):
     model loads (its progress bars), BM25 is rebuilt (bm25s logs) and a memory is committed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "hybridlab.cli", "-vv", "mcp", "--index", str(index_dir)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, **ENV, "HYBRIDLAB_TRACE_STAGES": "1"}, cwd=str(REPO))
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ENV, "HYBRIDLAB_TRACE_STAGES": "1"},
+        cwd=str(REPO),
+    )
     stderr_lines: list[bytes] = []
     threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True).start()
     try:
-        process.stdin.write(_rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "raw", "version": "0"}}, 1))
+        process.stdin.write(
+            _rpc(
+                "initialize",
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+                1,
+            )
+        )
         process.stdin.write(_rpc("notifications/initialized", {}))
-        process.stdin.write(_rpc("tools/call", {"name": "store_memory", "arguments": {"content": "raw pipe memory"}}, 2))
+        process.stdin.write(
+            _rpc("tools/call", {"name": "store_memory", "arguments": {"content": "raw pipe memory"}}, 2)
+        )
         process.stdin.flush()
         messages = []
 
@@ -182,7 +244,9 @@ def test_stdout_carries_nothing_but_protocol_messages(index_dir):
                 assert messages[-1]["jsonrpc"] == "2.0"
 
         read_until_reply(2)  # requests are served concurrently: search only after the store is acknowledged
-        process.stdin.write(_rpc("tools/call", {"name": "search", "arguments": {"query": "raw pipe memory"}}, 3))
+        process.stdin.write(
+            _rpc("tools/call", {"name": "search", "arguments": {"query": "raw pipe memory"}}, 3)
+        )
         process.stdin.flush()
         read_until_reply(3)
         replies = {m["id"]: m for m in messages if "id" in m}
@@ -206,9 +270,17 @@ def test_concurrent_stores_are_all_committed(index_dir):
 
     async def session() -> list:
         async with Client(server) as client:
-            results = await asyncio.gather(*[
-                call(client, "store_memory", content=f"Concurrent memory number {n} about zebra crossings {n}",
-                     tags=["zebra"]) for n in range(4)])
+            results = await asyncio.gather(
+                *[
+                    call(
+                        client,
+                        "store_memory",
+                        content=f"Concurrent memory number {n} about zebra crossings {n}",
+                        tags=["zebra"],
+                    )
+                    for n in range(4)
+                ]
+            )
             assert not any(r.is_error for r in results)
             tagged = await call(client, "search_by_tag", tags=["zebra"], limit=10)
             assert sorted(doc_ids(tagged)) == sorted(r.structured_content["id"] for r in results)
@@ -230,8 +302,12 @@ def test_deferred_commits_are_found_by_the_next_search(index_dir):
 
     async def session() -> None:
         async with Client(server) as client:
-            first = await call(client, "store_memory", content="Deferred memory about the okapi enclosure", tags=["okapi"])
-            second = await call(client, "store_memory", content="Deferred memory about okapi feeding times", tags=["okapi"])
+            first = await call(
+                client, "store_memory", content="Deferred memory about the okapi enclosure", tags=["okapi"]
+            )
+            second = await call(
+                client, "store_memory", content="Deferred memory about okapi feeding times", tags=["okapi"]
+            )
             assert first.structured_content["pending"] and second.structured_content["pending"]
             assert server.service.writer.writes == 0
             found = doc_ids(await call(client, "search", query="okapi enclosure", limit=2))
@@ -242,7 +318,9 @@ def test_deferred_commits_are_found_by_the_next_search(index_dir):
     asyncio.run(session())
 
 
-def test_stats_reports_the_config_in_force_and_where_each_setting_came_from(base_index, tmp_path, monkeypatch):
+def test_stats_reports_the_config_in_force_and_where_each_setting_came_from(
+    base_index, tmp_path, monkeypatch
+):
     from mcp import Client
 
     from hybridlab.server.mcp import create_server
@@ -283,10 +361,13 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
 
     client = qdrant_mirror.connect(path=tmp_path / "qdrant")
     try:
-        server = create_server(index_dir, backend=qdrant.qdrant_backend(client, "memories", sync=True),
-                               backend_name="qdrant")
+        server = create_server(
+            index_dir, backend=qdrant.qdrant_backend(client, "memories", sync=True), backend_name="qdrant"
+        )
         assert isinstance(server.service.index.snapshot().sparse, qdrant.QdrantSparseRetriever)
-        assert qdrant_mirror.mirror_marker(client, "memories")["generation"] == 1  # exported when the server opened
+        assert (
+            qdrant_mirror.mirror_marker(client, "memories")["generation"] == 1
+        )  # exported when the server opened
 
         async def session() -> None:
             async with Client(server) as mcp_client:
@@ -298,11 +379,16 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
                     local.close()
                 assert doc_ids(await call(mcp_client, "search", query=query, limit=5)) == expected
                 content, tags, created_at = NEW_MEMORIES[0]
-                stored = await call(mcp_client, "store_memory", content=content, tags=tags, created_at=created_at)
+                stored = await call(
+                    mcp_client, "store_memory", content=content, tags=tags, created_at=created_at
+                )
                 assert not stored.is_error, stored.content[0].text
                 memory_id = stored.structured_content["id"]
                 assert memory_id in _collection_doc_ids(client, "memories")  # before the tool returned
-                assert qdrant_mirror.mirror_marker(client, "memories")["generation"] == stored.structured_content["generation"]
+                assert (
+                    qdrant_mirror.mirror_marker(client, "memories")["generation"]
+                    == stored.structured_content["generation"]
+                )
                 found = await call(mcp_client, "search", query="quarterly backup drill Postgres", limit=3)
                 assert doc_ids(found)[0] == memory_id
                 stats = (await call(mcp_client, "stats")).structured_content
@@ -311,13 +397,19 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
         asyncio.run(session())
         server.service.index.close()
 
-        deferred = create_server(index_dir, commit_delay=600, backend=qdrant.qdrant_backend(client, "memories", sync=True),
-                                 backend_name="qdrant")
+        deferred = create_server(
+            index_dir,
+            commit_delay=600,
+            backend=qdrant.qdrant_backend(client, "memories", sync=True),
+            backend_name="qdrant",
+        )
 
         async def deferred_session() -> None:
             async with Client(deferred) as mcp_client:
                 content, tags, created_at = NEW_MEMORIES[1]
-                stored = await call(mcp_client, "store_memory", content=content, tags=tags, created_at=created_at)
+                stored = await call(
+                    mcp_client, "store_memory", content=content, tags=tags, created_at=created_at
+                )
                 assert stored.structured_content["pending"]
                 found = await call(mcp_client, "search", query="team lunch Vietnamese canal", limit=3)
                 assert doc_ids(found)[0] == stored.structured_content["id"]
@@ -381,7 +473,9 @@ def test_wal_records_setting_reaches_the_writer(index_dir):
 
     async def session() -> None:
         async with Client(server) as client:
-            stored = await call(client, "store_memory", content="A memory about the capybara pool", tags=["zoo"])
+            stored = await call(
+                client, "store_memory", content="A memory about the capybara pool", tags=["zoo"]
+            )
             assert not stored.is_error
             facts = (await call(client, "stats")).structured_content
             assert facts["server"]["wal_records"] == 0 and facts["server"]["memory_commits"] == 1

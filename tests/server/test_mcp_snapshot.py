@@ -2,6 +2,7 @@
 "full") come from the generation that ranked the hits, even when a writer commits a newer one while
 the search runs. Driven by the SDK's client; the commit is made between ranking and texts by wrapping
 `pipeline.hydrate`, the search's last step before the tool reads texts."""
+
 from __future__ import annotations
 
 import asyncio
@@ -52,4 +53,6 @@ def test_search_texts_come_from_the_generation_that_ranked(server, monkeypatch, 
     found = asyncio.run(session())
     assert not found.is_error, found.content[0].text
     (hit,) = found.structured_content["results"]
-    assert hit["doc_id"] == "m1" and hit["text"] == OLD, "ranked on one generation, text read from a newer one"
+    assert hit["doc_id"] == "m1" and hit["text"] == OLD, (
+        "ranked on one generation, text read from a newer one"
+    )

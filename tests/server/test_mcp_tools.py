@@ -2,6 +2,7 @@
 `Service` (index, writer, settings), callable as it is; `create_server` registers `TOOLS` with the
 service bound, so clients see neither the service argument nor a difference; `stats` has a typed
 result whose schema the SDK publishes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,11 @@ def server(tmp_path):
     from hybridlab.server.mcp import create_server
 
     source = tmp_path / "memories.jsonl"
-    source.write_text(json.dumps({"id": "m1", "content": "The walrus project deploys on Fridays.", "tags": ["walrus"]})
-                      + "\n", encoding="utf-8")
+    source.write_text(
+        json.dumps({"id": "m1", "content": "The walrus project deploys on Fridays.", "tags": ["walrus"]})
+        + "\n",
+        encoding="utf-8",
+    )
     index_paths([source], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)
     return create_server(tmp_path / "index")
 
@@ -34,7 +38,9 @@ def test_a_tool_is_a_function_of_the_service(server):
     facts = mcp.stats(service)
     assert isinstance(facts, mcp.StatsResponse) and facts.documents == 1 and facts.server.backend == "local"
     # the index's other facts come through as they are
-    assert facts.model_dump()["by_chunk_type"] == {"memory": 1} and facts.model_dump()["chunk_types"] == ["memory"]
+    assert facts.model_dump()["by_chunk_type"] == {"memory": 1} and facts.model_dump()["chunk_types"] == [
+        "memory"
+    ]
 
 
 def test_clients_see_the_tools_without_the_service(server):
@@ -52,6 +58,12 @@ def test_clients_see_the_tools_without_the_service(server):
     assert [tool.name for tool in tools] == [function.__name__ for function in mcp.TOOLS]
     assert all("service" not in tool.input_schema.get("properties", {}) for tool in tools)
     published = next(tool for tool in tools if tool.name == "stats").output_schema
-    assert {"generation", "documents", "chunks", "search_config_sources", "server"} <= set(published["required"])
-    assert stats["documents"] == 1 and stats["server"]["memory_commits"] == 0 and stats["by_collection"] == {"memories": 1}
+    assert {"generation", "documents", "chunks", "search_config_sources", "server"} <= set(
+        published["required"]
+    )
+    assert (
+        stats["documents"] == 1
+        and stats["server"]["memory_commits"] == 0
+        and stats["by_collection"] == {"memories": 1}
+    )
     assert stats["search_config_sources"]["alpha"] and stats["config_file"] is None

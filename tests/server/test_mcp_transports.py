@@ -3,6 +3,7 @@ a real `hybridlab mcp` process driven by the SDK's client over stdio and over st
 start, store, a duplicate, update, search, list, time in words against a fixed now (and one refused),
 delete, search (gone), get_document by offset and by section, then a restarted server (still gone);
 and the Panel release notes paged section by section over both."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,9 @@ from tests.server.test_mcp_server import ENV, REPO, TOOLS
 
 pytestmark = pytest.mark.slow  # starts servers that load the embedding model
 
-GUIDE = "# Guide\n\nIntro text.\n\n" + "".join(f"## Part {n}\n\n" + f"Paragraph {n} about widgets. " * 40 + "\n\n"
-                                               for n in range(6))
+GUIDE = "# Guide\n\nIntro text.\n\n" + "".join(
+    f"## Part {n}\n\n" + f"Paragraph {n} about widgets. " * 40 + "\n\n" for n in range(6)
+)
 
 
 @pytest.fixture
@@ -28,9 +30,17 @@ def index_dir(tmp_path) -> Path:
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "guide.md").write_text(GUIDE, encoding="utf-8")
-    memories = [{"id": "m1", "content": "The heron team reviews pull requests on Tuesdays.", "tags": ["heron"],
-                 "created_at": "2024-01-09T10:00:00Z"}]
-    (tmp_path / "memories.jsonl").write_text("".join(json.dumps(m) + "\n" for m in memories), encoding="utf-8")
+    memories = [
+        {
+            "id": "m1",
+            "content": "The heron team reviews pull requests on Tuesdays.",
+            "tags": ["heron"],
+            "created_at": "2024-01-09T10:00:00Z",
+        }
+    ]
+    (tmp_path / "memories.jsonl").write_text(
+        "".join(json.dumps(m) + "\n" for m in memories), encoding="utf-8"
+    )
     index_paths([tmp_path / "docs", tmp_path / "memories.jsonl"], tmp_path / "index", progress=False)
     return tmp_path / "index"
 
@@ -41,8 +51,12 @@ NOW = "2024-01-10T12:00:00Z"  # m1 is from "yesterday"
 def stdio(index_dir: Path):
     from mcp import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
-                                 env={**ENV, "PYTHONPATH": str(REPO), "HYBRIDLAB_NOW": NOW}, cwd=str(REPO))
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir)],
+        env={**ENV, "PYTHONPATH": str(REPO), "HYBRIDLAB_NOW": NOW},
+        cwd=str(REPO),
+    )
 
 
 def data(result) -> dict:
@@ -54,10 +68,16 @@ async def lifecycle(client) -> str:
     """Every new tool once; returns the id of the memory it deleted."""
     call = lambda tool, **arguments: client.call_tool(tool, arguments)
     assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
-    stored = data(await call("store_memory", content="The kestrel service listens on port 7411.", tags=["kestrel"]))
+    stored = data(
+        await call("store_memory", content="The kestrel service listens on port 7411.", tags=["kestrel"])
+    )
     same = data(await call("store_memory", content="the KESTREL service listens on port 7411. "))
     assert same["created"] is False and same["id"] == stored["id"]
-    updated = data(await call("update_memory", memory_id=stored["id"], content="The kestrel service listens on port 7522."))
+    updated = data(
+        await call(
+            "update_memory", memory_id=stored["id"], content="The kestrel service listens on port 7522."
+        )
+    )
     assert updated["id"] == stored["id"] and updated["updated_at"] != updated["created_at"]
     found = data(await call("search", query="kestrel service port", limit=3))
     assert found["results"][0]["doc_id"] == stored["id"] and "7522" in found["results"][0]["snippet"]
@@ -69,12 +89,16 @@ async def lifecycle(client) -> str:
     assert stored["id"] not in {r["doc_id"] for r in gone["results"]}
     assert data(await call("list_memories", tags=["kestrel"]))["count"] == 0
     yesterday = data(await call("list_memories", time="yesterday"))
-    assert [r["doc_id"] for r in yesterday["results"]] == ["m1"] and yesterday["time_range"]["since"] == "2024-01-09T00:00:00Z"
+    assert [r["doc_id"] for r in yesterday["results"]] == ["m1"] and yesterday["time_range"][
+        "since"
+    ] == "2024-01-09T00:00:00Z"
     refused = await call("search", query="heron", time="when the heron sings")
     assert refused.is_error and "time" in refused.content[0].text
     collections = data(await call("list_collections"))["collections"]
     assert {c["name"] for c in collections} >= {"docs"}
-    assert [d["doc_id"] for d in data(await call("list_documents", collection="docs"))["results"]] == ["guide.md"]
+    assert [d["doc_id"] for d in data(await call("list_documents", collection="docs"))["results"]] == [
+        "guide.md"
+    ]
     pages, offset = [], 0
     while offset is not None:
         page = data(await call("get_document", doc_id="guide.md", offset=offset, max_chars=1_000))
@@ -101,12 +125,18 @@ async def panel_pages(client) -> str:
     """The release notes section by section, 3,000 characters a page: joined, the document."""
     pages, section, offset = [], 0, 0
     while section is not None:
-        page = data(await client.call_tool("get_document", {"doc_id": "releases.md", "section": section,
-                                                            "offset": offset, "max_chars": 3_000}))
+        page = data(
+            await client.call_tool(
+                "get_document",
+                {"doc_id": "releases.md", "section": section, "offset": offset, "max_chars": 3_000},
+            )
+        )
         pages.append(page["text"])
         offset = page["next_offset"] or 0
         section = section if page["next_offset"] is not None else page["next_section"]
-    assert "".join(pages) == RELEASES.read_text(encoding="utf-8") and len("".join(pages)) == page["total_chars"]
+    assert (
+        "".join(pages) == RELEASES.read_text(encoding="utf-8") and len("".join(pages)) == page["total_chars"]
+    )
     return str(len(pages))
 
 

@@ -1,4 +1,5 @@
 """The exported winning config: its format, that the CLI loads it, and the repro check."""
+
 from __future__ import annotations
 
 import json
@@ -37,12 +38,21 @@ def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
         "search": search,
         "index": best["index"],
         "provenance": {
-            "dataset": record["dataset"], "dataset_path": record.get("dataset_path"),
-            "split": record.get("split", "test"), "tuned_on": record.get("tuned_on", "dev"), "metric": record["metric"],
-            "dev_value": best["dev_value"], "test_value": best["test_metrics"][record["metric"]],
-            "trial": best["trial"], "study": record.get("study"), "run": run_dir.name,
-            "now": record.get("now"), "eval_limit": record.get("eval_limit", 100),
-            "package_version": package_version(), "git_commit": git_commit(), "date": _now_utc(),
+            "dataset": record["dataset"],
+            "dataset_path": record.get("dataset_path"),
+            "split": record.get("split", "test"),
+            "tuned_on": record.get("tuned_on", "dev"),
+            "metric": record["metric"],
+            "dev_value": best["dev_value"],
+            "test_value": best["test_metrics"][record["metric"]],
+            "trial": best["trial"],
+            "study": record.get("study"),
+            "run": run_dir.name,
+            "now": record.get("now"),
+            "eval_limit": record.get("eval_limit", 100),
+            "package_version": package_version(),
+            "git_commit": git_commit(),
+            "date": _now_utc(),
             "test_metrics": best["test_metrics"],
             "defaults_test_metrics": record["baselines"]["defaults"],
             "beats_defaults": record["beats_defaults"],
@@ -51,14 +61,32 @@ def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def fake_record(search: dict, index: IndexConfig, test_metrics: dict, dataset: str = "tiny",
-                dataset_path: str | None = None, now: str | None = None) -> dict:
+def fake_record(
+    search: dict,
+    index: IndexConfig,
+    test_metrics: dict,
+    dataset: str = "tiny",
+    dataset_path: str | None = None,
+    now: str | None = None,
+) -> dict:
     """A sweep run's metrics.json as `hybridlab.tune.sweep.finalize` writes it."""
     return {
-        "dataset": dataset, "dataset_path": dataset_path, "metric": "ndcg@10", "split": "test", "tuned_on": "dev",
-        "now": now, "study": "tiny-ndcg@10", "eval_limit": 100,
-        "best": {"trial": 7, "params": {"alpha": search["alpha"]}, "dev_value": 0.8, "search": search,
-                 "index": index.to_dict(), "test_metrics": test_metrics},
+        "dataset": dataset,
+        "dataset_path": dataset_path,
+        "metric": "ndcg@10",
+        "split": "test",
+        "tuned_on": "dev",
+        "now": now,
+        "study": "tiny-ndcg@10",
+        "eval_limit": 100,
+        "best": {
+            "trial": 7,
+            "params": {"alpha": search["alpha"]},
+            "dev_value": 0.8,
+            "search": search,
+            "index": index.to_dict(),
+            "test_metrics": test_metrics,
+        },
         "baselines": {"defaults": dict.fromkeys(METRIC_NAMES, 0.5)},
         "beats_defaults": test_metrics["ndcg@10"] > 0.5,
     }
@@ -74,8 +102,12 @@ def test_export_holds_every_search_field_index_and_provenance(tmp_path):
     assert set(config["search"]) == set(SEARCH_FIELDS)
     assert IndexConfig.from_dict(config["index"]) == IndexConfig()
     provenance = config["provenance"]
-    assert (provenance["dataset"], provenance["split"], provenance["metric"], provenance["trial"]) == \
-        ("tiny", "test", "ndcg@10", 7)
+    assert (provenance["dataset"], provenance["split"], provenance["metric"], provenance["trial"]) == (
+        "tiny",
+        "test",
+        "ndcg@10",
+        7,
+    )
     assert (provenance["dev_value"], provenance["test_value"]) == (0.8, 0.75)
     assert provenance["test_metrics"] == metrics and provenance["beats_defaults"] is True
     assert {"package_version", "git_commit", "date", "run"} <= set(provenance)
@@ -84,11 +116,16 @@ def test_export_holds_every_search_field_index_and_provenance(tmp_path):
 
 
 def test_exported_config_is_read_with_env_override(tmp_path):
-    config = {"search": full_search_config({"alpha": 0.35, "fusion": "dbsf"}), "index": IndexConfig().to_dict()}
+    config = {
+        "search": full_search_config({"alpha": 0.35, "fusion": "dbsf"}),
+        "index": IndexConfig().to_dict(),
+    }
     path = write_config(config, tmp_path / "best.json")
     resolved, sources = resolve_search_config({}, config_file=load_config_file(path), env={})
     assert (resolved.alpha, resolved.fusion, sources["alpha"]) == (0.35, "dbsf", "config")
-    resolved, sources = resolve_search_config({}, config_file=load_config_file(path), env={"HYBRIDLAB_ALPHA": "0.9"})
+    resolved, sources = resolve_search_config(
+        {}, config_file=load_config_file(path), env={"HYBRIDLAB_ALPHA": "0.9"}
+    )
     assert (resolved.alpha, sources["alpha"]) == (0.9, "env")
 
 
@@ -102,7 +139,9 @@ def _write_measured_config(folder, path, search):
     evalset = resolve_evalset(folder)
     index = IndexConfig(models=MODELS)
     measured = Evaluator(evalset).score(search, index, "test")
-    record = fake_record(search, index, measured, dataset=evalset.name, dataset_path=str(folder), now=evalset.now)
+    record = fake_record(
+        search, index, measured, dataset=evalset.name, dataset_path=str(folder), now=evalset.now
+    )
     run = path.parent / "run"
     run.mkdir(exist_ok=True)
     (run / "metrics.json").write_text(json.dumps(record))
@@ -128,8 +167,23 @@ def test_search_cli_applies_the_exported_config(tiny_env, tmp_path, capsys):  # 
     from hybridlab.eval.evalsets import ensure_index
 
     index_dir = ensure_index(resolve_evalset(tiny_env), IndexConfig(models=MODELS), progress=False)
-    path = write_config({"search": full_search_config({"alpha": 0.35, "fusion": "dbsf"})}, tmp_path / "best.json")
-    assert main(["search", "docker container image", "--index", str(index_dir), "--config", str(path),
-                 "--explain", "--json"]) == 0
+    path = write_config(
+        {"search": full_search_config({"alpha": 0.35, "fusion": "dbsf"})}, tmp_path / "best.json"
+    )
+    assert (
+        main(
+            [
+                "search",
+                "docker container image",
+                "--index",
+                str(index_dir),
+                "--config",
+                str(path),
+                "--explain",
+                "--json",
+            ]
+        )
+        == 0
+    )
     explain = json.loads(capsys.readouterr().out)[0]["explain"]
     assert (explain["alpha"], explain["alpha_source"], explain["fusion"]) == (0.35, "config", "dbsf")

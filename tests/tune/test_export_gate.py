@@ -1,5 +1,6 @@
 """The export gate: a sweep's winner is exported only when it beats the defaults out of sample,
 significantly (Holm over the candidates); every knob pinned as resolved; `repro` re-runs it."""
+
 from __future__ import annotations
 
 import json
@@ -43,14 +44,23 @@ class StubEvaluator:
 
     def run(self, search, config=None, split="dev"):
         good = search["alpha"] == 0.9
-        return {q: ({f"d-{q}": 1.0} if good else {"wrong": 1.0, f"d-{q}": 0.5}) for q in self.dataset(split).queries}
+        return {
+            q: ({f"d-{q}": 1.0} if good else {"wrong": 1.0, f"d-{q}": 0.5})
+            for q in self.dataset(split).queries
+        }
 
 
 def stub_record(alphas):
     index = IndexConfig(models=MODELS).to_dict()
     candidates = [{"trial": i, "search": {"alpha": a}, "index": index} for i, a in enumerate(alphas)]
-    return {"dataset": "stub", "metric": "ndcg@10", "tuned_on": "dev", "tuned_on_queries": QIDS[:5],
-            "best": {**candidates[0], "dev_value": 0.9, "test_metrics": {}}, "candidates": candidates}
+    return {
+        "dataset": "stub",
+        "metric": "ndcg@10",
+        "tuned_on": "dev",
+        "tuned_on_queries": QIDS[:5],
+        "best": {**candidates[0], "dev_value": 0.9, "test_metrics": {}},
+        "candidates": candidates,
+    }
 
 
 def export(tmp_path, alphas, **options):
@@ -66,7 +76,12 @@ def test_pinned_search_resolves_every_auto_setting():
     assert (small["alpha"], small["staged"], small["fill_dense"]) == (0.5, False, False)
     assert (large["alpha"], large["staged"], large["fill_dense"]) == (0.6, True, True)
     given = pinned_search({"alpha": 0.3, "staged": True, "candidates": 40, "fill_dense": None}, 100)
-    assert (given["alpha"], given["staged"], given["fill_dense"], given["candidates"]) == (0.3, True, False, 100)
+    assert (given["alpha"], given["staged"], given["fill_dense"], given["candidates"]) == (
+        0.3,
+        True,
+        False,
+        100,
+    )
     assert [k for k, v in large.items() if v is None] == ["min_score"]  # None there means "no minimum"
 
 
@@ -94,12 +109,20 @@ def test_a_significant_winner_is_exported_pinned(tmp_path):
 def test_no_significant_winner_keeps_the_defaults_with_the_verdict(tmp_path):
     config = export(tmp_path, [0.2], test="t-test")
     provenance = config["provenance"]
-    assert (provenance["exported"], provenance["beats_defaults"], provenance["trial"]) == ("defaults", False, None)
+    assert (provenance["exported"], provenance["beats_defaults"], provenance["trial"]) == (
+        "defaults",
+        False,
+        None,
+    )
     assert config["search"]["alpha"] == 0.5  # the adaptive default at 100 chunks, pinned
     assert provenance["test_metrics"] == provenance["defaults_test_metrics"]
     verdict = provenance["verdict"]
-    assert verdict.startswith("kept the defaults: trial 0 does not significantly beat the defaults on ndcg@10")
-    assert "15 out-of-sample queries" in verdict and "t-test p = 1" in verdict and "0.6309 vs 0.6309" in verdict
+    assert verdict.startswith(
+        "kept the defaults: trial 0 does not significantly beat the defaults on ndcg@10"
+    )
+    assert (
+        "15 out-of-sample queries" in verdict and "t-test p = 1" in verdict and "0.6309 vs 0.6309" in verdict
+    )
 
 
 class LegacyStub(StubEvaluator):
@@ -123,10 +146,20 @@ def test_tuned_on_queries_of_an_older_record_are_the_sha1_half():
 
 def test_export_and_repro_on_the_tiny_set(tiny_env, tmp_path, monkeypatch):  # noqa: F811
     evalset = resolve_evalset(tiny_env)
-    record = {"dataset": evalset.name, "dataset_path": str(tiny_env), "metric": "ndcg@10", "tuned_on": "dev",
-              "now": evalset.now, "best": {"trial": 3, "dev_value": 0.9, "test_metrics": {},
-                                           "search": {"alpha": 0.7, "fusion": "rrf"},
-                                           "index": IndexConfig(models=MODELS).to_dict()}}
+    record = {
+        "dataset": evalset.name,
+        "dataset_path": str(tiny_env),
+        "metric": "ndcg@10",
+        "tuned_on": "dev",
+        "now": evalset.now,
+        "best": {
+            "trial": 3,
+            "dev_value": 0.9,
+            "test_metrics": {},
+            "search": {"alpha": 0.7, "fusion": "rrf"},
+            "index": IndexConfig(models=MODELS).to_dict(),
+        },
+    }
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps(record))

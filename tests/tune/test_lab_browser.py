@@ -4,6 +4,7 @@ notebook and the committed report and finds no error output and no stderr block.
 
 Set HYBRIDLAB_SCREENSHOTS=DIR to keep a screenshot of each page there (reports/screenshots/).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,11 +49,24 @@ def lab(tmp_path):
     root.mkdir()
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--MappingKernelManager.default_kernel_name=python3"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--ServerApp.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--allow-root",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--MappingKernelManager.default_kernel_name=python3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -78,8 +92,10 @@ def open_notebook(page, url: str, name: str, shots: Path | None) -> dict[str, in
     news = page.get_by_role("button", name="No", exact=True)  # "notified about Jupyter news?"
     if news.count():
         news.first.click()
-    counts = {"outputs": page.locator(".jp-NotebookPanel .jp-OutputArea-output").count(),
-              "stderr": page.locator(f".jp-NotebookPanel {STDERR}").count()}
+    counts = {
+        "outputs": page.locator(".jp-NotebookPanel .jp-OutputArea-output").count(),
+        "stderr": page.locator(f".jp-NotebookPanel {STDERR}").count(),
+    }
     if shots is not None:
         page.screenshot(path=str(shots / f"lab-{Path(name).stem}.png"))
     return counts
@@ -91,8 +107,10 @@ def test_executed_explore_and_report_open_in_jupyterlab_without_errors_or_stderr
     if browser_path is None:
         pytest.skip("no Chromium on this machine (apt-get install chromium)")
     root, url = lab
-    run_notebook("explore", root / "explore", {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2})
-    newest = (lambda path: (path.parent.name[:10], len(path.parent.name), path.parent.name))
+    run_notebook(
+        "explore", root / "explore", {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2}
+    )
+    newest = lambda path: (path.parent.name[:10], len(path.parent.name), path.parent.name)
     report = max((REPO_ROOT / "reports").glob("*-report*/report.ipynb"), key=newest)
     shutil.copytree(report.parent, root / "report")
     shots = Path(os.environ["HYBRIDLAB_SCREENSHOTS"]) if os.environ.get("HYBRIDLAB_SCREENSHOTS") else None

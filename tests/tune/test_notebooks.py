@@ -1,4 +1,5 @@
 """The notebooks run under papermill on a tiny set; run folders, reports/index.md, the report lock."""
+
 from __future__ import annotations
 
 import ast
@@ -30,15 +31,28 @@ def test_parameters_cell_holds_literal_assignments_only(name):
 def test_executed_notebooks_name_no_machine_paths(tmp_path):
     run = tmp_path / "reports" / "2026-01-02-sweep-x"
     replacements = [(str(run), "."), (str(REPO_ROOT), "."), (str(REPO_ROOT.parent), ".."), ("/home/me", "~")]
-    text = (f"{run}/summary.md | {run} | {REPO_ROOT}/.venv/lib/tqdm/auto.py:21 | {REPO_ROOT.parent}/shared/x | "
-            f"/home/me/notes | {REPO_ROOT}x/y")
-    assert shorten_paths(text, replacements) == (f"summary.md | . | .venv/lib/tqdm/auto.py:21 | ../shared/x | ~/notes | "
-                                                 f"../{REPO_ROOT.name}x/y")
+    text = (
+        f"{run}/summary.md | {run} | {REPO_ROOT}/.venv/lib/tqdm/auto.py:21 | {REPO_ROOT.parent}/shared/x | "
+        f"/home/me/notes | {REPO_ROOT}x/y"
+    )
+    assert shorten_paths(text, replacements) == (
+        f"summary.md | . | .venv/lib/tqdm/auto.py:21 | ../shared/x | ~/notes | ../{REPO_ROOT.name}x/y"
+    )
     notebook = tmp_path / "n.ipynb"
     image = f"iVBOR{REPO_ROOT}/x"  # outputs' images are left alone
-    notebook.write_text(json.dumps({"cells": [{"source": [f"run_dir = \"{run}\"\n"],
-                                               "outputs": [{"data": {"image/png": image, "text/plain": f"{run}/a.png"}}]}],
-                                    "metadata": {"papermill": {"input_path": str(REPO_ROOT / "notebooks/sweep.ipynb")}}}))
+    notebook.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "source": [f'run_dir = "{run}"\n'],
+                        "outputs": [{"data": {"image/png": image, "text/plain": f"{run}/a.png"}}],
+                    }
+                ],
+                "metadata": {"papermill": {"input_path": str(REPO_ROOT / "notebooks/sweep.ipynb")}},
+            }
+        )
+    )
     data = json.loads(relative_paths(notebook, run).read_text())
     assert data["cells"][0]["source"] == ['run_dir = "."\n']
     assert data["cells"][0]["outputs"][0]["data"] == {"image/png": image, "text/plain": "a.png"}
@@ -49,7 +63,9 @@ def test_a_sweep_is_stale_once_the_engine_sources_change():
     now = engine_state()
     assert len(now["source_sha256"]) == 64 and "hybridlab/search" in now["paths"]
     assert stale_reason({"engine": dict(now)}, now) is None
-    assert "the engine changed since the sweep" in stale_reason({"engine": {**now, "source_sha256": "0" * 64}}, now)
+    assert "the engine changed since the sweep" in stale_reason(
+        {"engine": {**now, "source_sha256": "0" * 64}}, now
+    )
     assert "predates engine records" in stale_reason({}, now)
 
 
@@ -65,14 +81,18 @@ def test_new_run_dir_never_reuses_a_folder(tmp_path):
 
 
 def test_index_lists_runs_newest_first_with_their_verdicts(tmp_path):
-    for age, (name, verdict) in enumerate((("2026-11-20-sweep-a", "old one"), ("2026-11-22-report", "new one"))):
+    for age, (name, verdict) in enumerate(
+        (("2026-11-20-sweep-a", "old one"), ("2026-11-22-report", "new one"))
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.md").write_text(f"# Title {name}\n\n**Verdict:** {verdict}.\n")
         os.utime(tmp_path / name / "summary.md", (1_000_000 + age, 1_000_000 + age))
     lines = update_index(tmp_path).read_text().splitlines()
     rows = [line for line in lines if line.startswith("| [")]
-    assert rows == ["| [2026-11-22-report](2026-11-22-report/summary.md) | Title 2026-11-22-report | new one. |",
-                    "| [2026-11-20-sweep-a](2026-11-20-sweep-a/summary.md) | Title 2026-11-20-sweep-a | old one. |"]
+    assert rows == [
+        "| [2026-11-22-report](2026-11-22-report/summary.md) | Title 2026-11-22-report | new one. |",
+        "| [2026-11-20-sweep-a](2026-11-20-sweep-a/summary.md) | Title 2026-11-20-sweep-a | old one. |",
+    ]
 
 
 def test_report_exits_nonzero_while_another_holds_the_lock(tmp_path, capsys):
@@ -95,8 +115,12 @@ def _outputs(notebook) -> str:
     for cell in book.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
-            texts.append(str(data.get("text/markdown", "")) + str(data.get("text/html", ""))
-                         + str(data.get("text/plain", "")) + output.get("text", ""))
+            texts.append(
+                str(data.get("text/markdown", ""))
+                + str(data.get("text/html", ""))
+                + str(data.get("text/plain", ""))
+                + output.get("text", "")
+            )
     return "\n".join(texts)
 
 
@@ -115,7 +139,12 @@ def _quiet(notebook) -> None:
 
 def test_the_landing_notebook_links_every_notebook_and_the_latest_runs(tmp_path):
     reports = tmp_path / "reports"
-    for name in ("2026-11-20-report", "2026-11-22-report", "2026-11-21-sweep-memories", "2026-11-22-sweep-memories"):
+    for name in (
+        "2026-11-20-report",
+        "2026-11-22-report",
+        "2026-11-21-sweep-memories",
+        "2026-11-22-sweep-memories",
+    ):
         (reports / name).mkdir(parents=True)
         (reports / name / "summary.md").write_text(f"# {name}\n")
     (reports / "2026-11-22-report" / "report.ipynb").write_text("{}")
@@ -123,8 +152,10 @@ def test_the_landing_notebook_links_every_notebook_and_the_latest_runs(tmp_path)
     text = _outputs(out)
     for name in ("explore", "sweep", "staged", "report"):
         assert f"[{name}](" in text and f"notebooks/{name}.ipynb)" in text
-    assert "`2026-11-22-report` — [summary](../reports/2026-11-22-report/summary.md), " \
-           "[report.ipynb](../reports/2026-11-22-report/report.ipynb)" in text
+    assert (
+        "`2026-11-22-report` — [summary](../reports/2026-11-22-report/summary.md), "
+        "[report.ipynb](../reports/2026-11-22-report/report.ipynb)" in text
+    )
     assert "memories `2026-11-22-sweep-memories`" in text and "2026-11-21-sweep" not in text
     _quiet(out)
 
@@ -136,9 +167,13 @@ def test_make_lab_is_rooted_at_the_repository_and_opens_the_landing_notebook():
 
 
 def test_explore_notebook_shows_text_marks_and_the_score_breakdown(tiny_env, tmp_path):  # noqa: F811
-    out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2})
+    out = run_notebook(
+        "explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2}
+    )
     text = _outputs(out)
-    assert "m-docker-0" in text and "how do I build the docker container image" in text  # the first judged queries
+    assert (
+        "m-docker-0" in text and "how do I build the docker container image" in text
+    )  # the first judged queries
     assert "<mark" in text and "✓ highly relevant" in text and "relevant documents in the top 5" in text
     assert "dense " in text and "bm25 " in text and "recency " in text and "final " in text
     _quiet(out)
@@ -150,8 +185,12 @@ def test_explore_notebook_searches_an_index_folder_of_ones_own(tiny_env, tmp_pat
     from hybridlab.eval.evaluator import resolve_evalset
 
     folder = index_folder(resolve_evalset(tiny_env), IndexConfig(models=("wordllama",)))
-    out = run_notebook("explore", tmp_path, {"index_dir": str(folder), "queries": ["rust borrow checker"],
-                                             "box_query": "helm chart"}, html=False)
+    out = run_notebook(
+        "explore",
+        tmp_path,
+        {"index_dir": str(folder), "queries": ["rust borrow checker"], "box_query": "helm chart"},
+        html=False,
+    )
     text = _outputs(out)
     assert "no judgements" in text and "m-rust-0" in text and "<mark" in text and "✓" not in text
 
@@ -161,9 +200,19 @@ def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F8
     from hybridlab.index import qdrant as qdrant_mirror
 
     store = tmp_path / "qdrant"
-    out = run_notebook("explore", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "n_queries": 2,
-                                             "backend": "qdrant", "qdrant_path": str(store),
-                                             "qdrant_collection": "explore"}, html=False)
+    out = run_notebook(
+        "explore",
+        tmp_path,
+        {
+            "dataset": str(tiny_env),
+            "models": ["wordllama"],
+            "n_queries": 2,
+            "backend": "qdrant",
+            "qdrant_path": str(store),
+            "qdrant_collection": "explore",
+        },
+        html=False,
+    )
     text = _outputs(out)
     assert "backend qdrant" in text and "dense " in text and "m-docker-0" in text
     client = qdrant_mirror.connect(path=store)  # the notebook's kernel has exited and released the folder
@@ -175,8 +224,11 @@ def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F8
 
 @pytest.mark.slow
 def test_staged_notebook_plots_the_tradeoff(tiny_env, tmp_path):  # noqa: F811
-    run_notebook("staged", tmp_path, {"dataset": str(tiny_env), "models": ["wordllama"], "candidates": [2, 5],
-                                      "run_dir": str(tmp_path)})
+    run_notebook(
+        "staged",
+        tmp_path,
+        {"dataset": str(tiny_env), "models": ["wordllama"], "candidates": [2, 5], "run_dir": str(tmp_path)},
+    )
     rows = json.loads((tmp_path / "staged.json").read_text())
     assert [r["candidates"] for r in rows] == [None, 2, 5]
     assert rows[0]["overlap@10"] == 1.0 and all(0 <= r["overlap@10"] <= 1 for r in rows)
@@ -186,18 +238,48 @@ def test_staged_notebook_plots_the_tradeoff(tiny_env, tmp_path):  # noqa: F811
 @pytest.mark.slow
 def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  # noqa: F811
     reports, best = tmp_path / "reports", tmp_path / "configs" / "best.json"
-    assert main(["sweep", "--dataset", str(tiny_env), "--trials", "4", "--reports", str(reports), "--export", str(best),
-                 "--model", "wordllama", "--max-index-configs", "2"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--dataset",
+                str(tiny_env),
+                "--trials",
+                "4",
+                "--reports",
+                str(reports),
+                "--export",
+                str(best),
+                "--model",
+                "wordllama",
+                "--max-index-configs",
+                "2",
+            ]
+        )
+        == 0
+    )
     [run] = [p for p in reports.iterdir() if p.is_dir()]
     assert run.name.endswith("-sweep-tiny")
-    for name in ("sweep.ipynb", "sweep.html", "metrics.json", "summary.md", "study.db", "history.png", "params.png"):
+    for name in (
+        "sweep.ipynb",
+        "sweep.html",
+        "metrics.json",
+        "summary.md",
+        "study.db",
+        "history.png",
+        "params.png",
+    ):
         assert (run / name).is_file(), name
     record = json.loads((run / "metrics.json").read_text())
     assert record["trials"]["complete"] == 4 and record["queries"] == {"dev": 5, "test": 3}
     assert (record["tuned_on"], record["split"]) == ("dev", "test") and record["engine"]["source_sha256"]
     config = json.loads(best.read_text())
     # the exported config records the tuned trial's test figures when it beats the defaults, else the defaults'
-    exported = record["best"]["test_metrics"] if config["provenance"]["beats_defaults"] else record["baselines"]["defaults"]
+    exported = (
+        record["best"]["test_metrics"]
+        if config["provenance"]["beats_defaults"]
+        else record["baselines"]["defaults"]
+    )
     recorded = config["provenance"]["test_metrics"]
     assert recorded == pytest.approx({metric: exported[metric] for metric in recorded})
     assert run.name in (reports / "index.md").read_text()

@@ -1,12 +1,19 @@
 """Conditions that need an uncommitted file (LoCoMo) skip with a message naming it when it is absent."""
+
 from __future__ import annotations
 
 from hybridlab.tune.repro import Condition, format_outcome, missing_need, run_condition
 
 
 def condition() -> Condition:
-    return Condition("locomo-x", "locomo", "all", "hybridlab membench locomo ${locomo} --json -q",
-                     {"recall@5": 0.5}, needs=("locomo",))
+    return Condition(
+        "locomo-x",
+        "locomo",
+        "all",
+        "hybridlab membench locomo ${locomo} --json -q",
+        {"recall@5": 0.5},
+        needs=("locomo",),
+    )
 
 
 def test_an_absent_file_skips_the_condition_with_how_to_get_it(monkeypatch, tmp_path):

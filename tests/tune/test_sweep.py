@@ -1,4 +1,5 @@
 """The Optuna sweep: search spaces, parameter routing, the index-config cap, shared studies."""
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,24 @@ def test_suggest_asks_only_for_active_conditional_parameters():
     space = (FUSION, ALPHA, RRF_K, NORMALIZATION)
     rrf = suggest(optuna.trial.FixedTrial({"fusion": "rrf", "alpha": 0.25, "rrf_k": 30}), space)
     assert rrf == {"fusion": "rrf", "alpha": 0.25, "rrf_k": 30}
-    convex = suggest(optuna.trial.FixedTrial({"fusion": "convex", "alpha": 0.5, "normalization": "z-score"}), space)
+    convex = suggest(
+        optuna.trial.FixedTrial({"fusion": "convex", "alpha": 0.5, "normalization": "z-score"}), space
+    )
     assert convex == {"fusion": "convex", "alpha": 0.5, "normalization": "z-score"}
 
 
 def test_split_params_routes_index_parameters_into_the_index_config():
-    search, config = split_params({"alpha": 0.3, "bm25_k1": 0.9, "bm25_b": 0.5, "chunk_size": 800,
-                                    "chunk_overlap": 0}, IndexConfig(models=("wordllama",)))
+    search, config = split_params(
+        {"alpha": 0.3, "bm25_k1": 0.9, "bm25_b": 0.5, "chunk_size": 800, "chunk_overlap": 0},
+        IndexConfig(models=("wordllama",)),
+    )
     assert search == {"alpha": 0.3}
-    assert (config.bm25.k1, config.bm25.b, config.chunk.chunk_size, config.chunk.chunk_overlap) == (0.9, 0.5, 800, 0)
+    assert (config.bm25.k1, config.bm25.b, config.chunk.chunk_size, config.chunk.chunk_overlap) == (
+        0.9,
+        0.5,
+        800,
+        0,
+    )
     assert config.models == ("wordllama",)
     assert config.bm25.method == "lucene"  # untouched fields keep the base's values
 
@@ -63,7 +73,9 @@ def test_full_search_config_holds_every_field_and_validates():
     full = full_search_config({"alpha": 0.4, "fusion": "dbsf"})
     assert set(full) == set(SearchConfig.__dataclass_fields__)
     assert (full["alpha"], full["fusion"], full["rrf_k"]) == (0.4, "dbsf", 60)
-    assert full_search_config({"candidates": 40})["candidates"] == 100  # the engine scores max(candidates, limit)
+    assert (
+        full_search_config({"candidates": 40})["candidates"] == 100
+    )  # the engine scores max(candidates, limit)
     with pytest.raises(ValueError, match="alpha"):
         full_search_config({"alpha": 1.5})
 
@@ -94,13 +106,22 @@ def test_resolve_evalset_reads_a_folder_with_its_now(tmp_path):
 def test_default_params_are_the_package_defaults_in_the_space():
     space = space_for("scifact")
     assert default_params(space, n_chunks=6000) == {
-        "fusion": SearchConfig.fusion, "alpha": 0.6, **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
+        "fusion": SearchConfig.fusion,
+        "alpha": 0.6,
+        **({"rrf_k": 60} if SearchConfig.fusion == "rrf" else {}),
         **({"normalization": SearchConfig.normalization} if SearchConfig.fusion == "convex" else {}),
-        "staged": True, "candidates": SearchConfig.candidates, "fallback_threshold": SearchConfig.fallback_threshold,
-        "expand_hops": SearchConfig.expand_hops, "fill_dense": True, "adaptive_fusion": True,
-        "lexical_floor": SearchConfig.lexical_floor, "lexical_ceiling": SearchConfig.lexical_ceiling,
+        "staged": True,
+        "candidates": SearchConfig.candidates,
+        "fallback_threshold": SearchConfig.fallback_threshold,
+        "expand_hops": SearchConfig.expand_hops,
+        "fill_dense": True,
+        "adaptive_fusion": True,
+        "lexical_floor": SearchConfig.lexical_floor,
+        "lexical_ceiling": SearchConfig.lexical_ceiling,
         "feedback_weight": SearchConfig.feedback_weight,
-        "bm25_k1": 1.5, "bm25_b": 0.75}
+        "bm25_k1": 1.5,
+        "bm25_b": 0.75,
+    }
     small = default_params(space, n_chunks=100)
     assert small["staged"] is False and small["fill_dense"] is False and small["alpha"] == 0.5
 
@@ -121,13 +142,21 @@ def test_every_shipped_default_lies_in_its_sweep_range(dataset):
     for param in SPACES[dataset]:
         for value in _shipped_defaults(param.name):
             assert param.contains(value), f"{dataset}: the default {param.name}={value!r} is outside {param}"
-    for n_chunks in (100, 6000):  # the enqueued first trial is exactly the defaults, off or on the auto switches
+    for n_chunks in (
+        100,
+        6000,
+    ):  # the enqueued first trial is exactly the defaults, off or on the auto switches
         assert default_params(SPACES[dataset], n_chunks)
 
 
 def test_param_contains_checks_range_grid_and_choices():
     weight = Param("tag_weight", "float", 0.0, 8.0, step=0.1)
-    assert weight.contains(4.0) and weight.contains(0.3) and not weight.contains(8.1) and not weight.contains(0.05)
+    assert (
+        weight.contains(4.0)
+        and weight.contains(0.3)
+        and not weight.contains(8.1)
+        and not weight.contains(0.05)
+    )
     assert not Param("tag_weight", "float", 0.0, 3.0, step=0.1).contains(SearchConfig.tag_weight)
     assert FUSION.contains("convex") and not FUSION.contains("sum")
     assert not Param("staged", "categorical", choices=(False, True)).contains(0)
@@ -163,9 +192,15 @@ class FakeEvaluator:
 
 def test_study_respects_the_index_config_cap_and_counts_only_completed_trials(tmp_path):
     evaluator = FakeEvaluator()
-    study = run_study("fake", trials=8, run_dir=tmp_path, evaluator=evaluator, max_index_configs=2,
-                      enqueue_defaults=False,
-                      space=(ALPHA, BM25_K1, Param("bm25_b", "categorical", choices=(0.3, 0.6, 0.9))))
+    study = run_study(
+        "fake",
+        trials=8,
+        run_dir=tmp_path,
+        evaluator=evaluator,
+        max_index_configs=2,
+        enqueue_defaults=False,
+        space=(ALPHA, BM25_K1, Param("bm25_b", "categorical", choices=(0.3, 0.6, 0.9))),
+    )
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") == 8
     assert len(evaluator.index_configs) <= 2
@@ -176,8 +211,15 @@ def test_study_respects_the_index_config_cap_and_counts_only_completed_trials(tm
 def test_same_seed_same_suggestions(tmp_path):
     params = []
     for name in ("a", "b"):
-        study = run_study("fake", trials=5, storage=f"sqlite:///{tmp_path / name}.db", evaluator=FakeEvaluator(),
-                          space=(FUSION, ALPHA), seed=7, enqueue_defaults=False)
+        study = run_study(
+            "fake",
+            trials=5,
+            storage=f"sqlite:///{tmp_path / name}.db",
+            evaluator=FakeEvaluator(),
+            space=(FUSION, ALPHA),
+            seed=7,
+            enqueue_defaults=False,
+        )
         params.append([t.params for t in study.trials])
     assert params[0] == params[1]
 
@@ -241,14 +283,23 @@ def _worker_logs(tmp_path: Path, workers: dict[int, subprocess.Popen]) -> str:
 def test_two_worker_processes_fill_one_study(tmp_path, tiny_index):  # noqa: F811
     folder, cache = tiny_index
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HYBRIDLAB_CACHE": str(cache)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HYBRIDLAB_CACHE": str(cache),
+    }
     workers: dict[int, subprocess.Popen] = {}
     try:
         for seed in (1, 2):
             with open(tmp_path / f"worker-{seed}.log", "wb") as log:  # files, not pipes: none can fill up
                 workers[seed] = subprocess.Popen(
                     [sys.executable, "-c", WORKER, str(folder), storage, str(seed), str(tmp_path)],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
         deadline = time.monotonic() + TWO_WORKERS_TIMEOUT_S
         while not all((tmp_path / f"ready-{seed}").exists() for seed in workers):
             if any(w.poll() is not None for w in workers.values()) or time.monotonic() > deadline:
@@ -274,7 +325,9 @@ def test_two_worker_processes_fill_one_study(tmp_path, tiny_index):  # noqa: F81
     assert all(0.0 <= t.value <= 1.0 for t in complete)
 
 
-HOLDER = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+HOLDER = (
+    "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+)
 
 
 @pytest.mark.slow
@@ -285,8 +338,11 @@ def test_variant_is_built_from_the_base_vectors_while_the_shared_cache_is_busy(t
 
     evaluator = Evaluator(resolve_evalset(tiny_env))
     variant = IndexConfig(models=("wordllama",), bm25=Bm25Config(k1=0.9, b=0.3))
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache_root() / "embeddings.duckdb")],
-                              stdout=subprocess.PIPE, text=True)  # another process's long build
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(cache_root() / "embeddings.duckdb")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # another process's long build
     try:
         assert holder.stdout.readline().strip() == "held"
         index = evaluator.index(variant)
@@ -314,8 +370,12 @@ class CrossValidatedStub:
 
     def __init__(self, folder: Path, good: float) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "queries.jsonl").write_text("".join(
-            json.dumps({"_id": q, "text": q, "metadata": {"kind": "ab"[i % 2]}}) + "\n" for i, q in enumerate(CV_QIDS)))
+        (folder / "queries.jsonl").write_text(
+            "".join(
+                json.dumps({"_id": q, "text": q, "metadata": {"kind": "ab"[i % 2]}}) + "\n"
+                for i, q in enumerate(CV_QIDS)
+            )
+        )
         self.evalset = EvalSet("cvstub", (), folder, None, tuning_split="cv", report_split="cv", cv_folds=4)
         self.good = good
 
@@ -337,8 +397,9 @@ class CrossValidatedStub:
 def _cross_validated_record(tmp_path, good):
     evaluator = CrossValidatedStub(tmp_path / "set", good)
     study = run_study("cvstub", trials=3, run_dir=tmp_path, evaluator=evaluator, space=(HALVES,))
-    cv = cross_validate("cvstub", evaluator, trials=3, run_dir=tmp_path, study_name=study.study_name,
-                        space=(HALVES,))
+    cv = cross_validate(
+        "cvstub", evaluator, trials=3, run_dir=tmp_path, study_name=study.study_name, space=(HALVES,)
+    )
     return evaluator, cv, finalize(study, evaluator, cv=cv)
 
 
@@ -354,7 +415,9 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
         assert config["params"] == {"alpha": 1.0} and config["tuning_value"] == 1.0
     assert cv["tuned"]["per_query"] == dict.fromkeys(CV_QIDS, 1.0) and cv["tuned"]["mean"] == 1.0
     weak = 1 / math.log2(3)
-    assert cv["defaults"]["mean"] == pytest.approx(weak) and cv["defaults"]["fold_means"] == pytest.approx([weak] * 4)
+    assert cv["defaults"]["mean"] == pytest.approx(weak) and cv["defaults"]["fold_means"] == pytest.approx(
+        [weak] * 4
+    )
     assert cv["significant"] and cv["comparison"]["p_value"] < 0.001
     assert cv["verdict"].startswith("the tuning procedure beats the defaults out of fold (nested 4-fold")
     assert (record["split"], record["tuned_on"], record["queries"]) == ("cv", "cv", {"cv": 20})
@@ -362,7 +425,10 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
     assert record["per_kind"]["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
     assert record["engine"]["source_sha256"]
     summary = write_summary(tmp_path, record).read_text()
-    assert "## Nested cross-validation" in summary and "| kind | n | tuned | defaults | bm25 | vector |" in summary
+    assert (
+        "## Nested cross-validation" in summary
+        and "| kind | n | tuned | defaults | bm25 | vector |" in summary
+    )
 
     run = tmp_path / "run"
     run.mkdir()
@@ -381,9 +447,15 @@ def test_a_cross_validation_that_does_not_beat_the_defaults_exports_the_defaults
     run.mkdir()
     (run / "metrics.json").write_text(json.dumps(record))
     provenance = export_config(run, evaluator=evaluator)["provenance"]
-    assert (provenance["exported"], provenance["trial"], provenance["beats_defaults"]) == ("defaults", None, False)
+    assert (provenance["exported"], provenance["trial"], provenance["beats_defaults"]) == (
+        "defaults",
+        None,
+        False,
+    )
     assert provenance["test_metrics"] == provenance["defaults_test_metrics"]
-    assert provenance["verdict"].startswith("kept the defaults: the tuning procedure does not significantly beat")
+    assert provenance["verdict"].startswith(
+        "kept the defaults: the tuning procedure does not significantly beat"
+    )
 
 
 def test_finalize_of_a_cross_validated_set_needs_the_cross_validation(tmp_path):

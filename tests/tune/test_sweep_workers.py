@@ -1,5 +1,6 @@
 """Sweeps spread over worker processes and machines: one study on PostgreSQL or a journal file,
 created once, the defaults enqueued once, a seed per worker, no repeated parameter sets."""
+
 from __future__ import annotations
 
 import contextlib
@@ -55,9 +56,14 @@ class FakeEvaluator:
 
 def test_storage_for_reads_journal_files_sqlite_urls_and_the_run_folder(tmp_path):
     journal = storage_for(f"journal:{tmp_path / 'shared' / 'sweep.log'}")
-    assert isinstance(journal, optuna.storages.JournalStorage) and (tmp_path / "shared" / "sweep.log").is_file()
+    assert (
+        isinstance(journal, optuna.storages.JournalStorage) and (tmp_path / "shared" / "sweep.log").is_file()
+    )
     assert isinstance(storage_for(f"sqlite:///{tmp_path / 'a.db'}"), optuna.storages.RDBStorage)
-    assert isinstance(storage_for(None, tmp_path), optuna.storages.RDBStorage) and (tmp_path / "study.db").is_file()
+    assert (
+        isinstance(storage_for(None, tmp_path), optuna.storages.RDBStorage)
+        and (tmp_path / "study.db").is_file()
+    )
     with pytest.raises(ValueError, match="journal:PATH"):
         storage_for("journal:")
     with pytest.raises(ValueError, match="run folder"):
@@ -70,7 +76,10 @@ def test_storage_paths_become_absolute_and_records_lose_the_password(tmp_path, m
     assert absolute_storage("sqlite:///study.db") == f"sqlite:///{tmp_path / 'study.db'}"
     assert absolute_storage("sqlite:////abs/study.db") == "sqlite:////abs/study.db"
     assert absolute_storage(None) is None
-    assert public_storage("postgresql://sweep:s3cret@db.lan:5432/optuna") == "postgresql://sweep@db.lan:5432/optuna"
+    assert (
+        public_storage("postgresql://sweep:s3cret@db.lan:5432/optuna")
+        == "postgresql://sweep@db.lan:5432/optuna"
+    )
     assert public_storage("postgresql://db.lan/optuna") == "postgresql://db.lan/optuna"
 
 
@@ -83,15 +92,27 @@ def test_every_worker_gets_a_seed_of_its_own():
 def test_only_the_process_creating_a_study_enqueues_the_defaults(tmp_path):
     storage = f"journal:{tmp_path / 'sweep.log'}"
     for trials in (3, 6):  # the second run joins the study of the first
-        study = run_study("fake", trials=trials, storage=storage, study_name="s", evaluator=FakeEvaluator(),
-                          space=(FUSION, ALPHA))
+        study = run_study(
+            "fake",
+            trials=trials,
+            storage=storage,
+            study_name="s",
+            evaluator=FakeEvaluator(),
+            space=(FUSION, ALPHA),
+        )
     assert [t.number for t in study.trials if t.user_attrs.get("defaults")] == [0]
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == 6
 
 
 def test_a_repeated_parameter_set_is_pruned_not_evaluated(tmp_path):
-    study = run_study("fake", trials=3, storage=f"sqlite:///{tmp_path / 's.db'}", evaluator=FakeEvaluator(),
-                      space=(FUSION,), enqueue_defaults=False)  # three parameter sets in all
+    study = run_study(
+        "fake",
+        trials=3,
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        evaluator=FakeEvaluator(),
+        space=(FUSION,),
+        enqueue_defaults=False,
+    )  # three parameter sets in all
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["fusion"] for t in complete) == ["convex", "dbsf", "rrf"]
     pruned = [t for t in study.trials if t.state.name == "PRUNED"]
@@ -109,8 +130,10 @@ def postgres() -> Iterator[tuple[int, Path]]:
     """(port, log file) of a throwaway PostgreSQL 15 server on the loopback, run as `postgres`
     from a temporary data folder; stopped and removed afterwards."""
     if not (PG_BIN / "initdb").is_file():
-        pytest.fail(f"PostgreSQL server binaries not found in {PG_BIN}: install Debian's postgresql (15) "
-                    "package; these tests start a server of their own")
+        pytest.fail(
+            f"PostgreSQL server binaries not found in {PG_BIN}: install Debian's postgresql (15) "
+            "package; these tests start a server of their own"
+        )
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     root = Path(tempfile.mkdtemp(prefix="hybridlab-pg-"))
     if as_postgres:
@@ -119,25 +142,51 @@ def postgres() -> Iterator[tuple[int, Path]]:
     ctl = [*as_postgres, str(PG_BIN / "pg_ctl"), "-D", str(data)]
     started = False
     try:
-        subprocess.run([*as_postgres, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                        "--no-sync"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        subprocess.run(
+            [
+                *as_postgres,
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-        subprocess.run([*ctl, "-l", str(log), "-o", options, "-w", "-t", "60", "start"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            [*ctl, "-l", str(log), "-o", options, "-w", "-t", "60", "start"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
         started = True
         yield port, log
     finally:
         if started:
-            subprocess.run([*ctl, "-m", "fast", "-w", "stop"], check=False, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=120)
+            subprocess.run(
+                [*ctl, "-m", "fast", "-w", "stop"],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+            )
         shutil.rmtree(root, ignore_errors=True)
 
 
 def _new_database(port: int, name: str) -> str:
     import psycopg
 
-    with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
-                         autocommit=True) as connection:
+    with psycopg.connect(
+        host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True
+    ) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     return f"postgresql://postgres@127.0.0.1:{port}/{name}"
 
@@ -157,7 +206,7 @@ def _check_study(storage: str, name: str = "shared") -> list:
 
 def _is_sweep_worker(cmdline: list[str]) -> bool:
     """Whether a command line is a worker of spawn_workers (`python -m hybridlab.tune.sweep ...`)."""
-    return any(cmdline[i:i + 2] == ["-m", "hybridlab.tune.sweep"] for i in range(len(cmdline)))
+    return any(cmdline[i : i + 2] == ["-m", "hybridlab.tune.sweep"] for i in range(len(cmdline)))
 
 
 def _reap(child) -> None:
@@ -208,8 +257,15 @@ print("created" if created else "joined")
 
 def _start_together(script: str, args: list[str], count: int, flags: Path) -> list[tuple[int, str, str]]:
     """Run `count` copies of `script`, released together once all have imported what they need."""
-    processes = [subprocess.Popen([sys.executable, "-c", script, *args, str(flags), str(i)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for i in range(count)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, *args, str(flags), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(count)
+    ]
     deadline = time.monotonic() + 300
     while not all((flags / f"ready-{i}").exists() for i in range(count)):
         if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
@@ -270,11 +326,20 @@ def test_two_machines_of_two_workers_share_one_postgresql_study(postgres, tiny_e
 @pytest.mark.slow
 def test_four_workers_share_one_journal_file(tiny_env, tmp_path, capsys):  # noqa: F811
     storage = f"journal:{tmp_path / 'shared' / 'sweep.log'}"
-    study = run_study(tiny_env, trials=TRIALS, storage=storage, study_name="shared", run_dir=tmp_path,
-                      workers=WORKERS, base_index=BASE)
+    study = run_study(
+        tiny_env,
+        trials=TRIALS,
+        storage=storage,
+        study_name="shared",
+        run_dir=tmp_path,
+        workers=WORKERS,
+        base_index=BASE,
+    )
     complete = _check_study(storage)
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == TRIALS  # the parent's view
-    assert sorted(p.name for p in tmp_path.glob("worker-*.log")) == [f"worker-{i}.log" for i in range(WORKERS)]
+    assert sorted(p.name for p in tmp_path.glob("worker-*.log")) == [
+        f"worker-{i}.log" for i in range(WORKERS)
+    ]
     assert len({t.user_attrs["worker"] for t in complete}) >= 2
     assert f"{TRIALS}/{TRIALS} complete" in capsys.readouterr().out
     _no_children_left()
@@ -286,9 +351,32 @@ def test_sweep_command_runs_workers_from_the_notebook(tiny_env, tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)  # a relative journal path is taken from here, not from the run folder
     reports = tmp_path / "reports"
-    assert main(["sweep", "--dataset", str(tiny_env), "--trials", "6", "--workers", "2", "--storage",
-                 "journal:shared/sweep.log", "--study", "cli", "--reports", str(reports), "--export",
-                 str(tmp_path / "best.json"), "--model", "wordllama", "--max-index-configs", "2"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--dataset",
+                str(tiny_env),
+                "--trials",
+                "6",
+                "--workers",
+                "2",
+                "--storage",
+                "journal:shared/sweep.log",
+                "--study",
+                "cli",
+                "--reports",
+                str(reports),
+                "--export",
+                str(tmp_path / "best.json"),
+                "--model",
+                "wordllama",
+                "--max-index-configs",
+                "2",
+            ]
+        )
+        == 0
+    )
     [run] = [p for p in reports.iterdir() if p.is_dir()]
     record = json.loads((run / "metrics.json").read_text())
     assert record["storage"] == f"journal:{tmp_path / 'shared' / 'sweep.log'}" and record["workers"] == 2

@@ -3,6 +3,7 @@
 24 memories over 8 topics (3 each, of different ages), 8 queries, qrels = the topic's memories with
 the newest one graded 2. Indexed with the `wordllama` model it builds in about a second.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,12 +42,19 @@ def write_tiny_evalset(folder: Path) -> Path:
         for age, phrase in enumerate(phrases):
             memory_id = f"m-{topic}-{age}"
             month = 10 - 3 * age
-            memories.append({"id": memory_id, "content": f"Notes on {topic}: {phrase}. Worked on the {topic} {phrase} again.",
-                             "tags": [topic], "created_at": f"2026-{month:02d}-{1 + t:02d}T12:00:00Z"})
+            memories.append(
+                {
+                    "id": memory_id,
+                    "content": f"Notes on {topic}: {phrase}. Worked on the {topic} {phrase} again.",
+                    "tags": [topic],
+                    "created_at": f"2026-{month:02d}-{1 + t:02d}T12:00:00Z",
+                }
+            )
             qrels.append(f"q-{topic}\t{memory_id}\t{2 if age == 0 else 1}")
     (folder / "memories.jsonl").write_text("\n".join(json.dumps(m) for m in memories) + "\n")
-    (folder / "queries.jsonl").write_text("\n".join(json.dumps({"_id": f"q-{topic}", "text": text})
-                                                    for topic, text in QUERIES.items()) + "\n")
+    (folder / "queries.jsonl").write_text(
+        "\n".join(json.dumps({"_id": f"q-{topic}", "text": text}) for topic, text in QUERIES.items()) + "\n"
+    )
     (folder / "qrels-test.tsv").write_text("\n".join(qrels) + "\n")
     (folder / "eval.json").write_text(json.dumps({"now": NOW, "corpus": "memories.jsonl"}))
     return folder

@@ -1,6 +1,7 @@
 """LoCoMo (Maharana et al., ACL 2024; github.com/snap-research/LoCoMo, `data/locomo10.json`, CC BY-NC
 4.0: read from the path a user gives, never downloaded or committed): 10 conversations, a haystack
 each; every question ranks the turns (or sessions) of its own conversation."""
+
 from __future__ import annotations
 
 import re
@@ -61,11 +62,15 @@ def _conversation(item: Any, where: str) -> Haystack:
     numbers = sorted(int(m.group(1)) for key in conversation if (m := re.fullmatch(r"session_(\d+)", key)))
     for number in numbers:
         sid = f"S{number}"
-        dates[sid] = parse_date(conversation.get(f"session_{number}_date_time"), f"{where}.session_{number}_date_time")
+        dates[sid] = parse_date(
+            conversation.get(f"session_{number}_date_time"), f"{where}.session_{number}_date_time"
+        )
         previous = ""
         for j, raw in enumerate(conversation[f"session_{number}"]):
             if not isinstance(raw, dict) or "dia_id" not in raw or "speaker" not in raw:
-                raise BenchmarkFileError(f"{where}.session_{number}[{j}]: a turn needs 'speaker' and 'dia_id'")
+                raise BenchmarkFileError(
+                    f"{where}.session_{number}[{j}]: a turn needs 'speaker' and 'dia_id'"
+                )
             text = turn_text(raw) or "[no text]"
             turns.append(Turn(str(raw["dia_id"]), sid, str(raw["speaker"]), text, dates[sid], previous))
             previous = f"{raw['speaker']}: {text}"
@@ -75,6 +80,13 @@ def _conversation(item: Any, where: str) -> Haystack:
             raise BenchmarkFileError(f"{where}.qa[{k}]: a question needs 'question' and 'category'")
         evidence = evidence_ids(qa.get("evidence", []))
         sessions = tuple(dict.fromkeys(f"S{e.split(':')[0][1:]}" for e in evidence))
-        questions.append(Question(f"{sample_id}-q{k}", str(qa["question"]),
-                                  CATEGORIES.get(int(qa["category"]), str(qa["category"])), evidence, sessions))
+        questions.append(
+            Question(
+                f"{sample_id}-q{k}",
+                str(qa["question"]),
+                CATEGORIES.get(int(qa["category"]), str(qa["category"])),
+                evidence,
+                sessions,
+            )
+        )
     return Haystack(sample_id, tuple(turns), tuple(questions), dates)

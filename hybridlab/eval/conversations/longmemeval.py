@@ -6,6 +6,7 @@ As the official retrieval code: only user turns are indexed (turn ids `<session>
 over all turns from 1), a session document is its user turns joined; evidence turns are the user
 turns with `has_answer`, evidence sessions `answer_session_ids`; `_abs` questions are abstention
 questions, left out of retrieval metrics."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -15,8 +16,15 @@ from typing import Any
 from hybridlab.eval.conversations.records import BenchmarkFileError, Haystack, Question, Turn, read_json_list
 
 _DATE_FORMATS = ("%Y/%m/%d (%a) %H:%M", "%Y/%m/%d %H:%M", "%Y/%m/%d")
-FIELDS = ("question_id", "question_type", "question", "haystack_session_ids", "haystack_dates",
-          "haystack_sessions", "answer_session_ids")
+FIELDS = (
+    "question_id",
+    "question_type",
+    "question",
+    "haystack_session_ids",
+    "haystack_dates",
+    "haystack_sessions",
+    "answer_session_ids",
+)
 
 
 def parse_date(text: Any, where: str) -> datetime | None:
@@ -45,7 +53,9 @@ def _haystack(entry: Any, where: str) -> Haystack:
     qid = str(entry["question_id"])
     ids, dates, sessions = entry["haystack_session_ids"], entry["haystack_dates"], entry["haystack_sessions"]
     if not len(ids) == len(dates) == len(sessions):
-        raise BenchmarkFileError(f"{where}: haystack_session_ids, haystack_dates and haystack_sessions differ in length")
+        raise BenchmarkFileError(
+            f"{where}: haystack_session_ids, haystack_dates and haystack_sessions differ in length"
+        )
     turns: list[Turn] = []
     session_dates: dict[str, datetime | None] = {}
     evidence_turns: list[str] = []
@@ -55,7 +65,9 @@ def _haystack(entry: Any, where: str) -> Haystack:
         previous = ""
         for n, turn in enumerate(session, start=1):
             if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
-                raise BenchmarkFileError(f"{where}.haystack_sessions[{sid}][{n - 1}]: a turn needs 'role' and 'content'")
+                raise BenchmarkFileError(
+                    f"{where}.haystack_sessions[{sid}][{n - 1}]: a turn needs 'role' and 'content'"
+                )
             text = str(turn["content"]).strip() or "[no text]"
             if turn["role"] == "user":
                 turn_id = f"{sid}_{n}"
@@ -63,7 +75,13 @@ def _haystack(entry: Any, where: str) -> Haystack:
                 if turn.get("has_answer"):
                     evidence_turns.append(turn_id)
             previous = f"{turn['role']}: {text}"
-    question = Question(qid, str(entry["question"]), str(entry["question_type"]), tuple(evidence_turns),
-                        tuple(str(s) for s in entry["answer_session_ids"]),
-                        parse_date(entry.get("question_date"), f"{where}.question_date"), qid.endswith("_abs"))
+    question = Question(
+        qid,
+        str(entry["question"]),
+        str(entry["question_type"]),
+        tuple(evidence_turns),
+        tuple(str(s) for s in entry["answer_session_ids"]),
+        parse_date(entry.get("question_date"), f"{where}.question_date"),
+        qid.endswith("_abs"),
+    )
     return Haystack(qid, tuple(turns), (question,), session_dates)

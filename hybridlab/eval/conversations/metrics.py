@@ -6,6 +6,7 @@ LongMemEval (src/retrieval/eval_utils.py): `recall_any@k` (some evidence item in
 `recall_all@k` (every one), `ndcg_any@k` (binary nDCG, the ideal from every evidence item of the
 haystack); turn-level rankings scored at session level by mapping each turn to its session and
 widening k until k distinct sessions are in it (`evaluate_retrieval_turn2session`)."""
+
 from __future__ import annotations
 
 import math
@@ -58,5 +59,9 @@ def unique(items: Sequence[str]) -> list[str]:
 
 
 Metric = Callable[[Sequence[str], Sequence[str], int], float]
-METRICS: dict[str, Metric] = {"recall": fractional_recall, "recall_any": recall_any, "recall_all": recall_all,
-                              "ndcg_any": ndcg_any}
+METRICS: dict[str, Metric] = {
+    "recall": fractional_recall,
+    "recall_any": recall_any,
+    "recall_all": recall_all,
+    "ndcg_any": ndcg_any,
+}

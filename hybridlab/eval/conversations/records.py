@@ -1,5 +1,6 @@
 """The typed records both benchmarks read into: turns of sessions, questions with their evidence,
 and haystacks (what one question is ranked against)."""
+
 from __future__ import annotations
 
 import json
@@ -76,24 +77,40 @@ class Haystack:
         if granularity not in GRANULARITIES:
             raise ValueError(f"unknown granularity {granularity!r}; choose from {list(GRANULARITIES)}")
         if granularity == "turn":
-            return [_memory(t.turn_id, t.text, (t.speaker,), t.date, t.session_id,
-                            t.previous if context else "") for t in self.turns]
+            return [
+                _memory(t.turn_id, t.text, (t.speaker,), t.date, t.session_id, t.previous if context else "")
+                for t in self.turns
+            ]
         sessions: dict[str, list[Turn]] = {}
         for turn in self.turns:
             sessions.setdefault(turn.session_id, []).append(turn)
-        return [_memory(sid, "\n".join(f"{t.speaker}: {t.text}" for t in turns),
-                        tuple(dict.fromkeys(t.speaker for t in turns)), self.session_dates.get(sid), sid, "")
-                for sid, turns in sessions.items()]
+        return [
+            _memory(
+                sid,
+                "\n".join(f"{t.speaker}: {t.text}" for t in turns),
+                tuple(dict.fromkeys(t.speaker for t in turns)),
+                self.session_dates.get(sid),
+                sid,
+                "",
+            )
+            for sid, turns in sessions.items()
+        ]
 
     def relevant(self, question: Question, granularity: str) -> tuple[str, ...]:
         """The ids a question's evidence is scored on at this granularity."""
         return question.evidence_turns if granularity == "turn" else question.evidence_sessions
 
 
-def _memory(memory_id: str, content: str, tags: tuple[str, ...], date: datetime | None, session: str,
-            context: str) -> dict[str, Any]:
-    record: dict[str, Any] = {"id": memory_id, "content": content, "tags": list(tags), "memory_type": "conversation",
-                              "metadata": {"session": session, "speaker": ", ".join(tags)}}
+def _memory(
+    memory_id: str, content: str, tags: tuple[str, ...], date: datetime | None, session: str, context: str
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": memory_id,
+        "content": content,
+        "tags": list(tags),
+        "memory_type": "conversation",
+        "metadata": {"session": session, "speaker": ", ".join(tags)},
+    }
     if date is not None:
         record["created_at"] = date.isoformat()
     if context:

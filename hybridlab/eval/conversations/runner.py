@@ -1,6 +1,7 @@
 """Per-haystack evaluation: each haystack indexed on its own (its own BM25 statistics; embeddings
 shared through one embeddings cache), each of its questions searched by every system, the runs
 scored with the benchmark's metrics per category, with n, and written as TREC files."""
+
 from __future__ import annotations
 
 import hashlib
@@ -69,8 +70,11 @@ INDEX_KEY_VERSION = 2
 def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str:
     from hybridlab import __version__
 
-    text = json.dumps([INDEX_KEY_VERSION, __version__, memories, settings.index_config.to_dict()], sort_keys=True,
-                      default=str)
+    text = json.dumps(
+        [INDEX_KEY_VERSION, __version__, memories, settings.index_config.to_dict()],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -91,8 +95,14 @@ def build_index(haystack: Haystack, settings: BenchSettings, work: Path, cache: 
     return folder / "index"
 
 
-def run_haystacks(haystacks: Sequence[Haystack], settings: BenchSettings, work: str | Path, *,
-                  progress: bool = True, search: Callable[..., Any] | None = None) -> BenchResult:
+def run_haystacks(
+    haystacks: Sequence[Haystack],
+    settings: BenchSettings,
+    work: str | Path,
+    *,
+    progress: bool = True,
+    search: Callable[..., Any] | None = None,
+) -> BenchResult:
     """Index every haystack, search each of its questions with every system (`depth` results)."""
     from tqdm.auto import tqdm
 
@@ -157,7 +167,11 @@ def score(result: BenchResult, level: str | None = None, ks: Sequence[int] = KS)
     """Per system, metric@k, and category: the mean and n. LoCoMo: `recall` (fractional) and
     `recall_any`; LongMemEval: `recall_any`, `recall_all`, `ndcg_any` (abstention left out)."""
     level = level or result.settings.granularity
-    names = ("recall", "recall_any") if result.settings.scoring == "locomo" else ("recall_any", "recall_all", "ndcg_any")
+    names = (
+        ("recall", "recall_any")
+        if result.settings.scoring == "locomo"
+        else ("recall_any", "recall_all", "ndcg_any")
+    )
     table: dict[str, Any] = {}
     for system in result.settings.systems:
         sums: dict[tuple[str, int, str], list[float]] = defaultdict(list)
@@ -172,15 +186,26 @@ def score(result: BenchResult, level: str | None = None, ks: Sequence[int] = KS)
                         present = sum(result.session_turns.get(s, 0) for s in relevant)
                         value = metrics.ndcg_any(ranked, relevant, len(ranked), present)
                     else:
-                        value = metrics.METRICS[name](ranked, relevant, k if level == result.settings.granularity
-                                                      or result.settings.scoring == "locomo" else len(ranked))
+                        value = metrics.METRICS[name](
+                            ranked,
+                            relevant,
+                            k
+                            if level == result.settings.granularity or result.settings.scoring == "locomo"
+                            else len(ranked),
+                        )
                     for category in (ALL, question.category):
                         sums[(name, k, category)].append(value)
                     if result.settings.scoring == "locomo" and question.category != "adversarial":
                         sums[(name, k, "all-but-adversarial")].append(value)
-        table[system] = {f"{name}@{k}": {cat: {"mean": sum(v) / len(v), "n": len(v)}
-                                         for (n2, k2, cat), v in sorted(sums.items()) if (n2, k2) == (name, k)}
-                         for name in names for k in ks}
+        table[system] = {
+            f"{name}@{k}": {
+                cat: {"mean": sum(v) / len(v), "n": len(v)}
+                for (n2, k2, cat), v in sorted(sums.items())
+                if (n2, k2) == (name, k)
+            }
+            for name in names
+            for k in ks
+        }
     return table
 
 
@@ -193,24 +218,43 @@ def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -
     out.mkdir(parents=True, exist_ok=True)
     gran = result.settings.granularity
     for system in result.settings.systems:
-        run = {qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
-               for qid, ranked in result.rankings[system].items()}
+        run = {
+            qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
+            for qid, ranked in result.rankings[system].items()
+        }
         write_trec_run(run, out / f"{system}-{gran}.trec", name=f"hybridlab-{system}")
         if gran == "turn" and "session" in levels:  # the same run with its turns mapped to their sessions
             mapped = {qid: ranked_at(result, system, qid, "session", result.settings.depth) for qid in run}
-            write_trec_run({qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
-                            for qid, ranked in mapped.items()},
-                           out / f"{system}-turn-as-sessions.trec", name=f"hybridlab-{system}-turns")
+            write_trec_run(
+                {
+                    qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
+                    for qid, ranked in mapped.items()
+                },
+                out / f"{system}-turn-as-sessions.trec",
+                name=f"hybridlab-{system}-turns",
+            )
     for level in levels:
-        lines = [f"{qid} 0 {doc} 1\n" for qid in result.questions for doc in relevant_ids(result, qid, level)
-                 if not result.questions[qid].abstention]
+        lines = [
+            f"{qid} 0 {doc} 1\n"
+            for qid in result.questions
+            for doc in relevant_ids(result, qid, level)
+            if not result.questions[qid].abstention
+        ]
         (out / f"qrels-{level}.txt").write_text("".join(lines), encoding="utf-8")
-    summary = {"settings": {"granularity": gran, "systems": list(result.settings.systems), "depth": result.settings.depth,
-                            "options": dict(result.settings.options), "context": result.settings.context,
-                            "models": list(result.settings.index_config.models), "scoring": result.settings.scoring},
-               "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
-               "questions": len(result.questions),
-               "levels": {level: score(result, level) for level in levels}}
+    summary = {
+        "settings": {
+            "granularity": gran,
+            "systems": list(result.settings.systems),
+            "depth": result.settings.depth,
+            "options": dict(result.settings.options),
+            "context": result.settings.context,
+            "models": list(result.settings.index_config.models),
+            "scoring": result.settings.scoring,
+        },
+        "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
+        "questions": len(result.questions),
+        "levels": {level: score(result, level) for level in levels},
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     (out / "summary.md").write_text(to_markdown(summary), encoding="utf-8")
     return summary
@@ -218,25 +262,41 @@ def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -
 
 def to_markdown(summary: Mapping[str, Any], ks: Sequence[int] = KS) -> str:
     """One table per level and metric: systems by k (all questions), then per category at k=5 and 10."""
-    lines = [f"# Memory benchmark ({summary['settings']['scoring']}, indexed by {summary['settings']['granularity']})",
-             "", f"settings: `{json.dumps(summary['settings'])}`", f"seconds: `{json.dumps(summary['seconds'])}`", ""]
+    lines = [
+        f"# Memory benchmark ({summary['settings']['scoring']}, indexed by {summary['settings']['granularity']})",
+        "",
+        f"settings: `{json.dumps(summary['settings'])}`",
+        f"seconds: `{json.dumps(summary['seconds'])}`",
+        "",
+    ]
     for level, table in summary["levels"].items():
         systems = list(table)
         names = sorted({key.split("@")[0] for key in table[systems[0]]})
         for name in names:
-            lines += [f"## {level} level, {name}", "", "| system | " + " | ".join(f"@{k}" for k in ks) + " | n |",
-                      "|---|" + "---|" * (len(ks) + 1)]
+            lines += [
+                f"## {level} level, {name}",
+                "",
+                "| system | " + " | ".join(f"@{k}" for k in ks) + " | n |",
+                "|---|" + "---|" * (len(ks) + 1),
+            ]
             for system in systems:
                 cells = [100 * table[system][f"{name}@{k}"][ALL]["mean"] for k in ks]
                 n = table[system][f"{name}@{ks[0]}"][ALL]["n"]
                 lines.append(f"| {system} | " + " | ".join(f"{c:.1f}" for c in cells) + f" | {n} |")
             categories = [c for c in table[systems[0]][f"{name}@{ks[0]}"] if c != ALL]
-            lines += ["", f"per category, {name}@5 / @10 (n):", "",
-                      "| category | n | " + " | ".join(systems) + " |", "|---|---|" + "---|" * len(systems)]
+            lines += [
+                "",
+                f"per category, {name}@5 / @10 (n):",
+                "",
+                "| category | n | " + " | ".join(systems) + " |",
+                "|---|---|" + "---|" * len(systems),
+            ]
             for cat in categories:
                 n = table[systems[0]][f"{name}@{ks[0]}"][cat]["n"]
-                cells = [f"{100 * table[s][f'{name}@5'][cat]['mean']:.1f} / {100 * table[s][f'{name}@10'][cat]['mean']:.1f}"
-                         for s in systems]
+                cells = [
+                    f"{100 * table[s][f'{name}@5'][cat]['mean']:.1f} / {100 * table[s][f'{name}@10'][cat]['mean']:.1f}"
+                    for s in systems
+                ]
                 lines.append(f"| {cat} | {n} | " + " | ".join(cells) + " |")
             lines.append("")
     return "\n".join(lines) + "\n"

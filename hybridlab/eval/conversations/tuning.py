@@ -3,6 +3,7 @@
 Every setting of a grid is run once over all haystacks; for each held-out haystack the setting with
 the best mean on the other haystacks (ties: the first in grid order, the defaults first) is chosen
 and its scores on the held-out haystack are kept: the out-of-fold figure nothing was chosen on."""
+
 from __future__ import annotations
 
 import itertools
@@ -41,19 +42,35 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
 def per_question(result, k: int, metric: str = "recall") -> dict[str, float]:
     """Evidence recall@k (fractional; or `recall_any`) of every question with evidence (the hybrid system)."""
     level = result.settings.granularity
-    return {qid: metrics.METRICS[metric](result.rankings["hybrid"][qid], relevant_ids(result, qid, level), k)
-            for qid, question in result.questions.items() if relevant_ids(result, qid, level)}
+    return {
+        qid: metrics.METRICS[metric](result.rankings["hybrid"][qid], relevant_ids(result, qid, level), k)
+        for qid, question in result.questions.items()
+        if relevant_ids(result, qid, level)
+    }
 
 
-def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, settings_grid: Sequence[dict[str, Any]],
-                   work: str | Path, *, k: int = 5, progress: bool = True) -> dict[str, Any]:
+def cross_validate(
+    haystacks: Sequence[Haystack],
+    settings: BenchSettings,
+    settings_grid: Sequence[dict[str, Any]],
+    work: str | Path,
+    *,
+    k: int = 5,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Leave-one-haystack-out: the out-of-fold recall@k (and @10), the setting each fold chose."""
     owner = {q.question_id: h.haystack_id for h in haystacks for q in h.questions}
     scores: list[dict[int, dict[str, float]]] = []
     for setting in settings_grid:
-        run = run_haystacks(haystacks, replace(settings, systems=("hybrid",), options={**settings.options, **setting}),
-                            work, progress=progress)
-        scores.append({kk: per_question(run, kk) for kk in (k, 10)} | {"any": per_question(run, k, "recall_any")})
+        run = run_haystacks(
+            haystacks,
+            replace(settings, systems=("hybrid",), options={**settings.options, **setting}),
+            work,
+            progress=progress,
+        )
+        scores.append(
+            {kk: per_question(run, kk) for kk in (k, 10)} | {"any": per_question(run, k, "recall_any")}
+        )
     folds = []
     out_of_fold: dict[int | str, list[float]] = {k: [], 10: [], "any": []}
     for haystack in haystacks:
@@ -66,13 +83,20 @@ def cross_validate(haystacks: Sequence[Haystack], settings: BenchSettings, setti
         best = max(range(len(settings_grid)), key=lambda i: (tuning_mean(i), -i))
         for kk in (k, 10, "any"):
             out_of_fold[kk] += [v for qid, v in scores[best][kk].items() if owner[qid] == held]
-        folds.append({"held_out": held, "chosen": settings_grid[best], "tuning_recall": round(tuning_mean(best), 4)})
+        folds.append(
+            {"held_out": held, "chosen": settings_grid[best], "tuning_recall": round(tuning_mean(best), 4)}
+        )
     in_sample = [sum(s[k].values()) / len(s[k]) for s in scores]
     in_sample_any = [sum(s["any"].values()) / len(s["any"]) for s in scores]
-    return {"k": k, "grid": list(settings_grid), "folds": folds,
-            f"out_of_fold_recall@{k}": sum(out_of_fold[k]) / len(out_of_fold[k]),
-            "out_of_fold_recall@10": sum(out_of_fold[10]) / len(out_of_fold[10]),
-            f"out_of_fold_recall_any@{k}": sum(out_of_fold["any"]) / len(out_of_fold["any"]), "n": len(out_of_fold[k]),
-            "in_sample_recall_by_setting": [round(v, 4) for v in in_sample],
-            "in_sample_recall_any_by_setting": [round(v, 4) for v in in_sample_any],
-            "defaults_recall": round(in_sample[0], 4)}
+    return {
+        "k": k,
+        "grid": list(settings_grid),
+        "folds": folds,
+        f"out_of_fold_recall@{k}": sum(out_of_fold[k]) / len(out_of_fold[k]),
+        "out_of_fold_recall@10": sum(out_of_fold[10]) / len(out_of_fold[10]),
+        f"out_of_fold_recall_any@{k}": sum(out_of_fold["any"]) / len(out_of_fold["any"]),
+        "n": len(out_of_fold[k]),
+        "in_sample_recall_by_setting": [round(v, 4) for v in in_sample],
+        "in_sample_recall_any_by_setting": [round(v, 4) for v in in_sample_any],
+        "defaults_recall": round(in_sample[0], 4),
+    }

@@ -1,5 +1,6 @@
 """`hybridlab membench` end to end on tiny files in each format: indexes per haystack, the papers'
 metrics with n, TREC runs that `eval --run` scores, and the MCP run equal to the lab's."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,22 @@ def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capfd):
     # capfd, not capsys: this test is where the MCP client is first imported, and its stdio client binds
     # the sys.stderr of that moment as its default errlog (a capsys stream has no fileno for subprocesses)
     out = tmp_path / "out"
-    assert main(["membench", "locomo", str(locomo_file), "--out", str(out), "--work", str(tmp_path / "work"),
-                 "--via-mcp", "-q"]) == 0
+    assert (
+        main(
+            [
+                "membench",
+                "locomo",
+                str(locomo_file),
+                "--out",
+                str(out),
+                "--work",
+                str(tmp_path / "work"),
+                "--via-mcp",
+                "-q",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     turn = summary["turn"]["levels"]["turn"]
     # 8 questions with evidence (the evidence-less one is left out), per category with n
@@ -30,26 +45,77 @@ def test_locomo_end_to_end_with_the_mcp_run(locomo_file, tmp_path, capfd):
     assert abs(summary["session-mcp"]["difference_recall@5"]) <= 0.005
     # the TREC files are what `eval --run` reads
     capfd.readouterr()
-    assert main(["eval", "--run", str(out / 'turn' / 'hybrid-turn.trec'),
-                 "--run", str(out / 'turn' / 'bm25-turn.trec'), "--qrels", str(out / "turn" / "qrels-turn.txt")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--run",
+                str(out / "turn" / "hybrid-turn.trec"),
+                "--run",
+                str(out / "turn" / "bm25-turn.trec"),
+                "--qrels",
+                str(out / "turn" / "qrels-turn.txt"),
+            ]
+        )
+        == 0
+    )
     assert "hybrid-turn" in capfd.readouterr().out
     # a turn run mapped to sessions scores as the summary's session level, and fuses with the session run
     mapped = out / "turn" / "hybrid-turn-as-sessions.trec"
-    assert main(["eval", "--run", str(mapped), "--qrels", str(out / "turn" / "qrels-session.txt"),
-                 "--metrics", "recall@5,hit_rate@5", "--json"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--run",
+                str(mapped),
+                "--qrels",
+                str(out / "turn" / "qrels-session.txt"),
+                "--metrics",
+                "recall@5,hit_rate@5",
+                "--json",
+            ]
+        )
+        == 0
+    )
     scored = json.loads(capfd.readouterr().out)
     assert scored["scores"]["hybrid-turn-as-sessions"]["recall@5"]["mean"] == pytest.approx(
-        summary["turn"]["levels"]["session"]["hybrid"]["recall@5"]["all"]["mean"], abs=1e-4)
+        summary["turn"]["levels"]["session"]["hybrid"]["recall@5"]["all"]["mean"], abs=1e-4
+    )
     fused = tmp_path / "fused.trec"
-    assert main(["fuse", str(out / "session" / "hybrid-session.trec"), str(mapped), "--method", "rrf",
-                 "--out", str(fused)]) == 0
+    assert (
+        main(
+            [
+                "fuse",
+                str(out / "session" / "hybrid-session.trec"),
+                str(mapped),
+                "--method",
+                "rrf",
+                "--out",
+                str(fused),
+            ]
+        )
+        == 0
+    )
     assert fused.read_text().strip()
 
 
 def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
     out = tmp_path / "out"
-    assert main(["membench", "longmemeval", str(longmemeval_file), "--out", str(out), "--work", str(tmp_path / "w"),
-                 "-q"]) == 0
+    assert (
+        main(
+            [
+                "membench",
+                "longmemeval",
+                str(longmemeval_file),
+                "--out",
+                str(out),
+                "--work",
+                str(tmp_path / "w"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     turn = summary["turn"]["levels"]
     # the abstention question is left out: one question scored, found at rank 1 by every system
@@ -63,8 +129,25 @@ def test_longmemeval_end_to_end(longmemeval_file, tmp_path):
 
 def test_leave_one_conversation_out(locomo_file, tmp_path, capfd):
     out = tmp_path / "cv"
-    assert main(["membench", "locomo", str(locomo_file), "--out", str(out), "--work", str(tmp_path / "w"), "-q",
-                 "--cv", "alpha=0.5,0.9", "--cv", "recency_weight=0.2,0"]) == 0
+    assert (
+        main(
+            [
+                "membench",
+                "locomo",
+                str(locomo_file),
+                "--out",
+                str(out),
+                "--work",
+                str(tmp_path / "w"),
+                "-q",
+                "--cv",
+                "alpha=0.5,0.9",
+                "--cv",
+                "recency_weight=0.2,0",
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "cv-turn.json").read_text())
     assert len(result["grid"]) == 4 and result["grid"][0] == {"alpha": 0.5, "recency_weight": 0.2}
     assert [fold["held_out"] for fold in result["folds"]] == ["conv-1", "conv-2"]

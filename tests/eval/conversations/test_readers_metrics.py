@@ -1,4 +1,5 @@
 """The benchmark readers on files in the published formats, and the metrics against hand-worked values."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,12 @@ def test_locomo_bad_file_names_the_field(tmp_path):
 def test_longmemeval_reads_user_turns_evidence_and_abstention(longmemeval_file):
     haystacks = read_longmemeval(longmemeval_file)
     first, second = haystacks
-    assert [t.turn_id for t in first.turns] == ["sharegpt_a_0_1", "ultrachat_b_1_1", "answer_x_1_1", "answer_x_1_3"]
+    assert [t.turn_id for t in first.turns] == [
+        "sharegpt_a_0_1",
+        "ultrachat_b_1_1",
+        "answer_x_1_1",
+        "answer_x_1_3",
+    ]
     question = first.questions[0]
     assert question.evidence_turns == ("answer_x_1_1",) and question.evidence_sessions == ("answer_x_1",)
     assert question.date.isoformat() == "2023-06-01T10:00:00+00:00" and not question.abstention
@@ -64,7 +70,9 @@ def test_metrics_by_hand():
     ranked = ["a", "b", "c", "d"]
     assert metrics.fractional_recall(ranked, ["b", "z"], 2) == 0.5
     assert metrics.recall_any(ranked, ["d"], 3) == 0.0 and metrics.recall_any(ranked, ["d", "a"], 3) == 1.0
-    assert metrics.recall_all(ranked, ["a", "c"], 3) == 1.0 and metrics.recall_all(ranked, ["a", "d"], 3) == 0.0
+    assert (
+        metrics.recall_all(ranked, ["a", "c"], 3) == 1.0 and metrics.recall_all(ranked, ["a", "d"], 3) == 0.0
+    )
     # relevant at ranks 2 and 4 of 2 relevant: (1/log2(3) + 1/log2(5)) / (1 + 1/log2(3))
     expected = (1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3))
     assert metrics.ndcg_any(ranked, ["b", "d"], 4) == pytest.approx(expected)
