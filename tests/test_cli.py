@@ -447,3 +447,20 @@ def test_bm25s_logger_follows_the_application_logging_configuration():
 
     SparseIndex.build(["tunnel server config", "staging server deploy"], np.array([1, 2]), Bm25Config())
     assert logging.getLogger("bm25s").getEffectiveLevel() == logging.getLogger().getEffectiveLevel()
+
+
+def test_eval_metrics_option_scores_the_named_metrics_and_refuses_unknown_ones(capsys, tmp_path):
+    from hybridlab.cli import main
+
+    run, qrels = tmp_path / "a.trec", tmp_path / "qrels.txt"
+    run.write_text("q1 Q0 d1 1 2.0 a\nq1 Q0 d2 2 1.0 a\nq2 Q0 d3 1 1.0 a\n")
+    qrels.write_text("q1 0 d2 1\nq2 0 d9 1\n")
+    assert (
+        main(["eval", "--run", str(run), "--qrels", str(qrels), "--metrics", "recall@1,hit_rate@2", "--json"])
+        == 0
+    )
+    scores = json.loads(capsys.readouterr().out)["scores"]["a"]
+    assert scores["recall@1"]["mean"] == 0.0 and scores["hit_rate@2"]["mean"] == 0.5
+    with pytest.raises(SystemExit):
+        main(["eval", "--run", str(run), "--qrels", str(qrels), "--metrics", "recal@5"])
+    assert "unknown metric" in capsys.readouterr().err
