@@ -26,11 +26,12 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/hybridlab demo
 
-# lint (ruff), format (ruff format), the layer, no-cycle and no-bench contracts in pyproject.toml
-# (import-linter), then every test (bench/tests too)
+# lint (ruff), format (ruff format), types (mypy, [tool.mypy] in pyproject.toml), the layer, no-cycle
+# and no-bench contracts in pyproject.toml (import-linter), then every test (bench/tests too)
 test: setup
 	$(BIN)/ruff check hybridlab tests bench
 	$(BIN)/ruff format --check hybridlab tests bench
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests bench/tests -q --durations=20
 
@@ -83,6 +84,7 @@ soak: setup
 lint: setup
 	$(BIN)/ruff check hybridlab tests bench
 	$(BIN)/ruff format --check hybridlab tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf .hybridlab .cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from hybridlab.eval.evalsets import get_evalset
 from hybridlab.eval.evaluate import compare, make_run
@@ -52,7 +53,11 @@ def run_demo(args: argparse.Namespace) -> int:
         return 0
     dataset = evalset.dataset()
     print(f"\n== evaluation on {len(dataset.queries)} judged queries (document level, ranx)")
-    systems = {"bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}, "hybrid (default)": {}}
+    systems: dict[str, dict[str, Any]] = {
+        "bm25": {"mode": "bm25"},
+        "vector": {"mode": "vector"},
+        "hybrid (default)": {},
+    }
     runs = {name: make_run(index, dataset.queries, now=now, **options) for name, options in systems.items()}
     order = ["hybrid (default)", "bm25", "vector"]
     comparison = compare(dataset.qrels, {name: runs[name] for name in order})

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["exclusive_lock", "flock_waiting", "lock_if_possible"]
 
@@ -38,7 +38,7 @@ def flock_waiting(fd: int, operation: int, timeout: float | None) -> None:
     helper_fd = os.dup(fd)
     acquired = threading.Event()
     decided = threading.Lock()
-    state = {"abandoned": False, "error": None}
+    state: dict[str, Any] = {"abandoned": False, "error": None}
 
     def wait() -> None:
         try:

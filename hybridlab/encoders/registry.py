@@ -481,7 +481,7 @@ def encoder_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) ->
     return differing
 
 
-def check_query_encoder(name: str, recorded: dict[str, Any]) -> None:
+def check_query_encoder(name: str, recorded: Mapping[str, Any]) -> None:
     """Refuse (ValueError naming both) to embed queries for vectors made by the encoder `recorded`
     (a manifest's record) when model `name`'s encoder now differs from it in a `COMPATIBLE_KEYS` field."""
     current = encoder_record(name, recorded.get("settings") or {})

@@ -88,7 +88,7 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
         return qrels
     if path.is_dir():
         path = find_file(path, f"qrels-{split}.tsv", f"qrels/{split}.tsv")
-    qrels: Qrels = {}
+    qrels = {}
     with _open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             parts = line.rstrip("\n").split("\t") if "\t" in line else line.split()
@@ -156,9 +156,9 @@ def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: P
         raise ValueError(f"unknown split {split!r}; choose from {splits}")
     file_split = "train" if official and split in {"train", "dev"} else "test"
     qrels = load_qrels(folder, file_split)
-    queries = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}
+    texts = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}
     dataset = Dataset(
-        str(folder) if is_irds(folder) else folder.name, folder, queries, {qid: qrels[qid] for qid in queries}
+        str(folder) if is_irds(folder) else folder.name, folder, texts, {qid: qrels[qid] for qid in texts}
     )
     return dataset if official else dataset.split(split)
 

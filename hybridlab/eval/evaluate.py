@@ -55,7 +55,9 @@ def doc_key(doc_id: str) -> str:
     return hashlib.sha1(doc_id.encode("utf-8")).hexdigest()[:DOC_KEY_WIDTH]
 
 
-def _ranx(qrels: Qrels, run: Run, name: str | None = None):
+def _ranx(
+    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], name: str | None = None
+):
     from ranx import Qrels as RanxQrels
     from ranx import Run as RanxRun
 
@@ -65,7 +67,11 @@ def _ranx(qrels: Qrels, run: Run, name: str | None = None):
     return RanxQrels(keyed_qrels), RanxRun(keyed_run, name=name)
 
 
-def score(qrels: Qrels, run: Run, metrics: Sequence[str] = METRICS) -> dict[str, float]:
+def score(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    metrics: Sequence[str] = METRICS,
+) -> dict[str, float]:
     """Mean of each metric over the queries of `qrels` (a query missing from the run scores 0)."""
     from ranx import evaluate
 
@@ -76,7 +82,11 @@ def score(qrels: Qrels, run: Run, metrics: Sequence[str] = METRICS) -> dict[str,
     return {metric: float(value) for metric, value in result.items()}
 
 
-def score_per_query(qrels: Qrels, run: Run, metrics: Sequence[str] = METRICS) -> dict[str, dict[str, float]]:
+def score_per_query(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    metrics: Sequence[str] = METRICS,
+) -> dict[str, dict[str, float]]:
     """`{metric: {qid: value}}`, so reports can show wins and losses per query."""
     from ranx import evaluate
 

@@ -7,7 +7,7 @@ import functools
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from hybridlab.config import IndexConfig
 from hybridlab.encoders import registry
 from hybridlab.index import layout
 from hybridlab.index.dense import DenseIndex
-from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
+from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.manifest import SegmentModel
 from hybridlab.index.report import IndexReport
@@ -37,13 +37,13 @@ def document_batch_size(config: IndexConfig, encoder: Any) -> int:
 
 def embed_missing(
     con,
-    cache: EmbeddingCache,
+    cache: EmbeddingCache | VectorBuffer,
     models: Sequence[str],
     report: IndexReport,
     config: IndexConfig,
     known_dims: dict[str, int],
     progress: bool,
-    known_encoders: dict[str, dict[str, Any]] | None = None,
+    known_encoders: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Embed every assigned chunk text not yet in the cache; returns each model's dimension.
     `known_encoders`: the encoder records of the current manifest; a model whose encoder no longer
@@ -135,7 +135,7 @@ def _streamed_texts(con, ids: np.ndarray) -> Iterable[str]:
 VectorSource = Callable[[str, dict[str, np.ndarray], int], np.ndarray]
 
 
-def cache_vectors(cache: EmbeddingCache) -> VectorSource:
+def cache_vectors(cache: EmbeddingCache | VectorBuffer) -> VectorSource:
     """Vectors of (model, chunk_vectors rows, dim) from the embeddings cache (under `cache_model`'s key)."""
 
     def vectors(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:

@@ -495,17 +495,22 @@ def _next_segments(
     """The new generation's segments: the built one alone (`full`), else the live ones with this
     write's deletions tombstoned where they are, then the built one (if any)."""
     if plan.full:
+        # a full write always builds a segment
+        assert built.counts is not None and built.faiss_files is not None
         return [new_segment(name, built.counts, built.faiss_files, tmp)]
     entries = list(plan.entries)
     by_segment: dict[int, list[str]] = {}
     for doc_id in plan.to_delete:
         by_segment.setdefault(plan.existing[doc_id][2], []).append(doc_id)
     for i, doc_ids in by_segment.items():
+        assert plan.manifest is not None  # documents to delete are in the live manifest's segments
         tombstoned = dataclasses.replace(entries[i], deleted=tuple(sorted({*entries[i].deleted, *doc_ids})))
         entries[i] = with_live_counts(plan.request.index_dir, plan.manifest, tombstoned)
     # vectors of the kept segments are reused as they are: counted with the cache hits
     report.cache_hits += sum(sum(entry.vectors.values()) for entry in entries)
     if built.to_insert:
+        # documents to insert: a segment was built
+        assert built.counts is not None and built.faiss_files is not None
         entries.append(new_segment(name, built.counts, built.faiss_files, tmp))
     return entries
 

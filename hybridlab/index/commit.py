@@ -84,8 +84,9 @@ def _with_segments(
     models: dict[str, ModelRecord] = {}
     for model, dim in dims.items():
         graph = graphs.get(model)
-        for file in (graph.file, graph.reserve) if graph is not None else ():
-            files[f"{graph.folder}/{file}"] = new_files[graph.folder][f"{graph.folder}/{file}"]
+        if graph is not None:
+            for file in (graph.file, graph.reserve):
+                files[f"{graph.folder}/{file}"] = new_files[graph.folder][f"{graph.folder}/{file}"]
         models[model] = ModelRecord(
             dim=dim,
             vectors=sum(entry.vectors.get(model, 0) for entry in entries),

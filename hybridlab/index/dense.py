@@ -7,8 +7,12 @@ import hashlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import faiss
 
 # the cost rule these bounds follow, as measured: docs/internals/index.md#dense
 GATHER_SHARE = 1 / 32  # at most this share of the vectors allowed: gather them and score exactly
@@ -90,8 +94,8 @@ class _Subset:
     ids: np.ndarray
     plan: str
     bitmap: np.ndarray | None = None  # kept alive: the selector points into it
-    selector: object | None = None  # faiss.IDSelectorBitmap over `bitmap`, kept alive for `params`
-    params: object | None = None  # faiss.SearchParameters(sel=selector)
+    selector: Any = None  # faiss.IDSelectorBitmap over `bitmap`, kept alive for `params`
+    params: faiss.SearchParameters | None = None  # faiss.SearchParameters(sel=selector)
     matrix: np.ndarray | None = None
     uses: int = field(default=0)
 
@@ -100,6 +104,10 @@ class _ById:
     """Rows and exact scores by chunk id, for an index with ascending `ids` and `take(rows)`."""
 
     ids: np.ndarray
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of the given rows (each subclass has its own)."""
+        raise NotImplementedError
 
     def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Rows of the given chunk ids that this model has vectors for (others are dropped)."""
@@ -254,7 +262,8 @@ class DenseIndex(_ById):
                     subset.selector = faiss.IDSelectorBitmap(
                         len(subset.bitmap), faiss.swig_ptr(subset.bitmap)
                     )
-                    subset.params = faiss.SearchParameters(sel=subset.selector)
+                    # faiss's kwargs constructor (it keeps `sel` referenced); the stubs declare no arguments
+                    subset.params = faiss.SearchParameters(sel=subset.selector)  # type: ignore[call-arg]
                 self._subset = subset
             elif subset.matrix is None and len(subset.rows) * self.dim * 4 <= SUBSET_CACHE_BYTES:
                 subset.matrix = np.ascontiguousarray(self._vectors_locked()[subset.rows])
@@ -287,6 +296,7 @@ class DenseIndex(_ById):
             return top_exact(subset.ids, self.vectors[subset.rows] @ query[0], depth)
         if subset.plan == "full":
             return top_exact(subset.ids, (self.vectors @ query[0])[subset.rows], depth)
+        assert self._flat is not None  # the "bitmap" plan is chosen only with flat storage
         distances, rows = self._flat.search(query, min(depth, len(subset.rows)), params=subset.params)
         keep = rows[0] >= 0
         return self.ids[rows[0][keep]], distances[0][keep]
@@ -390,7 +400,8 @@ class SegmentedDense(_ById):
         out = np.empty(self._physical_starts[-1], dtype=np.float32)
         for part_vectors, start, end in zip(vectors, self._physical_starts[:-1], self._physical_starts[1:]):
             if end > start:
-                faiss.fvec_inner_products_ny(
+                # in faiss's SWIG module, missing from its stubs
+                faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]
                     faiss.swig_ptr(out[start:end]),
                     faiss.swig_ptr(query),
                     faiss.swig_ptr(part_vectors),

@@ -126,6 +126,7 @@ class EmbeddingCache:
         (imported vectors: the file wins) overwritten."""
         if not len(hashes):
             return
+        assert self.con is not None  # a writable cache has its connection until closed
         import pandas as pd
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)

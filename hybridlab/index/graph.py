@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -129,11 +129,13 @@ def _neighbour_search(
     import faiss
 
     n = len(vectors)
+    index: faiss.Index
     if n <= EXACT_GRAPH_MAX:
         index = faiss.IndexFlatIP(vectors.shape[1])
     else:
-        index = faiss.IndexHNSWFlat(vectors.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efSearch = max(64, 2 * k)
+        hnsw = faiss.IndexHNSWFlat(vectors.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efSearch = max(64, 2 * k)
+        index = hnsw
     index.add(vectors)
     width = min(k + 1, n)
     from tqdm.auto import tqdm
@@ -482,8 +484,14 @@ def load_graph(path: Path, n_vectors: int) -> np.ndarray:
     return _load_rows(path, n_vectors, "corpus graph", -1)
 
 
+class RowVectors(Protocol):
+    """Anything that gives the vectors of rows as `vectors[rows]` (a matrix, or a lookup by row)."""
+
+    def __getitem__(self, rows: np.ndarray, /) -> np.ndarray: ...
+
+
 def expand_by_graph(
-    vectors: np.ndarray,
+    vectors: np.ndarray | RowVectors,
     graph: np.ndarray,
     query: np.ndarray,
     rows: np.ndarray,

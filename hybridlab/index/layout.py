@@ -348,7 +348,7 @@ def remove_stale(
             except OSError:
                 shutil.rmtree(path, ignore_errors=True)
             removed.append(name)
-        numbers = {int(GENERATION.match(name).group(1)) for name in commits if GENERATION.match(name)}
+        numbers = {int(match.group(1)) for name in commits if (match := GENERATION.match(name))}
         for name in os.listdir(index_dir) if free else ():
             number = wal_generation(name)
             if number is not None and number not in numbers:  # the log of a generation no longer kept
@@ -513,6 +513,7 @@ class WriterLock:
 
     def __exit__(self, *exc_info: object) -> None:
         if self.handle is not None:
+            assert self._held is not None  # set together with the handle
             self.handle.seek(0)
             self.handle.truncate()
             self._held.close()

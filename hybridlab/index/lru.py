@@ -28,8 +28,9 @@ class LruCache(Generic[K, V]):
 
     def get(self, key: K, default: V | None = None) -> V | None:
         with self._lock:
-            value = self._items.get(key, _MISSING)
-            if value is _MISSING:
+            try:
+                value = self._items[key]
+            except KeyError:
                 return default
             self._items.move_to_end(key)
             return value

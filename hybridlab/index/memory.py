@@ -335,7 +335,7 @@ class MemoryWriter:
         started = time.perf_counter()
         with self._commit_lock:
             self._commit()  # stores queued before this call stay ordered before it
-            logged = self._append_tombstones(ids) if self.wal_records else None
+            logged: tuple[int, int | None] | None = self._append_tombstones(ids) if self.wal_records else None
             if logged is None:
                 report = self._waiting(
                     lambda: apply_changes(

@@ -444,9 +444,8 @@ def sync_generation(
     collection = collection or collection_name(generation)
     marker = mirror_marker(client, collection)
     if idf_modifier is None:
-        mode = (
-            (marker or {}).get("sparse") if (marker or {}).get("sparse") in SPARSE_MODES else DEFAULT_SPARSE
-        )
+        recorded = (marker or {}).get("sparse")
+        mode = recorded if isinstance(recorded, str) and recorded in SPARSE_MODES else DEFAULT_SPARSE
     else:
         mode = "idf" if idf_modifier else "folded"
     _check_mode(generation, mode)
@@ -470,6 +469,7 @@ def sync_generation(
 
     if reason is not None:
         return full(reason)
+    assert marker is not None  # `_incompatibility` finds none only with a marker
     held, points_of = _collection_documents(client, collection)
     wanted = _document_hashes(generation)
     rows_of: dict[str, list[int]] = {}

@@ -211,7 +211,7 @@ RETIRED_WAIT_SECONDS = 60.0
 
 
 def read_generation(
-    index_dir: str | Path, *, check: bool = True, cache: SegmentCache | None = None
+    index_dir: str | os.PathLike, *, check: bool = True, cache: SegmentCache | None = None
 ) -> Generation:
     """Open the live generation of `index_dir` (checksums checked; with `check`, also that DuckDB,
     BM25 and FAISS agree). CorruptIndexError names the damaged file and the repair command. With a
@@ -255,7 +255,7 @@ def _read_generation(
     keys = [_segment_key(manifest, entry.name) for entry in entries]
     cache = SegmentCache() if cache is None else cache  # a fresh one: every segment loaded
     segments = [
-        cache.get_or_load(key, lambda entry=entry: _load_segment(index_dir, manifest, entry))
+        cache.get_or_load(key, functools.partial(_load_segment, index_dir, manifest, entry))
         for entry, key in zip(entries, keys)
     ]
     cache.keep(set(keys))
@@ -571,7 +571,11 @@ def _combine(
     tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
     tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
     sparse = SparseIndex(
-        [s.postings for s in segments], live, chunk_ids, segments[0].tokenizer, groups=cache.postings
+        [s.postings for s in segments],
+        live,
+        chunk_ids,
+        segments[0].tokenizer,
+        groups=cache.postings if cache is not None else None,
     )
     dense: dict[str, DenseIndex | SegmentedDense] = {}
     graphs: dict[str, np.ndarray] = {}

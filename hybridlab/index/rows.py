@@ -155,7 +155,7 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
             docs[key].append(value)
         for chunk in chunk_document(document, config):
             text = indexed_text(chunk, document, config.chunk)
-            for key, value in (
+            for column, cell in (
                 ("chunk_id", next_id),
                 ("doc_id", document.doc_id),
                 ("chunk_index", chunk.chunk_index),
@@ -168,7 +168,7 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
                 ("embed_text", text),
                 ("embed_sha256", text_sha256(text)),
             ):
-                chunks[key].append(value)
+                chunks[column].append(cell)
             for tag in document.tags:
                 tags["chunk_id"].append(next_id)
                 tags["doc_id"].append(document.doc_id)
@@ -193,8 +193,8 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
         for column in ("created_at", "updated_at"):
             frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
         with store.registered(con, "incoming_docs", frame):
-            columns = ", ".join(docs)
-            con.execute(f"INSERT INTO documents ({columns}) SELECT {columns} FROM incoming_docs")
+            names = ", ".join(docs)
+            con.execute(f"INSERT INTO documents ({names}) SELECT {names} FROM incoming_docs")
     store.insert_rows(con, "chunks", chunks)
     store.insert_rows(con, "tags", tags)
     return next_id, len(chunks["chunk_id"])

@@ -546,6 +546,7 @@ class SparseIndex:
 
     def _terms_of(self, term_ids: Sequence[int]) -> list[str]:
         _ = self.vocab  # builds `_terms`
+        assert self._terms is not None
         return [self._terms[i] for i in term_ids]
 
     def scores(self, term_ids: list[int]) -> np.ndarray:
@@ -567,6 +568,7 @@ class SparseIndex:
             df = sum(len(found) for found, _, _ in column)
             idf = np.float32(IDF[self.method](df, self.n_live)) if df else np.float32(0)
             for found, tf, lengths in column:
+                assert lengths is not None  # `_live_column` with its lengths
                 rows.append(found)
                 terms.append(np.full(len(found), term_id, dtype=np.int64))
                 values.append(

@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from hybridlab.errors import StoreError, StoreLockedError
 
@@ -79,6 +79,12 @@ def create_schema(con) -> None:
     con.execute(SCHEMA)
 
 
+@overload
+def get_meta(con, key: str) -> str | None: ...
+@overload
+def get_meta(con, key: str, default: str) -> str: ...
+@overload
+def get_meta(con, key: str, default: str | None) -> str | None: ...
 def get_meta(con, key: str, default: str | None = None) -> str | None:
     rows = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()  # fetchall: no open result
     return rows[0][0] if rows else default
@@ -170,7 +176,7 @@ def chunk_ids(con) -> list[int]:
 TABLES = ("documents", "chunks", "tags", "chunk_vectors")
 
 
-def quote_path(path: Path) -> str:
+def quote_path(path: str | Path) -> str:
     """`path` as a SQL string literal."""
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -383,7 +389,7 @@ def connect_segments(
                     "run `hybridlab verify --repair --index DIR`"
                 ) from None
         con.execute("CREATE TABLE deleted_docs (segment INTEGER, doc_id VARCHAR)")
-        rows = {
+        rows: dict[str, list] = {
             "segment": [i for i, ids in enumerate(deleted) for _ in ids],
             "doc_id": [doc_id for ids in deleted for doc_id in ids],
         }

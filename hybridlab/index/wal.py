@@ -50,7 +50,10 @@ class WalRecord:
 
     @property
     def doc_id(self) -> str:
-        return self.deleted if self.document is None else self.document.doc_id
+        if self.document is not None:
+            return self.document.doc_id
+        assert self.deleted is not None  # a tombstone (the only record without a document) names its id
+        return self.deleted
 
 
 def tombstone(doc_id: str) -> WalRecord:
@@ -156,7 +159,7 @@ class WalContents:
     @property
     def deleted(self) -> set[str]:
         """The ids whose last record is a tombstone."""
-        return {record.deleted for record in self.latest if record.document is None}
+        return {record.doc_id for record in self.latest if record.document is None}
 
 
 def latest_records(records: Sequence[WalRecord]) -> tuple[WalRecord, ...]:
@@ -364,7 +367,8 @@ def logged_rows(
     con = store.ScratchConnection()
     try:
         store.create_schema(con)
-        insert_documents(con, [record.document for record in records], config, next_chunk_id)
+        documents = [record.document for record in records if record.document is not None]
+        insert_documents(con, documents, config, next_chunk_id)
         assign_vectors(con, config)
         ids = (
             con.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")

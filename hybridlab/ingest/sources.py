@@ -362,7 +362,7 @@ def iter_beir(folder: Path) -> Iterator[Document]:
         if not isinstance(text, str):
             raise ValueError(f"{path}:{line_number}: field 'text' must be a string")  # noqa: TRY004
         title = str(obj.get("title") or "")
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        metadata = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         yield Document(
             str(obj["_id"]), source, folder.name, title, text, "beir", None, None, metadata, (), "text"
         )

@@ -46,10 +46,12 @@ QUERY_CACHE_SIZE = 4096
 
 def resolve_now(now: str | datetime | None) -> datetime:
     """Reference time for recency: argument > `HYBRIDLAB_NOW` > the clock."""
-    if now is not None:
-        return parse_when(now, "now")
+    given = parse_when(now, "now")  # None also for "": not given, as an empty HYBRIDLAB_NOW
+    if given is not None:
+        return given
     env = os.environ.get("HYBRIDLAB_NOW")
-    return parse_when(env, "HYBRIDLAB_NOW") if env else datetime.now(UTC)
+    from_env = parse_when(env, "HYBRIDLAB_NOW") if env else None  # never None for a non-empty value
+    return from_env if from_env is not None else datetime.now(UTC)
 
 
 def _tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:

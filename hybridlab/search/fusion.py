@@ -4,8 +4,8 @@ See docs/internals/search.md#fusion."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "FUSERS",
@@ -20,7 +20,15 @@ __all__ = [
     "rrf",
 ]
 
-K = TypeVar("K", bound=Hashable)
+
+class _Id(Protocol):
+    """An item id: hashable (a dict key) and ordered (ties are broken by ascending id)."""
+
+    def __hash__(self) -> int: ...
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+K = TypeVar("K", bound=_Id)
 
 #: Lowest score each retriever can produce (cosine similarity, BM25, tag overlap); used by
 #: theoretical-min-max normalisation (Bruch et al. 2023).
@@ -215,7 +223,7 @@ def convex(
     """
     active = _active_runs(runs, weights, rrf_k, normalization)
     normalizer = NORMALIZERS[normalization]
-    parts = []
+    parts: list[tuple[Mapping[K, float], float]] = []
     for name, run, weight in active:
         floor = None
         if normalization == "theoretical-min-max":

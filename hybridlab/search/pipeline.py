@@ -93,6 +93,12 @@ class Request:
     dates: QueryDates | None = None  # the time the query's words name (search/query_dates.py)
 
 
+def _dense_query(request: Request) -> tuple[str, np.ndarray]:
+    """The dense model and query vector of a request with a dense signal (set together)."""
+    assert request.model is not None and request.vector is not None
+    return request.model, request.vector
+
+
 @dataclass(frozen=True, eq=False)
 class Retrieval:
     """Ranked hits (not yet grouped or cut to `limit`), each retriever's run, and how they were found."""
@@ -174,6 +180,7 @@ def settings(
         memory_share=snapshot.generation.memory_share,
     )
     config = resolve_auto(config, snapshot.n_chunks)
+    assert config.alpha is not None  # `resolve_search_config` fills an unset alpha (adaptive)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)
     model = choose_model(snapshot, config_file, embedding_model, language) if needs_dense else None
@@ -275,8 +282,9 @@ def staged_dense_run(
     """Exact dense scores of the staged candidates, grown along the corpus graph by `expand_hops`
     hops from the `expand_seeds` best; the top `depth` and how many rows the graph added."""
     config = request.config
-    rows, scores, added = snapshot.dense[request.model].score_pool(
-        request.vector,
+    model, vector = _dense_query(request)
+    rows, scores, added = snapshot.dense[model].score_pool(
+        vector,
         candidate_rows,
         hops=config.expand_hops,
         seeds=config.expand_seeds,
@@ -292,7 +300,8 @@ def fill_dense(snapshot: Snapshot, request: Request, dense_run: Run, bm25_run: R
     missing = np.fromiter((row for row in bm25_run if row not in dense_run), np.int64)
     if not len(missing):
         return dense_run
-    rows, cosine = snapshot.dense[request.model].score(request.vector, missing)
+    model, vector = _dense_query(request)
+    rows, cosine = snapshot.dense[model].score(vector, missing)
     return {**dense_run, **dict(zip(rows.tolist(), cosine.tolist()))}
 
 
@@ -332,11 +341,13 @@ def attempt(
         if len(runs["bm25"]) > depth:
             runs["bm25"] = dict(list(runs["bm25"].items())[:depth])
     elif request.model is not None:
-        rows, scores = snapshot.dense[request.model].search(request.vector, depth, allowed)
+        model, vector = _dense_query(request)
+        rows, scores = snapshot.dense[model].search(vector, depth, allowed)
         runs["dense"] = dict(zip(rows.tolist(), scores.tolist()))
     if config.fill_dense and mode == "hybrid" and request.model is not None and runs.get("bm25"):
         runs["dense"] = fill_dense(snapshot, request, runs["dense"], runs["bm25"])
     if mode == "hybrid" and config.fusion != "rrf" and len(runs.get("tags") or ()) >= depth:
+        assert counts is not None  # counted for every hybrid search
         runs["tags"] = with_candidate_tags(runs, counts)
     return runs, stage, added, bm25_exhausted
 
@@ -426,19 +437,21 @@ def dense_feedback(
     rows. Staged: the same candidates (BM25, tags, the first dense run) scored and grown along the
     graph again; parallel: a new top `depth`. Unchanged when no hit has a vector."""
     config = request.config
-    dense = snapshot.dense[request.model]
+    model, vector = _dense_query(request)
+    dense = snapshot.dense[model]
     seeds = best_documents((hit.row for hit in hits), snapshot.generation.doc_ids, config.feedback_docs)
     rows, vectors = dense.vectors(np.asarray(seeds, dtype=np.int64))
     if not len(rows):
         return runs, ()
-    moved = dataclasses.replace(request, vector=rocchio(request.vector, vectors, config.feedback_weight))
+    moved_vector = rocchio(vector, vectors, config.feedback_weight)
+    moved = dataclasses.replace(request, vector=moved_vector)
     if stage == "staged":
         pool = np.fromiter(
             {row for name in ("bm25", "tags", "dense") for row in runs.get(name) or ()}, np.int64
         )
         moved_run, _ = staged_dense_run(snapshot, moved, pool, depth)
     else:
-        found, scores = dense.search(moved.vector, depth, request.allowed)
+        found, scores = dense.search(moved_vector, depth, request.allowed)
         moved_run = dict(zip(found.tolist(), scores.tolist()))
     if config.fill_dense and runs.get("bm25"):
         moved_run = fill_dense(snapshot, moved, moved_run, runs["bm25"])
@@ -456,7 +469,10 @@ def fixed_fusion(
     factor and the evidence. `fusion="learned"`: its base, the convex combination of every active
     run divided by the sum of their weights, in [0, 1]."""
     mode = config.mode
-    weights = alpha_weights(config.alpha, config.tag_weight * tag_factor) if mode == "hybrid" else {}
+    weights: dict[str, float] = {}
+    if mode == "hybrid":
+        assert config.alpha is not None  # resolved by `settings`
+        weights = alpha_weights(config.alpha, config.tag_weight * tag_factor)
     weights = weights_with_evidence(weights, evidence.lexical_factor)
     active = [name for name, run in runs.items() if run and weights.get(name, 0.0) > 0]
     if config.fusion == "learned" and active:
@@ -673,6 +689,7 @@ def retrieve(
         if feedback_rows:
             hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
+    assert config.alpha is not None  # resolved by `settings`
     return Retrieval(
         hits,
         runs,
@@ -832,7 +849,7 @@ def explain(
                 "expand_seeds": config.expand_seeds,
                 "graph": snapshot.dense[retrieval.model].has_graph,
             }
-            if retrieval.mode == "staged"
+            if retrieval.mode == "staged" and retrieval.model is not None
             else None
         ),
     }

@@ -200,6 +200,7 @@ class QdrantDenseRetriever:
         if self._graph is None or hops < 1 or not len(scored):
             return scored, scores, 0
         graph_ids, chunk_ids = self._graph_ids, self._chunk_ids
+        assert graph_ids is not None  # set whenever the graph is
         nodes = np.searchsorted(graph_ids, chunk_ids[scored])
         mask = allowed.mask
         keep = (

@@ -117,14 +117,14 @@ def dates_in_query(query: str, now: datetime) -> QueryDates | None:
             period = _explicit_period(match, now)
             if period is not None:
                 return QueryDates(match.group(0), period)
-    match = _RELATIVE.search(query)
-    if match is None or importlib.util.find_spec("dateparser") is None:
+    relative = _RELATIVE.search(query)
+    if relative is None or importlib.util.find_spec("dateparser") is None:
         return None
-    text = match.group(0).lower()
+    text = relative.group(0).lower()
     for word, number in _NUMBERS.items():
         text = re.sub(rf"^{word}\s+", f"{number} ", text)
     try:
-        return QueryDates(match.group(0), parse_time(text, now))
+        return QueryDates(relative.group(0), parse_time(text, now))
     except ValueError:
         return None
 
@@ -150,11 +150,13 @@ def _explicit_period(match: re.Match[str], now: datetime) -> TimeRange | None:
             return _span(parts[0], parts[1], parts[2] if len(parts) > 2 else None)
         year = int(groups["year"]) if "year" in groups else None
         if "season" in groups:
+            assert year is not None  # the season pattern has a year
             start_month, months = SEASONS[groups["season"].lower()]
             start = datetime(year, start_month, 1, tzinfo=UTC)
             return TimeRange(start, _add_months(start, months) - timedelta(microseconds=1))
         month = _month_number(groups["month"]) if "month" in groups else None
         if month is None:
+            assert year is not None  # every pattern without a month (nor an ISO date) has a year
             return _span(year, None, None)
         if year is None:  # "in March", "8 May": the latest such date not after now
             year = now.year if (month, int(groups.get("day", 1))) <= (now.month, now.day) else now.year - 1

@@ -192,7 +192,8 @@ def auth_settings() -> Any:
     it: the token is shared out of band, not issued by an authorization server."""
     from mcp.server.auth.settings import AuthSettings
 
-    return AuthSettings(issuer_url="http://localhost", resource_server_url=None)
+    # pydantic validates the str into an AnyHttpUrl; mypy (without pydantic's plugin) sees only the field type
+    return AuthSettings(issuer_url="http://localhost", resource_server_url=None)  # type: ignore[arg-type]
 
 
 class StaticTokenVerifier:

@@ -124,7 +124,7 @@ class DocumentResponse(BaseModel):
     section_count: int = 1
     section: str | None = None
     next_section: int | None = None
-    sections: list[str] | None = Field(None, description="a first page's table of contents")
+    sections: list[str] | None = Field(default=None, description="a first page's table of contents")
 
 
 class CollectionInfo(BaseModel):
@@ -223,11 +223,15 @@ class StoredMemoryResponse(BaseModel):
     batch_size: int = Field(description="memories committed together")
     seconds: float
     pending: bool = Field(
-        False, description="commit deferred (--commit-delay); still found by the next search"
+        default=False, description="commit deferred (--commit-delay); still found by the next search"
     )
-    created: bool = Field(True, description="false: an equal memory existed and is returned unchanged")
+    created: bool = Field(
+        default=True, description="false: an equal memory existed and is returned unchanged"
+    )
     duplicate_of: str | None = None
-    near_duplicate_of: str | None = Field(None, description="most similar memory, cosine >= near_threshold")
+    near_duplicate_of: str | None = Field(
+        default=None, description="most similar memory, cosine >= near_threshold"
+    )
     similarity: float | None = None
 
 
@@ -524,7 +528,7 @@ def get_document(
         next_offset=end - start if end < stop else None,
         remaining_chars=len(text) - end,
         section_count=len(sections),
-        section=part and part.title,
+        section=part.title if part else None,
         sections=titles,
         next_section=part.index + 1 if part and part.index + 1 < len(sections) else None,
     )
@@ -590,6 +594,7 @@ def store_memory(
             memory = service.writer.embed(document) if key and near_threshold is not None else None
         near = None
         if memory is not None:
+            assert near_threshold is not None  # a memory is embedded for the look-up only with a threshold
             with service.reading(flush=False) as index:
                 snapshot = index.snapshot()
                 near = nearest_memory(snapshot, memory.vectors)
@@ -610,8 +615,8 @@ def store_memory(
         service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
     return StoredMemoryResponse(
         **stored.to_dict(),
-        near_duplicate_of=near and near.doc_id,
-        similarity=near and round(near.similarity, 4),
+        near_duplicate_of=near.doc_id if near else None,
+        similarity=round(near.similarity, 4) if near else None,
     )
 
 
@@ -802,7 +807,8 @@ def stats(service: Service) -> StatsResponse:
         warm_seconds=service.warm_seconds,
         backend=service.backend_name,
     )
-    return StatsResponse(
+    # the other keys are extra fields (extra="allow"), which mypy (without pydantic's plugin) cannot see
+    return StatsResponse(  # type: ignore[call-arg]
         **facts,
         collections=collections,
         chunk_types=chunk_types,
@@ -869,7 +875,8 @@ def create_server(
 
         auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
-    server.service = service  # for tests and the benchmark
+    # an attribute of ours on the SDK's server object (which declares none such): for tests and the benchmark
+    server.service = service  # type: ignore[attr-defined]
     register = _tool(server, service)
     for function in TOOLS:
         register(function)

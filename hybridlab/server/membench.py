@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.eval.conversations.records import Haystack
+from hybridlab.eval.conversations.records import Haystack, Question
 from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, _sessions, qualified
 
 MCP_LIMIT = 50  # results per search (the tool allows up to 100)
@@ -35,7 +35,7 @@ def run_served(
 
     work = Path(work)
     rankings: dict[str, list[str]] = {}
-    questions = {}
+    questions: dict[str, Question] = {}
     seconds = {"store": 0.0, "hybrid": 0.0}
     empty = work / "empty.jsonl"
     empty.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +71,14 @@ def run_served(
     )
 
 
+def _error_text(result: Any) -> str:
+    """The message of a failed tool call (the SDK reports a tool's error as one text content)."""
+    from mcp.types import TextContent
+
+    first = result.content[0]
+    return first.text if isinstance(first, TextContent) else str(first)
+
+
 async def _serve(
     server: Any,
     haystack: Haystack,
@@ -98,7 +106,7 @@ async def _serve(
                 arguments["context"] = memory["metadata"]["context"]
             result = await client.call_tool("store_memory", arguments)
             if result.is_error:
-                raise RuntimeError(f"store_memory failed for {memory['id']}: {result.content[0].text}")
+                raise RuntimeError(f"store_memory failed for {memory['id']}: {_error_text(result)}")
             ids[result.structured_content["id"]] = memory["id"]
         seconds["store"] += time.perf_counter() - started
         for question in haystack.questions:
@@ -112,7 +120,7 @@ async def _serve(
             )
             seconds["hybrid"] += time.perf_counter() - started
             if result.is_error:
-                raise RuntimeError(f"search failed for {question.question_id}: {result.content[0].text}")
+                raise RuntimeError(f"search failed for {question.question_id}: {_error_text(result)}")
             hits = result.structured_content["results"]
             rankings[question.question_id] = [qualified(haystack, ids[hit["doc_id"]]) for hit in hits]
     os.environ.pop("HYBRIDLAB_NOW", None)

@@ -15,7 +15,7 @@ class StderrHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self):
         return sys.stderr
 
     @stream.setter

@@ -256,7 +256,7 @@ def export_config(
         for per_query, _ in measured
     ]
     adjusted = holm([t.p_value for t in tests])
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": c.name,
             "trial": c.trial,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -148,7 +148,9 @@ def set_examples(name: str, split: str | None = None) -> Examples:
     """The examples of an evaluation set's training split (SciFact: train; others: all queries)."""
     opened = open_evalset(name)
     split = split or TRAIN_SPLIT.get(name, "all")
-    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (evidence, features, pipeline))
+    sources = "".join(  # modules of the package: each has its source file
+        Path(cast(str, m.__file__)).read_text(encoding="utf-8") for m in (evidence, features, pipeline)
+    )
     key = hashlib.sha256(f"{opened.index_dir.name}/{split}/{sources}".encode()).hexdigest()[:12]
     path = CACHE / f"{name}-{split}-{key}.npz"  # a new index or feature code: extracted again
     if path.is_file():

@@ -415,8 +415,13 @@ def cli_repro_all(args: argparse.Namespace) -> int:
     for condition in conditions:
         outcome = run_condition(condition, tolerance)
         print("\n".join(format_outcome(outcome, tolerance)), flush=True)
-        if record and outcome.error is None and not outcome.ok:
-            measured = {metric: value for metric, _, value, _ in outcome.rows if metric in condition.metrics}
+        measured = {
+            metric: value
+            for metric, _, value, _ in outcome.rows
+            if metric in condition.metrics and value is not None
+        }
+        # a metric the command did not print (None) is not recorded: the condition fails below
+        if record and outcome.error is None and not outcome.ok and len(measured) == len(condition.metrics):
             path.write_text(
                 recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8"
             )

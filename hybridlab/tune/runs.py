@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -189,7 +189,7 @@ def plot_study(study, out_dir: str | os.PathLike, prefix: str = "", top: int = 4
 
     out_dir = Path(out_dir)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    plots = {"history": ovm.plot_optimization_history}
+    plots: dict[str, Callable[[Any], Any]] = {"history": ovm.plot_optimization_history}
     if len(complete) >= 2 and len({t.value for t in complete}) > 1:
         plots["importances"] = ovm.plot_param_importances
     written = []

@@ -111,6 +111,7 @@ class Param:
         on the step grid."""
         if self.kind == "categorical":
             return any(value == choice and type(value) is type(choice) for choice in self.choices)
+        assert self.low is not None and self.high is not None  # a numeric parameter has its bounds
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
@@ -203,6 +204,7 @@ def suggest(trial, space: Sequence[Param]) -> dict[str, Any]:
         if p.kind == "categorical":
             params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
         elif p.kind == "int":
+            assert p.low is not None and p.high is not None  # a numeric parameter has its bounds
             params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log)
         else:
             value = trial.suggest_float(p.name, p.low, p.high, log=p.log, step=p.step)
@@ -463,7 +465,11 @@ def run_study(
     if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= trials:
         return study  # joined a finished study
     if workers > 1:
-        url = storage or f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+        if storage:
+            url = storage
+        else:  # the study is in the run folder's SQLite file (`storage_for` refused neither given)
+            assert run_dir is not None
+            url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
         evaluator.index(base_index or IndexConfig())  # built once here, not by every worker at once
         spawn_workers(
             workers,
@@ -752,6 +758,7 @@ def cross_validate(
             f"reported on {evalset.report_split!r}"
         )
     split, k = CROSS_VALIDATED, evalset.cv_folds
+    assert k is not None  # a cross-validated set has its folds
     ids = sorted(evaluator.dataset(split).queries)
     folds = k_folds(ids, k)
     name = study_name or f"{evalset.name}-{metric}"
@@ -965,7 +972,7 @@ def cli_sweep(args: argparse.Namespace) -> int:
     folds = (
         f", nested {evalset.cv_folds}-fold CV with "
         f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
-        if evalset.cross_validated
+        if evalset.cv_folds is not None  # cross-validated
         else ""
     )
     print(

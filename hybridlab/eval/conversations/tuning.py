@@ -60,7 +60,7 @@ def cross_validate(
 ) -> dict[str, Any]:
     """Leave-one-haystack-out: the out-of-fold recall@k (and @10), the setting each fold chose."""
     owner = {q.question_id: h.haystack_id for h in haystacks for q in h.questions}
-    scores: list[dict[int, dict[str, float]]] = []
+    scores: list[dict[int | str, dict[str, float]]] = []  # per setting: {k, 10, "any": per question}
     for setting in settings_grid:
         run = run_haystacks(
             haystacks,
