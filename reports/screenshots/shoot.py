@@ -26,7 +26,7 @@ papermill.execute_notebook(str(REPO / "notebooks/explore.ipynb"), str(ROOT / "ex
                            parameters={"box_query": "which GPU does loomtrain train on now"}, kernel_name="hybridlab")
 papermill.execute_notebook(str(REPO / "notebooks/sweep.ipynb"), str(ROOT / "sweep.ipynb"), prepare_only=True,
                            parameters={"trials": 60, "fold_trials": 10, "run_dir": str(ROOT / "sweep-run")}, kernel_name="hybridlab")
-report = REPO / "reports/2026-11-29-report"
+report = REPO / "reports/2026-11-29-report-2"
 shutil.copytree(report, ROOT / "report")
 TOKEN = "t"; PORT = 8897
 lab = subprocess.Popen([str(REPO / ".venv/bin/jupyter"), "lab", "--no-browser", f"--port={PORT}", "--ip=127.0.0.1",
