@@ -272,7 +272,11 @@ class MemoryWriter:
     """Writes memories to one index folder: appended to its write-ahead log (`wal_records` > 0,
     default `HYBRIDLAB_WAL_RECORDS` or 64) and folded into a segment when the log is full, or each
     committed as a segment (`wal_records=0`); concurrent stores share one append or commit.
-    `commit_delay` > 0 defers writes (see docs/internals/index.md#memory); call :meth:`flush` before reading."""
+    Each :meth:`store` returns once its memory is durable (the log's fsync or the segment's commit),
+    except with `commit_delay` > 0 (opt-in, write-heavy loads): a store then returns at once and its
+    memory waits up to that long in a queue, so **a crash loses the memories of the last
+    `commit_delay` seconds although they were acknowledged**; :meth:`flush` (the MCP server calls it
+    before every read) writes the queue, so the next search still finds them."""
 
     def __init__(
         self,

@@ -1,5 +1,18 @@
 """The write-ahead log: a stored memory is durable after one append and one fsync, searchable at
-once, and folded into a segment later. See docs/internals/index.md#wal."""
+once, and folded into a segment later.
+
+The record format (the contract every reader and writer of ``wal-<N>.log`` keeps):
+
+- the file starts with the 8-byte :data:`MAGIC` ``HLWAL1\n\0``;
+- then records, each ``<payload bytes: u32 LE><crc32 of the payload: u32 LE><payload>``
+  (:data:`HEADER`), appended and fsynced (``fdatasync``) before a store returns;
+- a payload is JSON (never pickle): a put carries the document's fields (id, source, collection,
+  text, tags, ISO-8601 dates with their zone, metadata) and, per model, the vectors of its chunks
+  (float32, base64), cut and embedded as a segment write would; a delete is ``{"delete": id}``;
+- within a log an id's last record wins; a torn or corrupt tail (short header, length past the end,
+  crc mismatch) ends the log there: what precedes it is read, nothing after it.
+
+Design and history: docs/internals/index.md#wal."""
 
 from __future__ import annotations
 

@@ -1,5 +1,25 @@
 """The seam between the search pipeline and what stores an index: three small protocols.
-See docs/internals/search.md#retrievers."""
+
+The pipeline asks a :class:`SparseRetriever` and one :class:`DenseRetriever` per embedding model
+for candidates, and a :class:`MetadataStore` for the rows a filter allows and the documents it
+returns (local disk: :mod:`hybridlab.search.local`; Qdrant: :mod:`hybridlab.search.qdrant`).
+Every implementation keeps these conventions (the contract; tests/search/test_qdrant_backend.py
+runs the same queries through both):
+
+- **Rows.** Candidates are rows of the snapshot: row ``r`` is the chunk ``chunk_ids[r]`` of its
+  ascending chunk-id table, so every run the pipeline fuses is ``{row: score}``. An engine that
+  speaks chunk ids maps them with that table (``np.searchsorted``); a segment store numbers its
+  segments' chunks into one row space and hides tombstoned rows through the filter.
+- **Filters are pushed down.** A search gets a :class:`RowFilter` (the declarative ``Filters`` a
+  remote engine turns into a payload filter, and the row mask a local retriever applies) and
+  returns up to ``depth`` allowed rows: filtering happens inside the retriever, never by dropping
+  results afterwards.
+- **Ranking order.** Best first, ties by ascending row; scores are the retriever's own (BM25,
+  cosine), comparable only within one retriever.
+- **Statistics are the retriever's business.** BM25 over several segments (and the write-ahead
+  log) uses global statistics, so its scores do not depend on how the index is cut into segments.
+
+Why the seam exists and how it came to be: docs/internals/search.md#retrievers."""
 
 from __future__ import annotations
 
