@@ -456,9 +456,8 @@ def search(
     Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
     window = service.time_range(time, since, until)
     with service.reading() as index:
-        snapshot = (
-            index.snapshot()
-        )  # ranks and gives the texts, though a writer may commit a newer one meanwhile
+        # ranks and gives the texts, though a writer may commit a newer one meanwhile
+        snapshot = index.snapshot()
         results = index.search_response(
             query,
             snapshot=snapshot,
