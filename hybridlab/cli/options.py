@@ -84,6 +84,22 @@ def backend_args(p: argparse.ArgumentParser) -> None:
 def add_search_options(parser: argparse.ArgumentParser) -> None:
     """The search knobs shared by `search`, `eval` and `mcp` (None = not set: env/config/default)."""
     g = parser.add_argument_group("search options (unset ones come from env HYBRIDLAB_*, --config, defaults)")
+    for add in (
+        _fusion_options,
+        _filter_options,
+        _staged_options,
+        _recency_options,
+        _adaptive_options,
+        _rerank_and_feedback_options,
+    ):
+        add(g)
+    g.add_argument("--embedding-model", help="which model's vectors to search")
+    g.add_argument("--language", help="pick the model through the language table")
+    g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
+
+
+def _fusion_options(g: argparse._ArgumentGroup) -> None:
+    """Mode, fusion formula and weights."""
     g.add_argument("--config", help="exported config JSON (e.g. configs/best.json)")
     g.add_argument("--mode", choices=["hybrid", "vector", "bm25", "tags"])
     g.add_argument("--alpha", type=unit_float, help="dense weight: 1.0 = pure vector, 0.0 = pure lexical/tag")
@@ -94,6 +110,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--normalization", choices=["min-max", "z-score", "theoretical-min-max", "none"])
     g.add_argument("--rrf-k", type=positive_int, help="the RRF constant (default 60)")
     g.add_argument("--depth", type=positive_int, help="candidates per retriever (default 100)")
+
+
+def _filter_options(g: argparse._ArgumentGroup) -> None:
+    """Tags, chunk types, collections, dates and scores a result must have."""
     g.add_argument(
         "--tag",
         action="append",
@@ -109,6 +129,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--since", help="only documents updated at/after this ISO date")
     g.add_argument("--until", help="only documents updated at/before this ISO date")
     g.add_argument("--min-score", type=float, help="drop results whose final fused score is lower")
+
+
+def _staged_options(g: argparse._ArgumentGroup) -> None:
+    """Staged search: BM25 narrows, vectors re-score, the corpus graph widens."""
     staged = g.add_mutually_exclusive_group()
     staged.add_argument(
         "--staged",
@@ -135,9 +159,28 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
     )
     fill.add_argument("--no-fill-dense", dest="fill_dense", action="store_false")
     g.add_argument("--fallback-threshold", type=int)
+
+
+def _recency_options(g: argparse._ArgumentGroup) -> None:
+    """Recency, the reference time, and the time a query names."""
     g.add_argument("--decay", type=float, help="recency decay per day (0 disables)")
     g.add_argument("--recency-weight", type=unit_float)
     g.add_argument("--now", help="reference time for recency (ISO-8601); env HYBRIDLAB_NOW")
+    g.add_argument(
+        "--date-weight",
+        type=unit_float,
+        help='a query naming a time ("in April 2022", "last week"): what rows created outside it lose '
+        "(default 0.5; 0 = off)",
+    )
+    g.add_argument(
+        "--date-grace-days",
+        type=float,
+        help="days after the named time a memory still counts as of it (default 14)",
+    )
+
+
+def _adaptive_options(g: argparse._ArgumentGroup) -> None:
+    """Query-adaptive fusion: lexical evidence, rare terms."""
     adaptive = g.add_mutually_exclusive_group()
     adaptive.add_argument(
         "--adaptive-fusion",
@@ -164,6 +207,10 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         help="a query term held by at most this many chunks lifts them above dense-only hits "
         "(default 3; 0 = off)",
     )
+
+
+def _rerank_and_feedback_options(g: argparse._ArgumentGroup) -> None:
+    """Cross-encoder rerank, recency intent, dense feedback, document scores."""
     g.add_argument(
         "--rerank-depth", type=int, help="re-score the top N fused chunks with the cross-encoder (0 = off)"
     )
@@ -192,9 +239,6 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="score a document by all its chunks, s1 + d*s2 + d^2*s3 + ... (0 = its best chunk alone, the default)",
     )
-    g.add_argument("--embedding-model", help="which model's vectors to search")
-    g.add_argument("--language", help="pick the model through the language table")
-    g.add_argument("--chunks", action="store_true", help="return chunks instead of grouping to documents")
 
 
 def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -165,3 +165,17 @@ def test_the_dates_weigh_nothing_outside_hybrid_mode(diary):
         "hiking picnic in April 2022", limit=3, now="2022-07-01T00:00:00Z", mode="bm25", explain=True
     )
     assert all(hit.explain["date_factor"] == 1.0 and hit.explain["date_weight_used"] == 0.0 for hit in hits)
+
+
+def test_the_cli_passes_the_date_settings_to_the_search():
+    from hybridlab.cli import build_parser
+    from hybridlab.cli.options import search_kwargs
+
+    args = build_parser().parse_args(
+        ["search", "hiking in April 2022", "--date-weight", "0.2", "--date-grace-days", "7"]
+    )
+    assert {k: search_kwargs(args)[k] for k in ("date_weight", "date_grace_days")} == {
+        "date_weight": 0.2,
+        "date_grace_days": 7.0,
+    }
+    assert "date_weight" not in search_kwargs(build_parser().parse_args(["search", "hiking"]))
