@@ -39,7 +39,7 @@ MONTHS = (
     "november",
     "december",
 )
-_MONTH_ABBREVIATIONS = {name[:3]: number for number, name in enumerate(MONTHS, 1)} | {"sept": 9}
+_MONTH_NUMBERS = {name[:3]: number for number, name in enumerate(MONTHS, 1)}  # "sept"[:3] is "sep" too
 _MONTH = r"(?P<month>" + "|".join(MONTHS) + r"|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
@@ -184,6 +184,4 @@ def _add_months(start: datetime, months: int) -> datetime:
 
 
 def _month_number(name: str) -> int:
-    return _MONTH_ABBREVIATIONS[
-        name.lower().rstrip(".")[:4] if name.lower().startswith("sept") else name.lower()[:3]
-    ]
+    return _MONTH_NUMBERS[name.lower()[:3]]

@@ -209,6 +209,13 @@ def score(result: BenchResult, level: str | None = None, ks: Sequence[int] = KS)
     return table
 
 
+def _rank_scored(rankings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
+    """Rankings as a run whose scores follow the ranks (n for the first of n, ... 1 for the last)."""
+    return {
+        qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)} for qid, ranked in rankings.items()
+    }
+
+
 def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -> dict[str, Any]:
     """TREC runs and qrels per level (a turn run also as its sessions, `*-turn-as-sessions.trec`: what
     `fuse` combines with a session run), `summary.json` and `summary.md`; returns the summary."""
@@ -218,18 +225,12 @@ def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -
     out.mkdir(parents=True, exist_ok=True)
     gran = result.settings.granularity
     for system in result.settings.systems:
-        run = {
-            qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
-            for qid, ranked in result.rankings[system].items()
-        }
+        run = _rank_scored(result.rankings[system])
         write_trec_run(run, out / f"{system}-{gran}.trec", name=f"hybridlab-{system}")
         if gran == "turn" and "session" in levels:  # the same run with its turns mapped to their sessions
             mapped = {qid: ranked_at(result, system, qid, "session", result.settings.depth) for qid in run}
             write_trec_run(
-                {
-                    qid: {doc: float(len(ranked) - i) for i, doc in enumerate(ranked)}
-                    for qid, ranked in mapped.items()
-                },
+                _rank_scored(mapped),
                 out / f"{system}-turn-as-sessions.trec",
                 name=f"hybridlab-{system}-turns",
             )
