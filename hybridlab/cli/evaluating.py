@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybridlab.cli.options import (
     DEFAULT_INDEX,
@@ -21,6 +21,9 @@ from hybridlab.cli.options import (
     positive_int,
     search_kwargs,
 )
+
+if TYPE_CHECKING:
+    from hybridlab.eval.fuse_runs import FusionSetting
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
@@ -303,71 +306,86 @@ def add_fuse(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_fuse)
 
 
-def cmd_fuse(args: argparse.Namespace) -> int:
-    """`fuse RUN RUN ...`: fuse run files with the engine's fusion; --tune-on chooses the setting on a
-    tuning split, --report-on reports it on another (paired tests against each input run)."""
-    from hybridlab.eval.datasets import load_qrels
-    from hybridlab.eval.fuse_runs import (
-        FusionSetting,
-        candidate_settings,
-        fuse_runs,
-        tune_fusion,
-        tune_fusion_optuna,
-    )
-    from hybridlab.eval.run_report import score_runs
-    from hybridlab.eval.runs import read_run, run_name, write_run
+def _input_runs(specs: list[str]) -> dict[str, Any]:
+    """The runs to fuse, by name (`NAME=FILE`, else the file's run name), in the order given;
+    UsageError for two runs of one name, or fewer than two runs."""
+    from hybridlab.eval.runs import read_run, run_name
 
     runs = {}
-    for spec in args.runs:
+    for spec in specs:
         name, path = spec.split("=", 1) if "=" in spec and not Path(spec).exists() else (run_name(spec), spec)
         if name in runs:
             raise UsageError(f"two runs are named {name!r}; name them apart as NAME=FILE")
         runs[name] = read_run(path)
     if len(runs) < 2:
         raise UsageError("fuse needs at least two runs")
+    return runs
+
+
+def _tuned_setting(
+    args: argparse.Namespace, runs: dict[str, Any], weights: dict[str, float] | None
+) -> tuple[FusionSetting, dict[str, Any]]:
+    """--tune-on: (the fusion setting that maximises --metric on the tuning qrels' queries, among
+    the grid's or Optuna's proposals, the record of that choice); UsageError when the report scores
+    queries it was tuned on."""
+    from hybridlab.eval.datasets import load_qrels
+    from hybridlab.eval.fuse_runs import candidate_settings, tune_fusion, tune_fusion_optuna
+
+    tune_qrels = load_qrels(Path(args.tune_on))
+    if args.report_on:
+        shared = sorted(set(tune_qrels) & set(load_qrels(Path(args.report_on))))
+        if shared:
+            raise UsageError(
+                f"the tuning and report splits share {len(shared)} queries (e.g. {shared[:3]}); "
+                "tune on queries the report does not score"
+            )
+    grid = candidate_settings(
+        list(runs),
+        methods=[args.method] if args.method else None,
+        normalizations=[args.normalization] if args.normalization else None,
+        weights=[weights] if weights else None,
+        rrf_k=args.rrf_k,
+        step=args.grid_step,
+    )
+    if args.search == "optuna":
+        setting, table = tune_fusion_optuna(
+            runs,
+            tune_qrels,
+            grid,
+            trials=args.trials,
+            seed=args.seed,
+            metric=args.metric,
+            limit=args.limit,
+        )
+    else:
+        setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
+    best = max(row[args.metric] for row in table)
+    return setting, {
+        "qrels": args.tune_on,
+        "queries": len(tune_qrels),
+        "metric": args.metric,
+        "search": args.search,
+        "value": best,
+        "settings": len(table),
+        "grid": table,
+    }
+
+
+def cmd_fuse(args: argparse.Namespace) -> int:
+    """`fuse RUN RUN ...`: fuse run files with the engine's fusion; --tune-on chooses the setting on a
+    tuning split, --report-on reports it on another (paired tests against each input run)."""
+    from hybridlab.eval.datasets import load_qrels
+    from hybridlab.eval.fuse_runs import FusionSetting, fuse_runs
+    from hybridlab.eval.run_report import score_runs
+    from hybridlab.eval.runs import write_run
+
+    runs = _input_runs(args.runs)
     if args.weights is not None and len(args.weights) != len(runs):
         raise UsageError(f"--weights needs one weight per run ({len(runs)}), got {len(args.weights)}")
     weights = dict(zip(runs, args.weights)) if args.weights else None
     record: dict[str, Any] = {"runs": dict(zip(runs, args.runs))}
     if args.tune_on:
-        tune_qrels = load_qrels(Path(args.tune_on))
-        if args.report_on:
-            shared = sorted(set(tune_qrels) & set(load_qrels(Path(args.report_on))))
-            if shared:
-                raise UsageError(
-                    f"the tuning and report splits share {len(shared)} queries (e.g. {shared[:3]}); "
-                    "tune on queries the report does not score"
-                )
-        grid = candidate_settings(
-            list(runs),
-            methods=[args.method] if args.method else None,
-            normalizations=[args.normalization] if args.normalization else None,
-            weights=[weights] if weights else None,
-            rrf_k=args.rrf_k,
-            step=args.grid_step,
-        )
-        if args.search == "optuna":
-            setting, table = tune_fusion_optuna(
-                runs,
-                tune_qrels,
-                grid,
-                trials=args.trials,
-                seed=args.seed,
-                metric=args.metric,
-                limit=args.limit,
-            )
-        else:
-            setting, table = tune_fusion(runs, tune_qrels, grid, metric=args.metric, limit=args.limit)
-        best = max(row[args.metric] for row in table)
-        record["tuning"] = {
-            "qrels": args.tune_on,
-            "queries": len(tune_qrels),
-            "metric": args.metric,
-            "search": args.search,
-            "value": best,
-            "settings": len(table),
-            "grid": table,
-        }
+        setting, record["tuning"] = _tuned_setting(args, runs, weights)
     else:
         setting = FusionSetting(
             args.method or "rrf",

@@ -108,20 +108,19 @@ def ensure_model(spec: ModelSpec) -> Path:
     return folder
 
 
-def build(spec: ModelSpec, folder: Path) -> None:
-    """Export (and for `-int8` quantise) `spec`'s model into `folder` with its tokenizer and manifest."""
+def _require_build_packages(spec: ModelSpec) -> None:
+    """ModelNotInstalledError naming the extra to install when a package the export needs is missing."""
     for package in _BUILD_PACKAGES:
         try:
             importlib.metadata.distribution(package)
         except importlib.metadata.PackageNotFoundError:
             raise ModelNotInstalledError(spec.name, package, extra_for(package)) from None
-    import torch
-    import transformers
 
-    logger.info("building ONNX model %s in %s (once; cached)", spec.name, folder)
-    source = package_model_path(spec.package)
-    shutil.copyfile(source / "tokenizer.json", folder / "tokenizer.json")
-    transformer = transformers.AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
+
+def _mean_pooled(transformer: Any) -> Any:
+    """`transformer` as a torch module that returns its L2-normalised mean-pooled sentence embedding
+    (the mean of the token states under the attention mask)."""
+    import torch
 
     class MeanPooled(torch.nn.Module):
         def __init__(self, model):
@@ -136,6 +135,14 @@ def build(spec: ModelSpec, folder: Path) -> None:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
+    return MeanPooled(transformer)
+
+
+def _export_fp32(spec: ModelSpec, transformer: Any, folder: Path) -> Path:
+    """Trace the mean-pooled `transformer` on a sample batch and export it as `model_fp32.onnx` in
+    `folder` (dynamic batch and sequence axes); its path."""
+    import torch
+
     tokenizer = load_tokenizer(folder / "tokenizer.json", spec.max_seq_length)
     ids, mask, types = (torch.from_numpy(a) for a in feeds(tokenizer.encode_batch(["a b c", "d"])).values())
     fp32 = folder / "model_fp32.onnx"
@@ -143,7 +150,7 @@ def build(spec: ModelSpec, folder: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes; axes are dynamic
         torch.onnx.export(
-            MeanPooled(transformer),
+            _mean_pooled(transformer),
             (ids, mask, types),
             str(fp32),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
@@ -157,35 +164,59 @@ def build(spec: ModelSpec, folder: Path) -> None:
             opset_version=OPSET,
             dynamo=False,
         )
+    return fp32
+
+
+def _optimized(fp32: Path, model: Path, config: Any) -> None:
+    """Write `fp32` with ONNX Runtime's BERT graph fusions (level 1) to `model`; `fp32` removed."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    fused = optimize_model(
+        str(fp32),
+        model_type="bert",
+        num_heads=config.num_attention_heads,
+        hidden_size=config.hidden_size,
+        opt_level=1,
+    )
+    fused.save_model_to_file(str(model))
+    fp32.unlink()
+
+
+def _quantized(fp32: Path, model: Path, folder: Path) -> None:
+    """Write `fp32` dynamically quantised to int8 (per-channel MatMul weights) to `model`, after
+    ONNX Runtime's pre-processing; `fp32` and the pre-processed file removed."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = folder / "model_prepared.onnx"
+    quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+    quantize_dynamic(
+        str(prepared),
+        str(model),
+        op_types_to_quantize=["MatMul"],
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+    )
+    fp32.unlink()
+    prepared.unlink()
+
+
+def build(spec: ModelSpec, folder: Path) -> None:
+    """Export (and for `-int8` quantise) `spec`'s model into `folder` with its tokenizer and manifest."""
+    _require_build_packages(spec)
+    import torch  # noqa: F401 - the export's heavy imports, loaded before the first log line
+    import transformers
+
+    logger.info("building ONNX model %s in %s (once; cached)", spec.name, folder)
+    source = package_model_path(spec.package)
+    shutil.copyfile(source / "tokenizer.json", folder / "tokenizer.json")
+    transformer = transformers.AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
+    fp32 = _export_fp32(spec, transformer, folder)
     model = folder / "model.onnx"
     if recipe(spec)["quantization"] is None:
-        from onnxruntime.transformers.optimizer import optimize_model
-
-        config = transformer.config
-        fused = optimize_model(
-            str(fp32),
-            model_type="bert",
-            num_heads=config.num_attention_heads,
-            hidden_size=config.hidden_size,
-            opt_level=1,
-        )
-        fused.save_model_to_file(str(model))
-        fp32.unlink()
+        _optimized(fp32, model, transformer.config)
     else:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-
-        prepared = folder / "model_prepared.onnx"
-        quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
-        quantize_dynamic(
-            str(prepared),
-            str(model),
-            op_types_to_quantize=["MatMul"],
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-        )
-        fp32.unlink()
-        prepared.unlink()
+        _quantized(fp32, model, folder)
     versions = {p: importlib.metadata.version(p) for p in _BUILD_PACKAGES}
     manifest = {
         "name": spec.name,

@@ -551,6 +551,41 @@ def commit_write(
     )
 
 
+def _remove_private_folders(index_dir: Path) -> None:
+    """Remove this process's private `gen-N.tmp-PID` folders left in `index_dir` (and forget the
+    documents cached for them)."""
+    for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
+        WRITE_CACHES.uncommitted_documents.pop(str(leftover))
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _write_generation(prepared: PreparedWrite, report: IndexReport) -> None:
+    """Stages 2 and 3 of a write, under the writer lock: plan the change once the private
+    `gen-N.tmp-PID` folder exists, build its segment there and commit it as generation N, recording
+    the outcome (and the write's seconds) in `report`. The folder is gone when this returns or
+    raises: renamed by the commit, else removed."""
+    request = prepared.request
+    index_dir = request.index_dir
+    number = layout.next_generation_number(index_dir)
+    tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    try:
+        plan = plan_write(prepared, report)
+        if plan.idle:
+            report.chunks = plan.manifest.counts.chunks if plan.manifest else 0
+            report.generation = plan.manifest.generation if plan.manifest else None
+            report.seconds = time.perf_counter() - request.started
+            return
+        built = build_segment(plan, tmp, number, report)
+        new_manifest = commit_write(plan, built, tmp, number, report)
+        report.chunks = new_manifest.counts.chunks
+        report.generation = new_manifest.generation
+        report.committed = True
+    finally:
+        _remove_private_folders(index_dir)
+    report.seconds = time.perf_counter() - request.started
+
+
 def apply_changes(
     index_dir: str | os.PathLike,
     batches: Sequence[tuple[str, list[Document], bool]],
@@ -613,27 +648,7 @@ def apply_changes(
             delete_ids=delete_ids,
             imported=imported,
         )
-        prepared = prepare_write(request)
-        number = layout.next_generation_number(index_dir)
-        tmp = index_dir / f"{layout.generation_name(number)}.tmp-{os.getpid()}"
-        tmp.mkdir(parents=True)
-        try:
-            plan = plan_write(prepared, report)
-            if plan.idle:
-                report.chunks = plan.manifest.counts.chunks if plan.manifest else 0
-                report.generation = plan.manifest.generation if plan.manifest else None
-                report.seconds = time.perf_counter() - started
-                return report
-            built = build_segment(plan, tmp, number, report)
-            new_manifest = commit_write(plan, built, tmp, number, report)
-            report.chunks = new_manifest.counts.chunks
-            report.generation = new_manifest.generation
-            report.committed = True
-        finally:
-            for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
-                WRITE_CACHES.uncommitted_documents.pop(str(leftover))
-                shutil.rmtree(leftover, ignore_errors=True)
-        report.seconds = time.perf_counter() - started
+        _write_generation(prepare_write(request), report)
         return report
 
 

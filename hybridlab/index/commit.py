@@ -170,6 +170,104 @@ class _CorpusGraph:
         }
 
 
+class _LiveVectors:
+    """The live vectors of a model in a list of segments, each segment's FAISS file and tombstoned
+    chunk ids read once per commit (the new generation's and the previous one's lists share
+    segments)."""
+
+    def __init__(self, index_dir: Path) -> None:
+        self.index_dir = index_dir
+        self._dense: dict[tuple[str, str], Any] = {}
+        self._dead: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    def _dense_of(self, entry: Segment, folder: Path, file: str, model: str) -> Any:
+        key = (entry.name, model)
+        if key not in self._dense:
+            self._dense[key] = load_dense(folder / file, model)
+        return self._dense[key]
+
+    def _dead_of(self, entry: Segment, folder: Path) -> np.ndarray:
+        key = (entry.name, entry.deleted)
+        if key not in self._dead:
+            self._dead[key] = dead_chunk_ids(folder, entry)
+        return self._dead[key]
+
+    def of(
+        self, manifest: Manifest | None, segs: Sequence[Segment], model: str, with_vectors: bool
+    ) -> tuple[np.ndarray, SegmentRows | None]:
+        """(the live chunk ids with vectors of `model`, in order; their vectors when `with_vectors`,
+        None when not or when no segment has any). `manifest`: the one listing `segs` (None: the
+        entries record their own models)."""
+        ids_parts, kept = [], []
+        for entry in segs:
+            folder = segment_folder(self.index_dir, entry)
+            info = (manifest.segment_models(entry) if manifest is not None else entry.models).get(model)
+            if not info:
+                continue
+            dense = self._dense_of(entry, folder, info.file, model)
+            dead = self._dead_of(entry, folder)
+            keep = ~np.isin(dense.ids, dead) if len(dead) else None
+            ids_parts.append(dense.ids if keep is None else dense.ids[keep])
+            kept.append((dense, keep))
+        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+        if not with_vectors or not kept:
+            return ids, None
+        # each segment's vectors where they are, with its live rows: not copied into one array (an
+        # O(index) copy per write; each new array of several MB also costs its fresh pages, ~4 ms a
+        # 2 MB huge page on the benchmark's VM); a full build copies them (`SegmentRows.array`)
+        return ids, SegmentRows(
+            [(dense.vectors, None if keep is None else np.flatnonzero(keep)) for dense, keep in kept]
+        )
+
+
+def _reusable_graph(
+    index_dir: Path, old: Manifest | None, model: str, k: int, ids: np.ndarray, live: _LiveVectors
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the previous generation's graph of `model` with its reserve columns, the new dense row of
+    each of its rows, -1: gone) when it has one of `k` neighbours that matches its checksum; None
+    (a fresh build) on any doubt about it."""
+    info = old.models.get(model) if old is not None else None
+    if old is None or info is None or not info.graph or info.graph_k != k:
+        return None
+    folder = info.graph_dir or old.path
+    recorded = old.file(f"{folder}/{info.graph}" if old.format >= 2 else info.graph)
+    path = index_dir / folder / info.graph
+    try:
+        if recorded and layout.file_sha256(path) == recorded.sha256:
+            old_ids, _ = live.of(old, old.segment_list, model, False)
+            old_graph = load_graph(path, len(old_ids))
+            old_graph = _with_reserve(index_dir, old, folder, info, old_graph, load_reserve)
+            position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
+            return old_graph, np.where(ids[position] == old_ids, position, -1)
+        logger.warning("not reusing %s: it does not match its checksum", path)
+    except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
+        logger.warning("not reusing the corpus graph %s: %s", path, error)
+    return None
+
+
+def _write_graph(
+    model: str,
+    k: int,
+    vectors: SegmentRows,
+    reuse: tuple[np.ndarray, np.ndarray] | None,
+    tmp: Path,
+    name: str,
+    progress: bool,
+) -> _CorpusGraph:
+    """Build the corpus graph of `model` over `vectors` (or update `reuse`, the previous one), and
+    save its `k` columns and its reserve columns into `tmp` (the folder becoming `name`)."""
+    if reuse is None:
+        graph, how = (
+            build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE),
+            "built",
+        )
+    else:
+        graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
+    save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
+    save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
+    return _CorpusGraph(layout.graph_file(model), name, k, how, _reserve_file(model), GRAPH_RESERVE)
+
+
 def _corpus_graphs(
     index_dir: Path,
     old: Manifest | None,
@@ -184,81 +282,23 @@ def _corpus_graphs(
     generation's dense rows, in chunk-id order), written into `tmp` (the folder becoming `name`):
     the previous generation's graph updated (`update_corpus_graph`: exactly the graph a full build
     gives), or built when there is none to reuse."""
-    dense_of: dict[tuple[str, str], Any] = {}
-    dead_of: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
-
-    def live(
-        manifest: Manifest | None, segs: Sequence[Segment], model: str, with_vectors: bool
-    ) -> tuple[np.ndarray, SegmentRows | None]:
-        ids_parts, kept = [], []
-        for entry in segs:
-            folder = segment_folder(index_dir, entry)
-            info = (manifest.segment_models(entry) if manifest is not None else entry.models).get(model)
-            if not info:
-                continue
-            key = (entry.name, model)
-            if key not in dense_of:
-                dense_of[key] = load_dense(folder / info.file, model)
-            dense = dense_of[key]
-            dead_key = (entry.name, entry.deleted)
-            if dead_key not in dead_of:
-                dead_of[dead_key] = dead_chunk_ids(folder, entry)
-            keep = ~np.isin(dense.ids, dead_of[dead_key]) if len(dead_of[dead_key]) else None
-            ids_parts.append(dense.ids if keep is None else dense.ids[keep])
-            kept.append((dense, keep))
-        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
-        if not with_vectors or not kept:
-            return ids, None
-        # each segment's vectors where they are, with its live rows: not copied into one array (an
-        # O(index) copy per write; each new array of several MB also costs its fresh pages, ~4 ms a
-        # 2 MB huge page on the benchmark's VM); a full build copies them (`SegmentRows.array`)
-        return ids, SegmentRows(
-            [(dense.vectors, None if keep is None else np.flatnonzero(keep)) for dense, keep in kept]
-        )
-
+    live = _LiveVectors(index_dir)
     graphs: dict[str, _CorpusGraph] = {}
     for model in dims:
         k = graph_size(config.graph_k, sum(e.vectors.get(model, 0) for e in entries))
         if not k:
             continue
         started = time.perf_counter()
-        ids, vectors = live(None, entries, model, True)
+        ids, vectors = live.of(None, entries, model, True)
         if vectors is None or len(ids) < 2:
             continue
-        reuse = None
-        info = old.models.get(model) if old is not None else None
-        if old is not None and info is not None and info.graph and info.graph_k == k:
-            folder = info.graph_dir or old.path
-            recorded = old.file(f"{folder}/{info.graph}" if old.format >= 2 else info.graph)
-            path = index_dir / folder / info.graph
-            try:
-                if recorded and layout.file_sha256(path) == recorded.sha256:
-                    old_ids, _ = live(old, old.segment_list, model, False)
-                    old_graph = load_graph(path, len(old_ids))
-                    old_graph = _with_reserve(index_dir, old, folder, info, old_graph, load_reserve)
-                    position = np.minimum(np.searchsorted(ids, old_ids), len(ids) - 1)
-                    reuse = old_graph, np.where(ids[position] == old_ids, position, -1)
-                else:
-                    logger.warning("not reusing %s: it does not match its checksum", path)
-            except Exception as error:  # noqa: BLE001 - any doubt about the old graph means a fresh build
-                logger.warning("not reusing the corpus graph %s: %s", path, error)
-        if reuse is None:
-            graph, how = (
-                build_corpus_graph(vectors.array(), k, progress=progress, reserve=GRAPH_RESERVE),
-                "built",
-            )
-        else:
-            graph, how = update_corpus_graph(vectors, *reuse, k, progress=progress, reserve=GRAPH_RESERVE)
-        save_graph(np.ascontiguousarray(graph[:, :k]), tmp / layout.graph_file(model))
-        save_graph(np.ascontiguousarray(graph[:, k:]), tmp / _reserve_file(model))
-        graphs[model] = _CorpusGraph(
-            layout.graph_file(model), name, k, how, _reserve_file(model), GRAPH_RESERVE
-        )
+        reuse = _reusable_graph(index_dir, old, model, k, ids, live)
+        graphs[model] = _write_graph(model, k, vectors, reuse, tmp, name, progress)
         logger.info(
             "corpus graph of %s (%d vectors): %s in %.1f s",
             model,
             len(ids),
-            how,
+            graphs[model].build,
             time.perf_counter() - started,
         )
     checkpoint("graph-written")
@@ -294,26 +334,21 @@ def _with_reserve(
         return graph
 
 
-def commit_generation(
+def _merge_segments(
     index_dir: Path,
     old: Manifest | None,
     entries: list[Segment],
-    folders: list[Path],
     config: IndexConfig,
     dims: dict[str, int],
-    base: Manifest,
     progress: bool,
     policy: bool,
-    reason: str | None = None,
-    merge_range: tuple[int, int] | None = None,
-    signatures: Signatures | None = None,
-) -> Manifest:
-    """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
-    as one new generation: every new folder (`folders`: private, oldest first; the first is the
-    write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
-    newest, the manifest replaced. Readers see one new generation per call. `signatures`: the file
-    signatures to record (None: the old generation's). Returns the manifest."""
-    folders = list(folders)
+    reason: str | None,
+    merge_range: tuple[int, int] | None,
+) -> tuple[list[Segment], list[Path], dict[str, Any] | None]:
+    """Merge `merge_range` of `entries`, then by the tiered policy (`policy`) until it plans no more:
+    (the entries after the merges, the private folders the merges wrote, oldest first, the record of
+    the last merge or None). A merged input built by this call is removed at once."""
+    folders: list[Path] = []
     last_merge: dict[str, Any] | None = None
     while True:
         plan = merge_range or (merge_plan(entries) if policy else None)
@@ -335,21 +370,38 @@ def commit_generation(
         for entry in inputs:  # a segment built by this call and merged away already is never committed
             if entry.folder:
                 shutil.rmtree(entry.folder, ignore_errors=True)
+    return entries, folders, last_merge
+
+
+def _kept_folders(folders: list[Path], entries: Sequence[Segment]) -> list[Path]:
+    """The new folders the commit keeps (those of live segments; the write's own, `folders[0]`,
+    when it exists or nothing else is kept), the others removed."""
     live = {Path(e.folder) for e in entries if e.folder}
     kept = [folder for folder in folders if folder in live or (folder == folders[0] and folder.exists())]
     if not kept:  # everything new was merged away into nothing: the write's folder holds the commit
         folders[0].mkdir(parents=True, exist_ok=True)
         kept = [folders[0]]
-    commit_folder = max(kept, key=lambda folder: folder.name)
     for folder in folders:
         if folder not in kept:
             shutil.rmtree(folder, ignore_errors=True)
-    commit_name = commit_folder.name.split(".")[0]
-    number = int(commit_name.split("-")[1])
-    graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
-    signature_info = commit_signatures(
-        index_dir, old, signatures, commit_folder, commit_name, {entry.name for entry in entries}
-    )
+    return kept
+
+
+def _committed_manifest(
+    old: Manifest | None,
+    base: Manifest,
+    committed: list[Segment],
+    kept: list[Path],
+    commit_name: str,
+    number: int,
+    last_merge: dict[str, Any] | None,
+    config: IndexConfig,
+    dims: dict[str, int],
+    graphs: dict[str, _CorpusGraph],
+    signature_info: tuple[FileSignaturesRecord | None, FileRecord | None],
+) -> Manifest:
+    """The new generation's manifest: `base` numbered and placed in the commit folder, its last
+    merge, and the fields of the committed segment list (the checksums of every kept folder's files)."""
     new_files = {
         folder.name.split(".")[0]: layout.generation_files(folder, prefix=f"{folder.name.split('.')[0]}/")
         for folder in kept
@@ -359,8 +411,67 @@ def commit_generation(
         manifest_base = manifest_base.replace(
             last_merge=LastMerge(at=base.built_at, generation=number, **last_merge)
         )
+    return _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
+
+
+def _cache_committed_documents(
+    index_dir: Path, folders: Sequence[Path], manifest: Manifest, names: set[str]
+) -> None:
+    """Keep what each Parquet segment of this write that `manifest` commits (`names`) holds for the
+    next write's look-ups (and drop the uncommitted copies of every folder of the write)."""
+    for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
+        documents = WRITE_CACHES.uncommitted_documents.pop(str(folder))
+        name = folder.name.split(".")[0]
+        recorded = manifest.file(f"{name}/{store.parquet_file('documents')}")
+        if documents is not None and name in names and recorded:
+            WRITE_CACHES.small_documents.put((str(index_dir / name), recorded.sha256), documents)
+
+
+def commit_generation(
+    index_dir: Path,
+    old: Manifest | None,
+    entries: list[Segment],
+    folders: list[Path],
+    config: IndexConfig,
+    dims: dict[str, int],
+    base: Manifest,
+    progress: bool,
+    policy: bool,
+    reason: str | None = None,
+    merge_range: tuple[int, int] | None = None,
+    signatures: Signatures | None = None,
+) -> Manifest:
+    """Merge by the tiered policy (`policy`) and/or the given `merge_range`, then commit `entries`
+    as one new generation: every new folder (`folders`: private, oldest first; the first is the
+    write's own) flushed and renamed, the corpus graphs and the manifest copy written into the
+    newest, the manifest replaced. Readers see one new generation per call. `signatures`: the file
+    signatures to record (None: the old generation's). Returns the manifest."""
+    entries, merge_folders, last_merge = _merge_segments(
+        index_dir, old, entries, config, dims, progress, policy, reason, merge_range
+    )
+    folders = list(folders) + merge_folders
+    kept = _kept_folders(folders, entries)
+    commit_folder = max(kept, key=lambda folder: folder.name)
+    commit_name = commit_folder.name.split(".")[0]
+    number = int(commit_name.split("-")[1])
+    graphs = _corpus_graphs(index_dir, old, entries, commit_name, commit_folder, config, dims, progress)
+    signature_info = commit_signatures(
+        index_dir, old, signatures, commit_folder, commit_name, {entry.name for entry in entries}
+    )
     committed = [entry.committed() for entry in entries]
-    manifest = _with_segments(manifest_base, committed, old, new_files, config, dims, graphs, signature_info)
+    manifest = _committed_manifest(
+        old,
+        base,
+        committed,
+        kept,
+        commit_name,
+        number,
+        last_merge,
+        config,
+        dims,
+        graphs,
+        signature_info,
+    )
     text = dumps(manifest)
     (commit_folder / layout.MANIFEST).write_text(text, encoding="utf-8")
     for folder in kept:
@@ -371,13 +482,7 @@ def commit_generation(
     checkpoint("generation-renamed")
     layout.write_manifest(index_dir, manifest, text)
     checkpoint("manifest-committed")
-    names = {entry.name for entry in committed}
-    for folder in folders:  # what a Parquet segment holds, for the next write's look-ups
-        documents = WRITE_CACHES.uncommitted_documents.pop(str(folder))
-        name = folder.name.split(".")[0]
-        recorded = manifest.file(f"{name}/{store.parquet_file('documents')}")
-        if documents is not None and name in names and recorded:
-            WRITE_CACHES.small_documents.put((str(index_dir / name), recorded.sha256), documents)
+    _cache_committed_documents(index_dir, folders, manifest, {entry.name for entry in committed})
     previous = index_dir / old.path if old is not None else None
     layout.remove_stale(
         index_dir, keep=index_dir / commit_name, previous=previous, copies=WRITE_CACHES.manifest_copies

@@ -57,6 +57,75 @@ def merge_plan(entries: Sequence[Segment], factor: int | None = None) -> tuple[i
     return None
 
 
+class _SegmentVectors:
+    """The vectors of the merged segments, by model (a `VectorSource`): each model's FAISS files are
+    read from the segments that hold it once, when first asked for."""
+
+    def __init__(self, index_dir: Path, manifest: Manifest | None, entries: Sequence[Segment]) -> None:
+        self.index_dir, self.manifest, self.entries = index_dir, manifest, entries
+        self._loaded: dict[str, list[Any]] = {}
+
+    def _dense(self, model: str) -> list[Any]:
+        """The FAISS indexes of `model` of every segment that has vectors of it, in order."""
+        if model not in self._loaded:
+            held = [
+                (
+                    segments.segment_folder(self.index_dir, entry),
+                    self.manifest.segment_models(entry) if self.manifest is not None else entry.models,
+                )
+                for entry in self.entries
+            ]
+            self._loaded[model] = [
+                segments.load_dense(folder / models[model].file, model)
+                for folder, models in held
+                if model in models
+            ]
+        return self._loaded[model]
+
+    def __call__(self, model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
+        """The vectors of `model` of the chunk ids of `pairs` (`chunk_vectors` rows), in their order;
+        RuntimeError when the segments' FAISS files lack any."""
+        wanted = pairs["chunk_id"].astype(np.int64)
+        parts = []
+        for dense in self._dense(model):
+            rows = dense.rows_of(wanted)
+            parts.append((dense.ids[rows], dense.take(rows)))
+        ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
+        if not np.array_equal(ids, wanted):
+            raise RuntimeError(
+                f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors"
+            )
+        return matrix
+
+
+def _copy_live_rows(con, index_dir: Path, entries: Sequence[Segment]) -> None:
+    """Copy the segments' live rows into the merged store: from their Parquet files when every one is
+    a Parquet segment, else from their DuckDB stores, attached for the copy."""
+    folders = [segments.segment_folder(index_dir, entry) for entry in entries]
+    if all(store.is_parquet_segment(folder) for folder in folders):
+        segments.copy_live_parquet(con, folders, entries)
+    else:
+        aliases = segments.attach(con, index_dir, entries)
+        segments.copy_live_rows(con, aliases, entries)
+        segments.detach(con, aliases)
+
+
+def _set_merged_meta(con, index_dir: Path, manifest: Manifest | None, number: int) -> None:
+    """The merged store's meta: the generation it is built for, and the next free chunk id (past the
+    index's and past its own highest)."""
+    highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
+    store.set_meta(
+        con,
+        {
+            "next_chunk_id": max(
+                segments.next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1
+            ),
+            "generation": number,
+        },
+    )
+
+
 def build_merged(
     index_dir: Path,
     manifest: Manifest | None,
@@ -78,55 +147,13 @@ def build_merged(
         small = sum(entry.chunks for entry in entries) < store.SMALL_SEGMENT_ROWS
         con = store.ScratchConnection() if small else store.connect(tmp / layout.STORE_FILE)
         store.create_schema(con)
-        folders = [segments.segment_folder(index_dir, entry) for entry in entries]
-        if all(store.is_parquet_segment(folder) for folder in folders):
-            segments.copy_live_parquet(con, folders, entries)
-        else:
-            aliases = segments.attach(con, index_dir, entries)
-            segments.copy_live_rows(con, aliases, entries)
-            segments.detach(con, aliases)
-        highest = con.execute("SELECT max(chunk_id) FROM chunks").fetchone()[0]
-        store.set_meta(
-            con,
-            {
-                "next_chunk_id": max(
-                    segments.next_chunk_id(index_dir, manifest), -1 if highest is None else highest + 1
-                ),
-                "generation": number,
-            },
-        )
+        _copy_live_rows(con, index_dir, entries)
+        _set_merged_meta(con, index_dir, manifest, number)
         checkpoint("merge-store-written")
-        loaded: dict[str, list[Any]] = {}
-
-        def vectors_of(model: str, pairs: dict[str, np.ndarray], dim: int) -> np.ndarray:
-            if model not in loaded:
-                held = [
-                    (
-                        segments.segment_folder(index_dir, entry),
-                        manifest.segment_models(entry) if manifest is not None else entry.models,
-                    )
-                    for entry in entries
-                ]
-                loaded[model] = [
-                    segments.load_dense(folder / models[model].file, model)
-                    for folder, models in held
-                    if model in models
-                ]
-            wanted = pairs["chunk_id"].astype(np.int64)
-            parts = []
-            for dense in loaded[model]:
-                rows = dense.rows_of(wanted)
-                parts.append((dense.ids[rows], dense.take(rows)))
-            ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-            matrix = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, dim), np.float32)
-            if not np.array_equal(ids, wanted):
-                raise RuntimeError(
-                    f"merging {model!r}: the segments' FAISS ids do not cover their stores' vectors"
-                )
-            return matrix
-
         counts = segments.store_counts(con)
-        models = build_artifacts(con, vectors_of, tmp, config, dims, progress=progress)
+        models = build_artifacts(
+            con, _SegmentVectors(index_dir, manifest, entries), tmp, config, dims, progress=progress
+        )
         segments.persist(con, tmp)
         con.close()
         con = None

@@ -427,6 +427,64 @@ def _incompatibility(generation: Generation, marker: dict[str, Any] | None, mode
     return None
 
 
+def _sync_mode(marker: dict[str, Any] | None, idf_modifier: bool | None) -> str:
+    """The sparse mode to sync in: the collection's recorded one (`idf_modifier=None`; the default
+    when it records none), else "idf" or "folded" as asked."""
+    if idf_modifier is None:
+        recorded = (marker or {}).get("sparse")
+        return recorded if isinstance(recorded, str) and recorded in SPARSE_MODES else DEFAULT_SPARSE
+    return "idf" if idf_modifier else "folded"
+
+
+@dataclasses.dataclass(frozen=True)
+class _DocumentDiff:
+    """How a generation's documents differ from a collection's: the `changed` (or new) and `removed`
+    doc ids, sorted, and the `kept` ones (same content hash) with their generation rows, `kept_rows`;
+    `rows_of`: each document's rows in the generation."""
+
+    rows_of: dict[str, list[int]]
+    changed: list[str]
+    removed: list[str]
+    kept: list[str]
+    kept_rows: list[int]
+
+    @classmethod
+    def of(cls, generation: Generation, held: Mapping[str, str]) -> _DocumentDiff:
+        """The diff of `generation` against `held` (`{doc_id: doc_sha256}` of the collection)."""
+        wanted = _document_hashes(generation)
+        rows_of: dict[str, list[int]] = {}
+        for row, doc_id in enumerate(generation.doc_ids):
+            rows_of.setdefault(doc_id, []).append(row)
+        changed = sorted(doc_id for doc_id in rows_of if held.get(doc_id) != wanted.get(doc_id))
+        removed = sorted(doc_id for doc_id in held if doc_id not in rows_of)
+        changed_set = set(changed)
+        kept = [doc_id for doc_id in rows_of if doc_id in held and doc_id not in changed_set]
+        kept_rows = [row for doc_id in kept for row in rows_of[doc_id]]
+        return cls(rows_of, changed, removed, kept, kept_rows)
+
+    def kept_points_match(self, generation: Generation, points_of: Mapping[str, list[int]]) -> bool:
+        """Whether the kept documents' points in the collection are exactly their chunks here."""
+        return sorted(p for doc_id in self.kept for p in points_of[doc_id]) == sorted(
+            int(generation.chunk_ids[r]) for r in self.kept_rows
+        )
+
+
+def _full_export(
+    generation: Generation, client: Any, collection: str, mode: str, why: str, started: float
+) -> SyncReport:
+    """Export the whole generation into the collection (recreated) in sparse `mode`, for `why`."""
+    export_generation(generation, client, collection, idf_modifier=mode == "idf")
+    return SyncReport(
+        collection,
+        generation.number,
+        "full",
+        why,
+        upserted_documents=len(set(generation.doc_ids)),
+        points_upserted=generation.n_chunks,
+        seconds=time.perf_counter() - started,
+    )
+
+
 def sync_generation(
     generation: Generation,
     client: Any,
@@ -443,57 +501,32 @@ def sync_generation(
     started = time.perf_counter()
     collection = collection or collection_name(generation)
     marker = mirror_marker(client, collection)
-    if idf_modifier is None:
-        recorded = (marker or {}).get("sparse")
-        mode = recorded if isinstance(recorded, str) and recorded in SPARSE_MODES else DEFAULT_SPARSE
-    else:
-        mode = "idf" if idf_modifier else "folded"
+    mode = _sync_mode(marker, idf_modifier)
     _check_mode(generation, mode)
     reason = (
         _incompatibility(generation, marker, mode)
         if client.collection_exists(collection)
         else "new collection"
     )
-
-    def full(why: str) -> SyncReport:
-        export_generation(generation, client, collection, idf_modifier=mode == "idf")
-        return SyncReport(
-            collection,
-            generation.number,
-            "full",
-            why,
-            upserted_documents=len(set(generation.doc_ids)),
-            points_upserted=generation.n_chunks,
-            seconds=time.perf_counter() - started,
-        )
-
     if reason is not None:
-        return full(reason)
+        return _full_export(generation, client, collection, mode, reason, started)
     assert marker is not None  # `_incompatibility` finds none only with a marker
     held, points_of = _collection_documents(client, collection)
-    wanted = _document_hashes(generation)
-    rows_of: dict[str, list[int]] = {}
-    for row, doc_id in enumerate(generation.doc_ids):
-        rows_of.setdefault(doc_id, []).append(row)
-    changed = sorted(doc_id for doc_id in rows_of if held.get(doc_id) != wanted.get(doc_id))
-    removed = sorted(doc_id for doc_id in held if doc_id not in rows_of)
-    changed_set = set(changed)
-    kept = [doc_id for doc_id in rows_of if doc_id in held and doc_id not in changed_set]
-    kept_rows = [row for doc_id in kept for row in rows_of[doc_id]]
-    if sorted(p for doc_id in kept for p in points_of[doc_id]) != sorted(
-        int(generation.chunk_ids[r]) for r in kept_rows
-    ):
-        return full("the unchanged documents' chunks differ from the collection's points")
+    diff = _DocumentDiff.of(generation, held)
+    changed, removed = diff.changed, diff.removed
+    if not diff.kept_points_match(generation, points_of):
+        why = "the unchanged documents' chunks differ from the collection's points"
+        return _full_export(generation, client, collection, mode, why, started)
     if not changed and not removed and marker.get("generation") == generation.number:
         return SyncReport(
             collection, generation.number, "unchanged", "", seconds=time.perf_counter() - started
         )
     delete_documents(client, collection, [*removed, *(d for d in changed if d in held)])
     upserted = _upsert_rows(
-        generation, client, collection, [row for d in changed for row in rows_of[d]], mode
+        generation, client, collection, [row for d in changed for row in diff.rows_of[d]], mode
     )
     reweighted = (
-        reweight_rows(generation, client, collection, kept_rows, mode)
+        reweight_rows(generation, client, collection, diff.kept_rows, mode)
         if reweight and (changed or removed)
         else 0
     )

@@ -518,19 +518,11 @@ class RowTags(Mapping):
         return len(self._tagged())
 
 
-def _combine(
-    index_dir: Path,
-    manifest: Manifest,
-    stamp: tuple[Any, int],
-    reader: StoreReader,
-    segments: Sequence[Segment],
-    entries: Sequence[SegmentRecord],
-    cache: SegmentCache | None = None,
-    logged: tuple[int, int, int] = (0, 0, 0),
-) -> Generation:
-    """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
-    chunks, tombstones) of the write-ahead log, whose segment is the last; an entry's "masked" ids:
-    those the log hides (see `_mask_logged`)."""
+def _live_masks(
+    segments: Sequence[Segment], entries: Sequence[SegmentRecord]
+) -> tuple[list[np.ndarray | None], np.ndarray]:
+    """Per segment, its live rows (None: every row is) after the entry's tombstones, and the chunk
+    ids live in the committed generation that the write-ahead log hides (the entries' "masked" ids)."""
     live: list[np.ndarray | None] = []
     hidden = []  # chunk ids live in the committed generation that the log hides
     for segment, entry in zip(segments, entries):
@@ -544,23 +536,48 @@ def _combine(
             masked = set(entry.masked)
             hidden.append(segment.chunk_ids[np.asarray([d in masked for d in segment.doc_ids], dtype=bool)])
     hidden_ids = np.concatenate(hidden) if hidden else np.zeros(0, np.int64)
-    pick = lambda attribute: tuple(
+    return live, hidden_ids
+
+
+def _pick(segments: Sequence[Segment], live: Sequence[np.ndarray | None], attribute: str) -> tuple:
+    """The live rows' values of a per-row tuple attribute of the segments, concatenated in order."""
+    return tuple(
         itertools.chain.from_iterable(
             getattr(s, attribute) if m is None else itertools.compress(getattr(s, attribute), m)
             for s, m in zip(segments, live)
         )
     )
-    chunk_ids = _readonly(
-        np.concatenate([s.chunk_ids if m is None else s.chunk_ids[m] for s, m in zip(segments, live)])
+
+
+def _live_array(
+    segments: Sequence[Segment], live: Sequence[np.ndarray | None], attribute: str, empty: np.ndarray
+) -> np.ndarray:
+    """The live rows of a per-row array attribute of the segments, concatenated (`empty` when
+    there are no segments), read-only."""
+    return _readonly(
+        np.concatenate(
+            [getattr(s, attribute) if m is None else getattr(s, attribute)[m] for s, m in zip(segments, live)]
+        )
         if segments
-        else np.zeros(0, np.int64)
+        else empty
     )
+
+
+def _live_chunk_ids(
+    index_dir: Path, segments: Sequence[Segment], live: Sequence[np.ndarray | None]
+) -> np.ndarray:
+    """The generation's live chunk ids, checked to ascend strictly across its segments."""
+    chunk_ids = _live_array(segments, live, "chunk_ids", np.zeros(0, np.int64))
     if len(chunk_ids) > 1 and not np.all(chunk_ids[1:] > chunk_ids[:-1]):
         raise CorruptIndexError(
             f"segments of {index_dir} overlap in chunk ids; "
             f"run `hybridlab verify --repair --index {index_dir}`"
         )
-    chunk_types, collections = pick("chunk_types"), pick("collections")
+    return chunk_ids
+
+
+def _live_tag_rows(segments: Sequence[Segment], live: Sequence[np.ndarray | None]) -> dict[str, np.ndarray]:
+    """tag -> the generation's live rows that carry it (tags with none left out), by tag."""
     by_tag: dict[str, list[np.ndarray]] = {}
     for segment, rows_of in zip(
         segments, global_rows([s.rows for s in segments], live)
@@ -569,7 +586,89 @@ def _combine(
             rows = rows_of[local]
             by_tag.setdefault(tag, []).append(rows[rows >= 0])
     tag_rows = {tag: _readonly(np.concatenate(parts)) for tag, parts in sorted(by_tag.items())}
-    tag_rows = {tag: rows for tag, rows in tag_rows.items() if len(rows)}
+    return {tag: rows for tag, rows in tag_rows.items() if len(rows)}
+
+
+def _live_dense(
+    model: str, parts: Sequence[tuple[Segment, np.ndarray | None]]
+) -> DenseIndex | SegmentedDense:
+    """The model's FAISS index over the live rows of the segments (`parts`: those with vectors of
+    the model, and their live masks): a lone whole segment's own, else a masked concatenation."""
+    if len(parts) == 1 and parts[0][1] is None:
+        return parts[0][0].dense[model]
+    masks = [None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m])) for s, m in parts]
+    return SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
+
+
+def _live_graph(
+    path: Path,
+    index_dir: Path,
+    model: str,
+    segments: Sequence[Segment],
+    parts: Sequence[tuple[Segment, np.ndarray | None]],
+    dense: DenseIndex | SegmentedDense,
+    hidden_ids: np.ndarray,
+    logged_records: int,
+) -> np.ndarray:
+    """One graph over the generation's live vectors of `model`, in its dense rows: the graph file
+    at `path`, built over the committed rows, less the rows the log hides, plus the log's rows."""
+    unlinked = len(segments[-1].dense[model].ids) if logged_records and model in segments[-1].dense else 0
+    committed = dense.ids[: dense.size - unlinked]  # the graph's rows when it was built
+    cut = (
+        hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))]
+        if len(hidden_ids)
+        else hidden_ids
+    )
+    try:
+        graph = load_graph(path, len(committed) + len(cut))
+    except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
+        raise _damaged(path, error, index_dir) from None
+    if len(cut):  # rows the log hides: out of the graph, edges to them cut
+        graph = _cut_graph(graph, ~np.isin(np.union1d(committed, cut), cut))
+    if unlinked:  # the log's rows are in no neighbour list and have none (-1: nothing to expand)
+        graph = np.concatenate([graph, np.full((unlinked, graph.shape[1]), -1, dtype=graph.dtype)])
+    return graph
+
+
+def _live_vectors(
+    index_dir: Path,
+    manifest: Manifest,
+    segments: Sequence[Segment],
+    live: Sequence[np.ndarray | None],
+    hidden_ids: np.ndarray,
+    logged_records: int,
+) -> tuple[dict[str, DenseIndex | SegmentedDense], dict[str, np.ndarray]]:
+    """Per model of the manifest, its FAISS index over the live rows, and its graph where it has one."""
+    dense: dict[str, DenseIndex | SegmentedDense] = {}
+    graphs: dict[str, np.ndarray] = {}
+    for model, info in manifest.models.items():
+        parts = [(s, m) for s, m in zip(segments, live) if model in s.dense]
+        dense[model] = _live_dense(model, parts)
+        if info.graph:  # one graph over the generation's live vectors, in its dense rows
+            path = index_dir / (info.graph_dir or manifest.path) / info.graph
+            graphs[model] = _live_graph(
+                path, index_dir, model, segments, parts, dense[model], hidden_ids, logged_records
+            )
+    return dense, graphs
+
+
+def _combine(
+    index_dir: Path,
+    manifest: Manifest,
+    stamp: tuple[Any, int],
+    reader: StoreReader,
+    segments: Sequence[Segment],
+    entries: Sequence[SegmentRecord],
+    cache: SegmentCache | None = None,
+    logged: tuple[int, int, int] = (0, 0, 0),
+) -> Generation:
+    """The generation's row table and retrievers over its segments' live rows. `logged`: (records,
+    chunks, tombstones) of the write-ahead log, whose segment is the last; an entry's "masked" ids:
+    those the log hides (see `_mask_logged`)."""
+    live, hidden_ids = _live_masks(segments, entries)
+    chunk_ids = _live_chunk_ids(index_dir, segments, live)
+    chunk_types, collections = _pick(segments, live, "chunk_types"), _pick(segments, live, "collections")
+    tag_rows = _live_tag_rows(segments, live)
     sparse = SparseIndex(
         [s.postings for s in segments],
         live,
@@ -577,36 +676,7 @@ def _combine(
         segments[0].tokenizer,
         groups=cache.postings if cache is not None else None,
     )
-    dense: dict[str, DenseIndex | SegmentedDense] = {}
-    graphs: dict[str, np.ndarray] = {}
-    for model, info in manifest.models.items():
-        parts = [(s, m) for s, m in zip(segments, live) if model in s.dense]
-        if len(parts) == 1 and parts[0][1] is None:
-            dense[model] = parts[0][0].dense[model]
-        else:
-            masks = [
-                None if m is None else _readonly(np.isin(s.dense[model].ids, s.chunk_ids[m]))
-                for s, m in parts
-            ]
-            dense[model] = SegmentedDense(model, [s.dense[model] for s, _ in parts], masks)
-        if info.graph:  # one graph over the generation's live vectors, in its dense rows
-            path = index_dir / (info.graph_dir or manifest.path) / info.graph
-            unlinked = len(segments[-1].dense[model].ids) if logged[0] and model in segments[-1].dense else 0
-            committed = dense[model].ids[: dense[model].size - unlinked]  # the graph's rows when it was built
-            cut = (
-                hidden_ids[np.isin(hidden_ids, np.concatenate([s.dense[model].ids for s, _ in parts]))]
-                if len(hidden_ids)
-                else hidden_ids
-            )
-            try:
-                graph = load_graph(path, len(committed) + len(cut))
-            except Exception as error:  # noqa: BLE001 - unreadable or mis-shaped: damaged
-                raise _damaged(path, error, index_dir) from None
-            if len(cut):  # rows the log hides: out of the graph, edges to them cut
-                graph = _cut_graph(graph, ~np.isin(np.union1d(committed, cut), cut))
-            if unlinked:  # the log's rows are in no neighbour list and have none (-1: nothing to expand)
-                graph = np.concatenate([graph, np.full((unlinked, graph.shape[1]), -1, dtype=graph.dtype)])
-            graphs[model] = graph
+    dense, graphs = _live_vectors(index_dir, manifest, segments, live, hidden_ids, logged[0])
     dense_rows_to_index = {
         model: _readonly(np.searchsorted(chunk_ids, index.ids)) for model, index in dense.items()
     }
@@ -617,16 +687,12 @@ def _combine(
         stamp=stamp,
         store=reader,
         chunk_ids=chunk_ids,
-        doc_ids=pick("doc_ids"),
-        sections=pick("sections"),
+        doc_ids=_pick(segments, live, "doc_ids"),
+        sections=_pick(segments, live, "sections"),
         chunk_types=chunk_types,
         collections=collections,
-        titles=pick("titles"),
-        times=_readonly(
-            np.concatenate([s.times if m is None else s.times[m] for s, m in zip(segments, live)])
-            if segments
-            else np.zeros(0)
-        ),
+        titles=_pick(segments, live, "titles"),
+        times=_live_array(segments, live, "times", np.zeros(0)),
         known_chunk_types=known_chunk_types,
         known_collections=known_collections,
         tag_rows=MappingProxyType(tag_rows),

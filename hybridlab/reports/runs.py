@@ -319,6 +319,62 @@ def plot_kinds(
     return Path(path)
 
 
+def _report_metrics(sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`metrics.json` of a report run: per dataset, its sweep run, split, comparison, parameter
+    importances, best trial, verdict, per-kind table and staleness."""
+    return {
+        s["dataset"]: {
+            "sweep": s["run"],
+            "split": s["record"].get("split", "test"),
+            "comparison": s["comparison"].to_dict(),
+            "importances": s["importances"],
+            "best": s["record"]["best"],
+            "verdict": s["record"]["verdict"],
+            "per_kind": s.get("per_kind"),
+            "stale": s.get("stale"),
+        }
+        for s in sections
+    }
+
+
+def _stale_banner(stale: Mapping[str, str], sweeps: int) -> str:
+    """The verdict's warning when some sweeps (`stale`: run -> why) ran on another engine ("" if none)."""
+    return (
+        (
+            f"**STALE:** {len(stale)} of {sweeps} sweeps ran on another engine than today's — "
+            + "; ".join(f"{run}: {reason}" for run, reason in stale.items())
+            + ". Their figures may not hold; re-run them (`make sweep`). "
+        )
+        if stale
+        else ""
+    )
+
+
+def _section_lines(s: Mapping[str, Any], metric: str) -> list[str]:
+    """One dataset's section of `summary.md`: its splits, comparison table, best parameters by
+    importance, wins and losses, per-kind table and figures."""
+    lines = [f"## {s['dataset']} (sweep {s['run']})", ""]
+    if s.get("stale"):
+        lines += [f"> **STALE:** {s['stale']}.", ""]
+    lines += [
+        describe_splits(s["record"]),
+        "",
+        s["comparison"].to_markdown(),
+        "",
+        "Best trial's parameters, most important first:",
+        "",
+        params_table(s["record"]["best"]["params"], s["importances"]),
+        "",
+        s["wins_losses"],
+        "",
+    ]
+    if s.get("per_kind"):
+        lines += [kinds_table(s["per_kind"], metric), ""]
+    else:
+        lines += ["No query kinds in this set (its queries carry no `metadata.kind`).", ""]
+    return lines + [f"![{f}]({f})" for f in s["figures"]] + [""]
+
+
 def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
     """`metrics.json`, the comparison figure and `summary.md` of a report run."""
     run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
@@ -336,34 +392,9 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
     verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
     stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
     (run_dir / "metrics.json").write_text(
-        json.dumps(
-            {
-                s["dataset"]: {
-                    "sweep": s["run"],
-                    "split": s["record"].get("split", "test"),
-                    "comparison": s["comparison"].to_dict(),
-                    "importances": s["importances"],
-                    "best": s["record"]["best"],
-                    "verdict": s["record"]["verdict"],
-                    "per_kind": s.get("per_kind"),
-                    "stale": s.get("stale"),
-                }
-                for s in sections
-            },
-            indent=2,
-            default=str,
-        ),
-        encoding="utf-8",
+        json.dumps(_report_metrics(sections), indent=2, default=str), encoding="utf-8"
     )
-    banner = (
-        (
-            f"**STALE:** {len(stale)} of {len(sections)} sweeps ran on another engine than today's — "
-            + "; ".join(f"{run}: {reason}" for run, reason in stale.items())
-            + ". Their figures may not hold; re-run them (`make sweep`). "
-        )
-        if stale
-        else ""
-    )
+    banner = _stale_banner(stale, len(sections))
     lines = [
         f"# Report — {run_dir.name}",
         "",
@@ -380,26 +411,7 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
         "",
     ]
     for s in sections:
-        lines += [f"## {s['dataset']} (sweep {s['run']})", ""]
-        if s.get("stale"):
-            lines += [f"> **STALE:** {s['stale']}.", ""]
-        lines += [
-            describe_splits(s["record"]),
-            "",
-            s["comparison"].to_markdown(),
-            "",
-            "Best trial's parameters, most important first:",
-            "",
-            params_table(s["record"]["best"]["params"], s["importances"]),
-            "",
-            s["wins_losses"],
-            "",
-        ]
-        if s.get("per_kind"):
-            lines += [kinds_table(s["per_kind"], metric), ""]
-        else:
-            lines += ["No query kinds in this set (its queries carry no `metadata.kind`).", ""]
-        lines += [f"![{f}]({f})" for f in s["figures"]] + [""]
+        lines += _section_lines(s, metric)
     path = run_dir / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

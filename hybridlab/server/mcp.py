@@ -21,11 +21,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from hybridlab.errors import HybridlabError
 from hybridlab.extras import require
 from hybridlab.server.stderr import StderrHandler
+
+if TYPE_CHECKING:
+    from hybridlab.ingest.sources import Document
 
 # This module is the MCP adapter: without the SDK (and the pydantic it brings) importing it fails with
 # a message naming the `mcp` extra, and so does `hybridlab mcp`.
@@ -533,6 +536,38 @@ def get_document(
     )
 
 
+def _queued(queued: Document, started: float) -> StoredMemoryResponse:
+    """The response of a store that returns `queued`, a memory of equal content acknowledged and
+    waiting for its deferred commit (pending, in no generation yet)."""
+    from hybridlab.search.time_range import iso_z
+
+    return StoredMemoryResponse(
+        id=queued.doc_id,
+        generation=None,
+        tags=list(queued.tags),
+        created_at=iso_z(queued.created_at) or "",
+        updated_at=iso_z(queued.updated_at) or "",
+        batch_size=0,
+        seconds=round(time.perf_counter() - started, 3),
+        pending=True,
+        created=False,
+        duplicate_of=queued.doc_id,
+    )
+
+
+def _stored_duplicate(service: Service, content: str, started: float) -> StoredMemoryResponse | None:
+    """The response of a store that returns the stored memory of equal content (ignoring case and
+    whitespace), None when there is none (looked up without flushing the writer)."""
+    from hybridlab.index.memory import find_duplicate
+
+    with service.reading(flush=False) as index:
+        snapshot = index.snapshot()
+        existing = find_duplicate(snapshot.generation.store, content)
+        if existing is not None:
+            return _existing(index, snapshot, existing, started)
+    return None
+
+
 def store_memory(
     service: Service,
     content: str,
@@ -552,33 +587,18 @@ def store_memory(
     context: the conversation turn before it, indexed with it so that a question worded like that
     turn finds it; not part of its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-    from hybridlab.index.memory import find_duplicate, make_memory, normalised_content
+    from hybridlab.index.memory import make_memory, normalised_content
     from hybridlab.search.listing import nearest_memory
-    from hybridlab.search.time_range import iso_z
 
     started = time.perf_counter()
     key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
     with service.storing(key) if key else contextlib.nullcontext():
         queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
         if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
-            return StoredMemoryResponse(
-                id=queued.doc_id,
-                generation=None,
-                tags=list(queued.tags),
-                created_at=iso_z(queued.created_at) or "",
-                updated_at=iso_z(queued.updated_at) or "",
-                batch_size=0,
-                seconds=round(time.perf_counter() - started, 3),
-                pending=True,
-                created=False,
-                duplicate_of=queued.doc_id,
-            )
-        if key:
-            with service.reading(flush=False) as index:
-                snapshot = index.snapshot()
-                existing = find_duplicate(snapshot.generation.store, content)
-                if existing is not None:
-                    return _existing(index, snapshot, existing, started)
+            return _queued(queued, started)
+        duplicate = _stored_duplicate(service, content, started) if key else None
+        if duplicate is not None:
+            return duplicate
         with _tool_errors(*LIBRARY_ERRORS):
             document = make_memory(
                 content,

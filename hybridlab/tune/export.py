@@ -26,7 +26,15 @@ from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
 from hybridlab.eval.evaluator import EVAL_LIMIT, Evaluator, resolve_evalset
-from hybridlab.eval.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, holm, mean_ci, paired_test
+from hybridlab.eval.significance import (
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    Interval,
+    PairedTest,
+    holm,
+    mean_ci,
+    paired_test,
+)
 from hybridlab.index.graph import graph_size
 from hybridlab.tune.repro import cli_repro_all
 from hybridlab.tune.runs import git
@@ -211,6 +219,61 @@ def out_of_fold_run(
     return run
 
 
+def _pin_entry(evaluator: Evaluator, name: str, entry: Mapping[str, Any]) -> Pinned:
+    """A record's `{trial, search, index}` entry (a candidate, a fold's config) pinned as `name`."""
+    return pin(evaluator, name, entry.get("trial"), entry["search"], IndexConfig.from_dict(entry["index"]))
+
+
+def _candidate_rows(
+    candidates: Sequence[Pinned],
+    measured: Sequence[tuple[dict[str, float], dict[str, float]]],
+    tests: Sequence[PairedTest],
+    max_p: float,
+) -> list[dict[str, Any]]:
+    """One row per candidate: its metrics, its paired test against the defaults, the Holm-corrected
+    p-value of that test among all the candidates', and whether it beats the defaults (corrected
+    p < `max_p`, a higher mean)."""
+    adjusted = holm([t.p_value for t in tests])
+    return [
+        {
+            "name": c.name,
+            "trial": c.trial,
+            "test_metrics": metrics,
+            **t.to_dict(),
+            "p_holm": p,
+            "significant": p < max_p and t.difference > 0,
+        }
+        for c, (_, metrics), t, p in zip(candidates, measured, tests, adjusted)
+    ]
+
+
+def _export_verdict(
+    rows: Sequence[Mapping[str, Any]],
+    chosen: int | None,
+    *,
+    metric: str,
+    split: str,
+    query_ids: Sequence[str],
+    split_size: int,
+    test: str,
+    max_p: float,
+) -> str:
+    """One sentence on what was exported and why: the chosen candidate (else the best-scoring one)
+    against the defaults on the out-of-sample queries, with its raw and corrected p-values."""
+    top = rows[chosen] if chosen is not None else max(rows, key=lambda r: r["mean_a"])
+    scope = f"{len(query_ids)} out-of-sample queries of the report split {split!r}" + (
+        f" ({split_size - len(query_ids)} the sweep tuned on left out)" if len(query_ids) < split_size else ""
+    )
+    correction = f"Holm over {len(rows)} candidates" if len(rows) > 1 else "1 candidate"
+    outcome = "exported the tuned config" if chosen is not None else "kept the defaults"
+    return (
+        f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
+        f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
+        f"({describe_test(test)} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
+        f"threshold {max_p})"
+    )
+
+
 def export_config(
     run_dir: str | os.PathLike,
     *,
@@ -236,18 +299,9 @@ def export_config(
     query_ids = out_of_sample_ids(record, evaluator)
 
     best = record["best"]
-    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
     listed = record.get("candidates") or [best]
-    candidates = [
-        pin(
-            evaluator,
-            f"trial {c.get('trial')}",
-            c.get("trial"),
-            c["search"],
-            IndexConfig.from_dict(c["index"]),
-        )
-        for c in listed
-    ]
+    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
+    candidates = [_pin_entry(evaluator, f"trial {c.get('trial')}", c) for c in listed]
 
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
     measured = [measure(evaluator, c, split, query_ids, metric) for c in candidates]
@@ -255,34 +309,20 @@ def export_config(
         paired_test(per_query, defaults_per_query, test, **_test_options(test, permutations))
         for per_query, _ in measured
     ]
-    adjusted = holm([t.p_value for t in tests])
-    rows: list[dict[str, Any]] = [
-        {
-            "name": c.name,
-            "trial": c.trial,
-            "test_metrics": metrics,
-            **t.to_dict(),
-            "p_holm": p,
-            "significant": p < max_p and t.difference > 0,
-        }
-        for c, (_, metrics), t, p in zip(candidates, measured, tests, adjusted)
-    ]
+    rows = _candidate_rows(candidates, measured, tests, max_p)
     winners = [i for i, row in enumerate(rows) if row["significant"]]
     chosen = max(winners, key=lambda i: rows[i]["mean_a"]) if winners else None
     exported = candidates[chosen] if chosen is not None else defaults
     exported_metrics = measured[chosen][1] if chosen is not None else defaults_metrics
-    top = rows[chosen] if chosen is not None else max(rows, key=lambda r: r["mean_a"])
-    split_size = len(evaluator.dataset(split).queries)
-    scope = f"{len(query_ids)} out-of-sample queries of the report split {split!r}" + (
-        f" ({split_size - len(query_ids)} the sweep tuned on left out)" if len(query_ids) < split_size else ""
-    )
-    correction = f"Holm over {len(rows)} candidates" if len(rows) > 1 else "1 candidate"
-    outcome = "exported the tuned config" if chosen is not None else "kept the defaults"
-    verdict = (
-        f"{outcome}: {top['name']} {'beats' if chosen is not None else 'does not significantly beat'} "
-        f"the defaults on {metric} over {scope}: {top['mean_a']:.4f} vs {top['mean_b']:.4f} "
-        f"({describe_test(test)} p = {top['p_value']:.4g}, corrected {top['p_holm']:.4g}, {correction}, "
-        f"threshold {max_p})"
+    verdict = _export_verdict(
+        rows,
+        chosen,
+        metric=metric,
+        split=split,
+        query_ids=query_ids,
+        split_size=len(evaluator.dataset(split).queries),
+        test=test,
+        max_p=max_p,
     )
     return _document(
         run_dir,
@@ -377,6 +417,93 @@ def describe_test(test: str) -> str:
     return test if test.endswith("test") else f"{test} test"
 
 
+def _check_folds_cover(
+    record: Mapping[str, Any], folds: Sequence[Sequence[str]], query_ids: list[str]
+) -> None:
+    """ValueError unless the record's folds partition today's queries of the set."""
+    if sorted(q for fold in folds for q in fold) != query_ids:
+        raise ValueError(
+            f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
+            f"{record['dataset']}: re-run the sweep"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutOfFold:
+    """A cross-validated sweep re-run now: the tuning procedure's out-of-fold scores (each fold's
+    queries ranked by the config tuned without them, `fold_configs`), the defaults' on the same
+    queries, and their paired test (`significant`: p < max_p and a higher mean)."""
+
+    folds: list[list[str]]
+    fold_configs: list[Pinned]
+    tuned_metrics: dict[str, float]
+    tuned_ci: Interval
+    defaults: Pinned
+    defaults_metrics: dict[str, float]
+    defaults_ci: Interval
+    outcome: PairedTest
+    significant: bool
+
+    def scope(self, metric: str, trials_per_fold: Any, test: str, max_p: float) -> str:
+        """The comparison in words: both means with their 95% intervals, and the test."""
+        tuned_ci, defaults_ci = self.tuned_ci, self.defaults_ci
+        return (
+            f"nested {len(self.folds)}-fold cross-validation over {sum(map(len, self.folds))} queries "
+            f"({trials_per_fold} trials per fold): out-of-fold {metric} {tuned_ci.mean:.4f} "
+            f"[{tuned_ci.low:.4f}, {tuned_ci.high:.4f}] vs "
+            f"defaults {defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
+            f"({describe_test(test)} p = {self.outcome.p_value:.4g}, threshold {max_p})"
+        )
+
+    def provenance(self, trials_per_fold: Any) -> dict[str, Any]:
+        """The exported document's `cross_validation` record."""
+        return {
+            "k": len(self.folds),
+            "trials_per_fold": trials_per_fold,
+            "folds": self.folds,
+            "fold_trials": [c.trial for c in self.fold_configs],
+            "tuned": {"metrics": self.tuned_metrics, **self.tuned_ci.to_dict()},
+            "defaults": {"metrics": self.defaults_metrics, **self.defaults_ci.to_dict()},
+            "test": self.outcome.to_dict(),
+        }
+
+
+def _rerun_out_of_fold(
+    evaluator: Evaluator,
+    record: Mapping[str, Any],
+    folds: list[list[str]],
+    query_ids: Sequence[str],
+    *,
+    test: str,
+    max_p: float,
+    permutations: int,
+) -> _OutOfFold:
+    """Re-run the record's fold configs on their folds' queries and the defaults on every query, and
+    compare them per query with a paired `test`."""
+    metric, split = record["metric"], CROSS_VALIDATED
+    fold_configs = [
+        _pin_entry(evaluator, f"fold {i + 1}", c) for i, c in enumerate(record["cross_validation"]["configs"])
+    ]
+    run = out_of_fold_run(
+        evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs], split
+    )
+    tuned_per_query, tuned_metrics = score_run(evaluator, run, split, metric)
+    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
+    defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
+    outcome = paired_test(tuned_per_query, defaults_per_query, test, **_test_options(test, permutations))
+    return _OutOfFold(
+        folds=folds,
+        fold_configs=fold_configs,
+        tuned_metrics=tuned_metrics,
+        tuned_ci=mean_ci([tuned_per_query[q] for q in query_ids]),
+        defaults=defaults,
+        defaults_metrics=defaults_metrics,
+        defaults_ci=mean_ci([defaults_per_query[q] for q in query_ids]),
+        outcome=outcome,
+        significant=outcome.p_value < max_p and outcome.difference > 0,
+    )
+
+
 def export_cross_validated(
     run_dir: Path,
     record: Mapping[str, Any],
@@ -398,46 +525,19 @@ def export_cross_validated(
     metric, split = record["metric"], CROSS_VALIDATED
     query_ids = sorted(evaluator.dataset(split).queries)
     folds = [list(fold) for fold in cv["folds"]]
-    if sorted(q for fold in folds for q in fold) != query_ids:
-        raise ValueError(
-            f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
-            f"{record['dataset']}: re-run the sweep"
-        )
-
-    fold_configs = [
-        pin(evaluator, f"fold {i + 1}", c.get("trial"), c["search"], IndexConfig.from_dict(c["index"]))
-        for i, c in enumerate(cv["configs"])
-    ]
-    run = out_of_fold_run(
-        evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs], split
+    _check_folds_cover(record, folds, query_ids)
+    compared = _rerun_out_of_fold(
+        evaluator, record, folds, query_ids, test=test, max_p=max_p, permutations=permutations
     )
-    tuned_per_query, tuned_metrics = score_run(evaluator, run, split, metric)
-    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
-    defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
-    outcome = paired_test(tuned_per_query, defaults_per_query, test, **_test_options(test, permutations))
-    significant = outcome.p_value < max_p and outcome.difference > 0
-    tuned_ci = mean_ci([tuned_per_query[q] for q in query_ids])
-    defaults_ci = mean_ci([defaults_per_query[q] for q in query_ids])
+    significant, defaults_metrics = compared.significant, compared.defaults_metrics
 
     best = record["best"]
-    final = pin(
-        evaluator,
-        f"trial {best['trial']}",
-        best["trial"],
-        best["search"],
-        IndexConfig.from_dict(best["index"]),
-    )
-    exported = final if significant else defaults
+    final = _pin_entry(evaluator, f"trial {best['trial']}", best)
+    exported = final if significant else compared.defaults
     exported_metrics = (
         measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
     )
-    k = len(folds)
-    scope = (
-        f"nested {k}-fold cross-validation over {len(query_ids)} queries ({cv.get('trials_per_fold')} trials "
-        f"per fold): out-of-fold {metric} {tuned_ci.mean:.4f} [{tuned_ci.low:.4f}, {tuned_ci.high:.4f}] vs "
-        f"defaults {defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
-        f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {max_p})"
-    )
+    scope = compared.scope(metric, cv.get("trials_per_fold"), test, max_p)
     verdict = (
         f"exported the config tuned on all queries (trial {best['trial']}): the tuning procedure beats the "
         f"defaults in {scope}"
@@ -447,14 +547,14 @@ def export_cross_validated(
     if record["dataset"] in DEFAULTS_FITTED_ON:
         verdict += f"; {DEFAULTS_FITTED_ON[record['dataset']]}"
     row = {
-        "name": f"nested {k}-fold CV",
+        "name": f"nested {len(folds)}-fold CV",
         "trial": best["trial"],
-        "test_metrics": tuned_metrics,
-        **outcome.to_dict(),
-        "p_holm": outcome.p_value,
+        "test_metrics": compared.tuned_metrics,
+        **compared.outcome.to_dict(),
+        "p_holm": compared.outcome.p_value,
         "significant": significant,
     }
-    scope = (
+    metrics_scope = (
         "in sample (the exported config was tuned on these queries; its out-of-sample estimate is "
         "cross_validation.tuned)"
         if significant
@@ -474,16 +574,8 @@ def export_cross_validated(
         verdict,
         [row],
         {"test": test, "max_p": max_p, "correction": "none (one comparison)", "permutations": permutations},
-        scope,
-        {
-            "k": k,
-            "trials_per_fold": cv.get("trials_per_fold"),
-            "folds": folds,
-            "fold_trials": [c.trial for c in fold_configs],
-            "tuned": {"metrics": tuned_metrics, **tuned_ci.to_dict()},
-            "defaults": {"metrics": defaults_metrics, **defaults_ci.to_dict()},
-            "test": outcome.to_dict(),
-        },
+        metrics_scope,
+        compared.provenance(cv.get("trials_per_fold")),
     )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig, adaptive_alpha, resolve_auto
-from hybridlab.eval.crossval import k_folds, nested_cv
+from hybridlab.eval.crossval import CrossValidation, k_folds, nested_cv
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, check_tunable
 from hybridlab.eval.evaluate import METRICS
 from hybridlab.eval.evaluator import (
@@ -34,7 +34,7 @@ from hybridlab.eval.evaluator import (
     index_key,
     resolve_evalset,
 )
-from hybridlab.eval.significance import mean_ci, paired_test
+from hybridlab.eval.significance import Interval, PairedTest, mean_ci, paired_test
 from hybridlab.eval.systems import per_kind
 from hybridlab.extras import require
 from hybridlab.tune.export import (
@@ -407,6 +407,109 @@ def _create_study(
     return create()
 
 
+@dataclass(frozen=True)
+class _StudySettings:
+    """What every process working on one study shares, as :func:`run_study` was given it; a worker
+    process receives it on its command line (:meth:`worker_argv`, read back by :func:`worker_main`)."""
+
+    dataset: str | os.PathLike
+    trials: int
+    study_name: str
+    metric: str = DEFAULT_METRIC
+    seed: int = 0
+    max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS
+    base_index: IndexConfig | None = None
+    #: the search space given; None: the set's own (:func:`space_for`), which each worker resolves
+    space: Sequence[Param] | None = None
+    split: str | None = None
+    query_ids: Sequence[str] | None = None
+
+    def worker_argv(self, storage: str) -> list[str]:
+        """The command line of one worker process (``python -m hybridlab.tune.sweep``) on the study
+        in `storage`, stopping when this process is gone."""
+        argv = [
+            sys.executable,
+            "-m",
+            "hybridlab.tune.sweep",
+            "--dataset",
+            str(self.dataset),
+            "--trials",
+            str(self.trials),
+            "--storage",
+            storage,
+            "--study",
+            self.study_name,
+            "--metric",
+            self.metric,
+            "--seed",
+            str(self.seed),
+            "--max-index-configs",
+            str(self.max_index_configs),
+            "--index",
+            json.dumps((self.base_index or IndexConfig()).to_dict()),
+            "--parent",
+            str(os.getpid()),
+        ]
+        if self.space is not None:
+            argv += ["--space", json.dumps([dataclasses.asdict(p) for p in self.space])]
+        if self.split is not None:
+            argv += ["--split", self.split]
+        if self.query_ids is not None:
+            argv += ["--queries", json.dumps(sorted(self.query_ids))]
+        return argv
+
+
+def _label_study(study, settings: _StudySettings) -> None:
+    """Record on the study what it tunes: the set, the metric, the split and (a fold study) how many
+    of its queries."""
+    study.set_user_attr("dataset", str(settings.dataset))
+    study.set_user_attr("metric", settings.metric)
+    study.set_user_attr("split", settings.split)
+    if settings.query_ids is not None:
+        study.set_user_attr("queries", len(settings.query_ids))
+
+
+def _shared_storage(storage: str | None, run_dir: str | os.PathLike | None) -> str:
+    """The storage URL worker processes reach the study at: `storage`, else the run folder's SQLite
+    file, as an absolute path."""
+    if storage:
+        return storage
+    # the study is in the run folder's SQLite file (`storage_for` refused neither given)
+    assert run_dir is not None
+    return f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+
+
+def _optimize(
+    study,
+    evaluator: Evaluator,
+    space: Sequence[Param],
+    settings: _StudySettings,
+    seed: int,
+    callbacks: Sequence[Any],
+) -> None:
+    """Run trials of `study` in this process (sampler seeded `seed`) until it holds the settings'
+    completed trials (at most five attempts per trial: pruned trials do not count)."""
+    from optuna.study import MaxTrialsCallback
+    from optuna.trial import TrialState
+
+    objective = Objective(
+        evaluator,
+        space,
+        metric=settings.metric,
+        split=settings.split,
+        query_ids=settings.query_ids,
+        base_index=settings.base_index,
+        max_index_configs=settings.max_index_configs,
+        trials=settings.trials,
+        seed=seed,
+    )
+    study.optimize(
+        objective,
+        n_trials=settings.trials * 5,
+        callbacks=[MaxTrialsCallback(settings.trials, states=(TrialState.COMPLETE,)), *callbacks],
+    )
+
+
 def run_study(
     dataset: str | os.PathLike,
     *,
@@ -439,7 +542,6 @@ def run_study(
     this process's trials (e.g. :class:`hybridlab.tune.runs.TrialBar`, the notebook's progress bar)."""
     require("optuna")
     import optuna
-    from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
 
     if workers < 1:
@@ -447,64 +549,86 @@ def run_study(
     evalset = evaluator.evalset if evaluator else resolve_evalset(dataset)
     split = split or tuning_split(evalset)
     evaluator = evaluator or Evaluator(evalset, progress=progress)
-    custom_space = space
+    settings = _StudySettings(
+        dataset=dataset,
+        trials=trials,
+        study_name=study_name or f"{evalset.name}-{metric}",
+        metric=metric,
+        seed=seed,
+        max_index_configs=max_index_configs,
+        base_index=base_index,
+        space=space,
+        split=split,
+        query_ids=query_ids,
+    )
     space = space if space is not None else space_for(evalset.name)
     if not progress:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    name = study_name or f"{evalset.name}-{metric}"
     join_seed = derive_seed(seed, worker_id())
-    study, created = _create_study(optuna, name, storage, run_dir, seed, join_seed)
+    study, created = _create_study(optuna, settings.study_name, storage, run_dir, seed, join_seed)
     if enqueue_defaults and created:
         n_chunks = evaluator.index(base_index or IndexConfig()).n_chunks
         study.enqueue_trial(default_params(space, n_chunks, base_index), user_attrs={"defaults": True})
-    study.set_user_attr("dataset", str(dataset))
-    study.set_user_attr("metric", metric)
-    study.set_user_attr("split", split)
-    if query_ids is not None:
-        study.set_user_attr("queries", len(query_ids))
+    _label_study(study, settings)
     if len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= trials:
         return study  # joined a finished study
     if workers > 1:
-        if storage:
-            url = storage
-        else:  # the study is in the run folder's SQLite file (`storage_for` refused neither given)
-            assert run_dir is not None
-            url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
+        url = _shared_storage(storage, run_dir)
         evaluator.index(base_index or IndexConfig())  # built once here, not by every worker at once
-        spawn_workers(
-            workers,
-            study,
-            dataset=dataset,
-            trials=trials,
-            storage=url,
-            study_name=name,
-            metric=metric,
-            seed=seed,
-            max_index_configs=max_index_configs,
-            base_index=base_index,
-            space=custom_space,
-            log_dir=run_dir,
-            split=split,
-            query_ids=query_ids,
-        )
+        _run_workers(workers, study, settings, url, run_dir)
         return study
-    objective = Objective(
-        evaluator,
-        space,
-        metric=metric,
-        split=split,
-        query_ids=query_ids,
-        base_index=base_index,
-        max_index_configs=max_index_configs,
-        trials=trials,
-        seed=seed if created else join_seed,
-    )
-    study.optimize(
-        objective,
-        n_trials=trials * 5,
-        callbacks=[MaxTrialsCallback(trials, states=(TrialState.COMPLETE,)), *callbacks],
-    )
+    _optimize(study, evaluator, space, settings, seed if created else join_seed, callbacks)
     return study
+
+
+class _WorkerProcesses:
+    """The worker processes of one study, each writing to its own log; started, watched and stopped
+    together (:func:`spawn_workers`)."""
+
+    def __init__(self, argv: Sequence[str], logs: Sequence[Path]) -> None:
+        self.argv, self.logs = list(argv), list(logs)
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        """Start one worker per log (those started so far are in `processes` should one fail)."""
+        for log in self.logs:
+            with open(log, "wb") as out:
+                self.processes.append(
+                    subprocess.Popen(
+                        self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                    )
+                )
+
+    def wait(self, study, trials: int) -> None:
+        """Wait until every worker has exited, printing the study's progress every PROGRESS_EVERY_S."""
+        last = time.monotonic()
+        while any(p.poll() is None for p in self.processes):
+            time.sleep(0.5)
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                print(progress_line(study, trials), flush=True)
+                last = time.monotonic()
+
+    def stop(self) -> None:
+        """Terminate the workers still running, and kill those that do not exit within 30 s."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def raise_if_failed(self) -> None:
+        """RuntimeError with the end of the first failed worker's log, when any failed."""
+        failed = [(i, p.returncode) for i, p in enumerate(self.processes) if p.returncode != 0]
+        if failed:
+            i, code = failed[0]
+            tail = self.logs[i].read_text(errors="replace")[-3000:]
+            raise RuntimeError(
+                f"{len(failed)} of {len(self.logs)} sweep workers failed; worker {i} exited {code}:\n{tail}"
+            )
 
 
 def spawn_workers(
@@ -529,74 +653,43 @@ def spawn_workers(
     given), printing progress every PROGRESS_EVERY_S; each worker logs to `log_dir/worker-<i>.log`
     (`<study_name>-worker-<i>.log` when several studies share the folder). Raises RuntimeError when a worker failed (after the
     others finished); an interrupt stops them all (their running trials end as FAIL)."""
+    settings = _StudySettings(
+        dataset=dataset,
+        trials=trials,
+        study_name=study_name,
+        metric=metric,
+        seed=seed,
+        max_index_configs=max_index_configs,
+        base_index=base_index,
+        space=space,
+        split=split,
+        query_ids=query_ids,
+    )
+    _run_workers(count, study, settings, storage, log_dir)
+
+
+def _run_workers(
+    count: int, study, settings: _StudySettings, storage: str, log_dir: str | os.PathLike | None
+) -> None:
+    """:func:`spawn_workers` of a study's settings: `count` workers on the study in `storage`, logging
+    to `log_dir` (a new temporary folder when None)."""
     import tempfile
 
-    argv = [
-        sys.executable,
-        "-m",
-        "hybridlab.tune.sweep",
-        "--dataset",
-        str(dataset),
-        "--trials",
-        str(trials),
-        "--storage",
-        storage,
-        "--study",
-        study_name,
-        "--metric",
-        metric,
-        "--seed",
-        str(seed),
-        "--max-index-configs",
-        str(max_index_configs),
-        "--index",
-        json.dumps((base_index or IndexConfig()).to_dict()),
-        "--parent",
-        str(os.getpid()),
-    ]
-    if space is not None:
-        argv += ["--space", json.dumps([dataclasses.asdict(p) for p in space])]
-    if split is not None:
-        argv += ["--split", split]
-    if query_ids is not None:
-        argv += ["--queries", json.dumps(sorted(query_ids))]
+    argv = settings.worker_argv(storage)
     log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="hybridlab-workers-"))
-    prefix = "" if query_ids is None else f"{study_name}-"
-    logs = [log_dir / f"{prefix}worker-{i}.log" for i in range(count)]
-    processes: list[subprocess.Popen] = []
+    prefix = "" if settings.query_ids is None else f"{settings.study_name}-"
+    workers = _WorkerProcesses(argv, [log_dir / f"{prefix}worker-{i}.log" for i in range(count)])
     try:
-        for log in logs:
-            with open(log, "wb") as out:
-                processes.append(
-                    subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                )
+        workers.start()
         print(
-            f"{count} workers on study {study_name!r} (logs: {log_dir / f'{prefix}worker-*.log'})", flush=True
+            f"{count} workers on study {settings.study_name!r} (logs: {log_dir / f'{prefix}worker-*.log'})",
+            flush=True,
         )
-        last = time.monotonic()
-        while any(p.poll() is None for p in processes):
-            time.sleep(0.5)
-            if time.monotonic() - last >= PROGRESS_EVERY_S:
-                print(progress_line(study, trials), flush=True)
-                last = time.monotonic()
+        workers.wait(study, settings.trials)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    print(progress_line(study, trials), flush=True)
-    failed = [(i, p.returncode) for i, p in enumerate(processes) if p.returncode != 0]
-    if failed:
-        i, code = failed[0]
-        tail = logs[i].read_text(errors="replace")[-3000:]
-        raise RuntimeError(
-            f"{len(failed)} of {count} sweep workers failed; worker {i} exited {code}:\n{tail}"
-        )
+        workers.stop()
+    print(progress_line(study, settings.trials), flush=True)
+    workers.raise_if_failed()
 
 
 def progress_line(study, trials: int) -> str:
@@ -726,6 +819,136 @@ def fold_trials(trials: int, k: int) -> int:
     return max(MIN_FOLD_TRIALS, trials // k)
 
 
+def _require_cross_validated(evalset: EvalSet) -> None:
+    """ValueError for a set that is tuned on one split and reported on another."""
+    if not evalset.cross_validated:
+        raise ValueError(
+            f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
+            f"reported on {evalset.report_split!r}"
+        )
+
+
+def _chosen_config(study, fold: int) -> dict[str, Any]:
+    """What the study of fold `fold` (numbered from 1) chose: its best trial, its value on the other
+    folds' queries, and its search settings and index config."""
+    best = study.best_trial
+    return {
+        "fold": fold,
+        "study": study.study_name,
+        "trial": best.number,
+        "params": best.params,
+        "tuning_value": best.value,
+        "defaults": bool(best.user_attrs.get("defaults")),
+        "search": best.user_attrs["search"],
+        "index": best.user_attrs["index"],
+    }
+
+
+def _cv_verdict(
+    evalset: EvalSet,
+    tuned: Interval,
+    defaults: Interval,
+    outcome: PairedTest,
+    significant: bool,
+    *,
+    k: int,
+    queries: int,
+    trials: int,
+    metric: str,
+    test: str,
+) -> str:
+    """One sentence on whether the tuning procedure beats the defaults out of fold: both means with
+    their 95% intervals, and the paired test (plus, where the defaults were fitted on the set, that
+    caveat)."""
+    verdict = (
+        f"the tuning procedure {'beats' if significant else 'does NOT significantly beat'} the defaults out of "
+        f"fold (nested {k}-fold cross-validation over {queries} queries, {trials} trials per fold): {metric} "
+        f"{tuned.mean:.4f} [{tuned.low:.4f}, {tuned.high:.4f}] vs "
+        f"{defaults.mean:.4f} [{defaults.low:.4f}, {defaults.high:.4f}] "
+        f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {MAX_P})"
+    )
+    if evalset.name in DEFAULTS_FITTED_ON:
+        verdict += f"; {DEFAULTS_FITTED_ON[evalset.name]}"
+    return verdict
+
+
+def _tuned_out_of_fold(metrics: dict[str, float], result: CrossValidation) -> dict[str, Any]:
+    """The tuning procedure's record of a cross-validation: its out-of-fold metrics, fold means,
+    mean with its interval, and per-query values."""
+    tuned = result.to_dict()
+    return {
+        "metrics": metrics,
+        **{
+            key: tuned[key]
+            for key in ("fold_means", "mean", "low", "high", "confidence", "method", "per_query")
+        },
+    }
+
+
+def _defaults_out_of_fold(
+    metrics: dict[str, float],
+    per_query: Mapping[str, float],
+    interval: Interval,
+    folds: Sequence[Sequence[str]],
+) -> dict[str, Any]:
+    """The defaults' record of a cross-validation: their metrics, their mean on each fold's queries,
+    the mean with its interval, and their per-query values."""
+    return {
+        "metrics": metrics,
+        "fold_means": [sum(per_query[q] for q in fold) / len(fold) for fold in folds],
+        **interval.to_dict(),
+        "per_query": dict(sorted(per_query.items())),
+    }
+
+
+def _cross_validation_record(
+    evaluator: Evaluator,
+    result: CrossValidation,
+    run: Mapping[str, dict[str, float]],
+    ids: Sequence[str],
+    *,
+    trials: int,
+    metric: str,
+    test: str,
+    base_index: IndexConfig | None,
+) -> dict[str, Any]:
+    """The record of a nested cross-validation (:func:`cross_validate`) of `ids`: the tuning
+    procedure's out-of-fold scores (`run`: each query's results from its fold's chosen config), the
+    defaults' on the same queries, and a paired `test` of the two."""
+    evalset, k = evaluator.evalset, len(result.folds)
+    tuned_metrics = score_run(evaluator, {q: run[q] for q in ids}, CROSS_VALIDATED, metric)[1]
+    defaults_per_query, defaults_metrics = measure_settings(
+        evaluator, {}, base_index or IndexConfig(), CROSS_VALIDATED, ids, metric
+    )
+    defaults_ci = mean_ci([defaults_per_query[q] for q in ids])
+    outcome = paired_test(result.per_query, defaults_per_query, test)
+    significant = outcome.p_value < MAX_P and outcome.difference > 0
+    verdict = _cv_verdict(
+        evalset,
+        result.interval,
+        defaults_ci,
+        outcome,
+        significant,
+        k=k,
+        queries=len(ids),
+        trials=trials,
+        metric=metric,
+        test=test,
+    )
+    return {
+        "k": k,
+        "trials_per_fold": trials,
+        "metric": metric,
+        "folds": result.folds,
+        "configs": result.configs,
+        "tuned": _tuned_out_of_fold(tuned_metrics, result),
+        "defaults": _defaults_out_of_fold(defaults_metrics, defaults_per_query, defaults_ci, result.folds),
+        "comparison": outcome.to_dict(),
+        "significant": significant,
+        "verdict": verdict,
+    }
+
+
 def cross_validate(
     dataset: str | os.PathLike,
     evaluator: Evaluator,
@@ -752,11 +975,7 @@ def cross_validate(
     Fold studies live beside the main one, named `<name>-fold<i>of<k>` (i from 1); `callbacks` go to
     each fold study (:func:`run_study`)."""
     evalset = evaluator.evalset
-    if not evalset.cross_validated:
-        raise ValueError(
-            f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
-            f"reported on {evalset.report_split!r}"
-        )
+    _require_cross_validated(evalset)
     split, k = CROSS_VALIDATED, evalset.cv_folds
     assert k is not None  # a cross-validated set has its folds
     ids = sorted(evaluator.dataset(split).queries)
@@ -784,17 +1003,7 @@ def cross_validate(
             query_ids=train,
             callbacks=callbacks,
         )
-        best = study.best_trial
-        return {
-            "fold": fold + 1,
-            "study": study.study_name,
-            "trial": best.number,
-            "params": best.params,
-            "tuning_value": best.value,
-            "defaults": bool(best.user_attrs.get("defaults")),
-            "search": best.user_attrs["search"],
-            "index": best.user_attrs["index"],
-        }
+        return _chosen_config(study, fold + 1)
 
     def score(config: Mapping[str, Any], fold_ids: list[str]) -> dict[str, float]:
         fold_run = out_of_fold_run(evaluator, [fold_ids], [config], split)
@@ -802,46 +1011,9 @@ def cross_validate(
         return score_run(evaluator, fold_run, split, metric)[0]
 
     result = nested_cv(ids, tune, score, k=k)
-    tuned_metrics = score_run(evaluator, {q: run[q] for q in ids}, split, metric)[1]
-    defaults_per_query, defaults_metrics = measure_settings(
-        evaluator, {}, base_index or IndexConfig(), split, ids, metric
+    return _cross_validation_record(
+        evaluator, result, run, ids, trials=trials, metric=metric, test=test, base_index=base_index
     )
-    defaults_ci = mean_ci([defaults_per_query[q] for q in ids])
-    outcome = paired_test(result.per_query, defaults_per_query, test)
-    significant = outcome.p_value < MAX_P and outcome.difference > 0
-    tuned = result.to_dict()
-    verdict = (
-        f"the tuning procedure {'beats' if significant else 'does NOT significantly beat'} the defaults out of "
-        f"fold (nested {k}-fold cross-validation over {len(ids)} queries, {trials} trials per fold): {metric} "
-        f"{result.interval.mean:.4f} [{result.interval.low:.4f}, {result.interval.high:.4f}] vs "
-        f"{defaults_ci.mean:.4f} [{defaults_ci.low:.4f}, {defaults_ci.high:.4f}] "
-        f"({describe_test(test)} p = {outcome.p_value:.4g}, threshold {MAX_P})"
-    )
-    if evalset.name in DEFAULTS_FITTED_ON:
-        verdict += f"; {DEFAULTS_FITTED_ON[evalset.name]}"
-    return {
-        "k": k,
-        "trials_per_fold": trials,
-        "metric": metric,
-        "folds": result.folds,
-        "configs": result.configs,
-        "tuned": {
-            "metrics": tuned_metrics,
-            **{
-                key: tuned[key]
-                for key in ("fold_means", "mean", "low", "high", "confidence", "method", "per_query")
-            },
-        },
-        "defaults": {
-            "metrics": defaults_metrics,
-            "fold_means": [sum(defaults_per_query[q] for q in fold) / len(fold) for fold in result.folds],
-            **defaults_ci.to_dict(),
-            "per_query": dict(sorted(defaults_per_query.items())),
-        },
-        "comparison": outcome.to_dict(),
-        "significant": significant,
-        "verdict": verdict,
-    }
 
 
 def query_kinds(evalset: EvalSet, per_query: Mapping[str, Mapping[str, float]]) -> dict[str, dict] | None:
@@ -853,6 +1025,71 @@ def query_kinds(evalset: EvalSet, per_query: Mapping[str, Mapping[str, float]]) 
     if all(set(by_kind) <= {"-"} for by_kind in kinds.values()):
         return None
     return kinds
+
+
+@dataclass(frozen=True)
+class _TunedScore:
+    """The tuned side of a sweep's record: its per-query values and metrics (the best trial's config
+    on the report split; the tuning procedure's out-of-fold scores on a cross-validated set), and
+    whether, by `comparison`, it beats the defaults, said in one sentence (`verdict`)."""
+
+    per_query: dict[str, float]
+    metrics: dict[str, float]
+    beats: bool
+    verdict: str
+    comparison: dict[str, Any]
+
+    @classmethod
+    def out_of_fold(cls, cv: Mapping[str, Any]) -> _TunedScore:
+        """The tuning procedure's scores of a nested cross-validation (:func:`cross_validate`)."""
+        return cls(
+            dict(cv["tuned"]["per_query"]),
+            dict(cv["tuned"]["metrics"]),
+            bool(cv["significant"]),
+            cv["verdict"],
+            dict(cv["comparison"]),
+        )
+
+
+def _tuned_on_report(
+    evaluator: Evaluator,
+    search: dict[str, Any],
+    config: IndexConfig,
+    report_ids: Sequence[str],
+    defaults: Mapping[str, float],
+    defaults_test: Mapping[str, float],
+    *,
+    metric: str,
+) -> _TunedScore:
+    """The tuned config (`search` on an index of `config`) scored on the report split's queries
+    `report_ids`, and a paired DEFAULT_TEST of it against the defaults' per-query values (it beats
+    them at p < MAX_P with a higher mean)."""
+    tuning, report = tuning_split(evaluator.evalset), evaluator.evalset.report_split
+    per_query, test = measure_settings(evaluator, search, config, report, report_ids, metric)
+    outcome = paired_test(per_query, defaults, DEFAULT_TEST)
+    beats = outcome.p_value < MAX_P and outcome.difference > 0
+    verdict = (
+        f"the tuned config {'beats' if beats else 'does NOT significantly beat'} the defaults on the "
+        f"{report} split ({len(report_ids)} queries; tuned on {tuning}, "
+        f"{len(evaluator.dataset(tuning).queries)} queries) {metric}: {test[metric]:.4f} vs "
+        f"{defaults_test[metric]:.4f} ({describe_test(DEFAULT_TEST)} p = {outcome.p_value:.4g})"
+    )
+    return _TunedScore(per_query, test, beats, verdict, outcome.to_dict())
+
+
+def _defaults_on_tuning(
+    study, evaluator: Evaluator, base_index: IndexConfig, tuning: str
+) -> dict[str, float]:
+    """The defaults' metrics on the tuning split: those of the study's enqueued defaults trial when
+    it completed on `base_index`, else measured now."""
+    enqueued = [
+        t
+        for t in study.trials
+        if t.user_attrs.get("defaults")
+        and t.state.name == "COMPLETE"
+        and t.user_attrs.get("index") == base_index.to_dict()
+    ]
+    return enqueued[0].user_attrs["metrics"] if enqueued else evaluator.score({}, base_index, tuning)
 
 
 def finalize(
@@ -885,28 +1122,15 @@ def finalize(
         per_query[name], baselines[name] = measure_settings(
             evaluator, options, base_index, report, report_ids, metric
         )
-    if cv is None:
-        per_query["tuned"], test = measure_settings(evaluator, search, config, report, report_ids, metric)
-        outcome = paired_test(per_query["tuned"], per_query["defaults"], DEFAULT_TEST)
-        beats = outcome.p_value < MAX_P and outcome.difference > 0
-        verdict = (
-            f"the tuned config {'beats' if beats else 'does NOT significantly beat'} the defaults on the "
-            f"{report} split ({len(report_ids)} queries; tuned on {tuning}, "
-            f"{len(evaluator.dataset(tuning).queries)} queries) {metric}: {test[metric]:.4f} vs "
-            f"{baselines['defaults'][metric]:.4f} ({describe_test(DEFAULT_TEST)} p = {outcome.p_value:.4g})"
+    tuned = (
+        _tuned_on_report(
+            evaluator, search, config, report_ids, per_query["defaults"], baselines["defaults"], metric=metric
         )
-        comparison = outcome.to_dict()
-    else:
-        per_query["tuned"], test = dict(cv["tuned"]["per_query"]), dict(cv["tuned"]["metrics"])
-        beats, verdict, comparison = bool(cv["significant"]), cv["verdict"], dict(cv["comparison"])
-    enqueued = [
-        t
-        for t in study.trials
-        if t.user_attrs.get("defaults")
-        and t.state.name == "COMPLETE"
-        and t.user_attrs.get("index") == base_index.to_dict()
-    ]
-    defaults_dev = enqueued[0].user_attrs["metrics"] if enqueued else evaluator.score({}, base_index, tuning)
+        if cv is None
+        else _TunedScore.out_of_fold(cv)
+    )
+    per_query["tuned"] = tuned.per_query
+    defaults_dev = _defaults_on_tuning(study, evaluator, base_index, tuning)
     return {
         "dataset": evaluator.evalset.name,
         "metric": metric,
@@ -926,15 +1150,15 @@ def finalize(
             "dev_metrics": best.user_attrs.get("metrics"),
             "search": search,
             "index": config.to_dict(),
-            "test_metrics": test,
+            "test_metrics": tuned.metrics,
         },
         "defaults": {"index": base_index.to_dict(), "dev_metrics": defaults_dev},
         "baselines": baselines,
-        "comparison": comparison,
+        "comparison": tuned.comparison,
         "per_kind": query_kinds(evalset, per_query),
         "cross_validation": dict(cv) if cv is not None else None,
-        "beats_defaults": beats,
-        "verdict": verdict,
+        "beats_defaults": tuned.beats,
+        "verdict": tuned.verdict,
         "engine": engine_state(),
     }
 
