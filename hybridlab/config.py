@@ -38,6 +38,11 @@ class ChunkConfig:
     #: a tagged document's tags as a line of every chunk's indexed text (BM25 and dense), after its
     #: heading: document expansion with metadata (memories: "Tags: terrabase, terraform")
     index_tags: bool = True
+    #: a memory longer than this is indexed as pieces of at most this many characters (~100 words,
+    #: DPR's passage length; an encoder reads ~1,000), ranked by its pieces together (`chunk_decay`);
+    #: None = `chunk_size` (indexes built before it). LoCoMo sessions as memories: session R@5
+    #: 88.4 (1500) -> 89.6 (500), chosen by leave-one-conversation-out CV (docs/evaluation.md)
+    memory_chunk_size: int | None = 500
 
     def __post_init__(self) -> None:
         if self.strategy not in {"headers", "whole"}:
@@ -46,9 +51,19 @@ class ChunkConfig:
             raise ValueError(f"chunk_size must be >= 50, got {self.chunk_size}")
         if not 0 <= self.chunk_overlap < self.chunk_size // 2:
             raise ValueError(f"chunk_overlap must be in [0, chunk_size/2), got {self.chunk_overlap}")
+        if self.memory_chunk_size is not None and self.memory_chunk_size < 50:
+            raise ValueError(
+                f"memory_chunk_size must be >= 50 (or None: chunk_size), got {self.memory_chunk_size}"
+            )
         if not self.header_levels or any(level not in range(1, 7) for level in self.header_levels):
             raise ValueError(f"header_levels must be within 1..6, got {self.header_levels}")
         object.__setattr__(self, "header_levels", tuple(sorted(set(self.header_levels))))
+
+    @property
+    def memory_piece(self) -> tuple[int, int]:
+        """A long memory's piece size and overlap (the overlap at most a quarter of the piece)."""
+        size = self.memory_chunk_size or self.chunk_size
+        return size, min(self.chunk_overlap, size // 4)
 
 
 @dataclass(frozen=True)
@@ -142,7 +157,7 @@ class SearchConfig:
     tag_boost: float = 1.5
     tag_boost_min_terms: int = 3
     decay: float = 0.003
-    recency_weight: float = 0.2
+    recency_weight: float = 0.0
     staged: bool | None = None
     staged_threshold: int = 5000
     candidates: int = 100
@@ -324,7 +339,7 @@ ADDED_SETTINGS: dict[str, Any] = {
 }
 #: Chunking settings added after indexes were first built, with the value those indexes were built
 #: with (read by :meth:`IndexConfig.from_manifest` and for exported configs).
-ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False}
+ADDED_CHUNK_SETTINGS: dict[str, Any] = {"index_tags": False, "memory_chunk_size": None}
 
 
 def with_added_settings(search: Mapping[str, Any]) -> dict[str, Any]:

@@ -52,8 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--cv",
         action="append",
         metavar="NAME=V1,V2",
-        help="leave-one-haystack-out cross-validation of search settings (repeatable: a grid; the "
-        "first value of each is the default's), reported out of fold; turn level",
+        help="leave-one-haystack-out cross-validation of search or chunking settings (e.g. alpha, "
+        "memory_chunk_size; repeatable: a grid; the first value of each is the default's), reported "
+        "out of fold; at --granularity (both: turn)",
     )
     p.add_argument(
         "--json",

@@ -52,15 +52,16 @@ def indexed_text(chunk: Chunk, document: Document, config: ChunkConfig) -> str:
 
 
 def memory_chunks(document: Document, config: ChunkConfig) -> list[Chunk]:
-    """A memory as one chunk, or, longer than `chunk_size`, as overlapping pieces cut at paragraph
+    """A memory as one chunk, or, longer than `memory_chunk_size`, as overlapping pieces cut at paragraph
     and sentence ends (a long memory is searchable by all of its text: an encoder reads ~256 tokens,
     ~1,000 characters, of a chunk); the search ranks the memory by its pieces together."""
     text = document.text
-    if len(text) <= config.chunk_size:
+    size, overlap = config.memory_piece
+    if len(text) <= size:
         return single_chunk(text, chunk_type="memory", language=document.language)
     spans = [
         (start, end)
-        for start, end in split_span(text, 0, len(text), config.chunk_size, config.chunk_overlap)
+        for start, end in split_span(text, 0, len(text), size, overlap)
         if text[start:end].strip()
     ]
     return [
@@ -100,43 +101,51 @@ def insert_documents(
     return next_id, inserted
 
 
-def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
-    docs: dict[str, list] = {
-        k: []
-        for k in (
-            "doc_id",
-            "source",
-            "collection",
-            "title",
-            "text",
-            "doc_type",
-            "created_at",
-            "updated_at",
-            "metadata",
-            "language",
-            "tags",
-            "content_sha256",
-            "content_key",
-        )
-    }
-    chunks: dict[str, list] = {
-        k: []
-        for k in (
-            "chunk_id",
-            "doc_id",
-            "chunk_index",
-            "section",
-            "chunk_type",
-            "text",
-            "start_char",
-            "end_char",
-            "language",
-            "embed_text",
-            "embed_sha256",
-        )
-    }
-    tags: dict[str, list] = {"chunk_id": [], "doc_id": [], "tag": []}
-    for document in documents:
+#: the columns of the `documents`, `chunks` and `tags` tables one insert batch fills, in order
+DOCUMENT_COLUMNS = (
+    "doc_id",
+    "source",
+    "collection",
+    "title",
+    "text",
+    "doc_type",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "language",
+    "tags",
+    "content_sha256",
+    "content_key",
+)
+CHUNK_COLUMNS = (
+    "chunk_id",
+    "doc_id",
+    "chunk_index",
+    "section",
+    "chunk_type",
+    "text",
+    "start_char",
+    "end_char",
+    "language",
+    "embed_text",
+    "embed_sha256",
+)
+TAG_COLUMNS = ("chunk_id", "doc_id", "tag")
+
+
+class _BatchRows:
+    """The rows of one insert batch, column by column (`{column: values}`, what `store.insert_rows`
+    takes): its documents, their chunks (numbered on from the first free chunk id) and each chunk's
+    copy of its document's tags."""
+
+    def __init__(self, next_id: int) -> None:
+        self.docs: dict[str, list] = {k: [] for k in DOCUMENT_COLUMNS}
+        self.chunks: dict[str, list] = {k: [] for k in CHUNK_COLUMNS}
+        self.tags: dict[str, list] = {k: [] for k in TAG_COLUMNS}
+        self.next_id = next_id  # the next free chunk id
+
+    def add(self, document: Document, config: IndexConfig) -> None:
+        """Add a document's row, then its chunks' and their tags' rows."""
         for key, value in (
             ("doc_id", document.doc_id),
             ("source", document.source),
@@ -152,32 +161,44 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
             ("content_sha256", document.content_sha256),
             ("content_key", content_key(document)),
         ):
-            docs[key].append(value)
+            self.docs[key].append(value)
         for chunk in chunk_document(document, config):
-            text = indexed_text(chunk, document, config.chunk)
-            for column, cell in (
-                ("chunk_id", next_id),
-                ("doc_id", document.doc_id),
-                ("chunk_index", chunk.chunk_index),
-                ("section", chunk.section),
-                ("chunk_type", chunk.chunk_type),
-                ("text", chunk.text),
-                ("start_char", chunk.start_char),
-                ("end_char", chunk.end_char),
-                ("language", chunk.language),
-                ("embed_text", text),
-                ("embed_sha256", text_sha256(text)),
-            ):
-                chunks[column].append(cell)
-            for tag in document.tags:
-                tags["chunk_id"].append(next_id)
-                tags["doc_id"].append(document.doc_id)
-                tags["tag"].append(tag)
-            next_id += 1
-    if len(docs["doc_id"]) <= VALUES_INSERT:  # a few rows: one multi-row INSERT per table, no pandas frames
-        for column in ("created_at", "updated_at"):
-            docs[column] = [_naive_utc(value) for value in docs[column]]
-        for table, columns in (("documents", docs), ("chunks", chunks), ("tags", tags)):
+            self._add_chunk(chunk, document, config)
+
+    def _add_chunk(self, chunk: Chunk, document: Document, config: IndexConfig) -> None:
+        """Add one chunk's row (with the text it is indexed as) and its tags' rows, under the next free id."""
+        text = indexed_text(chunk, document, config.chunk)
+        for column, cell in (
+            ("chunk_id", self.next_id),
+            ("doc_id", document.doc_id),
+            ("chunk_index", chunk.chunk_index),
+            ("section", chunk.section),
+            ("chunk_type", chunk.chunk_type),
+            ("text", chunk.text),
+            ("start_char", chunk.start_char),
+            ("end_char", chunk.end_char),
+            ("language", chunk.language),
+            ("embed_text", text),
+            ("embed_sha256", text_sha256(text)),
+        ):
+            self.chunks[column].append(cell)
+        for tag in document.tags:
+            self.tags["chunk_id"].append(self.next_id)
+            self.tags["doc_id"].append(document.doc_id)
+            self.tags["tag"].append(tag)
+        self.next_id += 1
+
+    def insert_values(self, con) -> None:
+        """A few rows: one multi-row INSERT per table, no pandas frames (dates made naive UTC, as
+        pandas' path stores them)."""
+        docs = {
+            **self.docs,
+            **{
+                column: [_naive_utc(value) for value in self.docs[column]]
+                for column in ("created_at", "updated_at")
+            },
+        }
+        for table, columns in (("documents", docs), ("chunks", self.chunks), ("tags", self.tags)):
             rows = list(zip(*columns.values()))
             if rows:  # one statement: executemany runs one per row (~0.5 ms each)
                 values = ", ".join([f"({', '.join('?' * len(columns))})"] * len(rows))
@@ -185,19 +206,33 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
                     f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values}",
                     [value for row in rows for value in row],
                 )
-        return next_id, len(chunks["chunk_id"])
-    if docs["doc_id"]:
-        import pandas as pd
 
-        frame = pd.DataFrame(docs)
-        for column in ("created_at", "updated_at"):
-            frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
-        with store.registered(con, "incoming_docs", frame):
-            names = ", ".join(docs)
-            con.execute(f"INSERT INTO documents ({names}) SELECT {names} FROM incoming_docs")
-    store.insert_rows(con, "chunks", chunks)
-    store.insert_rows(con, "tags", tags)
-    return next_id, len(chunks["chunk_id"])
+    def insert_frames(self, con) -> None:
+        """Many rows: the documents through a pandas frame, the chunks and tags by `store.insert_rows`."""
+        if self.docs["doc_id"]:
+            import pandas as pd
+
+            frame = pd.DataFrame(self.docs)
+            for column in ("created_at", "updated_at"):
+                frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
+            with store.registered(con, "incoming_docs", frame):
+                names = ", ".join(self.docs)
+                con.execute(f"INSERT INTO documents ({names}) SELECT {names} FROM incoming_docs")
+        store.insert_rows(con, "chunks", self.chunks)
+        store.insert_rows(con, "tags", self.tags)
+
+
+def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_id: int) -> tuple[int, int]:
+    """Insert one batch of documents with their chunks (ids from `next_id` on) and tags; returns
+    (next free chunk id, chunks inserted)."""
+    rows = _BatchRows(next_id)
+    for document in documents:
+        rows.add(document, config)
+    if len(rows.docs["doc_id"]) <= VALUES_INSERT:
+        rows.insert_values(con)
+    else:
+        rows.insert_frames(con)
+    return rows.next_id, len(rows.chunks["chunk_id"])
 
 
 def _naive_utc(value: datetime | None) -> datetime | None:

@@ -230,17 +230,31 @@ def _document(doc_type: str, text: str, title: str = "T") -> Document:
 
 
 def test_beir_documents_are_single_chunks_and_long_memories_pieces():
-    long_text = para("memory", 1000)  # 7,000 chars: above chunk_size
-    (short,) = chunk_document(_document("memory", long_text[:1400]), IndexConfig())
-    assert (short.text, short.chunk_type, short.section) == (long_text[:1400], "memory", "")
+    long_text = para("memory", 1000)  # 7,000 chars: above memory_chunk_size
+    (short,) = chunk_document(_document("memory", long_text[:480]), IndexConfig())
+    assert (short.text, short.chunk_type, short.section) == (long_text[:480], "memory", "")
     pieces = chunk_document(_document("memory", long_text), IndexConfig())
-    # a long memory: overlapping pieces of at most chunk_size that cover its text, every one a memory chunk
-    assert len(pieces) > 1 and all(len(p.text) <= 1500 and p.chunk_type == "memory" for p in pieces)
+    # a long memory: overlapping pieces of at most memory_chunk_size (500, ~100 words) that cover
+    # its text, every one a memory chunk
+    assert len(pieces) > 10 and all(len(p.text) <= 500 and p.chunk_type == "memory" for p in pieces)
     assert pieces[0].start_char == 0 and pieces[-1].end_char == len(long_text)
     assert all(b.start_char < a.end_char for a, b in itertools.pairwise(pieces))  # they overlap
     assert all(long_text[p.start_char : p.end_char] == p.text for p in pieces)
     (beir,) = chunk_document(_document("beir", long_text, title="Vitamin D"), IndexConfig())
     assert (beir.text, beir.chunk_type, beir.section) == (long_text, "text", "Vitamin D")
+
+
+def test_memory_pieces_have_their_own_size_and_indexes_from_before_keep_chunk_size():
+    text = para("memory", 200)  # 1,400 chars
+    assert len(chunk_document(_document("memory", text), IndexConfig())) == 4  # 500-char pieces
+    wide = IndexConfig(chunk=ChunkConfig(memory_chunk_size=1500))
+    assert len(chunk_document(_document("memory", text), wide)) == 1
+    assert ChunkConfig(memory_chunk_size=100).memory_piece == (100, 25)  # overlap at most a quarter
+    # a manifest written before the setting: its memories were cut at chunk_size, and stay so
+    old = IndexConfig.from_manifest({"chunk": {"chunk_size": 1500, "chunk_overlap": 150}})
+    assert old.chunk.memory_chunk_size is None and old.chunk.memory_piece == (1500, 150)
+    with pytest.raises(ValueError, match="memory_chunk_size must be >= 50"):
+        ChunkConfig(memory_chunk_size=10)
 
 
 def test_whole_strategy_keeps_markdown_documents_whole():

@@ -282,8 +282,15 @@ def test_tag_run_disabled_by_empty_tags(index):
 
 
 # ------------------------------------------------------------------ recency
-def test_newest_of_near_identical_memories_wins(index):
-    results = index.search("public endpoint of the tunnel server", limit=2, now=NOW, explain=True)
+def test_newest_of_near_identical_memories_wins_under_a_recency_weight(index):
+    """Recency is off by default (`recency_weight` 0: an old memory that answers is not sunk by its
+    age; the recency intent of "current", "latest" ... still weighs it): with a weight the newer of
+    two near-identical memories comes first."""
+    plain = index.search("public endpoint of the tunnel server", limit=2, now=NOW)
+    assert ids(plain) == ["m03", "m04"]  # the closer wording first, whatever its age
+    results = index.search(
+        "public endpoint of the tunnel server", limit=2, now=NOW, explain=True, recency_weight=0.2
+    )
     assert ids(results) == ["m04", "m03"]
     assert results[0].explain["recency_factor"] > results[1].explain["recency_factor"]
     # with recency off the older one is not behind because of its age alone
@@ -293,7 +300,9 @@ def test_newest_of_near_identical_memories_wins(index):
 
 
 def test_only_relevant_old_memory_still_ranks_first(index):
-    results = index.search("axolotl aquarium heater temperature", limit=5, now=NOW, explain=True)
+    results = index.search(
+        "axolotl aquarium heater temperature", limit=5, now=NOW, explain=True, recency_weight=0.2
+    )
     assert results[0].doc_id == "m10"
     assert results[0].explain["recency_factor"] < 0.1  # 3.8 years old: decayed almost to 0 ...
     assert all(r.explain["recency_factor"] > 0.9 for r in results[1:3])  # ... against fresh filler
@@ -315,11 +324,12 @@ def test_recency_factor_formula(index):
 
 def test_now_from_env_equals_now_argument(index, monkeypatch):
     query = "public endpoint of the tunnel server"
-    expected = [(r.doc_id, r.score) for r in index.search(query, now="2024-03-01", limit=5)]
+    weighted = {"limit": 5, "recency_weight": 0.2}
+    expected = [(r.doc_id, r.score) for r in index.search(query, now="2024-03-01", **weighted)]
     monkeypatch.setenv("HYBRIDLAB_NOW", "2024-03-01")
-    assert [(r.doc_id, r.score) for r in index.search(query, limit=5)] == expected
+    assert [(r.doc_id, r.score) for r in index.search(query, **weighted)] == expected
     # in early 2024 the 2026 endpoint lies in the future: its age is clipped to 0, factor 1
-    assert expected != [(r.doc_id, r.score) for r in index.search(query, now=NOW, limit=5)]
+    assert expected != [(r.doc_id, r.score) for r in index.search(query, now=NOW, **weighted)]
 
 
 def test_recency_decay_env_alias(index, monkeypatch):

@@ -1,4 +1,5 @@
-"""Leave-one-haystack-out cross-validation of search settings (LoCoMo: leave one conversation out).
+"""Leave-one-haystack-out cross-validation of search and chunking settings (LoCoMo: leave one
+conversation out).
 
 Every setting of a grid is run once over all haystacks; for each held-out haystack the setting with
 the best mean on the other haystacks (ties: the first in grid order, the defaults first) is chosen
@@ -9,10 +10,11 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import ChunkConfig
 from hybridlab.eval.conversations import metrics
 from hybridlab.eval.conversations.records import Haystack
 from hybridlab.eval.conversations.runner import BenchSettings, relevant_ids, run_haystacks
@@ -39,6 +41,21 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     return name.strip(), [value(v.strip()) for v in values.split(",")]
 
 
+#: axes that are chunking settings (the haystacks are indexed again for each value), not search options
+CHUNK_AXES = frozenset(f.name for f in fields(ChunkConfig))
+
+
+def with_setting(settings: BenchSettings, setting: Mapping[str, Any]) -> BenchSettings:
+    """The hybrid alone with one grid point: chunking axes into the index config, the rest into the
+    search options."""
+    chunk = {name: value for name, value in setting.items() if name in CHUNK_AXES}
+    options = {name: value for name, value in setting.items() if name not in CHUNK_AXES}
+    index_config = replace(settings.index_config, chunk=replace(settings.index_config.chunk, **chunk))
+    return replace(
+        settings, systems=("hybrid",), options={**settings.options, **options}, index_config=index_config
+    )
+
+
 def per_question(result, k: int, metric: str = "recall") -> dict[str, float]:
     """Evidence recall@k (fractional; or `recall_any`) of every question with evidence (the hybrid system)."""
     level = result.settings.granularity
@@ -62,12 +79,7 @@ def cross_validate(
     owner = {q.question_id: h.haystack_id for h in haystacks for q in h.questions}
     scores: list[dict[int | str, dict[str, float]]] = []  # per setting: {k, 10, "any": per question}
     for setting in settings_grid:
-        run = run_haystacks(
-            haystacks,
-            replace(settings, systems=("hybrid",), options={**settings.options, **setting}),
-            work,
-            progress=progress,
-        )
+        run = run_haystacks(haystacks, with_setting(settings, setting), work, progress=progress)
         scores.append(
             {kk: per_question(run, kk) for kk in (k, 10)} | {"any": per_question(run, k, "recall_any")}
         )
