@@ -18,6 +18,8 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError, PathNotFoundError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (reports/, ground_truth/, .cache/)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 FUSION_METHODS = ("rrf", "convex", "dbsf", "learned")
@@ -46,17 +48,25 @@ class ChunkConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in {"headers", "whole"}:
-            raise ValueError(f"unknown chunking strategy {self.strategy!r}; choose from ['headers', 'whole']")
+            raise InvalidValueError(
+                f"unknown chunking strategy {self.strategy!r}; choose from ['headers', 'whole']",
+                field="strategy",
+            )
         if self.chunk_size < 50:
-            raise ValueError(f"chunk_size must be >= 50, got {self.chunk_size}")
+            raise InvalidValueError(f"chunk_size must be >= 50, got {self.chunk_size}", field="chunk_size")
         if not 0 <= self.chunk_overlap < self.chunk_size // 2:
-            raise ValueError(f"chunk_overlap must be in [0, chunk_size/2), got {self.chunk_overlap}")
+            raise InvalidValueError(
+                f"chunk_overlap must be in [0, chunk_size/2), got {self.chunk_overlap}", field="chunk_overlap"
+            )
         if self.memory_chunk_size is not None and self.memory_chunk_size < 50:
-            raise ValueError(
-                f"memory_chunk_size must be >= 50 (or None: chunk_size), got {self.memory_chunk_size}"
+            raise InvalidValueError(
+                f"memory_chunk_size must be >= 50 (or None: chunk_size), got {self.memory_chunk_size}",
+                field="memory_chunk_size",
             )
         if not self.header_levels or any(level not in range(1, 7) for level in self.header_levels):
-            raise ValueError(f"header_levels must be within 1..6, got {self.header_levels}")
+            raise InvalidValueError(
+                f"header_levels must be within 1..6, got {self.header_levels}", field="header_levels"
+            )
         object.__setattr__(self, "header_levels", tuple(sorted(set(self.header_levels))))
 
     @property
@@ -185,55 +195,57 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in SEARCH_MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; choose from {sorted(SEARCH_MODES)}")
+            raise InvalidValueError(f"unknown mode {self.mode!r}; choose from {sorted(SEARCH_MODES)}")
         if self.fusion not in FUSION_METHODS:
-            raise ValueError(f"unknown fusion {self.fusion!r}; choose from {sorted(FUSION_METHODS)}")
+            raise InvalidValueError(f"unknown fusion {self.fusion!r}; choose from {sorted(FUSION_METHODS)}")
         if self.normalization not in NORMALIZATIONS:
-            raise ValueError(
+            raise InvalidValueError(
                 f"unknown normalization {self.normalization!r}; choose from {sorted(NORMALIZATIONS)}"
             )
         if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+            raise InvalidValueError(f"alpha must be in [0, 1], got {self.alpha}", field="alpha")
         if self.limit < 1:
-            raise ValueError(f"limit must be >= 1, got {self.limit}")
+            raise InvalidValueError(f"limit must be >= 1, got {self.limit}", field="limit")
         if self.depth < 1 or self.candidates < 1:
-            raise ValueError(f"depth and candidates must be >= 1, got {self.depth}, {self.candidates}")
+            raise InvalidValueError(f"depth and candidates must be >= 1, got {self.depth}, {self.candidates}")
         if self.expand_hops < 0 or self.expand_seeds < 0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"expand_hops and expand_seeds must be >= 0, got {self.expand_hops}, {self.expand_seeds}"
             )
         if self.rrf_k <= 0:
-            raise ValueError(f"rrf_k must be > 0, got {self.rrf_k}")
+            raise InvalidValueError(f"rrf_k must be > 0, got {self.rrf_k}", field="rrf_k")
         if self.decay < 0:
-            raise ValueError(f"decay must be >= 0, got {self.decay}")
+            raise InvalidValueError(f"decay must be >= 0, got {self.decay}", field="decay")
         if not 0.0 <= self.recency_weight <= 1.0:
-            raise ValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
+            raise InvalidValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
         if self.tag_weight < 0:
-            raise ValueError(f"tag_weight must be >= 0, got {self.tag_weight}")
+            raise InvalidValueError(f"tag_weight must be >= 0, got {self.tag_weight}", field="tag_weight")
         if (
             isinstance(self.rerank_depth, bool)
             or not isinstance(self.rerank_depth, Integral)
             or self.rerank_depth < 0
         ):
-            raise ValueError(
+            raise InvalidValueError(
                 f"rerank_depth must be an integer >= 0 (0 = no rerank), got {self.rerank_depth!r}"
             )
         if not 0.0 <= self.rerank_weight <= 1.0:
-            raise ValueError(f"rerank_weight must be in [0, 1], got {self.rerank_weight}")
+            raise InvalidValueError(f"rerank_weight must be in [0, 1], got {self.rerank_weight}")
         if not 0.0 <= self.lexical_floor <= self.lexical_ceiling <= 1.0:
-            raise ValueError(
+            raise InvalidValueError(
                 "lexical_floor and lexical_ceiling must satisfy 0 <= floor <= ceiling <= 1, got "
                 f"{self.lexical_floor}, {self.lexical_ceiling}"
             )
         max_df = self.rare_term_max_df
         if isinstance(max_df, bool) or not isinstance(max_df, Integral) or max_df < 0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"rare_term_max_df must be an integer >= 0 (0 = no rare-term lift), got {max_df!r}"
             )
         if not 0.0 <= self.recency_intent_weight <= 1.0:
-            raise ValueError(f"recency_intent_weight must be in [0, 1], got {self.recency_intent_weight}")
+            raise InvalidValueError(
+                f"recency_intent_weight must be in [0, 1], got {self.recency_intent_weight}"
+            )
         if not 0.0 <= self.feedback_weight <= 10.0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"feedback_weight must be in [0, 10] (0 = no dense feedback), got {self.feedback_weight}"
             )
         if (
@@ -241,19 +253,19 @@ class SearchConfig:
             or not isinstance(self.feedback_docs, Integral)
             or self.feedback_docs < 1
         ):
-            raise ValueError(f"feedback_docs must be an integer >= 1, got {self.feedback_docs!r}")
+            raise InvalidValueError(f"feedback_docs must be an integer >= 1, got {self.feedback_docs!r}")
         if not 0.0 <= self.chunk_decay < 1.0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"chunk_decay must be in [0, 1) (0 = a document's best chunk alone), got {self.chunk_decay}"
             )
         if not 0.0 <= self.date_weight <= 1.0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"date_weight must be in [0, 1] (0 = the query's dates are ignored), got {self.date_weight}"
             )
         if self.date_grace_days < 0:
-            raise ValueError(f"date_grace_days must be >= 0, got {self.date_grace_days}")
+            raise InvalidValueError(f"date_grace_days must be >= 0, got {self.date_grace_days}")
         if not isinstance(self.rerank_model, str) or not self.rerank_model.strip():
-            raise ValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
+            raise InvalidValueError(f"rerank_model must be a model name, got {self.rerank_model!r}")
 
 
 def resolve_auto(config: SearchConfig, n_chunks: int) -> SearchConfig:
@@ -325,7 +337,7 @@ def _coerce(name: str, value: Any) -> Any:
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise ValueError(f"setting {name!r}: cannot parse {value!r}") from None
+        raise InvalidValueError(f"setting {name!r}: cannot parse {value!r}", field=name) from None
 
 
 #: Settings added after configs were first exported, with the value that reproduces the behaviour
@@ -355,14 +367,14 @@ def load_config_file(path: str | os.PathLike | None) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"config file not found: {path}") from None
+        raise PathNotFoundError(f"config file not found: {path}") from None
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: invalid JSON in config file ({error.msg})") from None
+        raise InvalidValueError(f"{path}:{error.lineno}: invalid JSON in config file ({error.msg})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file must hold a JSON object")  # noqa: TRY004 - CLI reports ValueError
+        raise InvalidValueError(f"{path}: a config file must hold a JSON object")
     unknown = set(data.get("search", {})) - set(SEARCH_FIELDS)
     if unknown:
-        raise ValueError(f"{path}: unknown search settings {sorted(unknown)}")
+        raise InvalidValueError(f"{path}: unknown search settings {sorted(unknown)}")
     if "provenance" in data:
         data["search"] = with_added_settings(data.get("search", {}))
     return data
@@ -385,7 +397,9 @@ def resolve_search_config(
     file_settings = dict((config_file or {}).get("search", {}))
     unknown = set(arguments) - set(SEARCH_FIELDS)
     if unknown:
-        raise ValueError(f"unknown search settings {sorted(unknown)}; choose from {sorted(SEARCH_FIELDS)}")
+        raise InvalidValueError(
+            f"unknown search settings {sorted(unknown)}; choose from {sorted(SEARCH_FIELDS)}"
+        )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name in SEARCH_FIELDS:
@@ -478,9 +492,10 @@ def parse_model_paths(value: Any) -> tuple[tuple[str, str], ...]:
     for entry in (e for e in entries if e):
         name, _, path = str(entry).partition("=")
         if not MODEL_NAME.match(name) or not path:
-            raise ValueError(
+            raise InvalidValueError(
                 f"model path {entry!r} is not NAME=PATH (NAME: letters, digits, '.', '_', '-'; "
-                f"no '/'), e.g. my-model=/models/my-model"
+                f"no '/'), e.g. my-model=/models/my-model",
+                field="model_paths",
             )
         pairs[name] = str(Path(path).expanduser().resolve())
     return tuple(pairs.items())
@@ -506,12 +521,14 @@ def resolve_encoder_settings(
             try:
                 value = int(value)
             except ValueError:
-                raise ValueError(f"{f.name} must be an integer, got {value!r}") from None
+                raise InvalidValueError(f"{f.name} must be an integer, got {value!r}", field=f.name) from None
             if value < 1:
-                raise ValueError(f"{f.name} must be >= 1, got {value}")
+                raise InvalidValueError(f"{f.name} must be >= 1, got {value}", field=f.name)
         if value is not None and f.name == "dtype":
             if str(value).lower() not in DTYPES:
-                raise ValueError(f"unknown dtype {value!r}; choose from {sorted(DTYPES)}")
+                raise InvalidValueError(
+                    f"unknown dtype {value!r}; choose from {sorted(DTYPES)}", field="dtype"
+                )
             value = DTYPES[str(value).lower()]
         if value is not None and f.name == "model_paths":
             value = parse_model_paths(value) or None

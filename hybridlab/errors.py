@@ -1,8 +1,12 @@
 """The errors hybridlab raises on purpose, under one base class: `except HybridlabError` catches any of them.
 
-Each also keeps the built-in base it always had (`IndexNotFoundError` is a `FileNotFoundError`,
-`ModelNotInstalledError` and `MissingExtraError` `ImportError`s, `InvalidValueError` a `ValueError`, the others
-`RuntimeError`s), so older `except` clauses still match. Every message is meant for the user: it names the file or package and the fix.
+Each also keeps the built-in base it always had (`IndexNotFoundError` and `PathNotFoundError` are
+`FileNotFoundError`s, `DocumentNotFoundError` a `KeyError`, `ModelNotInstalledError` and `MissingExtraError`
+`ImportError`s, `InvalidValueError` a `ValueError`, the others `RuntimeError`s), so older `except` clauses
+still match. Every message is meant for the user: it names the file or package and the fix. Anything
+else raised (a bare `ValueError` included) is a bug in hybridlab, not the caller's mistake: the MCP server
+reports it as an "internal error" and logs its traceback (issue 40); tests/test_errors.py lists the few
+bare ValueErrors the package still raises, each with the reason it is not the caller's mistake.
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
 (`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptIndexError",
+    "DocumentNotFoundError",
     "HybridlabError",
     "IndexFormatError",
     "IndexLockedError",
@@ -18,6 +23,7 @@ __all__ = [
     "InvalidValueError",
     "MissingExtraError",
     "ModelNotInstalledError",
+    "PathNotFoundError",
     "StoreError",
     "StoreLockedError",
 ]
@@ -34,6 +40,16 @@ class InvalidValueError(HybridlabError, ValueError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
+
+
+class PathNotFoundError(HybridlabError, FileNotFoundError):
+    """A file or folder the user named (a config, run, conditions or token file, a data folder) does
+    not exist; the message names the path and, where it helps, what would create it."""
+
+
+class DocumentNotFoundError(HybridlabError, KeyError):
+    """No document (or memory) of the id the caller gave is in the index. A `KeyError`: `str()` of it
+    is the message quoted, `args[0]` the message itself."""
 
 
 class IndexNotFoundError(HybridlabError, FileNotFoundError):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hybridlab.errors import InvalidValueError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -61,9 +63,11 @@ class ModelSpec:
         if (
             self.backend not in BACKENDS and self.backend != "external"
         ):  # external: imported vectors, no encoder
-            raise ValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
+            raise InvalidValueError(f"unknown backend {self.backend!r}; choose from {sorted(BACKENDS)}")
         if self.dim <= 0 or self.max_seq_length < 0:
-            raise ValueError(f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}")
+            raise InvalidValueError(
+                f"bad dim {self.dim} or max_seq_length {self.max_seq_length} for {self.name!r}"
+            )
 
 
 #: the fields of an encoder record (`hybridlab.encoders.registry.encoder_record`) that must be equal
@@ -152,7 +156,7 @@ def encode_in_batches(
     import numpy as np
 
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
     texts = check_texts(texts)
     n = len(texts)
     out = np.zeros((n, dim), dtype=np.float32)

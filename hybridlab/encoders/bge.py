@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from hybridlab.encoders.base import Encoder, ModelSpec
 from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
-from hybridlab.errors import ModelNotInstalledError
+from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class BgeEncoder(Encoder):
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
         if spec.package not in WHEEL_FOLDERS:
-            raise ValueError(
+            raise InvalidValueError(
                 f"no packaged bge model in {spec.package!r}; choose from {sorted(WHEEL_FOLDERS)}"
             )
         self.folder = wheel_folder(spec.package, WHEEL_FOLDERS[spec.package])

@@ -14,7 +14,7 @@ import numpy as np
 
 from hybridlab.encoders.bge import wheel_folder
 from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
-from hybridlab.errors import ModelNotInstalledError
+from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
 
 __all__ = [
@@ -44,7 +44,7 @@ class RerankerSpec:
 
     def __post_init__(self) -> None:
         if self.max_length < 8 or self.batch_size < 1:
-            raise ValueError(
+            raise InvalidValueError(
                 f"bad max_length {self.max_length} or batch_size {self.batch_size} for {self.name!r}"
             )
 
@@ -65,7 +65,9 @@ _RUNTIME_PACKAGES = ("onnxruntime", "tokenizers")
 def get_reranker_spec(name: str) -> RerankerSpec:
     """The spec of a cross-encoder by name; ValueError naming the choices."""
     if name not in RERANKERS:
-        raise ValueError(f"unknown rerank model {name!r}; choose from {sorted(RERANKERS)}")
+        raise InvalidValueError(
+            f"unknown rerank model {name!r}; choose from {sorted(RERANKERS)}", field="rerank_model"
+        )
     return RERANKERS[name]
 
 

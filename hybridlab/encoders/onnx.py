@@ -25,7 +25,7 @@ from hybridlab.encoders.base import (
     package_model_path,
     progress_bar,
 )
-from hybridlab.errors import ModelNotInstalledError
+from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
 from hybridlab.filelock import exclusive_lock
 
@@ -297,7 +297,7 @@ class OnnxEncoder(Encoder):
         texts = check_texts(texts)
         batch_size = self.batch_size if batch_size is None else batch_size
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
         prefix = self.prefix(is_query=False)
         out = np.zeros((len(texts), self.spec.dim), dtype=np.float32)
         with progress_bar(len(texts), show_progress, self.spec.name) as progress:

@@ -388,7 +388,7 @@ def get_spec(name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec
     if not changes or spec.backend == EXTERNAL:
         return spec
     if spec.backend != "sentence-transformers":
-        raise ValueError(
+        raise InvalidValueError(
             f"model {spec.name!r} ({spec.backend} backend) takes no {sorted(changes)} setting: "
             f"dtype, max length and prompts apply to sentence-transformers models"
         )
@@ -426,7 +426,7 @@ def _load_custom(name: str, source: str, stamp: tuple, device: str | None = None
         ) from error
     except Exception as error:  # hub and loader errors vary by version; all mean "cannot load"
         where = "folder" if is_folder else "hub id (online, or in the Hugging Face cache when offline)"
-        raise ValueError(
+        raise InvalidValueError(
             f"cannot load sentence-transformers model {source!r} from its {where}: {error}"
         ) from error
 
@@ -487,7 +487,7 @@ def check_query_encoder(name: str, recorded: Mapping[str, Any]) -> None:
     current = encoder_record(name, recorded.get("settings") or {})
     differing = encoder_mismatch(recorded, current)
     if differing:
-        raise ValueError(
+        raise InvalidValueError(
             f"the query encoder of {name!r} does not match the encoder that built this index's vectors "
             f"(differs in {differing}): index {recorded}; query encoder {current}; rebuild its vectors: "
             f"hybridlab reindex --drop-model {name} (then --model {name})"
@@ -515,7 +515,7 @@ def load_encoder(name: str, overrides: Mapping[str, Any] | None = None) -> Encod
     per process and settings; later calls return the same object."""
     registered = _registry_name(name)
     if name in _EXTERNAL and registered is None:
-        raise ValueError(
+        raise InvalidValueError(
             f"model {name!r} is external: its vectors were imported from a file (hybridlab index "
             f"--vectors), it cannot encode text here; import vectors for new chunks the same way, "
             f"and give query vectors from a file: hybridlab eval --query-vectors FILE"
@@ -560,7 +560,7 @@ def query_encoder_name(
     spec = get_spec(name, overrides)
     backend = backend or os.environ.get(QUERY_BACKEND_ENV) or "auto"
     if backend not in QUERY_BACKENDS:
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown query backend {backend!r} (env {QUERY_BACKEND_ENV}); choose from {list(QUERY_BACKENDS)}"
         )
     twin = QUERY_TWINS.get(spec.name)

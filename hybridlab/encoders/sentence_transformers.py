@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
+from hybridlab.errors import InvalidValueError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,7 +74,7 @@ class SentenceTransformerEncoder(Encoder):
             source = spec.source or str(package_model_path(spec.package))
             device = devices[0]
             if spec.dtype in HALF_DTYPES and device.split(":")[0] == "cpu":
-                raise ValueError(
+                raise InvalidValueError(
                     f"dtype {spec.dtype} of {spec.name!r} needs a GPU (device is {device}): use fp32 on "
                     "the CPU (fp16 vectors made on a GPU meet fp32 queries; bf16 ones do not)"
                 )
@@ -160,7 +161,7 @@ def load_custom(
     get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = get_dim()
     if not dim:
-        raise ValueError(f"model {source!r} does not report its embedding dimension")
+        raise InvalidValueError(f"model {source!r} does not report its embedding dimension")
     prompts = dict(getattr(model, "prompts", None) or {})
     poolings = [getattr(m, "pooling_mode", None) for m in model.children()]
     pooling = next((p if isinstance(p, str) else "+".join(p) for p in poolings if p), "")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.significance import Interval, mean_ci
 
 DEFAULT_FOLDS = 5
@@ -23,9 +24,9 @@ def k_folds(query_ids: Iterable[str], k: int = DEFAULT_FOLDS) -> list[list[str]]
     """`k` disjoint folds covering `query_ids` (each fold sorted by id)."""
     ids = sorted(set(query_ids), key=lambda q: (hashlib.sha1(q.encode()).hexdigest(), q))
     if k < 2:
-        raise ValueError(f"k must be >= 2, got {k}")
+        raise InvalidValueError(f"k must be >= 2, got {k}", field="k")
     if len(ids) < k:
-        raise ValueError(f"{k} folds need at least {k} query ids, got {len(ids)}")
+        raise InvalidValueError(f"{k} folds need at least {k} query ids, got {len(ids)}")
     return [sorted(ids[i::k]) for i in range(k)]
 
 

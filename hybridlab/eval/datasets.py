@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridlab.config import REPO_ROOT
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.ingest.files import _open_text, find_file, iter_jsonl
 from hybridlab.ingest.sources import irds_items, is_irds
 
@@ -36,7 +37,7 @@ def resolve_dataset(name_or_path: str | os.PathLike) -> Path:
     for base in (data_dir(), REPO_ROOT / "ground_truth"):
         if (base / str(name_or_path)).is_dir():
             return base / str(name_or_path)
-    raise FileNotFoundError(
+    raise PathNotFoundError(
         f"dataset {str(name_or_path)!r} not found as a path, in {data_dir()} (set HYBRIDLAB_DATA) "
         f"or in {REPO_ROOT / 'ground_truth'}"
     )
@@ -52,7 +53,7 @@ def load_queries(folder: Path, split: str | None = None) -> dict[str, str]:
     queries: dict[str, str] = {}
     for line_number, obj in iter_jsonl(path):
         if "_id" not in obj or "text" not in obj:
-            raise ValueError(f"{path}:{line_number}: a query needs '_id' and 'text'")
+            raise InvalidValueError(f"{path}:{line_number}: a query needs '_id' and 'text'")
         queries[str(obj["_id"])] = str(obj["text"])
     return queries
 
@@ -97,14 +98,14 @@ def load_qrels(folder_or_file: Path, split: str = "test") -> Qrels:
             if len(parts) == 4:  # TREC qrels: qid 0 docid rel
                 parts = [parts[0], parts[2], parts[3]]
             if len(parts) != 3:
-                raise ValueError(
+                raise InvalidValueError(
                     f"{path}:{line_number}: expected 'query-id corpus-id score' (or TREC's 4 columns)"
                 )
             qid, doc_id, score = parts
             try:
                 relevance = int(score)
             except ValueError:
-                raise ValueError(f"{path}:{line_number}: score {score!r} is not an integer") from None
+                raise InvalidValueError(f"{path}:{line_number}: score {score!r} is not an integer") from None
             qrels.setdefault(qid, {})[doc_id] = relevance
     return qrels
 
@@ -153,7 +154,7 @@ def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: P
     official = has_train_split(folder)
     splits = ["all", "dev", "test", "train"] if official else ["all", "dev", "test"]
     if split not in splits:
-        raise ValueError(f"unknown split {split!r}; choose from {splits}")
+        raise InvalidValueError(f"unknown split {split!r}; choose from {splits}")
     file_split = "train" if official and split in {"train", "dev"} else "test"
     qrels = load_qrels(folder, file_split)
     texts = {qid: text for qid, text in load_queries(queries or folder, file_split).items() if qid in qrels}
@@ -166,7 +167,7 @@ def load_dataset(name_or_path: str | os.PathLike, split: str = "all", queries: P
 def split_query_ids(qrels: Qrels, split: str, dev_fraction: float = 0.5) -> list[str]:
     """A deterministic dev/test split by sha1 of the query id (stable across runs and machines)."""
     if split not in {"dev", "test"}:
-        raise ValueError(f"unknown split {split!r}; choose from ['all', 'dev', 'test']")
+        raise InvalidValueError(f"unknown split {split!r}; choose from ['all', 'dev', 'test']")
 
     def bucket(qid: str) -> float:
         return int(hashlib.sha1(qid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, config_hash
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
 from hybridlab.index.build import index_paths
 from hybridlab.ingest.sources import IRDS, is_irds
@@ -47,12 +48,12 @@ class EvalSet:
     def __post_init__(self) -> None:
         cross_validated = CROSS_VALIDATED in {self.tuning_split, self.report_split}
         if cross_validated != (self.cv_folds is not None):
-            raise ValueError(
+            raise InvalidValueError(
                 f"{self.name}: cv_folds ({self.cv_folds}) goes with tuning/report split "
                 f"{CROSS_VALIDATED!r} (got {self.tuning_split!r}/{self.report_split!r})"
             )
         if self.cv_folds is not None and self.cv_folds < 2:
-            raise ValueError(f"{self.name}: cv_folds must be >= 2, got {self.cv_folds}")
+            raise InvalidValueError(f"{self.name}: cv_folds must be >= 2, got {self.cv_folds}")
 
     @property
     def cross_validated(self) -> bool:
@@ -82,7 +83,7 @@ class EvalSet:
 def check_tunable(evalset: EvalSet) -> str:
     """The set's tuning split; ValueError naming the rule when the set is never tuned on."""
     if evalset.tuning_split is None:
-        raise ValueError(
+        raise InvalidValueError(
             f"{evalset.name} is never tuned on (tuning_split = false): it is an out-of-domain check "
             "of every default (issue 18); tune on scifact (train), memories or holoviz (cv)"
         )
@@ -120,12 +121,12 @@ def read_evalsets(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"evaluation sets file not found: {path}") from None
+        raise PathNotFoundError(f"evaluation sets file not found: {path}") from None
     except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML: {error}") from None
+        raise InvalidValueError(f"{path}: not valid TOML: {error}") from None
     for name, entry in data.items():
         if not isinstance(entry, dict):
-            raise ValueError(f"{path}: {name!r} is not a set: declare it as a table, [{name}]")  # noqa: TRY004
+            raise InvalidValueError(f"{path}: {name!r} is not a set: declare it as a table, [{name}]")
         _evalset(name, path, entry, check_paths=False)
     return data
 
@@ -147,29 +148,29 @@ def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = T
     where = f"{file}: set {name!r}"
     unknown = sorted(set(entry) - set(_TYPES))
     if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r}; fields are {list(_TYPES)}")
+        raise InvalidValueError(f"{where}: unknown field {unknown[0]!r}; fields are {list(_TYPES)}")
     if "corpus" not in entry:
-        raise ValueError(f"{where}: field 'corpus' is missing")
+        raise InvalidValueError(f"{where}: field 'corpus' is missing")
     for key, value in entry.items():
         if (
             not isinstance(value, _TYPES[key])
             or (key == "tuning_split" and value is True)
             or (key == "corpus" and isinstance(value, list) and not all(isinstance(v, str) for v in value))
         ):
-            raise ValueError(f"{where}: field {key!r} has the wrong type ({value!r})")
+            raise InvalidValueError(f"{where}: field {key!r} has the wrong type ({value!r})")
     values = {"data": str(data_dir()), "corpora": str(corpora_dir()), "ground_truth": str(GROUND_TRUTH)}
 
     def path(key: str, text: str) -> Path:
         try:
             text = string.Template(text).substitute(values)
         except (KeyError, ValueError) as error:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{where}: field {key!r}: unknown placeholder in {text!r} ({error}); "
                 f"placeholders are {['${' + v + '}' for v in values]}"
             ) from None
         resolved = Path(text) if is_irds(text) else (Path(file).parent / text).resolve()
         if check_paths and not is_irds(text) and not resolved.exists():
-            raise FileNotFoundError(f"{where}: field {key!r}: {resolved} does not exist")
+            raise PathNotFoundError(f"{where}: field {key!r}: {resolved} does not exist")
         return resolved
 
     corpus = entry["corpus"] if isinstance(entry["corpus"], list) else [entry["corpus"]]
@@ -189,7 +190,7 @@ def _evalset(name: str, file: Path, entry: dict[str, Any], check_paths: bool = T
             entry.get("kinds", "kind"),
         )
     except ValueError as error:
-        raise ValueError(f"{where}: {str(error).removeprefix(f'{name}: ')}") from None
+        raise InvalidValueError(f"{where}: {str(error).removeprefix(f'{name}: ')}") from None
 
 
 def get_evalset(name: str) -> EvalSet:
@@ -204,7 +205,7 @@ def get_evalset(name: str) -> EvalSet:
     if folder.is_dir():
         return EvalSet(name, (folder,), folder)
     known = list(sets) + sorted(p.name for p in data_dir().glob("*") if p.is_dir() and p.name not in sets)
-    raise ValueError(
+    raise InvalidValueError(
         f"unknown dataset {name!r}; choose from {known} (declared in "
         f"{', '.join(map(str, evalset_files()))}), a folder, or {IRDS}<ir_datasets id>"
     )

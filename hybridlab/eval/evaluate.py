@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.runs import trec_text
 
 Run = dict[str, dict[str, float]]
@@ -157,7 +158,7 @@ def compare(
     from ranx import compare as ranx_compare
 
     if len(runs) < 2:
-        raise ValueError(f"compare needs at least two runs, got {len(runs)}")
+        raise InvalidValueError(f"compare needs at least two runs, got {len(runs)}")
 
     pairs = [_ranx(qrels, run, name=name) for name, run in runs.items()]
     ranx_qrels, ranx_runs = pairs[-1][0], [ranx_run for _, ranx_run in pairs]

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.evaluate import Qrels, Run, score
 from hybridlab.extras import require
 from hybridlab.search.fusion import FUSERS, NORMALIZERS, THEORETICAL_MIN, fuse, rank
@@ -35,9 +36,9 @@ class FusionSetting:
 
     def __post_init__(self) -> None:
         if self.method not in FUSERS:
-            raise ValueError(f"unknown fusion {self.method!r}; choose from {sorted(FUSERS)}")
+            raise InvalidValueError(f"unknown fusion {self.method!r}; choose from {sorted(FUSERS)}")
         if self.normalization not in NORMALIZERS:
-            raise ValueError(
+            raise InvalidValueError(
                 f"unknown normalization {self.normalization!r}; choose from {sorted(NORMALIZERS)}"
             )
 
@@ -63,11 +64,11 @@ def fuse_runs(
     """Each query's runs fused by :func:`hybridlab.search.fusion.fuse`, the ``limit`` best kept (all
     if None; ties by ascending doc id). Queries: those of any run; a run lacking one adds nothing."""
     if len(runs) < 2:
-        raise ValueError(f"fusion needs at least two runs, got {len(runs)}")
+        raise InvalidValueError(f"fusion needs at least two runs, got {len(runs)}")
     weights = dict(setting.weights)
     unknown = sorted(set(weights) - set(runs))
     if unknown:
-        raise ValueError(f"weights name runs {unknown} that are not given; runs: {list(runs)}")
+        raise InvalidValueError(f"weights name runs {unknown} that are not given; runs: {list(runs)}")
     qids = dict.fromkeys(qid for run in runs.values() for qid in run)
     fused: Run = {}
     for qid in qids:
@@ -86,7 +87,7 @@ def weight_grid(names: Sequence[str], step: float = 0.1) -> list[dict[str, float
     """Every weighting of ``names`` on the simplex in steps of ``step`` (weights sum to 1; a weight
     of 0 leaves that run out), in a fixed order."""
     if not 0.0 < step <= 1.0 or abs(round(1 / step) - 1 / step) > 1e-9:
-        raise ValueError(f"the grid step must divide 1 (0.5, 0.25, 0.1, ...), got {step!r}")
+        raise InvalidValueError(f"the grid step must divide 1 (0.5, 0.25, 0.1, ...), got {step!r}")
     units = round(1 / step)
     grid = []
     for parts in itertools.product(range(units + 1), repeat=len(names) - 1):
@@ -136,7 +137,7 @@ def tune_fusion(
     in the order given), and every setting's value. Only those queries of the runs are fused (each
     cut to ``limit`` results, as the fused run that is written)."""
     if not settings:
-        raise ValueError("no fusion setting to choose from")
+        raise InvalidValueError("no fusion setting to choose from")
     tuning = _tuning_runs(runs, tune_qrels)
     return _first_best(((s, _value(tuning, tune_qrels, s, metric, limit)) for s in settings), metric)
 
@@ -158,7 +159,7 @@ def tune_fusion_optuna(
     import optuna
 
     if not settings:
-        raise ValueError("no fusion setting to choose from")
+        raise InvalidValueError("no fusion setting to choose from")
     tuning = _tuning_runs(runs, tune_qrels)
     fusions = list(dict.fromkeys(f"{s.method}/{s.normalization}" for s in settings))
     weightings = list(dict.fromkeys(s.weights for s in settings))
@@ -185,7 +186,7 @@ def tune_fusion_optuna(
 def _tuning_runs(runs: Mapping[str, Run], tune_qrels: Qrels) -> dict[str, Run]:
     """The runs restricted to the tuning queries: nothing of another split reaches a tuning."""
     if not tune_qrels:
-        raise ValueError("the tuning qrels judge no query")
+        raise InvalidValueError("the tuning qrels judge no query")
     return {name: {q: run[q] for q in tune_qrels if q in run} for name, run in runs.items()}
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.evaluate import METRICS, Qrels, Run, score_per_query
 from hybridlab.eval.significance import TESTS, Interval, holm, mean_ci, paired_test
 
@@ -139,11 +140,11 @@ def score_runs(
     ``test`` is a test of :data:`hybridlab.eval.significance.TESTS`; for each metric the p-values of
     the runs against the baseline are Holm-corrected together."""
     if not runs:
-        raise ValueError("score_runs needs at least one run")
+        raise InvalidValueError("score_runs needs at least one run")
     if test not in TESTS:
-        raise ValueError(f"unknown test {test!r}; choose from {sorted(TESTS)}")
+        raise InvalidValueError(f"unknown test {test!r}; choose from {sorted(TESTS)}")
     if not qrels:
-        raise ValueError("the qrels judge no query")
+        raise InvalidValueError("the qrels judge no query")
     metrics = list(metrics)
     systems = list(runs)
     per_query = {name: score_per_query(qrels, run, metrics) for name, run in runs.items()}

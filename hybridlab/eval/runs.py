@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from hybridlab.errors import InvalidValueError, PathNotFoundError
+
 Run = dict[str, dict[str, float]]
 
 __all__ = ["Run", "read_run", "run_name", "write_run"]
@@ -25,14 +27,14 @@ def read_run(path: str | Path) -> Run:
     number, or a document listed twice for one query."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"run file not found: {path}")
+        raise PathNotFoundError(f"run file not found: {path}")
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":  # gzip magic, whatever the suffix
         data = gzip.decompress(data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise InvalidValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     return _parse_json(path, text) if text.lstrip().startswith("{") else _parse_trec(path, text)
 
 
@@ -43,14 +45,14 @@ def _parse_trec(path: Path, text: str) -> Run:
             continue
         fields = line.split()
         if len(fields) != 6:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{path}:{number}: expected 6 fields 'qid Q0 doc_id rank score tag', "
                 f"got {len(fields)}: {line.strip()[:80]!r}"
             )
         qid, _, doc_id, _, score, _ = fields
         run.setdefault(qid, {})
         if doc_id in run[qid]:
-            raise ValueError(f"{path}:{number}: document {doc_id!r} listed twice for query {qid!r}")
+            raise InvalidValueError(f"{path}:{number}: document {doc_id!r} listed twice for query {qid!r}")
         run[qid][doc_id] = _score(path, number, score)
     return run
 
@@ -59,11 +61,11 @@ def _parse_json(path: Path, text: str) -> Run:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+        raise InvalidValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
     run: Run = {}
     for qid, docs in data.items():
         if not isinstance(docs, dict):
-            raise ValueError(  # noqa: TRY004
+            raise InvalidValueError(
                 f"{path}: query {qid!r} maps to {type(docs).__name__}, expected {{doc_id: score}}"
             )
         run[str(qid)] = {str(doc): _score(path, None, value, qid) for doc, value in docs.items()}
@@ -75,9 +77,9 @@ def _score(path: Path, line: int | None, value: object, qid: str | None = None) 
     try:
         score = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: score {value!r} is not a number") from None
+        raise InvalidValueError(f"{where}: score {value!r} is not a number") from None
     if isinstance(value, bool) or not math.isfinite(score):
-        raise ValueError(f"{where}: score {value!r} is not a finite number")
+        raise InvalidValueError(f"{where}: score {value!r} is not a finite number")
     return score
 
 

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hybridlab.errors import InvalidValueError
+
 DEFAULT_PERMUTATIONS = 10_000
 DEFAULT_SEED = 0
 _BATCH = 1_000  # sign patterns drawn at a time (bounds memory for many queries)
@@ -18,9 +20,11 @@ def paired_values(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[list[
     """The two systems' values aligned by query id (sorted); ValueError when the queries differ."""
     if set(a) != set(b):
         only_a, only_b = sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3]
-        raise ValueError(f"paired scores need the same queries; only in a: {only_a}, only in b: {only_b}")
+        raise InvalidValueError(
+            f"paired scores need the same queries; only in a: {only_a}, only in b: {only_b}"
+        )
     if not a:
-        raise ValueError("paired scores need at least one query")
+        raise InvalidValueError("paired scores need at least one query")
     qids = sorted(a)
     return [float(a[q]) for q in qids], [float(b[q]) for q in qids]
 
@@ -36,7 +40,7 @@ def randomization_test(
     import numpy as np
 
     if permutations < 1:
-        raise ValueError(f"permutations must be >= 1, got {permutations}")
+        raise InvalidValueError(f"permutations must be >= 1, got {permutations}", field="permutations")
     xs, ys = paired_values(a, b)
     diffs = np.asarray(xs) - np.asarray(ys)
     n = len(diffs)
@@ -100,7 +104,7 @@ def paired_test(
 ) -> PairedTest:
     """Compare a with b by the named test (:data:`TESTS`)."""
     if test not in TESTS:
-        raise ValueError(f"unknown test {test!r}; choose from {sorted(TESTS)}")
+        raise InvalidValueError(f"unknown test {test!r}; choose from {sorted(TESTS)}", field="test")
     xs, ys = paired_values(a, b)
     return PairedTest(test, len(xs), sum(xs) / len(xs), sum(ys) / len(ys), TESTS[test](a, b, **options))
 
@@ -110,7 +114,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
     by (m - i + 1), then made monotone (never below a smaller one's) and capped at 1."""
     for p in p_values:
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"a p-value must be within [0, 1], got {p}")
+            raise InvalidValueError(f"a p-value must be within [0, 1], got {p}")
     m = len(p_values)
     order = sorted(range(m), key=lambda i: p_values[i])
     adjusted = [0.0] * m
@@ -154,10 +158,10 @@ def mean_ci(
     import numpy as np
 
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be within (0, 1), got {confidence}")
+        raise InvalidValueError(f"confidence must be within (0, 1), got {confidence}", field="confidence")
     data = np.asarray(values, dtype=float)
     if data.size == 0:
-        raise ValueError("a confidence interval needs at least one value")
+        raise InvalidValueError("a confidence interval needs at least one value")
     mean = float(data.mean())
     if data.size == 1:
         return Interval(mean, mean, mean, confidence, method)
@@ -173,4 +177,6 @@ def mean_ci(
         means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
         low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
         return Interval(mean, float(low), float(high), confidence, method)
-    raise ValueError(f"unknown interval method {method!r}; choose from ['bootstrap', 't']")
+    raise InvalidValueError(
+        f"unknown interval method {method!r}; choose from ['bootstrap', 't']", field="method"
+    )

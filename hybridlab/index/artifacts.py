@@ -15,6 +15,7 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.encoders import registry
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout
 from hybridlab.index.dense import DenseIndex
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
@@ -54,13 +55,13 @@ def embed_missing(
     for model in models:
         spec = registry.get_spec(model)
         if model in known_dims and known_dims[model] != spec.dim:
-            raise ValueError(
+            raise InvalidValueError(
                 f"model {model!r} was indexed with dimension {known_dims[model]} but now has {spec.dim}; "
                 f"drop its vectors first: hybridlab reindex --drop-model {model}"
             )
         recorded = (known_encoders or {}).get(model)
         if recorded and registry.encoder_mismatch(recorded, current := registry.encoder_record(model)):
-            raise ValueError(
+            raise InvalidValueError(
                 f"model {model!r} was indexed with encoder {recorded} but is now {current} (differs in "
                 f"{registry.encoder_mismatch(recorded, current)}); give the encoder settings it was built "
                 f"with again (--query-prompt, --document-prompt, --max-seq-length, --dtype or HYBRIDLAB_*), "
@@ -92,7 +93,7 @@ def embed_missing(
             batch = missing[start : start + step]
             vectors = encoder.encode_documents([text for _, text in batch], batch_size=batch_size)
             if vectors.shape[1] != spec.dim:
-                raise ValueError(
+                raise InvalidValueError(
                     f"model {model!r} returned dimension {vectors.shape[1]}, registry says {spec.dim}"
                 )
             cache.put(key, [sha for sha, _ in batch], vectors)

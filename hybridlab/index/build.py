@@ -19,6 +19,7 @@ from typing import Any
 
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.registry import canonical_name, register_recorded
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.artifacts import build_artifacts, cache_vectors, embed_missing
 from hybridlab.index.caches import WRITE_CACHES
@@ -125,7 +126,7 @@ def _plan(
                 logger.warning("%s: %s has a recorded file signature but no indexed document", source, doc_id)
         for document in documents:
             if document.doc_id in seen and seen[document.doc_id] != source:
-                raise ValueError(
+                raise InvalidValueError(
                     f"document id {document.doc_id!r} comes from two sources: {seen[document.doc_id]} and {source}"
                 )
             seen[document.doc_id] = source
@@ -148,7 +149,7 @@ def _plan(
             to_delete.extend(gone)
     for doc_id in dict.fromkeys(delete_ids):
         if doc_id in seen:
-            raise ValueError(f"document id {doc_id!r} is both written and deleted by one write")
+            raise InvalidValueError(f"document id {doc_id!r} is both written and deleted by one write")
         if doc_id in existing:
             report.removed += 1
             to_delete.append(doc_id)

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
+
 #: Above this many vectors the graph is built with an HNSW index (approximate neighbours): the
 #: exact all-pairs search costs n² dot products.
 EXACT_GRAPH_MAX = 200_000
@@ -31,7 +33,7 @@ def graph_size(graph_k: int | None, n_vectors: int) -> int:
     if graph_k is None:
         return DEFAULT_GRAPH_K if 1 < n_vectors <= AUTO_GRAPH_MAX else 0
     if graph_k < 0:
-        raise ValueError(f"graph_k must be >= 0 or None, got {graph_k}")
+        raise InvalidValueError(f"graph_k must be >= 0 or None, got {graph_k}", field="graph_k")
     return graph_k
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from hybridlab.errors import CorruptIndexError, IndexLockedError, IndexNotFoundError
+from hybridlab.errors import CorruptIndexError, IndexLockedError, IndexNotFoundError, InvalidValueError
 from hybridlab.filelock import exclusive_lock, lock_if_possible
 from hybridlab.index.lru import LruCache
 from hybridlab.index.manifest import FORMAT_VERSION, FileRecord, Manifest, NotAManifest, dumps, loads
@@ -402,7 +402,7 @@ def lock_wait_seconds() -> float:
     except ValueError:
         seconds = -1.0
     if seconds < 0:
-        raise ValueError(f"HYBRIDLAB_LOCK_WAIT must be a number of seconds >= 0, got {value!r}")
+        raise InvalidValueError(f"HYBRIDLAB_LOCK_WAIT must be a number of seconds >= 0, got {value!r}")
     return seconds
 
 

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
+from hybridlab.errors import InvalidValueError
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 _MISSING = object()
@@ -21,7 +23,7 @@ class LruCache(Generic[K, V]):
 
     def __init__(self, size: int) -> None:
         if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
+            raise InvalidValueError(f"size must be >= 1, got {size}", field="size")
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()

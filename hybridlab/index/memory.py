@@ -288,10 +288,12 @@ class MemoryWriter:
         wal_records: int | None = None,
     ) -> None:
         if commit_delay < 0:
-            raise ValueError(f"commit_delay must be >= 0 seconds, got {commit_delay}")
+            raise InvalidValueError(
+                f"commit_delay must be >= 0 seconds, got {commit_delay}", field="commit_delay"
+            )
         wal_records = wal.fold_records() if wal_records is None else wal_records
         if wal_records < 0:
-            raise ValueError(f"wal_records must be >= 0, got {wal_records}")
+            raise InvalidValueError(f"wal_records must be >= 0, got {wal_records}", field="wal_records")
         self.index_dir = Path(index_dir)
         self.source = source
         self.lock_wait = lock_wait
@@ -628,7 +630,7 @@ class _Encoding:
         with _ENCODE_LOCK:
             vectors = encoder.encode_documents(texts, batch_size=document_batch_size(self.config, encoder))
         if model in self.dims and vectors.shape[1] != self.dims[model]:
-            raise ValueError(
+            raise InvalidValueError(
                 f"model {model!r} returned dimension {vectors.shape[1]}, the index has {self.dims[model]}"
             )
         return vectors

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, segments, store
 from hybridlab.index.artifacts import build_artifacts
 from hybridlab.index.faults import checkpoint
@@ -33,7 +34,7 @@ def merge_factor() -> int:
     if value is None:
         return MERGE_FACTOR
     if not value.isdigit() or int(value) < 2:
-        raise ValueError(f"HYBRIDLAB_MERGE_FACTOR must be an integer >= 2, got {value!r}")
+        raise InvalidValueError(f"HYBRIDLAB_MERGE_FACTOR must be an integer >= 2, got {value!r}")
     return int(value)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import store as index_store
 from hybridlab.index.reader import Generation, read_generation
 
@@ -58,7 +59,7 @@ def connect(url: str | None = None, path: str | os.PathLike | None = None) -> An
     from qdrant_client import QdrantClient
 
     if url and path:
-        raise ValueError("give either a Qdrant url or a local path, not both")
+        raise InvalidValueError("give either a Qdrant url or a local path, not both")
     if url:
         return QdrantClient(url=url)
     return QdrantClient(path=str(path)) if path else QdrantClient(":memory:")
@@ -216,10 +217,10 @@ def mirror_marker(client: Any, collection: str) -> dict[str, Any] | None:
 
 def _check_mode(generation: Generation, mode: str) -> None:
     if mode not in SPARSE_MODES:
-        raise ValueError(f"unknown sparse mode {mode!r}; choose from {sorted(SPARSE_MODES)}")
+        raise InvalidValueError(f"unknown sparse mode {mode!r}; choose from {sorted(SPARSE_MODES)}")
     method = generation.sparse.tokenizer.config.method
     if mode == "idf" and method != "lucene":
-        raise ValueError(
+        raise InvalidValueError(
             f"Qdrant's IDF modifier is the lucene IDF; this index's BM25 is {method!r}: export "
             "with the IDF folded in (idf_modifier=False)"
         )

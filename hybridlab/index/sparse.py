@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridlab.config import Bm25Config
-from hybridlab.errors import IndexFormatError
+from hybridlab.errors import IndexFormatError, InvalidValueError
 from hybridlab.index.tokenizer import Tokenizer
 
 POSTINGS_FORMAT = "hybridlab-tf-postings"
@@ -250,7 +250,7 @@ class SparseIndex:
         self.tokenizer = tokenizer
         config = tokenizer.config
         if config.method not in IDF:
-            raise ValueError(
+            raise InvalidValueError(
                 f"BM25 method {config.method!r} is not supported by segmented indexes; "
                 f"choose from {sorted(IDF)}"
             )

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-from hybridlab.errors import StoreError, StoreLockedError
+from hybridlab.errors import InvalidValueError, StoreError, StoreLockedError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value VARCHAR);
@@ -48,7 +48,7 @@ WRITER_MEMORY_LIMIT = "512MB"
 def writer_memory_limit() -> str:
     value = os.environ.get("HYBRIDLAB_DUCKDB_MEMORY", WRITER_MEMORY_LIMIT).strip()
     if not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", value, flags=re.IGNORECASE):
-        raise ValueError(f"HYBRIDLAB_DUCKDB_MEMORY must look like '1GB' or '512MiB', got {value!r}")
+        raise InvalidValueError(f"HYBRIDLAB_DUCKDB_MEMORY must look like '1GB' or '512MiB', got {value!r}")
     return value
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from hybridlab.config import Bm25Config
+from hybridlab.errors import InvalidValueError
 
 WORD = re.compile(r"\w+", re.UNICODE)
 CAMEL_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_]+", re.UNICODE)
@@ -33,7 +34,7 @@ def _stopwords(name: str | None) -> frozenset[str]:
     from bm25s.stopwords import STOPWORDS_EN
 
     if name != "en":
-        raise ValueError(f"unknown stopwords {name!r}; choose from ['en', None]")
+        raise InvalidValueError(f"unknown stopwords {name!r}; choose from ['en', None]")
     return frozenset(STOPWORDS_EN)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.index import layout
 from hybridlab.index.embedding_cache import cache_model
 
@@ -24,7 +25,7 @@ def _sidecar_ids(path: Path) -> list[str]:
         sidecar = path.with_name(path.name[: -len(".npy")] + suffix)
         if sidecar.exists():
             return [str(i) for i in parse(sidecar.read_text(encoding="utf-8"))]
-    raise FileNotFoundError(f"{path}: no ids file beside it ({path.stem}.ids.txt or {path.stem}.ids.json)")
+    raise PathNotFoundError(f"{path}: no ids file beside it ({path.stem}.ids.txt or {path.stem}.ids.json)")
 
 
 def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
@@ -32,14 +33,14 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     first row's); ValueError naming the first bad row."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"vectors file not found: {path}")
+        raise PathNotFoundError(f"vectors file not found: {path}")
     if path.suffix == ".npy":
         matrix = np.load(path, allow_pickle=False)
         if matrix.ndim != 2:
-            raise ValueError(f"{path}: expected a 2-d array (rows, dim), got shape {matrix.shape}")
+            raise InvalidValueError(f"{path}: expected a 2-d array (rows, dim), got shape {matrix.shape}")
         ids = _sidecar_ids(path)
         if len(ids) != len(matrix):
-            raise ValueError(f"{path}: {len(matrix)} vectors but {len(ids)} ids")
+            raise InvalidValueError(f"{path}: {len(matrix)} vectors but {len(ids)} ids")
         rows = list(matrix)
     else:
         import duckdb
@@ -51,10 +52,12 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
                 .fetchnumpy()
             )
         except duckdb.Error as error:
-            raise ValueError(f"{path}: not a Parquet file with columns id and vector: {error}") from None
+            raise InvalidValueError(
+                f"{path}: not a Parquet file with columns id and vector: {error}"
+            ) from None
         ids, rows = [str(i) for i in table["id"]], list(table["vector"])
     if not rows:
-        raise ValueError(f"{path}: no vectors")
+        raise InvalidValueError(f"{path}: no vectors")
     dim, seen = len(rows[0]), set()
     for row, (key, vector) in enumerate(zip(ids, rows, strict=True)):
         values = np.asarray(vector if vector is not None else [], dtype=np.float64)
@@ -70,7 +73,7 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
             else ""
         )
         if problem:
-            raise ValueError(f"{path}: row {row} (id {key!r}) has {problem}")
+            raise InvalidValueError(f"{path}: row {row} (id {key!r}) has {problem}")
         seen.add(key)
     matrix = np.asarray(np.stack(rows), dtype=np.float32)
     return ids, np.ascontiguousarray(matrix / np.linalg.norm(matrix, axis=1, keepdims=True), dtype=np.float32)
@@ -83,7 +86,7 @@ def vectors_by_id(path: str | Path, wanted: list[str], what: str = "query") -> d
     row_of = {key: row for row, key in enumerate(ids)}
     missing = [key for key in wanted if key not in row_of]
     if missing:
-        raise ValueError(
+        raise InvalidValueError(
             f"{path}: no vector for {what} {missing[0]!r} ({len(missing)} of {len(wanted)} lack one)"
         )
     return {key: matrix[row_of[key]] for key in wanted}
@@ -98,7 +101,7 @@ def import_hook(
     build then commits nothing) at the first unknown id, a document of several chunks, or a chunk
     left without a vector."""
     if by not in BY:
-        raise ValueError(f"unknown vectors id kind {by!r}; choose from {list(BY)}")
+        raise InvalidValueError(f"unknown vectors id kind {by!r}; choose from {list(BY)}")
 
     def put(con, cache) -> int:
         chunks = con.execute(
@@ -114,19 +117,19 @@ def import_hook(
             sha_of[key] = sha
         for row, key in enumerate(ids):
             if key not in sha_of:
-                raise ValueError(
+                raise InvalidValueError(
                     f"{path}: row {row} (id {key!r}) is not a {by} id of the index"
                     + (" (chunk ids are the index's integer chunk_id)" if by == "chunk" else "")
                 )
             if key in several:
-                raise ValueError(
+                raise InvalidValueError(
                     f"{path}: row {row} (id {key!r}) is a document of several chunks; give chunk "
                     f"vectors (--vectors-by chunk) or index with a --chunk-size that keeps it whole"
                 )
         given = set(ids)
         missing = [key for key in sha_of if key not in given]
         if missing:
-            raise ValueError(
+            raise InvalidValueError(
                 f"{path}: no vector for {by} {missing[0]!r} ({len(missing)} of the index's "
                 f"{len(sha_of)} {by}s of {model!r} lack one)"
             )
@@ -153,7 +156,7 @@ def import_step(
         spec = external_spec(model, vectors.shape[1], **{k: v for k, v in given.items() if v is not None})
         register_external(spec)
     if spec.dim != vectors.shape[1]:
-        raise ValueError(
+        raise InvalidValueError(
             f"{path} holds {vectors.shape[1]}-d vectors but model {model!r} gives {spec.dim}-d ones"
         )
     return import_hook(path, ids, vectors, spec.name, by)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.config import IndexConfig
-from hybridlab.errors import CorruptIndexError
+from hybridlab.errors import CorruptIndexError, InvalidValueError
 from hybridlab.index import layout, store
 from hybridlab.index.embedding_cache import text_sha256
 from hybridlab.index.layout import WAL_PREFIX, wal_path  # noqa: F401  (the log's name, owned by layout)
@@ -48,7 +48,7 @@ def fold_records() -> int:
     """Records a log may hold before the memory writer folds it (0 = no log: every store commits a segment)."""
     value = os.environ.get("HYBRIDLAB_WAL_RECORDS", str(FOLD_RECORDS)).strip()
     if not value.isdigit():
-        raise ValueError(f"HYBRIDLAB_WAL_RECORDS must be a whole number >= 0, got {value!r}")
+        raise InvalidValueError(f"HYBRIDLAB_WAL_RECORDS must be a whole number >= 0, got {value!r}")
     return int(value)
 
 

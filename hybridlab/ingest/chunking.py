@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hybridlab.config import ChunkConfig
+from hybridlab.errors import InvalidValueError
 
 SECTION_SEPARATOR = " › "
 RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.])\1{2,}\s*$")
@@ -215,7 +216,7 @@ def chunk_text(
         return []
     parsers = {"markdown": markdown_headings, "rst": rst_headings, "text": lambda _: []}
     if fmt not in parsers:
-        raise ValueError(f"unknown chunk format {fmt!r}; choose from ['markdown', 'rst', 'text']")
+        raise InvalidValueError(f"unknown chunk format {fmt!r}; choose from ['markdown', 'rst', 'text']")
     headings = parsers[fmt](text)
     sections = _merge_tiny(_sections(text, headings, config.header_levels), config.min_chunk_size)
     # Without an H1 the headings lack the document's name: the title heads the path

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from hybridlab.errors import InvalidValueError, PathNotFoundError
+
 
 def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
@@ -18,7 +20,7 @@ def find_file(folder: Path, *names: str) -> Path:
         for candidate in (folder / name, folder / f"{name}.gz"):
             if candidate.is_file():
                 return candidate
-    raise FileNotFoundError(f"none of {', '.join(names)} (or .gz) in {folder}")
+    raise PathNotFoundError(f"none of {', '.join(names)} (or .gz) in {folder}")
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -29,7 +31,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(
+                raise InvalidValueError(
                     f"{path}:{line_number}: not valid UTF-8 (byte {error.start} of the line)"
                 ) from None
             if not line.strip():
@@ -37,7 +39,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
+                raise InvalidValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
             if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
+                raise InvalidValueError(
+                    f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}"
+                )
             yield line_number, obj

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.extras import require
 from hybridlab.ingest.chunking import markdown_headings, rst_headings
 from hybridlab.ingest.files import find_file, iter_jsonl
@@ -86,12 +87,22 @@ class IngestReport:
 def parse_datetime(value: Any, where: str) -> datetime:
     """ISO-8601 (a trailing `Z` allowed) to an aware UTC datetime; ValueError names `where`."""
     if not isinstance(value, str):
-        raise ValueError(f"{where}: 'created_at' must be an ISO-8601 string, got {type(value).__name__}")  # noqa: TRY004
+        raise InvalidValueError(
+            f"{where}: 'created_at' must be an ISO-8601 string, got {type(value).__name__}",
+            field="created_at",
+        )
     try:
         parsed = datetime.fromisoformat(value.strip())  # Python 3.11+ reads a trailing Z
     except ValueError:
-        raise ValueError(f"{where}: 'created_at' is not ISO-8601: {value!r}") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        raise InvalidValueError(
+            f"{where}: 'created_at' is not ISO-8601: {value!r}", field="created_at"
+        ) from None
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:  # "0001-01-01T00:00+01:00" has no UTC time
+        raise InvalidValueError(
+            f"{where}: 'created_at' is out of range in UTC (years 1 to 9999): {value!r}", field="created_at"
+        ) from None
 
 
 def is_irds(source: str | os.PathLike) -> bool:
@@ -109,7 +120,7 @@ def irds_dataset(source: str | os.PathLike):
     try:
         return ir_datasets.load(dataset_id)
     except KeyError:
-        raise ValueError(
+        raise InvalidValueError(
             f"{source}: ir_datasets has no dataset {dataset_id!r} (see ir-datasets.com)"
         ) from None
 
@@ -119,11 +130,11 @@ def irds_items(source: str | os.PathLike, kind: str) -> Iterator[Any]:
     they cannot be fetched (offline, ir_datasets reads only what its cache holds)."""
     dataset = irds_dataset(source)
     if not getattr(dataset, f"has_{kind}")():
-        raise ValueError(f"{source}: the dataset has no {kind}")
+        raise InvalidValueError(f"{source}: the dataset has no {kind}")
     try:
         yield from getattr(dataset, f"{kind}_iter")()
     except OSError as error:  # requests' connection errors are OSErrors
-        raise ValueError(
+        raise InvalidValueError(
             f"{source}: ir_datasets could not fetch its {kind} ({type(error).__name__}); offline it "
             "reads only what its cache holds (IR_DATASETS_HOME, default ~/.ir_datasets)"
         ) from None
@@ -168,7 +179,7 @@ def source_kind(path: Path) -> str:
     if is_irds(path):
         return "irds"
     if not path.exists():
-        raise FileNotFoundError(f"no such file or folder: {path}")
+        raise PathNotFoundError(f"no such file or folder: {path}")
     if path.is_dir():
         if any((path / name).is_file() for name in ("corpus.jsonl", "corpus.jsonl.gz")):
             return "beir"
@@ -177,7 +188,7 @@ def source_kind(path: Path) -> str:
         return "beir" if _is_beir_file(path) else "memories"
     if path.suffix.lower() in TEXT_SUFFIXES:
         return "file"
-    raise ValueError(f"{path}: not a folder, BEIR dataset or memories .jsonl file")
+    raise InvalidValueError(f"{path}: not a folder, BEIR dataset or memories .jsonl file")
 
 
 def read_text_file(path: Path, size: int | None = None) -> str:
@@ -185,10 +196,10 @@ def read_text_file(path: Path, size: int | None = None) -> str:
     (`size`: its size when already known from a stat)."""
     size = path.stat().st_size if size is None else size
     if size > MAX_FILE_BYTES:
-        raise ValueError(f"file too large ({size / 1e6:.1f} MB > {MAX_FILE_BYTES / 1e6:.0f} MB)")
+        raise InvalidValueError(f"file too large ({size / 1e6:.1f} MB > {MAX_FILE_BYTES / 1e6:.0f} MB)")
     data = path.read_bytes()
     if b"\x00" in data:
-        raise ValueError("binary file (NUL bytes)")
+        raise InvalidValueError("binary file (NUL bytes)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -208,7 +219,7 @@ def notebook_text(raw: str) -> tuple[str, str | None]:
         # would log each as an ERROR with a cell dump on every index check
         notebook = nbformat.convert(nbformat.reader.reads(raw), 4)
     except Exception as error:  # noqa: BLE001 (nbformat raises several types for bad JSON / schema)
-        raise ValueError(
+        raise InvalidValueError(
             f"invalid notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
         ) from None
     metadata = notebook.get("metadata", {})
@@ -357,10 +368,10 @@ def iter_beir(folder: Path) -> Iterator[Document]:
     folder = folder if folder.is_dir() else folder.parent
     for line_number, obj in iter_jsonl(path):
         if "_id" not in obj:
-            raise ValueError(f"{path}:{line_number}: field '_id' is missing")
+            raise InvalidValueError(f"{path}:{line_number}: field '_id' is missing", field="_id")
         text = obj.get("text", "")
         if not isinstance(text, str):
-            raise ValueError(f"{path}:{line_number}: field 'text' must be a string")  # noqa: TRY004
+            raise InvalidValueError(f"{path}:{line_number}: field 'text' must be a string", field="text")
         title = str(obj.get("title") or "")
         metadata = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         yield Document(
@@ -372,25 +383,30 @@ def memory_document(obj: dict, where: str, source: str) -> Document:
     """Validate one memory object (`id`, `content`, `tags`, `created_at`, `memory_type?`, `metadata?`)."""
     memory_id = obj.get("id")
     if not isinstance(memory_id, str) or not memory_id.strip():
-        raise ValueError(f"{where}: field 'id' must be a non-empty string")
+        raise InvalidValueError(f"{where}: field 'id' must be a non-empty string", field="id")
     content = obj.get("content")
     if not isinstance(content, str) or not content.strip():
-        raise ValueError(f"{where}: field 'content' must be a non-empty string")
+        raise InvalidValueError(f"{where}: field 'content' must be a non-empty string", field="content")
     if len(content) > MAX_MEMORY_CHARS:
-        raise ValueError(f"{where}: field 'content' is longer than {MAX_MEMORY_CHARS} characters")
+        raise InvalidValueError(
+            f"{where}: field 'content' is longer than {MAX_MEMORY_CHARS} characters", field="content"
+        )
     tags = obj.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise ValueError(f"{where}: field 'tags' must be a list of strings")
+        raise InvalidValueError(f"{where}: field 'tags' must be a list of strings", field="tags")
     created = parse_datetime(obj.get("created_at"), where) if "created_at" in obj else None
     updated = parse_datetime(obj["updated_at"], where) if obj.get("updated_at") else created
     memory_type = obj.get("memory_type") or "note"
     if not isinstance(memory_type, str):
-        raise ValueError(f"{where}: field 'memory_type' must be a string")  # noqa: TRY004
+        raise InvalidValueError(f"{where}: field 'memory_type' must be a string", field="memory_type")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise ValueError(f"{where}: field 'metadata' must be an object")  # noqa: TRY004
+        raise InvalidValueError(f"{where}: field 'metadata' must be an object", field="metadata")
     if not isinstance(metadata.get("context", ""), str):
-        raise ValueError(f"{where}: field 'metadata.context' must be a string (the turn before this one)")  # noqa: TRY004
+        raise InvalidValueError(
+            f"{where}: field 'metadata.context' must be a string (the turn before this one)",
+            field="metadata.context",
+        )
     metadata = {**metadata, "memory_type": memory_type}
     collection = str(metadata.get("project") or "memories")
     title = content.strip().splitlines()[0][:80]
@@ -417,7 +433,7 @@ def iter_memories(path: Path) -> Iterator[Document]:
     for line_number, obj in iter_jsonl(path):
         document = memory_document(obj, f"{path}:{line_number}", source)
         if document.doc_id in seen:
-            raise ValueError(f"{path}:{line_number}: duplicate id {document.doc_id!r}")
+            raise InvalidValueError(f"{path}:{line_number}: duplicate id {document.doc_id!r}")
         seen.add(document.doc_id)
         yield document
 
@@ -439,6 +455,6 @@ def read_source(path: Path, report: IngestReport) -> list[Document]:
                 read_document_file(path, path.name, str(path.resolve()), path.parent.name or "files")
             ]
         except (OSError, ValueError) as error:  # one file given by name: an error naming it, not a skip
-            raise ValueError(f"{path}: {error}") from None
+            raise InvalidValueError(f"{path}: {error}") from None
     report.documents += len(documents)
     return documents

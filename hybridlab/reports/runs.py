@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import PathNotFoundError
 from hybridlab.extras import require
 from hybridlab.filelock import exclusive_lock
 from hybridlab.tune.runs import (
@@ -189,10 +190,10 @@ def cli_report(args: argparse.Namespace) -> int:
 
     runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
     if not runs:
-        raise FileNotFoundError(f"no finished sweep in {args.reports}; run `make sweep` first")
+        raise PathNotFoundError(f"no finished sweep in {args.reports}; run `make sweep` first")
     for run in runs:
         if not (run / "metrics.json").is_file():
-            raise FileNotFoundError(f"{run} has no metrics.json (not a finished sweep run)")
+            raise PathNotFoundError(f"{run} has no metrics.json (not a finished sweep run)")
     try:
         with run_lock(args.reports):
             stale = stale_sweeps(runs)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.evaluate import score
 from hybridlab.extras import require
 from hybridlab.tune.runs import metrics_table
@@ -57,7 +58,7 @@ def staged_tradeoff(
     `candidates` (None for parallel), `staged`, `median_ms`, nDCG@k and recall@k (when `qrels`),
     `overlap@k` with the parallel search."""
     if not queries:
-        raise ValueError("no queries to compare")
+        raise InvalidValueError("no queries to compare")
     if index.dense:  # encode once, so no condition times the query encoder
         index.encode_queries(index.choose_model(None, None), list(queries.values()))
     hops = {} if expand_hops is None else {"expand_hops": expand_hops}

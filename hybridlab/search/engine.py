@@ -18,6 +18,7 @@ import numpy as np
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
 from hybridlab.encoders.cross_encoder import load_reranker
 from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder, register_recorded
+from hybridlab.errors import DocumentNotFoundError, InvalidValueError
 from hybridlab.index import wal
 from hybridlab.index.lru import LruCache
 from hybridlab.index.manifest import Manifest
@@ -223,7 +224,7 @@ class Index:
                 dim = get_spec(model).dim
                 dense = self._snapshot.dense.get(model)
                 if dense is not None and dim != dense.dim:
-                    raise ValueError(
+                    raise InvalidValueError(
                         f"model {model!r} now gives {dim}-d vectors but this index holds "
                         f"{dense.dim}-d ones; re-embed: hybridlab reindex --drop-model {model} "
                         f"(then --model {model})"
@@ -389,7 +390,7 @@ class Index:
         snapshot = self.snapshot() if snapshot is None else snapshot
         tag_list = None if tags is None else _tuple(tags)
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
-            raise ValueError(f"tags must be non-empty strings, got {list(tag_list)!r}")
+            raise InvalidValueError(f"tags must be non-empty strings, got {list(tag_list)!r}", field="tags")
         vectors_of = (
             pipeline.choose_model(snapshot, self.config_file, embedding_model, None)
             if embedding_model
@@ -471,10 +472,10 @@ class Index:
 
     # ---------------------------------------------------------------- documents and stats
     def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
-        """The full text and metadata of one document (KeyError when absent) in `snapshot`, else in the
-        current generation."""
+        """The full text and metadata of one document (DocumentNotFoundError, a KeyError, when absent) in
+        `snapshot`, else in the current generation."""
         if not isinstance(doc_id, str) or not doc_id:
-            raise ValueError("doc_id must be a non-empty string")
+            raise InvalidValueError("doc_id must be a non-empty string", field="doc_id")
         return _document(self.snapshot() if snapshot is None else snapshot, doc_id)
 
     def search_by_tag(
@@ -488,9 +489,9 @@ class Index:
     ) -> list[dict[str, Any]]:
         """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`)."""
         if match not in {"all", "any"}:
-            raise ValueError(f"unknown match {match!r}; choose from ['all', 'any']")
+            raise InvalidValueError(f"unknown match {match!r}; choose from ['all', 'any']", field="match")
         if not tags or not all(isinstance(t, str) and t.strip() for t in tags):
-            raise ValueError("tags must be a non-empty list of non-empty strings")
+            raise InvalidValueError("tags must be a non-empty list of non-empty strings", field="tags")
         return self.list_documents(tags=tags, match=match, since=since, until=until, limit=limit)[0]
 
     def list_documents(
@@ -615,10 +616,10 @@ class Index:
 
 
 def _document(snapshot: Snapshot, doc_id: str) -> dict[str, Any]:
-    """One document of the snapshot, its metadata parsed and dates in ISO-8601 (KeyError when absent)."""
+    """One document of the snapshot, its metadata parsed and dates in ISO-8601 (DocumentNotFoundError when absent)."""
     document = snapshot.store.document(doc_id)
     if document is None:
-        raise KeyError(f"no document {doc_id!r} in the index")
+        raise DocumentNotFoundError(f"no document {doc_id!r} in the index")
     document["metadata"] = json.loads(document["metadata"] or "{}")
     document["tags"] = list(document["tags"] or [])
     for key in ("created_at", "updated_at"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.search.query_dates import QueryDates
 
 #: Rows of the BM25 run the lexical evidence is read from (the best of them counts).
@@ -86,7 +87,9 @@ def lexical_factor(lexical: float | None, floor: float, ceiling: float) -> float
     if lexical is None or ceiling <= 0:
         return 1.0
     if not 0.0 <= floor <= ceiling:
-        raise ValueError(f"lexical_floor must be in [0, lexical_ceiling], got {floor} > {ceiling}")
+        raise InvalidValueError(
+            f"lexical_floor must be in [0, lexical_ceiling], got {floor} > {ceiling}", field="lexical_floor"
+        )
     if lexical >= ceiling:
         return 1.0
     if lexical <= floor:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
+
 
 def parse_when(value: str | datetime | None, name: str) -> datetime | None:
     """An aware UTC datetime from ISO-8601 text (date or date-time) or a datetime."""
@@ -17,8 +19,16 @@ def parse_when(value: str | datetime | None, name: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(str(value).strip())
     except ValueError:
-        raise ValueError(f"{name}: not an ISO-8601 date: {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        raise InvalidValueError(f"{name}: not an ISO-8601 date: {value!r}", field=name) from None
+    if not parsed.tzinfo:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        parsed.astimezone(UTC)  # the store compares in UTC: "0001-01-01T00:00+01:00" has no UTC time
+    except OverflowError:
+        raise InvalidValueError(
+            f"{name}: {value!r} is out of range in UTC (years 1 to 9999)", field=name
+        ) from None
+    return parsed
 
 
 def naive_utc(value: datetime) -> datetime:

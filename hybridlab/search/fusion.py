@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from hybridlab.errors import InvalidValueError
+
 __all__ = [
     "FUSERS",
     "NORMALIZERS",
@@ -82,12 +84,14 @@ def _theoretical_min_max(scores: Mapping[K, float], theoretical_min: float | Non
     theoretical minimum are not clipped (they map below 0); a maximum below it raises ValueError.
     """
     if theoretical_min is None or not math.isfinite(theoretical_min):
-        raise ValueError(f"theoretical-min-max needs a finite theoretical_min, got {theoretical_min!r}")
+        raise InvalidValueError(
+            f"theoretical-min-max needs a finite theoretical_min, got {theoretical_min!r}"
+        )
     if not scores:
         return {}
     span = max(scores.values()) - theoretical_min
     if span < 0:
-        raise ValueError(f"all scores are below the theoretical minimum {theoretical_min!r}")
+        raise InvalidValueError(f"all scores are below the theoretical minimum {theoretical_min!r}")
     if span == 0:
         return dict.fromkeys(scores, 0.0)
     return {item: (score - theoretical_min) / span for item, score in scores.items()}
@@ -110,13 +114,15 @@ def _normalizer(name: str) -> Callable[..., dict]:
     try:
         return NORMALIZERS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown normalization {name!r}; choose from {sorted(NORMALIZERS)}") from None
+        raise InvalidValueError(
+            f"unknown normalization {name!r}; choose from {sorted(NORMALIZERS)}", field="normalization"
+        ) from None
 
 
 def _check_finite(scores: Mapping, retriever: str) -> None:
     if not all(map(math.isfinite, scores.values())):
         bad = next(item for item, score in scores.items() if not math.isfinite(score))
-        raise ValueError(f"run {retriever!r} has a non-finite score {scores[bad]!r} for item {bad!r}")
+        raise InvalidValueError(f"run {retriever!r} has a non-finite score {scores[bad]!r} for item {bad!r}")
 
 
 def normalize(
@@ -138,7 +144,7 @@ def _ranked_ids(scores: Mapping[K, float]) -> list[K]:
 def rank(scores: Mapping[K, float], limit: int | None = None) -> list[tuple[K, float]]:
     """The ``limit`` best ``(id, score)`` pairs (all if ``None``): score descending, then id ascending."""
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0 or None, got {limit!r}")
+        raise InvalidValueError(f"limit must be >= 0 or None, got {limit!r}", field="limit")
     ids = _ranked_ids(scores)
     if limit is not None:
         ids = ids[:limit]
@@ -149,9 +155,9 @@ def alpha_weights(alpha: float, tag_weight: float = 0.0) -> dict[str, float]:
     """Retriever weights from ``alpha`` (1.0 = pure vector, 0.0 = pure lexical/tag):
     ``{"dense": alpha, "bm25": 1 - alpha, "tags": (1 - alpha) * tag_weight}``."""
     if not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
-        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+        raise InvalidValueError(f"alpha must be in [0, 1], got {alpha!r}", field="alpha")
     if not (isinstance(tag_weight, (int, float)) and math.isfinite(tag_weight) and tag_weight >= 0):
-        raise ValueError(f"tag_weight must be finite and >= 0, got {tag_weight!r}")
+        raise InvalidValueError(f"tag_weight must be finite and >= 0, got {tag_weight!r}", field="tag_weight")
     return {"dense": float(alpha), "bm25": 1.0 - alpha, "tags": (1.0 - alpha) * tag_weight}
 
 
@@ -161,14 +167,14 @@ def _active_runs(
 ) -> list[tuple[str, Mapping[K, float], float]]:
     """Validate the arguments shared by all fusers; the ``(name, run, weight)`` with weight > 0."""
     if not (isinstance(rrf_k, (int, float)) and rrf_k > 0 and math.isfinite(rrf_k)):
-        raise ValueError(f"rrf_k must be > 0, got {rrf_k!r}")
+        raise InvalidValueError(f"rrf_k must be > 0, got {rrf_k!r}", field="rrf_k")
     _normalizer(normalization)
     active = []
     for name, run in runs.items():
         _check_finite(run, name)
         weight = weights.get(name, 0.0)
         if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
-            raise ValueError(f"weight of {name!r} must be finite and >= 0, got {weight!r}")
+            raise InvalidValueError(f"weight of {name!r} must be finite and >= 0, got {weight!r}")
         if weight > 0:
             active.append((name, run, weight))
     return active
@@ -228,7 +234,7 @@ def convex(
         floor = None
         if normalization == "theoretical-min-max":
             if name not in THEORETICAL_MIN:
-                raise ValueError(
+                raise InvalidValueError(
                     f"no theoretical minimum for retriever {name!r}; choose from {sorted(THEORETICAL_MIN)}"
                 )
             floor = THEORETICAL_MIN[name]
@@ -288,5 +294,5 @@ def fuse(
     try:
         fuser = FUSERS[method]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown fusion {method!r}; choose from {sorted(FUSERS)}") from None
+        raise InvalidValueError(f"unknown fusion {method!r}; choose from {sorted(FUSERS)}") from None
     return fuser(runs, weights, rrf_k=rrf_k, normalization=normalization)

@@ -13,6 +13,7 @@ import numpy as np
 
 from hybridlab import __version__
 from hybridlab.config import REPO_ROOT
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.extras import require
 from hybridlab.search.features import FEATURE_NAMES, FUSED
 
@@ -71,7 +72,7 @@ def model_path(setting: str | None) -> Path:
 def metadata(kind: str, training_sets: Sequence[str], trained_at: str, **extra: Any) -> dict[str, Any]:
     """The `model.json` record of a model trained now on `training_sets`."""
     if kind not in KINDS:
-        raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
+        raise InvalidValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
     return {
         "kind": kind,
         "feature_names": list(FEATURE_NAMES),
@@ -96,24 +97,24 @@ def load_ranker(folder: str | Path) -> Ranker:
     """The model of a folder; ValueError when its feature names are not this engine's."""
     folder = Path(folder)
     if not (folder / META).is_file():
-        raise FileNotFoundError(
+        raise PathNotFoundError(
             f"no learned fusion model at {folder} (train one: hybridlab learn-fusion --out DIR)"
         )
     meta = json.loads((folder / META).read_text(encoding="utf-8"))
     names = list(meta.get("feature_names") or [])
     if names != list(FEATURE_NAMES):
         missing, extra = sorted(set(FEATURE_NAMES) - set(names)), sorted(set(names) - set(FEATURE_NAMES))
-        raise ValueError(
+        raise InvalidValueError(
             f"the learned model at {folder} was trained on other features (engine "
             f"{meta.get('engine_version')}): missing {missing}, unknown {extra}; "
             f"order must be {list(FEATURE_NAMES)}; retrain with hybridlab learn-fusion"
         )
     if set(meta.get("used_features") or ()) - set(FEATURE_NAMES):
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown used_features in {folder / META}: {sorted(set(meta['used_features']) - set(FEATURE_NAMES))}"
         )
     if meta.get("kind") not in KINDS:
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown model kind {meta.get('kind')!r} in {folder / META}; choose from {list(KINDS)}"
         )
     if meta["kind"] == "linear":

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.errors import InvalidValueError
+from hybridlab.errors import DocumentNotFoundError, InvalidValueError
 from hybridlab.search.filters import Filters
 from hybridlab.search.snapshot import Snapshot
 
@@ -79,7 +79,7 @@ def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
     for doc_id in dict.fromkeys(ids):
         try:
             document = index.get_document(doc_id)
-        except KeyError:
+        except DocumentNotFoundError:
             missing.append(doc_id)
             continue
         if document["doc_type"] != "memory":

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.index import store
 from hybridlab.index.dense import DenseIndex, RowGather, SegmentedDense
 from hybridlab.index.graph import expand_by_graph
@@ -135,13 +136,15 @@ class DuckDBStore:
         generation = self._generation
         for chunk_type in filters.chunk_types:
             if chunk_type not in generation.known_chunk_types:
-                raise ValueError(
-                    f"unknown chunk type {chunk_type!r}; this index has {list(generation.known_chunk_types)}"
+                raise InvalidValueError(
+                    f"unknown chunk type {chunk_type!r}; this index has {list(generation.known_chunk_types)}",
+                    field="chunk_types",
                 )
         for collection in filters.collections:
             if collection not in generation.known_collections:
-                raise ValueError(
-                    f"unknown collection {collection!r}; this index has {list(generation.known_collections)}"
+                raise InvalidValueError(
+                    f"unknown collection {collection!r}; this index has {list(generation.known_collections)}",
+                    field="collection",
                 )
         sql, params = filters.sql()
         ids = np.asarray([r[0] for r in generation.store.fetchall(sql, params)], dtype=np.int64)

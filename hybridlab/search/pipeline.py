@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
+from hybridlab.errors import InvalidValueError
 from hybridlab.search.evidence import (
     EVIDENCE_DEPTH,
     QueryEvidence,
@@ -127,9 +128,11 @@ class Retrieval:
 def clean_query(query: str) -> str:
     """The query, checked (non-empty, at most MAX_QUERY_CHARS) and safe for the encoders."""
     if not isinstance(query, str) or not query.strip():
-        raise ValueError("empty query: give some words to search for")
+        raise InvalidValueError("empty query: give some words to search for", field="query")
     if len(query) > MAX_QUERY_CHARS:
-        raise ValueError(f"query too long: {len(query)} characters (at most {MAX_QUERY_CHARS})")
+        raise InvalidValueError(
+            f"query too long: {len(query)} characters (at most {MAX_QUERY_CHARS})", field="query"
+        )
     if not query.isascii():  # lone surrogates (possible from JSON "\ud800") break the encoders
         query = query.encode("utf-8", "replace").decode("utf-8")
     return query
@@ -144,22 +147,25 @@ def choose_model(
 
         name = canonical_name(embedding_model)
         if name not in snapshot.dense:
-            raise ValueError(f"the index has no vectors of {name!r}; it has {snapshot.models}")
+            raise InvalidValueError(
+                f"the index has no vectors of {name!r}; it has {snapshot.models}", field="embedding_model"
+            )
         return name
     if language:
         table = dict(snapshot.generation.manifest.index_config.model_by_language)
         table.update(config_file.get("language_models", {}))
         if language not in table:
-            raise ValueError(
+            raise InvalidValueError(
                 f"no embedding model configured for language {language!r}; "
-                f"known languages: {sorted(table)}; or pass embedding_model"
+                f"known languages: {sorted(table)}; or pass embedding_model",
+                field="language",
             )
         return choose_model(snapshot, config_file, table[language], None)
     if len(snapshot.dense) == 1:
         return next(iter(snapshot.dense))
     if not snapshot.dense:
-        raise ValueError("the index has no embedding vectors; use mode='bm25'")
-    raise ValueError(
+        raise InvalidValueError("the index has no embedding vectors; use mode='bm25'")
+    raise InvalidValueError(
         f"the index holds vectors of several models {snapshot.models}; choose one with "
         f"embedding_model=... (CLI --embedding-model) or language=... (CLI --language)"
     )
@@ -619,44 +625,29 @@ def document_scores(hits: Sequence[Hit], doc_ids: Sequence[str], decay: float) -
 
 
 # ------------------------------------------------------------------------------------ the loop
-def retrieve(
-    snapshot: Snapshot,
-    query: str,
-    options: Mapping[str, Any],
-    filters: Filters,
-    boost_tags: Sequence[str] | None,
-    now: datetime,
-    config_file: Mapping[str, Any],
-    encode: Encode,
-    rankers: Rankers | None = None,
-) -> Retrieval:
+class Widened(NamedTuple):
+    """The last pass of :func:`widen`: every retriever's run, the stage it ended in, its depth, the
+    rows the corpus graph added (staged), the query's evidence and the ranked hits."""
+
+    runs: dict[str, Run]
+    stage: str
+    depth: int
+    added: int
+    evidence: QueryEvidence
+    hits: list[Hit]
+
+
+def widen(
+    snapshot: Snapshot, request: Request, now: datetime, facts: QueryFacts, rankers: Rankers | None
+) -> Widened:
     """Run the retrievers and fuse, widening until `limit` results come back or nothing more is
     allowed: staged falls back to parallel, otherwise `depth` (and `candidates`) grow 4x."""
-    query = clean_query(query)
-    config, alpha_source, allowed, model = settings(snapshot, options, filters, config_file)
-    timings: dict[str, float] = {}
-    vector = None
-    if model is not None:
-        started = time.perf_counter()
-        vector = encode(model, query)
-        timings["encode_ms"] = (time.perf_counter() - started) * 1000
-    started = time.perf_counter()
-    request = Request(
-        query,
-        config,
-        alpha_source,
-        allowed,
-        model,
-        vector,
-        query_tags(snapshot, query, config, boost_tags),
-        dates_in_query(query, now),
-    )
-    n_allowed = allowed.count
-    staged = config.staged and config.mode == "hybrid" and model is not None
+    config = request.config
+    n_allowed = request.allowed.count
+    staged = config.staged and config.mode == "hybrid" and request.model is not None
     stage = "staged" if staged else "parallel"
     depth = min(max(config.depth, config.limit), max(n_allowed, 1))
     candidates = max(config.candidates, config.limit)  # staged: BM25 rows whose vectors are scored
-    facts = QueryFacts(len(query.split()), request.tags.factor)
     while True:
         runs, stage, added, bm25_exhausted = attempt(snapshot, request, stage, depth, candidates)
         evidence = query_evidence(snapshot, request, runs)
@@ -676,34 +667,88 @@ def retrieve(
                 "staged search fell back to parallel hybrid: %d results < limit %d (query %r)",
                 found,
                 config.limit,
-                query[:80],
+                request.query[:80],
             )
             continue
         if depth >= n_allowed and (stage != "staged" or candidates >= n_allowed):
             break
         depth, candidates = min(depth * 4, n_allowed), min(candidates * 4, n_allowed)
-    feedback_rows: tuple[int, ...] = ()
-    query_dense = runs.get("dense") or {}
-    if config.feedback_weight > 0 and config.mode == "hybrid" and model is not None and hits:
-        runs, feedback_rows = dense_feedback(snapshot, request, runs, hits, stage, depth)
-        if feedback_rows:
-            hits, n_scored = combine(snapshot, runs, config, now, evidence, facts, rankers)
+    return Widened(runs, stage, depth, added, evidence, hits)
+
+
+def with_feedback(
+    snapshot: Snapshot,
+    request: Request,
+    found: Widened,
+    now: datetime,
+    facts: QueryFacts,
+    rankers: Rankers | None,
+) -> tuple[dict[str, Run], list[Hit], tuple[int, ...]]:
+    """(runs, hits, feedback rows) after dense feedback (:func:`dense_feedback`: `feedback_weight`
+    > 0, hybrid mode with a dense model); the pass's own runs and hits, and no rows, without it."""
+    config = request.config
+    if not (
+        config.feedback_weight > 0 and config.mode == "hybrid" and request.model is not None and found.hits
+    ):
+        return found.runs, found.hits, ()
+    runs, feedback_rows = dense_feedback(snapshot, request, found.runs, found.hits, found.stage, found.depth)
+    if not feedback_rows:
+        return runs, found.hits, ()
+    hits, _ = combine(snapshot, runs, config, now, found.evidence, facts, rankers)
+    return runs, hits, feedback_rows
+
+
+def retrieve(
+    snapshot: Snapshot,
+    query: str,
+    options: Mapping[str, Any],
+    filters: Filters,
+    boost_tags: Sequence[str] | None,
+    now: datetime,
+    config_file: Mapping[str, Any],
+    encode: Encode,
+    rankers: Rankers | None = None,
+) -> Retrieval:
+    """The query checked, its settings resolved and encoded, the retrievers run and fused
+    (:func:`widen`), then dense feedback (:func:`with_feedback`); the timings of both steps."""
+    query = clean_query(query)
+    config, alpha_source, allowed, model = settings(snapshot, options, filters, config_file)
+    timings: dict[str, float] = {}
+    vector = None
+    if model is not None:
+        started = time.perf_counter()
+        vector = encode(model, query)
+        timings["encode_ms"] = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    request = Request(
+        query,
+        config,
+        alpha_source,
+        allowed,
+        model,
+        vector,
+        query_tags(snapshot, query, config, boost_tags),
+        dates_in_query(query, now),
+    )
+    facts = QueryFacts(len(query.split()), request.tags.factor)
+    found = widen(snapshot, request, now, facts, rankers)
+    runs, hits, feedback_rows = with_feedback(snapshot, request, found, now, facts, rankers)
     timings["search_ms"] = (time.perf_counter() - started) * 1000
     assert config.alpha is not None  # resolved by `settings`
     return Retrieval(
         hits,
         runs,
-        stage if config.mode == "hybrid" else config.mode,
+        found.stage if config.mode == "hybrid" else config.mode,
         config.alpha,
         alpha_source,
         config,
         model,
         request.tags,
         timings,
-        added if stage == "staged" else 0,
-        evidence=evidence,
+        found.added if found.stage == "staged" else 0,
+        evidence=found.evidence,
         feedback_rows=feedback_rows,
-        query_dense=query_dense if feedback_rows else {},
+        query_dense=(found.runs.get("dense") or {}) if feedback_rows else {},
         facts=facts,
         now=now,
     )
@@ -764,32 +809,75 @@ def feature_table(snapshot: Snapshot, retrieval: Retrieval) -> tuple[np.ndarray,
     )
 
 
+def rank_in(run: Mapping[int, float], row: int) -> tuple[int | None, float | None]:
+    """(rank from 1, score) of `row` in a run (ties by row), (None, None) when it is not there."""
+    if row not in run:
+        return None, None
+    score = run[row]
+    return 1 + sum(1 for other, s in run.items() if s > score or (s == score and other < row)), score
+
+
+def hit_features(
+    snapshot: Snapshot, hit: Hit, retrieval: Retrieval, table: tuple[np.ndarray, np.ndarray] | None
+) -> dict[str, float] | None:
+    """The learned fusion's features of a hit, by name (`table`: the retrieval's `feature_table`,
+    else computed here); None when it has none (not hybrid, or not a candidate)."""
+    table = table if table is not None else feature_table(snapshot, retrieval)
+    if table is None:
+        return None
+    rows, matrix = table
+    at = np.searchsorted(rows, hit.row)
+    if at < len(rows) and rows[at] == hit.row:
+        return dict(zip(FEATURE_NAMES, matrix[at].tolist()))
+    return None
+
+
+def fusion_settings(retrieval: Retrieval) -> dict[str, Any]:
+    """The fusion settings a retrieval ran with, as `explain` reports them (the same for every hit)."""
+    config = retrieval.config
+    return {
+        "fusion": config.fusion,
+        "rrf_k": config.rrf_k,
+        "normalization": config.normalization,
+        "alpha": retrieval.alpha,
+        "alpha_source": retrieval.alpha_source,
+        "mode": retrieval.mode,
+        "embedding_model": retrieval.model,
+        "fill_dense": config.fill_dense,
+        "decay": config.decay,
+        "recency_weight": config.recency_weight,
+        "adaptive_fusion": config.adaptive_fusion,
+        "rare_term_max_df": config.rare_term_max_df,
+    }
+
+
+def staged_pool(snapshot: Snapshot, retrieval: Retrieval) -> dict[str, Any] | None:
+    """A staged retrieval's candidate pool (its size, the rows the corpus graph added and how); None otherwise."""
+    if retrieval.mode != "staged" or retrieval.model is None:
+        return None
+    config = retrieval.config
+    return {
+        "candidates": config.candidates,
+        "graph_added": retrieval.graph_added,
+        "expand_hops": config.expand_hops,
+        "expand_seeds": config.expand_seeds,
+        "graph": snapshot.dense[retrieval.model].has_graph,
+    }
+
+
 def explain(
     snapshot: Snapshot, hit: Hit, retrieval: Retrieval, table: tuple[np.ndarray, np.ndarray] | None = None
 ) -> dict[str, Any]:
     """Where a hit's score came from: each retriever's rank and score, tags, recency, settings.
     `table`: the retrieval's `feature_table`, computed once for all its hits (else here)."""
-
-    def rank_and_score(run: Mapping[int, float]) -> tuple[int | None, float | None]:
-        if hit.row not in run:
-            return None, None
-        score = run[hit.row]
-        return 1 + sum(1 for other, s in run.items() if s > score or (s == score and other < hit.row)), score
-
-    dense_rank, dense_score = rank_and_score(retrieval.runs.get("dense") or {})
-    bm25_rank, bm25_score = rank_and_score(retrieval.runs.get("bm25") or {})
+    dense_rank, dense_score = rank_in(retrieval.runs.get("dense") or {}, hit.row)
+    bm25_rank, bm25_score = rank_in(retrieval.runs.get("bm25") or {}, hit.row)
     # with dense feedback, dense_* is the moved query's run and query_dense_* the query's own
-    query_dense_rank, query_dense_score = rank_and_score(retrieval.query_dense)
-    rerank_rank, rerank_score = rank_and_score(retrieval.reranked)
+    query_dense_rank, query_dense_score = rank_in(retrieval.query_dense, hit.row)
+    rerank_rank, rerank_score = rank_in(retrieval.reranked, hit.row)
     chunk_tags = set(snapshot.generation.row_tags.get(hit.row, ()))
-    config, named = retrieval.config, retrieval.tags
-    vector = None
-    table = table if table is not None else feature_table(snapshot, retrieval)
-    if table is not None:  # the learned fusion's features of this hit
-        rows, matrix = table
-        at = np.searchsorted(rows, hit.row)
-        if at < len(rows) and rows[at] == hit.row:
-            vector = dict(zip(FEATURE_NAMES, matrix[at].tolist()))
+    config, named, evidence = retrieval.config, retrieval.tags, retrieval.evidence
+    times = snapshot.generation.times[[hit.row]]
     return {
         "dense_score": dense_score,
         "dense_rank": dense_rank,
@@ -808,31 +896,15 @@ def explain(
         "final_score": hit.score,
         "rare_term_lift": hit.lift,
         "date_factor": float(
-            date_factors(
-                snapshot.generation.times[[hit.row]],
-                retrieval.evidence.dates,
-                retrieval.evidence.date_weight,
-                config.date_grace_days,
-            )[0]
+            date_factors(times, evidence.dates, evidence.date_weight, config.date_grace_days)[0]
         ),
         "date_grace_days": config.date_grace_days,
-        "fusion": config.fusion,
-        "rrf_k": config.rrf_k,
-        "normalization": config.normalization,
-        "alpha": retrieval.alpha,
-        "alpha_source": retrieval.alpha_source,
-        "mode": retrieval.mode,
-        "embedding_model": retrieval.model,
-        "fill_dense": config.fill_dense,
-        "decay": config.decay,
-        "recency_weight": config.recency_weight,
-        "adaptive_fusion": config.adaptive_fusion,
-        "rare_term_max_df": config.rare_term_max_df,
-        **retrieval.evidence.to_dict(),
+        **fusion_settings(retrieval),
+        **evidence.to_dict(),
         "feedback_weight": config.feedback_weight,
         "chunk_decay": config.chunk_decay,
         "learned_model": str(model_path(config.learned_model)) if config.fusion == "learned" else None,
-        "features": vector,
+        "features": hit_features(snapshot, hit, retrieval, table),
         "feedback_documents": [snapshot.generation.doc_ids[row] for row in retrieval.feedback_rows],
         "query_dense_score": query_dense_score,
         "query_dense_rank": query_dense_rank,
@@ -841,17 +913,7 @@ def explain(
         "rerank_depth": config.rerank_depth,
         "rerank_weight": config.rerank_weight if config.rerank_depth else None,
         "rerank_model": config.rerank_model if config.rerank_depth else None,
-        "staged_pool": (
-            {
-                "candidates": config.candidates,
-                "graph_added": retrieval.graph_added,
-                "expand_hops": config.expand_hops,
-                "expand_seeds": config.expand_seeds,
-                "graph": snapshot.dense[retrieval.model].has_graph,
-            }
-            if retrieval.mode == "staged" and retrieval.model is not None
-            else None
-        ),
+        "staged_pool": staged_pool(snapshot, retrieval),
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.qdrant import (
     SPARSE,
@@ -241,10 +242,12 @@ def qdrant_snapshot(generation: Generation, client: Any, collection: str | None 
     collection's points are not the generation's chunks (re-export)."""
     collection = collection or collection_name(generation)
     if not client.collection_exists(collection):
-        raise ValueError(f"no Qdrant collection {collection!r}; sync the index into it first ({SYNC_HINT})")
+        raise InvalidValueError(
+            f"no Qdrant collection {collection!r}; sync the index into it first ({SYNC_HINT})"
+        )
     ids = point_ids(client, collection)
     if not np.array_equal(ids, generation.chunk_ids):
-        raise ValueError(
+        raise InvalidValueError(
             f"Qdrant collection {collection!r} holds {len(ids)} points that are not this index's "
             f"{generation.n_chunks} chunks; sync or re-export it ({SYNC_HINT})"
         )
@@ -301,7 +304,7 @@ def open_backend_index(
     "qdrant" (a server at `url` or the local mode at `path`; the collection, by default the index
     folder's name, mirrored first when `sync`). The notebooks' `backend` parameters come here."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
+        raise InvalidValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
     if backend == "local":
         given = [
             name
@@ -309,10 +312,10 @@ def open_backend_index(
             if value
         ]
         if given:
-            raise ValueError(f"{', '.join(given)} only apply to backend 'qdrant'")
+            raise InvalidValueError(f"{', '.join(given)} only apply to backend 'qdrant'")
         return Index(index_dir, config)
     if not (url or path):
-        raise ValueError("backend 'qdrant' needs a qdrant_url or a qdrant_path")
+        raise InvalidValueError("backend 'qdrant' needs a qdrant_url or a qdrant_path")
     return Index(
         index_dir, config, backend=qdrant_backend(connect(url=url, path=path), collection, sync=sync)
     )
@@ -342,7 +345,7 @@ def server_fusion(
     Tags, recency, convex combinations, dense feedback and adaptive fusion (whose BM25 weight depends on BM25's
     own top rows) are client-side only (the pipeline)."""
     if fusion not in FUSIONS:
-        raise ValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")
+        raise InvalidValueError(f"unknown server-side fusion {fusion!r}; choose from {sorted(FUSIONS)}")
     models = qdrant_models()
     sparse = snapshot.sparse
     if not isinstance(sparse, QdrantSparseRetriever):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.ingest.chunking import markdown_headings, rst_headings
 
 __all__ = ["Section", "document_sections", "find_section"]
@@ -62,8 +63,9 @@ def find_section(sections: Sequence[Section], wanted: int | str) -> Section:
     if isinstance(wanted, int):
         if 0 <= wanted < len(sections):
             return sections[wanted]
-        raise ValueError(
-            f"section {wanted} does not exist: this document has sections 0..{len(sections) - 1}"
+        raise InvalidValueError(
+            f"section {wanted} does not exist: this document has sections 0..{len(sections) - 1}",
+            field="section",
         )
     key = wanted.strip().lower()
     for match in (lambda s: s.title.lower() == key, lambda s: bool(s.path) and s.path[-1].lower() == key):
@@ -71,6 +73,7 @@ def find_section(sections: Sequence[Section], wanted: int | str) -> Section:
         if found is not None:
             return found
     shown = ", ".join(repr(s.title) for s in sections[:5])
-    raise ValueError(
-        f"no section titled {wanted!r}; give its number (0..{len(sections) - 1}) or a title, e.g. {shown}"
+    raise InvalidValueError(
+        f"no section titled {wanted!r}; give its number (0..{len(sections) - 1}) or a title, e.g. {shown}",
+        field="section",
     )

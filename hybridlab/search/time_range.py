@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.extras import require
 from hybridlab.search.filters import parse_when
 
@@ -70,9 +71,10 @@ def _point(text: str, now: datetime, original: str) -> tuple[datetime, datetime]
     )
     data = parser.get_date_data(text)
     if data.date_obj is None:
-        raise ValueError(
+        raise InvalidValueError(
             f"time: cannot read {original!r} as a time expression; try {EXAMPLES}, "
-            f"or give since/until as ISO-8601 dates"
+            f"or give since/until as ISO-8601 dates",
+            field="time",
         )
     point = data.date_obj.astimezone(UTC)
     if data.period == "time":  # "5 hours ago": from then on
@@ -83,9 +85,25 @@ def _point(text: str, now: datetime, original: str) -> tuple[datetime, datetime]
 def parse_time(expression: str, now: datetime) -> TimeRange:
     """The range an English time expression names, relative to `now` (docs/internals/search.md#time-range)."""
     if not isinstance(expression, str) or not expression.strip():
-        raise ValueError(f"time must be a non-empty expression such as {EXAMPLES}")
+        raise InvalidValueError(f"time must be a non-empty expression such as {EXAMPLES}", field="time")
     now = now.astimezone(UTC) if now.tzinfo else now.replace(tzinfo=UTC)
-    text = " ".join(expression.lower().split())
+    try:
+        return _time_range(" ".join(expression.lower().split()), now, expression)
+    except (OverflowError, ValueError) as error:
+        # past the ends of datetime's range ("in 9999", "last 999999 years", "until 9999-12-31"): the
+        # caller's; any other ValueError is a bug, left as it is
+        if isinstance(error, ValueError) and (
+            isinstance(error, InvalidValueError) or "out of range" not in str(error)
+        ):
+            raise
+        raise InvalidValueError(
+            f"time: {expression!r} reaches beyond the dates that can be represented (years 1 to 9999)",
+            field="time",
+        ) from None
+
+
+def _time_range(text: str, now: datetime, expression: str) -> TimeRange:
+    """`parse_time` of the normalised (lower case, single-spaced) `text`."""
     text = text.removeprefix("in ")
     span = _SPAN.match(text)
     if span:
@@ -111,7 +129,7 @@ def resolve_time_range(
 ) -> TimeRange | None:
     """The filter of a call's `time` expression or ISO `since`/`until` (not both); None = no filter."""
     if time is not None and (since or until):
-        raise ValueError("give either time (an expression) or since/until (ISO-8601 dates), not both")
+        raise InvalidValueError("give either time (an expression) or since/until (ISO-8601 dates), not both")
     if time is not None:
         return parse_time(time, now)
     if since or until:

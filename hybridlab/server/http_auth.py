@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError, PathNotFoundError
+
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "HYBRIDLAB_MCP_TOKEN"
@@ -81,19 +83,19 @@ def _checked(option: str, value: str, pattern: re.Pattern[str], problem: str) ->
     """`value` lower-cased when `pattern` matches all of it, else ValueError: `option`, `value`, `problem`."""
     normal = value.strip().lower()
     if not pattern.fullmatch(normal):
-        raise ValueError(f"{option} {value!r} {problem}")
+        raise InvalidValueError(f"{option} {value!r} {problem}")
     return normal
 
 
 def check_token(token: str, source: str) -> str:
     """`token` if usable as a bearer token (RFC 6750 characters, >= 16 long); else ValueError naming `source`."""
     if len(token) < MIN_TOKEN_LENGTH:
-        raise ValueError(
+        raise InvalidValueError(
             f"the bearer token from {source} has {len(token)} characters; use at least "
             f"{MIN_TOKEN_LENGTH} ({_TOKEN_HINT})"
         )
     if not _B64TOKEN.fullmatch(token):
-        raise ValueError(
+        raise InvalidValueError(
             f"the bearer token from {source} contains characters a Bearer header cannot carry; "
             "use letters, digits and - . _ ~ + / (optionally ending in =)"
         )
@@ -108,12 +110,12 @@ def read_token(
     if token_file is not None:
         path = Path(token_file)
         if not path.is_file():
-            raise FileNotFoundError(f"auth token file {str(path)!r} does not exist")
+            raise PathNotFoundError(f"auth token file {str(path)!r} does not exist")
         if os.name == "posix" and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             logger.warning("auth token file %s is readable by other users; chmod 600 it", path)
         token = path.read_text(encoding="utf-8").strip()
         if not token:
-            raise ValueError(f"auth token file {str(path)!r} is empty")
+            raise InvalidValueError(f"auth token file {str(path)!r} is empty")
         if environ.get(TOKEN_ENV):
             logger.info("using the token from --auth-token-file; %s is ignored", TOKEN_ENV)
         return check_token(token, f"--auth-token-file {path}"), "--auth-token-file"
@@ -136,12 +138,15 @@ def http_security(
     """What to enforce when serving on `host`:`port`; ValueError when binding beyond loopback without a
     token, or for a malformed option. `environ` defaults to `os.environ`."""
     if not 0 < port < 65536:
-        raise ValueError(f"--port {port} is not a TCP port (1..65535)")
+        raise InvalidValueError(f"--port {port} is not a TCP port (1..65535)", field="port")
     if max_request_bytes <= 0:
-        raise ValueError(f"--max-request-bytes must be a positive number of bytes, not {max_request_bytes}")
+        raise InvalidValueError(
+            f"--max-request-bytes must be a positive number of bytes, not {max_request_bytes}",
+            field="max_request_bytes",
+        )
     token, source = read_token(token_file, os.environ if environ is None else environ)
     if token is None and not is_loopback(host):
-        raise ValueError(
+        raise InvalidValueError(
             f"refusing to serve on {host_with_port(host, port)} without a bearer token: anyone who "
             f"can reach the port could search and write the index; {_TOKEN_HINT}"
         )

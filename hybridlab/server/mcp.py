@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from hybridlab.errors import HybridlabError
+from hybridlab.errors import HybridlabError, InvalidValueError
 from hybridlab.extras import require
 from hybridlab.server.stderr import StderrHandler
 
@@ -268,15 +268,17 @@ class StatsResponse(BaseModel):
 
 
 def _tool_error(error: BaseException):
-    """The SDK's ToolError carrying a readable message (KeyError's repr quotes stripped)."""
+    """The SDK's ToolError carrying a readable message (a KeyError's repr quotes stripped)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     return ToolError(str(message))
 
 
-#: what the library raises on bad input or a failed write (reading an index adds KeyError)
-LIBRARY_ERRORS = (HybridlabError, ValueError, FileNotFoundError)
+#: what the library raises for the caller's mistakes (bad input, an unknown id: `InvalidValueError`,
+#: `DocumentNotFoundError`) and for a failed write (a locked index); a bare ValueError, KeyError or
+#: FileNotFoundError is a bug, reported by `_tool` as an internal error (issue 40)
+LIBRARY_ERRORS = (HybridlabError,)
 
 
 def _tool(server: Any, service: Service) -> Callable[[Callable[..., Any]], Any]:
@@ -386,7 +388,7 @@ class Service:
         from hybridlab.search.engine import resolve_now
         from hybridlab.search.time_range import resolve_time_range
 
-        with _tool_errors(ValueError):
+        with _tool_errors(*LIBRARY_ERRORS):
             return resolve_time_range(time, since, until, resolve_now(None))
 
     def refresh(self, what: str) -> None:
@@ -422,7 +424,7 @@ class Service:
             logger.warning(
                 "could not commit %d queued memories before reading: %s", self.writer.pending, error
             )
-        with _tool_errors(*LIBRARY_ERRORS, KeyError):
+        with _tool_errors(*LIBRARY_ERRORS):  # an unknown doc_id included (DocumentNotFoundError)
             yield self.index
 
 
@@ -510,14 +512,15 @@ def get_document(
     document.pop("source", None)
     text = document.pop("text")
     sections = document_sections(text, document["doc_type"], levels)
-    with _tool_errors(ValueError):
+    with _tool_errors(*LIBRARY_ERRORS):
         part = find_section(sections, section) if section is not None else None
     start, stop = (part.start, part.end) if part else (0, len(text))
     if start + offset > stop:
         raise _tool_error(
-            ValueError(
+            InvalidValueError(
                 f"offset {offset} is past the end of {doc_id!r} "
-                f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)"
+                f"({'section ' + str(part.index) + ': ' if part else ''}{stop - start} characters)",
+                field="offset",
             )
         )
     end = min(start + offset + max_chars, stop)
@@ -674,7 +677,7 @@ def delete_memory(
     window = service.time_range(time, since, until)
     if bool(ids) == bool(tags or window):
         raise _tool_error(
-            ValueError("give ids, or tags and/or a time range (time, since, until): one of the two")
+            InvalidValueError("give ids, or tags and/or a time range (time, since, until): one of the two")
         )
     with service.lifecycle:
         with service.reading() as index:
@@ -1033,7 +1036,7 @@ def _http_security(args: argparse.Namespace) -> Any:
     given = [flag for key, flag in HTTP_ONLY_OPTIONS.items() if getattr(args, key, None)]
     if args.transport == "stdio":
         if given:
-            raise ValueError(f"{', '.join(given)}: only for --transport streamable-http, not stdio")
+            raise InvalidValueError(f"{', '.join(given)}: only for --transport streamable-http, not stdio")
         return None
     max_bytes = getattr(args, "max_request_bytes", None)
     return http_security(
@@ -1103,13 +1106,13 @@ def _backend(args: argparse.Namespace) -> tuple[Any, Callable[[Any], Any] | None
     if getattr(args, "backend", "local") != "qdrant":
         for flag in ("qdrant_url", "qdrant_path", "qdrant_collection"):
             if getattr(args, flag, None):
-                raise ValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
+                raise InvalidValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
         return None, None, "local"
     from hybridlab.index import qdrant as qdrant_mirror
     from hybridlab.search import qdrant
 
     if not (args.qdrant_url or args.qdrant_path):
-        raise ValueError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
+        raise InvalidValueError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
     client = qdrant_mirror.connect(url=args.qdrant_url, path=args.qdrant_path)
     where = args.qdrant_url or f"local mode at {args.qdrant_path}"
     return client, qdrant.qdrant_backend(client, args.qdrant_collection, sync=True), f"qdrant ({where})"

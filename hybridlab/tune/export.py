@@ -22,6 +22,7 @@ from hybridlab.config import (
     resolve_search_config,
     with_added_settings,
 )
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
@@ -75,7 +76,7 @@ def read_record(run_dir: str | os.PathLike) -> dict[str, Any]:
     """A finished sweep run's `metrics.json`."""
     record_path = Path(run_dir) / "metrics.json"
     if not record_path.is_file():
-        raise FileNotFoundError(f"{record_path} not found: is {run_dir} a finished sweep run?")
+        raise PathNotFoundError(f"{record_path} not found: is {run_dir} a finished sweep run?")
     return json.loads(record_path.read_text(encoding="utf-8"))
 
 
@@ -134,7 +135,7 @@ def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
         return set(record["tuned_on_queries"])
     name = record.get("tuned_on", "dev")
     if name == CROSS_VALIDATED:
-        raise ValueError(
+        raise InvalidValueError(
             "a cross-validated sweep is exported from its out-of-fold scores, which this record does not hold"
         )
     recorded = (record.get("queries") or {}).get(name)
@@ -145,7 +146,7 @@ def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
         legacy = set(split_query_ids(evaluator.dataset("all").qrels, name))
         if len(legacy) == recorded:
             return legacy
-    raise ValueError(
+    raise InvalidValueError(
         f"cannot tell which queries the sweep was tuned on: it records {recorded} {name!r} "
         f"queries, the {name!r} split has {len(current)} today"
     )
@@ -156,7 +157,7 @@ def out_of_sample_ids(record: Mapping[str, Any], evaluator: Evaluator) -> list[s
     split = evaluator.evalset.report_split
     ids = sorted(set(evaluator.dataset(split).queries) - tuned_on_ids(record, evaluator))
     if not ids:
-        raise ValueError(
+        raise InvalidValueError(
             f"the sweep was tuned on every query of the report split {split!r}: nothing out of sample"
         )
     return ids
@@ -210,7 +211,7 @@ def out_of_fold_run(
     """Nested cross-validation's run: each fold's queries ranked by the config chosen for that fold
     (`configs[i]` = `{search, index}`, tuned without fold i's queries)."""
     if len(folds) != len(configs):
-        raise ValueError(f"{len(folds)} folds but {len(configs)} fold configs")
+        raise InvalidValueError(f"{len(folds)} folds but {len(configs)} fold configs")
     run: dict[str, dict[str, float]] = {}
     for fold, config in zip(folds, configs):
         run.update(
@@ -422,7 +423,7 @@ def _check_folds_cover(
 ) -> None:
     """ValueError unless the record's folds partition today's queries of the set."""
     if sorted(q for fold in folds for q in fold) != query_ids:
-        raise ValueError(
+        raise InvalidValueError(
             f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
             f"{record['dataset']}: re-run the sweep"
         )
@@ -596,7 +597,7 @@ def repro(
     them), its fixed `now`. Returns (metric, recorded, measured, ok) per recorded test metric."""
     provenance = config.get("provenance") or {}
     if "dataset" not in provenance or "test_metrics" not in provenance:
-        raise ValueError("the config has no provenance.dataset / provenance.test_metrics to reproduce")
+        raise InvalidValueError("the config has no provenance.dataset / provenance.test_metrics to reproduce")
     evaluator = Evaluator(record_evalset(provenance))
     split = provenance.get("split", "test")
     recorded = provenance["test_metrics"]
@@ -635,7 +636,7 @@ def cli_repro(args: argparse.Namespace) -> int:
     ):
         return cli_repro_all(args)
     if not args.config:
-        raise ValueError("give a config file to reproduce, or --all for the reproduction record")
+        raise InvalidValueError("give a config file to reproduce, or --all for the reproduction record")
     config = load_config_file(args.config)
     rows = repro(config, args.tolerance)
     provenance = config["provenance"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
-from hybridlab.errors import MissingExtraError
+from hybridlab.errors import InvalidValueError, MissingExtraError
 from hybridlab.eval.crossval import nested_cv
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import use_evalsets
@@ -34,13 +34,13 @@ def parse_values(param: str, text: str) -> list[Any]:
     """Comma-separated values typed like the parameter's field; ValueError names the choices."""
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
-        raise ValueError(f"no values given for {param!r}")
+        raise InvalidValueError(f"no values given for {param!r}")
     if param in SEARCH_FIELDS:
         return [_coerce(param, item) for item in items]
     field = CHUNK_FIELDS.get(param) or BM25_FIELDS.get(param)
     if field is None:
         choices = sorted(set(SEARCH_FIELDS) | set(CHUNK_FIELDS) | set(BM25_FIELDS))
-        raise ValueError(f"unknown parameter {param!r}; choose from {choices}")
+        raise InvalidValueError(f"unknown parameter {param!r}; choose from {choices}")
     parsers: dict[type, Any] = {
         bool: lambda item: item.lower() in {"1", "true", "yes", "on"},
         int: int,
@@ -264,13 +264,13 @@ def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run the grid for parsed options; writes sweep.md, sweep.json, sweep.png."""
     require("matplotlib")  # before the work, not at the figure
     if args.json and not args.cv:
-        raise ValueError("--json needs --cv")
+        raise InvalidValueError("--json needs --cv")
     if args.values:
         values = parse_values(args.param, args.values)
     elif args.param in DEFAULT_VALUES:
         values = DEFAULT_VALUES[args.param]
     else:
-        raise ValueError(f"--values is required for --param {args.param}")
+        raise InvalidValueError(f"--values is required for --param {args.param}")
     use_evalsets(args.evalsets)
     names = (
         list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]

@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from hybridlab.config import REPO_ROOT
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.evaluate import score_per_query
 from hybridlab.eval.significance import paired_test
 from hybridlab.eval.systems import open_evalset, per_kind, system_runs
@@ -140,7 +141,7 @@ def examples(
             labels.append(label)
             groups.append(len(rows))
     if not groups:
-        raise ValueError(f"{name}: no judged query has a relevant document among its candidates")
+        raise InvalidValueError(f"{name}: no judged query has a relevant document among its candidates")
     return Examples(name, np.concatenate(matrices), np.concatenate(labels), np.asarray(groups))
 
 
@@ -190,7 +191,7 @@ def train(
             kind, names, trained_at, params={**recipe.params, "rounds": rounds}, used_features=used
         ), booster
     if kind != "linear":
-        raise ValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
+        raise InvalidValueError(f"unknown model kind {kind!r}; choose from {list(KINDS)}")
     mean, scale = matrix.mean(axis=0), matrix.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     coef, intercept = logistic_with_offset((matrix - mean) / scale, labels > 0, base_logit(matrix), weights)
@@ -424,10 +425,10 @@ def cli_learn_fusion(args: argparse.Namespace) -> int:
     sets = list(args.sets or SETS)
     unknown = sorted(set(sets) - set(SETS))
     if unknown or (args.leave_out and args.leave_out not in SETS):
-        raise ValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
+        raise InvalidValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
     recipe = getattr(args, "recipe", None) or RECIPE
     if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; choose from {sorted(RECIPES)}")
+        raise InvalidValueError(f"unknown recipe {recipe!r}; choose from {sorted(RECIPES)}")
     if args.loco:
         loco(args.out, sets, [args.model] if args.model else KINDS, recipe=recipe)
         return 0

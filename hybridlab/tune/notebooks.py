@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.extras import require
 
@@ -27,7 +28,7 @@ PROJECT_KERNEL = "hybridlab"
 def notebook_path(name: str) -> Path:
     """`notebooks/<name>.ipynb` of a known notebook."""
     if name not in NOTEBOOKS:
-        raise ValueError(f"unknown notebook {name!r}; choose from {sorted(NOTEBOOKS)}")
+        raise InvalidValueError(f"unknown notebook {name!r}; choose from {sorted(NOTEBOOKS)}")
     return NOTEBOOKS_DIR / f"{name}.ipynb"
 
 

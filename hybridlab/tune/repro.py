@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import ENV_ALIASES, ENV_PREFIX, SEARCH_FIELDS, IndexConfig, offline_environment
-from hybridlab.errors import HybridlabError, IndexLockedError, StoreLockedError
+from hybridlab.errors import (
+    HybridlabError,
+    IndexLockedError,
+    InvalidValueError,
+    PathNotFoundError,
+    StoreLockedError,
+)
 from hybridlab.eval.datasets import REPO_ROOT, data_dir
 from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
 
@@ -98,21 +104,21 @@ def load_conditions(path: str | os.PathLike = DEFAULT_CONDITIONS) -> list[Condit
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"conditions file not found: {path}")
+        raise PathNotFoundError(f"conditions file not found: {path}")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     entries = data.get("conditions") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a mapping with a 'conditions' list")  # noqa: TRY004 - CLI reports ValueError
+        raise InvalidValueError(f"{path}: expected a mapping with a 'conditions' list")
     conditions, seen = [], set()
     for i, entry in enumerate(entries):
         name = entry.get("name", f"#{i + 1}") if isinstance(entry, dict) else f"#{i + 1}"
         if not isinstance(entry, dict) or any(key not in entry for key in REQUIRED):
-            raise ValueError(f"{path}: condition {name!r} needs {list(REQUIRED)}")
+            raise InvalidValueError(f"{path}: condition {name!r} needs {list(REQUIRED)}")
         unknown = set(entry) - {f for f in Condition.__dataclass_fields__}
         if unknown:
-            raise ValueError(f"{path}: condition {name!r} has unknown keys {sorted(unknown)}")
+            raise InvalidValueError(f"{path}: condition {name!r} has unknown keys {sorted(unknown)}")
         if name in seen:
-            raise ValueError(f"{path}: condition {name!r} appears twice")
+            raise InvalidValueError(f"{path}: condition {name!r} appears twice")
         seen.add(name)
         conditions.append(
             Condition(
@@ -135,7 +141,7 @@ def select(
         known = {c.name for c in conditions}
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"unknown condition(s) {unknown}; choose from {sorted(known)}")
+            raise InvalidValueError(f"unknown condition(s) {unknown}; choose from {sorted(known)}")
         conditions = [c for c in conditions if c.name in names]
     return [c for c in conditions if c.cheap or not cheap]
 
@@ -163,7 +169,9 @@ def expand(
     try:
         text = string.Template(condition.steps[-1] if command is None else command).substitute(values)
     except KeyError as error:
-        raise ValueError(f"condition {condition.name!r}: unknown placeholder ${{{error.args[0]}}}") from None
+        raise InvalidValueError(
+            f"condition {condition.name!r}: unknown placeholder ${{{error.args[0]}}}"
+        ) from None
     argv = shlex.split(text)
     if argv[:1] == ["hybridlab"]:
         argv = [sys.executable, "-m", "hybridlab.cli", *argv[1:]]
@@ -333,7 +341,7 @@ def recorded_text(text: str, name: str, measured: dict[str, float]) -> str:
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.strip() == f"- name: {name}"), None)
     if start is None:
-        raise ValueError(f"condition {name!r} not found in the conditions file")
+        raise InvalidValueError(f"condition {name!r} not found in the conditions file")
     in_metrics, done = False, set()
     for i in range(start + 1, len(lines)):
         stripped = lines[i].strip()
@@ -352,7 +360,7 @@ def recorded_text(text: str, name: str, measured: dict[str, float]) -> str:
             done.add(key)
     missing = [key for key in measured if key not in done]
     if missing:
-        raise ValueError(f"condition {name!r}: no expected value for {missing} to record")
+        raise InvalidValueError(f"condition {name!r}: no expected value for {missing} to record")
     return "".join(lines)
 
 
@@ -408,7 +416,7 @@ def cli_repro_all(args: argparse.Namespace) -> int:
         load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None)
     )
     if not conditions:
-        raise ValueError(f"no condition of {path} selected")
+        raise InvalidValueError(f"no condition of {path} selected")
     print(f"repro {_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
     failed = []
     record = getattr(args, "record", False)

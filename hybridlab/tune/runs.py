@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.eval.evaluate import METRICS
 from hybridlab.extras import require
@@ -33,14 +34,14 @@ def storage_for(url: str | None, run_dir: str | os.PathLike | None = None):
 
     if url is None:
         if run_dir is None:
-            raise ValueError("give a storage URL or a run folder")
+            raise InvalidValueError("give a storage URL or a run folder")
         url = f"sqlite:///{Path(run_dir).resolve() / 'study.db'}"
     if url.startswith(JOURNAL_PREFIX):
         from optuna.storages.journal import JournalFileBackend
 
         path = Path(url.removeprefix(JOURNAL_PREFIX)).expanduser()
         if not path.name:
-            raise ValueError(f"journal storage needs a file: journal:PATH, got {url!r}")
+            raise InvalidValueError(f"journal storage needs a file: journal:PATH, got {url!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if url.startswith("sqlite:"):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig, adaptive_alpha, resolve_auto
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.crossval import CrossValidation, k_folds, nested_cv
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, check_tunable
 from hybridlab.eval.evaluate import METRICS
@@ -98,11 +99,11 @@ class Param:
 
     def __post_init__(self) -> None:
         if self.kind not in {"float", "int", "categorical"}:
-            raise ValueError(
+            raise InvalidValueError(
                 f"unknown parameter kind {self.kind!r}; choose from ['categorical', 'float', 'int']"
             )
         if self.name not in {f.name for f in dataclasses.fields(SearchConfig)} | set(INDEX_TARGETS):
-            raise ValueError(
+            raise InvalidValueError(
                 f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}"
             )
 
@@ -250,9 +251,11 @@ class Objective:
         seed: int | None = None,
     ) -> None:
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}")
+            raise InvalidValueError(f"unknown metric {metric!r}; choose from {list(METRICS)}", field="metric")
         if max_index_configs < 1:
-            raise ValueError(f"max_index_configs must be >= 1, got {max_index_configs}")
+            raise InvalidValueError(
+                f"max_index_configs must be >= 1, got {max_index_configs}", field="max_index_configs"
+            )
         self.evaluator, self.space, self.metric = evaluator, tuple(space), metric
         self.split = split or tuning_split(evaluator.evalset)
         self.query_ids = sorted(query_ids) if query_ids is not None else None
@@ -366,7 +369,7 @@ def default_params(space: Sequence[Param], n_chunks: int, base: IndexConfig | No
         else:
             values[p.name] = getattr(defaults, p.name)
         if not p.contains(values[p.name]):
-            raise ValueError(
+            raise InvalidValueError(
                 f"the default {p.name}={values[p.name]!r} lies outside its sweep range {p}: the first "
                 "trial would not measure the defaults"
             )
@@ -545,7 +548,7 @@ def run_study(
     from optuna.trial import TrialState
 
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise InvalidValueError(f"workers must be >= 1, got {workers}", field="workers")
     evalset = evaluator.evalset if evaluator else resolve_evalset(dataset)
     split = split or tuning_split(evalset)
     evaluator = evaluator or Evaluator(evalset, progress=progress)
@@ -822,7 +825,7 @@ def fold_trials(trials: int, k: int) -> int:
 def _require_cross_validated(evalset: EvalSet) -> None:
     """ValueError for a set that is tuned on one split and reported on another."""
     if not evalset.cross_validated:
-        raise ValueError(
+        raise InvalidValueError(
             f"{evalset.name} is not cross-validated: it is tuned on {evalset.tuning_split!r} and "
             f"reported on {evalset.report_split!r}"
         )
@@ -1110,7 +1113,7 @@ def finalize(
     evalset = evaluator.evalset
     tuning, report = tuning_split(evalset), evalset.report_split
     if evalset.cross_validated and cv is None:
-        raise ValueError(f"{evalset.name} is cross-validated: pass cv=cross_validate(...) to finalize")
+        raise InvalidValueError(f"{evalset.name} is cross-validated: pass cv=cross_validate(...) to finalize")
     best = study.best_trial
     base_index = base_index or IndexConfig()
     search = dict(best.user_attrs["search"])
@@ -1172,13 +1175,15 @@ def cli_sweep(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
     if args.metric not in METRICS:
-        raise ValueError(f"unknown metric {args.metric!r}; choose from {list(METRICS)}")
+        raise InvalidValueError(
+            f"unknown metric {args.metric!r}; choose from {list(METRICS)}", field="metric"
+        )
     evalset = resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
     tuning_split(evalset)  # so does a set that is never tuned on
     trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
     workers = getattr(args, "workers", 1)
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise InvalidValueError(f"workers must be >= 1, got {workers}", field="workers")
     run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
     parameters = {
         "dataset": str(args.dataset),

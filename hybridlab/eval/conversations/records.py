@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hybridlab.errors import HybridlabError
+from hybridlab.errors import HybridlabError, InvalidValueError
 
 GRANULARITIES = ("turn", "session")
 
@@ -75,7 +75,7 @@ class Haystack:
         takes): a turn each (the speaker as tag, the session date as `created_at`, the previous turn
         as `metadata.context`), or a session each (its turns as `Speaker: text` lines)."""
         if granularity not in GRANULARITIES:
-            raise ValueError(f"unknown granularity {granularity!r}; choose from {list(GRANULARITIES)}")
+            raise InvalidValueError(f"unknown granularity {granularity!r}; choose from {list(GRANULARITIES)}")
         if granularity == "turn":
             return [
                 _memory(t.turn_id, t.text, (t.speaker,), t.date, t.session_id, t.previous if context else "")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.conversations import metrics
 from hybridlab.eval.conversations.records import GRANULARITIES, Haystack, Question
 
@@ -40,10 +41,12 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
-            raise ValueError(f"unknown granularity {self.granularity!r}; choose from {list(GRANULARITIES)}")
+            raise InvalidValueError(
+                f"unknown granularity {self.granularity!r}; choose from {list(GRANULARITIES)}"
+            )
         unknown = [s for s in self.systems if s not in SYSTEMS]
         if unknown:
-            raise ValueError(f"unknown system {unknown[0]!r}; choose from {sorted(SYSTEMS)}")
+            raise InvalidValueError(f"unknown system {unknown[0]!r}; choose from {sorted(SYSTEMS)}")
 
 
 @dataclass
@@ -160,7 +163,7 @@ def ranked_at(result: BenchResult, system: str, qid: str, level: str, k: int) ->
         if result.settings.scoring == "locomo":
             return metrics.unique([result.session_of.get(t, t) for t in ranked])
         return metrics.to_sessions(ranked, result.session_of, k)
-    raise ValueError(f"a {result.settings.granularity}-level run cannot be scored at {level} level")
+    raise InvalidValueError(f"a {result.settings.granularity}-level run cannot be scored at {level} level")
 
 
 def score(result: BenchResult, level: str | None = None, ks: Sequence[int] = KS) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import ChunkConfig
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.conversations import metrics
 from hybridlab.eval.conversations.records import Haystack
 from hybridlab.eval.conversations.runner import BenchSettings, relevant_ids, run_haystacks
@@ -30,7 +31,7 @@ def parse_axis(text: str) -> tuple[str, list[Any]]:
     """`alpha=0.4,0.5` -> ("alpha", [0.4, 0.5]) (values read as JSON where they parse)."""
     name, _, values = text.partition("=")
     if not name or not values:
-        raise ValueError(f"--cv wants NAME=V1,V2,...; got {text!r}")
+        raise InvalidValueError(f"--cv wants NAME=V1,V2,...; got {text!r}")
 
     def value(v: str) -> Any:
         try:
