@@ -548,7 +548,9 @@ def combine(
         days = (now.timestamp() - snapshot.generation.times[rows]) / 86400.0
         decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
         factors = np.where(np.isnan(decayed), 1.0, decayed)
-    final = scores * (1.0 - recency_weight + recency_weight * factors) if config.decay > 0 else scores
+    # recency off (the default, `recency_weight` 0): the fused scores as they are, no pass over them
+    weighted = config.decay > 0 and recency_weight > 0
+    final = scores * (1.0 - recency_weight + recency_weight * factors) if weighted else scores
     if evidence.date_weight > 0:  # rows created outside the time the query names lose date_weight
         final = final * date_factors(
             snapshot.generation.times[rows], evidence.dates, evidence.date_weight, config.date_grace_days
