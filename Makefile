@@ -26,18 +26,27 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/hybridlab demo
 
+# Caches shared by every clone of this machine (each entry is checked against what it stands for):
+# mypy's (keyed by each module's source hash) and the evaluation sets' embeddings cache (keyed by model
+# and text hash; hybridlab.eval.evalsets.embedding_cache_path), beside the ONNX model cache.
+USER_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hybridlab
+MYPY_CACHE ?= $(USER_CACHE)/mypy
+# test processes (pytest-xdist); each test module is one group, the long ones start first (tests/conftest.py)
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+
 # lint (ruff), format (ruff format), types (mypy, [tool.mypy] in pyproject.toml), the layer, no-cycle
 # and no-bench contracts in pyproject.toml (import-linter), then every test (bench/tests too)
 test: setup
 	$(BIN)/ruff check hybridlab tests bench
 	$(BIN)/ruff format --check hybridlab tests bench
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests bench/tests -q --durations=20
+	$(BIN)/python -m pytest tests bench/tests -q $(PYTEST_PARALLEL) --durations=20
 
 # the edit loop: everything but the tests marked slow (real indexes, servers, > ~10 s); under 5 min here
 test-fast: setup
-	$(BIN)/python -m pytest tests bench/tests -q -m "not slow" --durations=20
+	$(BIN)/python -m pytest tests bench/tests -q -m "not slow" $(PYTEST_PARALLEL) --durations=20
 
 eval: setup
 	$(BIN)/python -m pytest tests/eval -q

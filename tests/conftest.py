@@ -93,3 +93,34 @@ def opened_tiny_index(tiny_index):
     index = open_index(tiny_index)
     yield index
     index.close()
+
+
+#: the test modules that take longest here, longest first (a fresh clone's `make test`, 2026-11-29):
+#: a parallel run (`make test`: pytest-xdist, `--dist loadgroup`) hands them out first, so that none
+#: of them is left running alone at the end. Any order is correct; this one is only faster.
+LONG_FIRST = (
+    "tests/eval/test_quality_gates.py",  # cold: SciFact, HoloViz (twice) and three BEIR indexes
+    "tests/reliability/test_kill.py",
+    "tests/reliability/test_mcp_load.py",
+    "tests/tune/test_sweep_workers.py",
+    "tests/tune/test_repro.py",
+    "tests/tune/test_notebooks.py",
+    "tests/search/test_engine_threads.py",
+    "tests/index/test_scratch_release.py",
+    "tests/index/test_identity.py",
+    "tests/reliability/test_processes.py",
+    "tests/reliability/test_corruption.py",
+    "tests/server/test_mcp_transports.py",
+    "tests/tune/test_sweep.py",
+    "tests/encoders/test_encoder_settings.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's `--dist loadgroup`, each module is one group (its module fixtures are
+    built once, on one worker) unless a test names its own `xdist_group`; the long modules first."""
+    rank = {module: i for i, module in enumerate(LONG_FIRST)}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

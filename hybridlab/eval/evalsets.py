@@ -16,6 +16,7 @@ from typing import Any
 from hybridlab.config import IndexConfig, config_hash
 from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
+from hybridlab.filelock import exclusive_lock
 from hybridlab.index.build import index_paths
 from hybridlab.ingest.sources import IRDS, is_irds
 
@@ -212,8 +213,26 @@ def get_evalset(name: str) -> EvalSet:
 
 
 def cache_root() -> Path:
-    """Where evaluation indexes and the shared embeddings cache live (`HYBRIDLAB_CACHE`)."""
+    """Where evaluation indexes live (`HYBRIDLAB_CACHE`, else the checkout's `.cache`)."""
     return Path(os.environ.get("HYBRIDLAB_CACHE", REPO_ROOT / ".cache"))
+
+
+def embedding_cache_path() -> Path:
+    """The embeddings cache every evaluation index shares: `$HYBRIDLAB_EMBEDDING_CACHE`; else, when
+    `HYBRIDLAB_CACHE` names a cache, its `embeddings.duckdb` (a private cache stays private: the
+    benchmarks and tests that measure cold builds set it); else the user's cache,
+    `$XDG_CACHE_HOME/hybridlab/embeddings.duckdb` (`~/.cache/...`), beside the ONNX model cache.
+
+    A vector is keyed by the model (with its revision and encoder settings) and the sha256 of the
+    exact text embedded, so one cache serves every checkout and clone of this machine: a fresh
+    clone's evaluation indexes embed only texts no clone has embedded before."""
+    given = os.environ.get("HYBRIDLAB_EMBEDDING_CACHE")
+    if given:
+        return Path(given).expanduser()
+    if os.environ.get("HYBRIDLAB_CACHE"):
+        return cache_root() / "embeddings.duckdb"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "hybridlab" / "embeddings.duckdb"
 
 
 def index_folder(evalset: EvalSet, config: IndexConfig) -> Path:
@@ -232,11 +251,10 @@ def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progres
     shares one embeddings cache, so chunk-size variants embed only their new chunk texts."""
     config = config or IndexConfig()
     folder = index_folder(evalset, config)
-    index_paths(
-        list(evalset.sources),
-        folder,
-        config,
-        progress=progress,
-        cache_path=cache_root() / "embeddings.duckdb",
-    )
+    cache = embedding_cache_path()
+    # one build at a time per embeddings cache: the processes of a parallel test run (pytest-xdist)
+    # or of two clones would otherwise collide on the cache's DuckDB file during a long cold build;
+    # a waiter then finds the index built and its check is a scan of unchanged files
+    with exclusive_lock(cache.with_name(cache.name + ".build.lock")):
+        index_paths(list(evalset.sources), folder, config, progress=progress, cache_path=cache)
     return folder

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from hybridlab.config import IndexConfig, SearchConfig
-from hybridlab.eval.evalsets import EvalSet, cache_root, ensure_index, get_evalset, index_folder, index_key
+from hybridlab.eval.evalsets import (
+    EvalSet,
+    cache_root,
+    embedding_cache_path,
+    ensure_index,
+    get_evalset,
+    index_folder,
+    index_key,
+)
 from hybridlab.eval.evaluate import METRICS, make_run, score
 from hybridlab.index.build import index_paths
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
@@ -154,7 +162,8 @@ def _shared_cache_free() -> bool:
     """Whether the shared embeddings cache can be opened for writing right now."""
     import duckdb
 
-    path = cache_root() / "embeddings.duckdb"
+    path = embedding_cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         duckdb.connect(str(path)).close()
     except duckdb.IOException:

@@ -54,6 +54,8 @@ class EmbeddingCache:
         if read_only and not self.path.exists():
             self.con = None
             return
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # a user-level cache's first use
         self.con = _connect_patiently(self.path, read_only)
         if not read_only:
             self.con.execute(

@@ -11,7 +11,14 @@ import pytest
 from hybridlab.cli import main
 from hybridlab.config import IndexConfig
 from hybridlab.eval.datasets import load_qrels
-from hybridlab.eval.evalsets import PACKAGED_EVALSETS, ensure_index, get_evalset, read_evalsets
+from hybridlab.eval.evalsets import (
+    PACKAGED_EVALSETS,
+    embedding_cache_path,
+    ensure_index,
+    get_evalset,
+    read_evalsets,
+)
+from hybridlab.index.build import index_paths
 from hybridlab.ingest.sources import IngestReport, read_source
 
 MODELS = ("wordllama",)  # builds in about a second
@@ -253,3 +260,33 @@ def test_without_ir_datasets_the_message_names_the_extra(monkeypatch):
     monkeypatch.setattr(hybridlab.extras, "is_available", lambda module: module != "ir_datasets")
     with pytest.raises(MissingExtraError, match=r"pip install 'hybridlab\[irds\]'"):
         irds_dataset("irds:beir/scifact")
+
+
+def test_the_embeddings_cache_is_the_users_unless_a_cache_is_named(tmp_path, monkeypatch):
+    """One embeddings cache per user serves every clone (a fresh clone's evaluation indexes embed
+    only texts not embedded before); a named `HYBRIDLAB_CACHE` keeps its own (cold benchmarks)."""
+    for name in ("HYBRIDLAB_EMBEDDING_CACHE", "HYBRIDLAB_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert embedding_cache_path() == tmp_path / "home" / ".cache" / "hybridlab" / "embeddings.duckdb"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert embedding_cache_path() == tmp_path / "xdg" / "hybridlab" / "embeddings.duckdb"
+    monkeypatch.setenv("HYBRIDLAB_CACHE", str(tmp_path / "private"))
+    assert embedding_cache_path() == tmp_path / "private" / "embeddings.duckdb"
+    monkeypatch.setenv("HYBRIDLAB_EMBEDDING_CACHE", str(tmp_path / "given.duckdb"))
+    assert embedding_cache_path() == tmp_path / "given.duckdb"
+
+
+def test_a_build_creates_the_cache_folder_and_another_clones_build_embeds_nothing(
+    user_sets, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HYBRIDLAB_EMBEDDING_CACHE", str(tmp_path / "user" / "cache" / "emb.duckdb"))
+    monkeypatch.setenv("HYBRIDLAB_EVALSETS", str(user_sets))
+    evalset = get_evalset("tiny")
+    ensure_index(evalset, progress=False)
+    assert (tmp_path / "user" / "cache" / "emb.duckdb").is_file()
+    # another clone (its own index folder) building the same corpus: every vector from the cache
+    report = index_paths(
+        list(evalset.sources), tmp_path / "clone-index", progress=False, cache_path=embedding_cache_path()
+    )
+    assert (report.embedded, report.cache_hits) == (0, report.chunks) and report.chunks == 12

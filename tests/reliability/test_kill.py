@@ -234,6 +234,7 @@ def segment_scenario(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("kill-segments")  # the two of segment_scenario together
 def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenario, tmp_path):
     """SIGKILL after each stage of a run that tombstones, writes a segment, merges it with its tier
     and commits: the index verifies clean and answers as before the run or as after it."""
@@ -306,6 +307,7 @@ for i in range(5):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("kill-segments")  # the two of segment_scenario together
 def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, tmp_path):
     """SIGKILL a writer storing 5 memories through the write-ahead log (3 per log: one fold, with
     its commit and merge stages) after each stage it reports: the index verifies clean, every
@@ -385,6 +387,7 @@ for op, key, new in [("store", "a", None), ("update", "mem-seed-00001", "zqkills
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("kill-memory-updates")  # no module fixture: may run beside the others
 def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
     """SIGKILL a writer after each stage of: a store (write-ahead log), an update and a delete of
     segment memories (a re-put and a tombstone appended to the log; the third record folds it), an

@@ -21,6 +21,7 @@ CLIENTS = 4
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("mcp-load-2000")  # the longest test here: may run beside the module's others
 def test_2000_mixed_calls_from_4_clients_survive_a_sigkill(tmp_path):
     pytest.importorskip("mcp")
     from bench.mcp_load import LoadConfig, run_load
