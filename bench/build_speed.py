@@ -46,7 +46,7 @@ def measure_build(arguments: dict[str, Any]) -> dict[str, Any]:
     os.environ["HYBRIDLAB_DEVICE"] = "cuda" if arguments["backend"] == "cuda" else "cpu"
     from hybridlab.config import IndexConfig
     from hybridlab.eval.evalsets import get_evalset
-    from hybridlab.index.build import apply_changes
+    from hybridlab.index.write.build import apply_changes
     from hybridlab.ingest.sources import IngestReport, read_source
 
     documents = read_source(get_evalset("scifact").sources[0], IngestReport())

@@ -27,7 +27,7 @@ from hybridlab.config import ChunkConfig, IndexConfig, apply_offline_environment
 
 def cache_rows(source: Path, workdir: Path, new_chunk_size: int) -> list[dict]:
     """The four indexing runs over one source, as report rows."""
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     index_dir, cache = workdir / "index", workdir / "embeddings.duckdb"
     base = IndexConfig()

@@ -161,7 +161,7 @@ def build_from_vectors(
 
 def index_documents(index_dir: Path, documents: list[Document], config: IndexConfig) -> None:
     """`apply_changes` over `documents`, every vector found in the pre-filled cache."""
-    from hybridlab.index.build import apply_changes
+    from hybridlab.index.write.build import apply_changes
 
     apply_changes(
         index_dir,

@@ -10,7 +10,7 @@ upper-cased (a duplicate), half a fresh text, each timed two ways on the same re
 
 - `scan`: the check before the `content_key` column: every memory normalised by `regexp_replace`
   in one DuckDB query (linear in the store);
-- `key`: :func:`hybridlab.index.memory.find_duplicate`, an equality look-up on `content_key`.
+- `key`: :func:`hybridlab.index.write.memory.find_duplicate`, an equality look-up on `content_key`.
 
 Both must agree on every answer. Results go to `reports/bench/<date>-dedupe/` (`--out`):
 `dedupe.json` and `README.md`.
@@ -42,7 +42,7 @@ SCAN = (
 
 def scan_duplicate(store: Any, content: str) -> str | None:
     """The duplicate check as it was: one regexp scan of every memory."""
-    from hybridlab.index.memory import normalised_content
+    from hybridlab.index.write.memory import normalised_content
 
     wanted = normalised_content(content)
     rows = store.fetchall(SCAN, [len(wanted), wanted])
@@ -57,8 +57,8 @@ def timed(call, *args) -> tuple[float, Any]:
 
 def run(n: int, lookups: int, seed: int, work: Path) -> dict[str, Any]:
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MEMORY_SOURCE, MemoryWriter, find_duplicate, make_memory
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import MEMORY_SOURCE, MemoryWriter, find_duplicate, make_memory
     from hybridlab.search.engine import open_index
 
     rng = random.Random(seed)

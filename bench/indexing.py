@@ -38,7 +38,7 @@ def measure_indexing(arguments: Mapping[str, Any]) -> dict[str, Any]:
     from hybridlab.config import IndexConfig
     from hybridlab.encoders.registry import load_encoder
     from hybridlab.eval.evalsets import get_evalset
-    from hybridlab.index.build import apply_changes
+    from hybridlab.index.write.build import apply_changes
     from hybridlab.ingest.sources import IngestReport, read_source
 
     model = arguments["model"]

@@ -131,7 +131,7 @@ def _build_memories_index(folder: Path) -> Path:
     """A self-contained index (own embeddings cache) of the ground-truth memories: benchmark stores
     must not write into the shared evaluation cache, which other jobs hold open."""
     from hybridlab.eval.evalsets import get_evalset
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     index_paths(list(get_evalset("memories").sources), folder, progress=False)
     return folder

@@ -19,7 +19,7 @@ The scenario (issue 20's target; `tests/reliability/test_mcp_load.py` runs the s
    call or a failed check is an error; nothing is retried.
 3. After `--kill-at` of the calls, the process group is SIGKILLed while calls are in flight; those
    calls are counted as interrupted, not as errors, and not towards `--calls`. The index is verified
-   (`hybridlab.index.verify`), the server restarted on the same index and port, every memory
+   (`hybridlab.index.admin.verify`), the server restarted on the same index and port, every memory
    acknowledged before the kill checked through it (get_document: the exact content; search: found by
    its token; a deleted one absent), every store that was in flight checked to be either absent or
    complete, every update in flight the old or the new text, every delete in flight gone or whole;
@@ -197,7 +197,7 @@ def memory_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
 def build_index(folder: Path, memories: int, seed: int = 0) -> Path:
     """A wordllama index of `memory_rows(memories)` at `folder/index` (its own embeddings cache)."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "memories.jsonl"
@@ -556,7 +556,7 @@ class _Load:
         self.result.killed = True
         while self.parked < sum(not task.done() for task in running):
             await asyncio.sleep(0.01)
-        from hybridlab.index.verify import verify
+        from hybridlab.index.admin.verify import verify
 
         self.result.verify_after_kill = await asyncio.to_thread(verify, self.index_dir)
         for problem in self.result.verify_after_kill:
@@ -663,7 +663,7 @@ class _Load:
 def check_index(index_dir: Path, memories: Sequence[Memory], result: LoadResult) -> None:
     """Open the index in this process: it verifies, and every memory is there, whole, and found by
     its token; the document count is the seed memories plus these."""
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
     from hybridlab.search.engine import open_index
 
     result.verify_at_end = verify(index_dir)

@@ -114,7 +114,7 @@ async def conversation(index_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     from hybridlab.eval.evalsets import corpora_dir
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     apply_offline_environment()
     page = Path(args[0]) if args else corpora_dir() / "holoviz" / "panel" / "doc" / "about" / "releases.md"

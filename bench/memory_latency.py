@@ -37,7 +37,7 @@ WORKER = r"""
 import json, statistics, sys, time
 from pathlib import Path
 args = json.loads(sys.argv[1])
-from hybridlab.index.build import index_paths
+from hybridlab.index.write.build import index_paths
 from hybridlab.search.engine import Index
 started = time.perf_counter()
 index_paths([args["memories"]], args["index"], progress=False, cache_path=args["cache"])

@@ -45,7 +45,7 @@ def timed(call, *args, **kwargs) -> tuple[float, Any]:
 
 def run_way(index_dir: Path, wal_records: int, targets: list[str], rng: random.Random) -> dict[str, Any]:
     """K deletes and K updates on `index_dir`, alternating; per kind, the write and refresh times (ms)."""
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     sentences, tags = sentence_pool()
@@ -87,8 +87,8 @@ def run_way(index_dir: Path, wal_records: int, targets: list[str], rng: random.R
 
 def run(n: int, ops: int, seed: int, work: Path) -> dict[str, Any]:
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MEMORY_SOURCE, make_memory
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import MEMORY_SOURCE, make_memory
 
     rng = random.Random(seed)
     sentences, tags = sentence_pool()

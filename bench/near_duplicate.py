@@ -5,7 +5,7 @@ The 274 hand-written demo memories (`ground_truth/memories/memories.jsonl`) are 
 threshold that flags one of them as the near duplicate of another is a false alarm. Each memory's
 content and tags are looked up as `store_memory` looks a new memory up
 (:func:`hybridlab.search.listing.nearest_memory` over the vectors of
-:meth:`hybridlab.index.memory.MemoryWriter.embed`: the cosine of the nearest memory's vector, the new
+:meth:`hybridlab.index.write.memory.MemoryWriter.embed`: the cosine of the nearest memory's vector, the new
 one embedded as the index embeds memories, as a document, tags included) in the index of the others (its
 own document excluded), and in the full index as two light edits that are near duplicates by intent:
 `dropped` (one word from the middle removed) and `extended` (" This still holds." appended).
@@ -42,9 +42,9 @@ def dropped(text: str) -> str:
 
 
 def run(work: Path) -> dict[str, Any]:
-    from hybridlab.index.build import index_paths
-    from hybridlab.index.memory import MemoryWriter, make_memory
     from hybridlab.index.rows import chunk_document, indexed_text
+    from hybridlab.index.write.build import index_paths
+    from hybridlab.index.write.memory import MemoryWriter, make_memory
     from hybridlab.search.engine import open_index
     from hybridlab.search.listing import nearest_memory
 

@@ -59,7 +59,7 @@ def idf_comparison(local, client, index_dir: Path, queries: dict[str, str], qrel
     IDF-free weights: nDCG@10, queries whose top 10 equals bm25s's, largest score difference."""
     import numpy as np
 
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
     from hybridlab.index.reader import read_generation
     from hybridlab.search import qdrant
     from hybridlab.search.filters import Filters
@@ -159,10 +159,10 @@ def upsert_drift(
     import time
 
     from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
-    from hybridlab.index import qdrant as qdrant_mirror
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.admin import qdrant as qdrant_mirror
     from hybridlab.index.layout import read_manifest
     from hybridlab.index.reader import read_generation
+    from hybridlab.index.write.build import index_paths
 
     evalset = get_evalset(dataset_name)
     dataset = evalset.dataset(split)
@@ -343,7 +343,7 @@ def upserts_report(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from hybridlab.eval.evalsets import ensure_index, get_evalset
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
     from hybridlab.index.reader import read_generation
     from hybridlab.search import qdrant
     from hybridlab.search.engine import Index, open_index

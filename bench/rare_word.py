@@ -117,8 +117,8 @@ def rank_of(results: list[Any], doc_id: str) -> int | None:
 def build_base(index_dir: Path, n: int, rng: random.Random, sentences: list[str], tags: list[str]) -> float:
     """Index `n` synthetic memories with the default config; seconds it took."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MEMORY_SOURCE, make_memory
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import MEMORY_SOURCE, make_memory
 
     now = datetime.now(UTC)
     documents = []
@@ -135,7 +135,7 @@ def build_base(index_dir: Path, n: int, rng: random.Random, sentences: list[str]
 
 
 def run(n: int, stores: int, seed: int, work: Path) -> dict[str, Any]:
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     rng = random.Random(seed)

@@ -14,7 +14,7 @@ _EXPORTS = {
     "open_index": "hybridlab.search.engine",
     "Index": "hybridlab.search.engine",
     "SearchResult": "hybridlab.search.engine",
-    "index_paths": "hybridlab.index.build",
+    "index_paths": "hybridlab.index.write.build",
     "IndexConfig": "hybridlab.config",
     "ChunkConfig": "hybridlab.config",
     "SearchConfig": "hybridlab.config",

@@ -13,7 +13,7 @@ from typing import Any
 
 from hybridlab.eval.evalsets import get_evalset
 from hybridlab.eval.evaluate import compare, make_run
-from hybridlab.index.build import index_paths
+from hybridlab.index.write.build import index_paths
 from hybridlab.search.engine import open_index
 
 DEMO_QUERIES = (

@@ -73,7 +73,7 @@ def embedding_cache_path(tmp_path_factory) -> Path:
 def tiny_index(tiny_corpus, embedding_cache_path, tmp_path_factory) -> Path:
     """A small index of the whole tiny corpus with the default config (MiniLM, header chunking).
     Read-only for tests: build your own (e.g. with `corpus_copy`) to change it."""
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     index_dir = tmp_path_factory.mktemp("tiny-index") / "index"
     index_paths(
@@ -100,10 +100,11 @@ def opened_tiny_index(tiny_index):
 #: of them is left running alone at the end. Any order is correct; this one is only faster.
 LONG_FIRST = (
     "tests/eval/test_quality_gates.py",  # cold: SciFact, HoloViz (twice) and three BEIR indexes
+    "tests/eval/test_fuse_runs.py",
+    "tests/tune/test_repro.py",
     "tests/reliability/test_kill.py",
     "tests/reliability/test_mcp_load.py",
     "tests/tune/test_sweep_workers.py",
-    "tests/tune/test_repro.py",
     "tests/tune/test_notebooks.py",
     "tests/search/test_engine_threads.py",
     "tests/index/test_scratch_release.py",
@@ -116,11 +117,22 @@ LONG_FIRST = (
 )
 
 
+#: modules that build the evaluation sets' indexes into the shared cache: one group, so that one worker
+#: builds them (one build at a time per embeddings cache) while the other runs the rest, not waiting
+EVALSET_MODULES = (
+    "tests/eval/test_quality_gates.py",
+    "tests/eval/test_fuse_runs.py",
+    "tests/tune/test_repro.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's `--dist loadgroup`, each module is one group (its module fixtures are
-    built once, on one worker) unless a test names its own `xdist_group`; the long modules first."""
+    built once, on one worker) unless a test names its own `xdist_group`, and the modules building
+    the evaluation sets are one; the long ones first."""
     rank = {module: i for i, module in enumerate(LONG_FIRST)}
     for item in items:
+        module = item.nodeid.split("::")[0]
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group("evalsets" if module in EVALSET_MODULES else module))
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

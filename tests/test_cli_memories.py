@@ -38,7 +38,7 @@ FIELDS = ("doc_id", "text", "tags", "created_at", "updated_at", "metadata", "col
 
 @pytest.fixture
 def index_dir(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = tmp_path / "memories.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in MEMORIES), encoding="utf-8")
@@ -92,8 +92,8 @@ def test_list_update_delete(capsys, index_dir):
 
 
 def test_export_indexes_back_to_an_identical_store(capsys, index_dir, tmp_path):
-    from hybridlab.index.build import index_paths
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.build import index_paths
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     writer = MemoryWriter(index_dir)

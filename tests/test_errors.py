@@ -27,8 +27,12 @@ INVARIANT = "an invariant of hybridlab's own data: a bug if it fires"
 BARE_RAISES: dict[str, list[tuple[str, str, str]]] = {
     "ValueError": [
         ("config.py", "raise ValueError(value)", CAUGHT + ", re-raised as InvalidValueError"),
-        ("index/commit.py", "a legacy segment cannot be kept", INVARIANT),
-        ("index/commit.py", "it does not match its checksum", CAUGHT + ": the graph reserve is rebuilt"),
+        ("index/write/commit.py", "a legacy segment cannot be kept", INVARIANT),
+        (
+            "index/write/commit.py",
+            "it does not match its checksum",
+            CAUGHT + ": the graph reserve is rebuilt",
+        ),
         ("index/signatures.py", "does not match its sha256", CAUGHT + ": reported as a damaged file"),
         ("index/sparse.py", "postings version", READING),
         ("index/sparse.py", "postings arrays do not agree", READING),

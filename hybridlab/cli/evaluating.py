@@ -209,7 +209,7 @@ def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str])
     """`eval --query-vectors FILE`: every query's vector read from a file (query id -> vector), for
     the model searched (a model that cannot encode here, or vectors made elsewhere)."""
     from hybridlab.encoders.registry import register_recorded
-    from hybridlab.index.vectors_import import vectors_by_id
+    from hybridlab.index.write.vectors_import import vectors_by_id
 
     register_recorded(index.manifest.encoders)
     model = index.choose_model(args.embedding_model, args.language)

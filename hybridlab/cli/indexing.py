@@ -92,7 +92,7 @@ def add_index(sub: argparse._SubParsersAction) -> None:
 def _vectors_hook(args: argparse.Namespace):
     """The build step of `index --vectors FILE`: the file's vectors under the last --model (a name that
     does not load here: an external spec with --query-prompt, --document-prompt, --max-seq-length)."""
-    from hybridlab.index.vectors_import import import_step
+    from hybridlab.index.write.vectors_import import import_step
 
     if not args.models:
         raise UsageError("--vectors needs --model NAME: the model the vectors are of (the last --model)")
@@ -108,7 +108,7 @@ def _vectors_hook(args: argparse.Namespace):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from hybridlab.index.build import index_paths, optimize
+    from hybridlab.index.write.build import index_paths, optimize
 
     if not args.paths and not args.optimize and not args.vectors:
         print(
@@ -129,7 +129,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             imported=imported,
         )
     elif imported is not None:
-        from hybridlab.index.build import apply_changes
+        from hybridlab.index.write.build import apply_changes
 
         report = apply_changes(
             args.index_dir, [], index_config_from_args(args), progress=not args.quiet, imported=imported
@@ -146,7 +146,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     for path, reason in report.skipped:
         print(f"warning: skipped {path}: {reason}", file=sys.stderr)
     if args.backend == "qdrant":
-        from hybridlab.index import qdrant as qdrant_mirror
+        from hybridlab.index.admin import qdrant as qdrant_mirror
 
         client = qdrant_client(args)
         try:  # only what changed since the generation the collection mirrors; a full export when new
@@ -224,8 +224,8 @@ def add_reindex(sub: argparse._SubParsersAction) -> None:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from hybridlab.index.build import apply_changes, canonical_models
     from hybridlab.index.layout import read_manifest
+    from hybridlab.index.write.build import apply_changes, canonical_models
 
     config = read_manifest(Path(args.index_dir)).index_config
     models = list(dict.fromkeys([*config.models, *canonical_models(args.models or ())]))
@@ -242,9 +242,9 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
-    """The `verify` command (hybridlab.index.verify runs it)."""
+    """The `verify` command (hybridlab.index.admin.verify runs it)."""
     p = sub.add_parser("verify", help="check an index's consistency; --repair rebuilds what is inconsistent")
     index_arg(p)
     p.add_argument("--repair", action="store_true")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=delegate("hybridlab.index.verify", "cli_verify"))
+    p.set_defaults(func=delegate("hybridlab.index.admin.verify", "cli_verify"))

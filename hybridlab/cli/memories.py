@@ -76,7 +76,7 @@ def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
 
 def cmd_memories(args: argparse.Namespace) -> int:
     """`hybridlab memories list|update|delete`: the MCP server's memory lifecycle on the command line."""
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     index = open_index(args.index_dir)
@@ -145,7 +145,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Every memory of the index as memories JSONL (oldest first), what `hybridlab index FILE` reads back."""
-    from hybridlab.index.memory import memory_record
+    from hybridlab.index.write.memory import memory_record
     from hybridlab.search.engine import open_index
 
     index = open_index(args.index_dir)

@@ -371,7 +371,7 @@ def index_config_from_args(args: argparse.Namespace):
 
 def qdrant_client(args: argparse.Namespace):
     """The Qdrant client of `--backend qdrant` (a server by --qdrant-url, else the local mode at --qdrant-path)."""
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
 
     if not (args.qdrant_url or args.qdrant_path):
         raise UsageError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")

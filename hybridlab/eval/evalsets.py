@@ -17,7 +17,7 @@ from hybridlab.config import IndexConfig, config_hash
 from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
 from hybridlab.filelock import exclusive_lock
-from hybridlab.index.build import index_paths
+from hybridlab.index.write.build import index_paths
 from hybridlab.ingest.sources import IRDS, is_irds
 
 GROUND_TRUTH = REPO_ROOT / "ground_truth"

@@ -25,10 +25,10 @@ from hybridlab.eval.evalsets import (
     index_key,
 )
 from hybridlab.eval.evaluate import METRICS, make_run, score
-from hybridlab.index.build import index_paths
 from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
 from hybridlab.index.layout import IndexLockedError
 from hybridlab.index.store import IndexError_
+from hybridlab.index.write.build import index_paths
 from hybridlab.search.engine import open_index
 
 EVAL_LIMIT = 100  # documents per query in evaluation runs (recall@100 needs 100)

@@ -103,7 +103,7 @@ def nearest_memory(
     snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *, exclude: str | None = None
 ) -> NearestMemory | None:
     """The memory of `snapshot` whose vector is nearest to a memory's `vectors` (model -> its unit
-    vector, as :meth:`hybridlab.index.memory.MemoryWriter.embed` gives them: embedded as a document,
+    vector, as :meth:`hybridlab.index.write.memory.MemoryWriter.embed` gives them: embedded as a document,
     like the memories it is compared with), `exclude` left out; None when there is none. Compared by
     the first of `vectors`' models the snapshot has vectors of: a vector search over the memories
     alone, without recency or tag signals, on this one snapshot."""

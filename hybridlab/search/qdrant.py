@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.errors import InvalidValueError
-from hybridlab.index.graph import expand_by_graph
-from hybridlab.index.qdrant import (
+from hybridlab.index.admin.qdrant import (
     SPARSE,
     SYNC_HINT,
     collection_name,
@@ -25,6 +24,7 @@ from hybridlab.index.qdrant import (
     sync_generation,
     term_index,
 )
+from hybridlab.index.graph import expand_by_graph
 from hybridlab.index.reader import Generation
 from hybridlab.search.engine import Index
 from hybridlab.search.filters import Filters

@@ -341,7 +341,7 @@ class Service:
         backend_name: str = "local",
         wal_records: int | None = None,
     ) -> None:
-        from hybridlab.index.memory import MemoryWriter, create_memory_index
+        from hybridlab.index.write.memory import MemoryWriter, create_memory_index
         from hybridlab.search.engine import Index
 
         self.index_dir = Path(index_dir)
@@ -561,7 +561,7 @@ def _queued(queued: Document, started: float) -> StoredMemoryResponse:
 def _stored_duplicate(service: Service, content: str, started: float) -> StoredMemoryResponse | None:
     """The response of a store that returns the stored memory of equal content (ignoring case and
     whitespace), None when there is none (looked up without flushing the writer)."""
-    from hybridlab.index.memory import find_duplicate
+    from hybridlab.index.write.memory import find_duplicate
 
     with service.reading(flush=False) as index:
         snapshot = index.snapshot()
@@ -590,7 +590,7 @@ def store_memory(
     context: the conversation turn before it, indexed with it so that a question worded like that
     turn finds it; not part of its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-    from hybridlab.index.memory import make_memory, normalised_content
+    from hybridlab.index.write.memory import make_memory, normalised_content
     from hybridlab.search.listing import nearest_memory
 
     started = time.perf_counter()
@@ -874,7 +874,7 @@ def create_server(
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
     commits and `wal_records` = records (stores, updates, deletes) the write-ahead log holds before it
     is folded into a segment (None: `HYBRIDLAB_WAL_RECORDS` or 64; 0: a segment per write; see
-    :mod:`hybridlab.index.memory`); `auth_token` = the bearer token every HTTP request must
+    :mod:`hybridlab.index.write.memory`); `auth_token` = the bearer token every HTTP request must
     carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
     retrievers), described as `backend_name` in `stats`."""
@@ -1108,7 +1108,7 @@ def _backend(args: argparse.Namespace) -> tuple[Any, Callable[[Any], Any] | None
             if getattr(args, flag, None):
                 raise InvalidValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
         return None, None, "local"
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
     from hybridlab.search import qdrant
 
     if not (args.qdrant_url or args.qdrant_path):

@@ -30,7 +30,7 @@ def run_served(
     """The hybrid system's rankings, through the MCP tools of a server per haystack."""
     from tqdm.auto import tqdm
 
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.server.mcp import create_server
 
     work = Path(work)

@@ -178,8 +178,8 @@ def test_half_precision_needs_a_gpu_and_bf16_indexes_need_bf16_queries(corpus, t
 
 
 def test_memory_stores_use_the_recorded_settings(corpus, data_dir, tmp_path):
-    from hybridlab.index.build import fold_log
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.build import fold_log
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     model, _ = corpus

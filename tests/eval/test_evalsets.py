@@ -18,7 +18,7 @@ from hybridlab.eval.evalsets import (
     get_evalset,
     read_evalsets,
 )
-from hybridlab.index.build import index_paths
+from hybridlab.index.write.build import index_paths
 from hybridlab.ingest.sources import IngestReport, read_source
 
 MODELS = ("wordllama",)  # builds in about a second

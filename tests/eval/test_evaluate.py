@@ -211,7 +211,7 @@ CLI_QRELS = {"v": "volcano.md", "b": "bread.md", "c": "chess.md", "o": "orbit.md
 def tiny(tmp_path_factory):
     """A five-document index (wordllama vectors: fast) plus BEIR queries and qrels files."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     root = tmp_path_factory.mktemp("tiny")
     docs = root / "docs"

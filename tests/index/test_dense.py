@@ -155,7 +155,7 @@ def test_vectors_view_outlives_its_index(data):
 
 
 def test_hnsw_ef_search_round_trips_through_config_manifest_and_load(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.search.engine import open_index
 
     config = IndexConfig(models=("wordllama",), dense_index="HNSW16", hnsw_ef_search=40)

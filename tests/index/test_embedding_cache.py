@@ -87,7 +87,7 @@ def chunk_hashes(index_dir) -> list[str]:
 
 @needs_wordllama
 def test_unchanged_reindex_embeds_nothing(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"
@@ -102,7 +102,7 @@ def test_unchanged_reindex_embeds_nothing(tmp_path):
 
 @needs_wordllama
 def test_a_changed_document_embeds_only_its_new_text(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"
@@ -118,7 +118,7 @@ def test_a_changed_document_embeds_only_its_new_text(tmp_path):
 
 @needs_wordllama
 def test_a_chunk_size_change_embeds_only_the_new_chunk_texts(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     corpus = write_corpus(tmp_path / "corpus")
     index_dir, cache = tmp_path / "index", tmp_path / "cache.duckdb"

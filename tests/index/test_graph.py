@@ -310,9 +310,9 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
 
     from hybridlab.config import IndexConfig
     from hybridlab.index import layout, segments
-    from hybridlab.index.build import apply_changes
     from hybridlab.index.graph import load_graph
-    from hybridlab.index.memory import make_memory
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import make_memory
 
     config = IndexConfig(models=("wordllama",), graph_k=3)
     words = ["panel", "widget", "holoviews", "stream", "plot", "bokeh", "server", "layout", "data", "table"]

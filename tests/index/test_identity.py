@@ -14,12 +14,13 @@ import time
 import pytest
 from test_segments import CONFIG, SOURCE, _memory, _text
 
-from hybridlab.index import build, layout, reader
-from hybridlab.index.build import apply_changes, last_versions
+from hybridlab.index import layout, reader
+from hybridlab.index.admin.verify import repair, verify
 from hybridlab.index.caches import WRITE_CACHES
 from hybridlab.index.lru import LruCache
-from hybridlab.index.memory import MemoryWriter
-from hybridlab.index.verify import repair, verify
+from hybridlab.index.write import build
+from hybridlab.index.write.build import apply_changes, last_versions
+from hybridlab.index.write.memory import MemoryWriter
 from hybridlab.search.engine import open_index
 
 

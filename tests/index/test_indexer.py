@@ -14,7 +14,7 @@ import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.index import artifacts, faults, layout
-from hybridlab.index.build import IndexReport, index_paths
+from hybridlab.index.write.build import IndexReport, index_paths
 from hybridlab.search.engine import open_index
 
 
@@ -332,7 +332,8 @@ def test_failure_after_the_manifest_commit_keeps_the_new_generation(base_index, 
 
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    from hybridlab.index import build as indexer, faults
+    from hybridlab.index.write import build as indexer
+    from hybridlab.index import faults
     def hook(stage):
         if stage == sys.argv[3]:
             os.kill(os.getpid(), signal.SIGKILL)

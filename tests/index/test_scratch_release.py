@@ -41,8 +41,8 @@ def test_dropped_and_closed_connections_detach_their_databases():
 
 
 def test_a_server_storing_memories_keeps_a_bounded_number_of_databases(tmp_path):
-    from hybridlab.index.build import index_paths
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.build import index_paths
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import Index
 
     (tmp_path / "m.jsonl").write_text(json.dumps({"id": "m0", "content": "first memory"}) + "\n")

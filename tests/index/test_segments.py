@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from hybridlab.config import Bm25Config, IndexConfig
-from hybridlab.index import layout, merge
-from hybridlab.index.build import apply_changes, optimize
+from hybridlab.index import layout
 from hybridlab.index.manifest import Segment
-from hybridlab.index.memory import make_memory
-from hybridlab.index.merge import merge_plan
 from hybridlab.index.sparse import SparseIndex, _bm25s
 from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.index.write import merge
+from hybridlab.index.write.build import apply_changes, optimize
+from hybridlab.index.write.memory import make_memory
+from hybridlab.index.write.merge import merge_plan
 from hybridlab.search.engine import open_index
 
 WORDS = [

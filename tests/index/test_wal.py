@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from test_segments import CONFIG, SOURCE, _assert_same, _memory, _runs, _text
 
-from hybridlab.index import build, layout, merge, wal
-from hybridlab.index.build import apply_changes, fold_log, optimize
+from hybridlab.index import layout, wal
+from hybridlab.index.admin.verify import repair, verify
 from hybridlab.index.manifest import FORMAT_VERSION, LOG_DELETES_FORMAT
-from hybridlab.index.memory import MemoryWriter
-from hybridlab.index.verify import repair, verify
+from hybridlab.index.write import build, merge
+from hybridlab.index.write.build import apply_changes, fold_log, optimize
+from hybridlab.index.write.memory import MemoryWriter
 from hybridlab.search.engine import open_index
 
 

@@ -13,7 +13,7 @@ import traceback
 
 
 def write(index_dir: str, seconds: float, name: str, out: str, wal_records: int) -> None:
-    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.index.write.memory import MemoryWriter, make_memory
 
     writer = MemoryWriter(index_dir, wal_records=wal_records, lock_wait=60)
     deadline = time.monotonic() + seconds

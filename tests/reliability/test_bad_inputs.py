@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab.index.build import index_paths
+from hybridlab.index.write.build import index_paths
 
 from .helpers import MODEL_ARGS, NOW, cli, record
 
@@ -74,7 +74,7 @@ def bad_folder_index(tmp_path_factory):
 
 def test_bad_folder_is_indexed_with_every_bad_file_reported(bad_folder_index, caplog):
     from hybridlab.config import IndexConfig
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
     from hybridlab.search.engine import open_index
 
     root, folder = bad_folder_index

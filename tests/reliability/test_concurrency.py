@@ -148,7 +148,7 @@ async def _mixed_load(server, calls: int, concurrency: int, seed: int) -> tuple[
 
 
 def _check_all_found(index_dir: Path, stored: list[str]) -> None:
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
     from hybridlab.search.engine import open_index
 
     assert verify(index_dir) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.index import layout
-from hybridlab.index.verify import repair, verify
+from hybridlab.index.admin.verify import repair, verify
 from hybridlab.search.engine import open_index
 
 from .helpers import MODEL_ARGS, cli, record, snapshot, write_corpus

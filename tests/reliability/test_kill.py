@@ -120,7 +120,7 @@ def kill_after_seconds(corpus: Path, index_dir: Path, seconds: float) -> int:
 def check_after_kill(scenario, index_dir: Path) -> str:
     """The killed index opens, verifies clean and answers like before the run (or like the clean
     build when the kill came after the commit). Returns which state it is in."""
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
 
     assert verify(index_dir) == []
     committed = _generation(index_dir) != scenario["generation"]
@@ -132,7 +132,7 @@ def check_after_kill(scenario, index_dir: Path) -> str:
 def complete(scenario, index_dir: Path) -> dict:
     """The next run completes the interrupted one; its results equal the clean build's."""
     from hybridlab.cli import build_parser, index_config_from_args
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     args = build_parser().parse_args(
         ["index", str(scenario["corpus"]), "--index", str(index_dir), *MODEL_ARGS, "-q"]
@@ -238,7 +238,7 @@ def segment_scenario(tmp_path_factory):
 def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenario, tmp_path):
     """SIGKILL after each stage of a run that tombstones, writes a segment, merges it with its tier
     and commits: the index verifies clean and answers as before the run or as after it."""
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
 
     scenario = segment_scenario
 
@@ -298,7 +298,7 @@ def test_kill_at_every_stage_of_a_write_with_deletes_and_a_merge(segment_scenari
 
 STORE_SCRIPT = """
 import sys
-from hybridlab.index.memory import MemoryWriter
+from hybridlab.index.write.memory import MemoryWriter
 writer = MemoryWriter(sys.argv[1], wal_records=3)
 for i in range(5):
     stored = writer.store(f"zqkill{i} memory stored through the write-ahead log", ["kill"])
@@ -312,9 +312,9 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
     """SIGKILL a writer storing 5 memories through the write-ahead log (3 per log: one fold, with
     its commit and merge stages) after each stage it reports: the index verifies clean, every
     acknowledged memory is found, and a next writer (and `optimize`) carries on from there."""
-    from hybridlab.index.build import optimize
-    from hybridlab.index.memory import MemoryWriter
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
+    from hybridlab.index.write.build import optimize
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     def start(index_dir: Path) -> subprocess.Popen:
@@ -361,7 +361,7 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
 
 LIFECYCLE_SCRIPT = """
 import sys
-from hybridlab.index.memory import MemoryWriter
+from hybridlab.index.write.memory import MemoryWriter
 from hybridlab.search.engine import open_index
 
 index_dir = sys.argv[1]
@@ -396,7 +396,7 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
     acknowledged delete is gone; the operation in flight is whole or absent (old or new text; there
     or gone), and nothing not yet begun has changed."""
     from bench.mcp_load import build_index, memory_rows
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
     from hybridlab.search.engine import open_index
 
     base = build_index(tmp_path / "base", 20)

@@ -95,7 +95,7 @@ def test_a_generation_retired_while_it_is_read_stays_readable(tmp_path, monkeypa
     read sees the new generation."""
     from bench.mcp_load import build_index
     from hybridlab.index import reader
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.memory import MemoryWriter
 
     index_dir = build_index(tmp_path, 20)
     writer = MemoryWriter(index_dir, wal_records=0)  # every store a commit: what retires generations

@@ -20,7 +20,7 @@ WORKER = Path(__file__).with_name("soak_worker.py")
 
 
 def _run(small_index: Path, tmp_path: Path, seconds: float, wal_records: tuple[int, int, int]) -> dict:
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
     from hybridlab.search.engine import open_index
 
     index_dir = tmp_path / "index"

@@ -111,8 +111,8 @@ def test_mcp_http_binds_to_loopback_by_default():
 
 
 def test_lone_surrogates_in_a_memory_are_stored_or_refused_clearly(small_index, tmp_path):
-    from hybridlab.index.memory import MemoryWriter
-    from hybridlab.index.verify import verify
+    from hybridlab.index.admin.verify import verify
+    from hybridlab.index.write.memory import MemoryWriter
 
     index_dir = tmp_path / "index"
     shutil.copytree(small_index, index_dir)

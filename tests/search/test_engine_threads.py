@@ -58,7 +58,7 @@ def write_notes(corpus: Path, commit: int) -> None:
 
 
 def commit(corpus: Path, index_dir: Path, cache: Path, number: int) -> int:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     write_notes(corpus, number)
     report = index_paths(

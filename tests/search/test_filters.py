@@ -96,7 +96,7 @@ WORDS = [
 def big_index(tmp_path_factory):
     """20,000 one-chunk memories; 20 carry the tag `zircon`, 20 sit in collection `tiny`, 20 are dated
     2020; the rest are spread over 3 tags, 3 projects and 2025-2026 (synthetic text, seeded)."""
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("big-index")

@@ -14,7 +14,7 @@ pytest.importorskip("qdrant_client")
 from test_search import NOW, write_memories
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import qdrant as qdrant_mirror
+from hybridlab.index.admin import qdrant as qdrant_mirror
 from hybridlab.index.reader import read_generation
 from hybridlab.search import qdrant
 from hybridlab.search.engine import Index, open_index
@@ -33,7 +33,7 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     root = tmp_path_factory.mktemp("qdrant-index")
     source = write_memories(root / "memories.jsonl")
@@ -321,7 +321,7 @@ def edit_memories(path: Path) -> None:
 
 
 def test_sync_upserts_only_what_changed_and_stays_exact(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = write_memories(tmp_path / "memories.jsonl")
     config = IndexConfig(models=("wordllama",))
@@ -360,7 +360,7 @@ def test_sync_upserts_only_what_changed_and_stays_exact(tmp_path):
 
 def test_sync_without_reweighting_drifts_from_bm25s(tmp_path):
     """The reason the sync re-weights: with folded IDF the unchanged points keep the old statistics."""
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = write_memories(tmp_path / "memories.jsonl")
     config = IndexConfig(models=("wordllama",))
@@ -446,7 +446,7 @@ def test_sync_is_exact_on_qdrant_edge_and_its_idf_modifier_lags_deletes(tmp_path
     its deleted-points threshold): why folded weights are the default."""
     pytest.importorskip("qdrant_edge")
     from bench.qdrant_edge import EdgeClient
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = write_memories(tmp_path / "memories.jsonl")
     config = IndexConfig(models=("wordllama",))

@@ -108,7 +108,7 @@ def diary(tmp_path_factory):
     import json
 
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.search.engine import open_index
 
     root = tmp_path_factory.mktemp("diary")

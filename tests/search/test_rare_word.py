@@ -80,8 +80,8 @@ STORED = (
 def stored(tmp_path_factory):
     """(index folder, id of the memory holding TOKEN): the filler and distractors built as a segment,
     the token's memory stored after them through the MemoryWriter (in the write-ahead log)."""
-    from hybridlab.index.build import apply_changes
-    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.index.write.build import apply_changes
+    from hybridlab.index.write.memory import MemoryWriter, make_memory
 
     root = tmp_path_factory.mktemp("rare-word")
     rng = random.Random(0)

@@ -23,7 +23,7 @@ QUERY = "where is the public endpoint of the tunnel server"
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     root = tmp_path_factory.mktemp("rerank-index")
     index_paths(

@@ -140,7 +140,7 @@ def write_memories(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def memory_index_dir(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     root = tmp_path_factory.mktemp("memory-index")
     source = write_memories(root / "memories.jsonl")

@@ -33,7 +33,7 @@ def release_notes() -> str:
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder = tmp_path_factory.mktemp("mcp-browse")
     docs = folder / "docs"

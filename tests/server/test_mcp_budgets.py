@@ -17,7 +17,7 @@ NOW = "2026-11-27T12:00:00Z"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.server.mcp import create_server
 
     folder = tmp_path_factory.mktemp("mcp-budgets")

@@ -20,7 +20,7 @@ MEMORIES = [
 
 @pytest.fixture
 def index_dir(tmp_path):
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = tmp_path / "memories.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in MEMORIES), encoding="utf-8")
@@ -34,7 +34,7 @@ def data(result) -> dict:
 
 
 def test_normalised_content():
-    from hybridlab.index.memory import normalised_content
+    from hybridlab.index.write.memory import normalised_content
 
     assert normalised_content("  The  Walrus\tproject\n\nDEPLOYS ") == "the walrus project deploys"
 
@@ -55,8 +55,8 @@ def test_find_duplicate_by_content_key_and_in_stores_written_before_it(column):
     column at all) are normalised in SQL, so an old index still finds its duplicates."""
     import duckdb
 
-    from hybridlab.index.memory import find_duplicate, make_memory
     from hybridlab.index.rows import content_key
+    from hybridlab.index.write.memory import find_duplicate, make_memory
 
     con = duckdb.connect()
     con.execute(
@@ -208,8 +208,8 @@ def test_an_index_written_before_content_key_reads_merges_and_finds_duplicates(t
     import duckdb
 
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths, optimize
-    from hybridlab.index.memory import MemoryWriter, find_duplicate
+    from hybridlab.index.write.build import index_paths, optimize
+    from hybridlab.index.write.memory import MemoryWriter, find_duplicate
     from hybridlab.search.engine import open_index
 
     source = tmp_path / "m.jsonl"

@@ -15,7 +15,7 @@ import pytest
 @pytest.fixture
 def index_dir(tmp_path):
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = tmp_path / "memories.jsonl"
     source.write_text(json.dumps({"id": "m1", "content": "The walrus project deploys on Fridays."}) + "\n")
@@ -85,7 +85,7 @@ def test_a_users_mistake_stays_a_tool_error(index_dir):
 )
 def test_a_memory_that_is_not_allowed_raises_an_error_naming_its_field(arguments, field):
     from hybridlab.errors import HybridlabError, InvalidValueError
-    from hybridlab.index.memory import make_memory
+    from hybridlab.index.write.memory import make_memory
 
     with pytest.raises(InvalidValueError) as error:
         make_memory(**arguments)
@@ -152,13 +152,13 @@ def test_an_invalid_setting_is_a_tool_error_naming_it(index_dir, monkeypatch):
         (
             "store_memory",
             {"content": "A new fact."},
-            "hybridlab.index.memory.make_memory",
+            "hybridlab.index.write.memory.make_memory",
             ValueError("boom 0x2a"),
         ),
         (
             "store_memory",
             {"content": "A new fact."},
-            "hybridlab.index.memory.make_memory",
+            "hybridlab.index.write.memory.make_memory",
             FileNotFoundError("boom 0x2a"),
         ),
     ],

@@ -106,7 +106,7 @@ def start_server(
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder = tmp_path_factory.mktemp("mcp-http")
     source = folder / "memories.jsonl"

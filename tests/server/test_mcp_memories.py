@@ -21,7 +21,7 @@ NOW = "2024-02-27T12:00:00Z"  # a Tuesday, the day after the 30th ground-truth m
 
 @pytest.fixture(scope="module")
 def base_index(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder = tmp_path_factory.mktemp("mcp-memories")
     source = folder / "memories.jsonl"
@@ -257,8 +257,8 @@ def test_deleting_the_only_memories_of_the_write_ahead_log_holds(tmp_path):
     other record beside it, survived its delete (the commit found nothing else to write and left the
     log alone). The writer folds such a log first; the delete holds after a reopen."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
-    from hybridlab.index.memory import MemoryWriter
+    from hybridlab.index.write.build import index_paths
+    from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index
 
     source = tmp_path / "memories.jsonl"

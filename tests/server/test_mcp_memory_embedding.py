@@ -21,7 +21,7 @@ MEMORIES = [
 @pytest.fixture
 def index_dir(tmp_path):
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     source = tmp_path / "memories.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in MEMORIES), encoding="utf-8")
@@ -94,7 +94,7 @@ def test_a_stored_memory_is_embedded_once(index_dir, monkeypatch):
 
 
 def test_nearest_memory_returns_the_cosine_of_the_stored_vectors(index_dir):
-    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.index.write.memory import MemoryWriter, make_memory
     from hybridlab.search.engine import open_index
     from hybridlab.search.listing import NearestMemory, nearest_memory
 
@@ -150,7 +150,7 @@ def test_vectors_embedded_under_another_config_are_embedded_again(index_dir, mon
     import dataclasses
 
     from hybridlab.encoders.base import Encoder
-    from hybridlab.index.memory import MemoryWriter, make_memory
+    from hybridlab.index.write.memory import MemoryWriter, make_memory
     from hybridlab.search.engine import open_index
 
     writer = MemoryWriter(index_dir)

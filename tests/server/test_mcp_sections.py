@@ -35,7 +35,7 @@ def server(tmp_path_factory):
     if not RELEASES.is_file():
         pytest.skip(f"no HoloViz corpus at {RELEASES.parents[3]} (set HYBRIDLAB_CORPORA)")
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.server.mcp import create_server
 
     folder = tmp_path_factory.mktemp("mcp-sections")

@@ -49,7 +49,7 @@ NEW_MEMORIES = [  # content, tags, created_at (None = now)
 
 @pytest.fixture(scope="module")
 def base_index(tmp_path_factory) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder = tmp_path_factory.mktemp("mcp")
     source = folder / "memories.jsonl"
@@ -354,7 +354,7 @@ def test_qdrant_backend_serves_search_and_store_memory_in_process(index_dir, tmp
     pytest.importorskip("qdrant_client")
     from mcp import Client
 
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
     from hybridlab.search import qdrant
     from hybridlab.search.engine import open_index
     from hybridlab.server.mcp import create_server
@@ -427,7 +427,7 @@ def test_qdrant_backend_over_stdio(index_dir, tmp_path):
     pytest.importorskip("qdrant_client")
     from mcp import Client
 
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
 
     backend = ["--backend", "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--qdrant-collection", "mem"]
 

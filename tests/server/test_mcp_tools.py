@@ -14,7 +14,7 @@ import pytest
 @pytest.fixture
 def server(tmp_path):
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
     from hybridlab.server.mcp import create_server
 
     source = tmp_path / "memories.jsonl"

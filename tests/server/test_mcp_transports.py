@@ -26,7 +26,7 @@ GUIDE = "# Guide\n\nIntro text.\n\n" + "".join(
 
 @pytest.fixture
 def index_dir(tmp_path) -> Path:
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "guide.md").write_text(GUIDE, encoding="utf-8")
@@ -193,7 +193,7 @@ def panel_index(tmp_path_factory) -> Path:
     import shutil
 
     from hybridlab.config import IndexConfig
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     folder = tmp_path_factory.mktemp("panel")
     (folder / "docs").mkdir()

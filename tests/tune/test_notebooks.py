@@ -197,7 +197,7 @@ def test_explore_notebook_searches_an_index_folder_of_ones_own(tiny_env, tmp_pat
 
 def test_explore_notebook_on_the_qdrant_backend(tiny_env, tmp_path):  # noqa: F811
     pytest.importorskip("qdrant_client")
-    from hybridlab.index import qdrant as qdrant_mirror
+    from hybridlab.index.admin import qdrant as qdrant_mirror
 
     store = tmp_path / "qdrant"
     out = run_notebook(

@@ -83,7 +83,7 @@ def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str
 
 def build_index(haystack: Haystack, settings: BenchSettings, work: Path, cache: Path) -> Path:
     """The haystack's index (reused when one of the same memories and config exists under `work`)."""
-    from hybridlab.index.build import index_paths
+    from hybridlab.index.write.build import index_paths
 
     memories = haystack.memories(settings.granularity, settings.context)
     folder = work / f"{haystack_key(memories, settings)}"

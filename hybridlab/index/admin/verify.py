@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
-from hybridlab.index.build import apply_changes
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import consistency_problems, read_generation
+from hybridlab.index.write.build import apply_changes
 
 
 def _store_problems(folder: Path) -> list[str]:

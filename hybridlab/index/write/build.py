@@ -23,7 +23,6 @@ from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, store, wal
 from hybridlab.index.artifacts import build_artifacts, cache_vectors, embed_missing
 from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.commit import commit_generation, manifest_base
 from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.manifest import Manifest, Segment, SegmentModel
@@ -43,6 +42,7 @@ from hybridlab.index.segments import (
     with_live_counts,
 )
 from hybridlab.index.signatures import next_signatures, recorded_signatures
+from hybridlab.index.write.commit import commit_generation, manifest_base
 from hybridlab.ingest import sources
 from hybridlab.ingest.sources import Document, FolderScan
 

@@ -44,9 +44,9 @@ from hybridlab.index.manifest import (
     Segment,
     dumps,
 )
-from hybridlab.index.merge import build_merged, merge_plan
 from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder
 from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
+from hybridlab.index.write.merge import build_merged, merge_plan
 
 logger = logging.getLogger(__name__)
 

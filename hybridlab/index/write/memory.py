@@ -24,12 +24,12 @@ from hybridlab.encoders.registry import load_document_encoder, register_recorded
 from hybridlab.errors import InvalidValueError
 from hybridlab.index import layout, wal
 from hybridlab.index.artifacts import document_batch_size
-from hybridlab.index.build import apply_changes, fold_log
 from hybridlab.index.faults import checkpoint
 from hybridlab.index.manifest import LOG_DELETES_FORMAT, Manifest
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
 from hybridlab.index.segments import indexed_doc_ids
+from hybridlab.index.write.build import apply_changes, fold_log
 from hybridlab.ingest.sources import Document, memory_document
 
 logger = logging.getLogger(__name__)
