@@ -37,7 +37,10 @@ WORKER = r"""
 import json, statistics, sys, time
 from pathlib import Path
 args = json.loads(sys.argv[1])
-from hybridlab.index.write.build import index_paths
+try:
+    from hybridlab.index.write.build import index_paths
+except ImportError:  # a version before index/ was grouped into write/, admin/ (e37bd4a)
+    from hybridlab.index.build import index_paths
 from hybridlab.search.engine import Index
 started = time.perf_counter()
 index_paths([args["memories"]], args["index"], progress=False, cache_path=args["cache"])
@@ -167,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         memories = work / "memories.jsonl"
         rows = sentences(args.memories)
+        if not rows:  # no corpus: a table of searches over nothing would look like a result
+            raise SystemExit(
+                f"no HoloViz sentences under {corpora_dir() / 'holoviz'} (set HYBRIDLAB_CORPORA)"
+            )
         memories.write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
         texts = queries(args.queries)
         (work / "queries.json").write_text(json.dumps(texts), encoding="utf-8")

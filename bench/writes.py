@@ -124,8 +124,19 @@ def synthetic_memory(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _write_module(name: str) -> Any:
+    """`hybridlab.index.write.<name>` of the side being measured, or `hybridlab.index.<name>` on a
+    side from before `index/` was grouped into `write/` and `admin/` (e37bd4a)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"hybridlab.index.write.{name}")
+    except ImportError:
+        return importlib.import_module(f"hybridlab.index.{name}")
+
+
 def _memories(start: int, count: int, rng: random.Random) -> list[Any]:
-    from hybridlab.index.write.memory import make_memory
+    make_memory = _write_module("memory").make_memory
 
     return [
         make_memory(m["content"], m["tags"], created_at=m["created_at"], memory_id=m["id"])
@@ -139,7 +150,7 @@ def _folder_bytes(folder: Path, skip: tuple[str, ...] = ()) -> int:
 
 def _memory_write_options() -> dict[str, Any]:
     """What `MemoryWriter` passes to `apply_changes` beyond the documents, on this side's code."""
-    from hybridlab.index.write.build import apply_changes
+    apply_changes = _write_module("build").apply_changes
 
     return {"use_cache": False} if "use_cache" in inspect.signature(apply_changes).parameters else {}
 
@@ -156,7 +167,7 @@ def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int
     try:
         from hybridlab.index.rows import chunk_document, indexed_text
     except ImportError:  # a before-side checkout from when they lived in build
-        from hybridlab.index.write.build import chunk_document, indexed_text  # type: ignore[attr-defined,no-redef]
+        from hybridlab.index.build import chunk_document, indexed_text  # type: ignore[no-redef]
 
     config = IndexConfig(models=(model,))
     hashes = list(
@@ -182,8 +193,10 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """Index N memories, then store memories one by one (a reader refreshing after each), then
     write a batch in one commit; seconds of each."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.write.build import apply_changes
-    from hybridlab.index.write.memory import MEMORY_SOURCE, MemoryWriter
+
+    apply_changes = _write_module("build").apply_changes
+    memory = _write_module("memory")
+    MEMORY_SOURCE, MemoryWriter = memory.MEMORY_SOURCE, memory.MemoryWriter
     from hybridlab.search.engine import open_index
 
     n, stores, batch, model = (
@@ -293,7 +306,8 @@ def _markdown(i: int, rng: random.Random, edit: int = 0) -> str:
 def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """A folder of markdown files: full build, then 1% edited and re-indexed, then re-indexed unchanged."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.write.build import index_paths
+
+    index_paths = _write_module("build").index_paths
 
     files, share = int(arguments["files"]), float(arguments["share"])
     rng = random.Random(files)
@@ -338,7 +352,8 @@ def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
 def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """Search latency over a dataset's queries, the index written in `segments` commits without merges."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index.write.build import apply_changes
+
+    apply_changes = _write_module("build").apply_changes
     from hybridlab.search.engine import open_index
 
     segments, dataset = int(arguments["segments"]), arguments["dataset"]
@@ -391,8 +406,10 @@ def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """`writes` memories written one per commit into an empty index vs a fresh build of them."""
     from hybridlab.config import IndexConfig
     from hybridlab.index import layout
-    from hybridlab.index.write.build import apply_changes
-    from hybridlab.index.write.memory import MEMORY_SOURCE, MemoryWriter
+
+    apply_changes = _write_module("build").apply_changes
+    memory = _write_module("memory")
+    MEMORY_SOURCE, MemoryWriter = memory.MEMORY_SOURCE, memory.MemoryWriter
 
     writes = int(arguments["writes"])
     documents = _memories(0, writes, random.Random(writes))
