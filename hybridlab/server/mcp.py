@@ -23,8 +23,27 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from hybridlab.config import resolve_search_config
 from hybridlab.errors import HybridlabError, InvalidValueError
 from hybridlab.extras import require
+from hybridlab.index.write.memory import (
+    MemoryWriter,
+    create_memory_index,
+    find_duplicate,
+    make_memory,
+    normalised_content,
+)
+from hybridlab.search.engine import Index, resolve_now
+from hybridlab.search.listing import memories_by_id, nearest_memory
+from hybridlab.search.sections import document_sections, find_section
+from hybridlab.search.time_range import iso_z, resolve_time_range
+from hybridlab.server.http_auth import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    StaticTokenVerifier,
+    auth_settings,
+    http_security,
+    transport_security_settings,
+)
 from hybridlab.server.stderr import StderrHandler
 
 if TYPE_CHECKING:
@@ -341,8 +360,6 @@ class Service:
         backend_name: str = "local",
         wal_records: int | None = None,
     ) -> None:
-        from hybridlab.index.write.memory import MemoryWriter, create_memory_index
-        from hybridlab.search.engine import Index
 
         self.index_dir = Path(index_dir)
         if create_memory_index(self.index_dir):
@@ -385,8 +402,6 @@ class Service:
 
     def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
         """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
-        from hybridlab.search.engine import resolve_now
-        from hybridlab.search.time_range import resolve_time_range
 
         with _tool_errors(*LIBRARY_ERRORS):
             return resolve_time_range(time, since, until, resolve_now(None))
@@ -503,7 +518,6 @@ def get_document(
     remaining_chars is what follows. A first page lists the document's header sections;
     section (a number or title) reads one section, offset counting from its start, next_section after it.
     Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
-    from hybridlab.search.sections import document_sections, find_section
 
     with service.reading() as index:
         snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
@@ -542,7 +556,6 @@ def get_document(
 def _queued(queued: Document, started: float) -> StoredMemoryResponse:
     """The response of a store that returns `queued`, a memory of equal content acknowledged and
     waiting for its deferred commit (pending, in no generation yet)."""
-    from hybridlab.search.time_range import iso_z
 
     return StoredMemoryResponse(
         id=queued.doc_id,
@@ -561,7 +574,6 @@ def _queued(queued: Document, started: float) -> StoredMemoryResponse:
 def _stored_duplicate(service: Service, content: str, started: float) -> StoredMemoryResponse | None:
     """The response of a store that returns the stored memory of equal content (ignoring case and
     whitespace), None when there is none (looked up without flushing the writer)."""
-    from hybridlab.index.write.memory import find_duplicate
 
     with service.reading(flush=False) as index:
         snapshot = index.snapshot()
@@ -590,8 +602,6 @@ def store_memory(
     context: the conversation turn before it, indexed with it so that a question worded like that
     turn finds it; not part of its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-    from hybridlab.index.write.memory import make_memory, normalised_content
-    from hybridlab.search.listing import nearest_memory
 
     started = time.perf_counter()
     key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
@@ -682,8 +692,6 @@ def delete_memory(
     with service.lifecycle:
         with service.reading() as index:
             if ids:
-                from hybridlab.search.listing import memories_by_id
-
                 found, not_found = memories_by_id(index, ids)
             else:
                 found = [
@@ -810,7 +818,6 @@ def list_documents(
 def stats(service: Service) -> StatsResponse:
     """The index: documents and chunks per collection and type, tags, models, and the search
     settings in force with their source. Example: {}"""
-    from hybridlab.config import resolve_search_config
 
     with service.reading() as index:
         snapshot = index.snapshot()  # the counts and the adaptive settings of one generation
@@ -893,8 +900,6 @@ def create_server(
 
     auth: dict[str, Any] = {}
     if auth_token is not None:
-        from hybridlab.server.http_auth import StaticTokenVerifier, auth_settings
-
         auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
     # an attribute of ours on the SDK's server object (which declares none such): for tests and the benchmark
@@ -1031,7 +1036,6 @@ HTTP_ONLY_OPTIONS = {
 def _http_security(args: argparse.Namespace) -> Any:
     """The HTTP transport's token, allow-lists and size cap from the CLI options and the environment;
     None over stdio (where the HTTP-only options are an error)."""
-    from hybridlab.server.http_auth import DEFAULT_MAX_REQUEST_BYTES, http_security
 
     given = [flag for key, flag in HTTP_ONLY_OPTIONS.items() if getattr(args, key, None)]
     if args.transport == "stdio":
@@ -1083,8 +1087,6 @@ def cli_mcp(args: argparse.Namespace) -> int:
         if security is None:
             server.run("stdio")
         else:
-            from hybridlab.server.http_auth import transport_security_settings
-
             logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
             server.run(
                 "streamable-http",
