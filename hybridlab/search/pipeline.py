@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
+from hybridlab.encoders.registry import canonical_name
 from hybridlab.errors import InvalidValueError
 from hybridlab.search.evidence import (
     EVIDENCE_DEPTH,
@@ -143,8 +144,6 @@ def choose_model(
 ) -> str:
     """embedding_model > language (via the index's language table) > the index's single model."""
     if embedding_model:
-        from hybridlab.encoders.registry import canonical_name
-
         name = canonical_name(embedding_model)
         if name not in snapshot.dense:
             raise InvalidValueError(

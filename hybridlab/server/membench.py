@@ -15,6 +15,7 @@ from typing import Any
 
 from hybridlab.eval.conversations.records import Haystack, Question
 from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, _sessions, qualified
+from hybridlab.index.write.build import index_paths
 
 MCP_LIMIT = 50  # results per search (the tool allows up to 100)
 
@@ -30,7 +31,6 @@ def run_served(
     """The hybrid system's rankings, through the MCP tools of a server per haystack."""
     from tqdm.auto import tqdm
 
-    from hybridlab.index.write.build import index_paths
     from hybridlab.server.mcp import create_server
 
     work = Path(work)

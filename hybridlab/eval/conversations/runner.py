@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybridlab import __version__
 from hybridlab.config import IndexConfig
 from hybridlab.errors import InvalidValueError
 from hybridlab.eval.conversations import metrics
 from hybridlab.eval.conversations.records import GRANULARITIES, Haystack, Question
+from hybridlab.eval.evaluate import write_trec_run
+from hybridlab.index.write.build import index_paths
+from hybridlab.search.engine import Index
 
 #: system name -> search options (on top of the config file's)
 SYSTEMS: dict[str, dict[str, Any]] = {"hybrid": {}, "bm25": {"mode": "bm25"}, "vector": {"mode": "vector"}}
@@ -71,7 +75,6 @@ INDEX_KEY_VERSION = 2
 
 
 def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str:
-    from hybridlab import __version__
 
     text = json.dumps(
         [INDEX_KEY_VERSION, __version__, memories, settings.index_config.to_dict()],
@@ -83,7 +86,6 @@ def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str
 
 def build_index(haystack: Haystack, settings: BenchSettings, work: Path, cache: Path) -> Path:
     """The haystack's index (reused when one of the same memories and config exists under `work`)."""
-    from hybridlab.index.write.build import index_paths
 
     memories = haystack.memories(settings.granularity, settings.context)
     folder = work / f"{haystack_key(memories, settings)}"
@@ -108,8 +110,6 @@ def run_haystacks(
 ) -> BenchResult:
     """Index every haystack, search each of its questions with every system (`depth` results)."""
     from tqdm.auto import tqdm
-
-    from hybridlab.search.engine import Index
 
     work = Path(work)
     cache = work / "embeddings.duckdb"
@@ -222,7 +222,6 @@ def _rank_scored(rankings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, f
 def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -> dict[str, Any]:
     """TREC runs and qrels per level (a turn run also as its sessions, `*-turn-as-sessions.trec`: what
     `fuse` combines with a session run), `summary.json` and `summary.md`; returns the summary."""
-    from hybridlab.eval.evaluate import write_trec_run
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
