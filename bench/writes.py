@@ -193,11 +193,11 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """Index N memories, then store memories one by one (a reader refreshing after each), then
     write a batch in one commit; seconds of each."""
     from hybridlab.config import IndexConfig
+    from hybridlab.search.engine import open_index
 
     apply_changes = _write_module("build").apply_changes
     memory = _write_module("memory")
     MEMORY_SOURCE, MemoryWriter = memory.MEMORY_SOURCE, memory.MemoryWriter
-    from hybridlab.search.engine import open_index
 
     n, stores, batch, model = (
         int(arguments["n"]),
@@ -352,9 +352,9 @@ def _reindex_worker(arguments: dict[str, Any]) -> dict[str, Any]:
 def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """Search latency over a dataset's queries, the index written in `segments` commits without merges."""
     from hybridlab.config import IndexConfig
+    from hybridlab.search.engine import open_index
 
     apply_changes = _write_module("build").apply_changes
-    from hybridlab.search.engine import open_index
 
     segments, dataset = int(arguments["segments"]), arguments["dataset"]
     if dataset == "scifact":

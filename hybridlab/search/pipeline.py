@@ -542,14 +542,13 @@ def combine(
     rows = np.fromiter(fused.keys(), dtype=np.int64, count=len(fused))
     scores = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
     factors = np.ones(len(rows))
+    final = scores  # recency off (the default, `recency_weight` 0): the fused scores as they are
     recency_weight = evidence.recency_weight
     if config.decay > 0 and recency_weight > 0:
         days = (now.timestamp() - snapshot.generation.times[rows]) / 86400.0
         decayed = np.exp(-config.decay * np.clip(days, 0.0, None))
         factors = np.where(np.isnan(decayed), 1.0, decayed)
-    # recency off (the default, `recency_weight` 0): the fused scores as they are, no pass over them
-    weighted = config.decay > 0 and recency_weight > 0
-    final = scores * (1.0 - recency_weight + recency_weight * factors) if weighted else scores
+        final = scores * (1.0 - recency_weight + recency_weight * factors)
     if evidence.date_weight > 0:  # rows created outside the time the query names lose date_weight
         final = final * date_factors(
             snapshot.generation.times[rows], evidence.dates, evidence.date_weight, config.date_grace_days

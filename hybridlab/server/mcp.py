@@ -360,7 +360,6 @@ class Service:
         backend_name: str = "local",
         wal_records: int | None = None,
     ) -> None:
-
         self.index_dir = Path(index_dir)
         if create_memory_index(self.index_dir):
             logger.info(
@@ -402,7 +401,6 @@ class Service:
 
     def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
         """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
-
         with _tool_errors(*LIBRARY_ERRORS):
             return resolve_time_range(time, since, until, resolve_now(None))
 
@@ -518,7 +516,6 @@ def get_document(
     remaining_chars is what follows. A first page lists the document's header sections;
     section (a number or title) reads one section, offset counting from its start, next_section after it.
     Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
-
     with service.reading() as index:
         snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
         document = index.get_document(doc_id, snapshot=snapshot)
@@ -556,7 +553,6 @@ def get_document(
 def _queued(queued: Document, started: float) -> StoredMemoryResponse:
     """The response of a store that returns `queued`, a memory of equal content acknowledged and
     waiting for its deferred commit (pending, in no generation yet)."""
-
     return StoredMemoryResponse(
         id=queued.doc_id,
         generation=None,
@@ -574,7 +570,6 @@ def _queued(queued: Document, started: float) -> StoredMemoryResponse:
 def _stored_duplicate(service: Service, content: str, started: float) -> StoredMemoryResponse | None:
     """The response of a store that returns the stored memory of equal content (ignoring case and
     whitespace), None when there is none (looked up without flushing the writer)."""
-
     with service.reading(flush=False) as index:
         snapshot = index.snapshot()
         existing = find_duplicate(snapshot.generation.store, content)
@@ -602,7 +597,6 @@ def store_memory(
     context: the conversation turn before it, indexed with it so that a question worded like that
     turn finds it; not part of its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-
     started = time.perf_counter()
     key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
     with service.storing(key) if key else contextlib.nullcontext():
@@ -818,7 +812,6 @@ def list_documents(
 def stats(service: Service) -> StatsResponse:
     """The index: documents and chunks per collection and type, tags, models, and the search
     settings in force with their source. Example: {}"""
-
     with service.reading() as index:
         snapshot = index.snapshot()  # the counts and the adaptive settings of one generation
         facts = index.stats(snapshot=snapshot)
@@ -1036,7 +1029,6 @@ HTTP_ONLY_OPTIONS = {
 def _http_security(args: argparse.Namespace) -> Any:
     """The HTTP transport's token, allow-lists and size cap from the CLI options and the environment;
     None over stdio (where the HTTP-only options are an error)."""
-
     given = [flag for key, flag in HTTP_ONLY_OPTIONS.items() if getattr(args, key, None)]
     if args.transport == "stdio":
         if given:

@@ -75,7 +75,6 @@ INDEX_KEY_VERSION = 2
 
 
 def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str:
-
     text = json.dumps(
         [INDEX_KEY_VERSION, __version__, memories, settings.index_config.to_dict()],
         sort_keys=True,
@@ -86,7 +85,6 @@ def haystack_key(memories: list[dict[str, Any]], settings: BenchSettings) -> str
 
 def build_index(haystack: Haystack, settings: BenchSettings, work: Path, cache: Path) -> Path:
     """The haystack's index (reused when one of the same memories and config exists under `work`)."""
-
     memories = haystack.memories(settings.granularity, settings.context)
     folder = work / f"{haystack_key(memories, settings)}"
     done = folder / "built.ok"
@@ -222,7 +220,6 @@ def _rank_scored(rankings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, f
 def write_outputs(result: BenchResult, out: str | Path, levels: Sequence[str]) -> dict[str, Any]:
     """TREC runs and qrels per level (a turn run also as its sessions, `*-turn-as-sessions.trec`: what
     `fuse` combines with a session run), `summary.json` and `summary.md`; returns the summary."""
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gran = result.settings.granularity
