@@ -379,6 +379,10 @@ def iter_beir(folder: Path) -> Iterator[Document]:
         )
 
 
+#: a memory's project (`metadata.project`) is its collection; one without a project is in this one
+MEMORY_COLLECTION = "memories"
+
+
 def memory_document(obj: dict, where: str, source: str) -> Document:
     """Validate one memory object (`id`, `content`, `tags`, `created_at`, `memory_type?`, `metadata?`)."""
     memory_id = obj.get("id")
@@ -408,7 +412,7 @@ def memory_document(obj: dict, where: str, source: str) -> Document:
             field="metadata.context",
         )
     metadata = {**metadata, "memory_type": memory_type}
-    collection = str(metadata.get("project") or "memories")
+    collection = str(metadata.get("project") or MEMORY_COLLECTION)
     title = content.strip().splitlines()[0][:80]
     clean_tags = tuple(dict.fromkeys(tag.strip().lower() for tag in tags if tag.strip()))
     return Document(

@@ -486,13 +486,17 @@ class Index:
         limit: int = 10,
         since: str | datetime | None = None,
         until: str | datetime | None = None,
+        collection: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`)."""
+        """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`;
+        only `collection`'s when given, as in :meth:`list_documents`)."""
         if match not in {"all", "any"}:
             raise InvalidValueError(f"unknown match {match!r}; choose from ['all', 'any']", field="match")
         if not tags or not all(isinstance(t, str) and t.strip() for t in tags):
             raise InvalidValueError("tags must be a non-empty list of non-empty strings", field="tags")
-        return self.list_documents(tags=tags, match=match, since=since, until=until, limit=limit)[0]
+        return self.list_documents(
+            tags=tags, match=match, since=since, until=until, limit=limit, collection=collection
+        )[0]
 
     def list_documents(
         self,

@@ -73,13 +73,18 @@ def newest_documents(
     return Page(page, encode_cursor(newest[page[-1]], page[-1]))
 
 
-def memories_by_id(index: Any, ids: list[str]) -> tuple[list[str], list[str]]:
-    """(memories among `ids`, ids not in the index); InvalidValueError for a document that is not a memory."""
+def memories_by_id(index: Any, ids: list[str], collection: str | None = None) -> tuple[list[str], list[str]]:
+    """(memories among `ids`, ids not in the index); InvalidValueError for a document that is not a
+    memory. With `collection`, a document of another collection (a memory of another project) is
+    not in the index for this call: deleting by id never reaches into another project."""
     found, missing = [], []
     for doc_id in dict.fromkeys(ids):
         try:
             document = index.get_document(doc_id)
         except DocumentNotFoundError:
+            missing.append(doc_id)
+            continue
+        if collection is not None and document["collection"] != collection:
             missing.append(doc_id)
             continue
         if document["doc_type"] != "memory":
@@ -100,19 +105,28 @@ class NearestMemory:
 
 
 def nearest_memory(
-    snapshot: Snapshot, vectors: Mapping[str, np.ndarray], *, exclude: str | None = None
+    snapshot: Snapshot,
+    vectors: Mapping[str, np.ndarray],
+    *,
+    exclude: str | None = None,
+    collection: str | None = None,
 ) -> NearestMemory | None:
     """The memory of `snapshot` whose vector is nearest to a memory's `vectors` (model -> its unit
     vector, as :meth:`hybridlab.index.write.memory.MemoryWriter.embed` gives them: embedded as a document,
     like the memories it is compared with), `exclude` left out; None when there is none. Compared by
     the first of `vectors`' models the snapshot has vectors of: a vector search over the memories
-    alone, without recency or tag signals, on this one snapshot."""
-    if "memory" not in snapshot.generation.known_chunk_types:
+    alone (those of `collection` when given: one project's), without recency or tag signals, on
+    this one snapshot."""
+    generation = snapshot.generation
+    if "memory" not in generation.known_chunk_types:
         return None
+    if collection is not None and collection not in generation.known_collections:
+        return None  # a project without a memory yet
     model = next((model for model in vectors if model in snapshot.dense), None)
     if model is None:
         return None
-    allowed = snapshot.store.allowed(Filters(chunk_types=("memory",)))
+    within = () if collection is None else (collection,)
+    allowed = snapshot.store.allowed(Filters(chunk_types=("memory",), collections=within))
     rows, scores = snapshot.dense[model].search(np.asarray(vectors[model], dtype=np.float32), 3, allowed)
     doc_ids = snapshot.generation.doc_ids
     found = [

@@ -17,20 +17,23 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from hybridlab.config import resolve_search_config
-from hybridlab.errors import HybridlabError, InvalidValueError
+from hybridlab.errors import DocumentNotFoundError, HybridlabError, InvalidValueError
 from hybridlab.extras import require
 from hybridlab.index.write.memory import (
     MemoryWriter,
+    check_project,
     create_memory_index,
     find_duplicate,
     make_memory,
+    memory_collection,
     normalised_content,
 )
 from hybridlab.search.engine import Index, resolve_now
@@ -65,7 +68,9 @@ INSTRUCTIONS = (
     "for later, `update_memory` / `delete_memory` to correct or forget one, `list_memories` and "
     "`search_by_tag` for the newest items, `list_collections` / `list_documents` to browse, and `stats` to see "
     "what the index holds. Long texts come in pages (`get_document` takes `offset`, `max_chars`). "
-    'Searches and lists take `time` in words ("yesterday", "last week") or ISO `since`/`until`.'
+    'Searches and lists take `time` in words ("yesterday", "last week") or ISO `since`/`until`. '
+    "Memories belong to a project (`project`, default the server's): a call sees only its project's "
+    'documents and memories unless it passes project="*".'
 )
 
 WARM_QUERIES = (
@@ -89,6 +94,9 @@ MEMORY_CHUNK_TYPES = ("memory",)
 #: store_memory reports the nearest memory at this cosine or above: 0 of the 274 distinct demo memories
 #: reach it, 95% of one-word edits do (reports/bench/2026-11-27-near-duplicate)
 NEAR_THRESHOLD = 0.95
+#: `project` of a read that covers every project; the default project comes from this variable
+ALL_PROJECTS = "*"
+PROJECT_ENV = "HYBRIDLAB_PROJECT"
 
 
 class TimeWindow(BaseModel):
@@ -162,10 +170,11 @@ class CollectionInfo(BaseModel):
 
 
 class CollectionList(BaseModel):
-    """The collections of the index, by name."""
+    """The collections of the index, by name: each is a project."""
 
     count: int
     collections: list[CollectionInfo]
+    default_project: str | None = None
 
 
 class DocumentEntry(BaseModel):
@@ -255,6 +264,7 @@ class StoredMemoryResponse(BaseModel):
         default=None, description="most similar memory, cosine >= near_threshold"
     )
     similarity: float | None = None
+    project: str | None = None
 
 
 class ServerActivity(BaseModel):
@@ -344,6 +354,23 @@ def _tool_errors(*kinds: type[BaseException]) -> Iterator[None]:
         raise _tool_error(error) from None
 
 
+@dataclass(frozen=True)
+class ProjectScope:
+    """What one read covers: the documents of `collection` (None: all), or nothing (`empty`: a
+    project the index does not have, or a `collection` outside the call's project)."""
+
+    collection: str | None = None
+    empty: bool = False
+
+
+def default_project(project: str | None) -> str | None:
+    """The server's default project: `project` (`hybridlab mcp --project`), else `HYBRIDLAB_PROJECT`,
+    else none: then a read without `project` covers every collection and a store goes to no project,
+    as before projects existed."""
+    name = project if project is not None else (os.environ.get(PROJECT_ENV) or None)
+    return None if name is None else check_project(name)
+
+
 class Service:
     """What every tool works on: the index, its memory writer and the server's settings (config file,
     backend, warm-up time). The SDK runs sync tools in worker threads; Index is thread-safe, so reads
@@ -359,8 +386,10 @@ class Service:
         backend: Callable[[Any], Any] | None = None,
         backend_name: str = "local",
         wal_records: int | None = None,
+        project: str | None = None,
     ) -> None:
         self.index_dir = Path(index_dir)
+        self.default_project = project
         if create_memory_index(self.index_dir):
             logger.info(
                 "created an empty memory index at %s (default model and settings, in its manifest); "
@@ -398,6 +427,22 @@ class Service:
                 entry[1] -= 1
                 if not entry[1]:
                     del self._storing[key]
+
+    def scope(self, project: str | None, known: Sequence[str], collection: str | None = None) -> ProjectScope:
+        """What a read covers: `project`, else the `collection` asked for (an explicit collection
+        replaces the default project), else the default project; "*" (or no default) every
+        collection. A project not among `known` (the snapshot's collections) is an empty read, not
+        an error: a client may ask for a project before storing its first memory."""
+        name = self.default_project if project is None and collection is None else project
+        if name is None or name == ALL_PROJECTS:
+            return ProjectScope(collection)
+        check_project(name)
+        return ProjectScope(name, empty=name not in known or collection not in (None, name))
+
+    def home(self, project: str | None) -> str | None:
+        """The project a new memory goes to: `project`, else the default one (None: no project)."""
+        name = self.default_project if project is None else project
+        return None if name is None else check_project(name)
 
     def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
         """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
@@ -454,6 +499,7 @@ def search(
     tags: list[str] | None = None,
     chunk_types: list[str] | None = None,
     collection: str | None = None,
+    project: str | None = None,
     min_score: float | None = None,
     staged: bool | None = None,
     explain: bool = False,
@@ -466,8 +512,8 @@ def search(
     """Search the index (semantic + keyword + tag + recency) for the best documents.
 
     tags: only documents with all these tags (default: tags named in the query boost).
-    chunk_types, collection: see `stats`. staged: force/forbid BM25-then-rerank.
-    explain: each result's score breakdown (and the time range used).
+    chunk_types, collection: see `stats`. project: default the server's, "*" all.
+    staged: force/forbid BM25-then-rerank. explain: each result's score breakdown.
     time: words, e.g. "yesterday", "last week", "in March"; or ISO since/until.
     content: "snippet" (default), "chunk" or "full" text; max_chars (default 5000) is shared by all
     results, a cut one has truncated=true: read on with get_document.
@@ -476,13 +522,16 @@ def search(
     with service.reading() as index:
         # ranks and gives the texts, though a writer may commit a newer one meanwhile
         snapshot = index.snapshot()
+        scope = service.scope(project, snapshot.generation.known_collections, collection)
+        if scope.empty:
+            return SearchResponse(query=query, count=0, results=[], time_range=_window(window))
         results = index.search_response(
             query,
             snapshot=snapshot,
             limit=limit,
             tags=tags,
             chunk_types=chunk_types,
-            collection=collection,
+            collection=scope.collection,
             min_score=min_score,
             staged=staged,
             explain=explain,
@@ -567,12 +616,15 @@ def _queued(queued: Document, started: float) -> StoredMemoryResponse:
     )
 
 
-def _stored_duplicate(service: Service, content: str, started: float) -> StoredMemoryResponse | None:
+def _stored_duplicate(
+    service: Service, content: str, started: float, collection: str
+) -> StoredMemoryResponse | None:
     """The response of a store that returns the stored memory of equal content (ignoring case and
-    whitespace), None when there is none (looked up without flushing the writer)."""
+    whitespace) in `collection` (its project), None when there is none (looked up without flushing
+    the writer)."""
     with service.reading(flush=False) as index:
         snapshot = index.snapshot()
-        existing = find_duplicate(snapshot.generation.store, content)
+        existing = find_duplicate(snapshot.generation.store, content, collection)
         if existing is not None:
             return _existing(index, snapshot, existing, started)
     return None
@@ -588,22 +640,29 @@ def store_memory(
     allow_duplicate: bool = False,
     near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
     skip_near_duplicate: bool = False,
+    project: str | None = None,
 ) -> StoredMemoryResponse:
-    """Remember a fact, preference, decision or note (at most 20,000 characters); found by the
-    next search. created_at: ISO, default now. The same content (ignoring case and whitespace) is not
-    stored twice: the existing memory comes back, created=false (allow_duplicate=true stores a copy).
-    A memory at near_threshold cosine or above (default 0.95; null: off) is reported as
-    near_duplicate_of; skip_near_duplicate=true returns it instead of storing.
-    context: the conversation turn before it, indexed with it so that a question worded like that
-    turn finds it; not part of its content.
+    """Remember a fact, preference, decision or note (<= 20,000 characters) in a project (default
+    the server's); found by the next search. created_at: ISO, default now. The same content
+    (ignoring case and whitespace) in the project is not stored twice: the existing memory comes
+    back, created=false (allow_duplicate=true stores a copy). One at near_threshold cosine or above
+    (default 0.95; null: off) is reported as near_duplicate_of; skip_near_duplicate=true returns it.
+    context: the turn before it, indexed with it (a question worded like that turn finds it), not
+    its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
     started = time.perf_counter()
+    home = service.home(project)
+    collection = memory_collection(home)  # dedupe, exact and near, within the memory's own project
     key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
-    with service.storing(key) if key else contextlib.nullcontext():
-        queued = service.writer.queued_duplicate(content) if key and service.writer.commit_delay > 0 else None
+    with service.storing(f"{collection}/{key}") if key else contextlib.nullcontext():
+        queued = (
+            service.writer.queued_duplicate(content, collection)
+            if key and service.writer.commit_delay > 0
+            else None
+        )
         if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
             return _queued(queued, started)
-        duplicate = _stored_duplicate(service, content, started) if key else None
+        duplicate = _stored_duplicate(service, content, started, collection) if key else None
         if duplicate is not None:
             return duplicate
         with _tool_errors(*LIBRARY_ERRORS):
@@ -614,6 +673,7 @@ def store_memory(
                 created_at,
                 source=service.writer.source,
                 metadata={"context": context} if context else None,
+                project=home,
             )
             # embedded once, as a document: the near-duplicate look-up compares it with the stored
             # memories' vectors, and the log records the same vectors
@@ -623,7 +683,7 @@ def store_memory(
             assert near_threshold is not None  # a memory is embedded for the look-up only with a threshold
             with service.reading(flush=False) as index:
                 snapshot = index.snapshot()
-                near = nearest_memory(snapshot, memory.vectors)
+                near = nearest_memory(snapshot, memory.vectors, collection=collection)
                 near = near if near and near.similarity >= near_threshold else None
                 if near and skip_near_duplicate:
                     return _existing(
@@ -643,6 +703,7 @@ def store_memory(
         **stored.to_dict(),
         near_duplicate_of=near.doc_id if near else None,
         similarity=round(near.similarity, 4) if near else None,
+        project=home,
     )
 
 
@@ -652,17 +713,26 @@ def update_memory(
     content: str | None = None,
     tags: list[str] | None = None,
     memory_type: str | None = None,
+    project: str | None = None,
+    move_to: str | None = None,
 ) -> StoredMemoryResponse:
     """Correct a memory: the fields given replace its content, tags and/or type; same id and
-    created_at, updated_at now.
+    created_at, updated_at now. project: where it is (default the server's, "*" any);
+    move_to: the project it moves to.
     Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
     with service.lifecycle:
         with service.reading() as index:
             current = index.get_document(memory_id)
+            scope = service.scope(project, index.known_collections)
+        if scope.empty or scope.collection not in (None, current["collection"]):
+            raise DocumentNotFoundError(f"no memory {memory_id!r} in project {scope.collection!r}")
         with _tool_errors(*LIBRARY_ERRORS):
-            stored = service.writer.update(current, content=content, tags=tags, memory_type=memory_type)
+            stored = service.writer.update(
+                current, content=content, tags=tags, memory_type=memory_type, project=move_to
+            )
         service.refresh(f"memory {memory_id}")
-    return StoredMemoryResponse(**stored.to_dict())
+    project_now = move_to or (current.get("metadata") or {}).get("project")
+    return StoredMemoryResponse(**stored.to_dict(), project=project_now)
 
 
 def delete_memory(
@@ -674,9 +744,10 @@ def delete_memory(
     since: str | None = None,
     until: str | None = None,
     dry_run: bool = False,
+    project: str | None = None,
 ) -> DeletedResponse:
     """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
-    range (as in `search`). dry_run=true only lists them.
+    range (as in `search`), of one project (default the server's, "*" all). dry_run=true only lists them.
     Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
     window = service.time_range(time, since, until)
     if bool(ids) == bool(tags or window):
@@ -685,12 +756,18 @@ def delete_memory(
         )
     with service.lifecycle:
         with service.reading() as index:
-            if ids:
-                found, not_found = memories_by_id(index, ids)
+            scope = service.scope(project, index.known_collections)
+            found: list[str]
+            if ids and scope.empty:
+                found, not_found = [], list(dict.fromkeys(ids))
+            elif ids:
+                found, not_found = memories_by_id(index, ids, scope.collection)
             else:
                 found = [
                     d["doc_id"]
-                    for d in index.list_documents(
+                    for d in _listed(
+                        index,
+                        scope,
                         tags=tags or (),
                         match=match,
                         since=window and window.since,
@@ -731,14 +808,17 @@ def list_memories(
     since: str | None = None,
     until: str | None = None,
     max_chars: SearchChars = SEARCH_MAX_CHARS,
+    project: str | None = None,
 ) -> MemoryList:
     """List memories newest first, a page at a time (limit default 10); only those with tags and/or
-    in a time range if given. Pass next_cursor back as cursor. max_chars (default 5000) is shared by
-    the texts (a cut one has truncated=true).
+    in a time range if given, of one project (default the server's, "*" all). Pass next_cursor back
+    as cursor. max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
     window = service.time_range(time, since, until)
     with service.reading() as index:
-        found, next_cursor = index.list_documents(
+        found, next_cursor = _listed(
+            index,
+            service.scope(project, index.known_collections),
             tags=tags or (),
             match=match,
             since=window and window.since,
@@ -762,14 +842,25 @@ def search_by_tag(
     since: str | None = None,
     until: str | None = None,
     max_chars: SearchChars = SEARCH_MAX_CHARS,
+    project: str | None = None,
 ) -> TagResponse:
-    """The newest documents with all (match="all") or any of the tags; time as in `search`.
+    """The newest documents with all (match="all") or any of the tags; time and project as in `search`.
     max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
     window = service.time_range(time, since, until)
     with service.reading() as index:
-        found = index.search_by_tag(
-            tags, match=match, limit=limit, since=window and window.since, until=window and window.until
+        scope = service.scope(project, index.known_collections)
+        found = (
+            []
+            if scope.empty
+            else index.search_by_tag(
+                tags,
+                match=match,
+                limit=limit,
+                since=window and window.since,
+                until=window and window.until,
+                collection=scope.collection,
+            )
         )
     results = _tagged(found, max_chars)
     return TagResponse(
@@ -778,11 +869,13 @@ def search_by_tag(
 
 
 def list_collections(service: Service) -> CollectionList:
-    """The collections to browse: documents, chunks per type, top tags. Then list_documents or
-    search with collection=. Example: {}"""
+    """The collections (each is a project) to browse: documents, chunks per type, top tags. Then
+    list_documents or search with collection=. Example: {}"""
     with service.reading() as index:
         collections = [CollectionInfo(**c) for c in index.list_collections()]
-    return CollectionList(count=len(collections), collections=collections)
+    return CollectionList(
+        count=len(collections), collections=collections, default_project=service.default_project
+    )
 
 
 def list_documents(
@@ -838,6 +931,8 @@ def stats(service: Service) -> StatsResponse:
         search_config_sources=sources,
         config_file=service.config_path,
         server=activity,
+        projects=_project_memories(generation),
+        default_project=service.default_project,
     )
 
 
@@ -867,6 +962,7 @@ def create_server(
     backend: Callable[[Any], Any] | None = None,
     backend_name: str = "local",
     wal_records: int | None = None,
+    project: str | None = None,
 ) -> Any:
     """An MCPServer serving the index at `index_dir` with the exported `config` (a JSON file's path or
     its parsed dict; `HYBRIDLAB_*` env variables override it). With `warm`, the embedding model loads
@@ -877,10 +973,20 @@ def create_server(
     :mod:`hybridlab.index.write.memory`); `auth_token` = the bearer token every HTTP request must
     carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
-    retrievers), described as `backend_name` in `stats`."""
+    retrievers), described as `backend_name` in `stats`; `project` = the default project of the
+    tools (else `HYBRIDLAB_PROJECT`; see :func:`default_project`)."""
     from mcp.server.mcpserver import MCPServer
 
-    service = Service(index_dir, config, lock_wait, commit_delay, backend, backend_name, wal_records)
+    service = Service(
+        index_dir,
+        config,
+        lock_wait,
+        commit_delay,
+        backend,
+        backend_name,
+        wal_records,
+        default_project(project),
+    )
 
     @asynccontextmanager
     async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
@@ -908,11 +1014,14 @@ def create_server(
 
 def _compact_schema(schema: Any) -> None:
     """Compact a tool's JSON schema in place, meaning unchanged: no titles (pydantic gives every
-    property one, "Doc Id" for doc_id), no `"additionalProperties": true` (JSON Schema's default) and
-    `{"type": ["string", "null"]}` for a nullable simple type."""
+    property one, "Doc Id" for doc_id), no `"additionalProperties": true` (JSON Schema's default),
+    no `"default": null` (an optional property left out is null) and `{"type": ["string", "null"]}`
+    for a nullable simple type."""
     if isinstance(schema, dict):
         if isinstance(schema.get("title"), str):
             del schema["title"]
+        if "default" in schema and schema["default"] is None:
+            del schema["default"]
         if schema.get("additionalProperties") is True:
             del schema["additionalProperties"]
         options = schema.get("anyOf")
@@ -981,6 +1090,32 @@ def _tagged(documents: list[dict[str, Any]], max_chars: int) -> list[TaggedDocum
     results = [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
     _fit_texts(results, max_chars, "text")
     return results
+
+
+def _listed(index: Any, scope: ProjectScope, **filters: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """`index.list_documents(**filters)` within `scope`: nothing for an empty one, nor when the
+    project's last memory was deleted since the scope was read (its collection is gone: unknown)."""
+    if scope.empty:
+        return [], None
+    try:
+        return index.list_documents(collection=scope.collection, **filters)
+    except InvalidValueError as error:
+        if scope.collection is None or error.field != "collection":
+            raise
+        return [], None
+
+
+def _project_memories(generation: Any) -> dict[str, int]:
+    """Memories per collection, every collection listed (each is a project; 0: documents only)."""
+    memories = {
+        (collection, doc_id)
+        for doc_id, collection, chunk_type in zip(
+            generation.doc_ids, generation.collections, generation.chunk_types, strict=True
+        )
+        if chunk_type == "memory"
+    }
+    counts = Counter(collection for collection, _ in memories)
+    return {name: counts[name] for name in generation.known_collections}
 
 
 # ---------------------------------------------------------------------------------------------- CLI

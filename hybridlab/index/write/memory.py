@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
 from hybridlab.index.segments import indexed_doc_ids
 from hybridlab.index.write.build import apply_changes, fold_log
-from hybridlab.ingest.sources import Document, memory_document
+from hybridlab.ingest.sources import MEMORY_COLLECTION, Document, memory_document
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,6 +41,8 @@ MAX_CONTENT_CHARS = 20_000
 MAX_TAGS = 32
 MAX_TAG_CHARS = 100
 MAX_TYPE_CHARS = 50
+#: a project name: a plain identifier, so that it reads the same in a path, a URL and a shell
+PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 LOCK_WAIT_SECONDS = 10.0
 #: one memory embedding at a time in a process: stores embed outside the writer lock (`MemoryWriter.embed`),
 #: and a Hugging Face tokenizer used by two threads at once fails ("Already borrowed")
@@ -104,6 +107,23 @@ class EmbeddedMemory:
         return {model: matrix[0] for model, matrix in self.record.vectors.items()}
 
 
+def check_project(name: Any) -> str:
+    """`name` when it is a project name (:data:`PROJECT_NAME`), else InvalidValueError naming `project`."""
+    if not isinstance(name, str) or not PROJECT_NAME.fullmatch(name):
+        raise InvalidValueError(
+            f"project must be 1-64 letters, digits, '_', '.' or '-' (starting with a letter or digit), "
+            f"got {name!r}",
+            "project",
+        )
+    return name
+
+
+def memory_collection(project: str | None) -> str:
+    """The collection a memory of `project` is in (a project is a collection; no project: the
+    collection memories had before projects, where they stay)."""
+    return MEMORY_COLLECTION if project is None else check_project(project)
+
+
 def make_memory(
     content: str,
     tags: Sequence[str] = (),
@@ -114,9 +134,11 @@ def make_memory(
     source: str = MEMORY_SOURCE,
     updated_at: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    project: str | None = None,
 ) -> Document:
     """Validate a memory and build its Document (InvalidValueError, a ValueError, names the offending field);
-    `updated_at` defaults to `created_at`."""
+    `updated_at` defaults to `created_at`. `project` (else `metadata`'s, else none) is recorded as
+    `metadata.project`, which makes it the memory's collection (:func:`memory_collection`)."""
     if not isinstance(content, str) or not content.strip():
         raise InvalidValueError("content must be a non-empty string", "content")
     if len(content) > MAX_CONTENT_CHARS:
@@ -142,6 +164,9 @@ def make_memory(
         *(("tags", tag) for tag in tags),
     ):
         _check_unicode(field_name, value)
+    metadata = dict(metadata or {})
+    if project is not None:
+        metadata["project"] = check_project(project)
     when = created_at or datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     obj = {
         "id": memory_id or f"mem-{uuid.uuid4().hex[:16]}",
@@ -150,7 +175,7 @@ def make_memory(
         "created_at": when,
         "updated_at": updated_at,
         "memory_type": memory_type.strip(),
-        "metadata": dict(metadata or {}),
+        "metadata": metadata,
     }
     return memory_document(obj, "memory", source)
 
@@ -163,15 +188,17 @@ def updated_memory(
     memory_type: str | None = None,
     updated_at: str | None = None,
     source: str = MEMORY_SOURCE,
+    project: str | None = None,
 ) -> Document:
     """The next version of a memory (`current` as `Index.get_document` returns it): the fields given
-    replace its own; the id, `created_at` and other metadata stay; `updated_at` = the given time, else now."""
+    replace its own (`project` moves it to that project); the id, `created_at` and other metadata
+    stay; `updated_at` = the given time, else now."""
     if current.get("doc_type") != "memory":
         raise InvalidValueError(
             f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory", "memory_id"
         )
-    if content is None and tags is None and memory_type is None:
-        raise InvalidValueError("nothing to update: give content, tags and/or memory_type")
+    if content is None and tags is None and memory_type is None and project is None:
+        raise InvalidValueError("nothing to update: give content, tags, memory_type and/or a project")
     metadata = {k: v for k, v in (current.get("metadata") or {}).items() if k != "memory_type"}
     return make_memory(
         current["text"] if content is None else content,
@@ -182,12 +209,14 @@ def updated_memory(
         source=source,
         updated_at=updated_at or _iso(datetime.now(UTC)),
         metadata=metadata,
+        project=project,
     )
 
 
-def find_duplicate(store: Any, content: str) -> str | None:
+def find_duplicate(store: Any, content: str, collection: str | None = None) -> str | None:
     """The id of a memory (a `memory` document, stored over MCP or indexed from a JSONL file) whose
-    normalised content equals `content`'s, else None (the oldest when several do). `store`: a reader's
+    normalised content equals `content`'s, else None (the oldest when several do); only one of
+    `collection` when given (a project's memories are never duplicates of another's). `store`: a reader's
     document store (`fetchall(sql, params)` over its `documents`: segments and write-ahead log alike).
     Looked up by equality on each memory's `content_key` (:func:`~hybridlab.index.rows.content_key`);
     the rows of segments written before that column (NULL, or no column at all) are normalised in SQL.
@@ -202,16 +231,18 @@ def find_duplicate(store: Any, content: str) -> str | None:
         f"doc_type = 'memory' AND length(text) >= ? "
         f"AND lower(trim(regexp_replace(text, '{WHITESPACE}', ' ', 'g'), ' ')) = ?"
     )
+    within, scope = ("AND collection = ?", [collection]) if collection is not None else ("", [])
     order = "ORDER BY created_at NULLS LAST, doc_id"
     try:  # rows written before the column (NULL) are the only ones scanned
         rows = store.fetchall(
-            f"SELECT doc_id, text FROM documents WHERE content_key = ? "
-            f"OR (content_key IS NULL AND {scan}) {order}",
-            [key, len(wanted), wanted],
+            f"SELECT doc_id, text FROM documents WHERE (content_key = ? "
+            f"OR (content_key IS NULL AND {scan})) {within} {order}",
+            [key, len(wanted), wanted, *scope],
         )
     except duckdb.BinderException:  # an index whose every segment predates the column
         rows = store.fetchall(
-            f"SELECT doc_id, text FROM documents WHERE {scan} {order}", [len(wanted), wanted]
+            f"SELECT doc_id, text FROM documents WHERE {scan} {within} {order}",
+            [len(wanted), wanted, *scope],
         )
     return next((doc_id for doc_id, text in rows if normalised_content(text) == wanted), None)
 
@@ -321,12 +352,13 @@ class MemoryWriter:
         content: str | None = None,
         tags: Sequence[str] | None = None,
         memory_type: str | None = None,
+        project: str | None = None,
     ) -> StoredMemory:
         """Replace a memory (`current` as `Index.get_document` returns it) by its next version
-        (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now), re-embedded; one log
-        append (a commit without a log)."""
+        (:func:`updated_memory`: same id, `created_at` kept, `updated_at` now; `project` moves it),
+        re-embedded; one log append (a commit without a log)."""
         document = updated_memory(
-            current, content=content, tags=tags, memory_type=memory_type, source=self.source
+            current, content=content, tags=tags, memory_type=memory_type, source=self.source, project=project
         )
         return self.store_document(document)
 
@@ -422,12 +454,20 @@ class MemoryWriter:
             updated_at=_iso(document.updated_at),
         )
 
-    def queued_duplicate(self, content: str) -> Document | None:
+    def queued_duplicate(self, content: str, collection: str | None = None) -> Document | None:
         """A memory queued by `commit_delay` (acknowledged, not yet written) whose normalised content
-        equals `content`'s, else None: a duplicate check that does not force the queue's commit."""
+        equals `content`'s (in `collection` when given), else None: a duplicate check that does not
+        force the queue's commit."""
         wanted = normalised_content(content)
         with self._pending_lock:
-            return next((d for d, _, _ in self._pending if normalised_content(d.text) == wanted), None)
+            return next(
+                (
+                    d
+                    for d, _, _ in self._pending
+                    if normalised_content(d.text) == wanted and collection in (None, d.collection)
+                ),
+                None,
+            )
 
     @property
     def writes(self) -> int:
