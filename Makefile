@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	# torch first and exactly so: this pin is the CPU build; anything else pulls CUDA wheels.
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e '.[models,onnx,lab,tune,learn,mcp,qdrant,postgres,irds,dev]'
+	$(BIN)/pip install -e '.[models,onnx,lab,tune,learn,eval,mcp,qdrant,postgres,irds,dev]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name hybridlab --display-name "Python (hybridlab)"
 	touch $(STAMP)
 

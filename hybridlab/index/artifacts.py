@@ -107,7 +107,7 @@ def embed_missing(
 
 def _texts_of(con, hashes: Sequence[str]) -> list[tuple[str, str]]:
     """(sha, embed_text) of the given embedding-text hashes, one text per hash."""
-    if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no pandas frame
+    if len(hashes) <= SMALL_INSERT:  # a few: a list parameter, no registered table
         return con.execute(
             "SELECT c.embed_sha256, any_value(c.embed_text) FROM chunks c WHERE "
             "list_contains(?::VARCHAR[], c.embed_sha256) GROUP BY 1 ORDER BY 1",

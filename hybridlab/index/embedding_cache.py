@@ -129,18 +129,18 @@ class EmbeddingCache:
         if not len(hashes):
             return
         assert self.con is not None  # a writable cache has its connection until closed
-        import pandas as pd
-
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        frame = pd.DataFrame(
-            {
-                "model": model,
-                "sha256": list(hashes),
-                "dim": vectors.shape[1],
-                "vector": [row.tobytes() for row in vectors],
-            }
-        ).drop_duplicates("sha256")
-        with registered(self.con, "incoming", frame):
+        first: dict[str, int] = {}  # each hash once, at its first row
+        for row, sha in enumerate(hashes):
+            first.setdefault(sha, row)
+        rows = list(first.values())
+        columns = {
+            "model": [model] * len(rows),
+            "sha256": [hashes[i] for i in rows],
+            "dim": [vectors.shape[1]] * len(rows),
+            "vector": [vectors[i].tobytes() for i in rows],
+        }
+        with registered(self.con, "incoming", columns):
             self.con.execute("BEGIN TRANSACTION")
             if replace:
                 self.con.execute(

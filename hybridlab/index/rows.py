@@ -16,10 +16,8 @@ from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_
 from hybridlab.ingest.sources import Document
 
 INSERT_BATCH = 10_000  # documents per DuckDB insert (bounds the chunk texts held in Python)
-SMALL_INSERT = 16  # up to this many hashes are looked up with a list parameter, not a pandas frame
-VALUES_INSERT = (
-    32  # up to this many documents are inserted by one multi-row INSERT (faster than pandas frames below ~30)
-)
+SMALL_INSERT = 16  # up to this many hashes are looked up with a list parameter, not a registered table
+VALUES_INSERT = 32  # up to this many documents are inserted by one multi-row INSERT (faster than scanned arrays below ~30)
 
 
 #: the whitespace :func:`normalised_content` collapses, the same class in Python and in DuckDB's regex
@@ -189,8 +187,7 @@ class _BatchRows:
         self.next_id += 1
 
     def insert_values(self, con) -> None:
-        """A few rows: one multi-row INSERT per table, no pandas frames (dates made naive UTC, as
-        pandas' path stores them)."""
+        """A few rows: one multi-row INSERT per table (dates made naive UTC, as `insert_frames` stores them)."""
         docs = {
             **self.docs,
             **{
@@ -208,16 +205,16 @@ class _BatchRows:
                 )
 
     def insert_frames(self, con) -> None:
-        """Many rows: the documents through a pandas frame, the chunks and tags by `store.insert_rows`."""
-        if self.docs["doc_id"]:
-            import pandas as pd
-
-            frame = pd.DataFrame(self.docs)
-            for column in ("created_at", "updated_at"):
-                frame[column] = pd.to_datetime(frame[column], utc=True).dt.tz_localize(None)
-            with store.registered(con, "incoming_docs", frame):
-                names = ", ".join(self.docs)
-                con.execute(f"INSERT INTO documents ({names}) SELECT {names} FROM incoming_docs")
+        """Many rows: each table's columns scanned as numpy arrays by `store.insert_rows` (dates made
+        naive UTC, as DuckDB's TIMESTAMP stores them)."""
+        docs = {
+            **self.docs,
+            **{
+                column: [_naive_utc(value) for value in self.docs[column]]
+                for column in ("created_at", "updated_at")
+            },
+        }
+        store.insert_rows(con, "documents", docs)
         store.insert_rows(con, "chunks", self.chunks)
         store.insert_rows(con, "tags", self.tags)
 
@@ -236,7 +233,7 @@ def _insert_batch(con, documents: Sequence[Document], config: IndexConfig, next_
 
 
 def _naive_utc(value: datetime | None) -> datetime | None:
-    """A datetime as DuckDB's TIMESTAMP stores it: UTC, without a time zone (as pandas' path gives)."""
+    """A datetime as DuckDB's TIMESTAMP stores it: UTC, without a time zone."""
     if value is None or value.tzinfo is None:
         return value
     return value.astimezone(UTC).replace(tzinfo=None)
