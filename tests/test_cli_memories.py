@@ -114,3 +114,18 @@ def test_export_indexes_back_to_an_identical_store(capsys, index_dir, tmp_path):
 
     code, _, _ = run(capsys, "export", "--index", str(tmp_path / "copy"), "-o", str(tmp_path / "again.jsonl"))
     assert (tmp_path / "again.jsonl").read_text(encoding="utf-8") == out  # a fixed point
+
+
+def test_project_scopes_list_and_delete_and_update_moves(capsys, index_dir):
+    """`--project` (a memory's collection) scopes list and delete, ids included; `--move-to` moves one."""
+    index = ("--index", str(index_dir))
+    code, out, _ = run(capsys, "memories", "list", *index, "--project", "walrus")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["m2"]
+    code, out, err = run(capsys, "memories", "list", *index, "--project", "unknown")
+    assert code == 0 and out == "" and "0 memories" in err  # an unknown project lists nothing
+    code, _, err = run(capsys, "memories", "delete", "m1", "m2", *index, "--project", "walrus", "--dry-run")
+    assert code == 0 and "not found: m1" in err and "1 memories would be deleted" in err
+    code, out, _ = run(capsys, "memories", "update", "m1", *index, "--move-to", "walrus", "--json")
+    assert code == 0 and documents(index_dir)["m1"]["collection"] == "walrus"
+    assert cli.main(["memories", "list", *index, "--project", "no such"]) == 2
+    assert "--project: project must be" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import json
 import sys
 
 from hybridlab.cli.options import UsageError, index_arg, positive_int
+from hybridlab.errors import InvalidValueError
 
 
 def add_memories(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,7 @@ def add_memories(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--content")
     q.add_argument("--tags", help="comma-separated; replaces the memory's tags ('' = none)")
     q.add_argument("--type", help="memory type, e.g. note, fact, preference, decision")
+    q.add_argument("--move-to", metavar="PROJECT", help="move the memory to this project")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_memories)
 
@@ -50,15 +52,25 @@ def _memory_filters(q: argparse.ArgumentParser) -> None:
     )
     q.add_argument("--since", help="only memories updated at or after this ISO-8601 time")
     q.add_argument("--until", help="only memories updated at or before this ISO-8601 time")
+    q.add_argument(
+        "--project",
+        metavar="NAME",
+        help="only this project's memories, ids included (default: every project)",
+    )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_memories)
 
 
 def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
-    """The memories under `args`' tag and date filters, newest first, a page of up to 500 at a time."""
+    """The memories under `args`' tag, date and project filters, newest first, a page of up to 500
+    at a time (none of a project the index does not have)."""
+    project = _project(args)
+    if project is not None and project not in index.known_collections:
+        return
     cursor, left = None, limit
     while True:
         page, cursor = index.list_documents(
+            collection=project,
             tags=args.tags or (),
             match=args.match,
             since=args.since,
@@ -72,6 +84,17 @@ def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
             left -= len(page)
         if cursor is None or not page or (left is not None and left <= 0):
             return
+
+
+def _project(args: argparse.Namespace) -> str | None:
+    """`--project` checked (a plain identifier, as the MCP tools take it); None: every project."""
+    from hybridlab.index.write.memory import check_project
+
+    project = getattr(args, "project", None)
+    try:
+        return None if project is None else check_project(project)
+    except InvalidValueError as error:
+        raise UsageError(f"--project: {error}") from None
 
 
 def cmd_memories(args: argparse.Namespace) -> int:
@@ -94,7 +117,11 @@ def cmd_memories(args: argparse.Namespace) -> int:
     if args.action == "update":
         tags = None if args.tags is None else [t.strip() for t in args.tags.split(",") if t.strip()]
         stored = writer.update(
-            index.get_document(args.id), content=args.content, tags=tags, memory_type=args.type
+            index.get_document(args.id),
+            content=args.content,
+            tags=tags,
+            memory_type=args.type,
+            project=args.move_to,
         )
         print(
             json.dumps(stored.to_dict())
@@ -108,7 +135,7 @@ def cmd_memories(args: argparse.Namespace) -> int:
         from hybridlab.search.listing import memories_by_id
 
         try:
-            ids, missing = memories_by_id(index, args.ids)
+            ids, missing = memories_by_id(index, args.ids, _project(args))
         except ValueError as error:
             raise UsageError(str(error)) from None
     else:
@@ -149,7 +176,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from hybridlab.search.engine import open_index
 
     index = open_index(args.index_dir)
-    args.tags, args.match, args.since, args.until = (), "all", None, None
+    args.tags, args.match, args.since, args.until, args.project = (), "all", None, None, None
     records = [memory_record(doc) for doc in _memory_pages(index, args)][::-1]
     with (
         open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out

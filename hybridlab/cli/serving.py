@@ -40,6 +40,12 @@ def add_mcp(sub: argparse._SubParsersAction) -> None:
         help="records (stores, updates, deletes) the write-ahead log holds before it is folded into "
         "a segment (default HYBRIDLAB_WAL_RECORDS or 64; 0: each one commits a generation)",
     )
+    p.add_argument(
+        "--project",
+        metavar="NAME",
+        help="the tools' default project (else env HYBRIDLAB_PROJECT; none: reads cover every project "
+        'and memories are stored without one); a call\'s project= overrides it, project="*" reads all',
+    )
     http = p.add_argument_group(
         "streamable-http security (docs/mcp.md#the-http-transport-as-a-shared-service)"
     )

@@ -613,6 +613,7 @@ def _queued(queued: Document, started: float) -> StoredMemoryResponse:
         pending=True,
         created=False,
         duplicate_of=queued.doc_id,
+        project=queued.metadata.get("project"),
     )
 
 
@@ -731,8 +732,7 @@ def update_memory(
                 current, content=content, tags=tags, memory_type=memory_type, project=move_to
             )
         service.refresh(f"memory {memory_id}")
-    project_now = move_to or (current.get("metadata") or {}).get("project")
-    return StoredMemoryResponse(**stored.to_dict(), project=project_now)
+    return StoredMemoryResponse(**stored.to_dict(), project=move_to or _project_of(current))
 
 
 def delete_memory(
@@ -1076,8 +1076,14 @@ def _existing(index: Any, snapshot: Any, doc_id: str, started: float, **near: An
         seconds=round(time.perf_counter() - started, 3),
         created=False,
         duplicate_of=doc_id,
+        project=_project_of(document),
         **near,
     )
+
+
+def _project_of(memory: Mapping[str, Any]) -> str | None:
+    """The project a memory (as `Index.get_document` returns it) is in; None: none."""
+    return (memory.get("metadata") or {}).get("project")
 
 
 def _window(window: Any) -> TimeWindow | None:
@@ -1200,6 +1206,7 @@ def cli_mcp(args: argparse.Namespace) -> int:
                 backend=backend,
                 backend_name=backend_name,
                 wal_records=getattr(args, "wal_records", None),
+                project=getattr(args, "project", None),
             )
         index = server.service.index
         logger.info(

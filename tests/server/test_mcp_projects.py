@@ -83,7 +83,7 @@ def test_a_project_never_sees_another_projects_memories(index_dir):
             assert a["created"] and b["created"] and a["id"] != b["id"]
             assert (a["project"], b["project"]) == ("alpha", "beta")
             again = data(await call("store_memory", {"content": HERON.upper(), "project": "beta"}))
-            assert again["created"] is False and again["id"] == b["id"]
+            assert again["created"] is False and again["id"] == b["id"] and again["project"] == "beta"
             near = {"content": HERON + "!", "tags": ["ci"], "project": "gamma", "skip_near_duplicate": True}
             c = data(await call("store_memory", near))
             assert c["created"] and c["near_duplicate_of"] is None
@@ -131,6 +131,24 @@ def test_a_project_never_sees_another_projects_memories(index_dir):
             assert stats["default_project"] is None
             listed = data(await call("list_collections"))
             assert [c["name"] for c in listed["collections"]] == ["alpha", "gamma", "memories"]
+
+    asyncio.run(session())
+
+
+def test_a_queued_memory_is_a_duplicate_in_its_own_project_only(index_dir):
+    """With a deferred commit (`commit_delay`) the queue is looked up per project too."""
+    from mcp import Client
+
+    from hybridlab.server.mcp import create_server
+
+    async def session() -> None:
+        async with Client(create_server(index_dir, commit_delay=60.0)) as client:
+            call = client.call_tool
+            a = data(await call("store_memory", {"content": HERON, "project": "alpha"}))
+            b = data(await call("store_memory", {"content": HERON, "project": "beta"}))
+            assert a["pending"] and b["pending"] and b["created"] and a["id"] != b["id"]
+            again = data(await call("store_memory", {"content": HERON.lower(), "project": "alpha"}))
+            assert again["pending"] and again["duplicate_of"] == a["id"] and again["project"] == "alpha"
 
     asyncio.run(session())
 
@@ -223,3 +241,29 @@ def test_a_bad_default_project_stops_the_server_before_it_starts(index_dir, monk
     monkeypatch.setenv("HYBRIDLAB_PROJECT", "a/b")
     with pytest.raises(InvalidValueError, match="'a/b'"):
         create_server(index_dir)
+
+
+@pytest.mark.slow
+def test_hybridlab_mcp_project_sets_the_default_over_stdio(index_dir):
+    """`hybridlab mcp --project NAME`, spawned as a client spawns it, serves NAME as the default."""
+    import sys
+
+    from mcp import Client, StdioServerParameters
+
+    repo = Path(__file__).resolve().parents[2]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "hybridlab.cli", "mcp", "--index", str(index_dir), "--project", "beta"],
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(repo)},
+        cwd=str(repo),
+    )
+
+    async def session() -> None:
+        async with Client(params) as client:
+            assert data(await client.call_tool("list_collections"))["default_project"] == "beta"
+            assert data(await client.call_tool("list_memories"))["count"] == 0  # beta has none yet
+            stored = data(await client.call_tool("store_memory", {"content": HERON}))
+            assert stored["project"] == "beta"
+            assert ids(await client.call_tool("list_memories")) == {stored["id"]}
+
+    asyncio.run(session())
