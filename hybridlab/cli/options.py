@@ -221,6 +221,17 @@ def _rerank_and_feedback_options(g: argparse._ArgumentGroup) -> None:
     )
     g.add_argument("--rerank-model", help="the cross-encoder (default ms-marco-MiniLM-L-12-v2)")
     g.add_argument(
+        "--late-depth",
+        type=int,
+        help="second stage: re-score the top N fused chunks by late interaction (MaxSim over stored "
+        "token vectors; 0 = off)",
+    )
+    g.add_argument(
+        "--late-weight", type=unit_float, help="MaxSim's share of the second stage's order (1.0 = alone)"
+    )
+    g.add_argument("--late-combination", choices=["convex", "rrf"], help="how MaxSim joins the first stage")
+    g.add_argument("--late-model", help="the late-interaction model (default answerai-colbert-small)")
+    g.add_argument(
         "--recency-intent-weight",
         type=unit_float,
         help="recency weight for queries asking for the latest state (current, still, ...)",
@@ -332,6 +343,7 @@ def index_config_from_args(args: argparse.Namespace):
             "hnsw_ef_search",
             "graph_k",
             "index_tags",
+            "late_models",
         )
     )
     if not given:
@@ -366,7 +378,15 @@ def index_config_from_args(args: argparse.Namespace):
         dense_index=args.dense_index or base.dense_index,
         hnsw_ef_search=getattr(args, "hnsw_ef_search", None) or base.hnsw_ef_search,
         graph_k=args.graph_k if getattr(args, "graph_k", None) is not None else base.graph_k,
+        late_models=_late_models(getattr(args, "late_models", None), base.late_models),
     )
+
+
+def _late_models(given: list[str] | None, base: tuple[str, ...]) -> tuple[str, ...]:
+    """`--late-model NAME` (repeatable) adds models; `--late-model none` stores none."""
+    if not given:
+        return base
+    return () if given == ["none"] else tuple(dict.fromkeys(given))
 
 
 def qdrant_client(args: argparse.Namespace):
@@ -391,14 +411,3 @@ def open_search_index(args: argparse.Namespace):
         args.config,
         backend=qdrant.qdrant_backend(qdrant_client(args), args.qdrant_collection),
     )
-
-
-def delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
-    """A command run by `module.function(args)`, imported when it runs (so `--help` stays instant)."""
-
-    def run(args: argparse.Namespace) -> int:
-        import importlib
-
-        return importlib.import_module(module).__getattribute__(function)(args)
-
-    return run

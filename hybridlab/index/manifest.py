@@ -289,6 +289,9 @@ class Manifest:
     models: Mapping[str, ModelRecord] = field(default_factory=dict)
     bm25: Bm25Record = Bm25Record()
     file_signatures: FileSignaturesRecord | None = None
+    #: late-interaction model -> its full spec (`hybridlab.encoders.late.LateSpec.to_json` plus `key`,
+    #: the folder of its token vectors under `late/`)
+    late: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @cached_property
     def index_config(self) -> IndexConfig:
@@ -383,6 +386,7 @@ class Manifest:
             )
             if signatures
             else None,
+            late={name: dict(spec) for name, spec in (data.get("late") or {}).items()},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -409,6 +413,7 @@ class Manifest:
             else {name: info.to_json() for name, info in self.files.items()},
             "segments": None if self.segments is None else [segment.to_json() for segment in self.segments],
             "file_signatures": None if self.file_signatures is None else self.file_signatures.to_json(),
+            "late": {name: dict(spec) for name, spec in self.late.items()} or None,
         }
         data.update((key, value) for key, value in optional.items() if value is not None)
         return data

@@ -16,16 +16,13 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
-from hybridlab.encoders.cross_encoder import load_reranker
-from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder, register_recorded
 from hybridlab.errors import DocumentNotFoundError, InvalidValueError
 from hybridlab.index import wal
-from hybridlab.index.lru import LruCache
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import listing, pipeline
 from hybridlab.search.filters import Filters, parse_when
-from hybridlab.search.learned import load_ranker, model_path
+from hybridlab.search.models import QueryModels
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
@@ -100,11 +97,7 @@ class Index:
         self._check = check
         self._backend = backend  # generation -> snapshot: local retrievers, or Qdrant's
         self._lock = threading.Lock()  # one re-open at a time
-        self._encoders: dict[str, Any] = {}
-        self._rerankers: dict[str, Any] = {}  # cross-encoders of the rerank step, loaded on first use
-        self._rankers: dict[str, Any] = {}  # learned fusion models (fusion="learned"), loaded on first use
-        self._encoder_lock = threading.RLock()  # loads encoders; encodes (tokenizers are not thread-safe)
-        self._query_vectors: LruCache[tuple[str, str], np.ndarray] = LruCache(QUERY_CACHE_SIZE)
+        self.query_models = QueryModels()  # every query-side model, loaded on first use
         self._segments = SegmentCache()  # segments are immutable: a refresh reads only new ones
         self._snapshot: Snapshot = open_snapshot(
             self.index_dir, check=check, backend=backend, cache=self._segments
@@ -210,71 +203,30 @@ class Index:
         """The DuckDB connection, unlocked: single-threaded tools and tests only."""
         return self._snapshot.generation.store.raw
 
-    # ---------------------------------------------------------------- query encoding
+    # ---------------------------------------------------------------- the query-side models (search/models.py)
     def encoder(self, model: str):
-        """The QUERY encoder of `model`: for MiniLM its ONNX fp32 twin (same vectors, no torch
-        import) unless env HYBRIDLAB_QUERY_BACKEND=torch; see `models.load_query_encoder`. Refused
-        (ValueError) when the model's encoder no longer matches the one the manifest records."""
-        encoder = self._encoders.get(model)
-        if encoder is not None:
-            return encoder
-        with self._encoder_lock:
-            if model not in self._encoders:
-                register_recorded(self._snapshot.generation.manifest.encoders)  # imported vectors
-                dim = get_spec(model).dim
-                dense = self._snapshot.dense.get(model)
-                if dense is not None and dim != dense.dim:
-                    raise InvalidValueError(
-                        f"model {model!r} now gives {dim}-d vectors but this index holds "
-                        f"{dense.dim}-d ones; re-embed: hybridlab reindex --drop-model {model} "
-                        f"(then --model {model})"
-                    )
-                recorded = self._snapshot.generation.manifest.encoders.get(model)
-                if recorded:
-                    check_query_encoder(model, recorded)
-                self._encoders[model] = load_query_encoder(
-                    model, overrides=(recorded or {}).get("settings") or {}
-                )
-            return self._encoders[model]
-
-    def _encode(self, model: str, queries: list[str]) -> np.ndarray:
-        encoder = self.encoder(model)
-        with self._encoder_lock:  # one encode at a time: HF tokenizers fail when used by two threads
-            return encoder.encode_queries(queries)
+        """The QUERY encoder of `model` (:meth:`QueryModels.encoder`)."""
+        return self.query_models.encoder(self._snapshot, model)
 
     def query_vector(self, model: str, query: str) -> np.ndarray:
         """The query's embedding (an LRU cache keeps repeated queries free)."""
-        return self._query_vectors.get_or_compute((model, query), lambda: self._encode(model, [query])[0])
+        return self.query_models.query_vector(self._snapshot, model, query)
 
     def encode_queries(self, model: str, queries: Sequence[str]) -> None:
         """Embed many queries at once into the query cache (faster than one by one)."""
-        todo = [query for _, query in self._query_vectors.missing((model, q) for q in queries)]
-        if todo:
-            self._query_vectors.put_many(zip(((model, q) for q in todo), self._encode(model, todo)))
+        self.query_models.encode_queries(self._snapshot, model, queries)
 
     def put_query_vectors(self, model: str, vectors: Mapping[str, np.ndarray]) -> None:
-        """Use these vectors (query text -> vector, e.g. read from a file) for `model`'s queries; all
-        are kept while they are used (`LruCache.put_many`)."""
-        self._query_vectors.put_many(
-            ((model, query), np.asarray(vector, dtype=np.float32)) for query, vector in vectors.items()
-        )
+        """Use these vectors (query text -> vector, e.g. read from a file) for `model`'s queries."""
+        self.query_models.put_query_vectors(model, vectors)
 
     def learned_ranker(self, setting: str):
         """The learned fusion model of a `learned_model` setting, loaded once per index object."""
-        with self._encoder_lock:
-            if setting not in self._rankers:
-                self._rankers[setting] = load_ranker(model_path(setting))
-            return self._rankers[setting]
+        return self.query_models.learned_ranker(setting)
 
     def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
-        """Cross-encoder scores of (query, passage) pairs, one per passage. The cross-encoder `model` is
-        loaded on first use and kept (thread-safe: the encoder lock guards the load, the cross-encoder
-        serialises its own scoring)."""
-        if model not in self._rerankers:
-            with self._encoder_lock:
-                if model not in self._rerankers:
-                    self._rerankers[model] = load_reranker(model)
-        return self._rerankers[model].score(query, passages)
+        """Cross-encoder scores of (query, passage) pairs, one per passage."""
+        return self.query_models.rerank_scores(model, query, passages)
 
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
@@ -303,8 +255,8 @@ class Index:
             boost_tags,
             now,
             self.config_file,
-            self.query_vector,
-            self.learned_ranker,
+            lambda model, text: self.query_models.query_vector(self._snapshot, model, text),
+            self.query_models.learned_ranker,
         )
 
     def search(
@@ -419,23 +371,11 @@ class Index:
         tags: Sequence[str] | None,
         now: str | datetime | None,
     ) -> tuple[pipeline.Retrieval, list[pipeline.Hit]]:
-        """The retrieval, reranked, and its hits grouped by document when `group_by_document`."""
-        retrieval = pipeline.retrieve(
-            snapshot,
-            query,
-            options,
-            filters,
-            tags,
-            resolve_now(now),
-            self.config_file,
-            self.query_vector,
-            self.learned_ranker,
+        """The retrieval, re-scored by the second stage and the rerank step, and its hits grouped by
+        document when `group_by_document` (:func:`pipeline.ranked`: the search runs there to its end)."""
+        return pipeline.ranked(
+            snapshot, query, options, filters, tags, resolve_now(now), self.config_file, self.query_models
         )
-        retrieval = pipeline.rerank(snapshot, retrieval, query, self.rerank_scores)
-        config = retrieval.config
-        return retrieval, pipeline.group(
-            snapshot, retrieval.hits, config
-        ) if config.group_by_document else retrieval.hits
 
     def run(
         self,

@@ -7,6 +7,7 @@ mix generations. Every one may be used by several threads at once.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -209,6 +210,20 @@ class DuckDBStore:
         )
         return [found[chunk_id] for chunk_id in chunk_ids]
 
+    def embedded(self, rows: Sequence[int]) -> list[tuple[str, str]]:
+        if not len(rows):
+            return []
+        chunk_ids = self._generation.chunk_ids[np.asarray(rows, dtype=np.int64)].tolist()
+        found = {
+            chunk_id: (sha, text)
+            for chunk_id, sha, text in self._generation.store.fetchall(
+                "SELECT chunk_id, embed_sha256, COALESCE(embed_text, text) FROM chunks "
+                f"WHERE chunk_id IN ({', '.join('?' * len(chunk_ids))})",
+                chunk_ids,
+            )
+        }
+        return [_hashed(*found[chunk_id]) for chunk_id in chunk_ids]
+
     def document(self, doc_id: str) -> dict[str, Any] | None:
         row = self._generation.store.fetchone(
             f"SELECT {', '.join(DOCUMENT_FIELDS)} FROM documents WHERE doc_id = ?", [doc_id]
@@ -218,6 +233,11 @@ class DuckDBStore:
     def counts(self) -> dict[str, Any]:
         with self._generation.store.connection() as con:
             return store.counts(con)
+
+
+def _hashed(sha: str | None, text: str) -> tuple[str, str]:
+    """(sha256 of the embedded text, the text); rows of stores written before the hash was kept get it here."""
+    return (sha or hashlib.sha256(text.encode("utf-8")).hexdigest(), text)
 
 
 DOCUMENT_FIELDS = (

@@ -1,5 +1,22 @@
 """One search over one snapshot, as a pipeline of small steps.
-See docs/internals/search.md#pipeline."""
+See docs/internals/search.md#pipeline.
+
+The steps, in order (:func:`ranked` runs them; :func:`hydrate` turns the hits into results):
+
+| step | function | reads | adds to the Retrieval |
+|---|---|---|---|
+| settings | :func:`settings` | options, config file, the index's size | the resolved SearchConfig |
+| encode | :func:`retrieve` | QueryModels.query_vector | the dense query vector |
+| retrieve + fuse | :func:`widen` | the retrievers of the snapshot | runs, fused hits |
+| dense feedback | :func:`with_feedback` | the dense retriever | moved query's run |
+| second stage | :func:`late_stage` | QueryModels.late_scorer, token store | MaxSim of the head |
+| rerank | :func:`rerank` | QueryModels.rerank_scores, chunk texts | cross-encoder scores |
+| group | :func:`group` | doc ids | one hit per document |
+| hydrate | :func:`hydrate` | the store | SearchResults |
+
+Invariant: every step reads one snapshot and the QueryModels it is given, and returns a new
+Retrieval (never mutated); no step calls back into the `Index`. A re-scoring step (second stage,
+rerank) keeps the hits it re-scored above the rest, so the ranking stays in score order."""
 
 from __future__ import annotations
 
@@ -17,6 +34,7 @@ import numpy as np
 from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
 from hybridlab.encoders.registry import canonical_name
 from hybridlab.errors import InvalidValueError
+from hybridlab.search import late
 from hybridlab.search.evidence import (
     EVIDENCE_DEPTH,
     QueryEvidence,
@@ -34,6 +52,7 @@ from hybridlab.search.feedback import best_documents, rocchio
 from hybridlab.search.filters import Filters
 from hybridlab.search.fusion import alpha_weights, fuse
 from hybridlab.search.learned import Ranker, load_ranker, model_path, squash
+from hybridlab.search.models import QueryModels
 from hybridlab.search.query_dates import QueryDates, date_factors, dates_in_query
 from hybridlab.search.results import SearchResult, iso_utc, make_snippet
 from hybridlab.search.retrievers import RowFilter
@@ -123,6 +142,7 @@ class Retrieval:
         default_factory=QueryFacts
     )  # what the learned fusion's features know of the query
     now: datetime | None = None  # the reference time of recency
+    late_scores: Mapping[int, float] = field(default_factory=dict)  # row -> MaxSim (second stage)
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -799,6 +819,60 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
     )
 
 
+# ------------------------------------------------------------------------------------ second stage
+def late_stage(snapshot: Snapshot, retrieval: Retrieval, query: str, models: QueryModels) -> Retrieval:
+    """The retrieval with its top `late_depth` hits re-scored by late interaction (MaxSim of the
+    query's and each chunk's stored token vectors, `late_model`) and re-ordered by
+    :func:`hybridlab.search.late.reorder`. They keep the top places, as the rerank step's do; the
+    other hits follow unchanged. Off (the same object back) when `late_depth` is 0."""
+    config = retrieval.config
+    if config.late_depth <= 0 or not retrieval.hits:
+        return retrieval
+    started = time.perf_counter()
+    head, tail = retrieval.hits[: config.late_depth], retrieval.hits[config.late_depth :]
+    rows = [hit.row for hit in head]
+    scorer = models.late_scorer(snapshot, config.late_model)
+    maxsim = scorer.scores(models.late_query(scorer, clean_query(query)), snapshot.store.embedded(rows))
+    order, mixed = late.reorder(
+        rows, [hit.score for hit in head], maxsim, config.late_weight, config.late_combination
+    )
+    lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
+    hits = [head[i]._replace(score=float(lift + m)) for i, m in zip(order.tolist(), mixed.tolist())] + tail
+    timings = {**retrieval.timings, "late_ms": (time.perf_counter() - started) * 1000}
+    return dataclasses.replace(
+        retrieval, hits=hits, timings=timings, late_scores=dict(zip(rows, maxsim.tolist()))
+    )
+
+
+def ranked(
+    snapshot: Snapshot,
+    query: str,
+    options: Mapping[str, Any],
+    filters: Filters,
+    boost_tags: Sequence[str] | None,
+    now: datetime,
+    config_file: Mapping[str, Any],
+    models: QueryModels,
+) -> tuple[Retrieval, list[Hit]]:
+    """One search's ranking on one snapshot, every step in order (the table in this module's
+    docstring): retrieve, second stage, rerank, group. The retrieval keeps what each step found."""
+    retrieval = retrieve(
+        snapshot,
+        query,
+        options,
+        filters,
+        boost_tags,
+        now,
+        config_file,
+        lambda model, text: models.query_vector(snapshot, model, text),
+        models.learned_ranker,
+    )
+    retrieval = late_stage(snapshot, retrieval, query, models)
+    retrieval = rerank(snapshot, retrieval, query, models.rerank_scores)
+    config = retrieval.config
+    return retrieval, group(snapshot, retrieval.hits, config) if config.group_by_document else retrieval.hits
+
+
 # ------------------------------------------------------------------------------------ results
 def feature_table(snapshot: Snapshot, retrieval: Retrieval) -> tuple[np.ndarray, np.ndarray] | None:
     """The learned fusion's candidates and feature matrix of a hybrid retrieval (for `explain`), else None."""
@@ -914,6 +988,23 @@ def explain(
         "rerank_weight": config.rerank_weight if config.rerank_depth else None,
         "rerank_model": config.rerank_model if config.rerank_depth else None,
         "staged_pool": staged_pool(snapshot, retrieval),
+        **late_explain(hit, retrieval),
+    }
+
+
+def late_explain(hit: Hit, retrieval: Retrieval) -> dict[str, Any]:
+    """The second stage's part of `explain`: the hit's MaxSim score and rank among the re-scored
+    hits (None when it was not among them, or the stage is off) and the stage's settings."""
+    config = retrieval.config
+    late_rank, late_score = rank_in(retrieval.late_scores, hit.row)
+    on = config.late_depth > 0
+    return {
+        "late_score": late_score,
+        "late_rank": late_rank,
+        "late_depth": config.late_depth,
+        "late_weight": config.late_weight if on else None,
+        "late_combination": config.late_combination if on else None,
+        "late_model": config.late_model if on else None,
     }
 
 

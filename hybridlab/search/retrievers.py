@@ -119,6 +119,10 @@ class MetadataStore(Protocol):
         """The text each row was embedded and BM25-indexed as (heading + chunk text), for rerankers."""
         ...
 
+    def embedded(self, rows: Sequence[int]) -> list[tuple[str, str]]:
+        """(sha256, text) of what each row was embedded as: the key of its stored token vectors."""
+        ...
+
     def document(self, doc_id: str) -> dict[str, Any] | None:
         """One document's stored fields (doc_id, source, collection, title, text, doc_type,
         created_at, updated_at, metadata as JSON text, tags), None when absent."""

@@ -3,17 +3,17 @@ See docs/internals/index.md#verify."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index import layout, store, wal
+from hybridlab.index.embedding_cache import text_sha256
 from hybridlab.index.manifest import Manifest
 from hybridlab.index.reader import consistency_problems, read_generation
+from hybridlab.index.tokens import TokenStore, store_folder
 from hybridlab.index.write.build import apply_changes
+from hybridlab.index.write.tokens import store_token_vectors
 
 
 def _store_problems(folder: Path) -> list[str]:
@@ -105,9 +105,67 @@ def verify(index_dir: str | Path) -> list[str]:
     except (layout.CorruptIndexError, IndexFormatError) as error:  # --repair rebuilds both
         return [str(error)]
     try:
-        return consistency_problems(generation) + _duplicate_problems(generation)
+        return (
+            consistency_problems(generation)
+            + _duplicate_problems(generation)
+            + _token_problems(index_dir, manifest, generation)
+        )
     finally:
         generation.store.close()
+
+
+def _live_texts(generation) -> list[tuple[str, str]]:
+    """(sha256, text) of every live chunk's embedded text."""
+    return [
+        (sha or text_sha256(text), text)
+        for sha, text in generation.store.fetchall(
+            "SELECT DISTINCT embed_sha256, COALESCE(embed_text, text) FROM chunks"
+        )
+    ]
+
+
+def _token_problems(index_dir: Path, manifest: Manifest, generation) -> list[str]:
+    """Token vectors of a recorded late-interaction model that cannot be read, or live chunks that
+    have none (a write interrupted between its vectors and its commit never leaves that; an index
+    given a late model by a config edit does). `--repair` drops unreadable shards and encodes the rest."""
+    if not manifest.late:
+        return []
+    hashes = [sha for sha, _ in _live_texts(generation)]
+    problems = []
+    for name, record in manifest.late.items():
+        try:
+            missing = TokenStore(store_folder(index_dir, str(record.get("key")))).missing(hashes)
+        except layout.CorruptIndexError as error:
+            problems.append(str(error))
+            continue
+        if missing:
+            problems.append(
+                f"{len(missing)} of {len(set(hashes))} chunk texts lack token vectors of the late-interaction "
+                f"model {name!r}; `hybridlab verify --repair --index {index_dir}` encodes them"
+            )
+    return problems
+
+
+def _repair_tokens(index_dir: Path, manifest: Manifest, actions: list[str], progress: bool) -> None:
+    """Drop unreadable token-vector shards, then encode every live chunk text that lacks vectors."""
+    if not manifest.late:
+        return
+    for name, record in manifest.late.items():
+        dropped = TokenStore(store_folder(index_dir, str(record.get("key")))).drop_unreadable()
+        if dropped:
+            actions.append(f"removed {dropped} unreadable token-vector shards of {name!r}")
+    try:
+        generation = read_generation(index_dir, check=False)
+    except (layout.CorruptIndexError, IndexFormatError):
+        return  # the rebuild below re-encodes what it needs
+    try:
+        texts = _live_texts(generation)
+    finally:
+        generation.store.close()
+    encoded = store_token_vectors(index_dir, manifest.index_config, texts, progress=progress)
+    for name, count in encoded.items():
+        if count:
+            actions.append(f"encoded the token vectors of {count} chunk texts for {name!r}")
 
 
 def _duplicate_problems(generation) -> list[str]:
@@ -179,6 +237,7 @@ def repair(index_dir: str | Path, progress: bool = False) -> list[str]:
             cache.rename(aside)
             Path(f"{cache}.wal").unlink(missing_ok=True)
             actions.append(f"moved the corrupt embeddings cache aside to {aside}")
+        _repair_tokens(index_dir, manifest, actions, progress)
         rebuild = bool(verify(index_dir))
     if rebuild:
         report = apply_changes(
@@ -229,39 +288,3 @@ def _restore_manifest(index_dir: Path, live: Manifest | None, actions: list[str]
         f"{reason}, and no intact generation with a manifest copy is left in {index_dir}; "
         f"rebuild the index from its sources: remove {index_dir} and run `hybridlab index PATHS --index {index_dir}`"
     )
-
-
-def cli_verify(args: argparse.Namespace) -> int:
-    """`hybridlab verify --index DIR [--repair] [--json]`: 0 when consistent (after repair), 1 otherwise."""
-    index_dir = Path(args.index_dir)
-    actions: list[str] = []
-    if getattr(args, "repair", False):
-        try:
-            actions = repair(index_dir, progress=False)
-        except layout.CorruptIndexError as error:
-            problems = [str(error)]
-        else:
-            problems = verify(index_dir)
-    else:
-        problems = verify(index_dir)
-    if getattr(args, "json", False):
-        print(
-            json.dumps(
-                {"index": str(index_dir), "ok": not problems, "problems": problems, "repaired": actions},
-                indent=2,
-            )
-        )
-    else:
-        for action in actions:
-            print(f"repaired: {action}")
-        if problems:
-            for problem in problems:
-                print(f"PROBLEM: {problem}")
-            if not getattr(args, "repair", False):
-                print(
-                    f"run `hybridlab verify --repair --index {index_dir}` to rebuild what is inconsistent",
-                    file=sys.stderr,
-                )
-        else:
-            print(f"OK: {index_dir} is consistent")
-    return 1 if problems else 0

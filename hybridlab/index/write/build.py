@@ -43,6 +43,7 @@ from hybridlab.index.segments import (
 )
 from hybridlab.index.signatures import next_signatures, recorded_signatures
 from hybridlab.index.write.commit import commit_generation, manifest_base
+from hybridlab.index.write.tokens import segment_texts, store_token_vectors
 from hybridlab.ingest import sources
 from hybridlab.ingest.sources import Document, FolderScan
 
@@ -473,6 +474,7 @@ def build_segment(plan: WritePlan, tmp: Path, number: int, report: IndexReport) 
             return BuiltSegment(next_id, to_insert, None, None, known)
         cache = EmbeddingCache(request.cache_file) if request.use_cache or plan.full else VectorBuffer()
         dims = _embed(con, cache, plan, known, report)
+        store_token_vectors(request.index_dir, plan.config, segment_texts(con), progress=request.progress)
         faiss_files = build_artifacts(
             con, cache_vectors(cache), tmp, plan.config, dims, progress=request.progress
         )

@@ -47,6 +47,7 @@ from hybridlab.index.manifest import (
 from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder
 from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
 from hybridlab.index.write.merge import build_merged, merge_plan
+from hybridlab.index.write.tokens import spec_records
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def manifest_base(
         versions=versions(),
         next_chunk_id=next_id,
         last_merge=old.last_merge if old is not None else None,
+        late=spec_records(config),
     )
 
 

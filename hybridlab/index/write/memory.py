@@ -31,6 +31,7 @@ from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.rows import WHITESPACE, normalised_content
 from hybridlab.index.segments import indexed_doc_ids
 from hybridlab.index.write.build import apply_changes, fold_log
+from hybridlab.index.write.tokens import memory_texts, store_token_vectors
 from hybridlab.ingest.sources import MEMORY_COLLECTION, Document, memory_document
 
 logger = logging.getLogger(__name__)
@@ -548,6 +549,9 @@ class MemoryWriter:
             log = self._current_log()
             if log is None:
                 return None
+            config = log.encoding.config
+            if config.late_models:  # before the log holds them: a failed append leaves unused vectors only
+                store_token_vectors(self.index_dir, config, memory_texts([d for d, _ in entries], config))
             self._write(log, log.encoding.records(entries))
             return log.generation
 

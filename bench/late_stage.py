@@ -1,0 +1,390 @@
+"""Does a late-interaction second stage transfer? Every collection we have, scored where nothing was chosen.
+
+For each collection (our memories and HoloViz sets, SciFact test, CISI, Cranfield, MED, LoCoMo turns
+stored as memories with nothing more, LoCoMo sessions) the engine's default first stage is run once
+per query; its top `MAX_DEPTH` chunks get MaxSim scores from token vectors stored as the index would
+store them (content-addressed, `hybridlab.index.tokens.TokenStore`). Every setting of the stage
+(depth x weight x combination) is then applied offline with the pipeline's own functions
+(`hybridlab.search.late.reorder`, then `pipeline.group`), and chosen by leave-one-origin-out: the
+setting that gains most on the other origins (mean relative gain of the primary metric) is scored on
+the held-out one. LoCoMo's two levels are one origin (held out together).
+
+    python -m bench.late_stage --out reports/bench/late-stage [--locomo PATH/locomo10.json] [--cross-encoder]
+
+Writes `results.json` (per collection: first stage, chosen setting out of fold, every setting's mean),
+`README.md` (the tables) and `late-stage.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from hybridlab.encoders.late import get_late_spec, load_late_encoder
+from hybridlab.eval.conversations import metrics as conv_metrics
+from hybridlab.eval.conversations.locomo import read_locomo
+from hybridlab.eval.conversations.runner import BenchSettings, build_index
+from hybridlab.eval.evalsets import cache_root, get_evalset
+from hybridlab.eval.systems import open_evalset
+from hybridlab.index.tokens import TokenStore
+from hybridlab.search import late, pipeline
+from hybridlab.search.engine import Index, resolve_now
+from hybridlab.search.filters import Filters
+
+MAX_DEPTH = 100
+DEPTHS = (10, 20, 30, 50, 100)
+WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+COMBINATIONS = tuple(sorted(late.COMBINATIONS))
+EVALSETS = ("memories", "holoviz", "scifact", "cisi", "cranfield", "med")
+
+
+@dataclass
+class Query:
+    """One query's first stage: its head hits (up to MAX_DEPTH), the hits below, MaxSim of the head."""
+
+    qid: str
+    head: list[pipeline.Hit]
+    tail: list[pipeline.Hit]
+    maxsim: np.ndarray
+    relevant: Mapping[str, int]  # doc id -> grade
+    ranker: Any = None  # the snapshot (group) and config
+
+
+@dataclass
+class Collection:
+    name: str
+    origin: str
+    metric: str  # "ndcg@10" or "recall@5"
+    queries: list[Query] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, list[float]] = field(default_factory=dict)  # setting -> per-query metric
+
+
+def setting_name(depth: int, weight: float, combination: str) -> str:
+    return f"{combination}:d{depth}:w{weight:g}"
+
+
+SETTINGS = ["none"] + [setting_name(d, w, c) for c in COMBINATIONS for d in DEPTHS for w in WEIGHTS]
+
+
+def parse_setting(name: str) -> tuple[str, int, float]:
+    combination, depth, weight = name.split(":")
+    return combination, int(depth[1:]), float(weight[1:])
+
+
+# ------------------------------------------------------------------------------------ metrics
+def ndcg_at(ranked: Sequence[str], relevant: Mapping[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains (ranx's and trec_eval's `ndcg`)."""
+    gains = [relevant.get(doc, 0) for doc in ranked[:k]]
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains) if g > 0)
+    ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: Sequence[str], relevant: Mapping[str, int], k: int = 5) -> float:
+    return conv_metrics.fractional_recall(list(ranked), list(relevant), k)
+
+
+METRICS = {"ndcg@10": ndcg_at, "recall@5": recall_at}
+
+
+# ------------------------------------------------------------------------------------ collecting
+class Vectors:
+    """Token vectors of chunk texts, stored once in a TokenStore (as an index stores them)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.spec = get_late_spec("answerai-colbert-small")
+        self.encoder = load_late_encoder(self.spec)
+        self.store = TokenStore(folder / self.spec.key, self.spec.to_json())
+        self.encode_seconds = 0.0
+        self.encoded = 0
+        self.tokens = 0
+
+    def ensure(self, embedded: Sequence[tuple[str, str]], desc: str) -> None:
+        texts = dict(embedded)
+        todo = self.store.missing(texts)
+        batch = 256
+        for start in tqdm(range(0, len(todo), batch), desc=f"token vectors ({desc})", unit="x256"):
+            hashes = todo[start : start + batch]
+            started = time.perf_counter()
+            vectors = self.encoder.encode_documents([texts[sha] for sha in hashes])
+            self.encode_seconds += time.perf_counter() - started
+            self.encoded += len(hashes)
+            self.tokens += sum(len(v) for v in vectors)
+            self.store.add(hashes, vectors)
+
+    def maxsim(self, query: str, embedded: Sequence[tuple[str, str]]) -> tuple[np.ndarray, float, float]:
+        started = time.perf_counter()
+        q = self.encoder.encode_query(query)
+        encoded = time.perf_counter()
+        docs = [v for v in self.store.get([sha for sha, _ in embedded]) if v is not None]
+        scores = late.maxsim(q, docs)
+        return scores, (encoded - started) * 1000, (time.perf_counter() - encoded) * 1000
+
+
+def _first_stage(index: Index, text: str, now: Any) -> pipeline.Retrieval:
+    snapshot = index.snapshot()
+    return pipeline.retrieve(
+        snapshot,
+        text,
+        {"limit": 100},
+        Filters(),
+        None,
+        resolve_now(now),
+        index.config_file,
+        index.query_vector,
+        index.learned_ranker,
+    )
+
+
+def collect(
+    collection: Collection,
+    index: Index,
+    questions: Sequence[tuple[str, str, Any, Mapping[str, int]]],
+    vectors: Vectors,
+    qualify: Any = None,
+) -> None:
+    """The first stage of every question (qid, text, now, relevant ids), then MaxSim of each head."""
+    snapshot = index.snapshot()
+    firsts = []
+    started = time.perf_counter()
+    for qid, text, now, relevant in tqdm(questions, desc=f"first stage ({collection.name})", leave=False):
+        firsts.append((qid, text, relevant, _first_stage(index, text, now)))
+    collection.seconds["first_stage_ms_per_query"] = (
+        (time.perf_counter() - started) * 1000 / max(1, len(questions))
+    )
+    rows = {hit.row for *_, retrieval in firsts for hit in retrieval.hits[:MAX_DEPTH]}
+    vectors.ensure(snapshot.store.embedded(sorted(rows)), collection.name)
+    encode_ms, maxsim_ms = [], []
+    for qid, text, relevant, retrieval in firsts:
+        head, tail = retrieval.hits[:MAX_DEPTH], retrieval.hits[MAX_DEPTH:]
+        scores, enc, ms = vectors.maxsim(text, snapshot.store.embedded([hit.row for hit in head]))
+        encode_ms.append(enc)
+        maxsim_ms.append(ms)
+        query = Query(qid, head, tail, scores, relevant, (snapshot, retrieval.config, qualify))
+        collection.queries.append(query)
+    collection.seconds["query_encode_ms_p50"] = statistics.median(encode_ms) if encode_ms else 0.0
+    collection.seconds["maxsim_100_ms_p50"] = statistics.median(maxsim_ms) if maxsim_ms else 0.0
+
+
+def ranking(query: Query, setting: str) -> list[str]:
+    """The query's document ranking under a setting, through the pipeline's own reorder and group."""
+    snapshot, config, qualify = query.ranker
+    hits = query.head + query.tail
+    if setting != "none" and query.head:
+        combination, depth, weight = parse_setting(setting)
+        head = query.head[:depth]
+        order, mixed = late.reorder(
+            [h.row for h in head], [h.score for h in head], query.maxsim[: len(head)], weight, combination
+        )
+        lift = 1.0 + max(0.0, max((h.score for h in query.head[depth:] + query.tail), default=0.0))
+        hits = [head[i]._replace(score=float(lift + m)) for i, m in zip(order.tolist(), mixed.tolist())]
+        hits += query.head[depth:] + query.tail
+    grouped = pipeline.group(snapshot, hits, config)
+    doc_ids = snapshot.generation.doc_ids
+    ids = [doc_ids[h.row] for h in grouped]
+    return [qualify(i) for i in ids] if qualify else ids
+
+
+def score_settings(collection: Collection) -> None:
+    metric = METRICS[collection.metric]
+    for setting in tqdm(SETTINGS, desc=f"settings ({collection.name})", leave=False):
+        collection.scores[setting] = [metric(ranking(q, setting), q.relevant) for q in collection.queries]
+    for query in collection.queries:  # free the snapshot references
+        query.ranker = None
+
+
+def evalset_collection(name: str, vectors: Vectors) -> Collection:
+    evalset = get_evalset(name)
+    dataset = evalset.report_dataset()
+    opened = open_evalset(name, progress=True)
+    collection = Collection(name, name, "ndcg@10")
+    questions = [
+        (qid, text, evalset.now, {doc: int(g) for doc, g in dataset.qrels[qid].items()})
+        for qid, text in dataset.queries.items()
+    ]
+    collect(collection, opened.index, questions, vectors)
+    score_settings(collection)
+    opened.index.close()
+    return collection
+
+
+def locomo_collections(path: Path, vectors: Vectors, work: Path) -> list[Collection]:
+    haystacks = read_locomo(path)
+    out = []
+    for level in ("turn", "session"):
+        collection = Collection(f"locomo-{level}", "locomo", "recall@5")
+        settings = BenchSettings(granularity=level, context=False)
+        for haystack in tqdm(haystacks, desc=f"LoCoMo {level}"):
+            folder = build_index(haystack, settings, work / "indexes", work / "embeddings.duckdb")
+            with Index(folder) as index:
+                questions = [
+                    (
+                        q.question_id,
+                        q.text,
+                        q.date or haystack.last_date,
+                        dict.fromkeys(haystack.relevant(q, level), 1),
+                    )
+                    for q in haystack.questions
+                    if haystack.relevant(q, level) and not q.abstention
+                ]
+                collect(collection, index, questions, vectors)
+                score_settings(collection)
+        out.append(collection)
+    return out
+
+
+# ------------------------------------------------------------------------------------ choosing
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def relative_gains(collection: Collection) -> dict[str, float]:
+    base = mean(collection.scores["none"])
+    return {s: (mean(v) - base) / base if base else 0.0 for s, v in collection.scores.items()}
+
+
+def choose(collections: Sequence[Collection]) -> str:
+    """The setting with the best mean relative gain over the collections' origins (each origin one
+    vote: LoCoMo's levels averaged first); ties to the cheaper (shallower, lower weight)."""
+    by_origin: dict[str, list[dict[str, float]]] = {}
+    for collection in collections:
+        by_origin.setdefault(collection.origin, []).append(relative_gains(collection))
+    votes = [{s: mean([g[s] for g in gains]) for s in SETTINGS} for gains in by_origin.values()]
+    return max(SETTINGS, key=lambda s: (round(mean([v[s] for v in votes]), 6), -SETTINGS.index(s)))
+
+
+def leave_one_origin_out(collections: Sequence[Collection]) -> dict[str, Any]:
+    origins = sorted({c.origin for c in collections})
+    table: dict[str, Any] = {}
+    for origin in origins:
+        chosen = choose([c for c in collections if c.origin != origin])
+        for collection in (c for c in collections if c.origin == origin):
+            first, stage = collection.scores["none"], collection.scores[chosen]
+            table[collection.name] = {
+                "metric": collection.metric,
+                "queries": len(first),
+                "first_stage": mean(first),
+                "chosen_out_of_fold": chosen,
+                "with_stage": mean(stage),
+                "wins": sum(b > a + 1e-12 for a, b in zip(first, stage)),
+                "losses": sum(b < a - 1e-12 for a, b in zip(first, stage)),
+                "paired_p": paired_randomization(first, stage),
+            }
+    return table
+
+
+def paired_randomization(
+    a: Sequence[float], b: Sequence[float], trials: int = 10_000, seed: int = 0
+) -> float:
+    """Two-sided paired randomization test of the mean difference (Smucker et al. 2007)."""
+    diffs = np.asarray(b, dtype=np.float64) - np.asarray(a, dtype=np.float64)
+    if not len(diffs) or not diffs.any():
+        return 1.0
+    observed = abs(diffs.mean())
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(trials, len(diffs)))
+    return float(((np.abs((signs * diffs).mean(axis=1)) >= observed - 1e-15).sum() + 1) / (trials + 1))
+
+
+# ------------------------------------------------------------------------------------ report
+def write_report(
+    out: Path, collections: Sequence[Collection], vectors: Vectors, extra: dict[str, Any]
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    loo = leave_one_origin_out(collections)
+    everywhere = choose(collections)
+    per_setting = {c.name: {s: round(mean(v), 4) for s, v in c.scores.items()} for c in collections}
+    results = {
+        "late_model": vectors.spec.to_json(),
+        "max_depth": MAX_DEPTH,
+        "leave_one_origin_out": loo,
+        "chosen_on_all": everywhere,
+        "chosen_on_all_in_sample": {c.name: round(mean(c.scores[everywhere]), 4) for c in collections},
+        "per_setting": per_setting,
+        "seconds": {c.name: c.seconds for c in collections},
+        "encoding": {
+            "texts": vectors.encoded,
+            "texts_per_second": vectors.encoded / vectors.encode_seconds if vectors.encode_seconds else None,
+            "tokens_per_text": vectors.tokens / vectors.encoded if vectors.encoded else None,
+            "bytes_per_text_f16": 2 * vectors.spec.dims * vectors.tokens / vectors.encoded
+            if vectors.encoded
+            else None,
+        },
+        **extra,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    lines = [
+        "# Late interaction as a second stage, every collection, leave-one-origin-out",
+        "",
+        (
+            f"Model: {vectors.spec.name} ({vectors.spec.source}, dims {vectors.spec.dims}, {vectors.spec.dtype}). "
+            f"Command: `python -m bench.late_stage --out {out.as_posix()}`"
+        ),
+        "",
+        "| collection | metric | queries | first stage | chosen on the other origins | with the stage | wins / losses | p |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in loo.items():
+        lines.append(
+            f"| {name} | {row['metric']} | {row['queries']} | {row['first_stage']:.4f} | `{row['chosen_out_of_fold']}` | "
+            f"{row['with_stage']:.4f} | {row['wins']} / {row['losses']} | {row['paired_p']:.4f} |"
+        )
+    lines += ["", f"Chosen on all origins (the candidate default): `{everywhere}`", ""]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    _plot(out, loo)
+    return results
+
+
+def _plot(out: Path, loo: Mapping[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(loo)
+    first = [loo[n]["first_stage"] for n in names]
+    stage = [loo[n]["with_stage"] for n in names]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(x - 0.2, first, 0.4, label="first stage (defaults)")
+    ax.bar(x + 0.2, stage, 0.4, label="+ late interaction (chosen out of fold)")
+    ax.set_xticks(x, names, rotation=20)
+    ax.set_ylabel("nDCG@10 / R@5")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "late-stage.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="reports/bench/late-stage")
+    parser.add_argument("--locomo", default=None, help="locomo10.json (else LoCoMo is left out)")
+    parser.add_argument("--sets", default=",".join(EVALSETS))
+    parser.add_argument("--work", default=str(cache_root() / "late-stage"))
+    args = parser.parse_args(argv)
+    work = Path(args.work)
+    vectors = Vectors(work / "tokens")
+    collections: list[Collection] = []
+    for name in [s for s in args.sets.split(",") if s]:
+        collections.append(evalset_collection(name, vectors))
+    if args.locomo:
+        collections += locomo_collections(Path(args.locomo), vectors, work / "locomo")
+    write_report(Path(args.out), collections, vectors, {})
+    print((Path(args.out) / "README.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
