@@ -236,3 +236,81 @@ def test_verify_finds_missing_or_damaged_token_vectors_and_repair_encodes_them(l
     assert any("unreadable token-vector shards" in a for a in actions)
     assert any("encoded the token vectors" in a for a in actions)
     assert verify(index_dir) == []
+
+
+def test_optimize_drops_the_token_vectors_of_deleted_chunks(late_index, tmp_path):
+    import shutil
+
+    from hybridlab.index.write.build import optimize
+
+    index_dir = tmp_path / "copy"
+    shutil.copytree(late_index, index_dir)
+    writer = MemoryWriter(index_dir)
+    try:
+        gone = make_memory("A memory that will be deleted soon, about kayaks.", tags=["tmp"])
+        writer.store_document(gone)
+        writer.delete([gone.doc_id])
+    finally:
+        writer.close()
+    with_deleted = _store(index_dir).stored()
+    optimize(index_dir)
+    kept = _store(index_dir).stored()
+    assert kept < with_deleted and _store(index_dir).shard_count == 1
+    assert verify(index_dir) == []
+
+
+# ------------------------------------------------------------------ a PyLate / ColBERT folder
+def write_pylate_folder(folder: Path) -> Path:
+    """A tiny random BERT saved as PyLate saves a ColBERT model: the transformer at the top, a
+    `1_Dense` projection without bias, [Q]/[D] marker tokens and PyLate's lengths."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.numpy import save_file
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[Q]", "[D]", "the", "cat", "dog", "sat", ",", "."]
+    folder.mkdir(parents=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    transformers.BertModel(config).save_pretrained(folder)
+    from tokenizers import BertWordPieceTokenizer
+
+    BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=True).save(str(folder / "tokenizer.json"))
+    (folder / "1_Dense").mkdir()
+    (folder / "1_Dense" / "config.json").write_text(
+        json.dumps({"in_features": 16, "out_features": 8, "bias": False})
+    )
+    rng = np.random.default_rng(0)
+    save_file(
+        {"linear.weight": rng.standard_normal((8, 16)).astype(np.float32)},
+        str(folder / "1_Dense" / "model.safetensors"),
+    )
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps(
+            {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": 180}
+        )
+    )
+    return folder
+
+
+def test_a_pylate_folder_is_read_by_its_own_conventions(tmp_path):
+    folder = write_pylate_folder(tmp_path / "tiny-colbert")
+    spec = get_late_spec(str(folder))
+    assert spec.backend == "pylate" and spec.dims == 8
+    assert (spec.query_length, spec.document_length) == (32, 180)
+    assert spec.query_marker == 5 and spec.document_marker == 6  # [Q], [D]
+    encoder = load_late_encoder(spec)
+    doc = encoder.encode_documents(["the cat sat, the dog sat."])[0]
+    assert doc.shape == (2 + 6 + 1, 8)  # [CLS] [D] six words (punctuation masked) [SEP]
+    assert np.allclose(np.linalg.norm(doc, axis=1), 1.0, atol=1e-5)
+    query = encoder.encode_query("the cat")
+    assert maxsim(query, [doc])[0] > 0
+
+
+def test_an_unknown_late_model_names_the_choices(tmp_path):
+    with pytest.raises(InvalidValueError, match="does not exist"):
+        get_late_spec(str(tmp_path / "nope"))

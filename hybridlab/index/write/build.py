@@ -43,7 +43,7 @@ from hybridlab.index.segments import (
 )
 from hybridlab.index.signatures import next_signatures, recorded_signatures
 from hybridlab.index.write.commit import commit_generation, manifest_base
-from hybridlab.index.write.tokens import segment_texts, store_token_vectors
+from hybridlab.index.write.tokens import compact_token_stores, segment_texts, store_token_vectors
 from hybridlab.ingest import sources
 from hybridlab.ingest.sources import Document, FolderScan
 
@@ -225,6 +225,7 @@ def optimize(index_dir: str | os.PathLike, *, progress: bool = False) -> IndexRe
                 for leftover in index_dir.glob(f"gen-*.tmp-{os.getpid()}"):
                     shutil.rmtree(leftover, ignore_errors=True)
             report.committed = True
+        compact_token_stores(index_dir, manifest)
         report.generation = manifest.generation
         report.documents = manifest.counts.documents
         report.chunks = manifest.counts.chunks

@@ -17,6 +17,8 @@ from tqdm.auto import tqdm
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.late import LateSpec, canonical_late_name, get_late_spec, load_late_encoder
 from hybridlab.index.embedding_cache import text_sha256
+from hybridlab.index.manifest import Manifest
+from hybridlab.index.reader import read_generation
 from hybridlab.index.rows import chunk_document, indexed_text
 from hybridlab.index.tokens import TokenStore, store_folder
 from hybridlab.ingest.sources import Document
@@ -103,3 +105,22 @@ def memory_texts(documents: Sequence[Document], config: IndexConfig) -> list[str
         for document in documents
         for chunk in chunk_document(document, config)
     ]
+
+
+def compact_token_stores(index_dir: str | os.PathLike, manifest: Manifest) -> dict[str, int]:
+    """Fold each recorded late-interaction model's shards into one holding only the live chunks'
+    texts (`optimize`); returns model -> texts kept. A reader still on an older generation encodes
+    the few candidates whose vectors went (`hybridlab.search.late.LateScorer`)."""
+    if not manifest.late:
+        return {}
+    generation = read_generation(index_dir, check=False)
+    try:
+        live = {
+            sha for (sha,) in generation.store.fetchall("SELECT DISTINCT embed_sha256 FROM chunks") if sha
+        }
+    finally:
+        generation.store.close()
+    return {
+        name: TokenStore(store_folder(index_dir, str(record.get("key")))).compact(live)
+        for name, record in manifest.late.items()
+    }
