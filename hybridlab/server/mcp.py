@@ -2,14 +2,16 @@
 
 Each tool is a module-level function `name(service, ...)` over a :class:`Service` (the index, its
 memory writer, the server's settings) whose docstring is the tool's description and whose pydantic
-result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS` with the
-service bound. `search`, `get_document` and `stats` each read one snapshot of the index, so a writer
-committing meanwhile mixes no newer generation into a response. See docs/internals/search.md#mcp-server."""
+result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS`, and each
+call finds the service in the SDK's request `Context` (what the server's lifespan yields). `search`,
+`get_document` and `stats` each read one snapshot of the index, so a writer committing meanwhile mixes
+no newer generation into a response. See docs/internals/search.md#mcp-server."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import functools
 import inspect
 import logging
@@ -56,6 +58,9 @@ if TYPE_CHECKING:
 # a message naming the `mcp` extra, and so does `hybridlab mcp`.
 require("mcp")
 
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field
 
 logger = logging.getLogger(__name__)
@@ -296,10 +301,8 @@ class StatsResponse(BaseModel):
     server: ServerActivity
 
 
-def _tool_error(error: BaseException):
+def _tool_error(error: BaseException) -> ToolError:
     """The SDK's ToolError carrying a readable message (a KeyError's repr quotes stripped)."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     return ToolError(str(message))
 
@@ -310,39 +313,59 @@ def _tool_error(error: BaseException):
 LIBRARY_ERRORS = (HybridlabError,)
 
 
-def _tool(server: Any, service: Service) -> Callable[[Callable[..., Any]], Any]:
-    """Registers a tool function `name(service, ...)` on `server` as the tool `name(...)` over
-    `service`, its errors saying who is at fault (issue 40): a `HybridlabError` raised anywhere in it
+def _tool(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool `name(..., ctx)` of a tool function `name(service, ...)`: the SDK injects its request
+    `Context` as `ctx`, whose lifespan context is the :class:`Service` (:func:`create_server`'s
+    lifespan yields it). Its errors say who is at fault: a `HybridlabError` raised anywhere in it
     (the user's to fix, its message says how) and the tool errors it raises itself reach the client
     with their message; anything else is a bug in hybridlab, an "internal error" whose text stays on
     the server: its traceback goes to the server's log."""
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.shared.exceptions import MCPError
 
-    def register(function: Callable[..., Any]) -> Any:
-        @functools.wraps(function)  # the SDK reads the name and docstring through it
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return function(service, *args, **kwargs)
-            except (ToolError, MCPError):
-                raise
-            except HybridlabError as error:
-                raise _tool_error(error) from None
-            except Exception as error:
-                logger.exception("internal error in tool %s", function.__name__)
-                raise ToolError(
-                    f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
-                    f"hybridlab, not in the call; the server's log has the traceback"
-                ) from None
+    @functools.wraps(function)  # the SDK reads the name and docstring through it
+    def guarded(*args: Any, ctx: Context, **kwargs: Any) -> Any:
+        try:
+            return function(ctx.request_context.lifespan_context, *args, **kwargs)
+        except (ToolError, MCPError):
+            raise
+        except HybridlabError as error:
+            raise _tool_error(error) from None
+        except Exception as error:
+            logger.exception("internal error in tool %s", function.__name__)
+            raise ToolError(
+                f"internal error in {function.__name__} ({type(error).__name__}): a bug in "
+                f"hybridlab, not in the call; the server's log has the traceback"
+            ) from None
 
-        # the tool's arguments are the function's after `service`: the SDK reads them from this signature
-        signature = inspect.signature(function, eval_str=True)
-        arguments = list(signature.parameters.values())[1:]
-        guarded.__signature__ = signature.replace(parameters=arguments)  # type: ignore[attr-defined]
-        guarded.__annotations__ = {k: v for k, v in function.__annotations__.items() if k != "service"}
-        return server.tool()(guarded)
+    # the tool's arguments are the function's after `service`, and `ctx` for the SDK to fill in (it
+    # leaves a `Context` parameter out of the input schema): the SDK reads them from this signature
+    signature = inspect.signature(function, eval_str=True)
+    context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    arguments = [*list(signature.parameters.values())[1:], context]
+    guarded.__signature__ = signature.replace(parameters=arguments)  # type: ignore[attr-defined]
+    annotations = {k: v for k, v in signature.parameters.items() if k != "service"}
+    guarded.__annotations__ = {
+        **{name: parameter.annotation for name, parameter in annotations.items()},
+        "ctx": Context,
+        "return": signature.return_annotation,
+    }
+    return guarded
 
-    return register
+
+class HybridlabServer(MCPServer):
+    """The SDK's server holding the :class:`Service` its lifespan hands the tools (`service`, also
+    for tests and the benchmark), listing the tools' JSON schemas compacted (:func:`_compact_schema`)."""
+
+    def __init__(self, service: Service, **settings: Any) -> None:
+        super().__init__(SERVER_NAME, **settings)
+        self.service = service
+
+    async def list_tools(self) -> list[Any]:
+        """The SDK's tool list, each input and output schema a compacted copy."""
+        tools = await super().list_tools()
+        for tool in tools:
+            tool.input_schema = _compacted(tool.input_schema)
+            tool.output_schema = _compacted(tool.output_schema)
+        return tools
 
 
 @contextlib.contextmanager
@@ -975,8 +998,6 @@ def create_server(
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
     retrievers), described as `backend_name` in `stats`; `project` = the default project of the
     tools (else `HYBRIDLAB_PROJECT`; see :func:`default_project`)."""
-    from mcp.server.mcpserver import MCPServer
-
     service = Service(
         index_dir,
         config,
@@ -989,27 +1010,31 @@ def create_server(
     )
 
     @asynccontextmanager
-    async def lifespan(_server: Any) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_server: Any) -> AsyncIterator[Service]:
+        """The service every tool call works on (`ctx.request_context.lifespan_context`)."""
         if warm:
             threading.Thread(target=service.warm, name="hybridlab-warm", daemon=True).start()
         try:
-            yield {}
+            yield service
         finally:
             service.writer.flush()  # deferred memories are committed before the server exits
 
     auth: dict[str, Any] = {}
     if auth_token is not None:
         auth = {"token_verifier": StaticTokenVerifier(auth_token), "auth": auth_settings()}
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth)
-    # an attribute of ours on the SDK's server object (which declares none such): for tests and the benchmark
-    server.service = service  # type: ignore[attr-defined]
-    register = _tool(server, service)
+    server = HybridlabServer(
+        service, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING", **auth
+    )
     for function in TOOLS:
-        register(function)
-    for tool in server._tool_manager.list_tools():  # the SDK has no public hook for this
-        _compact_schema(tool.parameters)
-        _compact_schema(tool.output_schema)
+        server.add_tool(_tool(function))
     return server
+
+
+def _compacted(schema: Any) -> Any:
+    """A compacted copy of a JSON schema (:func:`_compact_schema`); None stays None."""
+    schema = copy.deepcopy(schema)
+    _compact_schema(schema)
+    return schema
 
 
 def _compact_schema(schema: Any) -> None:
