@@ -8,7 +8,8 @@ them (mean under the attention mask) and L2-normalises, as sentence-transformers
 
 Its vectors are close to the torch MiniLM's but not equal, so it is a model of its own in the
 registry, recorded by its name and the file's sha256: an index built with it is searched with it,
-never with another MiniLM (docs/internals/search.md#packaged-onnx lists the measured agreement).
+never with another MiniLM (docs/models.md#without-torch-the-server-installs-minilm: the measured
+agreement and quality).
 """
 
 from __future__ import annotations
