@@ -6,8 +6,11 @@ import argparse
 import json
 import shutil
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from hybridlab.config import REPO_ROOT, IndexConfig, load_config_file
 
@@ -72,9 +75,15 @@ def _reader(benchmark: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _mcp_server(config: str | None) -> Callable[[Path], AbstractContextManager[Any]]:
+    """Index folder -> the MCP server over it under `config` (a context that lets go of the folder)."""
+    from hybridlab.server.mcp import serving
+
+    return lambda folder: serving(folder, config)
+
+
 def cli_membench(args: argparse.Namespace) -> int:
-    from hybridlab.eval.conversations import runner
-    from hybridlab.server import membench as served
+    from hybridlab.eval.conversations import runner, served
 
     haystacks = _reader(args.benchmark)(args.path)[: args.haystacks]
     work = Path(args.work or REPO_ROOT / ".cache" / "membench")
@@ -108,7 +117,7 @@ def cli_membench(args: argparse.Namespace) -> int:
         if args.via_mcp:
             started = time.perf_counter()
             mcp = served.run_served(
-                haystacks, settings, work / "mcp", config=args.config, progress=not args.quiet
+                haystacks, settings, work / "mcp", _mcp_server(args.config), progress=not args.quiet
             )
             table = runner.write_outputs(mcp, out / f"{granularity}-mcp", [granularity])
             summary[f"{granularity}-mcp"] = {**table, "wall_seconds": round(time.perf_counter() - started, 1)}

@@ -1,5 +1,5 @@
 """`memories list|update|delete` and `export`: the memory lifecycle of the MCP server on the
-command line."""
+command line, over the same library service (:class:`hybridlab.memory.MemoryService`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from hybridlab.cli.options import UsageError, index_arg, positive_int
 from hybridlab.errors import InvalidValueError
+
+if TYPE_CHECKING:  # imported where a command runs: `hybridlab --help` loads no index code
+    from hybridlab.memory import MemoryService
 
 
 def add_memories(sub: argparse._SubParsersAction) -> None:
@@ -61,34 +66,28 @@ def _memory_filters(q: argparse.ArgumentParser) -> None:
     q.set_defaults(func=cmd_memories)
 
 
-def _memory_pages(index, args: argparse.Namespace, limit: int | None = None):
-    """The memories under `args`' tag, date and project filters, newest first, a page of up to 500
-    at a time (none of a project the index does not have)."""
-    project = _project(args)
-    if project is not None and project not in index.known_collections:
-        return
-    cursor, left = None, limit
-    while True:
-        page, cursor = index.list_documents(
-            collection=project,
-            tags=args.tags or (),
-            match=args.match,
-            since=args.since,
-            until=args.until,
-            chunk_types=("memory",),
-            limit=500 if left is None else min(500, left),
-            cursor=cursor,
-        )
-        yield from page
-        if left is not None:
-            left -= len(page)
-        if cursor is None or not page or (left is not None and left <= 0):
-            return
+def _memories(
+    service: MemoryService, args: argparse.Namespace, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """The memories under `args`' tag, date and project filters, newest first (none of a project the
+    index does not have)."""
+    from hybridlab.memory import MemoryFilters
+
+    filters = MemoryFilters(tuple(args.tags or ()), args.match, args.since, args.until)
+    return service.memories(filters, _project(args), limit)
+
+
+def _service(args: argparse.Namespace) -> MemoryService:
+    """The memory service of `--index`: no default project, so a command without `--project` covers
+    every project."""
+    from hybridlab.memory import MemoryService
+
+    return MemoryService.open(args.index_dir)
 
 
 def _project(args: argparse.Namespace) -> str | None:
     """`--project` checked (a plain identifier, as the MCP tools take it); None: every project."""
-    from hybridlab.index.write.memory import check_project
+    from hybridlab.memory import check_project
 
     project = getattr(args, "project", None)
     try:
@@ -99,12 +98,9 @@ def _project(args: argparse.Namespace) -> str | None:
 
 def cmd_memories(args: argparse.Namespace) -> int:
     """`hybridlab memories list|update|delete`: the MCP server's memory lifecycle on the command line."""
-    from hybridlab.index.write.memory import MemoryWriter
-    from hybridlab.search.engine import open_index
-
-    index = open_index(args.index_dir)
+    service = _service(args)
     if args.action == "list":
-        found = list(_memory_pages(index, args, args.limit))
+        found = list(_memories(service, args, args.limit))
         if args.json:
             print(json.dumps(found, indent=2, default=str))
             return 0
@@ -113,34 +109,30 @@ def cmd_memories(args: argparse.Namespace) -> int:
             print(f"{doc['doc_id']}  {when}  [{', '.join(doc['tags'])}]  {doc['title']}")
         print(f"{len(found)} memories", file=sys.stderr)
         return 0
-    writer = MemoryWriter(args.index_dir)
     if args.action == "update":
         tags = None if args.tags is None else [t.strip() for t in args.tags.split(",") if t.strip()]
-        stored = writer.update(
-            index.get_document(args.id),
-            content=args.content,
-            tags=tags,
-            memory_type=args.type,
-            project=args.move_to,
-        )
+        stored = service.update(
+            args.id, content=args.content, tags=tags, memory_type=args.type, move_to=args.move_to
+        ).stored
         print(
             json.dumps(stored.to_dict())
             if args.json
             else f"updated {stored.id} (generation {stored.generation}, updated_at {stored.updated_at})"
         )
         return 0
+    return _delete(service, args)
+
+
+def _delete(service: MemoryService, args: argparse.Namespace) -> int:
+    """`memories delete`: by ids or by filters, `--dry-run` lists what would go."""
+    from hybridlab.memory import MemoryFilters
+
     if bool(args.ids) == bool(args.tags or args.since or args.until):
         raise UsageError("give ids, or --tag and/or --since/--until: one of the two")
-    if args.ids:
-        from hybridlab.search.listing import memories_by_id
-
-        try:
-            ids, missing = memories_by_id(index, args.ids, _project(args))
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    else:
-        ids, missing = [doc["doc_id"] for doc in _memory_pages(index, args)], []
-    for doc_id in missing:
+    filters = None if args.ids else MemoryFilters(tuple(args.tags or ()), args.match, args.since, args.until)
+    deletion = service.delete(args.ids, filters, dry_run=args.dry_run, project=_project(args))
+    ids = list(deletion.ids)
+    for doc_id in deletion.not_found:
         print(f"not found: {doc_id}", file=sys.stderr)
     if args.dry_run or not ids:
         print("\n".join(ids) if ids else "no memory matches", file=sys.stdout if ids else sys.stderr)
@@ -149,13 +141,17 @@ def cmd_memories(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    deleted = writer.delete(ids)
     print(
         json.dumps(
-            {"ids": ids, "removed": deleted.removed, "generation": deleted.generation, "not_found": missing}
+            {
+                "ids": ids,
+                "removed": deletion.removed,
+                "generation": deletion.generation,
+                "not_found": list(deletion.not_found),
+            }
         )
         if args.json
-        else f"deleted {deleted.removed} memories (generation {deleted.generation})"
+        else f"deleted {deletion.removed} memories (generation {deletion.generation})"
     )
     return 0
 
@@ -173,11 +169,11 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     """Every memory of the index as memories JSONL (oldest first), what `hybridlab index FILE` reads back."""
     from hybridlab.index.write.memory import memory_record
-    from hybridlab.search.engine import open_index
 
-    index = open_index(args.index_dir)
+    service = _service(args)
+    index = service.index
     args.tags, args.match, args.since, args.until, args.project = (), "all", None, None, None
-    records = [memory_record(doc) for doc in _memory_pages(index, args)][::-1]
+    records = [memory_record(doc) for doc in _memories(service, args)][::-1]
     with (
         open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out
     ):

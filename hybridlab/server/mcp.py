@@ -1,11 +1,12 @@
 """The MCP server: a thin adapter exposing an index to AI assistants as ten typed tools.
 
-Each tool is a module-level function `name(service, ...)` over a :class:`Service` (the index, its
-memory writer, the server's settings) whose docstring is the tool's description and whose pydantic
+Each tool is a module-level function `name(service, ...)` over a :class:`Service` (the index's
+:class:`~hybridlab.memory.MemoryService`, the server's settings) whose docstring is the tool's description and whose pydantic
 result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS`, and each
 call finds the service in the SDK's request `Context` (what the server's lifespan yields). `search`,
 `get_document` and `stats` each read one snapshot of the index, so a writer committing meanwhile mixes
-no newer generation into a response. See docs/internals/search.md#mcp-server."""
+no newer generation into a response. The memory tools hand their call to the memory service, which
+owns dedupe, store, update, delete and refresh. See docs/internals/search.md#mcp-server."""
 
 from __future__ import annotations
 
@@ -22,26 +23,23 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from hybridlab.config import resolve_search_config
-from hybridlab.errors import DocumentNotFoundError, HybridlabError, InvalidValueError
+from hybridlab.errors import HybridlabError, InvalidValueError
 from hybridlab.extras import require
-from hybridlab.index.write.memory import (
-    MemoryWriter,
+from hybridlab.memory import (
+    NEAR_THRESHOLD,
+    MemoryFilters,
+    MemoryService,
+    ProjectScope,
     check_project,
-    create_memory_index,
-    find_duplicate,
-    make_memory,
-    memory_collection,
-    normalised_content,
 )
-from hybridlab.search.engine import Index, resolve_now
-from hybridlab.search.listing import memories_by_id, nearest_memory
+from hybridlab.search.engine import resolve_now
 from hybridlab.search.sections import document_sections, find_section
-from hybridlab.search.time_range import iso_z, resolve_time_range
+from hybridlab.search.time_range import resolve_time_range
 from hybridlab.server.http_auth import (
     DEFAULT_MAX_REQUEST_BYTES,
     StaticTokenVerifier,
@@ -50,9 +48,6 @@ from hybridlab.server.http_auth import (
     transport_security_settings,
 )
 from hybridlab.server.stderr import StderrHandler
-
-if TYPE_CHECKING:
-    from hybridlab.ingest.sources import Document
 
 # This module is the MCP adapter: without the SDK (and the pydantic it brings) importing it fails with
 # a message naming the `mcp` extra, and so does `hybridlab mcp`.
@@ -95,12 +90,7 @@ SearchChars = Annotated[
     int, Field(ge=100, le=MAX_CHARS_CAP, description="characters of text in all results together")
 ]
 PageChars = Annotated[int, Field(ge=1, le=MAX_CHARS_CAP, description="characters of text in this page")]
-MEMORY_CHUNK_TYPES = ("memory",)
-#: store_memory reports the nearest memory at this cosine or above: 0 of the 274 distinct demo memories
-#: reach it, 95% of one-word edits do (reports/bench/2026-11-27-near-duplicate)
-NEAR_THRESHOLD = 0.95
-#: `project` of a read that covers every project; the default project comes from this variable
-ALL_PROJECTS = "*"
+#: the default project of the tools comes from this variable (a read of every project: project="*")
 PROJECT_ENV = "HYBRIDLAB_PROJECT"
 
 
@@ -377,15 +367,6 @@ def _tool_errors(*kinds: type[BaseException]) -> Iterator[None]:
         raise _tool_error(error) from None
 
 
-@dataclass(frozen=True)
-class ProjectScope:
-    """What one read covers: the documents of `collection` (None: all), or nothing (`empty`: a
-    project the index does not have, or a `collection` outside the call's project)."""
-
-    collection: str | None = None
-    empty: bool = False
-
-
 def default_project(project: str | None) -> str | None:
     """The server's default project: `project` (`hybridlab mcp --project`), else `HYBRIDLAB_PROJECT`,
     else none: then a read without `project` covers every collection and a store goes to no project,
@@ -395,10 +376,10 @@ def default_project(project: str | None) -> str | None:
 
 
 class Service:
-    """What every tool works on: the index, its memory writer and the server's settings (config file,
-    backend, warm-up time). The SDK runs sync tools in worker threads; Index is thread-safe, so reads
-    run side by side, each on the generation it started with; after a memory commit the index re-opens
-    and later reads see the new generation."""
+    """What every tool works on: the index's memory service (its index, memory writer and default
+    project) and the server's settings (config file, backend, warm-up time). The SDK runs sync tools
+    in worker threads; Index is thread-safe, so reads run side by side, each on the generation it
+    started with; after a memory commit the index re-opens and later reads see the new generation."""
 
     def __init__(
         self,
@@ -412,8 +393,7 @@ class Service:
         project: str | None = None,
     ) -> None:
         self.index_dir = Path(index_dir)
-        self.default_project = project
-        if create_memory_index(self.index_dir):
+        if MemoryService.create_if_missing(self.index_dir):
             logger.info(
                 "created an empty memory index at %s (default model and settings, in its manifest); "
                 "store_memory works now",
@@ -421,65 +401,28 @@ class Service:
             )
         self.config_path = None if config is None or isinstance(config, Mapping) else str(config)
         self.backend_name = backend_name
-        self.index = (
-            Index(self.index_dir, config)
-            if backend is None
-            else Index(self.index_dir, config, backend=backend)
+        self.memories = MemoryService.open(
+            self.index_dir,
+            config,
+            backend=backend,
+            lock_wait=lock_wait,
+            commit_delay=commit_delay,
+            wal_records=wal_records,
+            default_project=project,
         )
-        self.writer = MemoryWriter(
-            self.index_dir, lock_wait=lock_wait, commit_delay=commit_delay, wal_records=wal_records
-        )
+        self.index = self.memories.index
+        self.writer = self.memories.writer  # its counters and settings are what `stats` reports
+        self.default_project = self.memories.default_project
         self.warm_seconds: float | None = None
-        self.lifecycle = threading.Lock()  # an update or delete reads, then writes: one at a time
-        #: normalised content -> [its lock, calls holding or waiting for it]: equal stores one at a time
-        self._storing: dict[str, list[Any]] = {}
-        self._storing_lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def storing(self, key: str) -> Iterator[None]:
-        """Held while one content is looked up and stored, so two equal stores cannot both miss the
-        other; stores of different contents still run side by side (and group-commit)."""
-        with self._storing_lock:
-            entry = self._storing.setdefault(key, [threading.Lock(), 0])
-            entry[1] += 1
-        try:
-            with entry[0]:
-                yield
-        finally:
-            with self._storing_lock:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self._storing[key]
 
     def scope(self, project: str | None, known: Sequence[str], collection: str | None = None) -> ProjectScope:
-        """What a read covers: `project`, else the `collection` asked for (an explicit collection
-        replaces the default project), else the default project; "*" (or no default) every
-        collection. A project not among `known` (the snapshot's collections) is an empty read, not
-        an error: a client may ask for a project before storing its first memory."""
-        name = self.default_project if project is None and collection is None else project
-        if name is None or name == ALL_PROJECTS:
-            return ProjectScope(collection)
-        check_project(name)
-        return ProjectScope(name, empty=name not in known or collection not in (None, name))
-
-    def home(self, project: str | None) -> str | None:
-        """The project a new memory goes to: `project`, else the default one (None: no project)."""
-        name = self.default_project if project is None else project
-        return None if name is None else check_project(name)
+        """What a read covers (:meth:`MemoryService.scope`: projects are the memory service's)."""
+        return self.memories.scope(project, known, collection)
 
     def time_range(self, time: str | None, since: str | None, until: str | None) -> Any:
         """The call's time filter (None: none), relative to `HYBRIDLAB_NOW` or the clock; bad input is a tool error."""
         with _tool_errors(*LIBRARY_ERRORS):
             return resolve_time_range(time, since, until, resolve_now(None))
-
-    def refresh(self, what: str) -> None:
-        """Re-open the index after a write, so the next read sees it (a failure is retried by that read)."""
-        try:
-            self.index.refresh()
-        except Exception as error:  # noqa: BLE001 - committed and durable: an error would make a client retry it
-            logger.warning(
-                "%s is committed, but re-opening the index failed (the next read retries): %s", what, error
-            )
 
     def warm(self) -> None:
         """Load the embedding model and encode a few queries, so the first real search is quick."""
@@ -495,18 +438,11 @@ class Service:
 
     @contextlib.contextmanager
     def reading(self, flush: bool = True) -> Iterator[Any]:
-        """The index, deferred memories (`commit_delay`) committed first; library errors become tool
-        errors. Without `commit_delay` a read never waits for a commit: every acknowledged memory is
-        committed already, and the stores still queued are committed by their own calls."""
-        try:
-            if flush and self.writer.commit_delay > 0:
-                self.writer.flush()
-        except Exception as error:  # noqa: BLE001 - the read still answers, from the committed data
-            logger.warning(
-                "could not commit %d queued memories before reading: %s", self.writer.pending, error
-            )
+        """The index, deferred memories committed first (:meth:`MemoryService.index_for_read`);
+        library errors become tool errors."""
+        index = self.memories.index_for_read(flush)
         with _tool_errors(*LIBRARY_ERRORS):  # an unknown doc_id included (DocumentNotFoundError)
-            yield self.index
+            yield index
 
 
 # -------------------------------------------------------------------------------------------- tools
@@ -622,38 +558,6 @@ def get_document(
     )
 
 
-def _queued(queued: Document, started: float) -> StoredMemoryResponse:
-    """The response of a store that returns `queued`, a memory of equal content acknowledged and
-    waiting for its deferred commit (pending, in no generation yet)."""
-    return StoredMemoryResponse(
-        id=queued.doc_id,
-        generation=None,
-        tags=list(queued.tags),
-        created_at=iso_z(queued.created_at) or "",
-        updated_at=iso_z(queued.updated_at) or "",
-        batch_size=0,
-        seconds=round(time.perf_counter() - started, 3),
-        pending=True,
-        created=False,
-        duplicate_of=queued.doc_id,
-        project=queued.metadata.get("project"),
-    )
-
-
-def _stored_duplicate(
-    service: Service, content: str, started: float, collection: str
-) -> StoredMemoryResponse | None:
-    """The response of a store that returns the stored memory of equal content (ignoring case and
-    whitespace) in `collection` (its project), None when there is none (looked up without flushing
-    the writer)."""
-    with service.reading(flush=False) as index:
-        snapshot = index.snapshot()
-        existing = find_duplicate(snapshot.generation.store, content, collection)
-        if existing is not None:
-            return _existing(index, snapshot, existing, started)
-    return None
-
-
 def store_memory(
     service: Service,
     content: str,
@@ -674,61 +578,18 @@ def store_memory(
     context: the turn before it, indexed with it (a question worded like that turn finds it), not
     its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
-    started = time.perf_counter()
-    home = service.home(project)
-    collection = memory_collection(home)  # dedupe, exact and near, within the memory's own project
-    key = normalised_content(content) if isinstance(content, str) and not allow_duplicate else ""
-    with service.storing(f"{collection}/{key}") if key else contextlib.nullcontext():
-        queued = (
-            service.writer.queued_duplicate(content, collection)
-            if key and service.writer.commit_delay > 0
-            else None
-        )
-        if queued is not None:  # acknowledged, waiting for its deferred commit: not flushed for this
-            return _queued(queued, started)
-        duplicate = _stored_duplicate(service, content, started, collection) if key else None
-        if duplicate is not None:
-            return duplicate
-        with _tool_errors(*LIBRARY_ERRORS):
-            document = make_memory(
-                content,
-                tags,
-                memory_type,
-                created_at,
-                source=service.writer.source,
-                metadata={"context": context} if context else None,
-                project=home,
-            )
-            # embedded once, as a document: the near-duplicate look-up compares it with the stored
-            # memories' vectors, and the log records the same vectors
-            memory = service.writer.embed(document) if key and near_threshold is not None else None
-        near = None
-        if memory is not None:
-            assert near_threshold is not None  # a memory is embedded for the look-up only with a threshold
-            with service.reading(flush=False) as index:
-                snapshot = index.snapshot()
-                near = nearest_memory(snapshot, memory.vectors, collection=collection)
-                near = near if near and near.similarity >= near_threshold else None
-                if near and skip_near_duplicate:
-                    return _existing(
-                        index,
-                        snapshot,
-                        near.doc_id,
-                        started,
-                        near_duplicate_of=near.doc_id,
-                        similarity=round(near.similarity, 4),
-                    )
-        with _tool_errors(*LIBRARY_ERRORS):
-            stored = (
-                service.writer.store_embedded(memory) if memory else service.writer.store_document(document)
-            )
-        service.refresh(f"memory {stored.id}")  # so the next search (and an equal store) finds it
-    return StoredMemoryResponse(
-        **stored.to_dict(),
-        near_duplicate_of=near.doc_id if near else None,
-        similarity=round(near.similarity, 4) if near else None,
-        project=home,
+    outcome = service.memories.store(
+        content,
+        tags,
+        memory_type,
+        created_at,
+        context=context,
+        allow_duplicate=allow_duplicate,
+        near_threshold=near_threshold,
+        skip_near_duplicate=skip_near_duplicate,
+        project=project,
     )
+    return StoredMemoryResponse(**outcome.to_dict())
 
 
 def update_memory(
@@ -744,18 +605,10 @@ def update_memory(
     created_at, updated_at now. project: where it is (default the server's, "*" any);
     move_to: the project it moves to.
     Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
-    with service.lifecycle:
-        with service.reading() as index:
-            current = index.get_document(memory_id)
-            scope = service.scope(project, index.known_collections)
-        if scope.empty or scope.collection not in (None, current["collection"]):
-            raise DocumentNotFoundError(f"no memory {memory_id!r} in project {scope.collection!r}")
-        with _tool_errors(*LIBRARY_ERRORS):
-            stored = service.writer.update(
-                current, content=content, tags=tags, memory_type=memory_type, project=move_to
-            )
-        service.refresh(f"memory {memory_id}")
-    return StoredMemoryResponse(**stored.to_dict(), project=move_to or _project_of(current))
+    updated = service.memories.update(
+        memory_id, content=content, tags=tags, memory_type=memory_type, project=project, move_to=move_to
+    )
+    return StoredMemoryResponse(**updated.stored.to_dict(), project=updated.project)
 
 
 def delete_memory(
@@ -777,46 +630,14 @@ def delete_memory(
         raise _tool_error(
             InvalidValueError("give ids, or tags and/or a time range (time, since, until): one of the two")
         )
-    with service.lifecycle:
-        with service.reading() as index:
-            scope = service.scope(project, index.known_collections)
-            found: list[str]
-            if ids and scope.empty:
-                found, not_found = [], list(dict.fromkeys(ids))
-            elif ids:
-                found, not_found = memories_by_id(index, ids, scope.collection)
-            else:
-                found = [
-                    d["doc_id"]
-                    for d in _listed(
-                        index,
-                        scope,
-                        tags=tags or (),
-                        match=match,
-                        since=window and window.since,
-                        until=window and window.until,
-                        chunk_types=MEMORY_CHUNK_TYPES,
-                    )[0]
-                ]
-                not_found = []
-        if dry_run or not found:
-            return DeletedResponse(
-                dry_run=dry_run,
-                count=len(found),
-                ids=found,
-                not_found=not_found,
-                generation=service.index.generation,
-                time_range=_window(window),
-            )
-        with _tool_errors(*LIBRARY_ERRORS):
-            deleted = service.writer.delete(found)
-        service.refresh(f"the deletion of {len(found)} memories")
+    filters = None if ids else _filters(tags or (), match, window)
+    deletion = service.memories.delete(ids or (), filters, dry_run=dry_run, project=project)
     return DeletedResponse(
-        dry_run=False,
-        count=len(found),
-        ids=found,
-        not_found=not_found,
-        generation=deleted.generation,
+        dry_run=deletion.dry_run,
+        count=len(deletion.ids),
+        ids=list(deletion.ids),
+        not_found=list(deletion.not_found),
+        generation=deletion.generation,
         time_range=_window(window),
     )
 
@@ -838,21 +659,10 @@ def list_memories(
     as cursor. max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
     window = service.time_range(time, since, until)
-    with service.reading() as index:
-        found, next_cursor = _listed(
-            index,
-            service.scope(project, index.known_collections),
-            tags=tags or (),
-            match=match,
-            since=window and window.since,
-            until=window and window.until,
-            chunk_types=MEMORY_CHUNK_TYPES,
-            limit=limit,
-            cursor=cursor,
-        )
-    results = _tagged(found, max_chars)
+    page = service.memories.page(_filters(tags or (), match, window), project, limit=limit, cursor=cursor)
+    results = _tagged(page.documents, max_chars)
     return MemoryList(
-        count=len(results), results=results, next_cursor=next_cursor, time_range=_window(window)
+        count=len(results), results=results, next_cursor=page.next_cursor, time_range=_window(window)
     )
 
 
@@ -993,7 +803,7 @@ def create_server(
     process's writer lock before it reports the index as locked; `commit_delay` > 0 defers memory
     commits and `wal_records` = records (stores, updates, deletes) the write-ahead log holds before it
     is folded into a segment (None: `HYBRIDLAB_WAL_RECORDS` or 64; 0: a segment per write; see
-    :mod:`hybridlab.index.write.memory`); `auth_token` = the bearer token every HTTP request must
+    :class:`hybridlab.memory.MemoryService`, whose writer they set); `auth_token` = the bearer token every HTTP request must
     carry (see :mod:`hybridlab.server.http_auth`; stdio and in-process clients are not affected);
     `backend` = the snapshot factory of :class:`~hybridlab.search.engine.Index` (default: the local
     retrievers), described as `backend_name` in `stats`; `project` = the default project of the
@@ -1028,6 +838,18 @@ def create_server(
     for function in TOOLS:
         server.add_tool(_tool(function))
     return server
+
+
+@contextlib.contextmanager
+def serving(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None) -> Iterator[Any]:
+    """A server over the index at `index_dir` (:func:`create_server`) that lets go of the index and
+    its log on exit, so servers one after another over fresh folders (the memory benchmark served,
+    :mod:`hybridlab.eval.conversations.served`) hold no file open."""
+    server = create_server(index_dir, config)
+    try:
+        yield server
+    finally:
+        server.service.memories.close()
 
 
 def _compacted(schema: Any) -> Any:
@@ -1088,29 +910,6 @@ def _titles(sections: list[Any], budget: int) -> list[str]:
     return titles
 
 
-def _existing(index: Any, snapshot: Any, doc_id: str, started: float, **near: Any) -> StoredMemoryResponse:
-    """The response of a store that returns the memory `doc_id` of `snapshot` instead of a new one."""
-    document = index.get_document(doc_id, snapshot=snapshot)
-    return StoredMemoryResponse(
-        id=doc_id,
-        generation=snapshot.number,
-        tags=document["tags"],
-        created_at=document["created_at"] or "",
-        updated_at=document["updated_at"],
-        batch_size=0,
-        seconds=round(time.perf_counter() - started, 3),
-        created=False,
-        duplicate_of=doc_id,
-        project=_project_of(document),
-        **near,
-    )
-
-
-def _project_of(memory: Mapping[str, Any]) -> str | None:
-    """The project a memory (as `Index.get_document` returns it) is in; None: none."""
-    return (memory.get("metadata") or {}).get("project")
-
-
 def _window(window: Any) -> TimeWindow | None:
     return None if window is None else TimeWindow(**window.to_dict())
 
@@ -1123,17 +922,9 @@ def _tagged(documents: list[dict[str, Any]], max_chars: int) -> list[TaggedDocum
     return results
 
 
-def _listed(index: Any, scope: ProjectScope, **filters: Any) -> tuple[list[dict[str, Any]], str | None]:
-    """`index.list_documents(**filters)` within `scope`: nothing for an empty one, nor when the
-    project's last memory was deleted since the scope was read (its collection is gone: unknown)."""
-    if scope.empty:
-        return [], None
-    try:
-        return index.list_documents(collection=scope.collection, **filters)
-    except InvalidValueError as error:
-        if scope.collection is None or error.field != "collection":
-            raise
-        return [], None
+def _filters(tags: Sequence[str], match: str, window: Any) -> MemoryFilters:
+    """The memory filters of a call's tags and time window (None: no time filter)."""
+    return MemoryFilters(tuple(tags), match, window and window.since, window and window.until)
 
 
 def _project_memories(generation: Any) -> dict[str, int]:

@@ -152,13 +152,13 @@ def test_an_invalid_setting_is_a_tool_error_naming_it(index_dir, monkeypatch):
         (
             "store_memory",
             {"content": "A new fact."},
-            "hybridlab.server.mcp.make_memory",
+            "hybridlab.memory.service.make_memory",
             ValueError("boom 0x2a"),
         ),
         (
             "store_memory",
             {"content": "A new fact."},
-            "hybridlab.server.mcp.make_memory",
+            "hybridlab.memory.service.make_memory",
             FileNotFoundError("boom 0x2a"),
         ),
     ],

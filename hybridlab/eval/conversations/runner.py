@@ -114,7 +114,7 @@ def run_haystacks(
     rankings: dict[str, Ranked] = {system: {} for system in settings.systems}
     questions: dict[str, Question] = {}
     seconds: dict[str, float] = defaultdict(float)
-    session_of, session_turns = _sessions(haystacks)
+    session_of, session_turns = sessions_of(haystacks)
     bar = tqdm(haystacks, desc=f"haystacks ({settings.granularity})", unit="haystack", disable=not progress)
     for haystack in bar:
         started = time.perf_counter()
@@ -133,7 +133,9 @@ def run_haystacks(
     return BenchResult(settings, rankings, questions, session_of, session_turns, dict(seconds))
 
 
-def _sessions(haystacks: Iterable[Haystack]) -> tuple[dict[str, str], dict[str, int]]:
+def sessions_of(haystacks: Iterable[Haystack]) -> tuple[dict[str, str], dict[str, int]]:
+    """(qualified turn id -> its qualified session id, qualified session id -> its turns): how a
+    turn-level ranking is scored at the session level."""
     session_of: dict[str, str] = {}
     counts: dict[str, int] = defaultdict(int)
     for haystack in haystacks:

@@ -1,7 +1,9 @@
-"""Served = measured (`hybridlab membench --via-mcp`): a memory benchmark through the MCP server,
-as an assistant would use it. Per haystack, an empty index; every turn stored with `store_memory` (its text as content, the speaker
-as tag, the session date as `created_at`, the turn before it as `context`), every question asked
-with the `search` tool (the server's defaults; `HYBRIDLAB_NOW` set to the question's date)."""
+"""Served = measured (`hybridlab membench --via-mcp`): a memory benchmark through an MCP server, as
+an assistant would use it. Per haystack, an empty index; every turn stored with `store_memory` (its
+text as content, the speaker as tag, the session date as `created_at`, the turn before it as
+`context`), every question asked with the `search` tool (the server's defaults; `HYBRIDLAB_NOW` set
+to the question's date). The server comes from the caller (`serve`): evaluation sits below the
+server, so the command that runs this hands it :func:`hybridlab.server.mcp.serving`."""
 
 from __future__ import annotations
 
@@ -9,29 +11,31 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from hybridlab.eval.conversations.records import Haystack, Question
-from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, _sessions, qualified
+from hybridlab.eval.conversations.runner import BenchResult, BenchSettings, qualified, sessions_of
 from hybridlab.index.write.build import index_paths
 
 MCP_LIMIT = 50  # results per search (the tool allows up to 100)
+#: index folder -> a context holding an MCP server over it (what the SDK's `Client` connects to),
+#: which lets go of the folder's index and log on exit
+Serve = Callable[[Path], AbstractContextManager[Any]]
 
 
 def run_served(
     haystacks: Sequence[Haystack],
     settings: BenchSettings,
     work: str | Path,
+    serve: Serve,
     *,
-    config: str | None = None,
     progress: bool = True,
 ) -> BenchResult:
-    """The hybrid system's rankings, through the MCP tools of a server per haystack."""
+    """The hybrid system's rankings, through the MCP tools of a server per haystack (`serve`)."""
     from tqdm.auto import tqdm
-
-    from hybridlab.server.mcp import create_server
 
     work = Path(work)
     rankings: dict[str, list[str]] = {}
@@ -45,14 +49,9 @@ def run_served(
         if folder.exists():  # a fresh store each run: stores append
             shutil.rmtree(folder)
         index_paths([empty], folder, settings.index_config, progress=False)
-        server = create_server(folder, config)
-        try:
+        with serve(folder) as server:  # one server per haystack: its index and log let go before the next
             asyncio.run(_serve(server, haystack, settings, rankings, questions, seconds))
-        finally:  # one server per haystack: let go of its index and log before the next
-            service = server.service
-            service.writer.close()
-            service.index.close()
-    session_of, session_turns = _sessions(haystacks)
+    session_of, session_turns = sessions_of(haystacks)
     return BenchResult(
         BenchSettings(
             settings.granularity,
