@@ -18,6 +18,7 @@ from hybridlab.errors import InvalidValueError, PathNotFoundError
 from hybridlab.eval.datasets import REPO_ROOT, Dataset, data_dir, load_dataset
 from hybridlab.filelock import exclusive_lock
 from hybridlab.index.write.build import index_paths
+from hybridlab.index.write.tokens import shared_token_stores
 from hybridlab.ingest.sources import IRDS, is_irds
 
 GROUND_TRUTH = REPO_ROOT / "ground_truth"
@@ -86,7 +87,8 @@ def check_tunable(evalset: EvalSet) -> str:
     if evalset.tuning_split is None:
         raise InvalidValueError(
             f"{evalset.name} is never tuned on (tuning_split = false): it is an out-of-domain check "
-            "of every default (issue 18); tune on scifact (train), memories or holoviz (cv)"
+            "of every default (a default tuned on it would be judged on the queries it was fitted to); "
+            "tune on scifact (train), memories or holoviz (cv)"
         )
     return evalset.tuning_split
 
@@ -255,6 +257,9 @@ def ensure_index(evalset: EvalSet, config: IndexConfig | None = None, *, progres
     # one build at a time per embeddings cache: the processes of a parallel test run (pytest-xdist)
     # or of two clones would otherwise collide on the cache's DuckDB file during a long cold build;
     # a waiter then finds the index built and its check is a scan of unchanged files
-    with exclusive_lock(cache.with_name(cache.name + ".build.lock")):
+    with (
+        exclusive_lock(cache.with_name(cache.name + ".build.lock")),
+        shared_token_stores(cache.with_name("tokens")),  # late-interaction vectors, shared likewise
+    ):
         index_paths(list(evalset.sources), folder, config, progress=progress, cache_path=cache)
     return folder

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridlab.config import SearchConfig, resolve_auto, resolve_search_config
+from hybridlab.encoders.late import canonical_late_name
 from hybridlab.encoders.registry import canonical_name
 from hybridlab.errors import InvalidValueError
 from hybridlab.search import late
@@ -190,6 +191,11 @@ def choose_model(
     )
 
 
+def stores_late(snapshot: Snapshot, model: str) -> bool:
+    """Whether the index records token vectors of late-interaction model `model`."""
+    return canonical_late_name(model) in snapshot.generation.manifest.late
+
+
 def settings(
     snapshot: Snapshot, options: Mapping[str, Any], filters: Filters, config_file: Mapping[str, Any]
 ) -> tuple[SearchConfig, str, RowFilter, str | None]:
@@ -205,6 +211,10 @@ def settings(
         memory_share=snapshot.generation.memory_share,
     )
     config = resolve_auto(config, snapshot.n_chunks)
+    if sources["late_depth"] == "default" and not stores_late(snapshot, config.late_model):
+        # the default second stage runs where the index stores its token vectors; asked for
+        # explicitly, it encodes the candidates that have none (slower, same scores)
+        config = dataclasses.replace(config, late_depth=0)
     assert config.alpha is not None  # `resolve_search_config` fills an unset alpha (adaptive)
     allowed = snapshot.store.allowed(filters)
     needs_dense = config.mode == "vector" or (config.mode == "hybrid" and config.alpha > 0)

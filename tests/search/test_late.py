@@ -314,3 +314,23 @@ def test_a_pylate_folder_is_read_by_its_own_conventions(tmp_path):
 def test_an_unknown_late_model_names_the_choices(tmp_path):
     with pytest.raises(InvalidValueError, match="does not exist"):
         get_late_spec(str(tmp_path / "nope"))
+
+
+def test_builds_in_a_shared_token_store_block_encode_each_text_once(tmp_path, monkeypatch):
+    from hybridlab.index.write import tokens
+    from hybridlab.index.write.tokens import shared_token_stores
+
+    source = write_memories(tmp_path / "memories.jsonl")
+    config = IndexConfig(models=("wordllama",), late_models=("colbert",))
+    with shared_token_stores(tmp_path / "shared"):
+        first = index_paths(
+            [source], tmp_path / "one", config, progress=False, cache_path=tmp_path / "e.duckdb"
+        )
+        spec = get_late_spec("colbert")
+        shared = TokenStore(tmp_path / "shared" / spec.key).stored()
+        monkeypatch.setattr(tokens, "load_late_encoder", lambda spec: pytest.fail("encoded again"))
+        second = index_paths(
+            [source], tmp_path / "two", config, progress=False, cache_path=tmp_path / "e.duckdb"
+        )
+    assert first.committed and second.committed and shared
+    assert _store(tmp_path / "two").stored() == _store(tmp_path / "one").stored() == shared

@@ -8,8 +8,11 @@ not encoded again, and vectors stored by a write that then fails are simply unus
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -25,6 +28,22 @@ from hybridlab.ingest.sources import Document
 
 #: texts per shard written while a large write encodes (an interrupted build keeps what it stored)
 SHARD_TEXTS = 2048
+
+
+#: a folder of token stores shared by many indexes (one per spec key below it), read before encoding
+#: and filled with what is encoded: the evaluation sets' builds share one per user, as they share the
+#: embeddings cache (`hybridlab.eval.evalsets`)
+_SHARED: contextvars.ContextVar[Path | None] = contextvars.ContextVar("shared_token_stores", default=None)
+
+
+@contextlib.contextmanager
+def shared_token_stores(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Within the block, builds take token vectors from (and add new ones to) the stores under `folder`."""
+    token = _SHARED.set(None if folder is None else Path(folder))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def late_specs(config: IndexConfig) -> dict[str, LateSpec]:
@@ -61,6 +80,12 @@ def store_token_vectors(
         encoded[name] = len(todo)
         if not todo:
             continue
+        shared = _SHARED.get()
+        shared_store = TokenStore(shared / spec.key, spec.to_json()) if shared is not None else None
+        if shared_store is not None:
+            todo = _copy_shared(store, shared_store, todo)
+        if not todo:
+            continue
         encoder = load_late_encoder(spec)
         todo.sort(key=lambda sha: len(pairs[sha]))
         with tqdm(total=len(todo), desc=f"token vectors ({name})", unit="chunk", disable=not progress) as bar:
@@ -71,7 +96,18 @@ def store_token_vectors(
                     vectors.extend(encoder.encode_documents([pairs[sha]]))
                     bar.update(1)
                 store.add(hashes, vectors)
+                if shared_store is not None:
+                    shared_store.add(hashes, vectors)
     return encoded
+
+
+def _copy_shared(store: TokenStore, shared: TokenStore, todo: list[str]) -> list[str]:
+    """Copy the vectors `shared` has of `todo` into `store`; returns the hashes still to encode."""
+    found = shared.get(todo)
+    have = [(sha, vectors) for sha, vectors in zip(todo, found) if vectors is not None]
+    if have:
+        store.add([sha for sha, _ in have], [vectors for _, vectors in have])
+    return [sha for sha, vectors in zip(todo, found) if vectors is None]
 
 
 def _hashed(texts: Iterable[tuple[str, str]] | Iterable[str]) -> Iterable[tuple[str, str]]:
