@@ -56,7 +56,7 @@ engine-report: setup
 	$(BIN)/python -m bench.engine_report
 
 sweep-alpha: setup
-	$(BIN)/python -m hybridlab.tune.grid --dataset all
+	$(BIN)/hybridlab grid --dataset all
 
 # Optuna sweeps (notebooks/sweep.ipynb via papermill) into reports/<date>-sweep-<set>/, the winners
 # exported to configs/, then the report over both. ~10 min here. Spread over processes and machines

@@ -6,7 +6,7 @@ vector vs hybrid on the judged queries, printing the table.
 
 from __future__ import annotations
 
-import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,14 @@ DEMO_QUERIES = (
 )
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(index_dir: str | os.PathLike, *, quick: bool = False) -> None:
+    """Index the memories ground truth into `index_dir`, print a few searches with their results and,
+    unless `quick`, the evaluation table of BM25, vector and hybrid search on its judged queries."""
     evalset = get_evalset("memories")
-    print(f"== indexing {', '.join(_shown(s) for s in evalset.sources)} into {args.index_dir}")
-    report = index_paths(list(evalset.sources), args.index_dir, progress=True)
+    print(f"== indexing {', '.join(_shown(s) for s in evalset.sources)} into {index_dir}")
+    report = index_paths(list(evalset.sources), index_dir, progress=True)
     print(report.summary())
-    index = open_index(args.index_dir)
+    index = open_index(index_dir)
     stats = index.stats()
     print(
         f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
@@ -49,8 +51,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"(tags {e.get('matched_tags')}, recency {e.get('recency_factor', 1):.2f})"
             )
             print(f"     {r.snippet[:140]}")
-    if getattr(args, "quick", False):
-        return 0
+    if quick:
+        return
     dataset = evalset.dataset()
     print(f"\n== evaluation on {len(dataset.queries)} judged queries (document level, ranx)")
     systems: dict[str, dict[str, Any]] = {
@@ -62,7 +64,6 @@ def run_demo(args: argparse.Namespace) -> int:
     order = ["hybrid (default)", "bm25", "vector"]
     comparison = compare(dataset.qrels, {name: runs[name] for name in order})
     print(comparison.to_markdown())
-    return 0
 
 
 def _shown(path: Path) -> str:

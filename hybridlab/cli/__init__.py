@@ -3,10 +3,13 @@
 One module per command group, each defining its commands' parsers (`add_<command>(sub)`) and
 handlers: :mod:`~hybridlab.cli.indexing` (index, models, reindex, verify),
 :mod:`~hybridlab.cli.searching` (search, stats), :mod:`~hybridlab.cli.memories` (memories, export),
-:mod:`~hybridlab.cli.evaluating` (eval, fuse, demo), :mod:`~hybridlab.cli.tuning` (sweep, grid, report,
-export-config, learn-fusion, repro), :mod:`~hybridlab.cli.serving` (mcp) and
-:mod:`hybridlab.cli.membench` (membench); the options several share are in
-:mod:`~hybridlab.cli.options`. :func:`build_parser` assembles them in the order `--help` lists them."""
+:mod:`~hybridlab.cli.evaluating` (eval, fuse, demo), :mod:`~hybridlab.cli.tuning` (sweep, report,
+export-config, learn-fusion, repro), :mod:`~hybridlab.cli.grid` (grid), :mod:`~hybridlab.cli.serving`
+(mcp) and :mod:`hybridlab.cli.membench` (membench); the options several share are in
+:mod:`~hybridlab.cli.options`. :func:`build_parser` assembles them in the order `--help` lists them.
+A handler imports the library modules it calls when it runs (they bring numpy, DuckDB, the
+evaluation stack or the MCP SDK). :mod:`~hybridlab.cli.sweep_worker` is the process a sweep starts
+per worker (`python -m hybridlab.cli.sweep_worker`)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hybridlab.cli import evaluating, indexing, memories, searching, serving, tuning
+from hybridlab.cli import evaluating, grid, indexing, memories, searching, serving, tuning
 from hybridlab.cli.membench import add_parser as add_membench
 from hybridlab.cli.options import (
     DEFAULT_INDEX,
@@ -57,7 +60,7 @@ COMMANDS = (
     evaluating.add_fuse,
     indexing.add_verify,
     tuning.add_sweep,
-    tuning.add_grid,
+    grid.add_grid,
     tuning.add_report,
     tuning.add_export_config,
     tuning.add_learn_fusion,
@@ -111,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grid"]:
-        return tuning.run_grid(argv[1:])
+        return grid.run_grid(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG

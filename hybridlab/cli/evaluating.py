@@ -13,7 +13,6 @@ from hybridlab.cli.options import (
     UsageError,
     add_search_options,
     backend_args,
-    delegate,
     encoder_options,
     evalsets_arg,
     index_arg,
@@ -412,8 +411,16 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
-    """The `demo` command (hybridlab.demo runs it)."""
+    """The `demo` command (:func:`cmd_demo`)."""
     p = sub.add_parser("demo", help="the main job on the bundled memories ground truth")
     p.add_argument("--index", dest="index_dir", default=".hybridlab/demo")
     p.add_argument("--quick", action="store_true", help="skip the evaluation table")
-    p.set_defaults(func=delegate("hybridlab.demo", "run_demo"))
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`hybridlab demo`: :func:`hybridlab.demo.run_demo` into `--index`."""
+    from hybridlab.demo import run_demo
+
+    run_demo(args.index_dir, quick=args.quick)
+    return 0

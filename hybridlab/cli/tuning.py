@@ -1,16 +1,22 @@
 """`sweep`, `grid`, `report`, `export-config`, `learn-fusion` and `repro`: tuning, reporting and
-reproducing (each run by its module in hybridlab.tune or hybridlab.reports)."""
+reproducing. The handlers call hybridlab.tune and hybridlab.reports, imported when a command runs
+(they bring the evaluation stack: `--help` stays instant); `grid` is in :mod:`~hybridlab.cli.grid`."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import json
+import os
+import sys
+import time
+from pathlib import Path
 
-from hybridlab.cli.options import delegate, evalsets_arg, positive_int
+from hybridlab.cli.options import evalsets_arg, positive_int
+from hybridlab.errors import InvalidValueError, PathNotFoundError
 
 
 def add_sweep(sub: argparse._SubParsersAction) -> None:
-    """The `sweep` command (hybridlab.tune.sweep runs it)."""
+    """The `sweep` command (:func:`cmd_sweep`)."""
     p = sub.add_parser("sweep", help="run the sweep notebook (Optuna) through papermill into reports/")
     p.add_argument("--dataset", required=True)
     evalsets_arg(p)
@@ -55,41 +61,19 @@ def add_sweep(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="last, print the out-of-sample figures as JSON (for the reproduction record)",
     )
-    p.set_defaults(func=delegate("hybridlab.tune.sweep", "cli_sweep"))
-
-
-def add_grid(sub: argparse._SubParsersAction) -> None:
-    """The `grid` command, listed for `--help`: `main` hands `hybridlab grid ...` to :func:`run_grid`."""
-    # listed here; `main` hands `hybridlab grid ...` to hybridlab.tune.grid, whose options it has
-    # (importing it here would load the engine for every command)
-    p = sub.add_parser(
-        "grid",
-        add_help=False,
-        help="one setting over a list of values on the evaluation sets; "
-        "--cv K chooses its value for the default hybrid by K-fold cross-validation "
-        "(hybridlab grid --help)",
-    )
-    p.add_argument("grid_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda args: run_grid(args.grid_args))
-
-
-def run_grid(argv: Sequence[str]) -> int:
-    """`hybridlab grid ARGS`: hybridlab.tune.grid parses its own options."""
-    from hybridlab.tune.grid import main as grid_main
-
-    return grid_main(list(argv), prog="hybridlab grid")
+    p.set_defaults(func=cmd_sweep)
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
-    """The `report` command (hybridlab.reports.runs runs it)."""
+    """The `report` command (:func:`cmd_report`)."""
     p = sub.add_parser("report", help="run the report notebook over the latest sweeps")
     p.add_argument("--reports", default="reports")
     p.add_argument("--run", help="a sweep run folder (default: the latest of each dataset)")
-    p.set_defaults(func=delegate("hybridlab.reports.runs", "cli_report"))
+    p.set_defaults(func=cmd_report)
 
 
 def add_export_config(sub: argparse._SubParsersAction) -> None:
-    """The `export-config` command (hybridlab.tune.export runs it)."""
+    """The `export-config` command (:func:`cmd_export_config`)."""
     p = sub.add_parser(
         "export-config",
         help="export a sweep's winner if it beats the defaults out of sample "
@@ -103,11 +87,11 @@ def add_export_config(sub: argparse._SubParsersAction) -> None:
         default="randomization",
         help="paired significance test against the defaults (default randomization)",
     )
-    p.set_defaults(func=delegate("hybridlab.tune.export", "cli_export_config"))
+    p.set_defaults(func=cmd_export_config)
 
 
 def add_learn_fusion(sub: argparse._SubParsersAction) -> None:
-    """The `learn-fusion` command (hybridlab.tune.learn runs it)."""
+    """The `learn-fusion` command (:func:`cmd_learn_fusion`)."""
     p = sub.add_parser(
         "learn-fusion",
         help="train the learned fusion on the evaluation sets (or its "
@@ -119,11 +103,11 @@ def add_learn_fusion(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loco", action="store_true", help="train and score every leave-one-out fold into --out")
     p.add_argument("--recipe", help="LightGBM recipe: transferable (the default) or full (every feature)")
     p.add_argument("--out", required=True, help="the model folder (--loco: the report folder)")
-    p.set_defaults(func=delegate("hybridlab.tune.learn", "cli_learn_fusion"))
+    p.set_defaults(func=cmd_learn_fusion)
 
 
 def add_repro(sub: argparse._SubParsersAction) -> None:
-    """The `repro` command (hybridlab.tune.export runs it)."""
+    """The `repro` command (:func:`cmd_repro`)."""
     p = sub.add_parser(
         "repro",
         help="re-run the evaluation a config records, or every condition of the "
@@ -146,4 +130,250 @@ def add_repro(sub: argparse._SubParsersAction) -> None:
         "--condition", action="append", dest="names", metavar="NAME", help="only this condition (repeatable)"
     )
     p.add_argument("--tolerance", type=float, default=0.0005)
-    p.set_defaults(func=delegate("hybridlab.tune.export", "cli_repro"))
+    p.set_defaults(func=cmd_repro)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder (a cross-validated set also
+    runs its nested cross-validation there), then export what may be served (:mod:`hybridlab.tune.export`)
+    into the run folder's `config.json` and to `--export`.
+    With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
+    from hybridlab.extras import require
+
+    require("optuna", "papermill")
+    from papermill.exceptions import PapermillExecutionError
+
+    from hybridlab.eval.evaluate import METRICS
+    from hybridlab.eval.evaluator import resolve_evalset
+    from hybridlab.tune import sweep
+    from hybridlab.tune.export import export_config, write_config
+    from hybridlab.tune.notebooks import run_notebook
+    from hybridlab.tune.record import SweepRecord
+    from hybridlab.tune.runs import new_run_dir, update_index, write_summary
+
+    if args.metric not in METRICS:
+        raise InvalidValueError(
+            f"unknown metric {args.metric!r}; choose from {list(METRICS)}", field="metric"
+        )
+    evalset = resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
+    sweep.tuning_split(evalset)  # so does a set that is never tuned on
+    trials = args.trials or sweep.DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        raise InvalidValueError(f"workers must be >= 1, got {workers}", field="workers")
+    run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
+    parameters = {
+        "dataset": str(args.dataset),
+        "trials": trials,
+        "storage": sweep.absolute_storage(args.storage),
+        "study": args.study,
+        "workers": workers,
+        "metric": args.metric,
+        "seed": getattr(args, "seed", 0),
+        "max_index_configs": getattr(args, "max_index_configs", sweep.DEFAULT_MAX_INDEX_CONFIGS),
+        "models": getattr(args, "models", None),
+        "fold_trials": getattr(args, "fold_trials", None),
+        "run_dir": ".",
+    }
+    folds = (
+        f", nested {evalset.cv_folds}-fold CV with "
+        f"{getattr(args, 'fold_trials', None) or sweep.fold_trials(trials, evalset.cv_folds)} trials per fold"
+        if evalset.cv_folds is not None  # cross-validated
+        else ""
+    )
+    print(
+        f"sweep {args.dataset}: {trials} trials{folds}{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    try:
+        run_notebook("sweep", run_dir, parameters)
+    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
+        print(
+            f"error: the sweep notebook failed: {error.ename}: {error.evalue} (see {run_dir / 'sweep.ipynb'})",
+            file=sys.stderr,
+        )
+        return 1
+    record = SweepRecord.read(run_dir)
+    config = export_config(run_dir)  # what may be served, kept with the run: config.json
+    write_config(config, run_dir / "config.json")
+    write_summary(run_dir, record)
+    update_index(args.reports)
+    print(config["provenance"]["verdict"])
+    if args.export:
+        print(f"exported to {write_config(config, args.export)}")
+    print(f"{record.verdict} ({time.perf_counter() - started:.0f} s)")
+    if getattr(args, "json", False):
+        print(json.dumps(sweep.out_of_sample_figures(record), indent=2))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """`hybridlab report`: the report notebook over the latest sweep per dataset (or `--run`),
+    under a lock; says loudly (stderr, the summary's first lines, reports/index.md) when a sweep is
+    older than the engine's last change; exits 1 when another run holds the lock or the notebook fails."""
+    from hybridlab.extras import require
+
+    require("papermill", "matplotlib")
+    from papermill.exceptions import PapermillExecutionError
+
+    from hybridlab.reports.runs import run_lock, stale_sweeps
+    from hybridlab.tune.notebooks import run_notebook
+    from hybridlab.tune.record import RECORD_FILE, is_finished_sweep
+    from hybridlab.tune.runs import latest_sweeps, new_run_dir, update_index
+
+    runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
+    if not runs:
+        raise PathNotFoundError(f"no finished sweep in {args.reports}; run `make sweep` first")
+    for run in runs:
+        if not is_finished_sweep(run):
+            raise PathNotFoundError(f"{run} has no {RECORD_FILE} (not a finished sweep run)")
+    try:
+        with run_lock(args.reports):
+            stale = stale_sweeps(runs)
+            for name, reason in stale.items():
+                print(
+                    f"WARNING: STALE SWEEP {name}: {reason}; its figures may not hold for today's engine — "
+                    f"re-run it (make sweep)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            run_dir = new_run_dir(args.reports, "report")
+            print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
+            run_notebook(
+                "report",
+                run_dir,
+                {"runs": [os.path.relpath(r.resolve(), run_dir.resolve()) for r in runs], "run_dir": "."},
+            )
+            update_index(args.reports)
+    except RuntimeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
+        print(
+            f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
+            f" (see {run_dir / 'report.ipynb'})",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"wrote {run_dir / 'summary.md'}" + (f" (STALE: {', '.join(stale)})" if stale else ""))
+    return 0
+
+
+def cmd_export_config(args: argparse.Namespace) -> int:
+    """`hybridlab export-config RUN_DIR`: the sweep's servable config, written to `--output`."""
+    from hybridlab.tune.export import DEFAULT_TEST, export_config, write_config
+
+    config = export_config(args.run_dir, test=getattr(args, "test", DEFAULT_TEST))
+    path = write_config(config, args.output)
+    print(config["provenance"]["verdict"])
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_learn_fusion(args: argparse.Namespace) -> int:
+    """`hybridlab learn-fusion`: train a fusion model (or the whole LOCO table with --loco)."""
+    from hybridlab.tune.learn import KINDS, RECIPE, RECIPES, SETS, learn, loco
+
+    sets = list(args.sets or SETS)
+    unknown = sorted(set(sets) - set(SETS))
+    if unknown or (args.leave_out and args.leave_out not in SETS):
+        raise InvalidValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
+    recipe = getattr(args, "recipe", None) or RECIPE
+    if recipe not in RECIPES:
+        raise InvalidValueError(f"unknown recipe {recipe!r}; choose from {sorted(RECIPES)}")
+    if args.loco:
+        loco(args.out, sets, [args.model] if args.model else KINDS, recipe=recipe)
+        return 0
+    folder = learn(
+        [s for s in sets if s != args.leave_out], args.out, args.model or "lightgbm", recipe=recipe
+    )
+    print(f"wrote {folder} (trained on {', '.join(s for s in sets if s != args.leave_out)})")
+    return 0
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """`hybridlab repro CONFIG` (OK/FAIL per metric of an exported config) or `hybridlab repro --all`
+    (every condition of the reproduction record, :func:`_repro_conditions`); exit 1 on any FAIL."""
+    from hybridlab.config import load_config_file
+    from hybridlab.tune.export import repro
+
+    if (
+        getattr(args, "all", False)
+        or getattr(args, "cheap", False)
+        or getattr(args, "names", None)
+        or getattr(args, "record", False)
+    ):
+        return _repro_conditions(args)
+    if not args.config:
+        raise InvalidValueError("give a config file to reproduce, or --all for the reproduction record")
+    config = load_config_file(args.config)
+    rows = repro(config, args.tolerance)
+    provenance = config["provenance"]
+    trial = provenance.get("trial")
+    print(
+        f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
+        f"({provenance.get('queries', 'all')} queries; {'defaults' if trial is None else f'trial {trial}'}, "
+        f"commit {provenance.get('git_commit')})"
+    )
+    for metric, recorded, measured, ok in rows:
+        print(
+            f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
+            f"(Δ {measured - recorded:+.4f}, tolerance ±{args.tolerance})"
+        )
+    failed = sum(not ok for *_, ok in rows)
+    print("all metrics reproduced" if not failed else f"{failed} metric(s) FAILED")
+    return 1 if failed else 0
+
+
+def _repro_conditions(args: argparse.Namespace) -> int:
+    """`hybridlab repro --all [--cheap] [--condition NAME] [--conditions FILE] [--record]`."""
+    from hybridlab.tune.repro import (
+        DEFAULT_CONDITIONS,
+        DEFAULT_TOLERANCE,
+        format_outcome,
+        load_conditions,
+        missing_need,
+        recorded_text,
+        repo_relative,
+        run_condition,
+        select,
+    )
+
+    path = Path(args.conditions) if getattr(args, "conditions", None) else DEFAULT_CONDITIONS
+    tolerance = getattr(args, "tolerance", DEFAULT_TOLERANCE)
+    conditions = select(
+        load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None)
+    )
+    if not conditions:
+        raise InvalidValueError(f"no condition of {path} selected")
+    print(f"repro {repo_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
+    failed = []
+    record = getattr(args, "record", False)
+    for condition in conditions:
+        outcome = run_condition(condition, tolerance)
+        print("\n".join(format_outcome(outcome, tolerance)), flush=True)
+        measured = {
+            metric: value
+            for metric, _, value, _ in outcome.rows
+            if metric in condition.metrics and value is not None
+        }
+        # a metric the command did not print (None) is not recorded: the condition fails below
+        if record and outcome.error is None and not outcome.ok and len(measured) == len(condition.metrics):
+            path.write_text(
+                recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8"
+            )
+            print(f"recorded the measured values of {condition.name} in {repo_relative(path)}", flush=True)
+            continue
+        if not outcome.ok:
+            failed.append(condition.name)
+    skipped = [c.name for c in conditions if missing_need(c)]
+    ran = len(conditions) - len(skipped)
+    print(
+        f"all {ran} conditions reproduced"
+        if not failed
+        else f"{len(failed)} of {ran} condition(s) FAILED: {', '.join(failed)}"
+    )
+    if skipped:
+        print(f"{len(skipped)} skipped (a file they need is absent): {', '.join(skipped)}")
+    return 1 if failed else 0

@@ -5,29 +5,25 @@ See docs/internals/tune-eval.md#report-runs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridlab.errors import PathNotFoundError
 from hybridlab.extras import require
 from hybridlab.filelock import exclusive_lock
+from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import (
     describe_splits,
     importances,
     kinds_table,
-    latest_sweeps,
+    latest_sweeps,  # noqa: F401 (notebooks/report.ipynb imports it from here)
     load_study,
-    new_run_dir,
     params_table,
     plot_study,
     stale_reason,
-    update_index,
 )
 
 LOCK_FILE = ".report.lock"
@@ -46,7 +42,7 @@ def run_lock(reports: str | os.PathLike) -> Iterator[Path]:
         yield path
 
 
-def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
+def system_runs(record: SweepRecord, evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
     """Report-split runs (the record's `split`) of the defaults, the tuned config, BM25 and vector
     search for one sweep record, and that split's qrels. For a cross-validated sweep `tuned` is the
     out-of-fold run (each fold ranked by the config tuned without it). The defaults come first: the
@@ -55,16 +51,14 @@ def system_runs(record: Mapping[str, Any], evaluator=None) -> tuple[dict[str, di
     from hybridlab.eval.evaluator import BASELINES, Evaluator, resolve_evalset
     from hybridlab.tune.export import out_of_fold_run
 
-    evaluator = evaluator or Evaluator(resolve_evalset(record.get("dataset_path") or record["dataset"]))
-    split = record.get("split", "test")
-    base = IndexConfig.from_manifest(record["defaults"]["index"])
-    cv = record.get("cross_validation")
+    evaluator = evaluator or Evaluator(resolve_evalset(record.dataset_path or record.dataset))
+    split = record.split
+    base = IndexConfig.from_manifest((record.defaults or {})["index"])
+    cv = record.cross_validation
     if cv:
         tuned_run = out_of_fold_run(evaluator, cv["folds"], cv["configs"], split)
     else:
-        tuned_run = evaluator.run(
-            record["best"]["search"], IndexConfig.from_manifest(record["best"]["index"]), split
-        )
+        tuned_run = evaluator.run(record.best.search, IndexConfig.from_manifest(record.best.index), split)
     runs = {
         "defaults": evaluator.run(BASELINES["defaults"], base, split),
         "tuned": tuned_run,
@@ -108,12 +102,12 @@ def wins_losses_table(
     return "\n".join(lines)
 
 
-def split_label(record: Mapping[str, Any]) -> str:
+def split_label(record: SweepRecord) -> str:
     """How a sweep's report figures were obtained, in a few words: `out of fold, 79 queries` for a
     cross-validated set, else `test split, 300 queries`."""
-    split = record.get("split", "test")
-    n = (record.get("queries") or {}).get(split)
-    scope = "out of fold" if record.get("cross_validation") else f"{split} split"
+    split = record.split
+    n = (record.queries or {}).get(split)
+    scope = "out of fold" if record.cross_validation else f"{split} split"
     return f"{scope}, {n} queries" if n else scope
 
 
@@ -172,58 +166,8 @@ def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
     from hybridlab.tune.runs import engine_state
 
     current = engine_state()
-    reasons = {
-        Path(run).name: stale_reason(json.loads((Path(run) / "metrics.json").read_text()), current)
-        for run in runs
-    }
+    reasons = {Path(run).name: stale_reason(SweepRecord.read(run), current) for run in runs}
     return {name: reason for name, reason in reasons.items() if reason}
-
-
-def cli_report(args: argparse.Namespace) -> int:
-    """`hybridlab report`: the report notebook over the latest sweep per dataset (or `--run`),
-    under a lock; says loudly (stderr, the summary's first lines, reports/index.md) when a sweep is
-    older than the engine's last change; exits 1 when another run holds the lock or the notebook fails."""
-    require("papermill", "matplotlib")
-    from papermill.exceptions import PapermillExecutionError
-
-    from hybridlab.tune.notebooks import run_notebook
-
-    runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
-    if not runs:
-        raise PathNotFoundError(f"no finished sweep in {args.reports}; run `make sweep` first")
-    for run in runs:
-        if not (run / "metrics.json").is_file():
-            raise PathNotFoundError(f"{run} has no metrics.json (not a finished sweep run)")
-    try:
-        with run_lock(args.reports):
-            stale = stale_sweeps(runs)
-            for name, reason in stale.items():
-                print(
-                    f"WARNING: STALE SWEEP {name}: {reason}; its figures may not hold for today's engine — "
-                    f"re-run it (make sweep)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            run_dir = new_run_dir(args.reports, "report")
-            print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
-            run_notebook(
-                "report",
-                run_dir,
-                {"runs": [os.path.relpath(r.resolve(), run_dir.resolve()) for r in runs], "run_dir": "."},
-            )
-            update_index(args.reports)
-    except RuntimeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
-        print(
-            f"error: the report notebook failed in cell {error.exec_count}: {error.ename}: {error.evalue}"
-            f" (see {run_dir / 'report.ipynb'})",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"wrote {run_dir / 'summary.md'}" + (f" (STALE: {', '.join(stale)})" if stale else ""))
-    return 0
 
 
 def report_dataset(
@@ -240,15 +184,15 @@ def report_dataset(
     from hybridlab.tune.sweep import query_kinds
 
     run, out_dir = Path(run), Path(out_dir)
-    record = json.loads((run / "metrics.json").read_text())
-    name = record["dataset"]
+    record = SweepRecord.read(run)
+    name = record.dataset
     study = load_study(run)
     figures = plot_study(study, out_dir, prefix=f"{name}-")
-    evaluator = Evaluator(resolve_evalset(record.get("dataset_path") or name), progress=progress)
+    evaluator = Evaluator(resolve_evalset(record.dataset_path or name), progress=progress)
     runs, qrels = system_runs(record, evaluator)
     comparison = compare(qrels, runs)
-    queries = evaluator.dataset(record.get("split", "test")).queries
-    metric = record["metric"]
+    queries = evaluator.dataset(record.split).queries
+    metric = record.metric
     per_query = {system: comparison.per_query[system][metric] for system in runs}
     kinds = query_kinds(evaluator.evalset, per_query)
     if kinds:
@@ -326,11 +270,11 @@ def _report_metrics(sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         s["dataset"]: {
             "sweep": s["run"],
-            "split": s["record"].get("split", "test"),
+            "split": s["record"].split,
             "comparison": s["comparison"].to_dict(),
             "importances": s["importances"],
-            "best": s["record"]["best"],
-            "verdict": s["record"]["verdict"],
+            "best": s["record"].best.to_json(),
+            "verdict": s["record"].verdict,
             "per_kind": s.get("per_kind"),
             "stale": s.get("stale"),
         }
@@ -364,7 +308,7 @@ def _section_lines(s: Mapping[str, Any], metric: str) -> list[str]:
         "",
         "Best trial's parameters, most important first:",
         "",
-        params_table(s["record"]["best"]["params"], s["importances"]),
+        params_table(s["record"].best.params, s["importances"]),
         "",
         s["wins_losses"],
         "",
@@ -379,7 +323,7 @@ def _section_lines(s: Mapping[str, Any], metric: str) -> list[str]:
 def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
     """`metrics.json`, the comparison figure and `summary.md` of a report run."""
     run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
-    metric = sections[0]["record"]["metric"] if sections else "ndcg@10"
+    metric = sections[0]["record"].metric if sections else "ndcg@10"
     if sections:
         plot_comparison(
             {
@@ -390,7 +334,7 @@ def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any
             run_dir / "comparison.png",
             {s["dataset"]: split_label(s["record"]) for s in sections},
         )
-    verdicts = "; ".join(f"{s['dataset']}: {s['record']['verdict']}" for s in sections)
+    verdicts = "; ".join(f"{s['dataset']}: {s['record'].verdict}" for s in sections)
     stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
     (run_dir / "metrics.json").write_text(
         json.dumps(_report_metrics(sections), indent=2, default=str), encoding="utf-8"

@@ -10,14 +10,12 @@ owns dedupe, store, update, delete and refresh. See docs/internals/search.md#mcp
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import functools
 import inspect
 import logging
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -41,13 +39,9 @@ from hybridlab.search.engine import resolve_now
 from hybridlab.search.sections import document_sections, find_section
 from hybridlab.search.time_range import resolve_time_range
 from hybridlab.server.http_auth import (
-    DEFAULT_MAX_REQUEST_BYTES,
     StaticTokenVerifier,
     auth_settings,
-    http_security,
-    transport_security_settings,
 )
-from hybridlab.server.stderr import StderrHandler
 
 # This module is the MCP adapter: without the SDK (and the pydantic it brings) importing it fails with
 # a message naming the `mcp` extra, and so does `hybridlab mcp`.
@@ -938,133 +932,3 @@ def _project_memories(generation: Any) -> dict[str, int]:
     }
     counts = Counter(collection for collection, _ in memories)
     return {name: counts[name] for name in generation.known_collections}
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Point fd 1 (and sys.stdout) at stderr for the duration, so library prints cannot reach a
-    stdio protocol stream; restored afterwards."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _configure_logging(log_file: str | None, verbose: int) -> None:
-    level = (
-        logging.INFO if verbose <= 1 else logging.DEBUG
-    )  # INFO at least: the server logs its start and commits
-    handler: logging.Handler = (
-        logging.FileHandler(log_file, encoding="utf-8") if log_file else StderrHandler()
-    )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    # Our own records from `level` up, the libraries' (bm25s logs at DEBUG on its own) from WARNING up.
-    handler.addFilter(
-        lambda record: record.levelno >= (level if record.name.startswith("hybridlab") else logging.WARNING)
-    )
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(level)
-
-
-HTTP_ONLY_OPTIONS = {
-    "auth_token_file": "--auth-token-file",
-    "allowed_hosts": "--allowed-host",
-    "allowed_origins": "--allowed-origin",
-    "max_request_bytes": "--max-request-bytes",
-}
-
-
-def _http_security(args: argparse.Namespace) -> Any:
-    """The HTTP transport's token, allow-lists and size cap from the CLI options and the environment;
-    None over stdio (where the HTTP-only options are an error)."""
-    given = [flag for key, flag in HTTP_ONLY_OPTIONS.items() if getattr(args, key, None)]
-    if args.transport == "stdio":
-        if given:
-            raise InvalidValueError(f"{', '.join(given)}: only for --transport streamable-http, not stdio")
-        return None
-    max_bytes = getattr(args, "max_request_bytes", None)
-    return http_security(
-        args.host,
-        args.port,
-        token_file=getattr(args, "auth_token_file", None),
-        allowed_hosts=getattr(args, "allowed_hosts", None) or (),
-        allowed_origins=getattr(args, "allowed_origins", None) or (),
-        max_request_bytes=DEFAULT_MAX_REQUEST_BYTES if max_bytes is None else max_bytes,
-    )
-
-
-def cli_mcp(args: argparse.Namespace) -> int:
-    """`hybridlab mcp`: serve an index over stdio (default) or streamable HTTP (a bearer token required
-    beyond loopback; Host/Origin allow-lists; a request size cap)."""
-    _configure_logging(args.log_file, getattr(args, "verbose", 0))
-    security = _http_security(args)  # before the index opens: a refused start is immediate
-    os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the libraries, not even on stderr
-    started = time.perf_counter()
-    client, backend, backend_name = _backend(args)
-    try:
-        with stdout_to_stderr():
-            server = create_server(
-                args.index_dir,
-                args.config,
-                warm=True,
-                lock_wait=args.lock_wait,
-                commit_delay=args.commit_delay,
-                auth_token=security and security.token,
-                backend=backend,
-                backend_name=backend_name,
-                wal_records=getattr(args, "wal_records", None),
-                project=getattr(args, "project", None),
-            )
-        index = server.service.index
-        logger.info(
-            "serving %s (%d chunks, generation %s, %s backend) over %s; opened in %.2fs",
-            args.index_dir,
-            index.n_chunks,
-            index.manifest.generation,
-            backend_name,
-            args.transport,
-            time.perf_counter() - started,
-        )
-        if security is None:
-            server.run("stdio")
-        else:
-            logger.info("HTTP on %s:%d/mcp: %s", args.host, args.port, security.describe())
-            server.run(
-                "streamable-http",
-                host=args.host,
-                port=args.port,
-                max_request_body_size=security.max_request_bytes,
-                transport_security=transport_security_settings(security),
-            )
-    finally:
-        if client is not None:
-            client.close()
-    return 0
-
-
-def _backend(args: argparse.Namespace) -> tuple[Any, Callable[[Any], Any] | None, str]:
-    """(Qdrant client, snapshot factory, name) of `--backend`; (None, None, "local") for the local one.
-    On Qdrant every generation the server opens is synced into the collection first (a full export
-    when the collection is new or incompatible), so memories it stores are searchable there."""
-    if getattr(args, "backend", "local") != "qdrant":
-        for flag in ("qdrant_url", "qdrant_path", "qdrant_collection"):
-            if getattr(args, flag, None):
-                raise InvalidValueError(f"--{flag.replace('_', '-')} needs --backend qdrant")
-        return None, None, "local"
-    from hybridlab.index.admin import qdrant as qdrant_mirror
-    from hybridlab.search import qdrant
-
-    if not (args.qdrant_url or args.qdrant_path):
-        raise InvalidValueError("--backend qdrant needs --qdrant-url URL or --qdrant-path DIR")
-    client = qdrant_mirror.connect(url=args.qdrant_url, path=args.qdrant_path)
-    where = args.qdrant_url or f"local mode at {args.qdrant_path}"
-    return client, qdrant.qdrant_backend(client, args.qdrant_collection, sync=True), f"qdrant ({where})"

@@ -5,7 +5,6 @@ See docs/internals/tune-eval.md#exported-configs (the gate and the document's fi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import json
@@ -22,7 +21,7 @@ from hybridlab.config import (
     resolve_search_config,
     with_added_settings,
 )
-from hybridlab.errors import InvalidValueError, PathNotFoundError
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
 from hybridlab.eval.evalsets import CROSS_VALIDATED, EvalSet, get_evalset
 from hybridlab.eval.evaluate import METRICS, score, score_per_query
@@ -37,7 +36,7 @@ from hybridlab.eval.significance import (
     paired_test,
 )
 from hybridlab.index.graph import graph_size
-from hybridlab.tune.repro import cli_repro_all
+from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import git
 
 DEFAULT_TOLERANCE = 0.0005
@@ -70,14 +69,6 @@ def git_commit(repo: Path = REPO_ROOT) -> str | None:
 
 def _now_utc() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def read_record(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """A finished sweep run's `metrics.json`."""
-    record_path = Path(run_dir) / "metrics.json"
-    if not record_path.is_file():
-        raise PathNotFoundError(f"{record_path} not found: is {run_dir} a finished sweep run?")
-    return json.loads(record_path.read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------ pinning
@@ -117,28 +108,27 @@ def pin(
 
 
 # ------------------------------------------------------------------ which queries are out of sample
-def record_evalset(record: Mapping[str, Any]) -> EvalSet:
-    """The evaluation set a record names (its declared splits when it is a named set), with the
-    record's fixed `now`."""
-    dataset_path = record.get("dataset_path")
-    evalset = resolve_evalset(dataset_path) if dataset_path else get_evalset(record["dataset"])
-    if record.get("now") != evalset.now:
-        evalset = dataclasses.replace(evalset, now=record.get("now"))
+def record_evalset(dataset: str, dataset_path: str | None = None, now: str | None = None) -> EvalSet:
+    """The evaluation set a sweep record or an exported config names: `dataset` (its declared splits
+    when it is a named set), the BEIR folder `dataset_path` when given, with the record's fixed `now`."""
+    evalset = resolve_evalset(dataset_path) if dataset_path else get_evalset(dataset)
+    if now != evalset.now:
+        evalset = dataclasses.replace(evalset, now=now)
     return evalset
 
 
-def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
+def tuned_on_ids(record: SweepRecord, evaluator: Evaluator) -> set[str]:
     """The queries a sweep was tuned on: `tuned_on_queries` when recorded, else the split it names.
     An older record's `dev` was the sha1 half of the test judgements even where the set now has an
     official train split (SciFact before 2026-11-25): its recorded query count tells them apart."""
-    if "tuned_on_queries" in record:
-        return set(record["tuned_on_queries"])
-    name = record.get("tuned_on", "dev")
+    if record.tuned_on_queries is not None:
+        return set(record.tuned_on_queries)
+    name = record.tuned_on
     if name == CROSS_VALIDATED:
         raise InvalidValueError(
             "a cross-validated sweep is exported from its out-of-fold scores, which this record does not hold"
         )
-    recorded = (record.get("queries") or {}).get(name)
+    recorded = (record.queries or {}).get(name)
     current = set(evaluator.dataset(name).queries)
     if recorded is None or recorded == len(current):
         return current
@@ -152,7 +142,7 @@ def tuned_on_ids(record: Mapping[str, Any], evaluator: Evaluator) -> set[str]:
     )
 
 
-def out_of_sample_ids(record: Mapping[str, Any], evaluator: Evaluator) -> list[str]:
+def out_of_sample_ids(record: SweepRecord, evaluator: Evaluator) -> list[str]:
     """The report split's queries the sweep did not tune on (sorted)."""
     split = evaluator.evalset.report_split
     ids = sorted(set(evaluator.dataset(split).queries) - tuned_on_ids(record, evaluator))
@@ -289,18 +279,17 @@ def export_config(
     Candidates are the record's `candidates` (`[{trial, search, index}]`) when it lists several,
     else its best trial; their p-values are Holm-corrected together."""
     run_dir = Path(run_dir)
-    record = read_record(run_dir)
-    evaluator = evaluator or Evaluator(record_evalset(record))
-    if record.get("cross_validation"):
+    record = SweepRecord.read(run_dir)
+    evaluator = evaluator or Evaluator(record_evalset(record.dataset, record.dataset_path, record.now))
+    if record.cross_validation:
         return export_cross_validated(
             run_dir, record, evaluator, test=test, max_p=max_p, permutations=permutations
         )
     evalset = evaluator.evalset
-    metric, split = record["metric"], evalset.report_split
+    metric, split = record.metric, evalset.report_split
     query_ids = out_of_sample_ids(record, evaluator)
 
-    best = record["best"]
-    listed = record.get("candidates") or [best]
+    listed = record.candidates or [record.best.to_json()]
     defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
     candidates = [_pin_entry(evaluator, f"trial {c.get('trial')}", c) for c in listed]
 
@@ -333,7 +322,7 @@ def export_config(
         chosen is not None,
         split,
         query_ids,
-        record.get("tuned_on", "dev"),
+        record.tuned_on,
         exported_metrics,
         defaults_metrics,
         verdict,
@@ -344,7 +333,7 @@ def export_config(
 
 def _document(
     run_dir: Path,
-    record: Mapping[str, Any],
+    record: SweepRecord,
     evaluator: Evaluator,
     exported: Pinned,
     beats: bool,
@@ -360,13 +349,13 @@ def _document(
     cross_validation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The exported config document: `exported`'s settings and the provenance of the verdict."""
-    metric, best = record["metric"], record["best"]
+    metric, best = record.metric, record.best
     return {
         "search": exported.search,
         "index": exported.index.to_dict(),
         "provenance": {
-            "dataset": record["dataset"],
-            "dataset_path": record.get("dataset_path"),
+            "dataset": record.dataset,
+            "dataset_path": record.dataset_path,
             "now": evaluator.evalset.now,
             "split": split,
             "query_ids": list(query_ids),
@@ -386,13 +375,13 @@ def _document(
             **({"cross_validation": cross_validation} if cross_validation else {}),
             "sweep": {
                 "run": run_dir.name,
-                "study": record.get("study"),
-                "best_trial": best["trial"],
-                "dev_value": best.get("dev_value"),
-                "test_metrics": best.get("test_metrics"),
-                "verdict": record.get("verdict"),
+                "study": record.study,
+                "best_trial": best.trial,
+                "dev_value": best.dev_value,
+                "test_metrics": best.test_metrics,
+                "verdict": record.verdict,
             },
-            "eval_limit": record.get("eval_limit", EVAL_LIMIT),
+            "eval_limit": EVAL_LIMIT if record.eval_limit is None else record.eval_limit,
             "package_version": package_version(),
             "git_commit": git_commit(),
             "date": _now_utc(),
@@ -400,12 +389,11 @@ def _document(
     }
 
 
-def defaults_index(record: Mapping[str, Any]) -> IndexConfig:
+def defaults_index(record: SweepRecord) -> IndexConfig:
     """The index config the record's defaults ran on (the sweep's base index)."""
-    best = record["best"]
     return IndexConfig.from_dict(
-        (record.get("defaults") or {}).get("index")
-        or {"models": best["index"].get("models", IndexConfig().models)}
+        (record.defaults or {}).get("index")
+        or {"models": record.best.index.get("models", IndexConfig().models)}
     )
 
 
@@ -418,14 +406,12 @@ def describe_test(test: str) -> str:
     return test if test.endswith("test") else f"{test} test"
 
 
-def _check_folds_cover(
-    record: Mapping[str, Any], folds: Sequence[Sequence[str]], query_ids: list[str]
-) -> None:
+def _check_folds_cover(record: SweepRecord, folds: Sequence[Sequence[str]], query_ids: list[str]) -> None:
     """ValueError unless the record's folds partition today's queries of the set."""
     if sorted(q for fold in folds for q in fold) != query_ids:
         raise InvalidValueError(
             f"the record's {len(folds)} folds do not cover today's {len(query_ids)} queries of "
-            f"{record['dataset']}: re-run the sweep"
+            f"{record.dataset}: re-run the sweep"
         )
 
 
@@ -471,7 +457,7 @@ class _OutOfFold:
 
 def _rerun_out_of_fold(
     evaluator: Evaluator,
-    record: Mapping[str, Any],
+    record: SweepRecord,
     folds: list[list[str]],
     query_ids: Sequence[str],
     *,
@@ -481,10 +467,9 @@ def _rerun_out_of_fold(
 ) -> _OutOfFold:
     """Re-run the record's fold configs on their folds' queries and the defaults on every query, and
     compare them per query with a paired `test`."""
-    metric, split = record["metric"], CROSS_VALIDATED
-    fold_configs = [
-        _pin_entry(evaluator, f"fold {i + 1}", c) for i, c in enumerate(record["cross_validation"]["configs"])
-    ]
+    metric, split = record.metric, CROSS_VALIDATED
+    cv = record.cross_validation or {}
+    fold_configs = [_pin_entry(evaluator, f"fold {i + 1}", c) for i, c in enumerate(cv["configs"])]
     run = out_of_fold_run(
         evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs], split
     )
@@ -507,7 +492,7 @@ def _rerun_out_of_fold(
 
 def export_cross_validated(
     run_dir: Path,
-    record: Mapping[str, Any],
+    record: SweepRecord,
     evaluator: Evaluator,
     *,
     test: str = DEFAULT_TEST,
@@ -522,8 +507,8 @@ def export_cross_validated(
     higher mean); otherwise the defaults, with the verdict. `test_metrics` is what `repro` re-runs:
     the exported config on every query (in sample for a tuned config; its out-of-sample estimate is
     `cross_validation.tuned`)."""
-    cv = record["cross_validation"]
-    metric, split = record["metric"], CROSS_VALIDATED
+    cv = record.cross_validation or {}
+    metric, split = record.metric, CROSS_VALIDATED
     query_ids = sorted(evaluator.dataset(split).queries)
     folds = [list(fold) for fold in cv["folds"]]
     _check_folds_cover(record, folds, query_ids)
@@ -532,24 +517,24 @@ def export_cross_validated(
     )
     significant, defaults_metrics = compared.significant, compared.defaults_metrics
 
-    best = record["best"]
-    final = _pin_entry(evaluator, f"trial {best['trial']}", best)
+    best = record.best
+    final = _pin_entry(evaluator, f"trial {best.trial}", best.to_json())
     exported = final if significant else compared.defaults
     exported_metrics = (
         measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
     )
     scope = compared.scope(metric, cv.get("trials_per_fold"), test, max_p)
     verdict = (
-        f"exported the config tuned on all queries (trial {best['trial']}): the tuning procedure beats the "
+        f"exported the config tuned on all queries (trial {best.trial}): the tuning procedure beats the "
         f"defaults in {scope}"
         if significant
         else f"kept the defaults: the tuning procedure does not significantly beat the defaults in {scope}"
     )
-    if record["dataset"] in DEFAULTS_FITTED_ON:
-        verdict += f"; {DEFAULTS_FITTED_ON[record['dataset']]}"
+    if record.dataset in DEFAULTS_FITTED_ON:
+        verdict += f"; {DEFAULTS_FITTED_ON[record.dataset]}"
     row = {
         "name": f"nested {len(folds)}-fold CV",
-        "trial": best["trial"],
+        "trial": best.trial,
         "test_metrics": compared.tuned_metrics,
         **compared.outcome.to_dict(),
         "p_holm": compared.outcome.p_value,
@@ -598,7 +583,9 @@ def repro(
     provenance = config.get("provenance") or {}
     if "dataset" not in provenance or "test_metrics" not in provenance:
         raise InvalidValueError("the config has no provenance.dataset / provenance.test_metrics to reproduce")
-    evaluator = Evaluator(record_evalset(provenance))
+    evaluator = Evaluator(
+        record_evalset(provenance["dataset"], provenance.get("dataset_path"), provenance.get("now"))
+    )
     split = provenance.get("split", "test")
     recorded = provenance["test_metrics"]
     search, index = with_added_settings(config["search"]), IndexConfig.from_manifest(config["index"])
@@ -615,42 +602,3 @@ def repro(
         (m, float(recorded[m]), measured[m], abs(measured[m] - float(recorded[m])) <= tolerance)
         for m in recorded
     ]
-
-
-def cli_export_config(args: argparse.Namespace) -> int:
-    config = export_config(args.run_dir, test=getattr(args, "test", DEFAULT_TEST))
-    path = write_config(config, args.output)
-    print(config["provenance"]["verdict"])
-    print(f"wrote {path}")
-    return 0
-
-
-def cli_repro(args: argparse.Namespace) -> int:
-    """`hybridlab repro CONFIG` (OK/FAIL per metric of an exported config) or `hybridlab repro --all`
-    (every condition of the reproduction record); exit 1 on any FAIL."""
-    if (
-        getattr(args, "all", False)
-        or getattr(args, "cheap", False)
-        or getattr(args, "names", None)
-        or getattr(args, "record", False)
-    ):
-        return cli_repro_all(args)
-    if not args.config:
-        raise InvalidValueError("give a config file to reproduce, or --all for the reproduction record")
-    config = load_config_file(args.config)
-    rows = repro(config, args.tolerance)
-    provenance = config["provenance"]
-    trial = provenance.get("trial")
-    print(
-        f"repro {args.config}: {provenance['dataset']} {provenance.get('split', 'test')} "
-        f"({provenance.get('queries', 'all')} queries; {'defaults' if trial is None else f'trial {trial}'}, "
-        f"commit {provenance.get('git_commit')})"
-    )
-    for metric, recorded, measured, ok in rows:
-        print(
-            f"{'OK  ' if ok else 'FAIL'} {metric:<12} recorded {recorded:.4f}  measured {measured:.4f}  "
-            f"(Δ {measured - recorded:+.4f}, tolerance ±{args.tolerance})"
-        )
-    failed = sum(not ok for *_, ok in rows)
-    print("all metrics reproduced" if not failed else f"{failed} metric(s) FAILED")
-    return 1 if failed else 0

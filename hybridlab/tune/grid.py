@@ -5,23 +5,20 @@ See docs/internals/tune-eval.md#parameter-grids (commands, outputs, `--cv`).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hybridlab.config import SEARCH_FIELDS, Bm25Config, ChunkConfig, IndexConfig, _coerce
-from hybridlab.errors import InvalidValueError, MissingExtraError
+from hybridlab.errors import InvalidValueError
 from hybridlab.eval.crossval import nested_cv
-from hybridlab.eval.datasets import REPO_ROOT, split_query_ids
-from hybridlab.eval.evalsets import use_evalsets
-from hybridlab.eval.evaluate import METRICS, score, score_per_query
+from hybridlab.eval.datasets import split_query_ids
+from hybridlab.eval.evaluate import score, score_per_query
 from hybridlab.eval.significance import paired_test
-from hybridlab.eval.systems import DATASETS, DEFAULT_SYSTEM, FUSION_SYSTEMS, open_evalset, system_runs
+from hybridlab.eval.systems import DEFAULT_SYSTEM, FUSION_SYSTEMS, open_evalset, system_runs
 from hybridlab.extras import require
 
 DEFAULT_VALUES = {"alpha": [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 1.0]}
@@ -224,100 +221,6 @@ def plot(results: list[dict[str, Any]], param: str, values: list[Any], metric: s
     plt.close(figure)
 
 
-def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
-    """The grid's options (`python -m hybridlab.tune.grid` and `hybridlab grid`)."""
-    parser.add_argument(
-        "--dataset", default="all", help=f"evaluation sets, comma-separated, or 'all' ({', '.join(DATASETS)})"
-    )
-    parser.add_argument("--param", default="alpha", help="a SearchConfig, ChunkConfig or Bm25Config field")
-    parser.add_argument("--values", help="comma-separated values (alpha default: 0,0.3,0.5,0.6,0.7,0.8,1)")
-    parser.add_argument("--metric", default="ndcg@10", choices=list(METRICS))
-    parser.add_argument("--out", help="output folder (default reports/sweeps/<param>-<date>)")
-    parser.add_argument(
-        "--cv",
-        type=int,
-        default=0,
-        help="also choose the default hybrid's value by K-fold cross-validation (0 = no)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="with --cv: print the first set's cross-validated choice as {queries, metrics} JSON "
-        "(what a reproduction-record condition reads)",
-    )
-    parser.add_argument("--progress", action="store_true")
-    parser.add_argument(
-        "--evalsets",
-        metavar="PATH",
-        help="a TOML file declaring evaluation sets, besides the packaged ones (env HYBRIDLAB_EVALSETS)",
-    )
-    parser.add_argument(
-        "--model",
-        action="append",
-        dest="models",
-        metavar="NAME",
-        help="embedding model of the indexes (repeatable; default all-MiniLM-L6-v2)",
-    )
-
-
-def cli_grid(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    """Run the grid for parsed options; writes sweep.md, sweep.json, sweep.png."""
-    require("matplotlib")  # before the work, not at the figure
-    if args.json and not args.cv:
-        raise InvalidValueError("--json needs --cv")
-    if args.values:
-        values = parse_values(args.param, args.values)
-    elif args.param in DEFAULT_VALUES:
-        values = DEFAULT_VALUES[args.param]
-    else:
-        raise InvalidValueError(f"--values is required for --param {args.param}")
-    use_evalsets(args.evalsets)
-    names = (
-        list(DATASETS) if args.dataset == "all" else [n.strip() for n in args.dataset.split(",") if n.strip()]
-    )
-    date = datetime.now(UTC).strftime("%Y-%m-%d")
-    out = Path(args.out) if args.out else REPO_ROOT / "reports" / "sweeps" / f"{args.param}-{date}"
-    results = [
-        sweep_dataset(name, args.param, values, args.progress, args.cv, args.metric, tuple(args.models or ()))
-        for name in names
-    ]
-    out.mkdir(parents=True, exist_ok=True)
-    command = "hybridlab grid " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "sweep.md").write_text(
-        render_markdown(results, args.param, values, args.metric, command.strip()), encoding="utf-8"
-    )
-    (out / "sweep.json").write_text(
-        json.dumps(
-            {
-                "param": args.param,
-                "values": values,
-                "date": date,
-                "command": command.strip(),
-                "results": results,
-            },
-            indent=1,
-        ),
-        encoding="utf-8",
-    )
-    plot(results, args.param, values, args.metric, out / "sweep.png")
-    if args.json:
-        print(json.dumps(cross_validated_metrics(results[0]), indent=2))
-    else:
-        print((out / "sweep.md").read_text(encoding="utf-8"))
-    print(f"wrote {out}/sweep.md, sweep.json, sweep.png", file=sys.stderr)
-    return 0
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_grid_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cli_grid(args, argv)
-    except (ValueError, MissingExtraError) as error:
-        parser.error(str(error))
-
-
 def cross_validated_metrics(result: dict[str, Any]) -> dict[str, Any]:
     """A set's cross-validated choice as `{"queries", "metrics"}`: the out-of-fold mean of the metric
     with its interval, the first value's mean on the same queries and the paired test's p."""
@@ -332,7 +235,3 @@ def cross_validated_metrics(result: dict[str, Any]) -> dict[str, Any]:
             "p_value": round(chosen["p_value"], 4),
         },
     }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,6 @@ See docs/internals/tune-eval.md#learned-fusion-training.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
@@ -418,22 +417,3 @@ def importance_markdown(importances: Mapping[str, Mapping[str, float]], top: int
             + " |"
         )
     return lines
-
-
-def cli_learn_fusion(args: argparse.Namespace) -> int:
-    """`hybridlab learn-fusion`: train a fusion model (or the whole LOCO table with --loco)."""
-    sets = list(args.sets or SETS)
-    unknown = sorted(set(sets) - set(SETS))
-    if unknown or (args.leave_out and args.leave_out not in SETS):
-        raise InvalidValueError(f"unknown set {unknown or args.leave_out}; choose from {list(SETS)}")
-    recipe = getattr(args, "recipe", None) or RECIPE
-    if recipe not in RECIPES:
-        raise InvalidValueError(f"unknown recipe {recipe!r}; choose from {sorted(RECIPES)}")
-    if args.loco:
-        loco(args.out, sets, [args.model] if args.model else KINDS, recipe=recipe)
-        return 0
-    folder = learn(
-        [s for s in sets if s != args.leave_out], args.out, args.model or "lightgbm", recipe=recipe
-    )
-    print(f"wrote {folder} (trained on {', '.join(s for s in sets if s != args.leave_out)})")
-    return 0

@@ -5,7 +5,6 @@ See docs/internals/tune-eval.md#reproduction-record (the file's fields and place
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -163,7 +162,7 @@ def expand(
     values = {"data": str(data_dir())}
     values.update({name: os.environ.get(f"HYBRIDLAB_{name.upper()}", "") for name in condition.needs})
     if index_dir is not None:
-        values["index"] = _relative(index_dir)
+        values["index"] = repo_relative(index_dir)
     if tmp_dir is not None:
         values["tmp"] = str(tmp_dir)
     try:
@@ -178,7 +177,8 @@ def expand(
     return argv
 
 
-def _relative(path: Path) -> str:
+def repo_relative(path: Path) -> str:
+    """`path` relative to the repository when inside it (as the record and its messages show it)."""
     try:
         return str(path.resolve().relative_to(REPO_ROOT))
     except ValueError:
@@ -399,51 +399,10 @@ def format_outcome(outcome: Outcome, tolerance: float) -> list[str]:
         )
         lines.append(
             f"     evidence (both attempts' output and TREC runs, the index manifest): "
-            f"{_relative(failure_folder_root() / condition.name)}-*"
+            f"{repo_relative(failure_folder_root() / condition.name)}-*"
         )
     return lines
 
 
 def failure_folder_root() -> Path:
     return cache_root() / "repro-failures"
-
-
-def cli_repro_all(args: argparse.Namespace) -> int:
-    """`hybridlab repro --all [--cheap] [--condition NAME] [--conditions FILE]`."""
-    path = Path(args.conditions) if getattr(args, "conditions", None) else DEFAULT_CONDITIONS
-    tolerance = getattr(args, "tolerance", DEFAULT_TOLERANCE)
-    conditions = select(
-        load_conditions(path), cheap=getattr(args, "cheap", False), names=getattr(args, "names", None)
-    )
-    if not conditions:
-        raise InvalidValueError(f"no condition of {path} selected")
-    print(f"repro {_relative(path)}: {len(conditions)} condition(s), tolerance ±{tolerance}", flush=True)
-    failed = []
-    record = getattr(args, "record", False)
-    for condition in conditions:
-        outcome = run_condition(condition, tolerance)
-        print("\n".join(format_outcome(outcome, tolerance)), flush=True)
-        measured = {
-            metric: value
-            for metric, _, value, _ in outcome.rows
-            if metric in condition.metrics and value is not None
-        }
-        # a metric the command did not print (None) is not recorded: the condition fails below
-        if record and outcome.error is None and not outcome.ok and len(measured) == len(condition.metrics):
-            path.write_text(
-                recorded_text(path.read_text(encoding="utf-8"), condition.name, measured), encoding="utf-8"
-            )
-            print(f"recorded the measured values of {condition.name} in {_relative(path)}", flush=True)
-            continue
-        if not outcome.ok:
-            failed.append(condition.name)
-    skipped = [c.name for c in conditions if missing_need(c)]
-    ran = len(conditions) - len(skipped)
-    print(
-        f"all {ran} conditions reproduced"
-        if not failed
-        else f"{len(failed)} of {ran} condition(s) FAILED: {', '.join(failed)}"
-    )
-    if skipped:
-        print(f"{len(skipped)} skipped (a file they need is absent): {', '.join(skipped)}")
-    return 1 if failed else 0

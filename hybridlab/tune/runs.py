@@ -17,6 +17,7 @@ from hybridlab.errors import InvalidValueError
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.eval.evaluate import METRICS
 from hybridlab.extras import require
+from hybridlab.tune.record import RECORD_FILE, SweepRecord
 
 SWEEP_PREFIX = "sweep-"
 #: `journal:PATH` selects Optuna's JournalStorage over the file PATH
@@ -104,11 +105,11 @@ def engine_state(root: Path = REPO_ROOT) -> dict[str, Any]:
     return state
 
 
-def stale_reason(record: Mapping[str, Any], current: Mapping[str, Any] | None = None) -> str | None:
+def stale_reason(record: SweepRecord, current: Mapping[str, Any] | None = None) -> str | None:
     """Why a sweep record's figures may not hold for today's engine (None when its engine sources
     are today's): the engine changed since, or the record predates engine records."""
     current = current or engine_state()
-    recorded = record.get("engine")
+    recorded = record.engine
     last = (
         f"the engine last changed in {current['commit'][:10]} ({current['date']})"
         if current.get("commit")
@@ -156,10 +157,10 @@ def scratch_dir(run_dir: str | os.PathLike | None) -> Path:
 
 def latest_sweeps(reports: str | os.PathLike) -> list[Path]:
     """The newest finished sweep run (a folder with a metrics.json) of each dataset."""
-    folders = [p.parent for p in Path(reports).glob(f"*-{SWEEP_PREFIX}*/metrics.json")]
+    folders = [p.parent for p in Path(reports).glob(f"*-{SWEEP_PREFIX}*/{RECORD_FILE}")]
     latest: dict[str, Path] = {}
     for folder in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name)):  # oldest first
-        latest[json.loads((folder / "metrics.json").read_text())["dataset"]] = folder
+        latest[SweepRecord.read(folder).dataset] = folder
     return [latest[name] for name in sorted(latest)]
 
 
@@ -169,8 +170,8 @@ def load_study(run_dir: str | os.PathLike):
     import optuna
 
     run_dir = Path(run_dir)
-    record = json.loads((run_dir / "metrics.json").read_text())
-    return optuna.load_study(study_name=record["study"], storage=storage_for(record.get("storage"), run_dir))
+    record = SweepRecord.read(run_dir)
+    return optuna.load_study(study_name=record.study, storage=storage_for(record.storage, run_dir))
 
 
 def plot_study(study, out_dir: str | os.PathLike, prefix: str = "", top: int = 4) -> list[Path]:
@@ -429,11 +430,11 @@ def cross_validation_table(cv: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def describe_splits(record: Mapping[str, Any]) -> str:
+def describe_splits(record: SweepRecord) -> str:
     """One sentence: what the sweep tuned on and what it reports on."""
-    queries = record["queries"]
-    tuned_on, split = record.get("tuned_on", "dev"), record.get("split", "test")
-    cv = record.get("cross_validation")
+    queries = record.queries or {}
+    tuned_on, split = record.tuned_on, record.split
+    cv = record.cross_validation
     if cv:
         return (
             f"Nested {cv['k']}-fold cross-validation over all {queries.get(split)} judged queries: each fold "
@@ -447,31 +448,33 @@ def describe_splits(record: Mapping[str, Any]) -> str:
     )
 
 
-def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path:
+def write_summary(run_dir: str | os.PathLike, record: SweepRecord) -> Path:
     """`summary.md` of a sweep run: verdict, splits, the report-split metrics vs the references, the
     nested cross-validation (cross-validated sets), per-kind figures, best settings, engine state."""
     run_dir = Path(run_dir)
-    best = record["best"]
-    cv = record.get("cross_validation")
+    best = record.best
+    cv = record.cross_validation
     tuned = "tuned (out of fold)" if cv else "tuned (best trial)"
-    systems = {tuned: best["test_metrics"], **record["baselines"]}
-    index = best["index"]
-    metric = record["metric"]
-    engine = record.get("engine") or {}
+    systems = {tuned: best.test_metrics, **record.baselines}
+    index = best.index
+    metric = record.metric
+    engine = record.engine or {}
+    trials = record.trials or {}
+    defaults_dev = (record.defaults or {})["dev_metrics"][metric]
     lines = [
-        f"# Sweep {record['dataset']} — {run_dir.name}",
+        f"# Sweep {record.dataset} — {run_dir.name}",
         "",
-        f"**Verdict:** {record['verdict']}.",
+        f"**Verdict:** {record.verdict}.",
         "",
         describe_splits(record),
         (
-            f"{record['trials']['complete']} trials completed, {record['trials']['pruned']} pruned (index-config cap, "
-            f"repeated parameters); best trial #{best['trial']} ({'all queries, in sample' if cv else record.get('tuned_on', 'dev')} "
-            f"{metric} {best['dev_value']:.4f}; defaults there {record['defaults']['dev_metrics'][metric]:.4f})."
+            f"{trials['complete']} trials completed, {trials['pruned']} pruned (index-config cap, "
+            f"repeated parameters); best trial #{best.trial} ({'all queries, in sample' if cv else record.tuned_on} "
+            f"{metric} {best.dev_value:.4f}; defaults there {defaults_dev:.4f})."
         ),
     ]
-    if record.get("elapsed_s") is not None:
-        lines.append(f"Wall time of the sweep notebook: {record['elapsed_s']:.0f} s.")
+    if record.elapsed_s is not None:
+        lines.append(f"Wall time of the sweep notebook: {record.elapsed_s:.0f} s.")
     if (run_dir / "config.json").is_file():
         exported = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["provenance"]
         lines += [
@@ -486,8 +489,8 @@ def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path
     lines += ["", f"## {'Out-of-fold' if cv else 'Report-split'} metrics", "", metrics_table(systems)]
     if cv:
         lines += ["", "## Nested cross-validation", "", cross_validation_table(cv)]
-    if record.get("per_kind"):
-        lines += ["", "## Per query kind", "", kinds_table(record["per_kind"], metric)]
+    if record.per_kind:
+        lines += ["", "## Per query kind", "", kinds_table(record.per_kind, metric)]
     lines += [
         "",
         "## Best settings",
@@ -495,7 +498,7 @@ def write_summary(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> Path
         "```json",
         json.dumps(
             {
-                "params": best["params"],
+                "params": best.params,
                 "bm25": {"k1": index["bm25"]["k1"], "b": index["bm25"]["b"]},
                 "chunk": {k: index["chunk"][k] for k in ("chunk_size", "chunk_overlap", "strategy")},
             },

@@ -5,7 +5,6 @@ See docs/internals/tune-eval.md#sweeps.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import hashlib
@@ -43,20 +42,15 @@ from hybridlab.tune.export import (
     DEFAULTS_FITTED_ON,
     MAX_P,
     describe_test,
-    export_config,
     measure_settings,
     out_of_fold_run,
     score_run,
-    write_config,
 )
-from hybridlab.tune.notebooks import run_notebook
+from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import (
     JOURNAL_PREFIX,
     engine_state,
-    new_run_dir,
     storage_for,
-    update_index,
-    write_summary,
 )
 
 logger = logging.getLogger(__name__)
@@ -106,6 +100,18 @@ class Param:
             raise InvalidValueError(
                 f"unknown parameter {self.name!r}; use a SearchConfig field or one of {sorted(INDEX_TARGETS)}"
             )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Param:
+        """A parameter from its fields as `dataclasses.asdict` wrote them to JSON (lists for tuples)."""
+        when = data.get("when")
+        return cls(
+            **{
+                **data,
+                "choices": tuple(data.get("choices", ())),
+                "when": (when[0], tuple(when[1])) if when else None,
+            }
+        )
 
     def contains(self, value: Any) -> bool:
         """Whether the sampler can propose `value`: one of the choices, or within [low, high] and
@@ -413,7 +419,8 @@ def _create_study(
 @dataclass(frozen=True)
 class _StudySettings:
     """What every process working on one study shares, as :func:`run_study` was given it; a worker
-    process receives it on its command line (:meth:`worker_argv`, read back by :func:`worker_main`)."""
+    process receives it on its command line (:meth:`worker_argv`, read back by
+    :mod:`hybridlab.cli.sweep_worker`)."""
 
     dataset: str | os.PathLike
     trials: int
@@ -428,12 +435,12 @@ class _StudySettings:
     query_ids: Sequence[str] | None = None
 
     def worker_argv(self, storage: str) -> list[str]:
-        """The command line of one worker process (``python -m hybridlab.tune.sweep``) on the study
-        in `storage`, stopping when this process is gone."""
+        """The command line of one worker process (``python -m hybridlab.cli.sweep_worker``) on the
+        study in `storage`, stopping when this process is gone."""
         argv = [
             sys.executable,
             "-m",
-            "hybridlab.tune.sweep",
+            "hybridlab.cli.sweep_worker",
             "--dataset",
             str(self.dataset),
             "--trials",
@@ -651,7 +658,7 @@ def spawn_workers(
     split: str | None = None,
     query_ids: Sequence[str] | None = None,
 ) -> None:
-    """Run `count` worker processes (``python -m hybridlab.tune.sweep``) on `study_name` in `storage`
+    """Run `count` worker processes (``python -m hybridlab.cli.sweep_worker``) on `study_name` in `storage`
     until the study holds `trials` completed trials (scored on `split`, only its `query_ids` when
     given), printing progress every PROGRESS_EVERY_S; each worker logs to `log_dir/worker-<i>.log`
     (`<study_name>-worker-<i>.log` when several studies share the folder). Raises RuntimeError when a worker failed (after the
@@ -734,18 +741,7 @@ def public_storage(url: str | None) -> str | None:
     ).render_as_string(hide_password=False)
 
 
-def _param_from_dict(data: Mapping[str, Any]) -> Param:
-    when = data.get("when")
-    return Param(
-        **{
-            **data,
-            "choices": tuple(data.get("choices", ())),
-            "when": (when[0], tuple(when[1])) if when else None,
-        }
-    )
-
-
-def _stop_with_parent(parent: int, every_s: float = 2.0) -> None:
+def stop_with_parent(parent: int, every_s: float = 2.0) -> None:
     """Interrupt the main thread (its running trial ends as FAIL) once `parent` is no longer this
     process's parent: a killed sweep leaves no workers behind."""
     import _thread
@@ -759,62 +755,45 @@ def _stop_with_parent(parent: int, every_s: float = 2.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def worker_main(argv: Sequence[str] | None = None) -> int:
-    """One sweep worker process (started by :func:`spawn_workers`): join the study and work until it
-    holds its trials. SIGTERM ends the running trial as FAIL."""
-    import signal
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    parser = argparse.ArgumentParser(
-        prog="python -m hybridlab.tune.sweep", description="one worker of a shared Optuna sweep"
-    )
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--trials", type=int, required=True)
-    parser.add_argument("--storage", required=True)
-    parser.add_argument("--study", required=True)
-    parser.add_argument("--metric", default=DEFAULT_METRIC)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-index-configs", type=int, default=DEFAULT_MAX_INDEX_CONFIGS)
-    parser.add_argument("--index", help="the base IndexConfig as JSON")
-    parser.add_argument("--space", help="the search space as a JSON list of Param fields")
-    parser.add_argument("--parent", type=int, help="stop when this process (the one waiting) is gone")
-    parser.add_argument("--split", help="the split trials are scored on (default: the set's tuning split)")
-    parser.add_argument(
-        "--queries", help="score only these query ids of the split (a JSON list; a fold study)"
-    )
-    args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, interrupt)
-    if args.parent is not None:
-        _stop_with_parent(args.parent)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("hybridlab").setLevel(logging.INFO)
-    base_index = IndexConfig.from_dict(json.loads(args.index)) if args.index else None
-    space = tuple(_param_from_dict(p) for p in json.loads(args.space)) if args.space else None
-    evaluator = Evaluator(resolve_evalset(args.dataset), progress=False)
+def run_worker(
+    dataset: str | os.PathLike,
+    *,
+    trials: int,
+    storage: str,
+    study_name: str,
+    metric: str = DEFAULT_METRIC,
+    seed: int = 0,
+    max_index_configs: int = DEFAULT_MAX_INDEX_CONFIGS,
+    base_index: IndexConfig | None = None,
+    space: Sequence[Param] | None = None,
+    split: str | None = None,
+    query_ids: Sequence[str] | None = None,
+) -> None:
+    """The work of one sweep worker process (started by :func:`spawn_workers`, its command line read
+    by :mod:`hybridlab.cli.sweep_worker`): join the study `study_name` in `storage` and work until it
+    holds `trials` trials (scored on `split`, only its `query_ids` when given)."""
+    evaluator = Evaluator(resolve_evalset(dataset), progress=False)
     print(
-        f"worker {worker_id()} joins study {args.study!r} (seed {derive_seed(args.seed, worker_id())})",
+        f"worker {worker_id()} joins study {study_name!r} (seed {derive_seed(seed, worker_id())})",
         flush=True,
     )
     study = run_study(
-        args.dataset,
-        trials=args.trials,
-        storage=args.storage,
-        study_name=args.study,
-        metric=args.metric,
-        seed=args.seed,
-        max_index_configs=args.max_index_configs,
+        dataset,
+        trials=trials,
+        storage=storage,
+        study_name=study_name,
+        metric=metric,
+        seed=seed,
+        max_index_configs=max_index_configs,
         base_index=base_index,
         space=space,
         evaluator=evaluator,
         progress=True,
         enqueue_defaults=False,
-        split=args.split,
-        query_ids=json.loads(args.queries) if args.queries else None,
+        split=split,
+        query_ids=query_ids,
     )
-    print(progress_line(study, args.trials), flush=True)
-    return 0
+    print(progress_line(study, trials), flush=True)
 
 
 def fold_trials(trials: int, k: int) -> int:
@@ -1102,8 +1081,8 @@ def finalize(
     metric: str = DEFAULT_METRIC,
     base_index: IndexConfig | None = None,
     cv: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The sweep's record. The best trial of `study` (tuned on the set's tuning split) and the
+) -> SweepRecord:
+    """The sweep's record (:class:`~hybridlab.tune.record.SweepRecord`). The best trial of `study` (tuned on the set's tuning split) and the
     defaults, BM25 and vector search scored on the report split, with a paired test of tuned vs
     defaults, per query kind where the queries have kinds. A cross-validated set needs `cv`
     (:func:`cross_validate`): its "test" figures are then the tuning procedure's out-of-fold scores,
@@ -1134,7 +1113,7 @@ def finalize(
     )
     per_query["tuned"] = tuned.per_query
     defaults_dev = _defaults_on_tuning(study, evaluator, base_index, tuning)
-    return {
+    record = {
         "dataset": evaluator.evalset.name,
         "metric": metric,
         "split": report,
@@ -1164,90 +1143,24 @@ def finalize(
         "verdict": tuned.verdict,
         "engine": engine_state(),
     }
+    return SweepRecord.from_json(record)
 
 
-def cli_sweep(args: argparse.Namespace) -> int:
-    """`hybridlab sweep`: run notebooks/sweep.ipynb into a new run folder (a cross-validated set also
-    runs its nested cross-validation there), then export what may be served (:mod:`.export`) into the
-    run folder's `config.json` and to `--export`.
-    With `--workers N` the notebook runs N worker processes on each study (docs/scale-out.md)."""
-    require("optuna", "papermill")
-    from papermill.exceptions import PapermillExecutionError
-
-    if args.metric not in METRICS:
-        raise InvalidValueError(
-            f"unknown metric {args.metric!r}; choose from {list(METRICS)}", field="metric"
-        )
-    evalset = resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
-    tuning_split(evalset)  # so does a set that is never tuned on
-    trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
-    workers = getattr(args, "workers", 1)
-    if workers < 1:
-        raise InvalidValueError(f"workers must be >= 1, got {workers}", field="workers")
-    run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
-    parameters = {
-        "dataset": str(args.dataset),
-        "trials": trials,
-        "storage": absolute_storage(args.storage),
-        "study": args.study,
-        "workers": workers,
-        "metric": args.metric,
-        "seed": getattr(args, "seed", 0),
-        "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
-        "models": getattr(args, "models", None),
-        "fold_trials": getattr(args, "fold_trials", None),
-        "run_dir": ".",
-    }
-    folds = (
-        f", nested {evalset.cv_folds}-fold CV with "
-        f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
-        if evalset.cv_folds is not None  # cross-validated
-        else ""
-    )
-    print(
-        f"sweep {args.dataset}: {trials} trials{folds}{f' on {workers} workers' if workers > 1 else ''} -> {run_dir}",
-        flush=True,
-    )
-    started = time.perf_counter()
-    try:
-        run_notebook("sweep", run_dir, parameters)
-    except PapermillExecutionError as error:  # the partial notebook is kept in the run folder
-        print(
-            f"error: the sweep notebook failed: {error.ename}: {error.evalue} (see {run_dir / 'sweep.ipynb'})",
-            file=sys.stderr,
-        )
-        return 1
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    config = export_config(run_dir)  # what may be served, kept with the run: config.json
-    write_config(config, run_dir / "config.json")
-    write_summary(run_dir, metrics)
-    update_index(args.reports)
-    print(config["provenance"]["verdict"])
-    if args.export:
-        print(f"exported to {write_config(config, args.export)}")
-    print(f"{metrics['verdict']} ({time.perf_counter() - started:.0f} s)")
-    if getattr(args, "json", False):
-        print(json.dumps(out_of_sample_figures(metrics), indent=2))
-    return 0
-
-
-def out_of_sample_figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def out_of_sample_figures(record: SweepRecord) -> dict[str, Any]:
     """A sweep's out-of-sample figures, as `{"queries", "metrics"}` (what `hybridlab eval --json`
     prints, so a reproduction condition can record them): the tuning procedure's out-of-fold
     metrics on a cross-validated set (with `<metric>_low`/`_high`, its 95% interval), else the tuned
     config's on the report split; with `defaults_<metric>` (the defaults on the same queries), `p_value` (the paired test) and, where the
     queries have kinds, `<metric>[<kind>]` of the tuned (out-of-fold) runs per kind."""
-    metric, comparison = metrics["metric"], metrics["comparison"]
-    cv = metrics.get("cross_validation")
-    tuned = cv["tuned"]["metrics"] if cv else metrics["best"]["test_metrics"]
-    figures = {**tuned, f"defaults_{metric}": comparison["mean_b"], "p_value": comparison["p_value"]}
+    metric, comparison, cv = record.metric, record.comparison or {}, record.cross_validation
+    figures = {
+        **record.tuned_metrics,
+        f"defaults_{metric}": comparison["mean_b"],
+        "p_value": comparison["p_value"],
+    }
     if cv:  # the out-of-fold mean's 95% interval
         figures.update({f"{metric}_low": cv["tuned"]["low"], f"{metric}_high": cv["tuned"]["high"]})
-    for kind, value in sorted(((metrics.get("per_kind") or {}).get("tuned") or {}).items()):
+    for kind, value in sorted(((record.per_kind or {}).get("tuned") or {}).items()):
         if kind != "-":
             figures[f"{metric}[{kind}]"] = value["mean"]
     return {"queries": comparison["n"], "metrics": figures}
-
-
-if __name__ == "__main__":
-    sys.exit(worker_main())

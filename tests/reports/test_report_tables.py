@@ -12,6 +12,7 @@ from hybridlab.eval.evaluate import compare
 from hybridlab.reports.runs import plot_comparison, plot_kinds, split_label, wins_losses_table
 from hybridlab.reports.staged import top_overlap, tradeoff_table
 from hybridlab.tune.notebooks import EXTERNAL_SCRIPT, WIDGET_NOTE, static_copy, to_html
+from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import (
     TrialBar,
     importances,
@@ -69,11 +70,12 @@ def test_the_search_space_is_a_table():
 
 
 def test_split_labels_name_cross_validation_and_splits():
-    assert (
-        split_label({"split": "cv", "queries": {"cv": 79}, "cross_validation": {"k": 5}})
-        == "out of fold, 79 queries"
+    cross_validated = SweepRecord(
+        "memories", "ndcg@10", split="cv", queries={"cv": 79}, cross_validation={"k": 5}
     )
-    assert split_label({"split": "test", "queries": {"test": 300}}) == "test split, 300 queries"
+    assert split_label(cross_validated) == "out of fold, 79 queries"
+    tested = SweepRecord("scifact", "ndcg@10", split="test", queries={"test": 300})
+    assert split_label(tested) == "test split, 300 queries"
 
 
 def test_the_comparison_figure_has_a_panel_per_set(tmp_path):

@@ -18,10 +18,10 @@ from hybridlab.tune.export import (
     export_config,
     git_commit,
     package_version,
-    read_record,
     repro,
     write_config,
 )
+from hybridlab.tune.record import SweepRecord
 
 METRIC_NAMES = ("hit_rate@10", "mrr", "ndcg@10", "recall@100")
 
@@ -31,32 +31,32 @@ def sweep_winner(run_dir: str | os.PathLike) -> dict[str, Any]:
     against the defaults and not pinned: what a run found, not a config to serve (see
     :func:`export_config`); a helper of these tests."""
     run_dir = Path(run_dir)
-    record = read_record(run_dir)
-    best = record["best"]
-    search = full_search_config({k: v for k, v in best["search"].items() if k in SEARCH_FIELDS})
+    record = SweepRecord.read(run_dir)
+    best = record.best
+    search = full_search_config({k: v for k, v in best.search.items() if k in SEARCH_FIELDS})
     return {
         "search": search,
-        "index": best["index"],
+        "index": best.index,
         "provenance": {
-            "dataset": record["dataset"],
-            "dataset_path": record.get("dataset_path"),
-            "split": record.get("split", "test"),
-            "tuned_on": record.get("tuned_on", "dev"),
-            "metric": record["metric"],
-            "dev_value": best["dev_value"],
-            "test_value": best["test_metrics"][record["metric"]],
-            "trial": best["trial"],
-            "study": record.get("study"),
+            "dataset": record.dataset,
+            "dataset_path": record.dataset_path,
+            "split": record.split,
+            "tuned_on": record.tuned_on,
+            "metric": record.metric,
+            "dev_value": best.dev_value,
+            "test_value": best.test_metrics[record.metric],
+            "trial": best.trial,
+            "study": record.study,
             "run": run_dir.name,
-            "now": record.get("now"),
-            "eval_limit": record.get("eval_limit", 100),
+            "now": record.now,
+            "eval_limit": 100 if record.eval_limit is None else record.eval_limit,
             "package_version": package_version(),
             "git_commit": git_commit(),
             "date": _now_utc(),
-            "test_metrics": best["test_metrics"],
-            "defaults_test_metrics": record["baselines"]["defaults"],
-            "beats_defaults": record["beats_defaults"],
-            "verdict": record.get("verdict"),
+            "test_metrics": best.test_metrics,
+            "defaults_test_metrics": record.baselines["defaults"],
+            "beats_defaults": record.beats_defaults,
+            "verdict": record.verdict,
         },
     }
 

@@ -20,6 +20,7 @@ from hybridlab.tune.export import (
     tuned_on_ids,
     write_config,
 )
+from hybridlab.tune.record import SweepRecord
 
 QIDS = [f"q{i:02d}" for i in range(20)]
 QRELS = {q: {f"d-{q}": 1} for q in QIDS}
@@ -137,11 +138,15 @@ class LegacyStub(StubEvaluator):
 def test_tuned_on_queries_of_an_older_record_are_the_sha1_half():
     evaluator = LegacyStub()
     half = split_query_ids(QRELS, "dev")
-    assert tuned_on_ids({"tuned_on": "dev", "queries": {"dev": len(half)}}, evaluator) == set(half)
-    assert tuned_on_ids({"tuned_on": "dev", "queries": {"dev": 2}}, evaluator) == {"t1", "t2"}
-    assert tuned_on_ids({"tuned_on_queries": ["q01"]}, evaluator) == {"q01"}
+
+    def record(**fields):
+        return SweepRecord("stub", "ndcg@10", **fields)
+
+    assert tuned_on_ids(record(tuned_on="dev", queries={"dev": len(half)}), evaluator) == set(half)
+    assert tuned_on_ids(record(tuned_on="dev", queries={"dev": 2}), evaluator) == {"t1", "t2"}
+    assert tuned_on_ids(record(tuned_on_queries=("q01",)), evaluator) == {"q01"}
     with pytest.raises(ValueError, match="cannot tell which queries"):
-        tuned_on_ids({"tuned_on": "dev", "queries": {"dev": 3}}, evaluator)
+        tuned_on_ids(record(tuned_on="dev", queries={"dev": 3}), evaluator)
 
 
 def test_export_and_repro_on_the_tiny_set(tiny_env, tmp_path, monkeypatch):  # noqa: F811

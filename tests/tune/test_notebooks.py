@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from hybridlab.cli import main
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.reports.runs import run_lock
 from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, relative_paths, run_notebook, shorten_paths
+from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import engine_state, new_run_dir, stale_reason, update_index
 
 
@@ -62,11 +64,12 @@ def test_executed_notebooks_name_no_machine_paths(tmp_path):
 def test_a_sweep_is_stale_once_the_engine_sources_change():
     now = engine_state()
     assert len(now["source_sha256"]) == 64 and "hybridlab/search" in now["paths"]
-    assert stale_reason({"engine": dict(now)}, now) is None
+    swept = functools.partial(SweepRecord, "memories", "ndcg@10")
+    assert stale_reason(swept(engine=dict(now)), now) is None
     assert "the engine changed since the sweep" in stale_reason(
-        {"engine": {**now, "source_sha256": "0" * 64}}, now
+        swept(engine={**now, "source_sha256": "0" * 64}), now
     )
-    assert "predates engine records" in stale_reason({}, now)
+    assert "predates engine records" in stale_reason(swept(), now)
 
 
 def test_unknown_notebook_lists_the_choices():

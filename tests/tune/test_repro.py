@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.cli import build_parser, main
-from hybridlab.tune.grid import add_grid_arguments
+from hybridlab.cli.grid import add_grid_arguments
 from hybridlab.tune.repro import (
     DEFAULT_CONDITIONS,
     Condition,
@@ -305,6 +305,7 @@ def test_tmp_placeholder_is_a_fresh_folder_and_the_last_json_printed_counts(tmp_
 
 
 def test_sweep_figures_are_the_out_of_sample_ones():
+    from hybridlab.tune.record import SweepRecord
     from hybridlab.tune.sweep import out_of_sample_figures
 
     comparison = {"n": 3, "mean_b": 0.5, "p_value": 0.2}
@@ -315,7 +316,7 @@ def test_sweep_figures_are_the_out_of_sample_ones():
         "cross_validation": {"tuned": {"metrics": {"ndcg@10": 0.6, "mrr": 0.7}, "low": 0.5, "high": 0.7}},
         "per_kind": {"tuned": {"api": {"n": 2, "mean": 0.55}, "-": {"n": 1, "mean": 0.0}}},
     }
-    assert out_of_sample_figures(cv_record) == {
+    assert out_of_sample_figures(SweepRecord.from_json({"dataset": "x", **cv_record})) == {
         "queries": 3,
         "metrics": {
             "ndcg@10": 0.6,
@@ -328,7 +329,7 @@ def test_sweep_figures_are_the_out_of_sample_ones():
         },
     }
     split_record = {"metric": "ndcg@10", "comparison": comparison, "best": {"test_metrics": {"ndcg@10": 0.9}}}
-    assert out_of_sample_figures(split_record)["metrics"] == {
+    assert out_of_sample_figures(SweepRecord.from_json({"dataset": "x", **split_record}))["metrics"] == {
         "ndcg@10": 0.9,
         "defaults_ndcg@10": 0.5,
         "p_value": 0.2,

@@ -420,10 +420,10 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
     )
     assert cv["significant"] and cv["comparison"]["p_value"] < 0.001
     assert cv["verdict"].startswith("the tuning procedure beats the defaults out of fold (nested 4-fold")
-    assert (record["split"], record["tuned_on"], record["queries"]) == ("cv", "cv", {"cv": 20})
-    assert record["best"]["test_metrics"]["ndcg@10"] == 1.0 and record["beats_defaults"]
-    assert record["per_kind"]["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
-    assert record["engine"]["source_sha256"]
+    assert (record.split, record.tuned_on, record.queries) == ("cv", "cv", {"cv": 20})
+    assert record.best.test_metrics["ndcg@10"] == 1.0 and record.beats_defaults
+    assert (record.per_kind or {})["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
+    assert (record.engine or {})["source_sha256"]
     summary = write_summary(tmp_path, record).read_text()
     assert (
         "## Nested cross-validation" in summary
@@ -432,7 +432,7 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "metrics.json").write_text(json.dumps(record))
+    record.write(run)
     config = export_config(run, evaluator=evaluator)
     provenance = config["provenance"]
     assert (config["search"]["alpha"], provenance["exported"], provenance["split"]) == (1.0, "tuned", "cv")
@@ -445,7 +445,7 @@ def test_a_cross_validation_that_does_not_beat_the_defaults_exports_the_defaults
     assert not cv["significant"] and cv["comparison"]["p_value"] == 1.0
     run = tmp_path / "run"
     run.mkdir()
-    (run / "metrics.json").write_text(json.dumps(record))
+    record.write(run)
     provenance = export_config(run, evaluator=evaluator)["provenance"]
     assert (provenance["exported"], provenance["trial"], provenance["beats_defaults"]) == (
         "defaults",

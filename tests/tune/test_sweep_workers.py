@@ -205,8 +205,8 @@ def _check_study(storage: str, name: str = "shared") -> list:
 
 
 def _is_sweep_worker(cmdline: list[str]) -> bool:
-    """Whether a command line is a worker of spawn_workers (`python -m hybridlab.tune.sweep ...`)."""
-    return any(cmdline[i : i + 2] == ["-m", "hybridlab.tune.sweep"] for i in range(len(cmdline)))
+    """Whether a command line is a worker of spawn_workers (`python -m hybridlab.cli.sweep_worker ...`)."""
+    return any(cmdline[i : i + 2] == ["-m", "hybridlab.cli.sweep_worker"] for i in range(len(cmdline)))
 
 
 def _reap(child) -> None:
@@ -219,7 +219,7 @@ def _reap(child) -> None:
 
 
 def _no_children_left() -> None:
-    """No live sweep worker (spawn_workers' `-m hybridlab.tune.sweep`) is left below this process.
+    """No live sweep worker (spawn_workers' `-m hybridlab.cli.sweep_worker`) is left below this process.
     Exited children not yet waited for (zombies, e.g. left by another test that failed) run nothing:
     ours are reaped, and neither they nor processes that vanish meanwhile fail this test."""
     import psutil
