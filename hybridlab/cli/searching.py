@@ -93,7 +93,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for name, info in stats["models"].items():
         print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
         spec = info.get("encoder") or {}
-        if spec:  # the encoder spec that built the vectors (issue 30)
+        if spec:  # the encoder spec that built the vectors: what a query must be encoded like
             print(
                 "    encoder "
                 + ", ".join(

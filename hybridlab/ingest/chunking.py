@@ -252,8 +252,8 @@ def embedding_text(chunk: Chunk, title: str, tags: Sequence[str] = (), context: 
     its last :data:`MAX_CONTEXT_CHARS` characters), then the chunk text.
 
     Context is document expansion with the neighbouring turn (the turn a reply answers holds the
-    words a question uses: LoCoMo turn-level R@5 of BM25 48 -> 59 with the previous turn, see
-    docs/evaluation.md#memory-benchmarks); it is indexed, never returned as the memory's content."""
+    words a question uses; measured in docs/figures.md#memory-context); it is indexed, never returned
+    as the memory's content."""
     heading = chunk.section or title
     body = chunk.text.strip()
     context = " ".join(context.split())[-MAX_CONTEXT_CHARS:]

@@ -1,4 +1,5 @@
-"""Vectors computed elsewhere (issue 30): a vectors file read, checked and handed to a build.
+"""Vectors computed elsewhere (another machine, another encoder runtime): a vectors file read, checked
+and handed to a build, so an index can be built where no encoder runs.
 See docs/internals/index.md#vectors_import."""
 
 from __future__ import annotations
