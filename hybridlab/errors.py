@@ -5,7 +5,8 @@ Each also keeps the built-in base it always had (`IndexNotFoundError` and `PathN
 `ImportError`s, `InvalidValueError` a `ValueError`, the others `RuntimeError`s), so older `except` clauses
 still match. Every message is meant for the user: it names the file or package and the fix. Anything
 else raised (a bare `ValueError` included) is a bug in hybridlab, not the caller's mistake: the MCP server
-reports it as an "internal error" and logs its traceback (issue 40); tests/test_errors.py lists the few
+reports it as an "internal error" and logs its traceback, so a caller is never blamed for a bug and a
+bug is never passed off as bad input; tests/test_errors.py lists the few
 bare ValueErrors the package still raises, each with the reason it is not the caller's mistake.
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
 (`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
