@@ -197,11 +197,15 @@ def ranking(query: Query, setting: str) -> list[str]:
     return [qualify(i) for i in ids] if qualify else ids
 
 
-def score_settings(collection: Collection) -> None:
+def score_settings(collection: Collection, queries: Sequence[Query]) -> None:
+    """Score `queries` (the collection's newly collected ones) under every setting, then let go of
+    their snapshots."""
     metric = METRICS[collection.metric]
     for setting in tqdm(SETTINGS, desc=f"settings ({collection.name})", leave=False):
-        collection.scores[setting] = [metric(ranking(q, setting), q.relevant) for q in collection.queries]
-    for query in collection.queries:  # free the snapshot references
+        collection.scores.setdefault(setting, []).extend(
+            metric(ranking(q, setting), q.relevant) for q in queries
+        )
+    for query in queries:
         query.ranker = None
 
 
@@ -215,7 +219,7 @@ def evalset_collection(name: str, vectors: Vectors) -> Collection:
         for qid, text in dataset.queries.items()
     ]
     collect(collection, opened.index, questions, vectors)
-    score_settings(collection)
+    score_settings(collection, collection.queries)
     opened.index.close()
     return collection
 
@@ -239,8 +243,9 @@ def locomo_collections(path: Path, vectors: Vectors, work: Path) -> list[Collect
                     for q in haystack.questions
                     if haystack.relevant(q, level) and not q.abstention
                 ]
+                done = len(collection.queries)
                 collect(collection, index, questions, vectors)
-                score_settings(collection)
+                score_settings(collection, collection.queries[done:])
         out.append(collection)
     return out
 
@@ -255,21 +260,38 @@ def relative_gains(collection: Collection) -> dict[str, float]:
     return {s: (mean(v) - base) / base if base else 0.0 for s, v in collection.scores.items()}
 
 
-def choose(collections: Sequence[Collection]) -> str:
-    """The setting with the best mean relative gain over the collections' origins (each origin one
-    vote: LoCoMo's levels averaged first); ties to the cheaper (shallower, lower weight)."""
+def _origin_gains(collections: Sequence[Collection]) -> list[dict[str, float]]:
+    """Per origin (LoCoMo's two levels averaged first), each setting's relative gain."""
     by_origin: dict[str, list[dict[str, float]]] = {}
     for collection in collections:
         by_origin.setdefault(collection.origin, []).append(relative_gains(collection))
-    votes = [{s: mean([g[s] for g in gains]) for s in SETTINGS} for gains in by_origin.values()]
-    return max(SETTINGS, key=lambda s: (round(mean([v[s] for v in votes]), 6), -SETTINGS.index(s)))
+    return [{s: mean([g[s] for g in gains]) for s in SETTINGS} for gains in by_origin.values()]
 
 
-def leave_one_origin_out(collections: Sequence[Collection]) -> dict[str, Any]:
+def choose(collections: Sequence[Collection], criterion: str = "maximin") -> str:
+    """The setting to use, from the collections' relative gains, each origin one vote.
+
+    `maximin` (the default's rule: a default must improve EVERY collection): the best worst-origin
+    gain, then the best mean; `mean`: the best mean gain. Ties to the shallower, lower weight."""
+    votes = _origin_gains(collections)
+
+    def key(setting: str) -> tuple[float, ...]:
+        gains = [v[setting] for v in votes]
+        ranked = (
+            (round(min(gains), 6), round(mean(gains), 6))
+            if criterion == "maximin"
+            else (round(mean(gains), 6),)
+        )
+        return (*ranked, -SETTINGS.index(setting))
+
+    return max(SETTINGS, key=key)
+
+
+def leave_one_origin_out(collections: Sequence[Collection], criterion: str = "maximin") -> dict[str, Any]:
     origins = sorted({c.origin for c in collections})
     table: dict[str, Any] = {}
     for origin in origins:
-        chosen = choose([c for c in collections if c.origin != origin])
+        chosen = choose([c for c in collections if c.origin != origin], criterion)
         for collection in (c for c in collections if c.origin == origin):
             first, stage = collection.scores["none"], collection.scores[chosen]
             table[collection.name] = {
@@ -302,25 +324,17 @@ def write_report(
     out: Path, collections: Sequence[Collection], vectors: Vectors, extra: dict[str, Any]
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    loo = leave_one_origin_out(collections)
-    everywhere = choose(collections)
+    tables = {criterion: leave_one_origin_out(collections, criterion) for criterion in ("maximin", "mean")}
+    chosen = {criterion: choose(collections, criterion) for criterion in ("maximin", "mean")}
     per_setting = {c.name: {s: round(mean(v), 4) for s, v in c.scores.items()} for c in collections}
     results = {
         "late_model": vectors.spec.to_json(),
         "max_depth": MAX_DEPTH,
-        "leave_one_origin_out": loo,
-        "chosen_on_all": everywhere,
-        "chosen_on_all_in_sample": {c.name: round(mean(c.scores[everywhere]), 4) for c in collections},
+        "leave_one_origin_out": tables,
+        "chosen_on_all": chosen,
         "per_setting": per_setting,
+        "best_in_sample": {c: max(v, key=v.get) for c, v in per_setting.items()},
         "seconds": {c.name: c.seconds for c in collections},
-        "encoding": {
-            "texts": vectors.encoded,
-            "texts_per_second": vectors.encoded / vectors.encode_seconds if vectors.encode_seconds else None,
-            "tokens_per_text": vectors.tokens / vectors.encoded if vectors.encoded else None,
-            "bytes_per_text_f16": 2 * vectors.spec.dims * vectors.tokens / vectors.encoded
-            if vectors.encoded
-            else None,
-        },
         **extra,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
@@ -328,21 +342,34 @@ def write_report(
         "# Late interaction as a second stage, every collection, leave-one-origin-out",
         "",
         (
-            f"Model: {vectors.spec.name} ({vectors.spec.source}, dims {vectors.spec.dims}, {vectors.spec.dtype}). "
-            f"Command: `python -m bench.late_stage --out {out.as_posix()}`"
+            f"Model: {vectors.spec.name} ({vectors.spec.source}, first {vectors.spec.dims} dims, "
+            f"{vectors.spec.dtype}), re-scoring the default first stage's top chunks (up to {MAX_DEPTH}). "
+            f"Command: `python -m bench.late_stage --locomo PATH/locomo10.json --out {out.as_posix()}`"
         ),
         "",
-        "| collection | metric | queries | first stage | chosen on the other origins | with the stage | wins / losses | p |",
-        "|---|---|---|---|---|---|---|---|",
+        "Each row: the setting (combination:depth:weight) chosen on the OTHER origins, scored on this one",
+        "(LoCoMo's two levels are one origin, held out together). p: paired randomization test.",
     ]
-    for name, row in loo.items():
-        lines.append(
-            f"| {name} | {row['metric']} | {row['queries']} | {row['first_stage']:.4f} | `{row['chosen_out_of_fold']}` | "
-            f"{row['with_stage']:.4f} | {row['wins']} / {row['losses']} | {row['paired_p']:.4f} |"
-        )
-    lines += ["", f"Chosen on all origins (the candidate default): `{everywhere}`", ""]
+    for criterion, table in tables.items():
+        lines += ["", f"## Criterion `{criterion}`", ""]
+        lines += [
+            "| collection | metric | queries | first stage | chosen on the other origins | with the stage | wins / losses | p |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, row in table.items():
+            lines.append(
+                f"| {name} | {row['metric']} | {row['queries']} | {row['first_stage']:.4f} | "
+                f"`{row['chosen_out_of_fold']}` | {row['with_stage']:.4f} | {row['wins']} / {row['losses']} | "
+                f"{row['paired_p']:.4f} |"
+            )
+        lines += ["", f"Chosen on all origins: `{chosen[criterion]}`"]
+    lines += ["", "## Best setting of each collection, in sample (what a per-collection tune would take)", ""]
+    lines += [
+        f"- {c}: `{s}` {per_setting[c][s]:.4f} (first stage {per_setting[c]['none']:.4f})"
+        for c, s in results["best_in_sample"].items()
+    ]
     (out / "README.md").write_text("\n".join(lines) + "\n")
-    _plot(out, loo)
+    _plot(out, tables["maximin"])
     return results
 
 
@@ -373,14 +400,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", default=None, help="locomo10.json (else LoCoMo is left out)")
     parser.add_argument("--sets", default=",".join(EVALSETS))
     parser.add_argument("--work", default=str(cache_root() / "late-stage"))
+    parser.add_argument("--resume", action="store_true", help="reuse the collections a previous run finished")
     args = parser.parse_args(argv)
     work = Path(args.work)
     vectors = Vectors(work / "tokens")
-    collections: list[Collection] = []
-    for name in [s for s in args.sets.split(",") if s]:
-        collections.append(evalset_collection(name, vectors))
-    if args.locomo:
-        collections += locomo_collections(Path(args.locomo), vectors, work / "locomo")
+    checkpoint = work / "collections.json"
+    saved = json.loads(checkpoint.read_text()) if args.resume and checkpoint.exists() else {}
+    collections: list[Collection] = [
+        Collection(name, row["origin"], row["metric"], seconds=row["seconds"], scores=row["scores"])
+        for name, row in saved.items()
+    ]
+
+    def keep(new: list[Collection]) -> None:
+        collections.extend(new)
+        saved.update(
+            {
+                c.name: {"origin": c.origin, "metric": c.metric, "seconds": c.seconds, "scores": c.scores}
+                for c in new
+            }
+        )
+        checkpoint.write_text(json.dumps(saved))
+
+    for name in [s for s in args.sets.split(",") if s and s not in saved]:
+        keep([evalset_collection(name, vectors)])
+    if args.locomo and "locomo-turn" not in saved:
+        keep(locomo_collections(Path(args.locomo), vectors, work / "locomo"))
     write_report(Path(args.out), collections, vectors, {})
     print((Path(args.out) / "README.md").read_text())
     return 0
