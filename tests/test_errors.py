@@ -52,6 +52,8 @@ BARE_RAISES: dict[str, list[tuple[str, str, str]]] = {
             "an invariant of the cross-encoder: one score a passage",
         ),
         ("extras.py", "no extra is known to install", "a developer's call of require() without an extra"),
+        ("index/tokens.py", "token matrices", "an invariant of the write paths: one token matrix a hash"),
+        ("search/late.py", "MaxSim scores", "an invariant of the second stage: one MaxSim score a candidate"),
         (
             "eval/crossval.py",
             "score() must return a value",
@@ -63,6 +65,16 @@ BARE_RAISES: dict[str, list[tuple[str, str, str]]] = {
         (
             "encoders/bge.py",
             "lacks model.onnx or tokenizer.json",
+            "a broken installation, not a path the user gave",
+        ),
+        (
+            "encoders/late.py",
+            "lacks model.onnx or tokenizer.json",
+            "a broken installation, not a path the user gave",
+        ),
+        (
+            "encoders/packaged_onnx.py",
+            "is missing or not the file hybridlab knows",
             "a broken installation, not a path the user gave",
         ),
     ],

@@ -211,9 +211,12 @@ def settings(
         memory_share=snapshot.generation.memory_share,
     )
     config = resolve_auto(config, snapshot.n_chunks)
-    if sources["late_depth"] == "default" and not stores_late(snapshot, config.late_model):
-        # the default second stage runs where the index stores its token vectors; asked for
-        # explicitly, it encodes the candidates that have none (slower, same scores)
+    if sources["late_depth"] == "default" and (
+        config.mode != "hybrid" or not stores_late(snapshot, config.late_model)
+    ):
+        # the default second stage re-scores hybrid searches (where it was measured) on an index
+        # that stores its token vectors; asked for explicitly, it re-scores any mode and encodes
+        # the candidates that have no stored vectors (slower, same scores)
         config = dataclasses.replace(config, late_depth=0)
     assert config.alpha is not None  # `resolve_search_config` fills an unset alpha (adaptive)
     allowed = snapshot.store.allowed(filters)

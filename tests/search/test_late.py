@@ -166,12 +166,39 @@ def test_a_build_stores_every_chunk_text_and_records_the_spec(late_index):
     assert verify(late_index) == []
 
 
-def test_the_stage_is_off_by_default_and_then_invisible(late_index):
+def test_the_default_stage_runs_where_the_index_stores_token_vectors(late_index, tmp_path):
+    default = SearchConfig()
+    assert (default.late_depth, default.late_weight, default.late_combination) == (20, 0.6, "convex")
     with open_index(late_index) as index:
+        on = index.search("tunnel endpoint", explain=True)
+        off = index.search("tunnel endpoint", late_depth=0, explain=True)
+    assert on[0].explain["late_depth"] == 20 and on[0].explain["late_score"] is not None
+    assert off[0].explain["late_score"] is None and off[0].explain["late_model"] is None
+    # an index without token vectors (built before, or with late_models=()): the default stage is off,
+    # exactly the first stage; asked for explicitly, it encodes the candidates then
+    index_paths(
+        [write_memories(tmp_path / "memories.jsonl")],
+        tmp_path / "plain",
+        IndexConfig(models=("wordllama",), late_models=()),
+        progress=False,
+        cache_path=tmp_path / "embeddings.duckdb",
+    )
+    with open_index(tmp_path / "plain") as index:
         plain = index.search("tunnel endpoint", explain=True)
-        explicit = index.search("tunnel endpoint", late_depth=0, explain=True)
-    assert [(r.doc_id, r.score) for r in plain] == [(r.doc_id, r.score) for r in explicit]
-    assert plain[0].explain["late_score"] is None and plain[0].explain["late_model"] is None
+        first = index.search("tunnel endpoint", late_depth=0, explain=True)
+        asked = index.search("tunnel endpoint", late_depth=5, explain=True)
+        encoded = index.query_models.late_scorer(index.snapshot(), "colbert").encoded_now
+    assert [(r.doc_id, r.score) for r in plain] == [(r.doc_id, r.score) for r in first]
+    assert plain[0].explain["late_depth"] == 0
+    assert asked[0].explain["late_score"] is not None and encoded > 0
+
+
+def test_new_indexes_store_the_bundled_models_token_vectors_by_default():
+    from hybridlab.config import default_late_models
+
+    assert IndexConfig().late_models == default_late_models() == ("answerai-colbert-small",)
+    # a stored config written before late interaction keeps none
+    assert IndexConfig.from_manifest({"models": ["all-MiniLM-L6-v2"]}).late_models == ()
 
 
 def test_the_stage_rescores_the_head_from_stored_vectors_and_explains_it(late_index):
