@@ -76,15 +76,22 @@ def memories_and_questions(locomo: str | None, conversations: int) -> tuple[list
     return memories, questions
 
 
-def build(work: Path, memories: list[dict[str, Any]]) -> tuple[Path, float]:
+def build(work: Path, memories: list[dict[str, Any]], late: bool = True) -> tuple[Path, float]:
+    """The memories' index, with token vectors (`late`) or as a build before them wrote it (older
+    code cannot read a config naming `late_models`)."""
     from hybridlab.config import IndexConfig
     from hybridlab.index.write.build import index_paths
 
     source = work / "memories.jsonl"
     source.write_text("".join(json.dumps(m) + "\n" for m in memories))
+    folder = work / ("index" if late else "plain")
     started = time.perf_counter()
-    index_paths([source], work / "index", IndexConfig(late_models=("colbert",)), progress=True)
-    return work / "index", time.perf_counter() - started
+    index_paths([source], folder, IndexConfig(late_models=("colbert",) if late else ()), progress=True)
+    if not late:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["config"].pop("late_models", None)
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return folder, time.perf_counter() - started
 
 
 def run_worker(
@@ -137,16 +144,17 @@ def main(argv: list[str] | None = None) -> int:
 
         store = TokenStore(store_folder(index_dir, get_late_spec("colbert").key))
         results["token_bytes_per_memory"] = round(store.nbytes() / len(memories))
-        configs: dict[str, dict[str, Any]] = {"first stage": {}}
+        configs: dict[str, dict[str, Any]] = {"first stage": {"late_depth": 0}}
         for depth in (int(d) for d in args.depths.split(",")):
             configs[f"late d={depth}"] = {"late_depth": depth}
-        configs["cross-encoder d=30"] = {"rerank_depth": 30}
+        configs["cross-encoder d=30"] = {"late_depth": 0, "rerank_depth": 30}
         results["configs"] = {
             name: run_worker(here, index_dir, options, questions, args.repeats)
             for name, options in configs.items()
         }
         if args.before:
-            results["before_after"] = before_after(here, args.before, index_dir, questions, args.repeats)
+            plain, _ = build(work, memories, late=False)
+            results["before_after"] = before_after(here, args.before, plain, questions, args.repeats)
     (out / "latency.json").write_text(json.dumps(results, indent=2))
     (out / "README.md").write_text(to_markdown(results, args))
     print((out / "README.md").read_text())

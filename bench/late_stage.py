@@ -58,6 +58,7 @@ class Query:
     maxsim: np.ndarray
     relevant: Mapping[str, int]  # doc id -> grade
     ranker: Any = None  # the snapshot (group) and config
+    cross: np.ndarray | None = None  # cross-encoder scores of the head's first CROSS_DEPTH (--cross-encoder)
 
 
 @dataclass
@@ -74,12 +75,19 @@ def setting_name(depth: int, weight: float, combination: str) -> str:
     return f"{combination}:d{depth}:w{weight:g}"
 
 
+CROSS_DEPTH = 30
+CROSS_MODEL = "ms-marco-MiniLM-L-12-v2"
+#: the side-by-side run (--cross-encoder): the first stage, the default second stage, the cross-encoder
+SIDE_BY_SIDE = ["none", "convex:d20:w0.6", f"cross:d{CROSS_DEPTH}"]
+#: what one run does (set by `main`): the cross-encoder side by side, how many LoCoMo conversations
+RUN: dict[str, Any] = {"cross": False, "conversations": None}
 SETTINGS = ["none"] + [setting_name(d, w, c) for c in COMBINATIONS for d in DEPTHS for w in WEIGHTS]
 
 
 def parse_setting(name: str) -> tuple[str, int, float]:
-    combination, depth, weight = name.split(":")
-    return combination, int(depth[1:]), float(weight[1:])
+    """(combination, depth, weight) of `convex:d20:w0.6`; the cross-encoder's `cross:d30` is its order."""
+    combination, depth, *weight = name.split(":")
+    return combination, int(depth[1:]), float(weight[0][1:]) if weight else 1.0
 
 
 # ------------------------------------------------------------------------------------ metrics
@@ -154,8 +162,10 @@ def collect(
     questions: Sequence[tuple[str, str, Any, Mapping[str, int]]],
     vectors: Vectors,
     qualify: Any = None,
+    cross: bool = False,
 ) -> None:
-    """The first stage of every question (qid, text, now, relevant ids), then MaxSim of each head."""
+    """The first stage of every question (qid, text, now, relevant ids), then MaxSim of each head
+    (and, with `cross`, the cross-encoder's scores of its top CROSS_DEPTH)."""
     snapshot = index.snapshot()
     firsts = []
     started = time.perf_counter()
@@ -166,14 +176,21 @@ def collect(
     )
     rows = {hit.row for *_, retrieval in firsts for hit in retrieval.hits[:MAX_DEPTH]}
     vectors.ensure(snapshot.store.embedded(sorted(rows)), collection.name)
-    encode_ms, maxsim_ms = [], []
+    encode_ms, maxsim_ms, cross_ms = [], [], []
     for qid, text, relevant, retrieval in firsts:
         head, tail = retrieval.hits[:MAX_DEPTH], retrieval.hits[MAX_DEPTH:]
         scores, enc, ms = vectors.maxsim(text, snapshot.store.embedded([hit.row for hit in head]))
         encode_ms.append(enc)
         maxsim_ms.append(ms)
         query = Query(qid, head, tail, scores, relevant, (snapshot, retrieval.config, qualify))
+        if cross:
+            started = time.perf_counter()
+            passages = snapshot.store.passages([hit.row for hit in head[:CROSS_DEPTH]])
+            query.cross = np.asarray(index.rerank_scores(CROSS_MODEL, text, passages), dtype=np.float64)
+            cross_ms.append((time.perf_counter() - started) * 1000)
         collection.queries.append(query)
+    if cross_ms:
+        collection.seconds["cross_encoder_30_ms_p50"] = statistics.median(cross_ms)
     collection.seconds["query_encode_ms_p50"] = statistics.median(encode_ms) if encode_ms else 0.0
     collection.seconds["maxsim_100_ms_p50"] = statistics.median(maxsim_ms) if maxsim_ms else 0.0
 
@@ -185,8 +202,14 @@ def ranking(query: Query, setting: str) -> list[str]:
     if setting != "none" and query.head:
         combination, depth, weight = parse_setting(setting)
         head = query.head[:depth]
+        second = query.maxsim if combination in late.COMBINATIONS else query.cross
+        assert second is not None
         order, mixed = late.reorder(
-            [h.row for h in head], [h.score for h in head], query.maxsim[: len(head)], weight, combination
+            [h.row for h in head],
+            [h.score for h in head],
+            second[: len(head)],
+            weight if combination in late.COMBINATIONS else 1.0,
+            combination if combination in late.COMBINATIONS else "convex",
         )
         lift = 1.0 + max(0.0, max((h.score for h in query.head[depth:] + query.tail), default=0.0))
         hits = [head[i]._replace(score=float(lift + m)) for i, m in zip(order.tolist(), mixed.tolist())]
@@ -201,7 +224,7 @@ def score_settings(collection: Collection, queries: Sequence[Query]) -> None:
     """Score `queries` (the collection's newly collected ones) under every setting, then let go of
     their snapshots."""
     metric = METRICS[collection.metric]
-    for setting in tqdm(SETTINGS, desc=f"settings ({collection.name})", leave=False):
+    for setting in tqdm(SIDE_BY_SIDE if RUN["cross"] else SETTINGS, desc=f"settings ({collection.name})"):
         collection.scores.setdefault(setting, []).extend(
             metric(ranking(q, setting), q.relevant) for q in queries
         )
@@ -218,14 +241,14 @@ def evalset_collection(name: str, vectors: Vectors) -> Collection:
         (qid, text, evalset.now, {doc: int(g) for doc, g in dataset.qrels[qid].items()})
         for qid, text in dataset.queries.items()
     ]
-    collect(collection, opened.index, questions, vectors)
+    collect(collection, opened.index, questions, vectors, cross=RUN["cross"])
     score_settings(collection, collection.queries)
     opened.index.close()
     return collection
 
 
 def locomo_collections(path: Path, vectors: Vectors, work: Path) -> list[Collection]:
-    haystacks = read_locomo(path)
+    haystacks = read_locomo(path)[: RUN["conversations"]]
     out = []
     for level in ("turn", "session"):
         collection = Collection(f"locomo-{level}", "locomo", "recall@5")
@@ -244,7 +267,7 @@ def locomo_collections(path: Path, vectors: Vectors, work: Path) -> list[Collect
                     if haystack.relevant(q, level) and not q.abstention
                 ]
                 done = len(collection.queries)
-                collect(collection, index, questions, vectors)
+                collect(collection, index, questions, vectors, cross=RUN["cross"])
                 score_settings(collection, collection.queries[done:])
         out.append(collection)
     return out
@@ -373,6 +396,42 @@ def write_report(
     return results
 
 
+def side_by_side(out: Path, collections: Sequence[Collection]) -> None:
+    """The first stage, the default second stage and the cross-encoder on the same candidates."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = {
+        c.name: {
+            "metric": c.metric,
+            "queries": len(c.scores["none"]),
+            **{s: mean(c.scores[s]) for s in SIDE_BY_SIDE},
+            **c.seconds,
+        }
+        for c in collections
+    }
+    (out / "side-by-side.json").write_text(json.dumps(rows, indent=2, sort_keys=True))
+    lines = [
+        "# The second stage beside the cross-encoder, on the same first-stage candidates",
+        "",
+        (
+            f"Late interaction: the default (`{SIDE_BY_SIDE[1]}`); cross-encoder: {CROSS_MODEL} (INT8, shipped) "
+            f"over the top {CROSS_DEPTH}, its order. Times: P50 per query, 2 cores, one query at a time."
+        ),
+        "",
+        (
+            "| collection | metric | queries | first stage | + late interaction | + cross-encoder | "
+            "late: encode query + MaxSim of 100 (ms) | cross-encoder (ms) |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['metric']} | {row['queries']} | {row['none']:.4f} | {row[SIDE_BY_SIDE[1]]:.4f} | "
+            f"{row[SIDE_BY_SIDE[2]]:.4f} | {row['query_encode_ms_p50']:.1f} + {row['maxsim_100_ms_p50']:.1f} | "
+            f"{row.get('cross_encoder_30_ms_p50', float('nan')):.0f} |"
+        )
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
 def _plot(out: Path, loo: Mapping[str, Any]) -> None:
     import matplotlib
 
@@ -401,10 +460,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default=",".join(EVALSETS))
     parser.add_argument("--work", default=str(cache_root() / "late-stage"))
     parser.add_argument("--resume", action="store_true", help="reuse the collections a previous run finished")
+    parser.add_argument(
+        "--cross-encoder",
+        action="store_true",
+        help="side by side instead of the choice: first stage, the default second stage, the cross-encoder",
+    )
+    parser.add_argument("--conversations", type=int, default=None, help="LoCoMo's first N conversations")
     args = parser.parse_args(argv)
     work = Path(args.work)
     vectors = Vectors(work / "tokens")
-    checkpoint = work / "collections.json"
+    RUN.update(cross=args.cross_encoder, conversations=args.conversations)
+    checkpoint = work / ("collections-cross.json" if args.cross_encoder else "collections.json")
     saved = json.loads(checkpoint.read_text()) if args.resume and checkpoint.exists() else {}
     collections: list[Collection] = [
         Collection(name, row["origin"], row["metric"], seconds=row["seconds"], scores=row["scores"])
@@ -425,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         keep([evalset_collection(name, vectors)])
     if args.locomo and "locomo-turn" not in saved:
         keep(locomo_collections(Path(args.locomo), vectors, work / "locomo"))
-    write_report(Path(args.out), collections, vectors, {})
+    if args.cross_encoder:
+        side_by_side(Path(args.out), collections)
+    else:
+        write_report(Path(args.out), collections, vectors, {})
     print((Path(args.out) / "README.md").read_text())
     return 0
 
