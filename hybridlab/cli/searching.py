@@ -54,6 +54,15 @@ def _print_results(results, as_json: bool) -> None:
                     f"agreement {'-' if agreement is None else f'{agreement:.1f}'}  "
                     f"recency intent {'yes' if e['recency_intent'] else 'no'} (weight {e['recency_weight_used']})"
                 )
+            if e.get("late_score") is not None:
+                print(
+                    f"     second stage: maxsim {e['late_score']:.4f} (#{e['late_rank']} of the top {e['late_depth']})  "
+                    f"{e['late_combination']} weight {e['late_weight']}  {e['late_model']}"
+                )
+            if e.get("rerank_score") is not None:
+                print(
+                    f"     cross-encoder: {e['rerank_score']:.4f} (#{e['rerank_rank']})  {e['rerank_model']}"
+                )
 
 
 def cmd_search(args: argparse.Namespace) -> int:
