@@ -159,9 +159,11 @@ class IndexConfig:
     def from_manifest(cls, data: Mapping[str, Any]) -> IndexConfig:
         """A stored config (an index manifest's, an exported or a sweep-recorded one): chunking
         settings added since it was written (:data:`ADDED_CHUNK_SETTINGS`) take the value it was
-        built with."""
+        built with, and one written before token vectors were stored has none (`from_dict`, for
+        configs people write, fills what they leave out with the defaults)."""
         data = dict(data)
         data["chunk"] = {**ADDED_CHUNK_SETTINGS, **dict(data.get("chunk") or {})}
+        data.setdefault("late_models", ())  # written before token vectors were stored: none
         return cls.from_dict(data)
 
     @classmethod
@@ -176,7 +178,7 @@ class IndexConfig:
             models=tuple(data.pop("models", (DEFAULT_MODEL,))),
             model_by_collection=tuple(tuple(p) for p in data.pop("model_by_collection", ())),
             model_by_language=tuple(tuple(p) for p in data.pop("model_by_language", ())),
-            late_models=tuple(data.pop("late_models", ())),
+            late_models=tuple(data.pop("late_models", default_late_models())),
             **data,
         )
 
