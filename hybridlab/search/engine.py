@@ -224,6 +224,15 @@ class Index:
         """The learned fusion model of a `learned_model` setting, loaded once per index object."""
         return self.query_models.learned_ranker(setting)
 
+    def warm_late_models(self, queries: Sequence[str]) -> None:
+        """Load the query encoder of every late-interaction model the index stores and encode
+        `queries` with it, so the first search's second stage does not wait for the load."""
+        snapshot = self._snapshot
+        for name in snapshot.generation.manifest.late:
+            scorer = self.query_models.late_scorer(snapshot, name)
+            for query in queries:
+                self.query_models.late_query(scorer, query)
+
     def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
         """Cross-encoder scores of (query, passage) pairs, one per passage."""
         return self.query_models.rerank_scores(model, query, passages)
