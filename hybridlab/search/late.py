@@ -103,6 +103,7 @@ class LateScorer:
         self._lock = threading.Lock()
         self.encoded_now = 0
         single_threaded()  # numpy's BLAS on one thread: MaxSim 0.3 ms instead of 8 with two
+
     @property
     def encoder(self) -> LateEncoder:
         return self._encoder()
