@@ -37,8 +37,8 @@ PACKAGE_OF = {"chromadb": "chromadb", "lancedb": "lancedb", "rank-bm25": "rank_b
 
 def load_corpus(index_dir: str) -> dict[str, Any]:
     """doc ids, texts (what hybridlab indexes), collections and vectors, row-aligned by chunk id."""
-    from hybridlab.index import layout, store
-    from hybridlab.index.dense import DenseIndex
+    from hybridlab.index.format import layout, store
+    from hybridlab.index.format.dense import DenseIndex
 
     manifest = layout.read_manifest(Path(index_dir))
     generation = Path(index_dir) / manifest.path
@@ -323,7 +323,7 @@ def bench_rank_bm25(b: _Bench, work: Path) -> None:
     from rank_bm25 import BM25Okapi
 
     from hybridlab.config import Bm25Config
-    from hybridlab.index.tokenizer import Tokenizer
+    from hybridlab.index.format.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(Bm25Config())
     started = time.perf_counter()

@@ -56,7 +56,7 @@ def bench_root() -> Path:
 
 def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[str]]:
     """The exact texts the indexer embeds for each document (its chunking, its heading rule)."""
-    from hybridlab.index.rows import chunk_document, indexed_text
+    from hybridlab.index.format.rows import chunk_document, indexed_text
 
     return [
         [indexed_text(chunk, document, config.chunk) for chunk in chunk_document(document, config)]
@@ -67,8 +67,8 @@ def embed_texts_of(documents: list[Document], config: IndexConfig) -> list[list[
 def scifact_source() -> Source:
     """SciFact documents with the MiniLM vectors of the cached evaluation index."""
     from hybridlab.eval.evalsets import ensure_index, get_evalset
-    from hybridlab.index import layout, store
-    from hybridlab.index.dense import DenseIndex
+    from hybridlab.index.format import layout, store
+    from hybridlab.index.format.dense import DenseIndex
     from hybridlab.ingest.sources import IngestReport, read_source
 
     evalset = get_evalset("scifact")
@@ -174,7 +174,7 @@ def index_documents(index_dir: Path, documents: list[Document], config: IndexCon
 
 def fill_cache(index_dir: Path, documents: list[Document], vectors: np.ndarray, config: IndexConfig) -> None:
     """Store `vectors` as the MiniLM embeddings of the documents' chunk texts in the index's private cache."""
-    from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+    from hybridlab.index.format.embedding_cache import EmbeddingCache, text_sha256
 
     cache = EmbeddingCache(cache_path_of(index_dir))
     try:

@@ -35,7 +35,7 @@ def run(
     index_dir: Path, shares: Sequence[float] = (0.001, 0.01, 0.1), k: int | None = None
 ) -> dict[str, Any]:
     """Rows: seconds of a full graph build of the index's vectors, and of the update per changed share."""
-    from hybridlab.index.graph import DEFAULT_GRAPH_K, build_corpus_graph, update_corpus_graph
+    from hybridlab.index.format.graph import DEFAULT_GRAPH_K, build_corpus_graph, update_corpus_graph
     from hybridlab.search.engine import open_index
 
     k = k or DEFAULT_GRAPH_K

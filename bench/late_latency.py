@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         index_dir, seconds = build(work, memories)
         results["build_seconds_with_token_vectors"] = round(seconds, 1)
         from hybridlab.encoders.late import get_late_spec
-        from hybridlab.index.tokens import TokenStore, store_folder
+        from hybridlab.index.format.tokens import TokenStore, store_folder
 
         store = TokenStore(store_folder(index_dir, get_late_spec("colbert").key))
         results["token_bytes_per_memory"] = round(store.nbytes() / len(memories))

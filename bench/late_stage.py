@@ -3,7 +3,7 @@
 For each collection (our memories and HoloViz sets, SciFact test, CISI, Cranfield, MED, LoCoMo turns
 stored as memories with nothing more, LoCoMo sessions) the engine's default first stage is run once
 per query; its top `MAX_DEPTH` chunks get MaxSim scores from token vectors stored as the index would
-store them (content-addressed, `hybridlab.index.tokens.TokenStore`). Every setting of the stage
+store them (content-addressed, `hybridlab.index.format.tokens.TokenStore`). Every setting of the stage
 (depth x weight x combination) is then applied offline with the pipeline's own functions
 (`hybridlab.search.late.reorder`, then `pipeline.group`), and chosen by leave-one-origin-out: the
 setting that gains most on the other origins (mean relative gain of the primary metric) is scored on
@@ -36,7 +36,7 @@ from hybridlab.eval.conversations.locomo import read_locomo
 from hybridlab.eval.conversations.runner import BenchSettings, build_index
 from hybridlab.eval.evalsets import cache_root, get_evalset
 from hybridlab.eval.systems import open_evalset
-from hybridlab.index.tokens import TokenStore
+from hybridlab.index.format.tokens import TokenStore
 from hybridlab.search import late, pipeline
 from hybridlab.search.engine import Index, resolve_now
 from hybridlab.search.filters import Filters

@@ -101,7 +101,7 @@ def time_queries(
 def time_opening(index_dir: Path, repeats: int) -> list[dict[str, Any]]:
     """Rows for opening the index in this process: with every file hashed (no verified record, what a
     first open or a changed file costs) and re-opened (files unchanged since their last clean hash)."""
-    from hybridlab.index import layout
+    from hybridlab.index.format import layout
     from hybridlab.search.engine import open_index
 
     def seconds_to_open() -> float:

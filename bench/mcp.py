@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "mcp"))
     args = parser.parse_args(argv)
     apply_offline_environment()
-    from hybridlab.index.layout import read_manifest
+    from hybridlab.index.format.layout import read_manifest
 
     queries = _queries(20)
     load_at_start = [round(x, 2) for x in os.getloadavg()]

@@ -42,7 +42,7 @@ def dropped(text: str) -> str:
 
 
 def run(work: Path) -> dict[str, Any]:
-    from hybridlab.index.rows import chunk_document, indexed_text
+    from hybridlab.index.format.rows import chunk_document, indexed_text
     from hybridlab.index.write.build import index_paths
     from hybridlab.index.write.memory import MemoryWriter, make_memory
     from hybridlab.search.engine import open_index

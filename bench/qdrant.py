@@ -160,7 +160,7 @@ def upsert_drift(
 
     from hybridlab.eval.evalsets import cache_root, ensure_index, get_evalset
     from hybridlab.index.admin import qdrant as qdrant_mirror
-    from hybridlab.index.layout import read_manifest
+    from hybridlab.index.format.layout import read_manifest
     from hybridlab.index.reader import read_generation
     from hybridlab.index.write.build import index_paths
 

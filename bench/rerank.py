@@ -215,7 +215,7 @@ def share_document_vectors(evalset, config: IndexConfig, source: str, *, progres
     they are the same vectors."""
     from hybridlab.encoders.registry import get_spec
     from hybridlab.eval.evalsets import cache_root, ensure_index
-    from hybridlab.index.embedding_cache import EmbeddingCache
+    from hybridlab.index.format.embedding_cache import EmbeddingCache
     from hybridlab.search.engine import open_index
 
     (model,) = config.models

@@ -161,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> set[str]:
     """Documents staged search scores for `query`: the BM25 top `candidates`, grown `hops` times
     along the corpus graph from the `seeds` best by dense score (unfiltered, no tags)."""
-    from hybridlab.index.graph import expand_by_graph
+    from hybridlab.index.format.graph import expand_by_graph
 
     rows, _ = index.sparse.top(index.sparse.query_ids(query), candidates)
     model = index.choose_model(None, None)

@@ -135,6 +135,17 @@ def _write_module(name: str) -> Any:
         return importlib.import_module(f"hybridlab.index.{name}")
 
 
+def _format_module(name: str) -> Any:
+    """`hybridlab.index.format.<name>` of the side being measured, or `hybridlab.index.<name>` on a
+    side from before the format modules moved into `format/`."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"hybridlab.index.format.{name}")
+    except ImportError:
+        return importlib.import_module(f"hybridlab.index.{name}")
+
+
 def _memories(start: int, count: int, rng: random.Random) -> list[Any]:
     make_memory = _write_module("memory").make_memory
 
@@ -158,16 +169,20 @@ def _memory_write_options() -> dict[str, Any]:
 def _prefill_cache(documents: list[Any], model: str, cache_path: Path, seed: int) -> None:
     """Random unit vectors for the documents' chunks under `model` in the embeddings cache, so a
     build takes them from there instead of encoding (the write path, not encoding, is measured)."""
+    import importlib
+
     import numpy as np
 
     from hybridlab.config import IndexConfig
     from hybridlab.encoders.registry import get_spec
-    from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
 
+    embedding_cache = _format_module("embedding_cache")
+    EmbeddingCache, text_sha256 = embedding_cache.EmbeddingCache, embedding_cache.text_sha256
     try:
-        from hybridlab.index.rows import chunk_document, indexed_text
+        rows = _format_module("rows")
     except ImportError:  # a before-side checkout from when they lived in build
-        from hybridlab.index.build import chunk_document, indexed_text  # type: ignore[no-redef]
+        rows = importlib.import_module("hybridlab.index.build")
+    chunk_document, indexed_text = rows.chunk_document, rows.indexed_text
 
     config = IndexConfig(models=(model,))
     hashes = list(
@@ -405,8 +420,8 @@ def _search_worker(arguments: dict[str, Any]) -> dict[str, Any]:
 def _disk_worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """`writes` memories written one per commit into an empty index vs a fresh build of them."""
     from hybridlab.config import IndexConfig
-    from hybridlab.index import layout
 
+    layout = _format_module("layout")
     apply_changes = _write_module("build").apply_changes
     memory = _write_module("memory")
     MEMORY_SOURCE, MemoryWriter = memory.MEMORY_SOURCE, memory.MemoryWriter

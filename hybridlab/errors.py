@@ -9,7 +9,7 @@ reports it as an "internal error" and logs its traceback, so a caller is never b
 bug is never passed off as bad input; tests/test_errors.py lists the few
 bare ValueErrors the package still raises, each with the reason it is not the caller's mistake.
 This module imports nothing from hybridlab; the classes are re-exported where they used to live
-(`hybridlab.index.layout`, `hybridlab.index.store`, `hybridlab.encoders.registry`).
+(`hybridlab.index.format.layout`, `hybridlab.index.format.store`, `hybridlab.encoders.registry`).
 """
 
 from __future__ import annotations

@@ -375,7 +375,7 @@ def test_public_names_are_exported_and_resolve():
 def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Path:
     """The cached evaluation index, waiting while another process (the builder) holds its lock."""
     from hybridlab.eval.evalsets import ensure_index, get_evalset
-    from hybridlab.index.layout import IndexLockedError
+    from hybridlab.index.format.layout import IndexLockedError
 
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -443,7 +443,7 @@ def test_fill_dense_flags_are_three_way(flags, expected):
 
 def test_bm25s_logger_follows_the_application_logging_configuration():
     from hybridlab.config import Bm25Config
-    from hybridlab.index.sparse import SparseIndex
+    from hybridlab.index.format.sparse import SparseIndex
 
     SparseIndex.build(["tunnel server config", "staging server deploy"], np.array([1, 2]), Bm25Config())
     assert logging.getLogger("bm25s").getEffectiveLevel() == logging.getLogger().getEffectiveLevel()

@@ -132,7 +132,7 @@ def test_time_opening_measures_a_full_hash_and_a_reopen(tiny_index, tmp_path):
     import shutil
 
     from bench.latency import time_opening
-    from hybridlab.index import layout
+    from hybridlab.index.format import layout
 
     index = tmp_path / "index"
     shutil.copytree(tiny_index, index)

@@ -231,7 +231,7 @@ def add_reindex(sub: argparse._SubParsersAction) -> None:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from hybridlab.index.layout import read_manifest
+    from hybridlab.index.format.layout import read_manifest
     from hybridlab.index.write.build import apply_changes, canonical_models
 
     config = read_manifest(Path(args.index_dir)).index_config
@@ -259,8 +259,8 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """`hybridlab verify --index DIR [--repair] [--json]`: 0 when consistent (after repair), 1 otherwise."""
-    from hybridlab.index import layout
     from hybridlab.index.admin.verify import repair, verify
+    from hybridlab.index.format import layout
 
     index_dir = Path(args.index_dir)
     actions: list[str] = []

@@ -350,7 +350,7 @@ def index_config_from_args(args: argparse.Namespace):
         return None
     base = IndexConfig()
     if args.index_dir and (Path(args.index_dir) / "manifest.json").exists():
-        from hybridlab.index.layout import read_manifest
+        from hybridlab.index.format.layout import read_manifest
 
         base = read_manifest(Path(args.index_dir)).index_config
     chunk = base.chunk

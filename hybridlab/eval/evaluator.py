@@ -25,9 +25,9 @@ from hybridlab.eval.evalsets import (
     index_key,
 )
 from hybridlab.eval.evaluate import METRICS, make_run, score
-from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
-from hybridlab.index.layout import IndexLockedError
-from hybridlab.index.store import IndexError_
+from hybridlab.index.format.embedding_cache import EmbeddingCache, cache_model
+from hybridlab.index.format.layout import IndexLockedError
+from hybridlab.index.format.store import IndexError_
 from hybridlab.index.write.build import index_paths
 from hybridlab.search.engine import open_index
 

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from hybridlab.errors import CorruptIndexError, IndexFormatError, StoreError
-from hybridlab.index import layout, store, wal
-from hybridlab.index.dense import DenseIndex, SegmentedDense, single_threaded
-from hybridlab.index.graph import load_graph
-from hybridlab.index.manifest import Manifest
-from hybridlab.index.manifest import Segment as SegmentRecord
-from hybridlab.index.sparse import GroupCache, Postings, SparseIndex, global_rows
-from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.index.format import layout, store, wal
+from hybridlab.index.format.dense import DenseIndex, SegmentedDense, single_threaded
+from hybridlab.index.format.graph import load_graph
+from hybridlab.index.format.manifest import Manifest
+from hybridlab.index.format.manifest import Segment as SegmentRecord
+from hybridlab.index.format.sparse import GroupCache, Postings, SparseIndex, global_rows
+from hybridlab.index.format.tokenizer import Tokenizer
 
 
 class StoreReader:

@@ -18,7 +18,7 @@ from typing import Any
 from hybridlab.config import Bm25Config
 from hybridlab.eval.datasets import load_query_metadata
 from hybridlab.extras import require
-from hybridlab.index.tokenizer import WORD, Tokenizer
+from hybridlab.index.format.tokenizer import WORD, Tokenizer
 
 #: relevance grade -> the label of a judged hit (higher grades read as "highly relevant")
 GRADE_LABELS = {0: "judged not relevant", 1: "relevant", 2: "highly relevant"}

@@ -17,8 +17,8 @@ import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
 from hybridlab.errors import DocumentNotFoundError, InvalidValueError
-from hybridlab.index import wal
-from hybridlab.index.manifest import Manifest
+from hybridlab.index.format import wal
+from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import listing, pipeline
 from hybridlab.search.filters import Filters, parse_when
@@ -182,12 +182,12 @@ class Index:
 
     @property
     def sparse(self):
-        """The BM25 index (:class:`~hybridlab.index.sparse.SparseIndex`)."""
+        """The BM25 index (:class:`~hybridlab.index.format.sparse.SparseIndex`)."""
         return self._snapshot.generation.sparse
 
     @property
     def dense(self) -> Mapping[str, Any]:
-        """Model -> FAISS index (:class:`~hybridlab.index.dense.DenseIndex`)."""
+        """Model -> FAISS index (:class:`~hybridlab.index.format.dense.DenseIndex`)."""
         return self._snapshot.generation.dense
 
     @property

@@ -21,8 +21,8 @@ import numpy as np
 
 from hybridlab.encoders.late import LateEncoder, LateSpec, maxsim
 from hybridlab.errors import InvalidValueError
-from hybridlab.index.dense import single_threaded
-from hybridlab.index.tokens import TokenStore
+from hybridlab.index.format.dense import single_threaded
+from hybridlab.index.format.tokens import TokenStore
 
 logger = logging.getLogger(__name__)
 

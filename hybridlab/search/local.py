@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import store
-from hybridlab.index.dense import DenseIndex, RowGather, SegmentedDense
-from hybridlab.index.graph import expand_by_graph
-from hybridlab.index.lru import LruCache
+from hybridlab.index.format import store
+from hybridlab.index.format.dense import DenseIndex, RowGather, SegmentedDense
+from hybridlab.index.format.graph import expand_by_graph
+from hybridlab.index.format.lru import LruCache
+from hybridlab.index.format.sparse import SparseIndex
 from hybridlab.index.reader import Generation, segment_details
-from hybridlab.index.sparse import SparseIndex
 from hybridlab.search.filters import Filters
 from hybridlab.search.retrievers import RowFilter
 

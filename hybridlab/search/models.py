@@ -19,8 +19,8 @@ from hybridlab.encoders.cross_encoder import load_reranker
 from hybridlab.encoders.late import canonical_late_name, get_late_spec, load_late_encoder
 from hybridlab.encoders.registry import check_query_encoder, get_spec, load_query_encoder, register_recorded
 from hybridlab.errors import InvalidValueError
-from hybridlab.index.lru import LruCache
-from hybridlab.index.tokens import TokenStore, store_folder
+from hybridlab.index.format.lru import LruCache
+from hybridlab.index.format.tokens import TokenStore, store_folder
 from hybridlab.search.late import LateScorer
 from hybridlab.search.learned import Ranker, load_ranker, model_path
 from hybridlab.search.snapshot import Snapshot

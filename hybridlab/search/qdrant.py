@@ -24,7 +24,7 @@ from hybridlab.index.admin.qdrant import (
     sync_generation,
     term_index,
 )
-from hybridlab.index.graph import expand_by_graph
+from hybridlab.index.format.graph import expand_by_graph
 from hybridlab.index.reader import Generation
 from hybridlab.search.engine import Index
 from hybridlab.search.filters import Filters
@@ -223,7 +223,7 @@ class QdrantDenseRetriever:
 
 
 class _FetchedVectors:
-    """`vectors[nodes]` for :func:`~hybridlab.index.graph.expand_by_graph`: fetched from Qdrant by chunk id."""
+    """`vectors[nodes]` for :func:`~hybridlab.index.format.graph.expand_by_graph`: fetched from Qdrant by chunk id."""
 
     def __init__(self, retriever: QdrantDenseRetriever, graph_ids: np.ndarray) -> None:
         self._retriever, self._graph_ids = retriever, graph_ids

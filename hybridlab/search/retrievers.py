@@ -98,7 +98,7 @@ class DenseRetriever(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """Staged search: the exact scores of the candidate `rows` (as :meth:`score`), the pool
         grown `hops` times along the corpus graph from its `seeds` best (allowed rows only, see
-        :func:`~hybridlab.index.graph.expand_by_graph`); (rows, scores, rows the graph added),
+        :func:`~hybridlab.index.format.graph.expand_by_graph`); (rows, scores, rows the graph added),
         unordered."""
         ...
 
@@ -129,5 +129,5 @@ class MetadataStore(Protocol):
         ...
 
     def counts(self) -> dict[str, Any]:
-        """Counts per table, collection, chunk type and model (see :func:`hybridlab.index.store.counts`)."""
+        """Counts per table, collection, chunk type and model (see :func:`hybridlab.index.format.store.counts`)."""
         ...

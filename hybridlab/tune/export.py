@@ -35,7 +35,7 @@ from hybridlab.eval.significance import (
     mean_ci,
     paired_test,
 )
-from hybridlab.index.graph import graph_size
+from hybridlab.index.format.graph import graph_size
 from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import git
 

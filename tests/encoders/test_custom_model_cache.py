@@ -13,7 +13,7 @@ import pytest
 
 from hybridlab import cli
 from hybridlab.encoders.registry import encoder_record, load_encoder
-from hybridlab.index.embedding_cache import EmbeddingCache, cache_model
+from hybridlab.index.format.embedding_cache import EmbeddingCache, cache_model
 from tests.encoders.test_custom_models import DOCS, pytestmark, save_tiny_model  # noqa: F401
 
 QUERY = "vitamin D fractures"

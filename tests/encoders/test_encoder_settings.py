@@ -15,7 +15,7 @@ from hybridlab import cli
 from hybridlab.config import EncoderSettings, resolve_encoder_settings
 from hybridlab.encoders import registry
 from hybridlab.encoders.registry import encoder_mismatch, load_encoder
-from hybridlab.index.embedding_cache import cache_model
+from hybridlab.index.format.embedding_cache import cache_model
 from tests.encoders.test_custom_models import DOCS, pytestmark, save_tiny_model  # noqa: F401
 
 SETTINGS = ["--query-prompt", "search: ", "--document-prompt", "doc: ", "--max-seq-length", "16"]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import dense as dense_module
-from hybridlab.index.dense import DenseIndex, scan_plan, top_exact
+from hybridlab.index.format import dense as dense_module
+from hybridlab.index.format.dense import DenseIndex, scan_plan, top_exact
 
 N, DIM = 4000, 24
 

@@ -11,7 +11,7 @@ import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
 from hybridlab.encoders.registry import is_installed
-from hybridlab.index.embedding_cache import EmbeddingCache, text_sha256
+from hybridlab.index.format.embedding_cache import EmbeddingCache, text_sha256
 
 needs_wordllama = pytest.mark.skipif(not is_installed("wordllama"), reason="needs wordllama (the fast model)")
 CONFIG = IndexConfig(models=("wordllama",))

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hybridlab.index.graph import (
+from hybridlab.index.format.graph import (
     AUTO_GRAPH_MAX,
     build_corpus_graph,
     expand_by_graph,
@@ -143,7 +143,7 @@ def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_o
 ):
     """With reserve columns, rows that lose a neighbour take the next known one instead of a search;
     after each of several updates (deletes and adds) the first k columns are a full build's graph."""
-    import hybridlab.index.graph as graph_module
+    import hybridlab.index.format.graph as graph_module
 
     searched: list[int] = []
     search = graph_module._search_and_merge
@@ -170,7 +170,7 @@ def test_successive_updates_with_a_reserve_give_a_full_builds_graph_and_search_o
 
 
 def test_a_graph_without_reserve_is_updated_into_one_with_a_reserve():
-    from hybridlab.index.graph import UNKNOWN
+    from hybridlab.index.format.graph import UNKNOWN
 
     old = unit_rows(300, dim=16, seed=11)
     vectors, old_to_new = _changed(old, 10, 10, seed=12)
@@ -197,7 +197,7 @@ def test_update_in_small_score_blocks_is_a_full_build(monkeypatch, cells, query_
     `_SCORE_CELLS` floats, keeps each block's best and merges the added rows into the kept lists:
     tiny blocks (a few rows and columns at a time, pairs scored a few at a time) give the same
     graph, also for complete lists that grow past `k`."""
-    import hybridlab.index.graph as graph_module
+    import hybridlab.index.format.graph as graph_module
 
     monkeypatch.setattr(graph_module, "_SCORE_CELLS", cells)
     monkeypatch.setattr(graph_module, "_QUERY_ROWS", query_rows)
@@ -215,7 +215,7 @@ def test_update_in_small_score_blocks_is_a_full_build(monkeypatch, cells, query_
 def test_merge_alone_matches_the_combined_search_and_merge():
     """`_merge_added` (used above `EXACT_GRAPH_MAX`, where fresh rows get the approximate search)
     puts the added rows into the kept lists exactly as `_search_and_merge` does."""
-    import hybridlab.index.graph as graph_module
+    import hybridlab.index.format.graph as graph_module
 
     old = unit_rows(400, dim=16, seed=31)
     vectors, _ = _changed(old, 0, 25, seed=32)
@@ -234,7 +234,7 @@ def test_merge_alone_matches_the_combined_search_and_merge():
 def test_above_the_exact_limit_kept_lists_still_take_new_rows_exactly(monkeypatch):
     """Above `EXACT_GRAPH_MAX` fresh rows get the approximate (HNSW) search of a full build, but
     the new rows are merged into every kept list exactly (`_merge_added`)."""
-    import hybridlab.index.graph as graph_module
+    import hybridlab.index.format.graph as graph_module
 
     old = unit_rows(400, dim=16, seed=71)
     vectors, old_to_new = _changed(old, 0, 20, seed=72)
@@ -247,7 +247,7 @@ def test_above_the_exact_limit_kept_lists_still_take_new_rows_exactly(monkeypatc
 
 def test_fresh_lists_break_ties_by_row_even_at_the_cut():
     """Equal scores are ordered by row, lowest first, and the lowest rows make the cut."""
-    from hybridlab.index.graph import _top_by_score
+    from hybridlab.index.format.graph import _top_by_score
 
     scores = np.array([[0.5, 0.9, 0.5, 0.1, 0.5, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]], dtype=np.float32)
     columns, values = _top_by_score(scores, 3)
@@ -260,7 +260,7 @@ def test_successive_updates_of_vectors_with_many_duplicates_give_a_full_builds_g
     several updates that delete and add, every list holds the vectors a full build's holds, in its
     order, wherever the update knows them (reserve entries it lost are `UNKNOWN`). Which of equal
     vectors a list names may differ: float32 products of equal vectors need not round alike."""
-    from hybridlab.index.graph import UNKNOWN
+    from hybridlab.index.format.graph import UNKNOWN
 
     rng = np.random.default_rng(51)
     pool = unit_rows(30, dim=8, seed=52)
@@ -288,7 +288,7 @@ def test_successive_updates_of_vectors_with_many_duplicates_give_a_full_builds_g
 def test_update_restores_blas_threads_and_gives_the_same_graph_either_way(monkeypatch, single_below):
     """Small updates run their matrix products on one BLAS thread, big ones on BLAS's own: the
     graph is the same, and the process's BLAS thread count is what it was before."""
-    import hybridlab.index.graph as graph_module
+    import hybridlab.index.format.graph as graph_module
 
     threadpoolctl = pytest.importorskip("threadpoolctl")
     monkeypatch.setattr(graph_module, "SINGLE_THREAD_WORK", single_below)
@@ -309,8 +309,8 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
     import os
 
     from hybridlab.config import IndexConfig
-    from hybridlab.index import layout, segments
-    from hybridlab.index.graph import load_graph
+    from hybridlab.index.format import layout, segments
+    from hybridlab.index.format.graph import load_graph
     from hybridlab.index.write.build import apply_changes
     from hybridlab.index.write.memory import make_memory
 
@@ -327,7 +327,7 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
         )
 
     def graph_of(index_dir):  # each row's neighbours as document ids (one chunk a memory)
-        from hybridlab.index import store
+        from hybridlab.index.format import store
 
         manifest = layout.read_manifest(index_dir)
         chunks = []
@@ -388,8 +388,8 @@ def test_writes_with_tombstones_keep_a_full_builds_graph_and_dead_ids_are_kept_p
 def test_segment_rows_update_like_the_copied_vectors(monkeypatch, cells):
     """Vectors given as per-segment arrays and their live rows (not copied) give the graph their
     concatenation gives, with score blocks that straddle segments and skip dead rows."""
-    import hybridlab.index.graph as graph_module
-    from hybridlab.index.graph import SegmentRows
+    import hybridlab.index.format.graph as graph_module
+    from hybridlab.index.format.graph import SegmentRows
 
     monkeypatch.setattr(graph_module, "_SCORE_CELLS", cells)
     monkeypatch.setattr(graph_module, "_MERGE_CELLS", cells)

@@ -14,10 +14,11 @@ import time
 import pytest
 from test_segments import CONFIG, SOURCE, _memory, _text
 
-from hybridlab.index import layout, reader
+from hybridlab.index import reader
 from hybridlab.index.admin.verify import repair, verify
-from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.lru import LruCache
+from hybridlab.index.format import layout
+from hybridlab.index.format.caches import WRITE_CACHES
+from hybridlab.index.format.lru import LruCache
 from hybridlab.index.write import build
 from hybridlab.index.write.build import apply_changes, last_versions
 from hybridlab.index.write.memory import MemoryWriter
@@ -129,7 +130,7 @@ def test_a_second_writer_appending_an_id_the_first_appended_replaces_it(tmp_path
 
 def test_a_log_holding_one_id_twice_reads_and_folds_as_its_last_version(tmp_path, embedding_cache_path):
     """A log written before the writers checked each other's appends: still one document per id."""
-    from hybridlab.index import wal
+    from hybridlab.index.format import wal
 
     index_dir = _base(tmp_path, embedding_cache_path)
     MemoryWriter(index_dir, wal_records=64).store_document(_memory("seed", "opens the log", 3, ()))
@@ -326,7 +327,7 @@ def test_a_waiting_writer_gets_the_lock_when_another_process_lets_go(tmp_path):
     index_dir = tmp_path / "index"
     index_dir.mkdir()
     code = (
-        "import sys, time; from hybridlab.index.layout import WriterLock\n"
+        "import sys, time; from hybridlab.index.format.layout import WriterLock\n"
         "with WriterLock(sys.argv[1]):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
     )
     other = subprocess.Popen(
@@ -472,13 +473,15 @@ def test_no_module_of_the_index_layer_keeps_a_cache_of_its_own():
     import hybridlab.index as index_package
 
     shared_state = {
-        ("layout.py", "_PROCESS_LOCKS"),
-        ("caches.py", "WRITE_CACHES"),
-        ("artifacts.py", "_versions"),
-        ("tokenizer.py", "_stopwords"),
+        ("format/layout.py", "_PROCESS_LOCKS"),
+        ("format/caches.py", "WRITE_CACHES"),
+        ("format/artifacts.py", "_versions"),
+        ("format/tokenizer.py", "_stopwords"),
     }
     found = []
-    for path in sorted(Path(index_package.__file__).parent.glob("*.py")):
+    root = Path(index_package.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        name = path.relative_to(root).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
@@ -493,10 +496,10 @@ def test_no_module_of_the_index_layer_keeps_a_cache_of_its_own():
                         in {"LruCache", "OrderedDict", "dict", "defaultdict", "WeakValueDictionary"}
                     )
                 )
-                if is_cache and (path.name, target) not in shared_state:
-                    found.append(f"{path.name}: {target}")
+                if is_cache and (name, target) not in shared_state:
+                    found.append(f"{name}: {target}")
             if isinstance(node, ast.FunctionDef):
                 decorators = {ast.unparse(d).split("(")[0].split(".")[-1] for d in node.decorator_list}
-                if decorators & {"lru_cache", "cache"} and (path.name, node.name) not in shared_state:
-                    found.append(f"{path.name}: {node.name} (@{min(decorators & {'lru_cache', 'cache'})})")
+                if decorators & {"lru_cache", "cache"} and (name, node.name) not in shared_state:
+                    found.append(f"{name}: {node.name} (@{min(decorators & {'lru_cache', 'cache'})})")
     assert found == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.index import artifacts, faults, layout
+from hybridlab.index.format import artifacts, faults, layout
 from hybridlab.index.write.build import IndexReport, index_paths
 from hybridlab.search.engine import open_index
 
@@ -174,7 +174,7 @@ def test_memories_update_in_place(tmp_path, tiny_corpus, embedding_cache_path):
 
 
 def test_tags_are_a_line_of_the_indexed_text_and_old_configs_keep_theirs():
-    from hybridlab.index.rows import indexed_text
+    from hybridlab.index.format.rows import indexed_text
     from hybridlab.ingest.chunking import embedding_text, single_chunk
     from hybridlab.ingest.sources import memory_document
 
@@ -333,7 +333,7 @@ def test_failure_after_the_manifest_commit_keeps_the_new_generation(base_index, 
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from hybridlab.index.write import build as indexer
-    from hybridlab.index import faults
+    from hybridlab.index.format import faults
     def hook(stage):
         if stage == sys.argv[3]:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -373,7 +373,7 @@ def test_killed_process_leaves_the_previous_index_searchable(tmp_path):
 
 
 def test_chunks_carry_doc_id_index_section_and_embedded_text(tiny_index):
-    from hybridlab.index import store
+    from hybridlab.index.format import store
 
     generation = tiny_index / layout.read_manifest(tiny_index).path
     con = store.connect(generation / layout.STORE_FILE, read_only=True)
@@ -425,7 +425,7 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
 
     source = write_docs(tmp_path / "docs", DOCS)
     index_paths([source], tmp_path / "whole", progress=False, cache_path=embedding_cache_path)
-    from hybridlab.index import rows
+    from hybridlab.index.format import rows
 
     monkeypatch.setattr(rows, "INSERT_BATCH", 1)
     monkeypatch.setattr(artifacts, "READ_BATCH", 2)
@@ -442,7 +442,7 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
 
 
 def test_writers_get_a_bounded_duckdb_buffer_pool(tmp_path, monkeypatch):
-    from hybridlab.index import store
+    from hybridlab.index.format import store
 
     con = store.connect(tmp_path / "w.duckdb")
     assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in {
@@ -496,7 +496,7 @@ def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_
     graph (its manifest says so) and gives exactly the graph a full build gives."""
     import numpy as np
 
-    from hybridlab.index.graph import build_corpus_graph
+    from hybridlab.index.format.graph import build_corpus_graph
 
     source = write_docs(tmp_path / "docs", _word_docs(range(30)))
     index_dir = tmp_path / "index"

@@ -9,9 +9,9 @@ import pytest
 from test_segments import CONFIG, SOURCE, _memory
 
 from hybridlab.errors import IndexFormatError
-from hybridlab.index import layout
 from hybridlab.index.admin.verify import repair, verify
-from hybridlab.index.sparse import SparseIndex
+from hybridlab.index.format import layout
+from hybridlab.index.format.sparse import SparseIndex
 from hybridlab.index.write.build import apply_changes
 from hybridlab.search.engine import open_index
 

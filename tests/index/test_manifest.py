@@ -7,8 +7,8 @@ import json
 import pytest
 
 from hybridlab.errors import CorruptIndexError
-from hybridlab.index import layout
-from hybridlab.index.manifest import (
+from hybridlab.index.format import layout
+from hybridlab.index.format.manifest import (
     FORMAT_VERSION,
     FORMATS,
     FileRecord,

@@ -135,8 +135,8 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     one append to the log, no commit: every read path stops returning the deleted memories and the
     old version at once, after a restart and after the fold; a deleted memory's content stored again
     is a new memory; stats count the tombstones."""
-    from hybridlab.index import layout
     from hybridlab.index.admin.verify import verify
+    from hybridlab.index.format import layout
     from hybridlab.index.write.build import fold_log
     from hybridlab.index.write.memory import MemoryWriter
     from hybridlab.search.engine import open_index

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.index import layout
-from hybridlab.index.manifest import Manifest
-from hybridlab.index.signatures import recorded_signatures
+from hybridlab.index.format import layout
+from hybridlab.index.format.manifest import Manifest
+from hybridlab.index.format.signatures import recorded_signatures
 from hybridlab.index.write import merge
 from hybridlab.index.write.build import index_paths, optimize
 from hybridlab.ingest import sources

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import json
 
-from hybridlab.index import store
+from hybridlab.index.format import store
 
 
 def attached() -> int:

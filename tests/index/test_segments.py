@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from hybridlab.config import Bm25Config, IndexConfig
-from hybridlab.index import layout
-from hybridlab.index.manifest import Segment
-from hybridlab.index.sparse import SparseIndex, _bm25s
-from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.index.format import layout
+from hybridlab.index.format.manifest import Segment
+from hybridlab.index.format.sparse import SparseIndex, _bm25s
+from hybridlab.index.format.tokenizer import Tokenizer
 from hybridlab.index.write import merge
 from hybridlab.index.write.build import apply_changes, optimize
 from hybridlab.index.write.memory import make_memory
@@ -130,7 +130,7 @@ def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
     """Segments of several size classes (combined per class into one CSC), with tombstones, score,
     weigh and match exactly like one index of the live rows; a next generation with one more small
     segment reuses the unchanged groups and rebuilds only the one it joins."""
-    from hybridlab.index.sparse import GroupCache, group_parts
+    from hybridlab.index.format.sparse import GroupCache, group_parts
 
     rng = random.Random(11)
     sizes = [300, 40, 3, 20, 1, 2]  # classes: 300 -> 2, 40 and 20 -> 1, 3 / 1 / 2 -> 0
@@ -177,7 +177,7 @@ def test_bm25_groups_of_segments_score_like_one_index_and_are_reused():
 def test_dense_over_segments_searches_and_gathers_like_one_index():
     """Unfiltered, filtered and gathered vectors over flat segments with tombstones equal one FAISS
     index of the live vectors (scores bit for bit: FAISS's own kernel scores each segment)."""
-    from hybridlab.index.dense import DenseIndex, SegmentedDense
+    from hybridlab.index.format.dense import DenseIndex, SegmentedDense
 
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((230, 16)).astype(np.float32)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hybridlab.config import Bm25Config
-from hybridlab.index.sparse import SparseIndex
-from hybridlab.index.tokenizer import Tokenizer, identifier_parts
+from hybridlab.index.format.sparse import SparseIndex
+from hybridlab.index.format.tokenizer import Tokenizer, identifier_parts
 
 # One identifier per document; no part of an identifier appears anywhere as a plain word.
 DOCS = [

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from test_segments import CONFIG, SOURCE, _assert_same, _memory, _runs, _text
 
-from hybridlab.index import layout, wal
 from hybridlab.index.admin.verify import repair, verify
-from hybridlab.index.manifest import FORMAT_VERSION, LOG_DELETES_FORMAT
+from hybridlab.index.format import layout, wal
+from hybridlab.index.format.manifest import FORMAT_VERSION, LOG_DELETES_FORMAT
 from hybridlab.index.write import build, merge
 from hybridlab.index.write.build import apply_changes, fold_log, optimize
 from hybridlab.index.write.memory import MemoryWriter
@@ -299,7 +299,7 @@ def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_rep
     """A log holding tombstones (of a segment's and a logged memory) and a replacement verifies
     clean; when the fold's new store is damaged, `--repair` falls back to the previous generation,
     whose log (kept beside it) still deletes and replaces."""
-    from hybridlab.index import store
+    from hybridlab.index.format import store
 
     index_dir, documents = _base(tmp_path, embedding_cache_path, random.Random(17))
     writer = MemoryWriter(index_dir, wal_records=100)

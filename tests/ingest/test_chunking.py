@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.index.rows import chunk_document
+from hybridlab.index.format.rows import chunk_document
 from hybridlab.ingest.chunking import (
     SECTION_SEPARATOR,
     Chunk,

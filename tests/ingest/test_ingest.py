@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hybridlab.config import IndexConfig
-from hybridlab.index.rows import chunk_document
+from hybridlab.index.format.rows import chunk_document
 from hybridlab.ingest.chunking import embedding_text
 from hybridlab.ingest.sources import IngestReport, memory_document, read_source, source_kind
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hybridlab.index import layout
 from hybridlab.index.admin.verify import repair, verify
+from hybridlab.index.format import layout
 from hybridlab.search.engine import open_index
 
 from .helpers import MODEL_ARGS, cli, record, snapshot, write_corpus

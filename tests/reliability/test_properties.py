@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridlab.config import Bm25Config, ChunkConfig
-from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.index.format.tokenizer import Tokenizer
 from hybridlab.ingest.chunking import chunk_text
 from hybridlab.search.fusion import FUSERS, fuse
 from hybridlab.search.tags import TagVocabulary, normalize_tag

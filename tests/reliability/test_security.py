@@ -62,7 +62,7 @@ def test_an_object_array_in_bm25_ids_is_refused(small_index, tmp_path):
 
     import numpy as np
 
-    from hybridlab.index import layout
+    from hybridlab.index.format import layout
     from hybridlab.search.engine import open_index
 
     index_dir = tmp_path / "index"

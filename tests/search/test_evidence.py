@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hybridlab.config import Bm25Config, SearchConfig
-from hybridlab.index.sparse import SparseIndex, lucene_idf
+from hybridlab.index.format.sparse import SparseIndex, lucene_idf
 from hybridlab.search.evidence import (
     asks_for_latest,
     best_rows,
@@ -111,7 +111,7 @@ def test_recency_cues_do_not_count_against_lexical_evidence():
 
 
 def test_contains_agrees_with_isin_sorted_or_not():
-    from hybridlab.index.sparse import contains
+    from hybridlab.index.format.sparse import contains
 
     rng = np.random.default_rng(0)
     for _ in range(200):

@@ -20,8 +20,8 @@ from hybridlab.config import IndexConfig, SearchConfig
 from hybridlab.encoders.late import LateSpec, get_late_spec, load_late_encoder, maxsim
 from hybridlab.errors import InvalidValueError
 from hybridlab.index.admin.verify import repair, verify
-from hybridlab.index.embedding_cache import text_sha256
-from hybridlab.index.tokens import TokenStore, store_folder
+from hybridlab.index.format.embedding_cache import text_sha256
+from hybridlab.index.format.tokens import TokenStore, store_folder
 from hybridlab.index.write.build import index_paths
 from hybridlab.index.write.memory import MemoryWriter, make_memory
 from hybridlab.search import late

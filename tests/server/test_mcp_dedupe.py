@@ -55,7 +55,7 @@ def test_find_duplicate_by_content_key_and_in_stores_written_before_it(column):
     column at all) are normalised in SQL, so an old index still finds its duplicates."""
     import duckdb
 
-    from hybridlab.index.rows import content_key
+    from hybridlab.index.format.rows import content_key
     from hybridlab.index.write.memory import find_duplicate, make_memory
 
     con = duckdb.connect()

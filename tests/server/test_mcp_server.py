@@ -179,7 +179,7 @@ def test_stdio_session_rejects_bad_input_stores_finds_and_survives_a_restart(ind
 async def check_bad_input_and_lock(client, index_dir: Path) -> None:
     """Each bad input is a tool error with a clear message, the server keeps serving, and another
     process's writer lock makes store_memory a clear error (after --lock-wait), not a crash."""
-    from hybridlab.index.layout import WriterLock
+    from hybridlab.index.format.layout import WriterLock
 
     for tool, arguments, message in BAD_CALLS:
         result = await client.call_tool(tool, arguments)

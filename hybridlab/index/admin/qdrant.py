@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import store as index_store
+from hybridlab.index.format import store as index_store
 from hybridlab.index.reader import Generation, read_generation
 
 logger = logging.getLogger(__name__)

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 from hybridlab.errors import HybridlabError, IndexFormatError
-from hybridlab.index import layout, store, wal
-from hybridlab.index.embedding_cache import text_sha256
-from hybridlab.index.manifest import Manifest
+from hybridlab.index.format import layout, store, wal
+from hybridlab.index.format.embedding_cache import text_sha256
+from hybridlab.index.format.manifest import Manifest
+from hybridlab.index.format.tokens import TokenStore, store_folder
 from hybridlab.index.reader import consistency_problems, read_generation
-from hybridlab.index.tokens import TokenStore, store_folder
 from hybridlab.index.write.build import apply_changes
 from hybridlab.index.write.tokens import store_token_vectors
 

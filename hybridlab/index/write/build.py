@@ -20,15 +20,15 @@ from typing import Any
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.registry import canonical_name, register_recorded
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import layout, store, wal
-from hybridlab.index.artifacts import build_artifacts, cache_vectors, embed_missing
-from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
-from hybridlab.index.faults import checkpoint
-from hybridlab.index.manifest import Manifest, Segment, SegmentModel
-from hybridlab.index.report import IndexReport
-from hybridlab.index.rows import assign_vectors, insert_documents
-from hybridlab.index.segments import (
+from hybridlab.index.format import layout, store, wal
+from hybridlab.index.format.artifacts import build_artifacts, cache_vectors, embed_missing
+from hybridlab.index.format.caches import WRITE_CACHES
+from hybridlab.index.format.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
+from hybridlab.index.format.faults import checkpoint
+from hybridlab.index.format.manifest import Manifest, Segment, SegmentModel
+from hybridlab.index.format.report import IndexReport
+from hybridlab.index.format.rows import assign_vectors, insert_documents
+from hybridlab.index.format.segments import (
     attach,
     copy_live_rows,
     detach,
@@ -41,7 +41,7 @@ from hybridlab.index.segments import (
     store_counts,
     with_live_counts,
 )
-from hybridlab.index.signatures import next_signatures, recorded_signatures
+from hybridlab.index.format.signatures import next_signatures, recorded_signatures
 from hybridlab.index.write.commit import commit_generation, manifest_base
 from hybridlab.index.write.tokens import compact_token_stores, segment_texts, store_token_vectors
 from hybridlab.ingest import sources

@@ -18,11 +18,11 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.registry import encoder_record
-from hybridlab.index import layout, store
-from hybridlab.index.artifacts import versions
-from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.faults import checkpoint
-from hybridlab.index.graph import (
+from hybridlab.index.format import layout, store
+from hybridlab.index.format.artifacts import versions
+from hybridlab.index.format.caches import WRITE_CACHES
+from hybridlab.index.format.faults import checkpoint
+from hybridlab.index.format.graph import (
     GRAPH_RESERVE,
     SegmentRows,
     build_corpus_graph,
@@ -32,7 +32,7 @@ from hybridlab.index.graph import (
     save_graph,
     update_corpus_graph,
 )
-from hybridlab.index.manifest import (
+from hybridlab.index.format.manifest import (
     FORMAT_VERSION,
     Bm25Record,
     Counts,
@@ -44,8 +44,8 @@ from hybridlab.index.manifest import (
     Segment,
     dumps,
 )
-from hybridlab.index.segments import dead_chunk_ids, load_dense, segment_folder
-from hybridlab.index.signatures import SIGNATURES_FILE, Signatures, commit_signatures
+from hybridlab.index.format.segments import dead_chunk_ids, load_dense, segment_folder
+from hybridlab.index.format.signatures import SIGNATURES_FILE, Signatures, commit_signatures
 from hybridlab.index.write.merge import build_merged, merge_plan
 from hybridlab.index.write.tokens import spec_records
 

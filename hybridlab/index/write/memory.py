@@ -23,13 +23,13 @@ import numpy as np
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.registry import load_document_encoder, register_recorded
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import layout, wal
-from hybridlab.index.artifacts import document_batch_size
-from hybridlab.index.faults import checkpoint
-from hybridlab.index.manifest import LOG_DELETES_FORMAT, Manifest
+from hybridlab.index.format import layout, wal
+from hybridlab.index.format.artifacts import document_batch_size
+from hybridlab.index.format.faults import checkpoint
+from hybridlab.index.format.manifest import LOG_DELETES_FORMAT, Manifest
+from hybridlab.index.format.rows import WHITESPACE, normalised_content
+from hybridlab.index.format.segments import indexed_doc_ids
 from hybridlab.index.reader import manifest_stamp
-from hybridlab.index.rows import WHITESPACE, normalised_content
-from hybridlab.index.segments import indexed_doc_ids
 from hybridlab.index.write.build import apply_changes, fold_log
 from hybridlab.index.write.tokens import memory_texts, store_token_vectors
 from hybridlab.ingest.sources import MEMORY_COLLECTION, Document, memory_document
@@ -219,7 +219,7 @@ def find_duplicate(store: Any, content: str, collection: str | None = None) -> s
     normalised content equals `content`'s, else None (the oldest when several do); only one of
     `collection` when given (a project's memories are never duplicates of another's). `store`: a reader's
     document store (`fetchall(sql, params)` over its `documents`: segments and write-ahead log alike).
-    Looked up by equality on each memory's `content_key` (:func:`~hybridlab.index.rows.content_key`);
+    Looked up by equality on each memory's `content_key` (:func:`~hybridlab.index.format.rows.content_key`);
     the rows of segments written before that column (NULL, or no column at all) are normalised in SQL.
     The match is checked in Python."""
     wanted = normalised_content(content)

@@ -13,10 +13,10 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import layout, segments, store
-from hybridlab.index.artifacts import build_artifacts
-from hybridlab.index.faults import checkpoint
-from hybridlab.index.manifest import Manifest, Segment
+from hybridlab.index.format import layout, segments, store
+from hybridlab.index.format.artifacts import build_artifacts
+from hybridlab.index.format.faults import checkpoint
+from hybridlab.index.format.manifest import Manifest, Segment
 
 # ---------------------------------------------------------------------------------------------- segments
 #: tiered merge policy: this many adjacent segments of the same size tier (log10 of live chunks) are

@@ -19,11 +19,11 @@ from tqdm.auto import tqdm
 
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.late import LateSpec, canonical_late_name, get_late_spec, load_late_encoder
-from hybridlab.index.embedding_cache import text_sha256
-from hybridlab.index.manifest import Manifest
+from hybridlab.index.format.embedding_cache import text_sha256
+from hybridlab.index.format.manifest import Manifest
+from hybridlab.index.format.rows import chunk_document, indexed_text
+from hybridlab.index.format.tokens import TokenStore, store_folder
 from hybridlab.index.reader import read_generation
-from hybridlab.index.rows import chunk_document, indexed_text
-from hybridlab.index.tokens import TokenStore, store_folder
 from hybridlab.ingest.sources import Document
 
 #: texts per shard written while a large write encodes (an interrupted build keeps what it stored)

@@ -13,8 +13,8 @@ import numpy as np
 
 from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
 from hybridlab.errors import InvalidValueError, PathNotFoundError
-from hybridlab.index import layout
-from hybridlab.index.embedding_cache import cache_model
+from hybridlab.index.format import layout
+from hybridlab.index.format.embedding_cache import cache_model
 
 __all__ = ["BY", "import_hook", "import_step", "read_vectors", "vectors_by_id"]
 

@@ -31,10 +31,10 @@ import numpy as np
 
 from hybridlab.config import IndexConfig
 from hybridlab.errors import CorruptIndexError, InvalidValueError
-from hybridlab.index import layout, store
-from hybridlab.index.embedding_cache import text_sha256
-from hybridlab.index.layout import WAL_PREFIX, wal_path  # noqa: F401  (the log's name, owned by layout)
-from hybridlab.index.rows import assign_vectors, chunk_document, indexed_text, insert_documents
+from hybridlab.index.format import layout, store
+from hybridlab.index.format.embedding_cache import text_sha256
+from hybridlab.index.format.layout import WAL_PREFIX, wal_path  # noqa: F401  (the log's name, owned by layout)
+from hybridlab.index.format.rows import assign_vectors, chunk_document, indexed_text, insert_documents
 from hybridlab.ingest.sources import Document
 
 MAGIC = b"HLWAL1\n\x00"

@@ -17,7 +17,7 @@ import numpy as np
 
 from hybridlab.config import Bm25Config
 from hybridlab.errors import IndexFormatError, InvalidValueError
-from hybridlab.index.tokenizer import Tokenizer
+from hybridlab.index.format.tokenizer import Tokenizer
 
 POSTINGS_FORMAT = "hybridlab-tf-postings"
 POSTINGS_VERSION = 1

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from hybridlab.index import layout, store
-from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.dense import DenseIndex
-from hybridlab.index.manifest import Manifest, Segment, SegmentModel
+from hybridlab.index.format import layout, store
+from hybridlab.index.format.caches import WRITE_CACHES
+from hybridlab.index.format.dense import DenseIndex
+from hybridlab.index.format.manifest import Manifest, Segment, SegmentModel
 from hybridlab.ingest.sources import Document
 
 logger = logging.getLogger(__name__)

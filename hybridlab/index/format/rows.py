@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from hybridlab.config import ChunkConfig, IndexConfig
-from hybridlab.index import store
-from hybridlab.index.embedding_cache import text_sha256
+from hybridlab.index.format import store
+from hybridlab.index.format.embedding_cache import text_sha256
 from hybridlab.ingest.chunking import Chunk, chunk_text, embedding_text, single_chunk, split_span
 from hybridlab.ingest.sources import Document
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybridlab.errors import HybridlabError
-from hybridlab.index import layout
-from hybridlab.index.caches import WRITE_CACHES
-from hybridlab.index.manifest import FileRecord, FileSignaturesRecord, Manifest
+from hybridlab.index.format import layout
+from hybridlab.index.format.caches import WRITE_CACHES
+from hybridlab.index.format.manifest import FileRecord, FileSignaturesRecord, Manifest
 from hybridlab.ingest.sources import READER_VERSION, Document, FileSignature, FolderScan
 
 logger = logging.getLogger(__name__)

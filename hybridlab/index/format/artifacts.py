@@ -16,15 +16,15 @@ import numpy as np
 from hybridlab.config import IndexConfig
 from hybridlab.encoders import registry
 from hybridlab.errors import InvalidValueError
-from hybridlab.index import layout
-from hybridlab.index.dense import DenseIndex
-from hybridlab.index.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
-from hybridlab.index.faults import checkpoint
-from hybridlab.index.manifest import SegmentModel
-from hybridlab.index.report import IndexReport
-from hybridlab.index.rows import SMALL_INSERT
-from hybridlab.index.sparse import SparseIndex
-from hybridlab.index.store import registered
+from hybridlab.index.format import layout
+from hybridlab.index.format.dense import DenseIndex
+from hybridlab.index.format.embedding_cache import EmbeddingCache, VectorBuffer, cache_model
+from hybridlab.index.format.faults import checkpoint
+from hybridlab.index.format.manifest import SegmentModel
+from hybridlab.index.format.report import IndexReport
+from hybridlab.index.format.rows import SMALL_INSERT
+from hybridlab.index.format.sparse import SparseIndex
+from hybridlab.index.format.store import registered
 
 EMBED_BATCH = 256
 READ_BATCH = 20_000  # chunk ids per query when streaming chunk texts out of DuckDB

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridlab.encoders.registry import MODELS, get_spec, settings_changes
-from hybridlab.index.store import IndexError_, connect, registered
+from hybridlab.index.format.store import IndexError_, connect, registered
 
 
 def text_sha256(text: str) -> str:

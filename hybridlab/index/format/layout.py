@@ -18,8 +18,8 @@ from typing import Any, Self
 
 from hybridlab.errors import CorruptIndexError, IndexLockedError, IndexNotFoundError, InvalidValueError
 from hybridlab.filelock import exclusive_lock, lock_if_possible
-from hybridlab.index.lru import LruCache
-from hybridlab.index.manifest import FORMAT_VERSION, FileRecord, Manifest, NotAManifest, dumps, loads
+from hybridlab.index.format.lru import LruCache
+from hybridlab.index.format.manifest import FORMAT_VERSION, FileRecord, Manifest, NotAManifest, dumps, loads
 
 MANIFEST = "manifest.json"
 CACHE_FILE = "embeddings.duckdb"
@@ -52,7 +52,7 @@ WAL_PREFIX = "wal-"
 
 
 def wal_path(index_dir: str | os.PathLike, generation: int) -> Path:
-    """The write-ahead log that extends generation `generation` of `index_dir` (`hybridlab.index.wal`)."""
+    """The write-ahead log that extends generation `generation` of `index_dir` (`hybridlab.index.format.wal`)."""
     return Path(index_dir) / f"{WAL_PREFIX}{int(generation):06d}.log"
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybridlab.index import layout, store
-from hybridlab.index.lru import LruCache
+from hybridlab.index.format import layout, store
+from hybridlab.index.format.lru import LruCache
 
 
 class SegmentStores:
