@@ -139,6 +139,8 @@ def test_search_json_hybrid_top_hit(capsys, tiny_index):
         "0",
         "--chunk-decay",
         "0",
+        "--late-depth",
+        "0",
         "--json",
     )
     assert code == 0

@@ -266,7 +266,8 @@ def plot_params(study, path: str | os.PathLike, top: int = 4) -> Path | None:
         axis.tick_params(labelsize=8)
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("objective", fontsize=9)
-    axes[0][0].legend(fontsize=8, loc="lower right")
+    if axes[0][0].get_legend_handles_labels()[0]:  # no "best" marker when no trial finished
+        axes[0][0].legend(fontsize=8, loc="lower right")
     figure.suptitle(
         f"The {len(names)} most important parameters: each trial's value (darker = later)", fontsize=10
     )

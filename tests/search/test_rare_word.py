@@ -93,7 +93,7 @@ def stored(tmp_path_factory):
     apply_changes(
         root / "index",
         [("mcp:memories", documents, False)],
-        IndexConfig(models=("wordllama",)),
+        IndexConfig(models=("wordllama",), late_models=()),  # the first stage's lift (its scores)
         progress=False,
         cache_path=root / "embeddings.duckdb",
     )

@@ -147,7 +147,8 @@ def memory_index_dir(tmp_path_factory) -> Path:
     index_paths(
         [source],
         root / "index",
-        IndexConfig(models=("wordllama",)),
+        # the first stage's semantics (scores, formulas, ranks): the second stage has tests/search/test_late.py
+        IndexConfig(models=("wordllama",), late_models=()),
         progress=False,
         cache_path=root / "embeddings.duckdb",
     )

@@ -15,9 +15,17 @@ from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 from hybridlab.cli import main
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.reports.runs import run_lock
-from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, relative_paths, run_notebook, shorten_paths
+from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, relative_paths, shorten_paths
+from hybridlab.tune.notebooks import run_notebook as _run_notebook
 from hybridlab.tune.record import SweepRecord
 from hybridlab.tune.runs import engine_state, new_run_dir, stale_reason, update_index
+
+
+def run_notebook(*args, **kwargs):
+    """The package's runner with a cell timeout: a kernel that stops answering (seen once in a loaded
+    test run) fails its test instead of holding the suite."""
+    kwargs.setdefault("timeout", 900)
+    return _run_notebook(*args, **kwargs)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
