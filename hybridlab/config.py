@@ -538,11 +538,11 @@ DTYPES: Mapping[str, str] = {
 
 @dataclass(frozen=True)
 class EncoderSettings:
-    """How this process runs its sentence-transformers encoders (issue 30). None = not set: the
+    """How this process runs its sentence-transformers encoders. None = not set: the
     model's own value, or what the index recorded for it. `device`, `batch_size` and `dtype` do not
     change which vectors are comparable (dtype recorded all the same); `max_seq_length` and the
     prompts make other vectors and are recorded in each model's encoder spec. `model_paths`: where
-    model folders are on this machine, (name, absolute folder) pairs (issue 40): an index records a
+    model folders are on this machine, (name, absolute folder) pairs: an index records a
     folder model by its name (the folder's own name, or the NAME of a NAME=PATH pair) and revision,
     never by its path, so a moved folder or a copied index finds it again here (the revision still
     checked: other weights are refused)."""

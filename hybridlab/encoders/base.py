@@ -72,7 +72,7 @@ class ModelSpec:
 
 #: the fields of an encoder record (`hybridlab.encoders.registry.encoder_record`) that must be equal
 #: for query vectors to be compared with document vectors; backend, dtype and device may differ (the
-#: same weights in fp16 on a GPU and in fp32 on a CPU give cosines >= 0.9997, issue 30)
+#: same weights in fp16 on a GPU and in fp32 on a CPU give cosines >= 0.9997: docs/models.md)
 COMPATIBLE_KEYS = (
     "source",
     "revision",

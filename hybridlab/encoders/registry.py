@@ -278,7 +278,7 @@ def _changes(spec: ModelSpec, overrides: Mapping[str, Any] | None) -> dict[str, 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-# ----------------------------------------------------------------------------- model folders (issue 40)
+# ----------------------------------------------------------------------------- model folders
 # A sentence-transformers folder is recorded by a portable name, never by its path: the folder's own
 # name (`--model /models/tiny-bert` -> "tiny-bert"), or NAME of `--model-path NAME=PATH`. Its encoder
 # record says `source` "folder", `revision` (sha256 of its files: what identifies the weights) and
@@ -371,8 +371,8 @@ def canonical_name(name: str) -> str:
         )
     if path.is_absolute():
         raise InvalidValueError(
-            f"model folder {name} does not exist (an index written before issue 40 records a "
-            f"folder model by its path: put the folder back there, or rebuild the index's "
+            f"model folder {name} does not exist (an index written before folders were recorded by "
+            f"revision records a folder model by its path: put the folder back there, or rebuild the index's "
             f"vectors)",
             "model",
         )
@@ -485,9 +485,10 @@ def encoder_record(name: str, overrides: Mapping[str, Any] | None = None) -> dic
 
 def encoder_mismatch(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """`spec_mismatch`, and "dtype" when one side is bfloat16 and the other not: fp16 and fp32
-    vectors of the same weights meet (cosine >= 0.9997, top-10 overlap 0.9986 on one H200, issue
-    30), bf16 ones do not (0.9962, 0.988: below the 0.999 tolerance). A folder model recorded before
-    issue 40 (`source` = its path) meets the same folder now (`source` "folder"): the revision decides."""
+    vectors of the same weights meet (cosine >= 0.9997, top-10 overlap 0.9986 on one H200), bf16
+    ones do not (0.9962, 0.988: below the 0.999 tolerance). A folder model recorded by its path
+    (`source`, before revisions were kept) meets the same folder now (`source` "folder"): the
+    revision decides."""
     recorded = dict(recorded)
     if current.get("source") == FOLDER_SOURCE and os.path.isabs(str(recorded.get("source", ""))):
         recorded["source"] = FOLDER_SOURCE

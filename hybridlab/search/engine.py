@@ -305,8 +305,8 @@ class Index:
 
         Recency: final = fused * (1 - recency_weight + recency_weight * exp(-decay * days)), days since
         the update relative to `now` (argument > `HYBRIDLAB_NOW` > clock). `recency_weight` is 0 by
-        default (an old memory that answers is not sunk by its age: memories nDCG@10 0.845 -> 0.868,
-        LoCoMo sessions R@5 89.6 -> 90.5, both chosen by cross-validation); a query asking for the
+        default (an old memory that answers is not sunk by its age; measured in
+        docs/figures.md#recency-weight); a query asking for the
         latest state ("current", "now", "latest", ...) gets `recency_intent_weight` (0.5). With a
         weight the factor scales the fused score by at most that share, so it reorders near-ties (the
         newest of near-identical memories wins) but cannot bury an old document that is the only

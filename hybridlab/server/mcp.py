@@ -293,7 +293,7 @@ def _tool_error(error: BaseException) -> ToolError:
 
 #: what the library raises for the caller's mistakes (bad input, an unknown id: `InvalidValueError`,
 #: `DocumentNotFoundError`) and for a failed write (a locked index); a bare ValueError, KeyError or
-#: FileNotFoundError is a bug, reported by `_tool` as an internal error (issue 40)
+#: FileNotFoundError is a bug, reported by `_tool` as an internal error (a user's missing path is a PathNotFoundError)
 LIBRARY_ERRORS = (HybridlabError,)
 
 
