@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from hybridlab.config import IndexConfig, SearchConfig
 from hybridlab.eval.evalsets import (
     EvalSet,
@@ -160,7 +162,6 @@ class Evaluator:
 
 def _shared_cache_free() -> bool:
     """Whether the shared embeddings cache can be opened for writing right now."""
-    import duckdb
 
     path = embedding_cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hybridlab.errors import InvalidValueError
 
 DEFAULT_PERMUTATIONS = 10_000
@@ -37,7 +39,6 @@ def randomization_test(
     seed: int = DEFAULT_SEED,
 ) -> float:
     """Two-sided p-value of mean(a - b) under random sign flips of the per-query differences."""
-    import numpy as np
 
     if permutations < 1:
         raise InvalidValueError(f"permutations must be >= 1, got {permutations}", field="permutations")
@@ -155,7 +156,6 @@ def mean_ci(
 ) -> Interval:
     """The mean of `values` with a `confidence` interval: Student's t (mean ± t·s/√n) or the
     percentile bootstrap (`resamples` resamples, fixed seed)."""
-    import numpy as np
 
     if not 0.0 < confidence < 1.0:
         raise InvalidValueError(f"confidence must be within (0, 1), got {confidence}", field="confidence")

@@ -17,6 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+import duckdb
+import numpy as np
+
 from hybridlab.errors import InvalidValueError, StoreError, StoreLockedError
 
 SCHEMA = """
@@ -55,7 +58,6 @@ def writer_memory_limit() -> str:
 def connect(path: Path, read_only: bool = False):
     """A DuckDB connection; a collision with another process becomes a clear message. Writers get a
     bounded buffer pool (`writer_memory_limit`)."""
-    import duckdb
 
     try:
         con = duckdb.connect(str(path), read_only=read_only)
@@ -124,7 +126,6 @@ def registered(con, name: str, columns: Mapping[str, Any]) -> Iterator[None]:
 
 def _scannable(values: Any) -> Any:
     """One column as a numpy array DuckDB reads with the right type (see `registered`)."""
-    import numpy as np
 
     if isinstance(values, np.ndarray) and values.dtype.kind in "biufO":
         return values
@@ -228,8 +229,6 @@ def scratch():
     global _SCRATCH, _SCRATCH_PID
     with _SCRATCH_LOCK:
         if _SCRATCH is None or _SCRATCH_PID != os.getpid():  # a forked child starts its own instance
-            import duckdb
-
             _SCRATCH = duckdb.connect(":memory:")
             _SCRATCH.execute(f"SET memory_limit = '{writer_memory_limit()}'")
             _SCRATCH_PID = os.getpid()
@@ -341,7 +340,6 @@ def open_segment(folder: Path, pinned: PinnedFiles | None = None):
     folder = Path(folder)
     if pinned is None and not is_parquet_segment(folder):
         return connect(folder / "store.duckdb", read_only=True)
-    import duckdb
 
     paths = pinned.paths if pinned is not None else {t: folder / parquet_file(t) for t in PARQUET_TABLES}
     con = ScratchConnection()
@@ -388,7 +386,6 @@ def connect_segments(
     held open. `inline`: a scratch connection whose tables are one more segment (the write-ahead
     log's rows, in memory), taken over by the returned connection. Readers never take a write lock,
     so a writer is never blocked."""
-    import duckdb
 
     con = ScratchConnection()
     inline_name = con.adopt(inline) if inline is not None else None

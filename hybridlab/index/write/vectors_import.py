@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from hybridlab.encoders.registry import external_spec, get_spec, register_external, register_recorded
@@ -44,8 +45,6 @@ def read_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
             raise InvalidValueError(f"{path}: {len(matrix)} vectors but {len(ids)} ids")
         rows = list(matrix)
     else:
-        import duckdb
-
         try:
             table = (
                 duckdb.connect()
