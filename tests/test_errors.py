@@ -72,11 +72,6 @@ BARE_RAISES: dict[str, list[tuple[str, str, str]]] = {
             "a broken installation, not a path the user gave",
         ),
         (
-            "encoders/late.py",
-            "lacks model.onnx or tokenizer.json",
-            "a broken installation, not a path the user gave",
-        ),
-        (
             "encoders/packaged_onnx.py",
             "is missing or not the file hybridlab knows",
             "a broken installation, not a path the user gave",

