@@ -125,7 +125,9 @@ def big_index(tmp_path_factory):
     index_paths(
         [source],
         root / "index",
-        IndexConfig(models=("wordllama",)),
+        IndexConfig(
+            models=("wordllama",), late_models=()
+        ),  # filters are the first stage's (no token vectors)
         progress=False,
         cache_path=root / "embeddings.duckdb",
     )
