@@ -149,5 +149,8 @@ def test_an_index_written_before_portable_names_still_meets_its_folder(tmp_path)
     assert registry.encoder_mismatch(old, now) == []
     assert registry.encoder_mismatch(old, {**now, "revision": "r2"}) == ["revision"]
     assert registry.encoder_mismatch({**old, "source": "BAAI/bge-base-en-v1.5"}, now) == ["source"]
-    with pytest.raises(ValueError, match="does not exist .an index written before issue 40 records a folder"):
+    with pytest.raises(
+        ValueError,
+        match="does not exist .an index written before folders were recorded by revision records a folder",
+    ):
         registry.canonical_name(str(tmp_path / "gone" / "tiny-bert"))
