@@ -211,9 +211,7 @@ def ranking(query: Query, setting: str) -> list[str]:
             weight if combination in late.COMBINATIONS else 1.0,
             combination if combination in late.COMBINATIONS else "convex",
         )
-        lift = 1.0 + max(0.0, max((h.score for h in query.head[depth:] + query.tail), default=0.0))
-        hits = [head[i]._replace(score=float(lift + m)) for i, m in zip(order.tolist(), mixed.tolist())]
-        hits += query.head[depth:] + query.tail
+        hits = pipeline.on_top(head, query.head[depth:] + query.tail, order, mixed)  # as the pipeline does
     grouped = pipeline.group(snapshot, hits, config)
     doc_ids = snapshot.generation.doc_ids
     ids = [doc_ids[h.row] for h in grouped]

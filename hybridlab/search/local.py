@@ -7,7 +7,6 @@ mix generations. Every one may be used by several threads at once.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -18,6 +17,7 @@ import numpy as np
 from hybridlab.errors import InvalidValueError
 from hybridlab.index.format import store
 from hybridlab.index.format.dense import DenseIndex, RowGather, SegmentedDense
+from hybridlab.index.format.embedding_cache import hashed_text
 from hybridlab.index.format.graph import expand_by_graph
 from hybridlab.index.format.lru import LruCache
 from hybridlab.index.format.sparse import SparseIndex
@@ -222,7 +222,7 @@ class DuckDBStore:
                 chunk_ids,
             )
         }
-        return [_hashed(*found[chunk_id]) for chunk_id in chunk_ids]
+        return [hashed_text(*found[chunk_id]) for chunk_id in chunk_ids]
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
         row = self._generation.store.fetchone(
@@ -233,11 +233,6 @@ class DuckDBStore:
     def counts(self) -> dict[str, Any]:
         with self._generation.store.connection() as con:
             return store.counts(con)
-
-
-def _hashed(sha: str | None, text: str) -> tuple[str, str]:
-    """(sha256 of the embedded text, the text); rows of stores written before the hash was kept get it here."""
-    return (sha or hashlib.sha256(text.encode("utf-8")).hexdigest(), text)
 
 
 DOCUMENT_FIELDS = (

@@ -807,6 +807,14 @@ def rerank_mix(hybrid: np.ndarray, cross: np.ndarray, weight: float) -> np.ndarr
     return weight * _min_max(cross) + (1.0 - weight) * _min_max(hybrid)
 
 
+def on_top(head: Sequence[Hit], tail: list[Hit], order: np.ndarray, scores: np.ndarray) -> list[Hit]:
+    """A re-scoring step's result: the `head` hits in `order` with their new `scores` (in that
+    order), each lifted by `1 + max(0, best score of the tail)` so they stay above the `tail`, which
+    follows unchanged: the run stays in rank order."""
+    lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
+    return [head[i]._replace(score=float(lift + s)) for i, s in zip(order.tolist(), scores.tolist())] + tail
+
+
 def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) -> Retrieval:
     """The retrieval with its top `rerank_depth` hits (chunks) re-scored by the cross-encoder
     `rerank_model` on (query, the chunk's embedded text) and re-ordered by :func:`rerank_mix`.
@@ -823,9 +831,8 @@ def rerank(snapshot: Snapshot, retrieval: Retrieval, query: str, score: Rerank) 
         score(config.rerank_model, clean_query(query), snapshot.store.passages(rows)), dtype=np.float64
     )
     mix = rerank_mix(np.array([hit.score for hit in head]), cross, config.rerank_weight)
-    lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
     order = np.lexsort((np.asarray(rows), -mix))
-    hits = [head[i]._replace(score=float(lift + mix[i])) for i in order.tolist()] + tail
+    hits = on_top(head, tail, order, mix[order])
     timings = {**retrieval.timings, "rerank_ms": (time.perf_counter() - started) * 1000}
     return dataclasses.replace(
         retrieval, hits=hits, timings=timings, reranked=dict(zip(rows, cross.tolist()))
@@ -849,8 +856,7 @@ def late_stage(snapshot: Snapshot, retrieval: Retrieval, query: str, models: Que
     order, mixed = late.reorder(
         rows, [hit.score for hit in head], maxsim, config.late_weight, config.late_combination
     )
-    lift = 1.0 + max(0.0, max((hit.score for hit in tail), default=0.0))
-    hits = [head[i]._replace(score=float(lift + m)) for i, m in zip(order.tolist(), mixed.tolist())] + tail
+    hits = on_top(head, tail, order, mixed)
     timings = {**retrieval.timings, "late_ms": (time.perf_counter() - started) * 1000}
     return dataclasses.replace(
         retrieval, hits=hits, timings=timings, late_scores=dict(zip(rows, maxsim.tolist()))

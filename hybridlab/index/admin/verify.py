@@ -8,12 +8,11 @@ from pathlib import Path
 
 from hybridlab.errors import HybridlabError, IndexFormatError
 from hybridlab.index.format import layout, store, wal
-from hybridlab.index.format.embedding_cache import text_sha256
 from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.format.tokens import TokenStore, store_folder
 from hybridlab.index.reader import consistency_problems, read_generation
 from hybridlab.index.write.build import apply_changes
-from hybridlab.index.write.tokens import store_token_vectors
+from hybridlab.index.write.tokens import segment_texts, store_token_vectors
 
 
 def _store_problems(folder: Path) -> list[str]:
@@ -116,12 +115,8 @@ def verify(index_dir: str | Path) -> list[str]:
 
 def _live_texts(generation) -> list[tuple[str, str]]:
     """(sha256, text) of every live chunk's embedded text."""
-    return [
-        (sha or text_sha256(text), text)
-        for sha, text in generation.store.fetchall(
-            "SELECT DISTINCT embed_sha256, COALESCE(embed_text, text) FROM chunks"
-        )
-    ]
+    with generation.store.connection() as con:
+        return segment_texts(con)
 
 
 def _token_problems(index_dir: Path, manifest: Manifest, generation) -> list[str]:

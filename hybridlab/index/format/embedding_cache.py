@@ -19,6 +19,12 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def hashed_text(sha: str | None, text: str) -> tuple[str, str]:
+    """(sha256, text) of a chunk's embedded text: its stored `embed_sha256`, or the hash computed for a
+    store written before the hash was kept."""
+    return (sha or text_sha256(text), text)
+
+
 def cache_model(model: str) -> str:
     """The embeddings cache's key of model `model`: a registry preset's name as it is (existing
     caches stay valid); any other model's name with its spec revision (sha256 of a folder's weight,

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from hybridlab.config import IndexConfig
 from hybridlab.encoders.late import LateSpec, canonical_late_name, get_late_spec, load_late_encoder
-from hybridlab.index.format.embedding_cache import text_sha256
+from hybridlab.index.format.embedding_cache import hashed_text, text_sha256
 from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.format.rows import chunk_document, indexed_text
 from hybridlab.index.format.tokens import TokenStore, store_folder
@@ -118,7 +118,7 @@ def _hashed(texts: Iterable[tuple[str, str]] | Iterable[str]) -> Iterable[tuple[
 def segment_texts(con: Any) -> list[tuple[str, str]]:
     """(sha256, text) of every chunk a segment's store holds, as it was embedded."""
     return [
-        (sha or text_sha256(text), text)
+        hashed_text(sha, text)
         for sha, text in con.execute(
             "SELECT DISTINCT embed_sha256, COALESCE(embed_text, text) FROM chunks"
         ).fetchall()
