@@ -5,7 +5,7 @@ stored as memories with nothing more, LoCoMo sessions) the engine's default firs
 per query; its top `MAX_DEPTH` chunks get MaxSim scores from token vectors stored as the index would
 store them (content-addressed, `hybridlab.index.format.tokens.TokenStore`). Every setting of the stage
 (depth x weight x combination) is then applied offline with the pipeline's own functions
-(`hybridlab.search.late.reorder`, then `pipeline.group`), and chosen by leave-one-origin-out: the
+(`hybridlab.search.late.reorder`, then the group step), and chosen by leave-one-origin-out: the
 setting that gains most on the other origins (mean relative gain of the primary metric) is scored on
 the held-out one. LoCoMo's two levels are one origin (held out together).
 
@@ -37,9 +37,10 @@ from hybridlab.eval.conversations.runner import BenchSettings, build_index
 from hybridlab.eval.evalsets import cache_root, get_evalset
 from hybridlab.eval.systems import open_evalset
 from hybridlab.index.format.tokens import TokenStore
-from hybridlab.search import late, pipeline
+from hybridlab.search import late
 from hybridlab.search.engine import Index, resolve_now
 from hybridlab.search.filters import Filters
+from hybridlab.search.pipeline import first_stage, group, records
 
 MAX_DEPTH = 100
 DEPTHS = (10, 20, 30, 50, 100)
@@ -53,8 +54,8 @@ class Query:
     """One query's first stage: its head hits (up to MAX_DEPTH), the hits below, MaxSim of the head."""
 
     qid: str
-    head: list[pipeline.Hit]
-    tail: list[pipeline.Hit]
+    head: list[records.Hit]
+    tail: list[records.Hit]
     maxsim: np.ndarray
     relevant: Mapping[str, int]  # doc id -> grade
     ranker: Any = None  # the snapshot (group) and config
@@ -141,19 +142,9 @@ class Vectors:
         return scores, (encoded - started) * 1000, (time.perf_counter() - encoded) * 1000
 
 
-def _first_stage(index: Index, text: str, now: Any) -> pipeline.Retrieval:
-    snapshot = index.snapshot()
-    return pipeline.retrieve(
-        snapshot,
-        text,
-        {"limit": 100},
-        Filters(),
-        None,
-        resolve_now(now),
-        index.config_file,
-        index.query_vector,
-        index.learned_ranker,
-    )
+def _first_stage(index: Index, text: str, now: Any) -> records.Retrieval:
+    asked = records.Search(text, {"limit": 100}, Filters(), None, resolve_now(now), index.config_file)
+    return first_stage.retrieve(index.snapshot(), asked, index.query_models)
 
 
 def collect(
@@ -211,8 +202,8 @@ def ranking(query: Query, setting: str) -> list[str]:
             weight if combination in late.COMBINATIONS else 1.0,
             combination if combination in late.COMBINATIONS else "convex",
         )
-        hits = pipeline.on_top(head, query.head[depth:] + query.tail, order, mixed)  # as the pipeline does
-    grouped = pipeline.group(snapshot, hits, config)
+        hits = records.on_top(head, query.head[depth:] + query.tail, order, mixed)  # as the pipeline does
+    grouped = group.group(snapshot, hits, config)
     doc_ids = snapshot.generation.doc_ids
     ids = [doc_ids[h.row] for h in grouped]
     return [qualify(i) for i in ids] if qualify else ids

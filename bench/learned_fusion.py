@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     apply_offline_environment()
     from hybridlab.eval.systems import open_evalset
-    from hybridlab.search import pipeline
     from hybridlab.search.filters import Filters
     from hybridlab.search.learned import model_path
+    from hybridlab.search.pipeline import scoring
 
     opened = open_evalset("scifact")
     index = opened.index
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 search_ms[name].append(index.run_response(query, **options).timings["search_ms"])
             retrieval = index._retrieve(query, {}, Filters(), None, now)
             started = time.perf_counter()
-            _, matrix = pipeline.candidate_features(
+            _, matrix = scoring.candidate_features(
                 index.snapshot(), retrieval.runs, retrieval.evidence, retrieval.facts, now, retrieval.config
             )
             features_ms.append((time.perf_counter() - started) * 1000)

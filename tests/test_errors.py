@@ -47,7 +47,7 @@ BARE_RAISES: dict[str, list[tuple[str, str, str]]] = {
         ("index/format/graph.py", "does not fit", READING),
         ("index/format/graph.py", "points outside the index", READING),
         (
-            "search/pipeline.py",
+            "search/pipeline/rerank.py",
             "cross-encoder scores",
             "an invariant of the cross-encoder: one score a passage",
         ),

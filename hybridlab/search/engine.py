@@ -20,9 +20,11 @@ from hybridlab.errors import DocumentNotFoundError, InvalidValueError
 from hybridlab.index.format import wal
 from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
-from hybridlab.search import listing, pipeline
+from hybridlab.search import listing
 from hybridlab.search.filters import Filters, parse_when
 from hybridlab.search.models import QueryModels
+from hybridlab.search.pipeline import first_stage, records, steps
+from hybridlab.search.pipeline.settings import choose_model
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
@@ -38,7 +40,7 @@ __all__ = [
     "resolve_now",
 ]
 
-MAX_QUERY_CHARS = pipeline.MAX_QUERY_CHARS
+MAX_QUERY_CHARS = records.MAX_QUERY_CHARS
 QUERY_CACHE_SIZE = 4096
 
 
@@ -239,7 +241,7 @@ class Index:
 
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
-        return pipeline.choose_model(self._snapshot, self.config_file, embedding_model, language)
+        return choose_model(self._snapshot, self.config_file, embedding_model, language)
 
     # ---------------------------------------------------------------- search
     make_filters = staticmethod(make_filters)
@@ -254,19 +256,10 @@ class Index:
         filters: Filters,
         boost_tags: Sequence[str] | None,
         now: datetime,
-    ) -> pipeline.Retrieval:
-        """Ranked hits with every retriever's run on the current snapshot (for tests and tools)."""
-        return pipeline.retrieve(
-            self._snapshot,
-            query,
-            options,
-            filters,
-            boost_tags,
-            now,
-            self.config_file,
-            lambda model, text: self.query_models.query_vector(self._snapshot, model, text),
-            self.query_models.learned_ranker,
-        )
+    ) -> records.Retrieval:
+        """The first stage's retrieval on the current snapshot (for tests and tools)."""
+        search = records.Search(query, options, filters, boost_tags, now, self.config_file)
+        return first_stage.retrieve(self._snapshot, search, self.query_models)
 
     def search(
         self,
@@ -353,9 +346,7 @@ class Index:
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
             raise InvalidValueError(f"tags must be non-empty strings, got {list(tag_list)!r}", field="tags")
         vectors_of = (
-            pipeline.choose_model(snapshot, self.config_file, embedding_model, None)
-            if embedding_model
-            else None
+            choose_model(snapshot, self.config_file, embedding_model, None) if embedding_model else None
         )
         filters = make_filters(
             tags=resolve_tags(tag_list, snapshot.tag_vocabulary) if tag_list else (),
@@ -367,24 +358,8 @@ class Index:
             embedding_model=vectors_of,
         )
         options = {**options, "embedding_model": embedding_model, "language": language}
-        retrieval, hits = self._ranked(snapshot, query, options, filters, tag_list, now)
-        results = pipeline.hydrate(snapshot, hits[: retrieval.config.limit], retrieval, query, explain)
-        return SearchResponse(results, retrieval.timings, retrieval.mode, snapshot.number)
-
-    def _ranked(
-        self,
-        snapshot: Snapshot,
-        query: str,
-        options: Mapping[str, Any],
-        filters: Filters,
-        tags: Sequence[str] | None,
-        now: str | datetime | None,
-    ) -> tuple[pipeline.Retrieval, list[pipeline.Hit]]:
-        """The retrieval, re-scored by the second stage and the rerank step, and its hits grouped by
-        document when `group_by_document` (:func:`pipeline.ranked`: the search runs there to its end)."""
-        return pipeline.ranked(
-            snapshot, query, options, filters, tags, resolve_now(now), self.config_file, self.query_models
-        )
+        asked = records.Search(query, options, filters, tag_list, resolve_now(now), self.config_file)
+        return steps.search(snapshot, asked, self.query_models, explain)
 
     def run(
         self,
@@ -411,13 +386,15 @@ class Index:
         (the current one: `run` does not look for a newer generation, call `refresh`)."""
         snapshot = self._snapshot
         options.setdefault("limit", 100)
-        retrieval, hits = self._ranked(
-            snapshot, query, options, filters or Filters(), None if tags is None else _tuple(tags), now
+        asked = records.Search(
+            query,
+            options,
+            filters or Filters(),
+            None if tags is None else _tuple(tags),
+            resolve_now(now),
+            self.config_file,
         )
-        doc_ids = snapshot.generation.doc_ids
-        return RunResponse(
-            {doc_ids[hit.row]: hit.score for hit in hits}, retrieval.timings, retrieval.mode, snapshot.number
-        )
+        return steps.run(snapshot, asked, self.query_models)
 
     # ---------------------------------------------------------------- documents and stats
     def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> dict[str, Any]:

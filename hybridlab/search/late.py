@@ -5,7 +5,7 @@ The first stage's top `late_depth` hits are scored by MaxSim (Khattab & Zaharia 
 query's token vectors and each chunk's stored ones, and re-ordered by a combination of that score
 with the first stage's: a convex combination of min-max normalised scores (Bruch et al. 2023), or
 weighted reciprocal ranks (Cormack et al. 2009). The hits below the depth keep their order under the
-re-scored ones, as with the cross-encoder (`hybridlab.search.pipeline.rerank`).
+re-scored ones, as with the cross-encoder (`hybridlab.search.pipeline.rerank`, the rerank step).
 
 The fused hit list holds every retriever's candidates (dense and BM25 to their depth), so a deep
 stage also finds the chunks only the dense retriever ranked, where BM25 has nothing to say.

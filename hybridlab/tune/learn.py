@@ -22,11 +22,12 @@ from hybridlab.eval.evaluate import score_per_query
 from hybridlab.eval.significance import paired_test
 from hybridlab.eval.systems import open_evalset, per_kind, system_runs
 from hybridlab.extras import require
-from hybridlab.search import evidence, features, pipeline
+from hybridlab.search import evidence, features
 from hybridlab.search.engine import resolve_now
 from hybridlab.search.features import FEATURE_NAMES
 from hybridlab.search.filters import Filters
 from hybridlab.search.learned import KINDS, base_logit, load_ranker, metadata, save_model, used_columns
+from hybridlab.search.pipeline import first_stage, runs, scoring, settings
 
 SETS = ("scifact", "cisi", "cranfield", "med", "memories", "holoviz")
 TRAIN_SPLIT = {"scifact": "train"}  # others: "all"
@@ -128,7 +129,7 @@ def examples(
     matrices, labels, groups = [], [], []
     for qid, text in judged.items():
         retrieval = index._retrieve(text, {"limit": EVAL_LIMIT}, Filters(), None, moment)
-        rows, matrix = pipeline.candidate_features(
+        rows, matrix = scoring.candidate_features(
             snapshot, retrieval.runs, retrieval.evidence, retrieval.facts, moment, retrieval.config
         )
         grades = qrels[qid]
@@ -149,7 +150,8 @@ def set_examples(name: str, split: str | None = None) -> Examples:
     opened = open_evalset(name)
     split = split or TRAIN_SPLIT.get(name, "all")
     sources = "".join(  # modules of the package: each has its source file
-        Path(cast(str, m.__file__)).read_text(encoding="utf-8") for m in (evidence, features, pipeline)
+        Path(cast(str, m.__file__)).read_text(encoding="utf-8")
+        for m in (evidence, features, settings, runs, scoring, first_stage)
     )
     key = hashlib.sha256(f"{opened.index_dir.name}/{split}/{sources}".encode()).hexdigest()[:12]
     path = CACHE / f"{name}-{split}-{key}.npz"  # a new index or feature code: extracted again

@@ -393,8 +393,8 @@ def test_writer_threads_storing_updating_and_folding_while_others_search(tmp_pat
     equal to the same search run single-threaded afterwards on the generation it answered from."""
     from datetime import UTC, datetime
 
-    from hybridlab.search import pipeline
     from hybridlab.search.filters import Filters
+    from hybridlab.search.pipeline import first_stage, records
 
     index_dir = _base(tmp_path, embedding_cache_path, n=30)
     now = datetime(2026, 11, 1, tzinfo=UTC)
@@ -405,9 +405,8 @@ def test_writer_threads_storing_updating_and_folding_while_others_search(tmp_pat
     writing.set()
 
     def ranked(index, snapshot, query: str) -> list[tuple[str, float]]:
-        retrieval = pipeline.retrieve(
-            snapshot, query, {"limit": 10}, Filters(), None, now, index.config_file, index.query_vector
-        )
+        asked = records.Search(query, {"limit": 10}, Filters(), None, now, index.config_file)
+        retrieval = first_stage.retrieve(snapshot, asked, index.query_models)
         doc_ids = snapshot.generation.doc_ids
         return [(doc_ids[hit.row], round(float(hit.score), 9)) for hit in retrieval.hits[:10]]
 

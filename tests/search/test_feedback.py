@@ -118,7 +118,8 @@ def test_cli_takes_the_feedback_flags(capsys, memory_index_dir):  # noqa: F811
 
 # ------------------------------------------------------------------ document scores from all chunks
 def test_document_scores_sum_a_documents_chunks_with_decay():
-    from hybridlab.search.pipeline import Hit, document_scores
+    from hybridlab.search.pipeline.group import document_scores
+    from hybridlab.search.pipeline.records import Hit
 
     doc_ids = ["a", "a", "b", "a", "c"]
     hits = [

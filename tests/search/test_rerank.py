@@ -14,9 +14,9 @@ from test_search import NOW, write_memories
 
 from hybridlab.config import IndexConfig, SearchConfig, resolve_search_config
 from hybridlab.encoders.cross_encoder import load_reranker
-from hybridlab.search import pipeline
 from hybridlab.search.engine import open_index, resolve_now
 from hybridlab.search.filters import Filters
+from hybridlab.search.pipeline import rerank
 
 QUERY = "where is the public endpoint of the tunnel server"
 
@@ -61,6 +61,13 @@ def fake_scores(table: dict[str, float]):
     return score
 
 
+class FakeModels:
+    """The query models the rerank step asks: only the cross-encoder, `fake_scores(table)`."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.rerank_scores = fake_scores(table)
+
+
 # ------------------------------------------------------------------ off = today
 def test_rerank_off_is_exactly_todays_search(index):
     plain = index.search_response(QUERY, limit=8, now=NOW, explain=True)
@@ -70,20 +77,20 @@ def test_rerank_off_is_exactly_todays_search(index):
     assert plain.results[0].explain["rerank_score"] is None and plain.results[0].explain["rerank_depth"] == 0
     assert index.run(QUERY, now=NOW) == index.run(QUERY, now=NOW, rerank_depth=0)
     retrieval = index._retrieve(QUERY, {}, Filters(), None, resolve_now(NOW))
-    assert pipeline.rerank(index.snapshot(), retrieval, QUERY, fake_scores({})) is retrieval
+    assert rerank.rerank(index.snapshot(), retrieval, FakeModels({})) is retrieval
 
 
 # ------------------------------------------------------------------ the mix, by hand
 def test_rerank_mix_formula():
     hybrid, cross = np.array([0.9, 0.5, 0.1]), np.array([-2.0, 6.0, 2.0])
     # cross' = (-2, 6, 2) -> (0, 1, 0.5); hybrid' = (0.9, 0.5, 0.1) -> (1, 0.5, 0)
-    np.testing.assert_allclose(pipeline.rerank_mix(hybrid, cross, 1.0), [0.0, 1.0, 0.5])
-    np.testing.assert_allclose(pipeline.rerank_mix(hybrid, cross, 0.0), [1.0, 0.5, 0.0])
-    np.testing.assert_allclose(pipeline.rerank_mix(hybrid, cross, 0.25), [0.75, 0.625, 0.125])
-    np.testing.assert_allclose(pipeline.rerank_mix(np.ones(2), np.ones(2), 0.5), [1.0, 1.0])  # flat -> 1
+    np.testing.assert_allclose(rerank.rerank_mix(hybrid, cross, 1.0), [0.0, 1.0, 0.5])
+    np.testing.assert_allclose(rerank.rerank_mix(hybrid, cross, 0.0), [1.0, 0.5, 0.0])
+    np.testing.assert_allclose(rerank.rerank_mix(hybrid, cross, 0.25), [0.75, 0.625, 0.125])
+    np.testing.assert_allclose(rerank.rerank_mix(np.ones(2), np.ones(2), 0.5), [1.0, 1.0])  # flat -> 1
     assert list(hybrid) == [0.9, 0.5, 0.1] and list(cross) == [-2.0, 6.0, 2.0]  # inputs untouched
     with pytest.raises(ValueError, match="2 hybrid scores but 3"):
-        pipeline.rerank_mix(hybrid[:2], cross, 0.5)
+        rerank.rerank_mix(hybrid[:2], cross, 0.5)
 
 
 def test_rerank_reorders_the_head_and_keeps_the_tail(index):
@@ -97,8 +104,8 @@ def test_rerank_reorders_the_head_and_keeps_the_tail(index):
         "ms-marco-MiniLM-L-12-v2", QUERY, snapshot.store.passages([h.row for h in head])
     )
     deeper = dataclasses.replace(before, config=dataclasses.replace(before.config, rerank_depth=4))
-    after = pipeline.rerank(snapshot, deeper, QUERY, fake_scores(table))
-    expected_mix = pipeline.rerank_mix(np.array([h.score for h in head]), cross, 1.0)
+    after = rerank.rerank(snapshot, deeper, FakeModels(table))
+    expected_mix = rerank.rerank_mix(np.array([h.score for h in head]), cross, 1.0)
     lift = 1.0 + max(0.0, before.hits[4].score)
     order = np.lexsort(([h.row for h in head], -expected_mix))
     assert [h.row for h in after.hits[:4]] == [head[i].row for i in order]
@@ -114,7 +121,7 @@ def test_rerank_reorders_the_head_and_keeps_the_tail(index):
 
 def test_weight_mixes_min_max_normalised_scores(index, monkeypatch):
     table = {"Nuremberg": 3.0, "Falkenstein": 1.0}
-    monkeypatch.setattr(index, "rerank_scores", fake_scores(table))
+    monkeypatch.setattr(index.query_models, "rerank_scores", fake_scores(table))
     base = index.search_response(QUERY, limit=3, now=NOW, explain=True, group_by_document=False).results
     for weight in (1.0, 0.5, 0.0):
         results = index.search(
@@ -130,7 +137,7 @@ def test_weight_mixes_min_max_normalised_scores(index, monkeypatch):
         ce = {r.chunk_id: r.explain["rerank_score"] for r in results}
         assert set(ce) == set(hybrid)
         ids = sorted(hybrid)
-        mix = pipeline.rerank_mix(np.array([hybrid[i] for i in ids]), np.array([ce[i] for i in ids]), weight)
+        mix = rerank.rerank_mix(np.array([hybrid[i] for i in ids]), np.array([ce[i] for i in ids]), weight)
         expected = sorted(zip(ids, mix), key=lambda pair: -pair[1])
         assert [r.chunk_id for r in results] == [i for i, _ in expected]
         if weight == 0.0:

@@ -147,7 +147,12 @@ def test_an_invalid_setting_is_a_tool_error_naming_it(index_dir, monkeypatch):
 @pytest.mark.parametrize(
     ("tool", "arguments", "target", "error"),
     [  # bare built-in errors raised inside the library: bugs, whatever their type
-        ("search", {"query": "walrus"}, "hybridlab.search.pipeline.combine", ValueError("boom 0x2a")),
+        (
+            "search",
+            {"query": "walrus"},
+            "hybridlab.search.pipeline.first_stage.combine",
+            ValueError("boom 0x2a"),
+        ),
         ("get_document", {"doc_id": "m1"}, "hybridlab.search.engine._document", KeyError("boom 0x2a")),
         (
             "store_memory",

@@ -1,7 +1,7 @@
 """One snapshot per response (issue 40 item 3): the texts `search` returns (content="chunk" or
 "full") come from the generation that ranked the hits, even when a writer commits a newer one while
 the search runs. Driven by the SDK's client; the commit is made between ranking and texts by wrapping
-`pipeline.hydrate`, the search's last step before the tool reads texts."""
+the pipeline's hydrate step, the search's last step before the tool reads texts."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def server(tmp_path):
 def test_search_texts_come_from_the_generation_that_ranked(server, monkeypatch, content):
     from mcp import Client
 
-    from hybridlab.search import pipeline
+    from hybridlab.search.pipeline import hydrate as hydration
 
-    hydrate, service = pipeline.hydrate, server.service
+    hydrate, service = hydration.hydrate, server.service
 
     def hydrate_then_commit(snapshot, *args, **kwargs):
         results = hydrate(snapshot, *args, **kwargs)
@@ -43,9 +43,9 @@ def test_search_texts_come_from_the_generation_that_ranked(server, monkeypatch, 
 
     async def session() -> dict:
         async with Client(server) as client:
-            monkeypatch.setattr(pipeline, "hydrate", hydrate_then_commit)
+            monkeypatch.setattr(hydration, "hydrate", hydrate_then_commit)
             found = await client.call_tool("search", {"query": "walrus deploys", "content": content})
-            monkeypatch.setattr(pipeline, "hydrate", hydrate)
+            monkeypatch.setattr(hydration, "hydrate", hydrate)
             after = await client.call_tool("search", {"query": "walrus deploys", "content": content})
             assert not after.is_error and after.structured_content["results"][0]["text"] == NEW
             return found

@@ -1,0 +1,40 @@
+"""The hydrate step: SearchResults of the ranked hits (texts, tags and dates from the store, snippets,
+`explain` when asked)."""
+
+from __future__ import annotations
+
+from hybridlab.search.pipeline.explain import explain, feature_table
+from hybridlab.search.pipeline.records import Retrieval
+from hybridlab.search.results import SearchResult, iso_utc, make_snippet
+from hybridlab.search.snapshot import Snapshot
+
+
+def hydrate(snapshot: Snapshot, retrieval: Retrieval, with_explain: bool) -> list[SearchResult]:
+    """SearchResults of the retrieval's first `limit` hits, ranked from 1: texts, tags and dates
+    from the store, snippets."""
+    hits = retrieval.hits[: retrieval.config.limit]
+    if not hits:
+        return []
+    generation = snapshot.generation
+    details = snapshot.store.details([hit.row for hit in hits])
+    table = feature_table(snapshot, retrieval) if with_explain else None  # once, not per hit
+    results = []
+    for rank, (hit, (text, doc_tags, when)) in enumerate(zip(hits, details), start=1):
+        row = hit.row
+        results.append(
+            SearchResult(
+                rank=rank,
+                doc_id=generation.doc_ids[row],
+                chunk_id=int(generation.chunk_ids[row]),
+                title=generation.titles[row],
+                section=generation.sections[row],
+                score=round(hit.score, 6),
+                snippet=make_snippet(text, retrieval.query, retrieval.config.snippet_chars),
+                collection=generation.collections[row],
+                chunk_type=generation.chunk_types[row],
+                tags=tuple(doc_tags or ()),
+                updated_at=iso_utc(when),
+                explain=explain(snapshot, hit, retrieval, table) if with_explain else None,
+            )
+        )
+    return results
