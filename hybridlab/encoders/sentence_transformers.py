@@ -10,13 +10,12 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec, package_model_path
 from hybridlab.errors import InvalidValueError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["DEVICE_ENV", "SentenceTransformerEncoder", "folder_sha256", "load_custom", "resolve_device"]
 

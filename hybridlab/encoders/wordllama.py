@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from hybridlab.encoders.base import Encoder, ModelSpec
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 class WordLlamaEncoder(Encoder):
