@@ -428,7 +428,7 @@ def measure_hybridlab_quality(arguments: Mapping[str, Any]) -> dict[str, Any]:
     shared = Path(arguments["shared_dir"])
     judged = json.loads((shared / "judged_queries.json").read_text())
     qrels = json.loads((shared / "qrels.json").read_text())
-    index.encode_queries(index.models[0], list(judged.values()))
+    index.query_models.encode_queries(index.snapshot(), index.models[0], list(judged.values()))
     result = {}
     for mode in arguments["modes"]:
         for filtered in (False, True):
@@ -450,10 +450,10 @@ def prepare_queries(arguments: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("latency", "judged"):
         data = json.loads((shared / f"{name}_queries.json").read_text())
         texts = data if isinstance(data, list) else list(data.values())
-        index.encode_queries(model, texts)
+        index.query_models.encode_queries(index.snapshot(), model, texts)
         np.save(
             shared / f"{name}_vectors.npy",
-            np.stack([index.query_vector(model, t) for t in texts]),
+            np.stack([index.query_models.query_vector(index.snapshot(), model, t) for t in texts]),
             allow_pickle=False,
         )
     return {"model": model}

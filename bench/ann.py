@@ -51,8 +51,8 @@ def measure_ann(arguments: Mapping[str, Any]) -> dict[str, Any]:
     queries = list(arguments["queries"])
     repeats = int(arguments["repeats"])
     model = exact.models[0]
-    exact.encode_queries(model, queries)
-    approx.encode_queries(model, queries)
+    exact.query_models.encode_queries(exact.snapshot(), model, queries)
+    approx.query_models.encode_queries(approx.snapshot(), model, queries)
     dense = approx.dense[model]
     default_ef = dense.ef_search
     rows = []

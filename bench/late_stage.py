@@ -177,7 +177,9 @@ def collect(
         if cross:
             started = time.perf_counter()
             passages = snapshot.store.passages([hit.row for hit in head[:CROSS_DEPTH]])
-            query.cross = np.asarray(index.rerank_scores(CROSS_MODEL, text, passages), dtype=np.float64)
+            query.cross = np.asarray(
+                index.query_models.rerank_scores(CROSS_MODEL, text, passages), dtype=np.float64
+            )
             cross_ms.append((time.perf_counter() - started) * 1000)
         collection.queries.append(query)
     if cross_ms:

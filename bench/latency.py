@@ -47,7 +47,7 @@ def mode_options(mode: str) -> dict[str, Any]:
 
 def time_encoding(index, model: str, queries: Sequence[str], repeats: int) -> list[list[float]]:
     """Per repeat, the milliseconds the index's encoder takes for each query alone (a batch of one)."""
-    encoder = index.encoder(model)
+    encoder = index.query_models.encoder(index.snapshot(), model)
     for query in queries[:WARMUP]:
         encoder.encode_queries([query])
     runs = []
@@ -163,17 +163,21 @@ def measure_index(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
             torch.set_num_threads(1)
         if ENCODERS[encoder] is None:
-            index._encoders.pop(model, None)
+            index.query_models._encoders.pop(model, None)
         else:
-            index._encoders[model] = load_encoder(ENCODERS[encoder])  # same MiniLM weights, another runtime
+            index.query_models._encoders[model] = load_encoder(
+                ENCODERS[encoder]
+            )  # same MiniLM weights, another runtime
         runtime = getattr(
-            getattr(index.encoder(model), "spec", None), "name", type(index.encoder(model)).__name__
+            getattr(index.query_models.encoder(index.snapshot(), model), "spec", None),
+            "name",
+            type(index.query_models.encoder(index.snapshot(), model)).__name__,
         )
         known = arguments.get("encode_runs") or {}
         encode_runs = known.get(encoder) or time_encoding(index, model, queries, int(arguments["repeats"]))
         measured_encoding[encoder] = encode_runs
-        index._query_vectors.clear()
-        index.encode_queries(model, queries)
+        index.query_models._query_vectors.clear()
+        index.query_models.encode_queries(index.snapshot(), model, queries)
         modes = arguments["modes"] if encoder == "torch" else [m for m in arguments["modes"] if m != "bm25"]
         for mode in modes:
             for filtered in [False, True] if encoder == "torch" else [False]:

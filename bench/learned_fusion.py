@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     opened = open_evalset("scifact")
     index = opened.index
     queries = list(opened.evalset.dataset("test").queries.values())[: args.queries]
-    index.encode_queries(index.choose_model(None, None), queries)
+    index.query_models.encode_queries(index.snapshot(), index.choose_model(None, None), queries)
     models = {"learned": args.model, **({"learned-before": args.before} if args.before else {})}
-    rankers = {name: index.learned_ranker(folder) for name, folder in models.items()}
+    rankers = {name: index.query_models.learned_ranker(folder) for name, folder in models.items()}
     systems = {
         "default": {},
         **{name: {"fusion": "learned", "learned_model": folder} for name, folder in models.items()},

@@ -65,7 +65,9 @@ def run(work: Path) -> dict[str, Any]:
             seconds.append(time.perf_counter() - started)
         model = next(iter(memory.vectors))  # before issue 40: the same text embedded as a query
         chunk = chunk_document(memory.document, memory.config)[0]
-        query = index.query_vector(model, indexed_text(chunk, memory.document, memory.config.chunk))
+        query = index.query_models.query_vector(
+            index.snapshot(), model, indexed_text(chunk, memory.document, memory.config.chunk)
+        )
         pairs.append((found, nearest_memory(index.snapshot(), {model: query}, exclude=exclude)))
         return found
 

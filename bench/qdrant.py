@@ -385,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     local = open_index(index_dir)
     remote = Index(index_dir, backend=qdrant.qdrant_backend(client, "parity"))
     model = local.choose_model(None, None)
-    local.encode_queries(model, list(queries.values()))
-    remote.encode_queries(model, list(queries.values()))
+    local.query_models.encode_queries(local.snapshot(), model, list(queries.values()))
+    remote.query_models.encode_queries(remote.snapshot(), model, list(queries.values()))
     rows = []
     for name, options in CONDITIONS.items():
         ours, theirs = (

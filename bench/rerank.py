@@ -153,9 +153,9 @@ def measure_grid(
             "a pair-score file would make the timed rerank cost meaningless; use it with --untimed"
         )
     model = index.choose_model(None, None)
-    index.encode_queries(model, list(queries.values()))
-    cache = PairCache(index.rerank_scores, pair_cache)
-    index.rerank_scores = cache  # this Index only: every rerank of the grid goes through the cache
+    index.query_models.encode_queries(index.snapshot(), model, list(queries.values()))
+    cache = PairCache(index.query_models.rerank_scores, pair_cache)
+    index.query_models.rerank_scores = cache  # type: ignore[method-assign]  # every rerank of the grid goes through the cache
     outcomes: dict[str, dict[str, Any]] = {}
     base_run, base_timings = runs_of(index, queries, now)
     base_metrics, base_per_query = scored(qrels, base_run)
@@ -305,7 +305,7 @@ def measure_models(
             seconds = time.perf_counter() - started
             entry: dict[str, Any] = {"index": folder.name, "ensure_index_s": round(seconds, 1), "systems": {}}
             with open_index(folder) as index:
-                index.encode_queries(model, list(queries.values()))
+                index.query_models.encode_queries(index.snapshot(), model, list(queries.values()))
                 entry["chunks"] = index.n_chunks
                 for system, options in model_systems(evalset).items():
                     run, _ = runs_of(index, queries, evalset.now, **options)

@@ -168,7 +168,7 @@ def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> se
     graph = index.graphs.get(model)
     if hops and graph is not None and len(rows):
         dense = index.dense[model]
-        vector = index.query_vector(model, query)
+        vector = index.query_models.query_vector(index.snapshot(), model, query)
         ids, scores = dense.score_ids(vector, index.chunk_ids[rows])
         grown, _ = expand_by_graph(
             dense.vectors, graph, vector, np.searchsorted(dense.ids, ids), scores, hops=hops, seeds=seeds
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     queries = {qid: dataset.queries[qid] for qid in dataset.qrels if qid in dataset.queries}
     model = index.choose_model(None, None)
     started = time.perf_counter()
-    index.encode_queries(model, list(queries.values()))
+    index.query_models.encode_queries(index.snapshot(), model, list(queries.values()))
     encode_s = time.perf_counter() - started
     fusion = {"fusion": args.fusion} if args.fusion else {}
     if args.seeds is not None:

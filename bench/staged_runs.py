@@ -46,7 +46,8 @@ def run_condition(index, queries: Mapping[str, str], *, repeats: int = 1, **opti
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if options.get("mode", "hybrid") != "bm25" and options.get("alpha", 1) != 0 and index.dense:
-        index.encode_queries(
+        index.query_models.encode_queries(
+            index.snapshot(),
             index.choose_model(options.get("embedding_model"), options.get("language")),
             list(queries.values()),
         )

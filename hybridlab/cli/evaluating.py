@@ -219,7 +219,7 @@ def _use_query_vectors(index, args: argparse.Namespace, queries: dict[str, str])
             f"{args.query_vectors} holds {dim}-d vectors but the index's {model!r} vectors are "
             f"{index.dense[model].dim}-d"
         )
-    index.put_query_vectors(model, {queries[qid]: vector for qid, vector in vectors.items()})
+    index.query_models.put_query_vectors(model, {queries[qid]: vector for qid, vector in vectors.items()})
 
 
 def _eval_runs(args: argparse.Namespace) -> int:

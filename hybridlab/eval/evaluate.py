@@ -30,7 +30,7 @@ def make_run(index, queries: Mapping[str, str], *, progress: bool = False, **opt
     if mode != "bm25" and options.get("alpha", 1) != 0 and index.dense:
         try:
             model = index.choose_model(options.get("embedding_model"), options.get("language"))
-            index.encode_queries(model, list(queries.values()))
+            index.query_models.encode_queries(index.snapshot(), model, list(queries.values()))
         except ValueError:
             pass
     run: Run = {}

@@ -133,6 +133,14 @@ class QueryModels:
                 self._late[(index_dir, name)] = LateScorer(spec, store, lambda: load_late_encoder(spec))
             return self._late[(index_dir, name)]
 
+    def warm_late(self, snapshot: Snapshot, queries: Sequence[str]) -> None:
+        """Load the query encoder of every late-interaction model the index stores and encode
+        `queries` with it, so the first search's second stage does not wait for the load."""
+        for name in snapshot.generation.manifest.late:
+            scorer = self.late_scorer(snapshot, name)
+            for query in queries:
+                self.late_query(scorer, query)
+
     def late_query(self, scorer: LateScorer, query: str) -> np.ndarray:
         """The query's token vectors (cached like dense query vectors)."""
         return self._late_queries.get_or_compute(

@@ -123,7 +123,9 @@ def examples(
     (the default settings, `limit` as in evaluation); queries without a relevant candidate are left out."""
     judged = {qid: text for qid, text in queries.items() if any(g > 0 for g in qrels.get(qid, {}).values())}
     if index.dense:
-        index.encode_queries(index.choose_model(None, None), list(judged.values()))
+        index.query_models.encode_queries(
+            index.snapshot(), index.choose_model(None, None), list(judged.values())
+        )
     snapshot, moment = index.snapshot(), resolve_now(now)
     doc_ids = snapshot.generation.doc_ids
     matrices, labels, groups = [], [], []

@@ -38,9 +38,9 @@ def _vectors(index_dir, model: str) -> dict[str, np.ndarray]:
         doc_of = {chunk: doc for chunk, doc, _ in rows}
         out = {doc_of[int(i)]: np.array(v) for i, v in zip(dense.ids, dense.vectors, strict=True)}
         out["@texts"] = {doc: text for _, doc, text in rows}
-        out["@query"] = np.array(index.query_vector(model, QUERY))
+        out["@query"] = np.array(index.query_models.query_vector(index.snapshot(), model, QUERY))
         out["@hits"] = index.search(QUERY, embedding_model=model, mode="vector", limit=3)
-        out["@stats"] = index.stats()["models"]
+        out["@stats"] = index.stats().to_dict()["models"]
     return out
 
 

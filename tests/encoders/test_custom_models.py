@@ -152,7 +152,11 @@ def test_index_search_and_eval_with_a_folder_model(tiny, capsys):
         assert sorted(hit.doc_id for hit in hits) == ["d1", "d2", "d3"]
         # queries are encoded by the recorded model with its query prompt; scores = cosines
         query = load_encoder(tiny["model"]).encode_queries(["vitamin D fractures"])[0]
-        assert np.allclose(index.query_vector("tiny-bert", "vitamin D fractures"), query, atol=1e-6)
+        assert np.allclose(
+            index.query_models.query_vector(index.snapshot(), "tiny-bert", "vitamin D fractures"),
+            query,
+            atol=1e-6,
+        )
         raw = load_encoder(tiny["model"]).model.encode(
             ["query: vitamin D fractures"], normalize_embeddings=True
         )[0]
@@ -217,7 +221,7 @@ def test_a_manifest_without_an_encoder_record_still_searches(tiny, tmp_path):
     (index / "manifest.json").write_text(json.dumps(data))
     with open_index(index) as opened:
         assert len(opened.search("vitamin", mode="vector", limit=3)) == 3
-        assert [info["encoder"] for info in opened.stats()["models"].values()] == [None]
+        assert [info.encoder for info in opened.stats().models.values()] == [None]
 
 
 def test_hub_ids_load_through_sentence_transformers_only(monkeypatch):

@@ -90,7 +90,9 @@ def test_prompts_and_max_length_are_recorded_and_used_for_queries(corpus, tmp_pa
         finally:
             plain.max_seq_length = plain_max
         assert np.allclose(opened.dense[model].vectors, expected, atol=1e-5)
-        assert np.allclose(opened.query_vector(model, "vitamin D"), query, atol=1e-5)
+        assert np.allclose(
+            opened.query_models.query_vector(opened.snapshot(), model, "vitamin D"), query, atol=1e-5
+        )
     capsys.readouterr()
     assert cli.main(["stats", "--index", str(index)]) == 0
     assert "'query_prefix': 'search: '" in capsys.readouterr().out

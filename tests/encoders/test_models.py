@@ -259,7 +259,7 @@ def test_search_results_are_the_same_with_either_query_backend(tiny_index, monke
     for backend in ("torch", "onnx"):
         monkeypatch.setenv("HYBRIDLAB_QUERY_BACKEND", backend)
         with open_index(tiny_index) as index:
-            assert type(index.encoder(MINILM)).__name__ == (
+            assert type(index.query_models.encoder(index.snapshot(), MINILM)).__name__ == (
                 "OnnxEncoder" if backend == "onnx" else "SentenceTransformerEncoder"
             )
             results[backend] = [

@@ -243,7 +243,7 @@ def test_bad_vector_files_are_refused_and_the_index_kept(made, tmp_path, capsys)
     with open_index(index) as opened:  # the previous index still answers, its vectors as imported
         assert opened.search("aspirin", mode="bm25", limit=1)[0].doc_id == "d2"
         query = load_encoder(made["model"]).encode_queries(["aspirin heart attack"])
-        opened.put_query_vectors("outside", {"aspirin heart attack": query[0]})
+        opened.query_models.put_query_vectors("outside", {"aspirin heart attack": query[0]})
         assert len(opened.search("aspirin heart attack", mode="vector", limit=3)) == 3
     capsys.readouterr()
     assert _eval(made, index, tmp_path / "x.run", "--query-vectors", str(tmp_path / "twice.npy")) == 2

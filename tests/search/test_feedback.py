@@ -67,7 +67,7 @@ def test_feedback_scores_the_dense_run_with_the_moved_query(index, staged):  # n
     model = moved.model
     vectors = index._snapshot.dense[model]
     _, seed_vectors = vectors.vectors(np.asarray(moved.feedback_rows))
-    expected = rocchio(index.query_vector(model, query), seed_vectors, 0.5)
+    expected = rocchio(index.query_models.query_vector(index.snapshot(), model, query), seed_vectors, 0.5)
     rows, scores = vectors.score(expected, np.fromiter(moved.runs["dense"], np.int64))
     assert np.allclose(scores, [moved.runs["dense"][row] for row in rows.tolist()], atol=1e-5)
     assert moved.runs["bm25"] == plain.runs["bm25"]

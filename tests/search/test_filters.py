@@ -184,6 +184,8 @@ def test_rare_filter_results_are_the_best_of_the_allowed_set(big_index):
     model = index.choose_model(None, None)
     ids = np.asarray(sorted(rare["tag"]), dtype=np.int64)
     chunk_ids = index.chunk_ids[ids]  # one chunk per memory, in id order
-    _, scores = index.dense[model].score_ids(index.query_vector(model, query), chunk_ids)
+    _, scores = index.dense[model].score_ids(
+        index.query_models.query_vector(index.snapshot(), model, query), chunk_ids
+    )
     best = [f"m{ids[i]:05d}" for i in np.lexsort((ids, -scores))[:5]]
     assert [r.doc_id for r in results] == best

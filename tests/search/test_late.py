@@ -365,7 +365,7 @@ def test_builds_in_a_shared_token_store_block_encode_each_text_once(tmp_path, mo
 
 def test_warming_loads_the_stored_late_models_query_encoder(late_index):
     with open_index(late_index) as index:
-        index.warm_late_models(["what is the tunnel endpoint"])
+        index.query_models.warm_late(index.snapshot(), ["what is the tunnel endpoint"])
         scorer = index.query_models.late_scorer(index.snapshot(), "answerai-colbert-small")
         cached = index.query_models._late_queries.get((scorer.spec.key, "what is the tunnel endpoint"))
     assert cached is not None and cached.shape[1] == 128

@@ -125,7 +125,9 @@ def test_learned_fusion_through_the_engine(opened_tiny_index, tmp_path):
     explained = results[0].explain
     assert explained["fusion"] == "learned" and explained["learned_model"] == str(tmp_path)
     assert list(explained["features"]) == list(FEATURE_NAMES)
-    assert index.learned_ranker(str(tmp_path)) is index.learned_ranker(str(tmp_path))  # loaded once
+    assert index.query_models.learned_ranker(str(tmp_path)) is index.query_models.learned_ranker(
+        str(tmp_path)
+    )  # loaded once
     assert SearchConfig(fusion="learned").learned_model == ""
     with pytest.raises(FileNotFoundError, match="learn-fusion"):
         index.search("cache", fusion="learned", learned_model=str(tmp_path / "none"))

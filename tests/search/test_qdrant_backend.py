@@ -158,7 +158,7 @@ def test_server_side_fusion_agrees_with_client_side(remote):
     snapshot = remote.snapshot()
     model = snapshot.models[0]
     for query in QUERIES:
-        vector = remote.query_vector(model, query)
+        vector = remote.query_models.query_vector(remote.snapshot(), model, query)
         for fusion in ("rrf", "dbsf"):
             server = qdrant.server_fusion(
                 snapshot, query, vector, model, fusion=fusion, rrf_k=60, depth=100, limit=10

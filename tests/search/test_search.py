@@ -411,7 +411,7 @@ def test_staged_grows_its_pool_along_the_corpus_graph(index):
     neighbours = {int(to_index[n]) for s in seeds for n in index.graphs[model][dense_row[s]] if n >= 0}
     assert extra <= neighbours
     # the added rows carry their exact cosine
-    vector = index.query_vector(model, "the tunnel server public endpoint")
+    vector = index.query_models.query_vector(index.snapshot(), model, "the tunnel server public endpoint")
     for row in extra:
         expected = float(index.dense[model].vectors[dense_row[row]] @ vector)
         assert outcome.runs["dense"][row] == pytest.approx(expected, abs=1e-5)
@@ -429,7 +429,7 @@ def test_fill_dense_gives_bm25_only_candidates_their_exact_cosine(index):
     assert bm25_only, "BM25's best (m03) is not the dense retriever's best (m04) here"
     filled = index._retrieve(query, dict(options, fill_dense=True), Filters(), [], resolve_now(NOW))
     assert set(filled.runs["dense"]) == set(plain.runs["dense"]) | set(plain.runs["bm25"])
-    vector = index.query_vector(filled.model, query)
+    vector = index.query_models.query_vector(index.snapshot(), filled.model, query)
     dense = index.dense[filled.model]
     for row in bm25_only:
         expected = float(dense.vectors[int(np.searchsorted(dense.ids, index.chunk_ids[row]))] @ vector)
@@ -571,8 +571,8 @@ def test_cli_unknown_collection_is_a_one_line_error(capsys, memory_index_dir):
 
 
 def test_search_by_tag_newest_first_and_variant_spelling(index):
-    assert [d["doc_id"] for d in index.search_by_tag(["Architecture"])] == ["m07", "m06", "m05", "m02"]
-    assert [d["doc_id"] for d in index.search_by_tag(["rate_limiting"], match="any")] == ["m12", "m11"]
+    assert [d.doc_id for d in index.search_by_tag(["Architecture"])] == ["m07", "m06", "m05", "m02"]
+    assert [d.doc_id for d in index.search_by_tag(["rate_limiting"], match="any")] == ["m12", "m11"]
 
 
 def test_staged_falls_back_when_its_candidates_cannot_fill_the_limit(index):
