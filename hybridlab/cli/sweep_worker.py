@@ -1,8 +1,8 @@
 """One worker of a shared Optuna sweep: the process `hybridlab sweep --workers N` starts N of
-(``python -m hybridlab.cli.sweep_worker``, the command line :meth:`hybridlab.tune.sweep._StudySettings.worker_argv`
+(``python -m hybridlab.cli.sweep_worker``, the command line :meth:`hybridlab.tune.sweep.workers.StudySettings.worker_argv`
 writes), and the command that adds another machine's workers to a study on shared storage
 (docs/scale-out.md). It joins the study and works until the study holds its trials
-(:func:`hybridlab.tune.sweep.run_worker`); SIGTERM ends the running trial as FAIL."""
+(:func:`hybridlab.tune.sweep.study.run_worker`); SIGTERM ends the running trial as FAIL."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     """The worker's options: the study's settings, as the sweep process passes them."""
-    from hybridlab.tune.sweep import DEFAULT_MAX_INDEX_CONFIGS, DEFAULT_METRIC
+    from hybridlab.tune.sweep.objective import DEFAULT_MAX_INDEX_CONFIGS, DEFAULT_METRIC
 
     parser = argparse.ArgumentParser(
         prog="python -m hybridlab.cli.sweep_worker", description="one worker of a shared Optuna sweep"
@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker on the study its command line names; 0 once the study holds its trials."""
     from hybridlab.config import IndexConfig
-    from hybridlab.tune.sweep import Param, run_worker, stop_with_parent
+    from hybridlab.tune.sweep.space import Param
+    from hybridlab.tune.sweep.study import run_worker
+    from hybridlab.tune.sweep.workers import stop_with_parent
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")

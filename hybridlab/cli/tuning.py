@@ -145,39 +145,44 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from hybridlab.eval.evaluate import METRICS
     from hybridlab.eval.evaluator import resolve_evalset
-    from hybridlab.tune import sweep
     from hybridlab.tune.export import export_config, write_config
     from hybridlab.tune.notebooks import run_notebook
     from hybridlab.tune.record import SweepRecord
-    from hybridlab.tune.runs import new_run_dir, update_index, write_summary
+    from hybridlab.tune.runs import new_run_dir, sweep_name, update_index
+    from hybridlab.tune.summary import write_summary
+    from hybridlab.tune.sweep.crossval import fold_trials
+    from hybridlab.tune.sweep.finalize import out_of_sample_figures
+    from hybridlab.tune.sweep.objective import DEFAULT_MAX_INDEX_CONFIGS, tuning_split
+    from hybridlab.tune.sweep.storage import absolute_storage
+    from hybridlab.tune.sweep.study import DEFAULT_TRIALS
 
     if args.metric not in METRICS:
         raise InvalidValueError(
             f"unknown metric {args.metric!r}; choose from {list(METRICS)}", field="metric"
         )
     evalset = resolve_evalset(args.dataset)  # an unknown name fails here, listing the choices
-    sweep.tuning_split(evalset)  # so does a set that is never tuned on
-    trials = args.trials or sweep.DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
+    tuning_split(evalset)  # so does a set that is never tuned on
+    trials = args.trials or DEFAULT_TRIALS.get(Path(args.dataset).name, 30)
     workers = getattr(args, "workers", 1)
     if workers < 1:
         raise InvalidValueError(f"workers must be >= 1, got {workers}", field="workers")
-    run_dir = new_run_dir(args.reports, f"sweep-{Path(args.dataset).name}")
+    run_dir = new_run_dir(args.reports, sweep_name(args.dataset))
     parameters = {
         "dataset": str(args.dataset),
         "trials": trials,
-        "storage": sweep.absolute_storage(args.storage),
+        "storage": absolute_storage(args.storage),
         "study": args.study,
         "workers": workers,
         "metric": args.metric,
         "seed": getattr(args, "seed", 0),
-        "max_index_configs": getattr(args, "max_index_configs", sweep.DEFAULT_MAX_INDEX_CONFIGS),
+        "max_index_configs": getattr(args, "max_index_configs", DEFAULT_MAX_INDEX_CONFIGS),
         "models": getattr(args, "models", None),
         "fold_trials": getattr(args, "fold_trials", None),
         "run_dir": ".",
     }
     folds = (
         f", nested {evalset.cv_folds}-fold CV with "
-        f"{getattr(args, 'fold_trials', None) or sweep.fold_trials(trials, evalset.cv_folds)} trials per fold"
+        f"{getattr(args, 'fold_trials', None) or fold_trials(trials, evalset.cv_folds)} trials per fold"
         if evalset.cv_folds is not None  # cross-validated
         else ""
     )
@@ -204,7 +209,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"exported to {write_config(config, args.export)}")
     print(f"{record.verdict} ({time.perf_counter() - started:.0f} s)")
     if getattr(args, "json", False):
-        print(json.dumps(sweep.out_of_sample_figures(record), indent=2))
+        print(json.dumps(out_of_sample_figures(record), indent=2))
     return 0
 
 
@@ -217,10 +222,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     require("papermill", "matplotlib")
     from papermill.exceptions import PapermillExecutionError
 
-    from hybridlab.reports.runs import run_lock, stale_sweeps
+    from hybridlab.reports.report import stale_sweeps
     from hybridlab.tune.notebooks import run_notebook
     from hybridlab.tune.record import RECORD_FILE, is_finished_sweep
-    from hybridlab.tune.runs import latest_sweeps, new_run_dir, update_index
+    from hybridlab.tune.runs import REPORT_NAME, latest_sweeps, new_run_dir, run_lock, update_index
 
     runs = [Path(args.run)] if args.run else latest_sweeps(args.reports)
     if not runs:
@@ -238,7 +243,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            run_dir = new_run_dir(args.reports, "report")
+            run_dir = new_run_dir(args.reports, REPORT_NAME)
             print(f"report over {', '.join(r.name for r in runs)} -> {run_dir}", flush=True)
             run_notebook(
                 "report",

@@ -19,7 +19,7 @@ from typing import Any
 from hybridlab.errors import InvalidValueError
 from hybridlab.eval.evaluate import score
 from hybridlab.extras import require
-from hybridlab.tune.runs import metrics_table
+from hybridlab.tune.summary import metrics_table
 
 
 def top_overlap(reference: Mapping[str, float], other: Mapping[str, float], top: int = 10) -> float:
@@ -60,7 +60,9 @@ def staged_tradeoff(
     if not queries:
         raise InvalidValueError("no queries to compare")
     if index.dense:  # encode once, so no condition times the query encoder
-        index.encode_queries(index.choose_model(None, None), list(queries.values()))
+        index.query_models.encode_queries(
+            index.snapshot(), index.choose_model(None, None), list(queries.values())
+        )
     hops = {} if expand_hops is None else {"expand_hops": expand_hops}
     conditions: list[tuple[int | None, dict[str, Any]]] = [(None, {"staged": False})]
     conditions += [

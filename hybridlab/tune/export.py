@@ -36,8 +36,8 @@ from hybridlab.eval.significance import (
     paired_test,
 )
 from hybridlab.index.format.graph import graph_size
-from hybridlab.tune.record import SweepRecord
-from hybridlab.tune.runs import git
+from hybridlab.tune.engine import git
+from hybridlab.tune.record import BestTrial, Candidate, CrossValidationRecord, FoldConfig, SweepRecord
 
 DEFAULT_TOLERANCE = 0.0005
 MAX_P = 0.05  # significance level of the export gate, after Holm's correction
@@ -195,24 +195,22 @@ def measure(
 def out_of_fold_run(
     evaluator: Evaluator,
     folds: Sequence[Sequence[str]],
-    configs: Sequence[Mapping[str, Any]],
+    settings: Sequence[tuple[Mapping[str, Any], IndexConfig]],
     split: str = CROSS_VALIDATED,
 ) -> dict[str, dict[str, float]]:
     """Nested cross-validation's run: each fold's queries ranked by the config chosen for that fold
-    (`configs[i]` = `{search, index}`, tuned without fold i's queries)."""
-    if len(folds) != len(configs):
-        raise InvalidValueError(f"{len(folds)} folds but {len(configs)} fold configs")
+    (`settings[i]` = its (search settings, index config), tuned without fold i's queries)."""
+    if len(folds) != len(settings):
+        raise InvalidValueError(f"{len(folds)} folds but {len(settings)} fold configs")
     run: dict[str, dict[str, float]] = {}
-    for fold, config in zip(folds, configs):
-        run.update(
-            subset_run(evaluator, config["search"], IndexConfig.from_dict(config["index"]), split, fold)
-        )
+    for fold, (search, index) in zip(folds, settings):
+        run.update(subset_run(evaluator, search, index, split, fold))
     return run
 
 
-def _pin_entry(evaluator: Evaluator, name: str, entry: Mapping[str, Any]) -> Pinned:
-    """A record's `{trial, search, index}` entry (a candidate, a fold's config) pinned as `name`."""
-    return pin(evaluator, name, entry.get("trial"), entry["search"], IndexConfig.from_dict(entry["index"]))
+def _pin_entry(evaluator: Evaluator, name: str, entry: BestTrial | Candidate | FoldConfig) -> Pinned:
+    """A record's trial with its settings (the best trial, a candidate, a fold's config) pinned as `name`."""
+    return pin(evaluator, name, entry.trial, entry.search, IndexConfig.from_dict(entry.index))
 
 
 def _candidate_rows(
@@ -289,9 +287,9 @@ def export_config(
     metric, split = record.metric, evalset.report_split
     query_ids = out_of_sample_ids(record, evaluator)
 
-    listed = record.candidates or [record.best.to_json()]
-    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
-    candidates = [_pin_entry(evaluator, f"trial {c.get('trial')}", c) for c in listed]
+    listed: Sequence[BestTrial | Candidate] = record.candidates or [record.best]
+    defaults = pin(evaluator, "defaults", None, {}, record.defaults_index)
+    candidates = [_pin_entry(evaluator, f"trial {c.trial}", c) for c in listed]
 
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
     measured = [measure(evaluator, c, split, query_ids, metric) for c in candidates]
@@ -389,14 +387,6 @@ def _document(
     }
 
 
-def defaults_index(record: SweepRecord) -> IndexConfig:
-    """The index config the record's defaults ran on (the sweep's base index)."""
-    return IndexConfig.from_dict(
-        (record.defaults or {}).get("index")
-        or {"models": record.best.index.get("models", IndexConfig().models)}
-    )
-
-
 def _test_options(test: str, permutations: int) -> dict[str, int]:
     return {"permutations": permutations, "seed": DEFAULT_SEED} if test == "randomization" else {}
 
@@ -431,7 +421,7 @@ class _OutOfFold:
     outcome: PairedTest
     significant: bool
 
-    def scope(self, metric: str, trials_per_fold: Any, test: str, max_p: float) -> str:
+    def scope(self, metric: str, trials_per_fold: int, test: str, max_p: float) -> str:
         """The comparison in words: both means with their 95% intervals, and the test."""
         tuned_ci, defaults_ci = self.tuned_ci, self.defaults_ci
         return (
@@ -442,7 +432,7 @@ class _OutOfFold:
             f"({describe_test(test)} p = {self.outcome.p_value:.4g}, threshold {max_p})"
         )
 
-    def provenance(self, trials_per_fold: Any) -> dict[str, Any]:
+    def provenance(self, trials_per_fold: int) -> dict[str, Any]:
         """The exported document's `cross_validation` record."""
         return {
             "k": len(self.folds),
@@ -458,6 +448,7 @@ class _OutOfFold:
 def _rerun_out_of_fold(
     evaluator: Evaluator,
     record: SweepRecord,
+    cv: CrossValidationRecord,
     folds: list[list[str]],
     query_ids: Sequence[str],
     *,
@@ -468,13 +459,10 @@ def _rerun_out_of_fold(
     """Re-run the record's fold configs on their folds' queries and the defaults on every query, and
     compare them per query with a paired `test`."""
     metric, split = record.metric, CROSS_VALIDATED
-    cv = record.cross_validation or {}
-    fold_configs = [_pin_entry(evaluator, f"fold {i + 1}", c) for i, c in enumerate(cv["configs"])]
-    run = out_of_fold_run(
-        evaluator, folds, [{"search": c.search, "index": c.index.to_dict()} for c in fold_configs], split
-    )
+    fold_configs = [_pin_entry(evaluator, f"fold {i + 1}", c) for i, c in enumerate(cv.configs)]
+    run = out_of_fold_run(evaluator, folds, [(c.search, c.index) for c in fold_configs], split)
     tuned_per_query, tuned_metrics = score_run(evaluator, run, split, metric)
-    defaults = pin(evaluator, "defaults", None, {}, defaults_index(record))
+    defaults = pin(evaluator, "defaults", None, {}, record.defaults_index)
     defaults_per_query, defaults_metrics = measure(evaluator, defaults, split, query_ids, metric)
     outcome = paired_test(tuned_per_query, defaults_per_query, test, **_test_options(test, permutations))
     return _OutOfFold(
@@ -507,23 +495,25 @@ def export_cross_validated(
     higher mean); otherwise the defaults, with the verdict. `test_metrics` is what `repro` re-runs:
     the exported config on every query (in sample for a tuned config; its out-of-sample estimate is
     `cross_validation.tuned`)."""
-    cv = record.cross_validation or {}
+    cv = record.cross_validation
+    if cv is None:
+        raise InvalidValueError(f"the sweep of {record.dataset} was not cross-validated")
     metric, split = record.metric, CROSS_VALIDATED
     query_ids = sorted(evaluator.dataset(split).queries)
-    folds = [list(fold) for fold in cv["folds"]]
+    folds = [list(fold) for fold in cv.folds]
     _check_folds_cover(record, folds, query_ids)
     compared = _rerun_out_of_fold(
-        evaluator, record, folds, query_ids, test=test, max_p=max_p, permutations=permutations
+        evaluator, record, cv, folds, query_ids, test=test, max_p=max_p, permutations=permutations
     )
     significant, defaults_metrics = compared.significant, compared.defaults_metrics
 
     best = record.best
-    final = _pin_entry(evaluator, f"trial {best.trial}", best.to_json())
+    final = _pin_entry(evaluator, f"trial {best.trial}", best)
     exported = final if significant else compared.defaults
     exported_metrics = (
         measure(evaluator, final, split, query_ids, metric)[1] if significant else defaults_metrics
     )
-    scope = compared.scope(metric, cv.get("trials_per_fold"), test, max_p)
+    scope = compared.scope(metric, cv.trials_per_fold, test, max_p)
     verdict = (
         f"exported the config tuned on all queries (trial {best.trial}): the tuning procedure beats the "
         f"defaults in {scope}"
@@ -561,7 +551,7 @@ def export_cross_validated(
         [row],
         {"test": test, "max_p": max_p, "correction": "none (one comparison)", "permutations": permutations},
         metrics_scope,
-        compared.provenance(cv.get("trials_per_fold")),
+        compared.provenance(cv.trials_per_fold),
     )
 
 

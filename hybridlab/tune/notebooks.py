@@ -17,6 +17,7 @@ from typing import Any
 from hybridlab.errors import InvalidValueError
 from hybridlab.eval.datasets import REPO_ROOT
 from hybridlab.extras import require
+from hybridlab.tune.runs import SUMMARY_FILE, latest_report, latest_sweep_per_set, summarised_runs
 
 logger = logging.getLogger(__name__)
 
@@ -82,17 +83,8 @@ def landing_markdown(
         for name, what, cost in GUIDE
     ]
     reports = Path(reports)
-    runs = sorted(
-        (p.parent for p in reports.glob("*/summary.md")),
-        key=lambda p: (p.name[:10], p.stat().st_mtime),
-        reverse=True,
-    )
-    report = next((run for run in runs if run.name[11:].startswith("report")), None)
-    latest: dict[str, Path] = {}
-    for run in runs:
-        kind = run.name[11:].split("-")[1] if run.name[11:].startswith("sweep-") else None
-        if kind and kind not in latest:
-            latest[kind] = run
+    runs = summarised_runs(reports)
+    report, latest = latest_report(runs), latest_sweep_per_set(runs)
 
     def files(run: Path, notebook: str) -> str:
         executed = [
@@ -100,7 +92,7 @@ def landing_markdown(
             for name in (f"{notebook}.ipynb", f"{notebook}.html")
             if (run / name).is_file()
         ]
-        return ", ".join([f"[summary]({link(run / 'summary.md')})", *executed])
+        return ", ".join([f"[summary]({link(run / SUMMARY_FILE)})", *executed])
 
     lines += [
         "",

@@ -9,19 +9,14 @@ import nbformat
 import pytest
 
 from hybridlab.eval.evaluate import compare
-from hybridlab.reports.runs import plot_comparison, plot_kinds, split_label, wins_losses_table
+from hybridlab.reports.report import plot_comparison, plot_kinds, split_label, wins_losses_table
 from hybridlab.reports.staged import top_overlap, tradeoff_table
 from hybridlab.tune.notebooks import EXTERNAL_SCRIPT, WIDGET_NOTE, static_copy, to_html
-from hybridlab.tune.record import SweepRecord
-from hybridlab.tune.runs import (
-    TrialBar,
-    importances,
-    importances_table,
-    params_table,
-    plot_study,
-    space_table,
-)
-from hybridlab.tune.sweep import Param
+from hybridlab.tune.record import CrossValidationRecord, SweepRecord
+from hybridlab.tune.summary import importances_table, params_table, space_table
+from hybridlab.tune.sweep.figures import importances, plot_study
+from hybridlab.tune.sweep.progress import TrialBar
+from hybridlab.tune.sweep.space import Param
 
 QRELS = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
 
@@ -70,9 +65,22 @@ def test_the_search_space_is_a_table():
 
 
 def test_split_labels_name_cross_validation_and_splits():
-    cross_validated = SweepRecord(
-        "memories", "ndcg@10", split="cv", queries={"cv": 79}, cross_validation={"k": 5}
+    interval = {"mean": 0.8, "low": 0.7, "high": 0.9, "confidence": 0.95, "method": "t"}
+    cv = CrossValidationRecord.from_json(
+        {
+            "k": 5,
+            "trials_per_fold": 40,
+            "metric": "ndcg@10",
+            "folds": [],
+            "configs": [],
+            "tuned": {**interval, "metrics": {}, "fold_means": [], "per_query": {}},
+            "defaults": {**interval, "metrics": {}, "fold_means": [], "per_query": {}},
+            "comparison": {"test": "randomization", "n": 79, "mean_a": 0.8, "mean_b": 0.8, "p_value": 1.0},
+            "significant": False,
+            "verdict": "the tuning procedure does NOT significantly beat the defaults",
+        }
     )
+    cross_validated = SweepRecord("memories", "ndcg@10", split="cv", queries={"cv": 79}, cross_validation=cv)
     assert split_label(cross_validated) == "out of fold, 79 queries"
     tested = SweepRecord("scifact", "ndcg@10", split="test", queries={"test": 300})
     assert split_label(tested) == "test split, 300 queries"

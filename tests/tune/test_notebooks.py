@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import json
 import os
@@ -14,11 +15,11 @@ from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.cli import main
 from hybridlab.eval.datasets import REPO_ROOT
-from hybridlab.reports.runs import run_lock
+from hybridlab.tune.engine import engine_state, stale_reason
 from hybridlab.tune.notebooks import NOTEBOOKS, notebook_path, relative_paths, shorten_paths
 from hybridlab.tune.notebooks import run_notebook as _run_notebook
 from hybridlab.tune.record import SweepRecord
-from hybridlab.tune.runs import engine_state, new_run_dir, stale_reason, update_index
+from hybridlab.tune.runs import new_run_dir, run_lock, update_index
 
 
 def run_notebook(*args, **kwargs):
@@ -71,11 +72,11 @@ def test_executed_notebooks_name_no_machine_paths(tmp_path):
 
 def test_a_sweep_is_stale_once_the_engine_sources_change():
     now = engine_state()
-    assert len(now["source_sha256"]) == 64 and "hybridlab/search" in now["paths"]
+    assert len(now.source_sha256) == 64 and "hybridlab/search" in now.paths
     swept = functools.partial(SweepRecord, "memories", "ndcg@10")
-    assert stale_reason(swept(engine=dict(now)), now) is None
+    assert stale_reason(swept(engine=now), now) is None
     assert "the engine changed since the sweep" in stale_reason(
-        swept(engine={**now, "source_sha256": "0" * 64}), now
+        swept(engine=dataclasses.replace(now, source_sha256="0" * 64)), now
     )
     assert "predates engine records" in stale_reason(swept(), now)
 
@@ -281,15 +282,17 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
         "params.png",
     ):
         assert (run / name).is_file(), name
-    record = json.loads((run / "metrics.json").read_text())
-    assert record["trials"]["complete"] == 4 and record["queries"] == {"dev": 5, "test": 3}
-    assert (record["tuned_on"], record["split"]) == ("dev", "test") and record["engine"]["source_sha256"]
+    record = SweepRecord.read(run)
+    assert (
+        record.trials is not None and record.trials.complete == 4 and record.queries == {"dev": 5, "test": 3}
+    )
+    assert (
+        (record.tuned_on, record.split) == ("dev", "test") and record.engine and record.engine.source_sha256
+    )
     config = json.loads(best.read_text())
     # the exported config records the tuned trial's test figures when it beats the defaults, else the defaults'
     exported = (
-        record["best"]["test_metrics"]
-        if config["provenance"]["beats_defaults"]
-        else record["baselines"]["defaults"]
+        record.best.test_metrics if config["provenance"]["beats_defaults"] else record.baselines["defaults"]
     )
     recorded = config["provenance"]["test_metrics"]
     assert recorded == pytest.approx({metric: exported[metric] for metric in recorded})
@@ -298,8 +301,8 @@ def test_sweep_export_report_and_repro_end_to_end(tiny_env, tmp_path, capsys):  
     assert str(run.resolve()) not in executed and str(REPO_ROOT) not in executed
     _quiet(run / "sweep.ipynb")
 
-    record["engine"]["source_sha256"] = "0" * 64  # as if the engine had changed since the sweep
-    (run / "metrics.json").write_text(json.dumps(record))
+    # as if the engine had changed since the sweep
+    dataclasses.replace(record, engine=dataclasses.replace(record.engine, source_sha256="0" * 64)).write(run)
     capsys.readouterr()
     assert main(["report", "--reports", str(reports)]) == 0
     assert f"WARNING: STALE SWEEP {run.name}" in capsys.readouterr().err

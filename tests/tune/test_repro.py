@@ -306,14 +306,28 @@ def test_tmp_placeholder_is_a_fresh_folder_and_the_last_json_printed_counts(tmp_
 
 def test_sweep_figures_are_the_out_of_sample_ones():
     from hybridlab.tune.record import SweepRecord
-    from hybridlab.tune.sweep import out_of_sample_figures
+    from hybridlab.tune.sweep.finalize import out_of_sample_figures
 
-    comparison = {"n": 3, "mean_b": 0.5, "p_value": 0.2}
+    comparison = {"test": "randomization", "n": 3, "mean_a": 0.6, "mean_b": 0.5, "p_value": 0.2}
+    interval = {"mean": 0.6, "low": 0.5, "high": 0.7, "confidence": 0.95, "method": "t"}
+    scores = {"fold_means": [], "per_query": {}, **interval}
+    cv = {
+        "k": 3,
+        "trials_per_fold": 10,
+        "metric": "ndcg@10",
+        "folds": [],
+        "configs": [],
+        "tuned": {**scores, "metrics": {"ndcg@10": 0.6, "mrr": 0.7}},
+        "defaults": {**scores, "metrics": {"ndcg@10": 0.5}},
+        "comparison": comparison,
+        "significant": False,
+        "verdict": "the tuning procedure does NOT significantly beat the defaults",
+    }
     cv_record = {
         "metric": "ndcg@10",
         "comparison": comparison,
         "best": {"test_metrics": {"ndcg@10": 0.9}},
-        "cross_validation": {"tuned": {"metrics": {"ndcg@10": 0.6, "mrr": 0.7}, "low": 0.5, "high": 0.7}},
+        "cross_validation": cv,
         "per_kind": {"tuned": {"api": {"n": 2, "mean": 0.55}, "-": {"n": 1, "mean": 0.0}}},
     }
     assert out_of_sample_figures(SweepRecord.from_json({"dataset": "x", **cv_record})) == {

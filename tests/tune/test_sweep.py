@@ -20,8 +20,12 @@ from hybridlab.eval.evalsets import EvalSet
 from hybridlab.eval.evaluate import score
 from hybridlab.eval.evaluator import full_search_config, resolve_evalset
 from hybridlab.tune.export import export_config
-from hybridlab.tune.runs import write_summary
-from hybridlab.tune.sweep import (
+from hybridlab.tune.record import KindFigure
+from hybridlab.tune.summary import write_summary
+from hybridlab.tune.sweep.crossval import cross_validate
+from hybridlab.tune.sweep.finalize import finalize
+from hybridlab.tune.sweep.objective import Objective
+from hybridlab.tune.sweep.space import (
     ALPHA,
     BM25_K1,
     FUSION,
@@ -29,16 +33,13 @@ from hybridlab.tune.sweep import (
     NORMALIZATION,
     RRF_K,
     SPACES,
-    Objective,
     Param,
-    cross_validate,
     default_params,
-    finalize,
-    run_study,
     space_for,
     split_params,
     suggest,
 )
+from hybridlab.tune.sweep.study import run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -229,7 +230,9 @@ import sys, time
 from pathlib import Path
 from hybridlab.config import IndexConfig
 from hybridlab.eval.evaluator import Evaluator, resolve_evalset
-from hybridlab.tune.sweep import INDEX_TARGETS, progress_line, run_study, space_for
+from hybridlab.tune.sweep.progress import progress_line
+from hybridlab.tune.sweep.space import INDEX_TARGETS, space_for
+from hybridlab.tune.sweep.study import run_study
 folder, storage, seed, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 other = 3 - seed
 try:
@@ -406,24 +409,24 @@ def _cross_validated_record(tmp_path, good):
 @pytest.mark.slow
 def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it(tmp_path):
     evaluator, cv, record = _cross_validated_record(tmp_path, good=1.0)
-    assert cv["k"] == 4 and sorted(q for fold in cv["folds"] for q in fold) == CV_QIDS
+    assert cv.k == 4 and sorted(q for fold in cv.folds for q in fold) == CV_QIDS
     studies = optuna.get_all_study_names(f"sqlite:///{tmp_path / 'study.db'}")
     assert sorted(studies) == ["cvstub-ndcg@10"] + [f"cvstub-ndcg@10-fold{i}of4" for i in range(1, 5)]
-    for fold, config in zip(cv["folds"], cv["configs"]):
-        study = optuna.load_study(study_name=config["study"], storage=f"sqlite:///{tmp_path / 'study.db'}")
+    for fold, config in zip(cv.folds, cv.configs):
+        study = optuna.load_study(study_name=config.study, storage=f"sqlite:///{tmp_path / 'study.db'}")
         assert study.user_attrs["queries"] == len(CV_QIDS) - len(fold)  # tuned on the other folds only
-        assert config["params"] == {"alpha": 1.0} and config["tuning_value"] == 1.0
-    assert cv["tuned"]["per_query"] == dict.fromkeys(CV_QIDS, 1.0) and cv["tuned"]["mean"] == 1.0
+        assert config.params == {"alpha": 1.0} and config.tuning_value == 1.0
+    assert cv.tuned.per_query == dict.fromkeys(CV_QIDS, 1.0) and cv.tuned.interval.mean == 1.0
     weak = 1 / math.log2(3)
-    assert cv["defaults"]["mean"] == pytest.approx(weak) and cv["defaults"]["fold_means"] == pytest.approx(
-        [weak] * 4
+    assert cv.defaults.interval.mean == pytest.approx(weak) and cv.defaults.fold_means == pytest.approx(
+        (weak,) * 4
     )
-    assert cv["significant"] and cv["comparison"]["p_value"] < 0.001
-    assert cv["verdict"].startswith("the tuning procedure beats the defaults out of fold (nested 4-fold")
+    assert cv.significant and cv.comparison.p_value < 0.001
+    assert cv.verdict.startswith("the tuning procedure beats the defaults out of fold (nested 4-fold")
     assert (record.split, record.tuned_on, record.queries) == ("cv", "cv", {"cv": 20})
     assert record.best.test_metrics["ndcg@10"] == 1.0 and record.beats_defaults
-    assert (record.per_kind or {})["tuned"] == {"a": {"n": 10, "mean": 1.0}, "b": {"n": 10, "mean": 1.0}}
-    assert (record.engine or {})["source_sha256"]
+    assert (record.per_kind or {})["tuned"] == {"a": KindFigure(10, 1.0), "b": KindFigure(10, 1.0)}
+    assert record.engine and record.engine.source_sha256
     summary = write_summary(tmp_path, record).read_text()
     assert (
         "## Nested cross-validation" in summary
@@ -442,7 +445,7 @@ def test_nested_cross_validation_scores_each_fold_with_a_config_tuned_without_it
 
 def test_a_cross_validation_that_does_not_beat_the_defaults_exports_the_defaults(tmp_path):
     evaluator, cv, record = _cross_validated_record(tmp_path, good=0.5)  # the defaults are already perfect
-    assert not cv["significant"] and cv["comparison"]["p_value"] == 1.0
+    assert not cv.significant and cv.comparison.p_value == 1.0
     run = tmp_path / "run"
     run.mkdir()
     record.write(run)

@@ -21,15 +21,10 @@ from tiny_evalset import tiny_env, tiny_index  # noqa: F401  (fixtures)
 
 from hybridlab.config import IndexConfig
 from hybridlab.eval.evalsets import EvalSet
-from hybridlab.tune.runs import storage_for
-from hybridlab.tune.sweep import (
-    ALPHA,
-    FUSION,
-    absolute_storage,
-    derive_seed,
-    public_storage,
-    run_study,
-)
+from hybridlab.tune.sweep.space import ALPHA, FUSION
+from hybridlab.tune.sweep.storage import absolute_storage, public_storage, storage_for
+from hybridlab.tune.sweep.study import run_study
+from hybridlab.tune.sweep.workers import derive_seed
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -245,7 +240,7 @@ CREATOR = """
 import sys, time
 from pathlib import Path
 import optuna
-from hybridlab.tune.sweep import _create_study
+from hybridlab.tune.sweep.study import _create_study
 flags = Path(sys.argv[2])
 (flags / f"ready-{sys.argv[3]}").touch()
 while not (flags / "go").exists():
@@ -296,7 +291,7 @@ PARENT = """
 import sys, time
 from pathlib import Path
 from hybridlab.config import IndexConfig
-from hybridlab.tune.sweep import run_study
+from hybridlab.tune.sweep.study import run_study
 folder, storage, flags, i = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 (flags / f"machine-{i}").mkdir()
 (flags / f"ready-{i}").touch()

@@ -1,45 +1,69 @@
-"""Run folders under `reports/`, their summaries and figures, and `reports/index.md`.
+"""The report over the latest sweep of each set (`hybridlab report`, `notebooks/report.ipynb`): per
+set the study's figures, the report-split comparison of the defaults, the tuned config, BM25 and
+vector search, wins and losses, per query kind and staleness; then the report run's `summary.md`,
+comparison figure and `metrics.json`. The run folder it writes into is :mod:`hybridlab.tune.runs`'s.
 
 See docs/internals/tune-eval.md#report-runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hybridlab.config import IndexConfig
+from hybridlab.errors import InvalidValueError
+from hybridlab.eval.evaluate import Comparison
 from hybridlab.extras import require
-from hybridlab.filelock import exclusive_lock
-from hybridlab.tune.record import SweepRecord
-from hybridlab.tune.runs import (
-    describe_splits,
-    importances,
-    kinds_table,
-    latest_sweeps,  # noqa: F401 (notebooks/report.ipynb imports it from here)
-    load_study,
-    params_table,
-    plot_study,
-    stale_reason,
-)
+from hybridlab.tune.engine import engine_state, stale_reason
+from hybridlab.tune.record import PerKind, SweepRecord, per_kind_to_json
+from hybridlab.tune.summary import describe_splits, kinds_table, params_table
+from hybridlab.tune.sweep.figures import importances, plot_study
+from hybridlab.tune.sweep.storage import load_study
 
-LOCK_FILE = ".report.lock"
+#: a report run's own record, beside its summary (not a sweep's record: :class:`ReportSection`)
+REPORT_FILE = "metrics.json"
 
 
-@contextlib.contextmanager
-def run_lock(reports: str | os.PathLike) -> Iterator[Path]:
-    """An exclusive, non-blocking flock on `reports/.report.lock`; a second holder gets
-    RuntimeError at once (cron runs must not pile up)."""
-    path = Path(reports) / LOCK_FILE
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(exclusive_lock(path, blocking=False))
-        except BlockingIOError:
-            raise RuntimeError(f"another report run holds {path}") from None
-        yield path
+@dataclass(frozen=True)
+class ReportSection:
+    """What the report shows for one sweep run (:func:`report_dataset`): the sweep's `record` and
+    run folder name (`run`), its study's parameter `importances` and `figures` (file names in the
+    report's folder), the report-split `comparison` of the systems, the tuned config's `wins_losses`
+    against the defaults (Markdown), the metric per query kind (None without kinds), and why the
+    sweep is stale (None when it is not). :meth:`to_json` is its entry in the report run's
+    `metrics.json`, keyed by dataset; nothing reads that file back."""
+
+    record: SweepRecord
+    run: str
+    importances: Mapping[str, float]
+    figures: list[str]
+    comparison: Comparison
+    wins_losses: str
+    per_kind: PerKind | None
+    stale: str | None
+
+    @property
+    def dataset(self) -> str:
+        return self.record.dataset
+
+    def to_json(self) -> dict[str, Any]:
+        """Its sweep run, split, comparison, parameter importances, best trial, verdict, per-kind
+        table and staleness."""
+        return {
+            "sweep": self.run,
+            "split": self.record.split,
+            "comparison": self.comparison.to_dict(),
+            "importances": self.importances,
+            "best": self.record.best.to_json(),
+            "verdict": self.record.verdict,
+            "per_kind": None if self.per_kind is None else per_kind_to_json(self.per_kind),
+            "stale": self.stale,
+        }
 
 
 def system_runs(record: SweepRecord, evaluator=None) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -47,16 +71,18 @@ def system_runs(record: SweepRecord, evaluator=None) -> tuple[dict[str, dict], d
     search for one sweep record, and that split's qrels. For a cross-validated sweep `tuned` is the
     out-of-fold run (each fold ranked by the config tuned without it). The defaults come first: the
     baseline of the significance tests."""
-    from hybridlab.config import IndexConfig
     from hybridlab.eval.evaluator import BASELINES, Evaluator, resolve_evalset
     from hybridlab.tune.export import out_of_fold_run
 
     evaluator = evaluator or Evaluator(resolve_evalset(record.dataset_path or record.dataset))
     split = record.split
-    base = IndexConfig.from_manifest((record.defaults or {})["index"])
+    if record.defaults is None:
+        raise InvalidValueError(f"the sweep record of {record.dataset} names no defaults to compare with")
+    base = IndexConfig.from_manifest(record.defaults.index)
     cv = record.cross_validation
     if cv:
-        tuned_run = out_of_fold_run(evaluator, cv["folds"], cv["configs"], split)
+        settings = [(c.search, IndexConfig.from_dict(c.index)) for c in cv.configs]
+        tuned_run = out_of_fold_run(evaluator, cv.folds, settings, split)
     else:
         tuned_run = evaluator.run(record.best.search, IndexConfig.from_manifest(record.best.index), split)
     runs = {
@@ -163,8 +189,6 @@ def plot_comparison(
 
 def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
     """{run folder name: why its figures may not hold for today's engine} of the sweeps that are stale."""
-    from hybridlab.tune.runs import engine_state
-
     current = engine_state()
     reasons = {Path(run).name: stale_reason(SweepRecord.read(run), current) for run in runs}
     return {name: reason for name, reason in reasons.items() if reason}
@@ -172,7 +196,7 @@ def stale_sweeps(runs: Sequence[str | os.PathLike]) -> dict[str, str]:
 
 def report_dataset(
     run: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = False
-) -> dict[str, Any]:
+) -> ReportSection:
     """Everything the report shows for one sweep run: its study's figures and importances, the
     report-split comparison (defaults = baseline, tuned, BM25, vector) with significance marks,
     the per-query wins and losses of the tuned config against the defaults with the query text,
@@ -181,7 +205,7 @@ def report_dataset(
     from hybridlab.eval.evaluate import compare
     from hybridlab.eval.evaluator import Evaluator, resolve_evalset
     from hybridlab.reports.hits import query_kinds as kind_of_query
-    from hybridlab.tune.sweep import query_kinds
+    from hybridlab.tune.sweep.finalize import query_kinds
 
     run, out_dir = Path(run), Path(out_dir)
     record = SweepRecord.read(run)
@@ -200,17 +224,16 @@ def report_dataset(
             per_query, kind_of_query(evaluator.evalset), metric, out_dir / f"{name}-kinds.png", title=name
         )
         figures.append(out_dir / f"{name}-kinds.png")
-    return {
-        "dataset": name,
-        "run": run.name,
-        "record": record,
-        "importances": importances(study),
-        "figures": [str(Path(f).name) for f in figures],
-        "comparison": comparison,
-        "wins_losses": wins_losses_table(comparison, metric, queries=queries),
-        "per_kind": kinds,
-        "stale": stale_reason(record),
-    }
+    return ReportSection(
+        record=record,
+        run=run.name,
+        importances=importances(study),
+        figures=[str(Path(f).name) for f in figures],
+        comparison=comparison,
+        wins_losses=wins_losses_table(comparison, metric, queries=queries),
+        per_kind=kinds,
+        stale=stale_reason(record),
+    )
 
 
 def plot_kinds(
@@ -264,24 +287,6 @@ def plot_kinds(
     return Path(path)
 
 
-def _report_metrics(sections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """`metrics.json` of a report run: per dataset, its sweep run, split, comparison, parameter
-    importances, best trial, verdict, per-kind table and staleness."""
-    return {
-        s["dataset"]: {
-            "sweep": s["run"],
-            "split": s["record"].split,
-            "comparison": s["comparison"].to_dict(),
-            "importances": s["importances"],
-            "best": s["record"].best.to_json(),
-            "verdict": s["record"].verdict,
-            "per_kind": s.get("per_kind"),
-            "stale": s.get("stale"),
-        }
-        for s in sections
-    }
-
-
 def _stale_banner(stale: Mapping[str, str], sweeps: int) -> str:
     """The verdict's warning when some sweeps (`stale`: run -> why) ran on another engine ("" if none)."""
     return (
@@ -295,49 +300,50 @@ def _stale_banner(stale: Mapping[str, str], sweeps: int) -> str:
     )
 
 
-def _section_lines(s: Mapping[str, Any], metric: str) -> list[str]:
+def _section_lines(s: ReportSection, metric: str) -> list[str]:
     """One dataset's section of `summary.md`: its splits, comparison table, best parameters by
     importance, wins and losses, per-kind table and figures."""
-    lines = [f"## {s['dataset']} (sweep {s['run']})", ""]
-    if s.get("stale"):
-        lines += [f"> **STALE:** {s['stale']}.", ""]
+    lines = [f"## {s.dataset} (sweep {s.run})", ""]
+    if s.stale:
+        lines += [f"> **STALE:** {s.stale}.", ""]
     lines += [
-        describe_splits(s["record"]),
+        describe_splits(s.record),
         "",
-        s["comparison"].to_markdown(),
+        s.comparison.to_markdown(),
         "",
         "Best trial's parameters, most important first:",
         "",
-        params_table(s["record"].best.params, s["importances"]),
+        params_table(s.record.best.params, s.importances),
         "",
-        s["wins_losses"],
+        s.wins_losses,
         "",
     ]
-    if s.get("per_kind"):
-        lines += [kinds_table(s["per_kind"], metric), ""]
+    if s.per_kind:
+        lines += [kinds_table(s.per_kind, metric), ""]
     else:
         lines += ["No query kinds in this set (its queries carry no `metadata.kind`).", ""]
-    return lines + [f"![{f}]({f})" for f in s["figures"]] + [""]
+    return lines + [f"![{f}]({f})" for f in s.figures] + [""]
 
 
-def write_report(run_dir: str | os.PathLike, sections: Sequence[Mapping[str, Any]]) -> Path:
-    """`metrics.json`, the comparison figure and `summary.md` of a report run."""
+def write_report(run_dir: str | os.PathLike, sections: Sequence[ReportSection]) -> Path:
+    """`metrics.json` (each section's :meth:`ReportSection.to_json`, by dataset), the comparison
+    figure and `summary.md` of a report run."""
     run_dir = Path(run_dir).resolve()  # the notebook runs in its run folder and passes "."
-    metric = sections[0]["record"].metric if sections else "ndcg@10"
+    metric = sections[0].record.metric if sections else "ndcg@10"
     if sections:
         plot_comparison(
             {
-                s["dataset"]: {system: values[metric] for system, values in s["comparison"].per_query.items()}
+                s.dataset: {system: values[metric] for system, values in s.comparison.per_query.items()}
                 for s in sections
             },
             metric,
             run_dir / "comparison.png",
-            {s["dataset"]: split_label(s["record"]) for s in sections},
+            {s.dataset: split_label(s.record) for s in sections},
         )
-    verdicts = "; ".join(f"{s['dataset']}: {s['record'].verdict}" for s in sections)
-    stale = {s["run"]: s["stale"] for s in sections if s.get("stale")}
-    (run_dir / "metrics.json").write_text(
-        json.dumps(_report_metrics(sections), indent=2, default=str), encoding="utf-8"
+    verdicts = "; ".join(f"{s.dataset}: {s.record.verdict}" for s in sections)
+    stale = {s.run: s.stale for s in sections if s.stale}
+    (run_dir / REPORT_FILE).write_text(
+        json.dumps({s.dataset: s.to_json() for s in sections}, indent=2, default=str), encoding="utf-8"
     )
     banner = _stale_banner(stale, len(sections))
     lines = [
