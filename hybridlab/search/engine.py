@@ -205,40 +205,7 @@ class Index:
         """The DuckDB connection, unlocked: single-threaded tools and tests only."""
         return self._snapshot.generation.store.raw
 
-    # ---------------------------------------------------------------- the query-side models (search/models.py)
-    def encoder(self, model: str):
-        """The QUERY encoder of `model` (:meth:`QueryModels.encoder`)."""
-        return self.query_models.encoder(self._snapshot, model)
-
-    def query_vector(self, model: str, query: str) -> np.ndarray:
-        """The query's embedding (an LRU cache keeps repeated queries free)."""
-        return self.query_models.query_vector(self._snapshot, model, query)
-
-    def encode_queries(self, model: str, queries: Sequence[str]) -> None:
-        """Embed many queries at once into the query cache (faster than one by one)."""
-        self.query_models.encode_queries(self._snapshot, model, queries)
-
-    def put_query_vectors(self, model: str, vectors: Mapping[str, np.ndarray]) -> None:
-        """Use these vectors (query text -> vector, e.g. read from a file) for `model`'s queries."""
-        self.query_models.put_query_vectors(model, vectors)
-
-    def learned_ranker(self, setting: str):
-        """The learned fusion model of a `learned_model` setting, loaded once per index object."""
-        return self.query_models.learned_ranker(setting)
-
-    def warm_late_models(self, queries: Sequence[str]) -> None:
-        """Load the query encoder of every late-interaction model the index stores and encode
-        `queries` with it, so the first search's second stage does not wait for the load."""
-        snapshot = self._snapshot
-        for name in snapshot.generation.manifest.late:
-            scorer = self.query_models.late_scorer(snapshot, name)
-            for query in queries:
-                self.query_models.late_query(scorer, query)
-
-    def rerank_scores(self, model: str, query: str, passages: list[str]) -> np.ndarray:
-        """Cross-encoder scores of (query, passage) pairs, one per passage."""
-        return self.query_models.rerank_scores(model, query, passages)
-
+    # ---------------------------------------------------------------- the index's models
     def choose_model(self, embedding_model: str | None, language: str | None) -> str:
         """embedding_model > language (via the index's language table) > the index's single model."""
         return choose_model(self._snapshot, self.config_file, embedding_model, language)

@@ -422,10 +422,11 @@ class Service:
         """Load the embedding model and encode a few queries, so the first real search is quick."""
         started = time.perf_counter()
         try:
+            snapshot, models = self.index.snapshot(), self.index.query_models
             for model in self.index.models:  # a few lengths: torch prepares kernels per input shape
                 for text in WARM_QUERIES:
-                    self.index.encode_queries(model, [text])
-            self.index.warm_late_models(WARM_QUERIES)  # the second stage's query encoder, if stored
+                    models.encode_queries(snapshot, model, [text])
+            models.warm_late(snapshot, WARM_QUERIES)  # the second stage's query encoder, if stored
         except Exception:  # a model that fails to load is reported by the first search instead
             logger.exception("warming the embedding model failed")
         self.warm_seconds = time.perf_counter() - started
