@@ -685,8 +685,8 @@ def check_index(index_dir: Path, memories: Sequence[Memory], result: LoadResult)
             except KeyError:
                 result.errors.append(f"at the end, acknowledged memory {memory.id} is missing")
                 continue
-            if document["text"] != memory.content:
-                result.errors.append(f"at the end, {memory.id} reads {document['text'][:80]!r}")
+            if document.text != memory.content:
+                result.errors.append(f"at the end, {memory.id} reads {document.text[:80]!r}")
             if memory.id not in [r.doc_id for r in index.search(memory.content, limit=SEARCH_LIMIT)]:
                 result.errors.append(f"at the end, searching the content of {memory.id} misses it")
             if [r.doc_id for r in index.search(memory.token, limit=1, mode="bm25")] != [memory.id]:
@@ -694,7 +694,7 @@ def check_index(index_dir: Path, memories: Sequence[Memory], result: LoadResult)
                     f"at the end, BM25 does not rank {memory.id} first for its token {memory.token!r}"
                 )
             result.checked_at_end += 1
-        result.documents_at_end = index.stats()["documents"]
+        result.documents_at_end = index.stats().documents
     finally:
         index.close()
 

@@ -79,9 +79,9 @@ def run_way(index_dir: Path, wal_records: int, targets: list[str], rng: random.R
         "commits": writer.commits,
         "appends": writer.appends,
         "folds": writer.folds,
-        "generation": stats["generation"],
-        "documents": stats["documents"],
-        "tombstones": stats["tombstones"],
+        "generation": stats.generation,
+        "documents": stats.documents,
+        "tombstones": stats.tombstones,
     }
 
 

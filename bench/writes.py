@@ -251,7 +251,7 @@ def _stores_worker(arguments: dict[str, Any]) -> dict[str, Any]:
             if i >= WARMUP:  # did this store commit a generation (a segment, or a fold of the log)?
                 committed.append(_manifest_stamp(index_dir) != stamp)
             index.refresh()
-            if index.get_document(stored.id)["text"] != memory["content"]:
+            if index.get_document(stored.id).text != memory["content"]:
                 raise RuntimeError(f"stored memory {stored.id} not found after a refresh")
             done = time.perf_counter()
             (first if i < WARMUP else store_seconds).append(stored_at - started)

@@ -34,8 +34,8 @@ def run_demo(index_dir: str | os.PathLike, *, quick: bool = False) -> None:
     index = open_index(index_dir)
     stats = index.stats()
     print(
-        f"{stats['documents']} memories in {len(stats['documents_by_collection'])} projects, "
-        f"{stats['tags']} distinct tags, models {list(stats['models'])}"
+        f"{stats.documents} memories in {len(stats.documents_by_collection)} projects, "
+        f"{stats.tags} distinct tags, models {list(stats.models)}"
     )
     now = evalset.now
     print(f"\n== queries (now = {now}, hybrid defaults: adaptive alpha, convex fusion, tags, recency)")

@@ -57,7 +57,7 @@ def documents(index_dir) -> dict[str, dict]:
 
     with open_index(index_dir) as index:
         found, _ = index.list_documents(limit=1000)
-        return {doc["doc_id"]: {k: doc[k] for k in FIELDS} for doc in found}
+        return {doc.doc_id: {k: doc.to_dict()[k] for k in FIELDS} for doc in found}
 
 
 def test_list_update_delete(capsys, index_dir):

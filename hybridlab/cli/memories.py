@@ -8,13 +8,14 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hybridlab.cli.options import UsageError, index_arg, positive_int
 from hybridlab.errors import InvalidValueError
 
 if TYPE_CHECKING:  # imported where a command runs: `hybridlab --help` loads no index code
     from hybridlab.memory import MemoryService
+    from hybridlab.search.engine import StoredDocument
 
 
 def add_memories(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +69,7 @@ def _memory_filters(q: argparse.ArgumentParser) -> None:
 
 def _memories(
     service: MemoryService, args: argparse.Namespace, limit: int | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[StoredDocument]:
     """The memories under `args`' tag, date and project filters, newest first (none of a project the
     index does not have)."""
     from hybridlab.memory import MemoryFilters
@@ -102,11 +103,13 @@ def cmd_memories(args: argparse.Namespace) -> int:
     if args.action == "list":
         found = list(_memories(service, args, args.limit))
         if args.json:
-            print(json.dumps(found, indent=2, default=str))
+            from hybridlab.search.records import listed
+
+            print(json.dumps([listed(doc, rank) for rank, doc in enumerate(found, 1)], indent=2, default=str))
             return 0
         for doc in found:
-            when = doc.get("updated_at") or doc.get("created_at") or ""
-            print(f"{doc['doc_id']}  {when}  [{', '.join(doc['tags'])}]  {doc['title']}")
+            when = doc.updated_at or doc.created_at or ""
+            print(f"{doc.doc_id}  {when}  [{', '.join(doc.tags)}]  {doc.title}")
         print(f"{len(found)} memories", file=sys.stderr)
         return 0
     if args.action == "update":
@@ -178,7 +181,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         open(args.output, "w", encoding="utf-8") if args.output else contextlib.nullcontext(sys.stdout) as out
     ):
         out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    others = index.stats()["documents"] - len(records)
+    others = index.stats().documents - len(records)
     print(
         f"exported {len(records)} memories"
         + (f" ({others} other documents are not memories: not exported)" if others else ""),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from hybridlab.cli.options import (
     UsageError,
@@ -88,49 +90,50 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     stats = open_index(args.index_dir).stats()
     if args.json:
-        print(json.dumps(stats, indent=2, default=str))
+        print(json.dumps(stats.to_dict(), indent=2, default=str))
         return 0
-    print(f"index {stats['index']} — generation {stats['generation']}, built {stats['built_at']}")
-    print(f"documents {stats['documents']}, chunks {stats['chunks']}, distinct tags {stats['tags']}")
+    print(f"index {stats.index} — generation {stats.generation}, built {stats.built_at}")
+    print(f"documents {stats.documents}, chunks {stats.chunks}, distinct tags {stats.tags}")
     print("chunks per collection:")
-    for name, count in stats["by_collection"].items():
-        print(f"  {name:<30} {count:>8}  ({stats['documents_by_collection'].get(name, 0)} documents)")
+    for name, count in stats.by_collection.items():
+        print(f"  {name:<30} {count:>8}  ({stats.documents_by_collection.get(name, 0)} documents)")
     print("chunks per type:")
-    for name, count in stats["by_chunk_type"].items():
+    for name, count in stats.by_chunk_type.items():
         print(f"  {name:<30} {count:>8}")
     print("embedding models:")
-    for name, info in stats["models"].items():
-        print(f"  {name:<30} dim {info['dim']:>4}  vectors {info['vectors']:>8}  index {info['index']}")
-        spec = info.get("encoder") or {}
+    for name, info in stats.models.items():
+        print(f"  {name:<30} dim {info.dim:>4}  vectors {info.vectors:>8}  index {info.index}")
+        spec = info.encoder or {}
         if spec:  # the encoder spec that built the vectors: what a query must be encoded like
-            print(
-                "    encoder "
-                + ", ".join(
-                    f"{key} {spec[key]!r}"
-                    for key in (
-                        "source",
-                        "revision",
-                        "backend",
-                        "dtype",
-                        "pooling",
-                        "normalize",
-                        "max_seq_length",
-                        "query_prefix",
-                        "document_prefix",
-                        "settings",
-                    )
-                    if spec.get(key) not in (None, "", {})
-                )
-            )
-    merge = stats.get("last_merge")
+            print("    encoder " + _encoder_spec(spec))
+    merge = stats.last_merge
     print(
-        f"segments {len(stats['segments'])}, tombstoned documents {stats['tombstones']}, last merge "
+        f"segments {len(stats.segments)}, tombstoned documents {stats.tombstones}, last merge "
         + (
-            f"{merge['at']} ({merge['segments']} segments, {merge['chunks']} chunks, {merge['reason']})"
+            f"{merge.at} ({merge.segments} segments, {merge.chunks} chunks, {merge.reason})"
             if merge
             else "none"
         )
     )
-    log = stats.get("write_ahead_log") or {}
-    print(f"write-ahead log {log.get('file')}: {log.get('memories', 0)} memories not yet in a segment")
+    log = stats.write_ahead_log
+    print(f"write-ahead log {log.file}: {log.memories} memories not yet in a segment")
     return 0
+
+
+#: the keys of a model's encoder spec that `hybridlab stats` prints, in this order (those set)
+ENCODER_KEYS = (
+    "source",
+    "revision",
+    "backend",
+    "dtype",
+    "pooling",
+    "normalize",
+    "max_seq_length",
+    "query_prefix",
+    "document_prefix",
+    "settings",
+)
+
+
+def _encoder_spec(spec: Mapping[str, Any]) -> str:
+    return ", ".join(f"{key} {spec[key]!r}" for key in ENCODER_KEYS if spec.get(key) not in (None, "", {}))

@@ -44,7 +44,7 @@ from hybridlab.index.write.memory import (
     normalised_content,
 )
 from hybridlab.ingest.sources import Document
-from hybridlab.search.engine import Index
+from hybridlab.search.engine import Index, StoredDocument
 from hybridlab.search.listing import NearestMemory, memories_by_id, nearest_memory
 from hybridlab.search.snapshot import Snapshot
 from hybridlab.search.time_range import iso_z
@@ -150,7 +150,7 @@ class Deletion:
 class MemoryPage:
     """Memories newest first (as `Index.list_documents` gives them) and the next page's cursor."""
 
-    documents: list[dict[str, Any]]
+    documents: list[StoredDocument]
     next_cursor: str | None
 
 
@@ -258,7 +258,7 @@ class MemoryService:
 
     def memories(
         self, filters: MemoryFilters, project: str | None = None, limit: int | None = None
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[StoredDocument]:
         """Every memory of `project` under `filters` (at most `limit`), newest first, read a page of
         :data:`PAGE_SIZE` at a time."""
         cursor, left = None, limit
@@ -337,7 +337,7 @@ class MemoryService:
             index = self.index_for_read()
             current = index.get_document(memory_id)
             scope = self.scope(project, index.known_collections)
-            if scope.empty or scope.collection not in (None, current["collection"]):
+            if scope.empty or scope.collection not in (None, current.collection):
                 raise DocumentNotFoundError(f"no memory {memory_id!r} in project {scope.collection!r}")
             stored = self.writer.update(
                 current, content=content, tags=tags, memory_type=memory_type, project=move_to
@@ -413,12 +413,12 @@ def _matching(
         return [], list(dict.fromkeys(ids))
     if ids:
         return memories_by_id(index, list(ids), scope.collection)
-    return [d["doc_id"] for d in _listed(index, scope, filters or MemoryFilters())[0]], []
+    return [d.doc_id for d in _listed(index, scope, filters or MemoryFilters())[0]], []
 
 
 def _listed(
     index: Index, scope: ProjectScope, filters: MemoryFilters, **page: Any
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[StoredDocument], str | None]:
     """The memories under `filters` within `scope` (`page`: limit, cursor): nothing for an empty
     scope, nor when the project's last memory was deleted since the scope was read (its collection
     is gone: unknown)."""
@@ -455,9 +455,9 @@ def _existing(
     return StoreOutcome(
         id=doc_id,
         generation=snapshot.number,
-        tags=tuple(document["tags"]),
-        created_at=document["created_at"] or "",
-        updated_at=document["updated_at"],
+        tags=document.tags,
+        created_at=document.created_at or "",
+        updated_at=document.updated_at,
         batch_size=0,
         seconds=round(time.perf_counter() - started, 3),
         created=False,
@@ -485,6 +485,6 @@ def _queued(queued: Document, started: float) -> StoreOutcome:
     )
 
 
-def _project_of(memory: Mapping[str, Any]) -> str | None:
+def _project_of(memory: StoredDocument) -> str | None:
     """The project a memory (as `Index.get_document` returns it) is in; None: none."""
-    return (memory.get("metadata") or {}).get("project")
+    return memory.metadata.get("project")

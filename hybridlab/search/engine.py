@@ -3,11 +3,8 @@ See docs/internals/search.md#engine."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +13,7 @@ from typing import Any, Self
 import numpy as np
 
 from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
-from hybridlab.errors import DocumentNotFoundError, InvalidValueError
-from hybridlab.index.format import wal
+from hybridlab.errors import InvalidValueError
 from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
 from hybridlab.search import listing
@@ -25,15 +21,26 @@ from hybridlab.search.filters import Filters, parse_when
 from hybridlab.search.models import QueryModels
 from hybridlab.search.pipeline import first_stage, records, steps
 from hybridlab.search.pipeline.settings import choose_model
+from hybridlab.search.records import (
+    CollectionSummary,
+    IndexStats,
+    StoredDocument,
+    collection_summaries,
+    index_stats,
+    stored_document,
+)
 from hybridlab.search.results import RunResponse, SearchResponse, SearchResult, iso_utc, make_snippet
 from hybridlab.search.snapshot import Snapshot, open_snapshot, snapshot_of
 from hybridlab.search.tags import resolve_tags
 
 __all__ = [
+    "CollectionSummary",
     "Index",
+    "IndexStats",
     "RunResponse",
     "SearchResponse",
     "SearchResult",
+    "StoredDocument",
     "iso_utc",
     "make_snippet",
     "open_index",
@@ -364,12 +371,12 @@ class Index:
         return steps.run(snapshot, asked, self.query_models)
 
     # ---------------------------------------------------------------- documents and stats
-    def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
+    def get_document(self, doc_id: str, *, snapshot: Snapshot | None = None) -> StoredDocument:
         """The full text and metadata of one document (DocumentNotFoundError, a KeyError, when absent) in
         `snapshot`, else in the current generation."""
         if not isinstance(doc_id, str) or not doc_id:
             raise InvalidValueError("doc_id must be a non-empty string", field="doc_id")
-        return _document(self.snapshot() if snapshot is None else snapshot, doc_id)
+        return stored_document(self.snapshot() if snapshot is None else snapshot, doc_id)
 
     def search_by_tag(
         self,
@@ -380,7 +387,7 @@ class Index:
         since: str | datetime | None = None,
         until: str | datetime | None = None,
         collection: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[StoredDocument]:
         """Documents carrying all (or any) of the tags, newest first (updated within `since`..`until`;
         only `collection`'s when given, as in :meth:`list_documents`)."""
         if match not in {"all", "any"}:
@@ -403,7 +410,7 @@ class Index:
         prefix: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[StoredDocument], str | None]:
         """(documents, next page's cursor): newest first under the filters (:mod:`~hybridlab.search.listing`),
         only `collection`'s (ValueError when the index has no such collection) and those whose doc id
         starts with `prefix`; an unknown chunk type matches nothing here (an empty memory store lists nothing)."""
@@ -420,37 +427,12 @@ class Index:
             collection=collection,
         )
         page = listing.newest_documents(snapshot, filters, limit=limit, cursor=cursor, prefix=prefix)
-        documents = [
-            {"rank": i + 1, **{k: v for k, v in _document(snapshot, doc_id).items() if k != "source"}}
-            for i, doc_id in enumerate(page.doc_ids)
-        ]
-        return documents, page.next_cursor
+        return [stored_document(snapshot, doc_id) for doc_id in page.doc_ids], page.next_cursor
 
-    def list_collections(self, top_tags: int = 20) -> list[dict[str, Any]]:
+    def list_collections(self, top_tags: int = 20) -> list[CollectionSummary]:
         """Each collection (sorted by name): its documents and chunks, chunks per chunk type, and its
         `top_tags` most common tags with their document counts (`tag_count`: all its distinct tags)."""
-        generation = self.snapshot().generation
-        doc_ids, collections, chunk_types = generation.doc_ids, generation.collections, generation.chunk_types
-        documents: dict[str, set[str]] = {name: set() for name in generation.known_collections}
-        chunks: dict[str, Counter[str]] = {name: Counter() for name in generation.known_collections}
-        for row in range(len(doc_ids)):
-            documents[collections[row]].add(doc_ids[row])
-            chunks[collections[row]][chunk_types[row]] += 1
-        tags: dict[str, Counter[str]] = {name: Counter() for name in generation.known_collections}
-        for tag, rows in generation.tag_rows.items():
-            for name, _doc in {(collections[row], doc_ids[row]) for row in rows.tolist()}:
-                tags[name][tag] += 1
-        return [
-            {
-                "name": name,
-                "documents": len(documents[name]),
-                "chunks": sum(chunks[name].values()),
-                "chunk_types": dict(sorted(chunks[name].items())),
-                "tags": dict(sorted(tags[name].items(), key=lambda item: (-item[1], item[0]))[:top_tags]),
-                "tag_count": len(tags[name]),
-            }
-            for name in generation.known_collections
-        ]
+        return collection_summaries(self.snapshot().generation, top_tags)
 
     def chunk_texts(self, chunk_ids: Sequence[int], *, snapshot: Snapshot | None = None) -> list[str | None]:
         """The text of each chunk id in `snapshot`, else in the current generation (None for one it
@@ -474,54 +456,11 @@ class Index:
         )
         return [texts[int(row)] if ok else None for row, ok in zip(rows.tolist(), held)]
 
-    def stats(self, *, snapshot: Snapshot | None = None) -> dict[str, Any]:
+    def stats(self, *, snapshot: Snapshot | None = None) -> IndexStats:
         """Counts per collection, chunk type and model (with the encoder spec the manifest records
         of each model: source, revision, dim, pooling, prompts, ...), plus the manifest's build facts;
         of `snapshot`, else of the current generation."""
-        snapshot = self.snapshot() if snapshot is None else snapshot
-        manifest = snapshot.generation.manifest
-        return {
-            "index": str(self.index_dir),
-            "generation": manifest.generation,
-            "built_at": manifest.built_at,
-            **snapshot.store.counts(),
-            "models": {
-                m: {
-                    "dim": info.dim,
-                    "vectors": info.vectors,
-                    "index": info.index,
-                    "encoder": info.encoder,
-                }  # the spec that built its vectors (None: older index)
-                for m, info in manifest.models.items()
-            },
-            "bm25": manifest.bm25.to_json(),
-            "chunking": dataclasses.asdict(manifest.index_config.chunk),
-            "segments": [
-                {"name": s.name, "chunks": s.chunks, "tombstones": len(s.deleted)}
-                for s in manifest.segment_list
-            ],
-            "tombstones": sum(len(s.deleted) for s in manifest.segment_list)
-            + snapshot.generation.logged_deletes,  # the segments' and the log's (not folded yet)
-            "last_merge": manifest.last_merge.to_json() if manifest.last_merge else None,
-            "write_ahead_log": {
-                "file": wal.wal_path(self.index_dir, manifest.generation).name,
-                "memories": snapshot.generation.logged_records,
-                "chunks": snapshot.generation.logged_chunks,
-                "tombstones": snapshot.generation.logged_deletes,
-            },
-        }
-
-
-def _document(snapshot: Snapshot, doc_id: str) -> dict[str, Any]:
-    """One document of the snapshot, its metadata parsed and dates in ISO-8601 (DocumentNotFoundError when absent)."""
-    document = snapshot.store.document(doc_id)
-    if document is None:
-        raise DocumentNotFoundError(f"no document {doc_id!r} in the index")
-    document["metadata"] = json.loads(document["metadata"] or "{}")
-    document["tags"] = list(document["tags"] or [])
-    for key in ("created_at", "updated_at"):
-        document[key] = iso_utc(document[key])
-    return document
+        return index_stats(self.index_dir, self.snapshot() if snapshot is None else snapshot)
 
 
 def open_index(index_dir: str | os.PathLike, config: str | os.PathLike | Mapping | None = None) -> Index:

@@ -84,12 +84,12 @@ def memories_by_id(index: Any, ids: list[str], collection: str | None = None) ->
         except DocumentNotFoundError:
             missing.append(doc_id)
             continue
-        if collection is not None and document["collection"] != collection:
+        if collection is not None and document.collection != collection:
             missing.append(doc_id)
             continue
-        if document["doc_type"] != "memory":
+        if document.doc_type != "memory":
             raise InvalidValueError(
-                f"{doc_id!r} is a {document['doc_type']!r} document, not a memory: not deleted", "ids"
+                f"{doc_id!r} is a {document.doc_type!r} document, not a memory: not deleted", "ids"
             )
         found.append(doc_id)
     return found, missing

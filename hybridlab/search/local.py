@@ -7,6 +7,7 @@ mix generations. Every one may be used by several threads at once.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -235,15 +236,5 @@ class DuckDBStore:
             return store.counts(con)
 
 
-DOCUMENT_FIELDS = (
-    "doc_id",
-    "source",
-    "collection",
-    "title",
-    "text",
-    "doc_type",
-    "created_at",
-    "updated_at",
-    "metadata",
-    "tags",
-)
+#: the columns a document is read with: the fields of the record the engine builds of them
+DOCUMENT_FIELDS = tuple(field.name for field in dataclasses.fields(store.StoredDocument))

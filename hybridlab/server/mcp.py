@@ -35,7 +35,7 @@ from hybridlab.memory import (
     ProjectScope,
     check_project,
 )
-from hybridlab.search.engine import resolve_now
+from hybridlab.search.engine import StoredDocument, resolve_now
 from hybridlab.search.sections import document_sections, find_section
 from hybridlab.search.time_range import resolve_time_range
 from hybridlab.server.http_auth import (
@@ -503,7 +503,7 @@ def search(
                 hit.text, hit.snippet = (result.snippet if text is None else text), ""
         elif content == "full":
             for hit in hits:
-                hit.text, hit.snippet = index.get_document(hit.doc_id, snapshot=snapshot)["text"], ""
+                hit.text, hit.snippet = index.get_document(hit.doc_id, snapshot=snapshot).text, ""
     _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
     return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
@@ -524,9 +524,8 @@ def get_document(
         snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
         document = index.get_document(doc_id, snapshot=snapshot)
         levels = snapshot.generation.manifest.index_config.chunk.header_levels
-    document.pop("source", None)
-    text = document.pop("text")
-    sections = document_sections(text, document["doc_type"], levels)
+    text = document.text
+    sections = document_sections(text, document.doc_type, levels)
     with _tool_errors(*LIBRARY_ERRORS):
         part = find_section(sections, section) if section is not None else None
     start, stop = (part.start, part.end) if part else (0, len(text))
@@ -541,7 +540,14 @@ def get_document(
     end = min(start + offset + max_chars, stop)
     titles = _titles(sections, TOC_CHARS) if part is None and offset == 0 and len(sections) > 1 else None
     return DocumentResponse(
-        **document,
+        doc_id=document.doc_id,
+        title=document.title,
+        collection=document.collection,
+        doc_type=document.doc_type,
+        tags=list(document.tags),
+        created_at=document.created_at,
+        updated_at=document.updated_at,
+        metadata=dict(document.metadata),
         text=text[start + offset : end],
         offset=offset,
         total_chars=len(text),
@@ -701,7 +707,7 @@ def list_collections(service: Service) -> CollectionList:
     """The collections (each is a project) to browse: documents, chunks per type, top tags. Then
     list_documents or search with collection=. Example: {}"""
     with service.reading() as index:
-        collections = [CollectionInfo(**c) for c in index.list_collections()]
+        collections = [CollectionInfo(**c.to_dict()) for c in index.list_collections()]
     return CollectionList(
         count=len(collections), collections=collections, default_project=service.default_project
     )
@@ -723,10 +729,16 @@ def list_documents(
         )
     results = [
         DocumentEntry(
-            **{k: v for k, v in doc.items() if k in DocumentEntry.model_fields and k != "text"},
-            total_chars=len(doc["text"]),
+            rank=rank,
+            doc_id=doc.doc_id,
+            title=doc.title,
+            collection=doc.collection,
+            doc_type=doc.doc_type,
+            total_chars=len(doc.text),
+            tags=list(doc.tags),
+            updated_at=doc.updated_at,
         )
-        for doc in found
+        for rank, doc in enumerate(found, 1)
     ]
     return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
 
@@ -736,7 +748,7 @@ def stats(service: Service) -> StatsResponse:
     settings in force with their source. Example: {}"""
     with service.reading() as index:
         snapshot = index.snapshot()  # the counts and the adaptive settings of one generation
-        facts = index.stats(snapshot=snapshot)
+        facts = index.stats(snapshot=snapshot).to_dict()
         config, sources = resolve_search_config({}, config_file=index.config_file, n_chunks=snapshot.n_chunks)
         generation = snapshot.generation
         collections, chunk_types = list(generation.known_collections), list(generation.known_chunk_types)
@@ -910,10 +922,23 @@ def _window(window: Any) -> TimeWindow | None:
     return None if window is None else TimeWindow(**window.to_dict())
 
 
-def _tagged(documents: list[dict[str, Any]], max_chars: int) -> list[TaggedDocument]:
-    """The documents' listing entries, their texts cut to `max_chars` in all (:func:`_fit_texts`)."""
-    fields = set(TaggedDocument.model_fields)
-    results = [TaggedDocument(**{k: v for k, v in doc.items() if k in fields}) for doc in documents]
+def _tagged(documents: Sequence[StoredDocument], max_chars: int) -> list[TaggedDocument]:
+    """The documents' listing entries (ranked by their position: 1 = the newest), their texts cut to
+    `max_chars` in all (:func:`_fit_texts`)."""
+    results = [
+        TaggedDocument(
+            rank=rank,
+            doc_id=doc.doc_id,
+            title=doc.title,
+            collection=doc.collection,
+            doc_type=doc.doc_type,
+            text=doc.text,
+            tags=list(doc.tags),
+            created_at=doc.created_at,
+            updated_at=doc.updated_at,
+        )
+        for rank, doc in enumerate(documents, 1)
+    ]
     _fit_texts(results, max_chars, "text")
     return results
 

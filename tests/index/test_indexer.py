@@ -131,7 +131,7 @@ def test_incremental_reindex_updates_only_what_changed(tmp_path):
     assert live_generation(index_dir) == "gen-000002"
     with open_index(index_dir) as index:
         assert index.consistency_problems() == []
-        assert index.stats()["documents"] == 3
+        assert index.stats().documents == 3
 
 
 def test_touching_a_file_updates_it_without_embedding(tmp_path):
@@ -142,7 +142,7 @@ def test_touching_a_file_updates_it_without_embedding(tmp_path):
     report = index_paths([source], index_dir, progress=False)
     assert (report.changed, report.unchanged, report.new_chunks, report.embedded) == (1, 2, 1, 0)
     with open_index(index_dir) as index:
-        assert index.get_document("a.md")["updated_at"].startswith("2023-11-14T22:13:20")
+        assert index.get_document("a.md").updated_at.startswith("2023-11-14T22:13:20")
 
 
 def test_changed_chunking_rechunks_but_embeds_only_new_texts(tmp_path):
@@ -170,7 +170,7 @@ def test_memories_update_in_place(tmp_path, tiny_corpus, embedding_cache_path):
     # tags are a line of the indexed text (ChunkConfig.index_tags): new tags, one new text to embed
     assert (report.changed, report.removed, report.unchanged, report.embedded) == (1, 1, 1, 1)
     with open_index(index_dir) as index:
-        assert [r["doc_id"] for r in index.search_by_tag(["certificates"])] == ["m2"]
+        assert [r.doc_id for r in index.search_by_tag(["certificates"])] == ["m2"]
 
 
 def test_tags_are_a_line_of_the_indexed_text_and_old_configs_keep_theirs():

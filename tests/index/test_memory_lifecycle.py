@@ -51,15 +51,15 @@ def test_update_and_delete_in_segments_and_the_log(index_dir):
         updated = writer.update(index.get_document("m2"), content="Memory two now about the crane project.")
         assert (updated.created_at, updated.updated_at > updated.created_at) == ("2024-01-02T09:00:00Z", True)
         index.refresh()
-        assert index.stats()["documents"] == 4
-        assert index.get_document("m2")["text"] == "Memory two now about the crane project."
+        assert index.stats().documents == 4
+        assert index.get_document("m2").text == "Memory two now about the crane project."
         deleted = writer.delete(["m1", logged.id, "nowhere"])
         assert (deleted.removed, deleted.ids) == (
             2,
             ("m1", logged.id, "nowhere"),
         )  # a segment's and a logged one
         index.refresh()
-        assert sorted(d["doc_id"] for d in index.list_documents()[0]) == ["m2", "m3"]
+        assert sorted(d.doc_id for d in index.list_documents()[0]) == ["m2", "m3"]
         assert {r.doc_id for r in index.search("otter walrus project", limit=5, mode="bm25")} == {"m2", "m3"}
     with pytest.raises(ValueError, match="both written and deleted"):
         from hybridlab.index.write.memory import make_memory
@@ -86,8 +86,8 @@ def test_delete_drops_a_memory_still_in_the_log(index_dir):
         writer.delete([logged.id]).removed == 0 and writer.appends == 3
     )  # deleted already: nothing appended
     with open_index(index_dir) as index:
-        assert sorted(d["doc_id"] for d in index.list_documents()[0]) == sorted(["m1", "m2", "m3", kept.id])
-        assert index.stats()["write_ahead_log"] | {"file": ""} == {
+        assert sorted(d.doc_id for d in index.list_documents()[0]) == sorted(["m1", "m2", "m3", kept.id])
+        assert index.stats().to_dict()["write_ahead_log"] | {"file": ""} == {
             "file": "",
             "memories": 1,
             "chunks": 1,
@@ -108,8 +108,8 @@ def _visible(index_dir, capsys) -> dict:
         json.loads(line)["id"]: json.loads(line)["content"] for line in capsys.readouterr().out.splitlines()
     }
     with open_index(index_dir) as index:
-        listed = {d["doc_id"]: d["text"] for d in index.list_documents()[0]}
-        assert listed == exported == {doc_id: index.get_document(doc_id)["text"] for doc_id in listed}
+        listed = {d.doc_id: d.text for d in index.list_documents()[0]}
+        assert listed == exported == {doc_id: index.get_document(doc_id).text for doc_id in listed}
         found = {
             r.doc_id
             for mode in ("bm25", "vector", "hybrid")
@@ -123,9 +123,9 @@ def _visible(index_dir, capsys) -> dict:
         }
         return {
             "listed": listed,
-            "tagged": {d["doc_id"] for d in index.search_by_tag(["t"])},
+            "tagged": {d.doc_id for d in index.search_by_tag(["t"])},
             "dedupe": {text: doc_id for text, doc_id in dedupe.items() if doc_id},
-            "tombstones": index.stats()["tombstones"],
+            "tombstones": index.stats().tombstones,
             "m2": index.get_document("m2"),
         }
 
@@ -154,7 +154,7 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     seen = _visible(index_dir, capsys)
     assert seen["listed"] == expected and seen["tagged"] == set(expected)
     assert seen["dedupe"] == {text: doc_id for doc_id, text in expected.items()}  # no deleted or old version
-    assert seen["tombstones"] == 2 and seen["m2"]["created_at"] == current["created_at"]
+    assert seen["tombstones"] == 2 and seen["m2"].created_at == current.created_at
     assert verify(index_dir) == []
     writer.close()
     restarted = MemoryWriter(index_dir, wal_records=100)  # a new process: the log read back
@@ -167,11 +167,9 @@ def test_deletes_and_updates_are_log_appends_that_hold_after_a_restart_and_the_f
     assert report.committed and report.generation == generation + 1
     seen = _visible(index_dir, capsys)
     assert seen["listed"] == expected and seen["tombstones"] == 2  # m1 and m2's old version, in their segment
-    assert (
-        seen["m2"]["created_at"] == current["created_at"] and seen["m2"]["updated_at"] == updated.updated_at
-    )
+    assert seen["m2"].created_at == current.created_at and seen["m2"].updated_at == updated.updated_at
     with open_index(index_dir) as index:
-        assert index.stats()["write_ahead_log"] | {"file": ""} == {
+        assert index.stats().to_dict()["write_ahead_log"] | {"file": ""} == {
             "file": "",
             "memories": 0,
             "chunks": 0,

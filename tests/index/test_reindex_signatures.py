@@ -198,7 +198,7 @@ def test_a_racy_same_size_edit_with_its_mtime_put_back_is_read_again(
     report = _index(folder, index_dir, embedding_cache_path)
     assert reads == ["racy.md"] and report.changed == 1
     with open_index(index_dir) as index:
-        assert "cccc dddd" in index.get_document("racy.md")["text"]
+        assert "cccc dddd" in index.get_document("racy.md").text
 
 
 def test_deleted_files_are_tombstoned(tmp_path, embedding_cache_path, settled, reads):
@@ -216,7 +216,7 @@ def test_deleted_files_are_tombstoned(tmp_path, embedding_cache_path, settled, r
     assert "note-3.md" in manifest.segment_list[0].deleted
     assert "note-3.md" not in recorded_signatures(index_dir)[str(folder.root.resolve())]
     with open_index(index_dir) as index:
-        assert index.stats()["documents"] == 4
+        assert index.stats().documents == 4
 
 
 def test_an_index_without_signatures_reads_everything_and_records_them_on_its_next_write(

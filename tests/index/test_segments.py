@@ -310,10 +310,10 @@ def test_a_write_adds_one_segment_and_rewrites_nothing(tmp_path, embedding_cache
     assert changed.segments[0].deleted == ("a0",) and len(changed.segments) == 3
     with open_index(index_dir) as index:
         assert index.n_chunks == 6
-        assert index.get_document("a0")["text"] == "bokeh server"
+        assert index.get_document("a0").text == "bokeh server"
         assert [r.doc_id for r in index.search("bokeh server", mode="bm25", limit=2)] == ["a0"]
         stats = index.stats()
-        assert len(stats["segments"]) == 3 and stats["tombstones"] == 1
+        assert len(stats.segments) == 3 and stats.tombstones == 1
 
 
 def test_a_reader_refresh_opens_only_new_segments(tmp_path, embedding_cache_path):
@@ -380,7 +380,7 @@ def test_small_segments_are_parquet_and_a_held_generation_outlives_their_removal
         rows = held.generation.store.fetchall("SELECT doc_id FROM documents ORDER BY doc_id")
         assert [r[0] for r in rows] == ["a", "b"]
         assert index.refresh()
-        assert sorted(r["doc_id"] for r in index.search_by_tag(["blue"], limit=10)) == [
+        assert sorted(r.doc_id for r in index.search_by_tag(["blue"], limit=10)) == [
             f"c{i}" for i in range(4)
         ]
 

@@ -129,7 +129,7 @@ def test_logged_memories_answer_like_a_fresh_build_before_and_after_the_fold(
     _assert_same(unstaged(got), unstaged(expected))
     assert verify(index_dir) == []
     with open_index(index_dir) as index:
-        assert index.stats()["write_ahead_log"]["memories"] == 9
+        assert index.stats().write_ahead_log.memories == 9
         assert index.n_chunks == len(documents)
     report = fold_log(index_dir)
     assert report.committed and report.embedded == 0  # the log's vectors are reused, not re-embedded
@@ -149,7 +149,7 @@ def test_the_writer_folds_a_full_log_and_a_reader_sees_each_store_at_once(tmp_pa
             # no explicit refresh: the next search stats the log and sees the memory
             assert index.search(f"zq{i}word", mode="bm25", limit=1)[0].doc_id == stored[-1].id
         assert writer.folds == 2 and writer.appends == 10
-        assert index.stats()["write_ahead_log"]["memories"] == 2
+        assert index.stats().write_ahead_log.memories == 2
         assert {s.id for s in stored} <= set(index.snapshot().generation.doc_ids)
     names = sorted(p.name for p in index_dir.iterdir() if p.name.startswith("wal-"))
     assert len(names) == 2  # the live generation's log and the previous one's (the repair fallback)
@@ -165,8 +165,8 @@ def test_an_index_write_folds_the_log_and_a_stored_id_again_replaces_it(tmp_path
     replaced = writer.store_document(_memory("w1", "giraffe enclosure", 5, ("blue",)))
     assert (writer.commits, writer.appends, replaced.generation) == (0, 3, 1)
     with open_index(index_dir) as index:
-        assert index.get_document("w1")["text"] == "giraffe enclosure"
-        assert index.stats()["write_ahead_log"]["memories"] == 2
+        assert index.get_document("w1").text == "giraffe enclosure"
+        assert index.stats().write_ahead_log.memories == 2
     report = apply_changes(
         index_dir,
         [(SOURCE, [_memory("x1", "zebra crossing", 6, ())], False)],
@@ -177,8 +177,8 @@ def test_an_index_write_folds_the_log_and_a_stored_id_again_replaces_it(tmp_path
     with open_index(index_dir) as index:
         doc_ids = list(index.snapshot().generation.doc_ids)
         assert sorted(doc_ids) == sorted([*documents, "w1", "w2", "x1"])
-        assert index.get_document("w1")["text"] == "giraffe enclosure"
-        assert index.stats()["write_ahead_log"]["memories"] == 0
+        assert index.get_document("w1").text == "giraffe enclosure"
+        assert index.stats().write_ahead_log.memories == 0
 
 
 def test_verify_reports_a_torn_log_and_repair_cuts_it(tmp_path, embedding_cache_path):
@@ -192,7 +192,7 @@ def test_verify_reports_a_torn_log_and_repair_cuts_it(tmp_path, embedding_cache_
     problems = verify(index_dir)
     assert len(problems) == 1 and path.name in problems[0] and "cut short" in problems[0]
     with open_index(index_dir) as index:  # a reader stops before the torn record: still searchable
-        assert index.get_document(kept.id)["text"] == "a memory that was acknowledged"
+        assert index.get_document(kept.id).text == "a memory that was acknowledged"
     actions = repair(index_dir)
     assert any("write-ahead log" in action for action in actions)
     assert verify(index_dir) == []
@@ -312,7 +312,7 @@ def test_tombstones_and_replacements_in_the_log_verify_clean_and_survive_the_rep
     def check() -> None:
         with open_index(index_dir) as index:
             assert sorted(index.snapshot().generation.doc_ids) == sorted({*documents, kept.id} - {"m001"})
-            assert index.get_document("m000")["text"] == "zqnew the replaced memory"
+            assert index.get_document("m000").text == "zqnew the replaced memory"
             assert [r.doc_id for r in index.search("zqgone zqkept", mode="bm25", limit=5)] == [kept.id]
 
     check()

@@ -56,10 +56,10 @@ def test_store_dedupes_within_its_project_and_is_read_at_once(service):
     assert (near.created, near.id, near.near_duplicate_of) == (False, stored.id, stored.id)
     assert near.similarity is not None and near.similarity >= 0.95
 
-    listed = [d["doc_id"] for d in service.memories(MemoryFilters())]  # the default project: alpha
+    listed = [d.doc_id for d in service.memories(MemoryFilters())]  # the default project: alpha
     assert listed == [stored.id, "m1"]
     everywhere = service.memories(MemoryFilters(tags=("ci",)), project="*")
-    assert {d["doc_id"] for d in everywhere} == {elsewhere.id, stored.id}
+    assert {d.doc_id for d in everywhere} == {elsewhere.id, stored.id}
 
 
 def test_update_and_delete_stay_in_a_project(service):
@@ -70,10 +70,10 @@ def test_update_and_delete_stay_in_a_project(service):
         service.update("m2", tags=["vim"])
     updated = service.update("m2", tags=["vim"], project="*", move_to="alpha")
     assert updated.project == "alpha" and updated.stored.id == "m2"
-    assert service.index.get_document("m2")["collection"] == "alpha"
+    assert service.index.get_document("m2").collection == "alpha"
 
     dry = service.delete(["m1", "nope"], dry_run=True, project="beta")
     assert dry == Deletion(True, (), ("m1", "nope"), service.index.generation)
     deleted = service.delete(filters=MemoryFilters(tags=("vim",)))
     assert (deleted.ids, deleted.removed, deleted.dry_run) == (("m2",), 1, False)
-    assert [d["doc_id"] for d in service.memories(MemoryFilters(), project="*")] == ["m1"]
+    assert [d.doc_id for d in service.memories(MemoryFilters(), project="*")] == ["m1"]

@@ -92,7 +92,7 @@ def test_bad_folder_is_indexed_with_every_bad_file_reported(bad_folder_index, ca
     assert report.documents == sum(1 for outcome, _ in cases.values() if outcome != "skipped")
     assert verify(root / "index") == []
     index = open_index(root / "index")
-    assert index.get_document("deep_headers.md")["title"] == "Level 1 heading"
+    assert index.get_document("deep_headers.md").title == "Level 1 heading"
     assert index.run("espresso machine", now=NOW)
     index.close()
     record("malformed_inputs", len(cases) + len(MEMORY_CASES))

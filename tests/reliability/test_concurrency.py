@@ -103,7 +103,7 @@ def test_reader_sees_consistent_generations_while_a_writer_commits(small_index, 
     assert writer.returncode == 0, writer.stderr.read()[-3000:]
     writer.stderr.close()
     index.refresh()
-    assert index.stats()["documents"] == 160
+    assert index.stats().documents == 160
     index.close()
     assert answered > 0
 
@@ -154,10 +154,10 @@ def _check_all_found(index_dir: Path, stored: list[str]) -> None:
     assert verify(index_dir) == []
     index = open_index(index_dir)
     try:
-        tagged = {d["doc_id"] for d in index.search_by_tag(["load"], limit=100_000)}
+        tagged = {d.doc_id for d in index.search_by_tag(["load"], limit=100_000)}
         assert set(stored) <= tagged
         for memory_id in stored:
-            assert index.get_document(memory_id)["doc_id"] == memory_id
+            assert index.get_document(memory_id).doc_id == memory_id
     finally:
         index.close()
 

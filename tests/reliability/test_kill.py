@@ -345,7 +345,7 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
         with open_index(index_dir) as index:
             held = set(index.snapshot().generation.doc_ids)
             assert set(acknowledged) <= held, (k, stages[k - 1])
-            states.append(index.stats()["write_ahead_log"]["memories"])
+            states.append(index.stats().write_ahead_log.memories)
         after = MemoryWriter(index_dir, wal_records=3).store(
             "zqafter a memory stored after the kill", ["kill"]
         )
@@ -353,7 +353,7 @@ def test_kill_at_every_stage_of_memory_stores_and_a_log_fold(segment_scenario, t
         assert verify(index_dir) == []
         with open_index(index_dir) as index:
             assert {*acknowledged, after.id} <= set(index.snapshot().generation.doc_ids)
-            assert index.stats()["write_ahead_log"]["memories"] == 0
+            assert index.stats().write_ahead_log.memories == 0
         shutil.rmtree(index_dir)
     assert len(stages) >= 15 and max(states) >= 1
     record("kill_memory_store_points", len(stages))
@@ -444,7 +444,7 @@ def test_kill_at_every_stage_of_memory_updates_and_deletes(tmp_path):
 
             def text(doc_id: str) -> str | None:
                 try:
-                    return index.get_document(doc_id)["text"]
+                    return index.get_document(doc_id).text
                 except KeyError:
                     return None
 

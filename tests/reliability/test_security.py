@@ -98,7 +98,7 @@ def test_get_document_cannot_escape_the_index(small_index, doc_id):
     try:
         with pytest.raises(KeyError, match="no document"):
             index.get_document(doc_id)
-        assert index.get_document("doc0001.md")["doc_id"] == "doc0001.md"
+        assert index.get_document("doc0001.md").doc_id == "doc0001.md"
     finally:
         index.close()
 

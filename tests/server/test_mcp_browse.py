@@ -70,7 +70,7 @@ def data(result) -> dict:
 def test_get_document_pages_a_long_document_exactly(server):
     from mcp import Client
 
-    original = server.service.index.get_document("guide/release.md")["text"]
+    original = server.service.index.get_document("guide/release.md").text
     assert len(original) > 120_000
 
     async def session() -> None:
@@ -109,7 +109,7 @@ def test_get_document_pages_a_long_document_exactly(server):
 def test_search_content_modes_fit_the_budget(server):
     from mcp import Client
 
-    original = server.service.index.get_document("guide/release.md")["text"]
+    original = server.service.index.get_document("guide/release.md").text
 
     async def session() -> None:
         async with Client(server) as client:
@@ -136,7 +136,7 @@ def test_search_content_modes_fit_the_budget(server):
             intro = next(hit for hit in hits if hit["doc_id"] == "guide/intro.md")
             assert (
                 not intro["truncated"]
-                and intro["text"] == server.service.index.get_document("guide/intro.md")["text"]
+                and intro["text"] == server.service.index.get_document("guide/intro.md").text
             )
 
             bigger = data(

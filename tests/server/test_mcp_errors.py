@@ -153,7 +153,7 @@ def test_an_invalid_setting_is_a_tool_error_naming_it(index_dir, monkeypatch):
             "hybridlab.search.pipeline.first_stage.combine",
             ValueError("boom 0x2a"),
         ),
-        ("get_document", {"doc_id": "m1"}, "hybridlab.search.engine._document", KeyError("boom 0x2a")),
+        ("get_document", {"doc_id": "m1"}, "hybridlab.search.engine.stored_document", KeyError("boom 0x2a")),
         (
             "store_memory",
             {"content": "A new fact."},

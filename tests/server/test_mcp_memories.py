@@ -96,7 +96,7 @@ def test_empty_start_creates_a_memory_index_and_stores_at_once(tmp_path, caplog)
     with caplog.at_level(logging.INFO, logger="hybridlab.server.mcp"):
         server = create_server(empty)
     assert "created an empty memory index" in caplog.text
-    assert server.service.index.stats()["documents"] == 0
+    assert server.service.index.stats().documents == 0
 
 
 @pytest.mark.slow

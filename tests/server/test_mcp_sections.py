@@ -55,7 +55,7 @@ def data(result) -> dict:
 def test_the_panel_release_notes_read_by_section_exactly(server):
     from mcp import Client
 
-    original = server.service.index.get_document("releases.md")["text"]
+    original = server.service.index.get_document("releases.md").text
     assert len(original) > 300_000
 
     async def session() -> None:

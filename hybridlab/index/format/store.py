@@ -14,6 +14,7 @@ import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
@@ -37,6 +38,32 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE TABLE IF NOT EXISTS tags (chunk_id BIGINT NOT NULL, doc_id VARCHAR NOT NULL, tag VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS chunk_vectors (chunk_id BIGINT NOT NULL, model VARCHAR NOT NULL, embed_sha256 VARCHAR NOT NULL);
 """
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """One row of the `documents` table as a reader returns it: `created_at`/`updated_at` as
+    ISO-8601 UTC strings with a Z (None when the source gave none), `metadata` parsed from its JSON,
+    `tags` in their stored order. Defined here, below the read side and the write path, because both
+    take it: the search engine builds it and the memory writer derives a memory's next version
+    from it. :meth:`to_dict` is its JSON shape (tags as a list), field for field in this order."""
+
+    doc_id: str
+    source: str
+    collection: str
+    title: str
+    text: str
+    doc_type: str
+    created_at: str | None = None
+    updated_at: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["metadata"] = dict(self.metadata)
+        data["tags"] = list(self.tags)
+        return data
 
 
 #: the old name of StoreError, kept so existing imports and `except` clauses still work

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import duckdb
 import numpy as np
 
 from hybridlab.config import IndexConfig
@@ -29,6 +30,7 @@ from hybridlab.index.format.faults import checkpoint
 from hybridlab.index.format.manifest import LOG_DELETES_FORMAT, Manifest
 from hybridlab.index.format.rows import WHITESPACE, normalised_content
 from hybridlab.index.format.segments import indexed_doc_ids
+from hybridlab.index.format.store import StoredDocument
 from hybridlab.index.reader import manifest_stamp
 from hybridlab.index.write.build import apply_changes, fold_log
 from hybridlab.index.write.tokens import memory_texts, store_token_vectors
@@ -182,7 +184,7 @@ def make_memory(
 
 
 def updated_memory(
-    current: Mapping[str, Any],
+    current: StoredDocument,
     *,
     content: str | None = None,
     tags: Sequence[str] | None = None,
@@ -194,19 +196,19 @@ def updated_memory(
     """The next version of a memory (`current` as `Index.get_document` returns it): the fields given
     replace its own (`project` moves it to that project); the id, `created_at` and other metadata
     stay; `updated_at` = the given time, else now."""
-    if current.get("doc_type") != "memory":
+    if current.doc_type != "memory":
         raise InvalidValueError(
-            f"{current.get('doc_id')!r} is a {current.get('doc_type')!r} document, not a memory", "memory_id"
+            f"{current.doc_id!r} is a {current.doc_type!r} document, not a memory", "memory_id"
         )
     if content is None and tags is None and memory_type is None and project is None:
         raise InvalidValueError("nothing to update: give content, tags, memory_type and/or a project")
-    metadata = {k: v for k, v in (current.get("metadata") or {}).items() if k != "memory_type"}
+    metadata = {k: v for k, v in current.metadata.items() if k != "memory_type"}
     return make_memory(
-        current["text"] if content is None else content,
-        current.get("tags") or () if tags is None else tags,
-        memory_type or (current.get("metadata") or {}).get("memory_type") or "note",
-        current.get("created_at"),
-        memory_id=current["doc_id"],
+        current.text if content is None else content,
+        current.tags if tags is None else tags,
+        memory_type or current.metadata.get("memory_type") or "note",
+        current.created_at,
+        memory_id=current.doc_id,
         source=source,
         updated_at=updated_at or _iso(datetime.now(UTC)),
         metadata=metadata,
@@ -225,8 +227,6 @@ def find_duplicate(store: Any, content: str, collection: str | None = None) -> s
     wanted = normalised_content(content)
     if not wanted:
         return None
-    import duckdb
-
     key = hashlib.sha256(wanted.encode("utf-8")).hexdigest()
     scan = (
         f"doc_type = 'memory' AND length(text) >= ? "
@@ -248,19 +248,15 @@ def find_duplicate(store: Any, content: str, collection: str | None = None) -> s
     return next((doc_id for doc_id, text in rows if normalised_content(text) == wanted), None)
 
 
-def memory_record(document: Mapping[str, Any]) -> dict[str, Any]:
+def memory_record(document: StoredDocument) -> dict[str, Any]:
     """A memory (as `Index.get_document` returns it) as one line of a memories JSONL file, the fields
     :func:`hybridlab.ingest.sources.memory_document` reads back to the same document."""
-    metadata = dict(document.get("metadata") or {})
-    record: dict[str, Any] = {
-        "id": document["doc_id"],
-        "content": document["text"],
-        "tags": list(document.get("tags") or ()),
-    }
-    if document.get("created_at"):
-        record["created_at"] = document["created_at"]
-    if document.get("updated_at") and document.get("updated_at") != document.get("created_at"):
-        record["updated_at"] = document["updated_at"]
+    metadata = dict(document.metadata)
+    record: dict[str, Any] = {"id": document.doc_id, "content": document.text, "tags": list(document.tags)}
+    if document.created_at:
+        record["created_at"] = document.created_at
+    if document.updated_at and document.updated_at != document.created_at:
+        record["updated_at"] = document.updated_at
     record["memory_type"] = metadata.pop("memory_type", None) or "note"
     if metadata:
         record["metadata"] = metadata
@@ -348,7 +344,7 @@ class MemoryWriter:
 
     def update(
         self,
-        current: Mapping[str, Any],
+        current: StoredDocument,
         *,
         content: str | None = None,
         tags: Sequence[str] | None = None,
