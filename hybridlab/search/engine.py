@@ -249,6 +249,7 @@ class Index:
         language: str | None = None,
         now: str | datetime | None = None,
         explain: bool = False,
+        content: str = "snippet",
         **options: Any,
     ) -> list[SearchResult]:
         """Search; keyword options are any :class:`SearchConfig` field (limit, mode, alpha, fusion,
@@ -291,6 +292,7 @@ class Index:
             language=language,
             now=now,
             explain=explain,
+            content=content,
             **options,
         ).results
 
@@ -308,13 +310,15 @@ class Index:
         language: str | None = None,
         now: str | datetime | None = None,
         explain: bool = False,
+        content: str = "snippet",
         snapshot: Snapshot | None = None,
         **options: Any,
     ) -> SearchResponse:
         """What :meth:`search` returns (same arguments), with the search's timings, mode and the
-        generation that answered: `snapshot`, else the current one (:meth:`snapshot`). Pass the snapshot
-        you read more from (:meth:`chunk_texts`, :meth:`get_document`) so that ranking and texts come
-        from one generation, although a writer may commit a newer one meanwhile."""
+        generation that answered: `snapshot`, else the current one (:meth:`snapshot`). `content`
+        "chunk" or "full" gives each result the text of its chunk or of its whole document, read from
+        the same snapshot as the ranking (a writer may commit a newer generation meanwhile); pass the
+        snapshot you read more from (:meth:`get_document`) for the same reason."""
         snapshot = self.snapshot() if snapshot is None else snapshot
         tag_list = None if tags is None else _tuple(tags)
         if tag_list and not all(isinstance(t, str) and t.strip() for t in tag_list):
@@ -332,7 +336,7 @@ class Index:
             embedding_model=vectors_of,
         )
         options = {**options, "embedding_model": embedding_model, "language": language}
-        asked = records.Search(query, options, filters, tag_list, resolve_now(now), self.config_file)
+        asked = records.Search(query, options, filters, tag_list, resolve_now(now), self.config_file, content)
         return steps.search(snapshot, asked, self.query_models, explain)
 
     def run(
@@ -433,28 +437,6 @@ class Index:
         """Each collection (sorted by name): its documents and chunks, chunks per chunk type, and its
         `top_tags` most common tags with their document counts (`tag_count`: all its distinct tags)."""
         return collection_summaries(self.snapshot().generation, top_tags)
-
-    def chunk_texts(self, chunk_ids: Sequence[int], *, snapshot: Snapshot | None = None) -> list[str | None]:
-        """The text of each chunk id in `snapshot`, else in the current generation (None for one it
-        does not hold: a chunk a newer generation replaced)."""
-        snapshot = self.snapshot() if snapshot is None else snapshot
-        known = snapshot.generation.chunk_ids
-        rows = (
-            np.searchsorted(known, np.asarray(chunk_ids, dtype=np.int64))
-            if len(chunk_ids)
-            else np.zeros(0, np.int64)
-        )
-        held = [
-            row < len(known) and int(known[row]) == int(chunk_id)
-            for row, chunk_id in zip(rows.tolist(), chunk_ids)
-        ]
-        present = [int(row) for row, ok in zip(rows.tolist(), held) if ok]
-        texts = (
-            {row: detail[0] for row, detail in zip(present, snapshot.store.details(present))}
-            if present
-            else {}
-        )
-        return [texts[int(row)] if ok else None for row, ok in zip(rows.tolist(), held)]
 
     def stats(self, *, snapshot: Snapshot | None = None) -> IndexStats:
         """Counts per collection, chunk type and model (with the encoder spec the manifest records

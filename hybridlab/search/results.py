@@ -24,12 +24,14 @@ class SearchResult:
     tags: tuple[str, ...] = ()
     updated_at: str | None = None
     explain: dict[str, Any] | None = None
+    text: str | None = None  # the chunk's or the document's whole text, when the search asked for it
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tags"] = list(self.tags)
-        if self.explain is None:
-            data.pop("explain")
+        for key in ("explain", "text"):  # asked for: absent otherwise
+            if data[key] is None:
+                data.pop(key)
         return data
 
 

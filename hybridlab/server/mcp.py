@@ -1,9 +1,10 @@
 """The MCP server: a thin adapter exposing an index to AI assistants as ten typed tools.
 
-Each tool is a module-level function `name(service, ...)` over a :class:`Service` (the index's
-:class:`~hybridlab.memory.MemoryService`, the server's settings) whose docstring is the tool's description and whose pydantic
-result is the output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS`, and each
-call finds the service in the SDK's request `Context` (what the server's lifespan yields). `search`,
+Each tool is a module-level function `name(..., *, ctx)` whose docstring is the tool's description,
+whose signature (as written: nothing rewrites it) is the input schema and whose pydantic result is the
+output schema the SDK publishes; :func:`create_server` registers :data:`TOOLS`. A call finds its
+:class:`Service` (the index, its :class:`~hybridlab.memory.MemoryService`, the server's settings) in
+the SDK's request `Context`, as what the server's lifespan yields (:func:`_service`). `search`,
 `get_document` and `stats` each read one snapshot of the index, so a writer committing meanwhile mixes
 no newer generation into a response. The memory tools hand their call to the memory service, which
 owns dedupe, store, update, delete and refresh. See docs/internals/search.md#mcp-server."""
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import inspect
 import logging
 import os
 import threading
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from hybridlab.config import resolve_search_config
 from hybridlab.errors import HybridlabError, InvalidValueError
@@ -35,7 +35,7 @@ from hybridlab.memory import (
     ProjectScope,
     check_project,
 )
-from hybridlab.search.engine import StoredDocument, resolve_now
+from hybridlab.search.engine import SearchResult, StoredDocument, resolve_now
 from hybridlab.search.sections import document_sections, find_section
 from hybridlab.search.time_range import resolve_time_range
 from hybridlab.server.http_auth import (
@@ -297,18 +297,23 @@ def _tool_error(error: BaseException) -> ToolError:
 LIBRARY_ERRORS = (HybridlabError,)
 
 
-def _tool(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The tool `name(..., ctx)` of a tool function `name(service, ...)`: the SDK injects its request
-    `Context` as `ctx`, whose lifespan context is the :class:`Service` (:func:`create_server`'s
-    lifespan yields it). Its errors say who is at fault: a `HybridlabError` raised anywhere in it
-    (the user's to fix, its message says how) and the tool errors it raises itself reach the client
-    with their message; anything else is a bug in hybridlab, an "internal error" whose text stays on
-    the server: its traceback goes to the server's log."""
+def _service(ctx: Context) -> Service:
+    """The :class:`Service` a tool call works on: what :func:`create_server`'s lifespan yields, which
+    the SDK hands every call in its request `Context`."""
+    return cast(Service, ctx.request_context.lifespan_context)
 
-    @functools.wraps(function)  # the SDK reads the name and docstring through it
-    def guarded(*args: Any, ctx: Context, **kwargs: Any) -> Any:
+
+def _tool(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool of a tool function (its signature as written, `ctx` included: the SDK reads it
+    through `functools.wraps`), whose errors say who is at fault: a `HybridlabError` raised anywhere
+    in it (the user's to fix, its message says how) and the tool errors it raises itself reach the
+    client with their message; anything else is a bug in hybridlab, an "internal error" whose text
+    stays on the server: its traceback goes to the server's log."""
+
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return function(ctx.request_context.lifespan_context, *args, **kwargs)
+            return function(*args, **kwargs)
         except (ToolError, MCPError):
             raise
         except HybridlabError as error:
@@ -320,18 +325,6 @@ def _tool(function: Callable[..., Any]) -> Callable[..., Any]:
                 f"hybridlab, not in the call; the server's log has the traceback"
             ) from None
 
-    # the tool's arguments are the function's after `service`, and `ctx` for the SDK to fill in (it
-    # leaves a `Context` parameter out of the input schema): the SDK reads them from this signature
-    signature = inspect.signature(function, eval_str=True)
-    context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
-    arguments = [*list(signature.parameters.values())[1:], context]
-    guarded.__signature__ = signature.replace(parameters=arguments)  # type: ignore[attr-defined]
-    annotations = {k: v for k, v in signature.parameters.items() if k != "service"}
-    guarded.__annotations__ = {
-        **{name: parameter.annotation for name, parameter in annotations.items()},
-        "ctx": Context,
-        "return": signature.return_annotation,
-    }
     return guarded
 
 
@@ -448,7 +441,6 @@ class Service:
 
 
 def search(
-    service: Service,
     query: str,
     limit: Limit = 10,
     tags: list[str] | None = None,
@@ -463,6 +455,8 @@ def search(
     until: str | None = None,
     content: Literal["snippet", "chunk", "full"] = "snippet",
     max_chars: SearchChars = SEARCH_MAX_CHARS,
+    *,
+    ctx: Context,
 ) -> SearchResponse:
     """Search the index (semantic + keyword + tag + recency) for the best documents.
 
@@ -473,6 +467,7 @@ def search(
     content: "snippet" (default), "chunk" or "full" text; max_chars (default 5000) is shared by all
     results, a cut one has truncated=true: read on with get_document.
     Example: {"query": "linked brushing release notes", "content": "chunk", "time": "this year"}"""
+    service = _service(ctx)
     window = service.time_range(time, since, until)
     with service.reading() as index:
         # ranks and gives the texts, though a writer may commit a newer one meanwhile
@@ -490,36 +485,29 @@ def search(
             min_score=min_score,
             staged=staged,
             explain=explain,
+            content=content,
             since=window and window.since,
             until=window and window.until,
         ).results
-        hits = [SearchHit(**r.to_dict()) for r in results]
-        if explain and window is not None:
-            for hit in hits:
-                hit.explain = {**(hit.explain or {}), "time_range": window.to_dict()}
-        if content == "chunk":
-            texts = index.chunk_texts([r.chunk_id for r in results], snapshot=snapshot)
-            for hit, result, text in zip(hits, results, texts):
-                hit.text, hit.snippet = (result.snippet if text is None else text), ""
-        elif content == "full":
-            for hit in hits:
-                hit.text, hit.snippet = index.get_document(hit.doc_id, snapshot=snapshot).text, ""
+    hits = [_hit(result, content, window) for result in results]
     _fit_texts(hits, max_chars, "snippet" if content == "snippet" else "text")
     return SearchResponse(query=query, count=len(hits), results=hits, time_range=_window(window))
 
 
 def get_document(
-    service: Service,
     doc_id: str,
     offset: Annotated[int, Field(ge=0)] = 0,
     max_chars: PageChars = DOCUMENT_MAX_CHARS,
     section: int | str | None = None,
+    *,
+    ctx: Context,
 ) -> DocumentResponse:
     """Read one document by the doc_id a search returned, a page at a time: at most max_chars
     characters (default 8000) from offset. next_offset (null at the end) starts the next page;
     remaining_chars is what follows. A first page lists the document's header sections;
     section (a number or title) reads one section, offset counting from its start, next_section after it.
     Example: {"doc_id": "doc/about/releases.md", "section": "Version 1.4.0"}"""
+    service = _service(ctx)
     with service.reading() as index:
         snapshot = index.snapshot()  # the document and the header levels that split it, of one generation
         document = index.get_document(doc_id, snapshot=snapshot)
@@ -561,7 +549,6 @@ def get_document(
 
 
 def store_memory(
-    service: Service,
     content: str,
     tags: list[str] = [],  # noqa: B006 - the SDK needs a JSON default; never mutated
     memory_type: str = "note",
@@ -571,6 +558,8 @@ def store_memory(
     near_threshold: Annotated[float, Field(ge=0.5, le=1.0)] | None = NEAR_THRESHOLD,
     skip_near_duplicate: bool = False,
     project: str | None = None,
+    *,
+    ctx: Context,
 ) -> StoredMemoryResponse:
     """Remember a fact, preference, decision or note (<= 20,000 characters) in a project (default
     the server's); found by the next search. created_at: ISO, default now. The same content
@@ -580,6 +569,7 @@ def store_memory(
     context: the turn before it, indexed with it (a question worded like that turn finds it), not
     its content.
     Example: {"content": "Deploys run on Fridays.", "tags": ["deploy"], "memory_type": "decision"}"""
+    service = _service(ctx)
     outcome = service.memories.store(
         content,
         tags,
@@ -595,18 +585,20 @@ def store_memory(
 
 
 def update_memory(
-    service: Service,
     memory_id: str,
     content: str | None = None,
     tags: list[str] | None = None,
     memory_type: str | None = None,
     project: str | None = None,
     move_to: str | None = None,
+    *,
+    ctx: Context,
 ) -> StoredMemoryResponse:
     """Correct a memory: the fields given replace its content, tags and/or type; same id and
     created_at, updated_at now. project: where it is (default the server's, "*" any);
     move_to: the project it moves to.
     Example: {"memory_id": "mem-795dd95d27ad4622", "content": "The deploy key moved to the Infra vault."}"""
+    service = _service(ctx)
     updated = service.memories.update(
         memory_id, content=content, tags=tags, memory_type=memory_type, project=project, move_to=move_to
     )
@@ -614,7 +606,6 @@ def update_memory(
 
 
 def delete_memory(
-    service: Service,
     ids: list[str] | None = None,
     tags: list[str] | None = None,
     match: Literal["all", "any"] = "any",
@@ -623,10 +614,13 @@ def delete_memory(
     until: str | None = None,
     dry_run: bool = False,
     project: str | None = None,
+    *,
+    ctx: Context,
 ) -> DeletedResponse:
     """Forget memories for good: by ids, or all with the tags (match "any"/"all") and/or in a time
     range (as in `search`), of one project (default the server's, "*" all). dry_run=true only lists them.
     Example: {"tags": ["scratch"], "time": "last week", "dry_run": true}"""
+    service = _service(ctx)
     window = service.time_range(time, since, until)
     if bool(ids) == bool(tags or window):
         raise _tool_error(
@@ -645,7 +639,6 @@ def delete_memory(
 
 
 def list_memories(
-    service: Service,
     limit: Limit = 10,
     cursor: str | None = None,
     tags: list[str] | None = None,
@@ -655,11 +648,14 @@ def list_memories(
     until: str | None = None,
     max_chars: SearchChars = SEARCH_MAX_CHARS,
     project: str | None = None,
+    *,
+    ctx: Context,
 ) -> MemoryList:
     """List memories newest first, a page at a time (limit default 10); only those with tags and/or
     in a time range if given, of one project (default the server's, "*" all). Pass next_cursor back
     as cursor. max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["deploy"], "time": "this month", "limit": 5}"""
+    service = _service(ctx)
     window = service.time_range(time, since, until)
     page = service.memories.page(_filters(tags or (), match, window), project, limit=limit, cursor=cursor)
     results = _tagged(page.documents, max_chars)
@@ -669,7 +665,6 @@ def list_memories(
 
 
 def search_by_tag(
-    service: Service,
     tags: list[str],
     match: Literal["all", "any"] = "all",
     limit: Limit = 10,
@@ -678,10 +673,13 @@ def search_by_tag(
     until: str | None = None,
     max_chars: SearchChars = SEARCH_MAX_CHARS,
     project: str | None = None,
+    *,
+    ctx: Context,
 ) -> TagResponse:
     """The newest documents with all (match="all") or any of the tags; time and project as in `search`.
     max_chars (default 5000) is shared by the texts (a cut one has truncated=true).
     Example: {"tags": ["python", "testing"], "match": "any", "time": "last week"}"""
+    service = _service(ctx)
     window = service.time_range(time, since, until)
     with service.reading() as index:
         scope = service.scope(project, index.known_collections)
@@ -703,9 +701,10 @@ def search_by_tag(
     )
 
 
-def list_collections(service: Service) -> CollectionList:
+def list_collections(*, ctx: Context) -> CollectionList:
     """The collections (each is a project) to browse: documents, chunks per type, top tags. Then
     list_documents or search with collection=. Example: {}"""
+    service = _service(ctx)
     with service.reading() as index:
         collections = [CollectionInfo(**c.to_dict()) for c in index.list_collections()]
     return CollectionList(
@@ -714,15 +713,17 @@ def list_collections(service: Service) -> CollectionList:
 
 
 def list_documents(
-    service: Service,
     collection: str | None = None,
     prefix: str | None = None,
     cursor: str | None = None,
     limit: Limit = 20,
+    *,
+    ctx: Context,
 ) -> DocumentList:
     """Documents (doc_id, title, total_chars, tags; no text) newest first, a page at a time, of a
     collection and/or doc_id prefix. Pass next_cursor back as cursor; read one with get_document.
     Example: {"collection": "panel", "prefix": "reference/widgets/", "limit": 50}"""
+    service = _service(ctx)
     with service.reading() as index:
         found, next_cursor = index.list_documents(
             collection=collection, prefix=prefix or None, limit=limit, cursor=cursor
@@ -743,9 +744,10 @@ def list_documents(
     return DocumentList(count=len(results), results=results, next_cursor=next_cursor)
 
 
-def stats(service: Service) -> StatsResponse:
+def stats(*, ctx: Context) -> StatsResponse:
     """The index: documents and chunks per collection and type, tags, models, and the search
     settings in force with their source. Example: {}"""
+    service = _service(ctx)
     with service.reading() as index:
         snapshot = index.snapshot()  # the counts and the adaptive settings of one generation
         facts = index.stats(snapshot=snapshot).to_dict()
@@ -916,6 +918,17 @@ def _titles(sections: list[Any], budget: int) -> list[str]:
             return [*titles, f"… {len(sections) - len(titles)} more: read on with section={section.index}"]
         titles.append(entry)
     return titles
+
+
+def _hit(result: SearchResult, content: str, window: Any) -> SearchHit:
+    """A search result as the tool returns it: the snippet, or instead the text `content` asked
+    for; with explain, the time range the call resolved."""
+    hit = SearchHit(**result.to_dict())
+    if content != "snippet":
+        hit.snippet = ""
+    if hit.explain is not None and window is not None:
+        hit.explain = {**hit.explain, "time_range": window.to_dict()}
+    return hit
 
 
 def _window(window: Any) -> TimeWindow | None:

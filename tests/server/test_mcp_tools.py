@@ -27,15 +27,21 @@ def server(tmp_path):
     return create_server(tmp_path / "index")
 
 
-def test_a_tool_is_a_function_of_the_service(server):
+def test_a_tool_is_a_function_of_the_service_its_context_carries(server):
+    """A tool finds the service where the SDK puts what the lifespan yields: a stand-in request
+    context is all a direct call needs (the SDK fills `ctx`; the input schema leaves it out)."""
+    from types import SimpleNamespace
+
     from hybridlab.server import mcp
 
-    service = server.service
-    found = mcp.search(service, "walrus deploys", content="full")
+    ctx = SimpleNamespace(request_context=SimpleNamespace(lifespan_context=server.service))
+    found = mcp.search("walrus deploys", content="full", ctx=ctx)
     assert [hit.doc_id for hit in found.results] == ["m1"]
-    assert found.results[0].text == "The walrus project deploys on Fridays."
-    assert mcp.get_document(service, "m1").total_chars == len("The walrus project deploys on Fridays.")
-    facts = mcp.stats(service)
+    assert (
+        found.results[0].text == "The walrus project deploys on Fridays." and found.results[0].snippet == ""
+    )
+    assert mcp.get_document("m1", ctx=ctx).total_chars == len("The walrus project deploys on Fridays.")
+    facts = mcp.stats(ctx=ctx)
     assert isinstance(facts, mcp.StatsResponse) and facts.documents == 1 and facts.server.backend == "local"
     # the index's other facts come through as they are
     assert facts.model_dump()["by_chunk_type"] == {"memory": 1} and facts.model_dump()["chunk_types"] == [

@@ -20,13 +20,16 @@ from hybridlab.search.query_dates import QueryDates
 from hybridlab.search.retrievers import RowFilter
 
 MAX_QUERY_CHARS = 10_000
+#: what a result carries besides its snippet: nothing, its chunk's text, or its document's whole text
+CONTENTS = ("snippet", "chunk", "full")
 
 
 @dataclass(frozen=True, eq=False)
 class Search:
     """What one search asks for, before anything is resolved: the query as given, search options
     (any SearchConfig field, plus `embedding_model` and `language`), the filters, explicit tags
-    (None: those the query names), the reference time of recency and the index's config file."""
+    (None: those the query names), the reference time of recency, the index's config file and the
+    text each result carries besides its snippet (:data:`CONTENTS`)."""
 
     query: str
     options: Mapping[str, Any]
@@ -34,6 +37,13 @@ class Search:
     boost_tags: Sequence[str] | None
     now: datetime
     config_file: Mapping[str, Any]
+    content: str = "snippet"
+
+    def __post_init__(self) -> None:
+        if self.content not in CONTENTS:
+            raise InvalidValueError(
+                f"unknown content {self.content!r}; choose from {list(CONTENTS)}", field="content"
+            )
 
 
 Run = dict[int, float]  # row -> score of one retriever

@@ -71,10 +71,10 @@ def ranked(snapshot: Snapshot, search: Search, models: QueryModels) -> Retrieval
 
 
 def search(snapshot: Snapshot, asked: Search, models: QueryModels, explain: bool = False) -> SearchResponse:
-    """The whole search on one snapshot: :func:`ranked`, then hydrate; the typed response with the
-    search's timings, mode and the generation that answered."""
+    """The whole search on one snapshot: :func:`ranked`, then hydrate (with the text `asked.content`
+    names); the typed response with the search's timings, mode and the generation that answered."""
     retrieval = ranked(snapshot, asked, models)
-    results = hydrate.hydrate(snapshot, retrieval, explain)
+    results = hydrate.hydrate(snapshot, retrieval, explain, asked.content)
     return SearchResponse(results, retrieval.timings, retrieval.mode, snapshot.number)
 
 
