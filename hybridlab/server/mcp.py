@@ -435,9 +435,10 @@ class Service:
 
 
 # -------------------------------------------------------------------------------------------- tools
-# Each tool is a function `name(service, arguments...)`, callable as it is; its docstring is the
-# description clients read, its other arguments the tool's input schema, its pydantic result the output
-# schema. `create_server` registers TOOLS, in this order, with `service` bound.
+# Each tool is a function `name(arguments..., *, ctx)`: its docstring is the description clients read,
+# its arguments but `ctx` the tool's input schema, its pydantic result the output schema; the SDK fills
+# `ctx` with the request Context, where `_service` finds the Service. `create_server` registers TOOLS,
+# in this order.
 
 
 def search(
