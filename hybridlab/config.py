@@ -361,16 +361,11 @@ def resolve_auto(config: SearchConfig, n_chunks: int) -> SearchConfig:
 
 def adaptive_alpha(n_chunks: int, memory_share: float = 0.0) -> float:
     """Default dense weight by corpus size, the prior that the query's own evidence then adjusts
-    (`adaptive_fusion`): 0.5 below 500 chunks, 0.6 above. Chosen 2026-11-25 on the tuning sets
-    only, with adaptive fusion on (nDCG@10 at 0.5 / 0.6 / the former 0.7-0.8): SciFact train
-    0.741 / 0.744 / 0.725, HoloViz 0.805 / 0.817 / 0.796; memories (274 chunks) MRR 0.830 at 0.5,
-    0.817 at 0.6. The former schedule (0.7 from 500, 0.8 from 5,000 chunks) came from
-    recommender-system experiments, not retrieval data.
-
-    A store of memories (`memory_share`: the share of its chunks that are memories, at least half)
-    stays at 0.5 whatever its size: memories are short, and on short texts the lexical side is the
-    stronger one (the memories set above; LoCoMo's conversations, 400-700 turns each, turn-level
-    R@5 60.7 at 0.5 vs 58.2 at 0.6 with BM25 alone at 59.0: docs/evaluation.md#memory-benchmarks)."""
+    (`adaptive_fusion`): 0.5 below 500 chunks, 0.6 above, chosen on the tuning sets only (the former
+    schedule, 0.7 from 500 and 0.8 from 5,000 chunks, came from recommender-system experiments, not
+    retrieval data). A store of memories (`memory_share`: the share of its chunks that are memories, at
+    least half) stays at 0.5 whatever its size: memories are short, and on short texts the lexical side
+    is the stronger one. The measurements: docs/figures.md#adaptive-alpha."""
     return 0.5 if n_chunks < 500 or memory_share >= 0.5 else 0.6
 
 
