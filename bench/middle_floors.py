@@ -129,6 +129,28 @@ def summary(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, f
     return table
 
 
+def plot(results: dict[str, list[dict[str, float]]], out: Path) -> None:
+    """One panel per measure: each round's P50, before and after, so a drift shows as a trend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(MEASURES), figsize=(4 * len(MEASURES), 3.2))
+    for ax, measure in zip(axes, MEASURES):
+        for name, marker in (("before", "o"), ("after", "s")):
+            values = [row[measure] for row in results[name]]
+            ax.plot(range(1, len(values) + 1), values, marker=marker, label=name)
+        ax.set_title(measure.replace("_", " "))
+        ax.set_xlabel("round")
+        ax.set_ylabel("P50 ms")
+        ax.set_ylim(bottom=0)
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(out / "latency.png", dpi=120)
+    plt.close(figure)
+
+
 def to_markdown(table: dict[str, dict[str, float]], args: argparse.Namespace, n_queries: int) -> str:
     lines = [
         f"# The middle floors: latency before ({args.before}) and after (this checkout), interleaved",
@@ -148,6 +170,8 @@ def to_markdown(table: dict[str, dict[str, float]], args: argparse.Namespace, n_
             f"{row['ratio_median']:.3f} | {row['ratio_min']:.3f}–{row['ratio_max']:.3f} |"
         )
     lines += [
+        "",
+        "![P50 per round, before and after](latency.png)",
         "",
         (
             f"Command: `python -m bench.middle_floors --before {args.before} --rounds {args.rounds} "
@@ -190,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(tree)], check=False)
     table = summary(results)
     (out / "latency.json").write_text(json.dumps({"rounds": results, "summary": table}, indent=2))
+    plot(results, out)
     text = to_markdown(table, args, len(questions))
     (out / "README.md").write_text(text)
     print(text)
