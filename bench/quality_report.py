@@ -84,7 +84,7 @@ def dataset_report(name: str, split: str = "all", *, progress: bool = False) -> 
         "now": opened.evalset.now,
         "index": relative_to_repo(opened.index_dir),
         "chunks": opened.index.n_chunks,
-        "documents": len(set(opened.index.doc_ids)),
+        "documents": len(set(opened.index.snapshot().generation.doc_ids)),
         "default_settings": default_settings(opened),
         "index_seconds": build_seconds,
         "search_seconds": round(time.perf_counter() - started, 1),

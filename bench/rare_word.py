@@ -148,7 +148,9 @@ def run(n: int, stores: int, seed: int, work: Path) -> dict[str, Any]:
     try:
         for i in range(stores):
             token = random_token(rng)
-            while index.sparse.query_terms(token):  # some term of it is in the index already
+            while index.snapshot().generation.sparse.query_terms(
+                token
+            ):  # some term of it is in the index already
                 token = random_token(rng)
             text, memory_tags = synthetic_memory(rng, sentences, tags)
             started = time.perf_counter()

@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.common import PERCENTILE_LABEL, make_row, peak_rss_mb, worker_main
 from bench.staged_runs import PARALLEL, TOP, compare_staged, run_condition
-from hybridlab.config import REPO_ROOT, resolve_auto
+from hybridlab.config import REPO_ROOT, resolve_auto, resolve_search_config
 
 CANDIDATES = (50, 100, 200, 500)
 OVERLAP_TARGET = 0.95
@@ -163,18 +163,20 @@ def staged_pool(index, query: str, candidates: int, hops: int, seeds: int) -> se
     along the corpus graph from the `seeds` best by dense score (unfiltered, no tags)."""
     from hybridlab.index.format.graph import expand_by_graph
 
-    rows, _ = index.sparse.top(index.sparse.query_ids(query), candidates)
+    snapshot = index.snapshot()
+    generation = snapshot.generation
+    rows, _ = generation.sparse.top(generation.sparse.query_ids(query), candidates)
     model = index.choose_model(None, None)
-    graph = index.graphs.get(model)
+    graph = generation.graphs.get(model)
     if hops and graph is not None and len(rows):
-        dense = index.dense[model]
-        vector = index.query_models.query_vector(index.snapshot(), model, query)
-        ids, scores = dense.score_ids(vector, index.chunk_ids[rows])
+        dense = generation.dense[model]
+        vector = index.query_models.query_vector(snapshot, model, query)
+        ids, scores = dense.score_ids(vector, generation.chunk_ids[rows])
         grown, _ = expand_by_graph(
             dense.vectors, graph, vector, np.searchsorted(dense.ids, ids), scores, hops=hops, seeds=seeds
         )
-        rows = np.union1d(rows, index.dense_rows_to_index[model][grown])
-    return {index.doc_ids[row] for row in rows.tolist()}
+        rows = np.union1d(rows, generation.dense_rows_to_index[model][grown])
+    return {generation.doc_ids[row] for row in rows.tolist()}
 
 
 def pool_bound(
@@ -220,7 +222,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fusion["fill_dense"] = args.fill_dense
     run_condition(index, queries, staged=False, limit=TOP, **fusion)  # warm-up: vector cache, detail caches
 
-    settings = resolve_auto(index._resolve(dict(fusion))[0], index.n_chunks)
+    settings = resolve_auto(
+        resolve_search_config(dict(fusion), config_file=index.config_file, n_chunks=index.n_chunks)[0],
+        index.n_chunks,
+    )
     grid = {
         condition_name(int(c), int(h)): (int(c), int(h))
         for h in args.hops.split(",")

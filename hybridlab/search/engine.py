@@ -10,9 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-import numpy as np
-
-from hybridlab.config import SearchConfig, load_config_file, resolve_search_config
+from hybridlab.config import load_config_file
 from hybridlab.errors import InvalidValueError
 from hybridlab.index.format.manifest import Manifest
 from hybridlab.index.reader import Generation, SegmentCache, consistency_problems, index_stamp
@@ -174,38 +172,9 @@ class Index:
         return list(self._snapshot.generation.known_collections)
 
     @property
-    def known_chunk_types(self) -> list[str]:
-        return list(self._snapshot.generation.known_chunk_types)
-
-    @property
-    def chunk_ids(self) -> np.ndarray:
-        return self._snapshot.generation.chunk_ids
-
-    @property
-    def doc_ids(self) -> Sequence[str]:
-        return self._snapshot.generation.doc_ids
-
-    @property
-    def collections(self) -> Sequence[str]:
-        return self._snapshot.generation.collections
-
-    @property
-    def sparse(self):
-        """The BM25 index (:class:`~hybridlab.index.format.sparse.SparseIndex`)."""
-        return self._snapshot.generation.sparse
-
-    @property
     def dense(self) -> Mapping[str, Any]:
         """Model -> FAISS index (:class:`~hybridlab.index.format.dense.DenseIndex`)."""
         return self._snapshot.generation.dense
-
-    @property
-    def graphs(self) -> Mapping[str, np.ndarray]:
-        return self._snapshot.generation.graphs
-
-    @property
-    def dense_rows_to_index(self) -> Mapping[str, np.ndarray]:
-        return self._snapshot.generation.dense_rows_to_index
 
     @property
     def _con(self) -> Any:
@@ -219,9 +188,6 @@ class Index:
 
     # ---------------------------------------------------------------- search
     make_filters = staticmethod(make_filters)
-
-    def _resolve(self, options: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, str]]:
-        return resolve_search_config(options, config_file=self.config_file, n_chunks=self._snapshot.n_chunks)
 
     def _retrieve(
         self,

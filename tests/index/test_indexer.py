@@ -411,7 +411,7 @@ def test_dense_search_after_an_update_that_leaves_gaps_in_chunk_ids(tmp_path, em
     (source / "d.md").write_text(section("Delta", "dingo", 1))  # gets chunk id 4
     index_paths([source], index_dir, progress=False, cache_path=embedding_cache_path)
     with open_index(index_dir) as index:
-        assert list(index.chunk_ids) == [1, 2, 3, 4]
+        assert list(index.snapshot().generation.chunk_ids) == [1, 2, 3, 4]
         # staged: BM25 picks candidates, their stored vectors are scored exactly (by row)
         hits = index.search("dingo", staged=True, fallback_threshold=0, explain=True)
         assert hits[0].doc_id == "d.md" and hits[0].explain["dense_rank"] == 1
@@ -431,9 +431,10 @@ def test_batched_inserts_and_streamed_reads_build_the_same_index(tmp_path, embed
     monkeypatch.setattr(artifacts, "READ_BATCH", 2)
     index_paths([source], tmp_path / "batched", progress=False, cache_path=embedding_cache_path)
     with open_index(tmp_path / "whole") as whole, open_index(tmp_path / "batched") as batched:
-        assert list(whole.chunk_ids) == list(batched.chunk_ids) == [0, 1, 2, 3]
-        assert whole.doc_ids == batched.doc_ids
-        assert whole.sparse.vocab == batched.sparse.vocab
+        one, two = whole.snapshot().generation, batched.snapshot().generation
+        assert list(one.chunk_ids) == list(two.chunk_ids) == [0, 1, 2, 3]
+        assert one.doc_ids == two.doc_ids
+        assert one.sparse.vocab == two.sparse.vocab
         model = whole.models[0]
         np.testing.assert_array_equal(whole.dense[model].vectors, batched.dense[model].vectors)
         assert [r.doc_id for r in whole.search("bison", mode="bm25")] == [
@@ -511,7 +512,9 @@ def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_
     with open_index(index_dir) as index:
         assert index.n_chunks == 31
         expected = build_corpus_graph(index.dense[model].vectors, 3)
-        assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))
+        assert np.array_equal(
+            np.sort(index.snapshot().generation.graphs[model], axis=1), np.sort(expected, axis=1)
+        )
 
     # an old graph that does not match its checksum is never reused
     graph_path = index_dir / layout.read_manifest(index_dir).path / layout.graph_file(model)
@@ -523,4 +526,6 @@ def test_a_new_generation_updates_the_corpus_graph_instead_of_rebuilding_it(tmp_
     assert layout.read_manifest(index_dir).models[model].graph_build == "built"
     with open_index(index_dir) as index:
         expected = build_corpus_graph(index.dense[model].vectors, 3)
-        assert np.array_equal(np.sort(index.graphs[model], axis=1), np.sort(expected, axis=1))
+        assert np.array_equal(
+            np.sort(index.snapshot().generation.graphs[model], axis=1), np.sort(expected, axis=1)
+        )

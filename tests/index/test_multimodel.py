@@ -72,7 +72,9 @@ def by_collection(tmp_path_factory):
 
 
 def rows_of_collection(index, name: str) -> set[int]:
-    return {row for row, collection in enumerate(index.collections) if collection == name}
+    return {
+        row for row, collection in enumerate(index.snapshot().generation.collections) if collection == name
+    }
 
 
 @needs_both
@@ -83,7 +85,9 @@ def test_each_model_has_its_own_faiss_index_holding_only_its_chunks(by_collectio
     assert {m: (info.dim, info.vectors) for m, info in models.items()} == {MINILM: (384, 2), E5: (384, 2)}
     assert models[MINILM].file != models[E5].file
     for model, collection in ((MINILM, "alpha"), (E5, "beta")):
-        expected = sorted(int(index.chunk_ids[r]) for r in rows_of_collection(index, collection))
+        expected = sorted(
+            int(index.snapshot().generation.chunk_ids[r]) for r in rows_of_collection(index, collection)
+        )
         assert index.dense[model].ids.tolist() == expected
     # every stored vector records its model
     assignment = store_rows(

@@ -183,7 +183,7 @@ def test_rare_filter_results_are_the_best_of_the_allowed_set(big_index):
     results = index.search(query, tags=["zircon"], mode="vector", decay=0, limit=5, now=NOW)
     model = index.choose_model(None, None)
     ids = np.asarray(sorted(rare["tag"]), dtype=np.int64)
-    chunk_ids = index.chunk_ids[ids]  # one chunk per memory, in id order
+    chunk_ids = index.snapshot().generation.chunk_ids[ids]  # one chunk per memory, in id order
     _, scores = index.dense[model].score_ids(
         index.query_models.query_vector(index.snapshot(), model, query), chunk_ids
     )

@@ -23,7 +23,7 @@ DOCUMENT_KEYS = [
 
 def test_a_document_is_its_row_with_parsed_metadata_and_iso_dates(opened_tiny_index):
     index = opened_tiny_index
-    doc_id = index.doc_ids[0]
+    doc_id = index.snapshot().generation.doc_ids[0]
     document = index.get_document(doc_id)
     assert isinstance(document, StoredDocument) and document.doc_id == doc_id
     row = dict(
@@ -105,5 +105,8 @@ def test_stats_json_is_the_manifest_and_store_facts(opened_tiny_index):
         "chunks": 0,
         "tombstones": 0,
     }
-    assert (data["documents"], data["chunks"]) == (len(set(index.doc_ids)), index.n_chunks)
+    assert (data["documents"], data["chunks"]) == (
+        len(set(index.snapshot().generation.doc_ids)),
+        index.n_chunks,
+    )
     assert json.loads(json.dumps(data, default=str))["generation"] == stats.generation

@@ -405,10 +405,15 @@ def test_staged_grows_its_pool_along_the_corpus_graph(index):
     extra = set(outcome.runs["dense"]) - bm25_rows
     assert outcome.mode == "staged" and extra and outcome.graph_added == len(extra)
     # every added row is a graph neighbour of one of the two best-scoring BM25 candidates
-    to_index = index.dense_rows_to_index[model]
+    to_index = index.snapshot().generation.dense_rows_to_index[model]
     dense_row = {int(r): d for d, r in enumerate(to_index)}
     seeds = sorted(bm25_rows, key=lambda r: -outcome.runs["dense"][r])[:2]
-    neighbours = {int(to_index[n]) for s in seeds for n in index.graphs[model][dense_row[s]] if n >= 0}
+    neighbours = {
+        int(to_index[n])
+        for s in seeds
+        for n in index.snapshot().generation.graphs[model][dense_row[s]]
+        if n >= 0
+    }
     assert extra <= neighbours
     # the added rows carry their exact cosine
     vector = index.query_models.query_vector(index.snapshot(), model, "the tunnel server public endpoint")
@@ -432,7 +437,10 @@ def test_fill_dense_gives_bm25_only_candidates_their_exact_cosine(index):
     vector = index.query_models.query_vector(index.snapshot(), filled.model, query)
     dense = index.dense[filled.model]
     for row in bm25_only:
-        expected = float(dense.vectors[int(np.searchsorted(dense.ids, index.chunk_ids[row]))] @ vector)
+        expected = float(
+            dense.vectors[int(np.searchsorted(dense.ids, index.snapshot().generation.chunk_ids[row]))]
+            @ vector
+        )
         assert filled.runs["dense"][row] == pytest.approx(expected, abs=1e-5)
     for row, score in plain.runs["dense"].items():
         assert filled.runs["dense"][row] == score

@@ -270,7 +270,7 @@ def test_deleting_the_only_memories_of_the_write_ahead_log_holds(tmp_path):
     writer.close()
     assert deleted.removed == 2
     with open_index(tmp_path / "index") as index:
-        assert list(index.doc_ids) == ["seed"]
+        assert list(index.snapshot().generation.doc_ids) == ["seed"]
         for memory in stored:
             with pytest.raises(KeyError):
                 index.get_document(memory.id)
