@@ -390,6 +390,7 @@ def _ensure_eval_index(name: str, config=None, wait_seconds: float = 3600) -> Pa
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("evalsets")  # builds the HoloViz evaluation index: with the other builders
 def test_holoviz_tabulator_query_finds_the_tabulator_notebook(capsys):
     from hybridlab.eval.evalsets import corpora_dir
 
