@@ -126,10 +126,14 @@ EVALSET_MODULES = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's `--dist loadgroup`, each module is one group (its module fixtures are
     built once, on one worker) unless a test names its own `xdist_group`, and the modules building
-    the evaluation sets are one; the long ones first."""
+    the evaluation sets are one; the long ones first. The marks must be set before xdist's hook
+    turns them into node-id suffixes (tryfirst; after it they are ignored and the groups split), and
+    pytest stays below 9.2 (pyproject's dev extra): 9.2 derives a node id from `_id`, so the suffix
+    xdist 3.8 writes into `_nodeid` is lost and every group splits across the workers."""
     rank = {module: i for i, module in enumerate(LONG_FIRST)}
     for item in items:
         module = item.nodeid.split("::")[0]
